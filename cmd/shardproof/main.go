@@ -1,0 +1,86 @@
+// Command shardproof publishes ML training-data shard releases so that a
+// trainer can prove, before step 0, that it reads exactly one approved
+// release. See README.md and DESIGN.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
+	_ "github.com/shardproof/shardproof/objstore/file" // file:// and plain paths
+)
+
+// version is set with -ldflags "-X main.version=…".
+var version = "dev"
+
+var rootCmd = &cobra.Command{
+	Use:           "shardproof",
+	Short:         "Publish training-data shard releases a trainer can prove it reads",
+	SilenceUsage:  true,
+	SilenceErrors: true,
+	Version:       version,
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	rootCmd.SetContext(ctx)
+	err := rootCmd.Execute()
+	stop()
+	os.Exit(exitStatus(err))
+}
+
+// exitError carries a specific exit status without printing anything more
+// (the command already wrote its result, e.g. verify's INVALID summary).
+type exitError struct{ status int }
+
+func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.status) }
+
+// exitStatus prints err as "shardproof: CODE: message" and maps it to the
+// exit status of its code.
+func exitStatus(err error) int {
+	if err == nil {
+		return errcode.ExitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.status
+	}
+	code := errcode.Of(err)
+	msg := err.Error()
+	if e := new(errcode.Error); !errors.As(err, &e) {
+		msg = string(code) + ": " + msg
+	}
+	fmt.Fprintf(os.Stderr, "shardproof: %s\n", msg)
+	slog.Debug("command failed", "code", code)
+	return code.Exit()
+}
+
+func init() {
+	rootCmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return errcode.Wrap(errcode.Usage, err, "%s", c.CommandPath())
+	})
+}
+
+// openStore opens --store.
+func openStore(cmd *cobra.Command, url string) (objstore.Store, error) {
+	return objstore.Open(cmd.Context(), url)
+}
+
+// exactArgs is cobra.ExactArgs with a USAGE code.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return errcode.Wrap(errcode.Usage, err, "%s", cmd.CommandPath())
+		}
+		return nil
+	}
+}

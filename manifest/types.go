@@ -1,0 +1,231 @@
+package manifest
+
+// Schema identifiers of the v1 documents. Changing a document's bytes means
+// a new identifier.
+const (
+	ReleaseSchema      = "training.shard.release.v1"
+	SnapshotSchema     = "training.dataset.snapshot.v1"
+	TombstonesSchema   = "training.tombstones.v1"
+	BenchmarkSchema    = "training.benchmark.v1"
+	ReportSchema       = "training.shard.verification.v1"
+	RecordSchemaSchema = "training.record.schema.v1"
+
+	ParquetMediaType = "application/vnd.apache.parquet"
+)
+
+// Release is the release manifest training.shard.release.v1. Its digest
+// (the root digest) is sha256 of its exact stored bytes.
+type Release struct {
+	Schema                 string  `json:"schema"`
+	DatasetSnapshot        Digest  `json:"datasetSnapshot"`
+	TombstoneWatermark     uint64  `json:"tombstoneWatermark"`
+	BenchmarkFence         uint64  `json:"benchmarkFence"`
+	RecordSchema           Digest  `json:"recordSchema"`
+	Build                  Build   `json:"build"`
+	Shards                 []Shard `json:"shards"`
+	Totals                 Totals  `json:"totals"`
+	OrderedMemberTupleRoot Digest  `json:"orderedMemberTupleRoot"`
+}
+
+// Build records how the release was written, so it can be reproduced.
+type Build struct {
+	Serializer        string `json:"serializer"`
+	SerializerVersion string `json:"serializerVersion"`
+	SortSeed          uint64 `json:"sortSeed"`
+	ShardingFunction  string `json:"shardingFunction"`
+	Compression       string `json:"compression"`
+	CompressionLevel  int    `json:"compressionLevel"`
+	// EncryptionKeyVersion and EncryptionAADScheme are "none" when shards
+	// are not encrypted.
+	EncryptionKeyVersion string `json:"encryptionKeyVersion"`
+	EncryptionAADScheme  string `json:"encryptionAadScheme"`
+	MemberPartition      string `json:"memberPartition"`
+}
+
+// Shard is a shard descriptor (as in OCI: mediaType, digest, size) plus the
+// immutable store version and the decoded figures.
+type Shard struct {
+	ID              string `json:"id"`
+	MediaType       string `json:"mediaType"`
+	Digest          Digest `json:"digest"`
+	Size            int64  `json:"size"`
+	ObjectVersion   string `json:"objectVersion"`
+	LogicalDigest   Digest `json:"logicalDigest"`
+	Records         int64  `json:"records"`
+	Tokens          int64  `json:"tokens"`
+	MemberSetDigest Digest `json:"memberSetDigest"`
+}
+
+// Totals must equal the sums over the document's shards or members.
+type Totals struct {
+	Shards  int64 `json:"shards"`
+	Records int64 `json:"records"`
+	Tokens  int64 `json:"tokens"`
+}
+
+// Snapshot is the dataset snapshot manifest training.dataset.snapshot.v1:
+// the logical membership a release must contain exactly once each, as
+// Parquet member files carrying the tuple columns.
+type Snapshot struct {
+	Schema          string  `json:"schema"`
+	RecordSchema    Digest  `json:"recordSchema"`
+	MemberPartition string  `json:"memberPartition"`
+	Members         []Shard `json:"members"`
+	Totals          Totals  `json:"totals"`
+	// TupleRoot is the unbound RFC 6962 Merkle root of the member tuples.
+	TupleRoot Digest `json:"tupleRoot"`
+}
+
+// FenceLog is a tombstone log (training.tombstones.v1) or benchmark
+// registry (training.benchmark.v1): append-only entries; the watermark or
+// fence is the highest seq.
+type FenceLog struct {
+	Schema  string       `json:"schema"`
+	Entries []FenceEntry `json:"entries"`
+}
+
+// FenceEntry names one deleted sample or benchmark item, by sampleId or by
+// content digest (exactly one of the two).
+type FenceEntry struct {
+	Seq           uint64 `json:"seq"`
+	SampleID      string `json:"sampleId,omitempty"`
+	ContentDigest Digest `json:"contentDigest,omitzero"`
+}
+
+// Watermark returns the highest seq in the log (0 when empty).
+func (l *FenceLog) Watermark() uint64 {
+	var w uint64
+	for _, e := range l.Entries {
+		w = max(w, e.Seq)
+	}
+	return w
+}
+
+// RecordSchema is the record schema document training.record.schema.v1.
+// Its digest (sha256 of its canonical JSON) is the manifest's recordSchema
+// and every tuple's schemaDigest.
+type RecordSchema struct {
+	Schema string  `json:"schema"`
+	Fields []Field `json:"fields"`
+	// Content names the one column whose bytes are the sample content;
+	// its sha256 is the tuple's logicalContentDigest.
+	Content string   `json:"content"`
+	Tuple   TupleMap `json:"tuple"`
+	// Tokens names the int64 column holding per-record token counts, or "".
+	Tokens string `json:"tokens"`
+}
+
+// Field is one column of a record schema, in schema order.
+type Field struct {
+	Name string `json:"name"`
+	// Type is the Arrow type name: "utf8", "binary", "int64", "int32",
+	// "float64" or "bool".
+	Type     string `json:"type"`
+	Nullable bool   `json:"nullable"`
+}
+
+// TupleMap names the columns that form the tuple.
+type TupleMap struct {
+	SampleID      string `json:"sampleId"`
+	SourceID      string `json:"sourceId"`
+	SourceVersion string `json:"sourceVersion"`
+	Split         string `json:"split"`
+}
+
+// Report is the verification report training.shard.verification.v1,
+// stored content-addressed and bound to the root digest it verifies.
+type Report struct {
+	Schema             string `json:"schema"`
+	Root               Digest `json:"root"`
+	DatasetSnapshot    Digest `json:"datasetSnapshot"`
+	Plan               Digest `json:"plan,omitzero"`
+	TombstoneWatermark uint64 `json:"tombstoneWatermark"`
+	BenchmarkFence     uint64 `json:"benchmarkFence"`
+	// Tombstones and Benchmark are the digests of the fence documents
+	// checked, if any.
+	Tombstones Digest `json:"tombstones,omitzero"`
+	Benchmark  Digest `json:"benchmark,omitzero"`
+	Verdict    string `json:"verdict"`
+	Counts     Counts `json:"counts"`
+	// Examples maps a code (e.g. MISSING_MEMBER) to up to 20 sampleIds,
+	// sorted. Never sample text.
+	Examples map[string][]string `json:"examples"`
+	// Shards lists every shard-level failure, sorted by shard id then code.
+	Failures []ShardFailure `json:"failures"`
+	// ReleaseTupleRoot and SnapshotTupleRoot are the recomputed unbound
+	// Merkle roots; BoundTupleRoot is ReleaseTupleRoot bound as the
+	// manifest's orderedMemberTupleRoot must be.
+	ReleaseTupleRoot  Digest `json:"releaseTupleRoot"`
+	SnapshotTupleRoot Digest `json:"snapshotTupleRoot"`
+	BoundTupleRoot    Digest `json:"boundTupleRoot"`
+	Stats             Stats  `json:"stats"`
+	Tool              string `json:"tool"`
+	// Timing is the only part that varies between runs of the same plan.
+	Timing Timing `json:"timing"`
+}
+
+// Verdicts.
+const (
+	Verified = "VERIFIED"
+	Invalid  = "INVALID"
+)
+
+// Counts are the failure counters of a report. Any non-zero field other
+// than ShardsVerified, Records and Tokens makes the verdict INVALID.
+type Counts struct {
+	Shards              int64 `json:"shards"`
+	ShardsVerified      int64 `json:"shardsVerified"`
+	Records             int64 `json:"records"`
+	SnapshotRecords     int64 `json:"snapshotRecords"`
+	DigestFailures      int64 `json:"digestFailures"`
+	SizeMismatches      int64 `json:"sizeMismatches"`
+	VersionMissing      int64 `json:"versionMissing"`
+	LogicalMismatches   int64 `json:"logicalMismatches"`
+	CountMismatches     int64 `json:"countMismatches"`
+	DecodeErrors        int64 `json:"decodeErrors"`
+	SchemaMismatches    int64 `json:"schemaMismatches"`
+	TupleRootMismatches int64 `json:"tupleRootMismatches"`
+	Missing             int64 `json:"missing"`
+	Extra               int64 `json:"extra"`
+	Duplicate           int64 `json:"duplicate"`
+	ContentSubstitution int64 `json:"contentSubstitution"`
+	SourceVersionChange int64 `json:"sourceVersionChange"`
+	SourceIDChange      int64 `json:"sourceIdChange"`
+	SplitConflict       int64 `json:"splitConflict"`
+	SchemaMix           int64 `json:"schemaMix"`
+	TombstoneHits       int64 `json:"tombstoneHits"`
+	BenchmarkHits       int64 `json:"benchmarkHits"`
+}
+
+// Failed reports whether any failure counter is non-zero.
+func (c *Counts) Failed() bool {
+	return c.DigestFailures+c.SizeMismatches+c.VersionMissing+c.LogicalMismatches+
+		c.CountMismatches+c.DecodeErrors+c.SchemaMismatches+c.TupleRootMismatches+
+		c.Missing+c.Extra+c.Duplicate+c.ContentSubstitution+c.SourceVersionChange+
+		c.SourceIDChange+c.SplitConflict+c.SchemaMix+c.TombstoneHits+c.BenchmarkHits > 0
+}
+
+// ShardFailure is one shard-level failure with evidence.
+type ShardFailure struct {
+	Shard  string `json:"shard"`
+	Side   string `json:"side"` // "release" or "snapshot"
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+// Stats are deterministic figures of the verified bytes.
+type Stats struct {
+	StoredBytes  int64 `json:"storedBytes"`
+	LogicalBytes int64 `json:"logicalBytes"`
+	// DecompressionRatio is LogicalBytes / StoredBytes.
+	DecompressionRatio float64 `json:"decompressionRatio"`
+	ShuffleBytes       int64   `json:"shuffleBytes"`
+}
+
+// Timing holds wall-clock figures; it is excluded from determinism checks.
+type Timing struct {
+	Seconds          float64 `json:"seconds"`
+	RecordsPerSecond float64 `json:"recordsPerSecond"`
+	StoredMBPerSec   float64 `json:"storedMBPerSecond"`
+	Started          string  `json:"started,omitempty"`
+}

@@ -1,0 +1,49 @@
+package objstore
+
+import (
+	"context"
+	"net/url"
+	"strings"
+	"sync"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// Opener opens a Store for a URL of its scheme.
+type Opener func(ctx context.Context, u *url.URL) (Store, error)
+
+var (
+	openersMu sync.RWMutex
+	openers   = map[string]Opener{}
+)
+
+// Register makes an implementation available to Open for a URL scheme.
+// Implementations call it from init; the scheme "file" also serves plain
+// paths.
+func Register(scheme string, o Opener) {
+	openersMu.Lock()
+	defer openersMu.Unlock()
+	openers[scheme] = o
+}
+
+// Open opens the store named by rawURL: "file:///path", a plain path, or
+// "s3://bucket/prefix". The implementation's package must be imported.
+func Open(ctx context.Context, rawURL string) (Store, error) {
+	if rawURL == "" {
+		return nil, errcode.New(errcode.Usage, "no store given (use --store URL or a path)")
+	}
+	u := &url.URL{Scheme: "file", Path: rawURL}
+	if strings.Contains(rawURL, "://") {
+		var err error
+		if u, err = url.Parse(rawURL); err != nil {
+			return nil, errcode.Wrap(errcode.Usage, err, "store URL %q", rawURL)
+		}
+	}
+	openersMu.RLock()
+	o := openers[u.Scheme]
+	openersMu.RUnlock()
+	if o == nil {
+		return nil, errcode.New(errcode.Usage, "store URL %q: unknown scheme %q", rawURL, u.Scheme)
+	}
+	return o(ctx, u)
+}

@@ -1,0 +1,97 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// Store is an object store with immutable versions.
+//
+// Every implementation MUST pass the conformance suite in objstore/storetest.
+// The contract:
+//   - Put writes the whole body as a new immutable version of key and returns
+//     its version id only after the bytes are durable. A Put that returns an
+//     error leaves no visible version behind.
+//   - Put with PutOptions.IfNoneMatch creates the key only if it has no
+//     version at all; otherwise it returns an error satisfying
+//     errors.Is(err, ErrPreconditionFailed) and changes nothing. Among any
+//     number of concurrent conditional creates of one key exactly one wins.
+//   - Get and Head with a non-empty version read exactly that version, never
+//     another; with an empty version they read the latest.
+//   - A version, once returned by Put, has the same bytes forever.
+//   - List returns keys (latest version of each) in ascending byte order,
+//     strictly after `after`, at most limit entries (limit <= 0 means an
+//     implementation-chosen page size). An empty Next means the listing is
+//     complete.
+//   - Keys are slash-separated relative paths; see ValidateKey.
+type Store interface {
+	Put(ctx context.Context, key string, body io.Reader, opts PutOptions) (Version, error)
+	Get(ctx context.Context, key string, version Version) (io.ReadCloser, error)
+	Head(ctx context.Context, key string, version Version) (ObjectInfo, error)
+	List(ctx context.Context, prefix, after string, limit int) (ListPage, error)
+}
+
+// Version is an opaque, immutable version id issued by a Store.
+type Version string
+
+// PutOptions modify Put.
+type PutOptions struct {
+	// IfNoneMatch makes Put a conditional create: it fails with
+	// ErrPreconditionFailed if the key already has any version.
+	IfNoneMatch bool
+	// Size, if > 0, is the body's length: a hint implementations may use to
+	// choose an upload strategy (single PUT or multipart). Zero means unknown.
+	Size int64
+	// SHA256, when non-zero, is the body's sha256; implementations that can
+	// have the server check it do so, and every implementation rejects a
+	// body whose hash differs (nothing is written).
+	SHA256 [32]byte
+}
+
+// ObjectInfo describes one version of an object.
+type ObjectInfo struct {
+	Key      string
+	Version  Version
+	Size     int64
+	Modified time.Time
+}
+
+// ListPage is one page of a listing.
+type ListPage struct {
+	Objects []ObjectInfo
+	// Next, if non-empty, is the `after` argument for the next page.
+	Next string
+}
+
+// Sentinel conditions. Implementations wrap them so errors.Is works and
+// errcode.Of gives the stable code.
+var (
+	ErrPreconditionFailed = errcode.New(errcode.PreconditionFailed, "object already exists")
+	ErrNotExist           = errcode.New(errcode.NotFound, "object or version does not exist")
+	ErrBadKey             = errcode.New(errcode.BadKey, "invalid key")
+)
+
+// KeyError reports a key that is not allowed, with the reason.
+type KeyError struct {
+	Key    string
+	Reason string
+}
+
+func (e *KeyError) Error() string { return fmt.Sprintf("%s: key %q: %s", errcode.BadKey, e.Key, e.Reason) }
+
+// ErrorCode implements errcode.Coder.
+func (e *KeyError) ErrorCode() errcode.Code { return errcode.BadKey }
+
+// Is makes errors.Is(err, ErrBadKey) true.
+func (e *KeyError) Is(target error) bool { return target == ErrBadKey }
+
+// IsNotExist reports whether err means a key or version is absent.
+func IsNotExist(err error) bool { return errors.Is(err, ErrNotExist) }
+
+// IsPrecondition reports whether err is a failed conditional create.
+func IsPrecondition(err error) bool { return errors.Is(err, ErrPreconditionFailed) }
