@@ -138,7 +138,6 @@ type Report struct {
 	Schema             string `json:"schema"`
 	Root               Digest `json:"root"`
 	DatasetSnapshot    Digest `json:"datasetSnapshot"`
-	Plan               Digest `json:"plan,omitzero"`
 	TombstoneWatermark uint64 `json:"tombstoneWatermark"`
 	BenchmarkFence     uint64 `json:"benchmarkFence"`
 	// Tombstones and Benchmark are the digests of the fence documents
@@ -160,8 +159,10 @@ type Report struct {
 	BoundTupleRoot    Digest `json:"boundTupleRoot"`
 	Stats             Stats  `json:"stats"`
 	Tool              string `json:"tool"`
-	// Timing is the only part that varies between runs of the same plan.
-	Timing Timing `json:"timing"`
+	// Execution is the only part that may differ between two verifications
+	// of the same inputs (plan shape, executor, wall-clock figures); the rest
+	// of the report is byte-identical whatever M, R and the executor.
+	Execution Execution `json:"execution"`
 }
 
 // Verdicts.
@@ -219,11 +220,16 @@ type Stats struct {
 	LogicalBytes int64 `json:"logicalBytes"`
 	// DecompressionRatio is LogicalBytes / StoredBytes.
 	DecompressionRatio float64 `json:"decompressionRatio"`
-	ShuffleBytes       int64   `json:"shuffleBytes"`
 }
 
-// Timing holds wall-clock figures; it is excluded from determinism checks.
-type Timing struct {
+// Execution describes how a verification ran; it is excluded from
+// determinism checks.
+type Execution struct {
+	Plan             Digest  `json:"plan,omitzero"`
+	Executor         string  `json:"executor"`
+	MapTasks         int     `json:"mapTasks"`
+	Reducers         int     `json:"reducers"`
+	ShuffleBytes     int64   `json:"shuffleBytes"`
 	Seconds          float64 `json:"seconds"`
 	RecordsPerSecond float64 `json:"recordsPerSecond"`
 	StoredMBPerSec   float64 `json:"storedMBPerSecond"`
