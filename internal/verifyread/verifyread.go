@@ -1,0 +1,171 @@
+package verifyread
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"io"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// SizeMismatchError reports an object whose byte count differs from its
+// descriptor's size. Got is the number of bytes actually read; when the
+// object was longer than Want, Got is Want+1 (the reader stops one byte past
+// the descriptor's size) and Longer is true.
+type SizeMismatchError struct {
+	Key    string
+	Want   int64
+	Got    int64
+	Longer bool
+}
+
+func (e *SizeMismatchError) Error() string {
+	if e.Longer {
+		return fmt.Sprintf("%s: %s: descriptor size=%d, bytes read=more than %d", errcode.SizeMismatch, e.Key, e.Want, e.Want)
+	}
+	return fmt.Sprintf("%s: %s: descriptor size=%d, bytes read=%d", errcode.SizeMismatch, e.Key, e.Want, e.Got)
+}
+
+// ErrorCode implements errcode.Coder.
+func (e *SizeMismatchError) ErrorCode() errcode.Code { return errcode.SizeMismatch }
+
+// DigestMismatchError reports an object whose bytes do not hash to its
+// descriptor's digest. Want is the descriptor's sha256, Got the sha256 of
+// the bytes read.
+type DigestMismatchError struct {
+	Key  string
+	Want [32]byte
+	Got  [32]byte
+}
+
+func (e *DigestMismatchError) Error() string {
+	return fmt.Sprintf("%s: %s: descriptor digest=sha256:%s, sha256 of bytes read=sha256:%s",
+		errcode.DigestMismatch, e.Key, hex.EncodeToString(e.Want[:]), hex.EncodeToString(e.Got[:]))
+}
+
+// ErrorCode implements errcode.Coder.
+func (e *DigestMismatchError) ErrorCode() errcode.Code { return errcode.DigestMismatch }
+
+// TooLargeError reports that ReadAll found more than its limit.
+type TooLargeError struct {
+	Max int64
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%s: content exceeds the %d-byte limit", errcode.DocumentTooLarge, e.Max)
+}
+
+// ErrorCode implements errcode.Coder.
+func (e *TooLargeError) ErrorCode() errcode.Code { return errcode.DocumentTooLarge }
+
+type reader struct {
+	rc     io.ReadCloser
+	key    string
+	want   [32]byte
+	size   int64
+	h      hash.Hash
+	n      int64 // bytes handed to the caller (and hashed)
+	err    error // sticky
+	probed bool  // the one-byte-past probe has been done
+}
+
+// New returns a reader of rc that yields at most wantSize bytes and, at EOF,
+// checks that exactly wantSize bytes hashed to wantSHA256. A shorter object
+// fails with *SizeMismatchError at EOF; a longer one fails with
+// *SizeMismatchError as soon as the byte past wantSize is seen (the extra
+// bytes are never returned); a hash mismatch fails with *DigestMismatchError
+// at EOF. Errors are sticky. key names the object in error messages. Close
+// closes rc.
+func New(rc io.ReadCloser, key string, wantSHA256 [32]byte, wantSize int64) io.ReadCloser {
+	r := &reader{rc: rc, key: key, want: wantSHA256, size: wantSize, h: sha256.New()}
+	if wantSize < 0 {
+		r.err = errcode.New(errcode.BadCount, "%s: negative descriptor size %d", key, wantSize)
+	}
+	return r
+}
+
+func (r *reader) Read(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	if r.n == r.size {
+		r.err = r.finish()
+		return 0, r.err
+	}
+	if rem := r.size - r.n; int64(len(p)) > rem {
+		p = p[:rem]
+	}
+	n, err := r.rc.Read(p)
+	if n > 0 {
+		r.h.Write(p[:n])
+		r.n += int64(n)
+	}
+	switch {
+	case err == io.EOF:
+		if r.n < r.size {
+			r.err = &SizeMismatchError{Key: r.key, Want: r.size, Got: r.n}
+			return n, r.err
+		}
+		r.probed = true // the source itself reported EOF at exactly size
+		r.err = r.finish()
+		if n > 0 && r.err == io.EOF {
+			return n, nil
+		}
+		return n, r.err
+	case err != nil:
+		r.err = err
+		return n, err
+	}
+	return n, nil
+}
+
+// finish runs once the descriptor's size has been read: it probes for one
+// more byte, then compares the digest.
+func (r *reader) finish() error {
+	if !r.probed {
+		r.probed = true
+		var one [1]byte
+		for tries := 0; ; tries++ {
+			if tries == 100 {
+				return io.ErrNoProgress
+			}
+			n, err := r.rc.Read(one[:])
+			if n > 0 {
+				return &SizeMismatchError{Key: r.key, Want: r.size, Got: r.size + 1, Longer: true}
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	var got [32]byte
+	r.h.Sum(got[:0])
+	if got != r.want {
+		return &DigestMismatchError{Key: r.key, Want: r.want, Got: got}
+	}
+	return io.EOF
+}
+
+func (r *reader) Close() error { return r.rc.Close() }
+
+// ReadAll reads r to EOF and returns its bytes, failing with *TooLargeError
+// (code DOCUMENT_TOO_LARGE) if r holds more than max bytes. It allocates
+// lazily, so a hostile max does not reserve memory up front.
+func ReadAll(r io.Reader, max int64) ([]byte, error) {
+	if max < 0 {
+		return nil, errcode.New(errcode.Internal, "verifyread.ReadAll: negative limit %d", max)
+	}
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, &TooLargeError{Max: max}
+	}
+	return data, nil
+}
