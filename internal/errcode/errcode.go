@@ -68,6 +68,8 @@ var catalogue = map[Code]entry{
 	StoreUnavailable:   {ExitError, "the store cannot be opened or reached"},
 	VersioningOff:      {ExitError, "the S3 bucket does not have versioning enabled"},
 	Nondeterminism:     {ExitInvalid, "a rerun task produced output that differs from the committed output"},
+	ShuffleCorrupt:     {ExitError, "a shuffle file or task commit record cannot be decoded or breaks its order"},
+	TaskNotReady:       {ExitError, "a task's inputs are not committed yet (run the earlier phase first)"},
 
 	// Gate.
 	GenerationConflict: {ExitRejected, "expected generation differs from the alias's current generation"},
@@ -131,6 +133,8 @@ const (
 	StoreUnavailable   Code = "STORE_UNAVAILABLE"
 	VersioningOff      Code = "VERSIONING_OFF"
 	Nondeterminism     Code = "NONDETERMINISM"
+	ShuffleCorrupt     Code = "SHUFFLE_CORRUPT"
+	TaskNotReady       Code = "TASK_NOT_READY"
 
 	GenerationConflict Code = "GENERATION_CONFLICT"
 	PublishConflict    Code = "PUBLISH_CONFLICT"
