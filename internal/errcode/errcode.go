@@ -90,6 +90,8 @@ var catalogue = map[Code]entry{
 	NotLeader:          {ExitError, "this gate node is not the Raft leader"},
 	Indeterminate:      {ExitIndeterminate, "the command may or may not have been applied; retrying is safe"},
 	GateUnavailable:    {ExitError, "the gate cannot be reached"},
+	BarrierClosed:      {ExitRejected, "the run's barrier is not open (not every rank has attested)"},
+	StepRegression:     {ExitRejected, "a checkpoint step is lower than one already admitted"},
 
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
@@ -154,6 +156,8 @@ const (
 	NotLeader          Code = "NOT_LEADER"
 	Indeterminate      Code = "INDETERMINATE"
 	GateUnavailable    Code = "GATE_UNAVAILABLE"
+	BarrierClosed      Code = "BARRIER_CLOSED"
+	StepRegression     Code = "STEP_REGRESSION"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"
