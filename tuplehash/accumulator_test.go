@@ -1,0 +1,148 @@
+package tuplehash
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+func testTuples(n int) []Tuple {
+	ts := make([]Tuple, n)
+	for i := range ts {
+		ts[i] = Tuple{
+			SampleID:             fmt.Sprintf("sample-%06d", i),
+			SourceID:             "src",
+			SourceVersion:        int64(i % 3),
+			LogicalContentDigest: sha(fmt.Sprint("content", i)),
+			Split:                "train",
+			SchemaDigest:         sha("schema"),
+		}
+	}
+	return ts
+}
+
+func rootOf(t *testing.T, k uint, ts []Tuple) [32]byte {
+	t.Helper()
+	a := NewAccumulator(k)
+	for i := range ts {
+		if err := a.Add(&ts[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a.Root()
+}
+
+// TestAccumulatorOrderAndWorkers shows the unbound root depends only on the
+// multiset of tuples: not on record order, nor on how tuples are dealt to
+// several workers whose Accumulators are merged.
+func TestAccumulatorOrderAndWorkers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, k := range []uint{1, 4, DefaultK} {
+		t.Run(fmt.Sprint("k=", k), func(t *testing.T) {
+			ts := testTuples(500)
+			want := rootOf(t, k, ts)
+
+			for trial := range 5 {
+				rng.Shuffle(len(ts), func(i, j int) { ts[i], ts[j] = ts[j], ts[i] })
+				if got := rootOf(t, k, ts); got != want {
+					t.Fatalf("trial %d: root changed with record order", trial)
+				}
+				workers := make([]*Accumulator, 1+rng.IntN(7))
+				for i := range workers {
+					workers[i] = NewAccumulator(k)
+				}
+				for i := range ts {
+					if err := workers[rng.IntN(len(workers))].Add(&ts[i]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				total := NewAccumulator(k)
+				for _, i := range rng.Perm(len(workers)) {
+					total.Merge(workers[i])
+				}
+				if got := total.Root(); got != want {
+					t.Fatalf("trial %d: root changed when split among %d workers", trial, len(workers))
+				}
+			}
+
+			// The root must see every member: dropping, duplicating or
+			// changing one changes it.
+			if got := rootOf(t, k, ts[1:]); got == want {
+				t.Error("root unchanged after dropping a tuple")
+			}
+			if got := rootOf(t, k, append(ts[:len(ts):len(ts)], ts[0])); got == want {
+				t.Error("root unchanged after duplicating a tuple")
+			}
+			changed := append([]Tuple(nil), ts...)
+			changed[0].SourceVersion++
+			if got := rootOf(t, k, changed); got == want {
+				t.Error("root unchanged after changing a sourceVersion")
+			}
+		})
+	}
+}
+
+func TestAccumulatorLeaves(t *testing.T) {
+	a := NewAccumulator(4)
+	ts := testTuples(40)
+	byBucket := map[uint32][][32]byte{}
+	for i := range ts {
+		if err := a.Add(&ts[i]); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := ts[i].Digest()
+		b := Bucket(ts[i].SampleID, 4)
+		byBucket[b] = append(byBucket[b], d)
+	}
+	leaves := a.Leaves()
+	if len(leaves) != 16 {
+		t.Fatalf("%d leaves for k=4, want 16 (empty buckets included)", len(leaves))
+	}
+	for b := range uint32(16) {
+		if want := refBucketLeaf(b, byBucket[b]); leaves[b] != want {
+			t.Errorf("leaf %d differs from the reference", b)
+		}
+	}
+	if a.Root() != refMerkleRoot(leaves) {
+		t.Error("Accumulator.Root differs from the reference Merkle root of its leaves")
+	}
+}
+
+var sink [32]byte
+
+func BenchmarkTupleDigest(b *testing.B) {
+	ts := testTuples(1024)
+	b.ReportAllocs()
+	b.SetBytes(int64(ts[0].EncodedLen()))
+	for i := 0; b.Loop(); i++ {
+		d, err := ts[i%len(ts)].Digest()
+		if err != nil {
+			b.Fatal(err)
+		}
+		sink = d
+	}
+}
+
+func BenchmarkBucket(b *testing.B) {
+	ts := testTuples(1024)
+	var s uint32
+	for i := 0; b.Loop(); i++ {
+		s += Bucket(ts[i%len(ts)].SampleID, DefaultK)
+	}
+	sink[0] = byte(s)
+}
+
+func BenchmarkMemberSetDigest(b *testing.B) {
+	ts := testTuples(10000)
+	ds := make([][32]byte, len(ts))
+	for i := range ts {
+		ds[i], _ = ts[i].Digest()
+	}
+	work := make([][32]byte, len(ds))
+	b.ReportAllocs()
+	b.SetBytes(int64(32 * len(ds)))
+	for b.Loop() {
+		copy(work, ds) // unsorted input each time, as a mapper sees it
+		sink = MemberSetDigest(work)
+	}
+}
