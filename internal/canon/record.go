@@ -1,0 +1,231 @@
+package canon
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"hash"
+	"math"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+// AppendNull appends a null field.
+func AppendNull(dst []byte, t Tag) []byte { return append(dst, byte(t), 0x00) }
+
+// AppendBytes appends a present utf8 or binary field: u32be len ‖ bytes.
+func AppendBytes(dst []byte, t Tag, v []byte) []byte {
+	dst = append(dst, byte(t), 0x01)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(v)))
+	return append(dst, v...)
+}
+
+// AppendString is AppendBytes for a string value, without copying it first.
+func AppendString(dst []byte, t Tag, v string) []byte {
+	dst = append(dst, byte(t), 0x01)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(v)))
+	return append(dst, v...)
+}
+
+// AppendContent appends a present content field: its 32-byte sha256.
+func AppendContent(dst []byte, t Tag, digest *[32]byte) []byte {
+	dst = append(dst, byte(t), 0x01)
+	return append(dst, digest[:]...)
+}
+
+// AppendInt64 appends a present int64 field.
+func AppendInt64(dst []byte, v int64) []byte {
+	dst = append(dst, byte(TagInt64), 0x01)
+	return binary.BigEndian.AppendUint64(dst, uint64(v))
+}
+
+// AppendInt32 appends a present int32 field.
+func AppendInt32(dst []byte, v int32) []byte {
+	dst = append(dst, byte(TagInt32), 0x01)
+	return binary.BigEndian.AppendUint32(dst, uint32(v))
+}
+
+// AppendFloat64 appends a present float64 field (IEEE-754 bits, so -0 and
+// each NaN payload keep their identity).
+func AppendFloat64(dst []byte, v float64) []byte {
+	dst = append(dst, byte(TagFloat64), 0x01)
+	return binary.BigEndian.AppendUint64(dst, math.Float64bits(v))
+}
+
+// AppendBool appends a present bool field.
+func AppendBool(dst []byte, v bool) []byte {
+	b := byte(0)
+	if v {
+		b = 1
+	}
+	return append(dst, byte(TagBool), 0x01, b)
+}
+
+// ContentDigest returns the logicalContentDigest of content bytes.
+func ContentDigest(b []byte) [32]byte { return sha256.Sum256(b) }
+
+// bytesOf views a string's bytes without copying (the hash never retains them).
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// fixedWidth is the decoded width of fixed-size types, for logicalBytes.
+var fixedWidth = map[Tag]int64{TagInt64: 8, TagInt32: 4, TagFloat64: 8, TagBool: 1}
+
+type plan struct {
+	tag      Tag
+	content  bool
+	nullable bool
+}
+
+// Encoder encodes the rows of Arrow record batches as canonical records.
+// One Encoder serves one goroutine; Encode does not allocate once its
+// buffer has grown to the largest record.
+type Encoder struct {
+	plans   []plan
+	content int // index of the content column, or -1
+	cols    []arrow.Array
+	buf     []byte
+}
+
+// Row is the result of encoding one row. Record is valid until the next
+// call to Encode.
+type Row struct {
+	Record []byte
+	// Content is sha256 of the content column's bytes (zero without one).
+	Content [32]byte
+	// LogicalBytes counts the decoded value bytes: string and binary
+	// lengths (content included) plus fixed widths of present values.
+	LogicalBytes int64
+}
+
+// NewEncoder returns an Encoder for s, which must pass Check (except that
+// the member schema has no content column).
+func NewEncoder(s *manifest.RecordSchema) (*Encoder, error) {
+	e := &Encoder{content: -1, plans: make([]plan, len(s.Fields))}
+	for i, f := range s.Fields {
+		t, ok := typeTags[f.Type]
+		if !ok {
+			return nil, errcode.New(errcode.BadDocument, "field %q: unknown type %q", f.Name, f.Type)
+		}
+		e.plans[i] = plan{tag: t, nullable: f.Nullable}
+		if s.Content != "" && f.Name == s.Content {
+			if t != TagUTF8 && t != TagBinary {
+				return nil, errcode.New(errcode.BadDocument, "content column %q has type %s", f.Name, f.Type)
+			}
+			e.plans[i].content = true
+			e.content = i
+		}
+	}
+	return e, nil
+}
+
+// Bind makes the encoder read rec, whose columns must be the schema's
+// fields in order with the Arrow types ArrowSchema gives.
+func (e *Encoder) Bind(rec arrow.RecordBatch) error {
+	if int(rec.NumCols()) != len(e.plans) {
+		return errcode.New(errcode.SchemaMismatch, "record batch has %d columns, schema %d", rec.NumCols(), len(e.plans))
+	}
+	e.cols = e.cols[:0]
+	for i, p := range e.plans {
+		c := rec.Column(i)
+		ok := false
+		switch p.tag {
+		case TagUTF8:
+			_, ok = c.(*array.String)
+		case TagBinary:
+			_, ok = c.(*array.Binary)
+		case TagInt64:
+			_, ok = c.(*array.Int64)
+		case TagInt32:
+			_, ok = c.(*array.Int32)
+		case TagFloat64:
+			_, ok = c.(*array.Float64)
+		case TagBool:
+			_, ok = c.(*array.Boolean)
+		}
+		if !ok {
+			return errcode.New(errcode.SchemaMismatch, "column %d (%s) has Arrow type %s, want %s", i, rec.ColumnName(i), c.DataType(), p.tag)
+		}
+		e.cols = append(e.cols, c)
+	}
+	return nil
+}
+
+// Encode encodes row i of the bound batch.
+func (e *Encoder) Encode(i int) Row {
+	var r Row
+	b := e.buf[:0]
+	for j, p := range e.plans {
+		c := e.cols[j]
+		if c.IsNull(i) {
+			b = AppendNull(b, p.tag)
+			continue
+		}
+		switch p.tag {
+		case TagUTF8:
+			v := c.(*array.String).Value(i)
+			r.LogicalBytes += int64(len(v))
+			if p.content {
+				r.Content = sha256.Sum256(bytesOf(v))
+				b = AppendContent(b, p.tag, &r.Content)
+			} else {
+				b = AppendString(b, p.tag, v)
+			}
+		case TagBinary:
+			v := c.(*array.Binary).Value(i)
+			r.LogicalBytes += int64(len(v))
+			if p.content {
+				r.Content = sha256.Sum256(v)
+				b = AppendContent(b, p.tag, &r.Content)
+			} else {
+				b = AppendBytes(b, p.tag, v)
+			}
+		case TagInt64:
+			b = AppendInt64(b, c.(*array.Int64).Value(i))
+		case TagInt32:
+			b = AppendInt32(b, c.(*array.Int32).Value(i))
+		case TagFloat64:
+			b = AppendFloat64(b, c.(*array.Float64).Value(i))
+		case TagBool:
+			b = AppendBool(b, c.(*array.Boolean).Value(i))
+		}
+		r.LogicalBytes += fixedWidth[p.tag]
+	}
+	e.buf = b
+	r.Record = b
+	return r
+}
+
+const logicalPrefix = "sp.logical.v1\x00"
+
+// LogicalHasher computes a shard's logical digest from its canonical
+// records in stored order.
+type LogicalHasher struct {
+	h   hash.Hash
+	len [4]byte
+}
+
+// NewLogicalHasher starts a logical digest bound to a recordSchema digest.
+func NewLogicalHasher(schemaDigest manifest.Digest) *LogicalHasher {
+	l := &LogicalHasher{h: sha256.New()}
+	l.h.Write([]byte(logicalPrefix))
+	l.h.Write(schemaDigest[:])
+	return l
+}
+
+// Add appends one canonical record.
+func (l *LogicalHasher) Add(rec []byte) {
+	binary.BigEndian.PutUint32(l.len[:], uint32(len(rec)))
+	l.h.Write(l.len[:])
+	l.h.Write(rec)
+}
+
+// Sum returns the logical digest of the records added so far.
+func (l *LogicalHasher) Sum() manifest.Digest {
+	var d manifest.Digest
+	l.h.Sum(d[:0])
+	return d
+}
