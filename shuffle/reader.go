@@ -1,0 +1,251 @@
+package shuffle
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// maxAlloc caps any single buffer the Arrow decoder may allocate. A
+// well-formed batch of BatchRows rows is far below it; a corrupt length
+// prefix or declared decompressed size above it is refused instead of
+// exhausting memory.
+const maxAlloc = 256 << 20
+
+// Reader streams a shuffle file one bucket at a time. It validates as it
+// goes: the Arrow schema, non-null columns, sort order, that every bucket
+// lies in [lo, hi) and equals the bucket of its sampleId. Any violation, or
+// any decoder panic, is a *CorruptError and is sticky.
+type Reader struct {
+	name   string
+	k      uint
+	lo, hi uint32
+	ipc    *ipc.Reader
+	cols   columns
+	pos, n int
+	// next is the first row of the following bucket, read while finding
+	// the end of the current one.
+	next    Row
+	hasNext bool
+	last    Row
+	hasLast bool
+	err     error
+}
+
+type columns struct {
+	bucket                  *array.Uint32
+	side                    *array.Uint8
+	sample, source, split   *array.String
+	version                 *array.Int64
+	content, schema, digest *array.FixedSizeBinary
+}
+
+// CorruptError reports a shuffle file that cannot be decoded or breaks the
+// format's invariants.
+type CorruptError struct {
+	Name   string
+	Reason string
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("%s: shuffle file %s: %s", errcode.ShuffleCorrupt, e.Name, e.Reason)
+}
+
+// ErrorCode implements errcode.Coder.
+func (e *CorruptError) ErrorCode() errcode.Code { return errcode.ShuffleCorrupt }
+
+// NewReader starts reading the shuffle file r (named name in errors) whose
+// rows must fall in buckets [lo, hi) of a k-bit partition.
+func NewReader(r io.Reader, name string, k uint, lo, hi uint32) (rd *Reader, err error) {
+	rd = &Reader{name: name, k: k, lo: lo, hi: hi}
+	defer rd.recoverInto(&err)
+	ir, err := ipc.NewReader(r, ipc.WithAllocator(cappedAllocator{memory.NewGoAllocator()}))
+	if err != nil {
+		return nil, rd.corrupt("open: %v", err)
+	}
+	if !ir.Schema().Equal(Schema) {
+		ir.Release()
+		return nil, rd.corrupt("schema %s differs from the shuffle schema", ir.Schema())
+	}
+	rd.ipc = ir
+	return rd, nil
+}
+
+// Close releases the decoder. It does not close the underlying reader.
+func (r *Reader) Close() {
+	if r.ipc != nil {
+		r.ipc.Release()
+		r.ipc = nil
+	}
+}
+
+// Next returns the next non-empty bucket and all its rows, in shuffle
+// order. At the end of the file it returns io.EOF. rows is freshly
+// allocated and owned by the caller.
+func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
+	if r.err != nil {
+		return 0, nil, r.err
+	}
+	defer r.recoverInto(&err)
+	if !r.hasNext {
+		ok, err := r.readRow(&r.next)
+		if err != nil || !ok {
+			if err == nil {
+				err = io.EOF
+			}
+			r.err = err
+			return 0, nil, err
+		}
+	}
+	r.hasNext = false
+	bucket = r.next.Bucket
+	rows = append(rows, r.next)
+	for {
+		var row Row
+		ok, err := r.readRow(&row)
+		if err != nil {
+			r.err = err
+			return 0, nil, err
+		}
+		if !ok {
+			return bucket, rows, nil
+		}
+		if row.Bucket != bucket {
+			r.next, r.hasNext = row, true
+			return bucket, rows, nil
+		}
+		rows = append(rows, row)
+	}
+}
+
+// readRow decodes one row into dst and checks it against the previous one.
+func (r *Reader) readRow(dst *Row) (bool, error) {
+	for r.pos >= r.n {
+		if !r.ipc.Next() {
+			if err := r.ipc.Err(); err != nil {
+				return false, r.corrupt("read batch: %v", err)
+			}
+			return false, nil
+		}
+		if err := r.bind(r.ipc.RecordBatch()); err != nil {
+			return false, err
+		}
+	}
+	c, i := &r.cols, r.pos
+	r.pos++
+	*dst = Row{
+		Bucket:        c.bucket.Value(i),
+		Side:          Side(c.side.Value(i)),
+		SampleID:      strings.Clone(c.sample.Value(i)),
+		SourceID:      strings.Clone(c.source.Value(i)),
+		SourceVersion: c.version.Value(i),
+		Split:         strings.Clone(c.split.Value(i)),
+	}
+	copy(dst.ContentDigest[:], c.content.Value(i))
+	copy(dst.SchemaDigest[:], c.schema.Value(i))
+	copy(dst.TupleDigest[:], c.digest.Value(i))
+	if dst.Side > Snapshot {
+		return false, r.corrupt("row has side %d", dst.Side)
+	}
+	if dst.Bucket < r.lo || dst.Bucket >= r.hi {
+		return false, r.corrupt("bucket %d outside the range [%d, %d)", dst.Bucket, r.lo, r.hi)
+	}
+	if b := tuplehash.Bucket(dst.SampleID, r.k); b != dst.Bucket {
+		return false, r.corrupt("row says bucket %d, its sampleId hashes to bucket %d", dst.Bucket, b)
+	}
+	if r.hasLast && Compare(&r.last, dst) > 0 {
+		return false, r.corrupt("rows out of order (bucket %d after bucket %d)", dst.Bucket, r.last.Bucket)
+	}
+	r.last, r.hasLast = *dst, true
+	return true, nil
+}
+
+// bind checks a freshly decoded batch and points the column views at it.
+func (r *Reader) bind(rec arrow.RecordBatch) error {
+	if rec.NumCols() != int64(len(Schema.Fields())) {
+		return r.corrupt("batch has %d columns", rec.NumCols())
+	}
+	n := int(rec.NumRows())
+	for i, col := range rec.Columns() {
+		if col.Len() != n {
+			return r.corrupt("column %d has %d rows, batch %d", i, col.Len(), n)
+		}
+		if col.NullN() != 0 {
+			return r.corrupt("column %s has nulls", Schema.Field(i).Name)
+		}
+	}
+	var ok [9]bool
+	r.cols.bucket, ok[0] = rec.Column(0).(*array.Uint32)
+	r.cols.side, ok[1] = rec.Column(1).(*array.Uint8)
+	r.cols.sample, ok[2] = rec.Column(2).(*array.String)
+	r.cols.source, ok[3] = rec.Column(3).(*array.String)
+	r.cols.version, ok[4] = rec.Column(4).(*array.Int64)
+	r.cols.content, ok[5] = rec.Column(5).(*array.FixedSizeBinary)
+	r.cols.split, ok[6] = rec.Column(6).(*array.String)
+	r.cols.schema, ok[7] = rec.Column(7).(*array.FixedSizeBinary)
+	r.cols.digest, ok[8] = rec.Column(8).(*array.FixedSizeBinary)
+	for i, good := range ok {
+		if !good {
+			return r.corrupt("column %d has type %s", i, rec.Column(i).DataType())
+		}
+	}
+	for _, s := range []*array.String{r.cols.sample, r.cols.source, r.cols.split} {
+		if err := checkOffsets(s); err != nil {
+			return r.corrupt("%v", err)
+		}
+	}
+	r.pos, r.n = 0, n
+	return nil
+}
+
+// checkOffsets verifies a string column's offsets are monotonic and inside
+// its data buffer, so Value never slices out of bounds.
+func checkOffsets(s *array.String) error {
+	offs := s.ValueOffsets()
+	if len(offs) < s.Len()+1 {
+		return fmt.Errorf("string column has %d offsets for %d rows", len(offs), s.Len())
+	}
+	data := len(s.ValueBytes())
+	for i := 0; i < s.Len(); i++ {
+		if offs[i] < 0 || offs[i] > offs[i+1] || int(offs[i+1]) > data+int(offs[0]) {
+			return fmt.Errorf("string column offset %d out of bounds", i)
+		}
+	}
+	return nil
+}
+
+func (r *Reader) corrupt(format string, args ...any) error {
+	r.err = &CorruptError{Name: r.name, Reason: fmt.Sprintf(format, args...)}
+	return r.err
+}
+
+// recoverInto turns a decoder panic on hostile bytes into a CorruptError.
+func (r *Reader) recoverInto(err *error) {
+	if p := recover(); p != nil {
+		*err = r.corrupt("decoder panic: %v", p)
+	}
+}
+
+type cappedAllocator struct{ memory.Allocator }
+
+func (a cappedAllocator) Allocate(size int) []byte {
+	if size < 0 || size > maxAlloc {
+		panic(fmt.Sprintf("allocation of %d bytes refused (cap %d)", size, maxAlloc))
+	}
+	return a.Allocator.Allocate(size)
+}
+
+func (a cappedAllocator) Reallocate(size int, b []byte) []byte {
+	if size < 0 || size > maxAlloc {
+		panic(fmt.Sprintf("allocation of %d bytes refused (cap %d)", size, maxAlloc))
+	}
+	return a.Allocator.Reallocate(size, b)
+}

@@ -1,0 +1,91 @@
+package shuffle
+
+import (
+	"bytes"
+	"cmp"
+	"slices"
+	"strconv"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// Side says which document a tuple came from. The values equal mapper.Side.
+type Side uint8
+
+// Sides.
+const (
+	Release  Side = 0
+	Snapshot Side = 1
+)
+
+func (s Side) String() string {
+	switch s {
+	case Release:
+		return "release"
+	case Snapshot:
+		return "snapshot"
+	}
+	return "side(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Row is one tuple in transit from a map task to a reducer: the tuple's
+// fields, its bucket, the side it came from and its tuple digest.
+type Row struct {
+	Bucket        uint32
+	Side          Side
+	SampleID      string
+	SourceID      string
+	SourceVersion int64
+	ContentDigest [32]byte
+	Split         string
+	SchemaDigest  [32]byte
+	TupleDigest   [32]byte
+}
+
+// Compare orders rows by (bucket, sampleId, side, tupleDigest): the order of
+// every shuffle file and of a reducer's merged bucket.
+func Compare(a, b *Row) int {
+	if c := cmp.Compare(a.Bucket, b.Bucket); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.SampleID, b.SampleID); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Side, b.Side); c != 0 {
+		return c
+	}
+	return bytes.Compare(a.TupleDigest[:], b.TupleDigest[:])
+}
+
+// Sort sorts rows into shuffle order.
+func Sort(rows []Row) {
+	slices.SortFunc(rows, func(a, b Row) int { return Compare(&a, &b) })
+}
+
+// Column names of the Arrow schema, in order.
+const (
+	ColBucket        = "bucket"
+	ColSide          = "side"
+	ColSampleID      = "sampleId"
+	ColSourceID      = "sourceId"
+	ColSourceVersion = "sourceVersion"
+	ColContentDigest = "contentDigest"
+	ColSplit         = "split"
+	ColSchemaDigest  = "schemaDigest"
+	ColTupleDigest   = "tupleDigest"
+)
+
+var digestType = &arrow.FixedSizeBinaryType{ByteWidth: 32}
+
+// Schema is the Arrow schema of a shuffle file. Every column is non-null.
+var Schema = arrow.NewSchema([]arrow.Field{
+	{Name: ColBucket, Type: arrow.PrimitiveTypes.Uint32},
+	{Name: ColSide, Type: arrow.PrimitiveTypes.Uint8},
+	{Name: ColSampleID, Type: arrow.BinaryTypes.String},
+	{Name: ColSourceID, Type: arrow.BinaryTypes.String},
+	{Name: ColSourceVersion, Type: arrow.PrimitiveTypes.Int64},
+	{Name: ColContentDigest, Type: digestType},
+	{Name: ColSplit, Type: arrow.BinaryTypes.String},
+	{Name: ColSchemaDigest, Type: digestType},
+	{Name: ColTupleDigest, Type: digestType},
+}, nil)

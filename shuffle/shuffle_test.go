@@ -1,0 +1,200 @@
+package shuffle
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+const testK = 8
+
+// makeRows returns n sorted rows in buckets [0, 2^testK), some sampleIds on
+// both sides.
+func makeRows(n int) []Row {
+	rows := make([]Row, 0, n)
+	for i := 0; len(rows) < n; i++ {
+		id := fmt.Sprintf("sample-%06d", i)
+		for side := Release; side <= Snapshot && len(rows) < n; side++ {
+			r := Row{
+				Bucket:        tuplehash.Bucket(id, testK),
+				Side:          side,
+				SampleID:      id,
+				SourceID:      fmt.Sprintf("src-%d", i%7),
+				SourceVersion: int64(i % 3),
+				Split:         []string{"train", "val"}[i%2],
+			}
+			r.ContentDigest = sha256.Sum256([]byte(id))
+			r.SchemaDigest = sha256.Sum256([]byte("schema"))
+			r.TupleDigest = sha256.Sum256(append([]byte(id), byte(side)))
+			rows = append(rows, r)
+		}
+	}
+	Sort(rows)
+	return rows
+}
+
+func encode(t testing.TB, rows []Row) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := Write(&buf, rows); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func readAll(b []byte, lo, hi uint32) ([]Row, []uint32, error) {
+	rd, err := NewReader(bytes.NewReader(b), "test", testK, lo, hi)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rd.Close()
+	var rows []Row
+	var buckets []uint32
+	for {
+		b, rs, err := rd.Next()
+		if err == io.EOF {
+			return rows, buckets, nil
+		}
+		if err != nil {
+			return rows, buckets, err
+		}
+		for i := range rs {
+			if rs[i].Bucket != b {
+				return nil, nil, fmt.Errorf("row of bucket %d returned with bucket %d", rs[i].Bucket, b)
+			}
+		}
+		buckets = append(buckets, b)
+		rows = append(rows, rs...)
+	}
+}
+
+func TestRoundTripByBucket(t *testing.T) {
+	for _, n := range []int{0, 1, BatchRows - 1, BatchRows, 3*BatchRows + 17} {
+		rows := makeRows(n)
+		got, buckets, err := readAll(encode(t, rows), 0, 1<<testK)
+		if err != nil {
+			t.Fatalf("n=%d: %v", n, err)
+		}
+		if len(got) != len(rows) {
+			t.Fatalf("n=%d: read %d rows", n, len(got))
+		}
+		for i := range rows {
+			if got[i] != rows[i] {
+				t.Fatalf("n=%d: row %d differs: %+v vs %+v", n, i, got[i], rows[i])
+			}
+		}
+		for i := 1; i < len(buckets); i++ {
+			if buckets[i] <= buckets[i-1] {
+				t.Fatalf("n=%d: buckets not strictly increasing: %d then %d", n, buckets[i-1], buckets[i])
+			}
+		}
+		distinct := map[uint32]bool{}
+		for i := range rows {
+			distinct[rows[i].Bucket] = true
+		}
+		if len(buckets) != len(distinct) {
+			t.Fatalf("n=%d: %d bucket groups, want %d", n, len(buckets), len(distinct))
+		}
+	}
+}
+
+// The bytes must depend only on the rows, not on the machine's parallelism:
+// a rerun on another node is compared byte for byte.
+func TestDeterministicBytes(t *testing.T) {
+	rows := makeRows(2*BatchRows + 5)
+	prev := runtime.GOMAXPROCS(1)
+	a := encode(t, rows)
+	runtime.GOMAXPROCS(4)
+	b := encode(t, rows)
+	runtime.GOMAXPROCS(prev)
+	if !bytes.Equal(a, b) {
+		t.Fatal("same rows gave different bytes under different GOMAXPROCS")
+	}
+	rows2 := makeRows(2*BatchRows + 5)
+	rows2[7].SourceVersion++
+	if bytes.Equal(a, encode(t, rows2)) {
+		t.Fatal("different rows gave the same bytes")
+	}
+}
+
+func TestWriteRejectsUnsorted(t *testing.T) {
+	rows := makeRows(10)
+	rows[0], rows[9] = rows[9], rows[0]
+	err := Write(io.Discard, rows)
+	if errcode.Of(err) != errcode.Internal {
+		t.Fatalf("unsorted rows: err = %v", err)
+	}
+}
+
+func TestReaderRejectsOutOfRange(t *testing.T) {
+	rows := makeRows(200)
+	_, _, err := readAll(encode(t, rows), 0, rows[len(rows)-1].Bucket)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || errcode.Of(err) != errcode.ShuffleCorrupt {
+		t.Fatalf("out-of-range bucket: err = %v", err)
+	}
+}
+
+func TestReaderRejectsWrongBucket(t *testing.T) {
+	rows := makeRows(50)
+	rows[3].Bucket = (rows[3].Bucket + 1) % (1 << testK)
+	Sort(rows)
+	_, _, err := readAll(encode(t, rows), 0, 1<<testK)
+	if errcode.Of(err) != errcode.ShuffleCorrupt {
+		t.Fatalf("bucket not matching sampleId: err = %v", err)
+	}
+}
+
+// Every truncation and a sweep of single-bit flips either decode to
+// something or fail with SHUFFLE_CORRUPT; none panics.
+func TestCorruptBytesNeverPanic(t *testing.T) {
+	good := encode(t, makeRows(BatchRows+100))
+	check := func(name string, b []byte) {
+		_, _, err := readAll(b, 0, 1<<testK)
+		if err != nil && errcode.Of(err) != errcode.ShuffleCorrupt {
+			t.Fatalf("%s: error without SHUFFLE_CORRUPT: %v", name, err)
+		}
+	}
+	for _, n := range []int{0, 1, 8, len(good) / 3, len(good) / 2, len(good) - 1} {
+		check(fmt.Sprintf("truncated to %d", n), good[:n])
+	}
+	step := max(1, len(good)/400)
+	for i := 0; i < len(good); i += step {
+		b := bytes.Clone(good)
+		b[i] ^= 1 << (i % 8)
+		check(fmt.Sprintf("bit flip at %d", i), b)
+	}
+	_, _, err := readAll(good[:len(good)/2], 0, 1<<testK)
+	if errcode.Of(err) != errcode.ShuffleCorrupt {
+		t.Fatalf("half a file: err = %v", err)
+	}
+}
+
+func FuzzReader(f *testing.F) {
+	f.Add(encode(f, makeRows(0)))
+	f.Add(encode(f, makeRows(30)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _, err := readAll(b, 0, 1<<testK)
+		if err != nil && errcode.Of(err) != errcode.ShuffleCorrupt {
+			t.Fatalf("error without SHUFFLE_CORRUPT: %v", err)
+		}
+	})
+}
+
+func BenchmarkWrite(b *testing.B) {
+	rows := makeRows(100_000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := Write(io.Discard, rows); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(rows))*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+}
