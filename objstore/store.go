@@ -82,7 +82,9 @@ type KeyError struct {
 	Reason string
 }
 
-func (e *KeyError) Error() string { return fmt.Sprintf("%s: key %q: %s", errcode.BadKey, e.Key, e.Reason) }
+func (e *KeyError) Error() string {
+	return fmt.Sprintf("%s: key %q: %s", errcode.BadKey, e.Key, e.Reason)
+}
 
 // ErrorCode implements errcode.Coder.
 func (e *KeyError) ErrorCode() errcode.Code { return errcode.BadKey }

@@ -1,3 +1,389 @@
-// Package file is the embedded default object store: a directory on a
-// local file system. Implementation pending (foundation issue).
 package file
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/url"
+	"os"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/verifyread"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+func init() {
+	objstore.Register("file", func(_ context.Context, u *url.URL) (objstore.Store, error) {
+		if u.Host != "" && u.Host != "localhost" {
+			return nil, errcode.New(errcode.Usage, "file store URL %q: host %q not supported (use file:///abs/path)", u.String(), u.Host)
+		}
+		if u.RawQuery != "" {
+			return nil, errcode.New(errcode.Usage, "file store URL %q: no query parameters are supported", u.String())
+		}
+		return Open(u.Path)
+	})
+}
+
+const (
+	tmpDir     = "@tmp"
+	seqDigits  = 20
+	defaultMax = 1000 // List page size when the caller gives none
+)
+
+// Store is a file-system object store. It is safe for concurrent use by
+// goroutines and by processes sharing the directory.
+type Store struct {
+	dir  string
+	root *os.Root
+}
+
+var _ objstore.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the store rooted at directory dir. A
+// directory that cannot be created or opened is STORE_UNAVAILABLE.
+func Open(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errcode.New(errcode.Usage, "file store: empty path")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
+	}
+	if err := root.Mkdir(tmpDir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		root.Close()
+		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
+	}
+	return &Store{dir: dir, root: root}, nil
+}
+
+// Close releases the root directory handle.
+func (s *Store) Close() error { return s.root.Close() }
+
+// String returns the store's directory.
+func (s *Store) String() string { return s.dir }
+
+func seqName(seq uint64) string { return fmt.Sprintf("@%0*d", seqDigits, seq) }
+
+// parseSeqName returns the sequence of a version file name, or false.
+func parseSeqName(name string) (uint64, bool) {
+	if len(name) != 1+seqDigits || name[0] != '@' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(name[1:], 10, 64)
+	return n, err == nil && n > 0
+}
+
+func versionOf(seq uint64) objstore.Version {
+	return objstore.Version("v" + strconv.FormatUint(seq, 10))
+}
+
+// parseVersion accepts exactly the ids this store issues.
+func parseVersion(v objstore.Version) (uint64, bool) {
+	s := string(v)
+	if len(s) < 2 || s[0] != 'v' || s[1] == '0' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s[1:], 10, 64)
+	return n, err == nil && strconv.FormatUint(n, 10) == s[1:]
+}
+
+// Put implements objstore.Store.
+func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", errcode.Wrap(errcode.Canceled, err, "put %s", key)
+	}
+	tmp, err := s.writeTemp(ctx, key, body, opts.SHA256)
+	if err != nil {
+		return "", err
+	}
+	defer s.root.Remove(tmp)
+	if err := s.mkdirs(key); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", errcode.Wrap(errcode.Canceled, err, "put %s", key)
+	}
+	seq := uint64(1)
+	if !opts.IfNoneMatch {
+		if seq, err = s.latest(key); err != nil {
+			return "", err
+		}
+		seq++
+	}
+	for {
+		err := s.root.Link(tmp, path.Join(key, seqName(seq)))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", s.ioErr(err, "put %s", key)
+		}
+		if opts.IfNoneMatch {
+			return "", fmt.Errorf("put %s: %w", key, objstore.ErrPreconditionFailed)
+		}
+		// Another writer took this sequence number; take the next free one.
+		if seq, err = s.latest(key); err != nil {
+			return "", err
+		}
+		seq++
+	}
+	if err := s.syncDir(key); err != nil {
+		return "", err
+	}
+	return versionOf(seq), nil
+}
+
+// writeTemp writes body to a new temp file, fsyncs it and returns its name
+// relative to the root. If want is non-zero the body must hash to it.
+func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want [32]byte) (string, error) {
+	var rnd [12]byte
+	rand.Read(rnd[:])
+	name := tmpDir + "/" + hex.EncodeToString(rnd[:])
+	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return "", s.ioErr(err, "put %s: create temp file", key)
+	}
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), objstore.ContextReader(ctx, body))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && want != ([32]byte{}) {
+		var got [32]byte
+		h.Sum(got[:0])
+		if got != want {
+			err = &verifyread.DigestMismatchError{Key: key, Want: want, Got: got}
+		}
+	}
+	if err != nil {
+		s.root.Remove(name)
+		if errcode.Of(err) == errcode.Internal {
+			err = errcode.Wrap(errcode.IO, err, "put %s", key)
+		}
+		return "", err
+	}
+	return name, nil
+}
+
+// mkdirs creates the key's directory and its missing parents, fsyncing each
+// parent that gained an entry so the new path survives a crash.
+func (s *Store) mkdirs(key string) error {
+	dir := ""
+	for seg := range strings.SplitSeq(key, "/") {
+		parent := dir
+		dir = path.Join(dir, seg)
+		err := s.root.Mkdir(dir, 0o755)
+		switch {
+		case err == nil:
+			if err := s.syncDir(parent); err != nil {
+				return err
+			}
+		case errors.Is(err, fs.ErrExist):
+			if fi, serr := s.root.Stat(dir); serr != nil || !fi.IsDir() {
+				return s.ioErr(fmt.Errorf("%s is not a directory", dir), "put %s", key)
+			}
+		default:
+			return s.ioErr(err, "put %s: mkdir", key)
+		}
+	}
+	return nil
+}
+
+func (s *Store) syncDir(dir string) error {
+	if dir == "" {
+		dir = "."
+	}
+	d, err := s.root.Open(dir)
+	if err != nil {
+		return s.ioErr(err, "sync %s", dir)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return s.ioErr(err, "sync %s", dir)
+	}
+	return nil
+}
+
+// latest returns the highest version sequence of key, or 0 if it has none.
+func (s *Store) latest(key string) (uint64, error) {
+	d, err := s.root.Open(key)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, s.ioErr(err, "read %s", key)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return 0, s.ioErr(err, "read %s", key)
+	}
+	var max uint64
+	for _, n := range names {
+		if seq, ok := parseSeqName(n); ok && seq > max {
+			max = seq
+		}
+	}
+	return max, nil
+}
+
+// versionFile resolves (key, version) to a version file name and its id.
+func (s *Store) versionFile(key string, v objstore.Version) (string, objstore.Version, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return "", "", err
+	}
+	var seq uint64
+	if v == "" {
+		var err error
+		if seq, err = s.latest(key); err != nil {
+			return "", "", err
+		}
+	} else if n, ok := parseVersion(v); ok {
+		seq = n
+	}
+	if seq == 0 {
+		return "", "", s.notExist(key, v)
+	}
+	return path.Join(key, seqName(seq)), versionOf(seq), nil
+}
+
+func (s *Store) notExist(key string, v objstore.Version) error {
+	if v == "" {
+		return fmt.Errorf("%s: %w", key, objstore.ErrNotExist)
+	}
+	return fmt.Errorf("%s version %s: %w", key, v, objstore.ErrNotExist)
+}
+
+// Get implements objstore.Store.
+func (s *Store) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, errcode.Wrap(errcode.Canceled, err, "get %s", key)
+	}
+	name, _, err := s.versionFile(key, v)
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.root.Open(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, s.notExist(key, v)
+	}
+	if err != nil {
+		return nil, s.ioErr(err, "get %s", key)
+	}
+	return f, nil
+}
+
+// Head implements objstore.Store.
+func (s *Store) Head(ctx context.Context, key string, v objstore.Version) (objstore.ObjectInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return objstore.ObjectInfo{}, errcode.Wrap(errcode.Canceled, err, "head %s", key)
+	}
+	name, id, err := s.versionFile(key, v)
+	if err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	fi, err := s.root.Stat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return objstore.ObjectInfo{}, s.notExist(key, v)
+	}
+	if err != nil {
+		return objstore.ObjectInfo{}, s.ioErr(err, "head %s", key)
+	}
+	if !fi.Mode().IsRegular() {
+		return objstore.ObjectInfo{}, s.ioErr(fmt.Errorf("%s is not a regular file", name), "head %s", key)
+	}
+	return objstore.ObjectInfo{Key: key, Version: id, Size: fi.Size(), Modified: fi.ModTime()}, nil
+}
+
+// List implements objstore.Store.
+func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objstore.ListPage, error) {
+	if err := objstore.ValidatePrefix(prefix); err != nil {
+		return objstore.ListPage{}, err
+	}
+	if limit <= 0 {
+		limit = defaultMax
+	}
+	start := "."
+	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+		start = prefix[:i]
+	}
+	var keys []string
+	err := fs.WalkDir(s.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if p == start && errors.Is(err, fs.ErrNotExist) {
+				return fs.SkipAll
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return errcode.Wrap(errcode.Canceled, err, "list %s", prefix)
+		}
+		name := d.Name()
+		if d.IsDir() {
+			// '@' directories (the temp area, strays) hold no keys, and a
+			// directory whose path neither extends nor leads to the prefix
+			// holds no matching key.
+			if p != start && (strings.HasPrefix(name, "@") ||
+				!strings.HasPrefix(p, prefix) && !strings.HasPrefix(prefix, p+"/")) {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if _, ok := parseSeqName(name); !ok {
+			return nil
+		}
+		key := path.Dir(p)
+		if strings.HasPrefix(key, prefix) && key > after && (len(keys) == 0 || keys[len(keys)-1] != key) &&
+			objstore.ValidateKey(key) == nil {
+			keys = append(keys, key)
+		}
+		return nil
+	})
+	if err != nil {
+		if errcode.Of(err) == errcode.Internal {
+			err = s.ioErr(err, "list %s", prefix)
+		}
+		return objstore.ListPage{}, err
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	var page objstore.ListPage
+	for i, k := range keys {
+		if i == limit {
+			page.Next = keys[i-1]
+			break
+		}
+		info, err := s.Head(ctx, k, "")
+		if err != nil {
+			if objstore.IsNotExist(err) {
+				continue
+			}
+			return objstore.ListPage{}, err
+		}
+		page.Objects = append(page.Objects, info)
+	}
+	return page, nil
+}
+
+func (s *Store) ioErr(err error, format string, args ...any) error {
+	return errcode.Wrap(errcode.IO, err, "file store %s: %s", s.dir, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,33 @@
+// Package file is the embedded default object store: a directory on a local
+// file system, opened as "file:///abs/path" or a plain path. Importing it
+// registers the "file" scheme with objstore.Open.
+//
+// Layout under the root directory:
+//
+//	@tmp/<random>                 bodies being written; never visible as versions
+//	<key>/@<seq, 20 digits>       version <seq> of <key>, e.g. blobs/sha256/ab…/@00000000000000000001
+//
+// Each key is a directory whose version files are named '@' plus a
+// zero-padded sequence number starting at 1; the version id is "v<seq>".
+// Because objstore.ValidateKey forbids segments starting with '@', a key's
+// versions and another key's directory never collide, so "a" and "a/b"
+// coexist.
+//
+// A Put writes the body to a temp file in @tmp, fsyncs it, then link(2)s it
+// to the next sequence number and fsyncs the key's directory (restic
+// local.Save). link fails atomically with EEXIST when the name is taken: a
+// conditional create is a link to sequence 1, and an unconditional Put
+// retries with the next number. Nothing is ever check-then-write, nothing is
+// renamed over an existing name, and a version file is never opened for
+// writing after it is linked, so versions are immutable. A crash leaves at
+// most a temp file in @tmp, which is never read; it may be deleted when no
+// writer is running.
+//
+// All access goes through an os.Root, so neither a key nor a symlink planted
+// inside the directory can reach outside it.
+//
+// List reads the directory tree under the prefix and sorts the keys, so a
+// page costs time proportional to the keys under the prefix's directory;
+// that is fine for the embedded store's scale (a release's blobs and a job's
+// shuffle files), and S3 serves large listings.
+package file

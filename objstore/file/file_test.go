@@ -1,0 +1,197 @@
+package file_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/file"
+	"github.com/shardproof/shardproof/objstore/storetest"
+)
+
+func openTemp(t *testing.T) (*file.Store, string) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := file.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, dir
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) objstore.Store {
+		s, _ := openTemp(t)
+		return s
+	})
+}
+
+func TestOpenURLs(t *testing.T) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	for _, u := range []string{dir, "file://" + dir, "file://localhost" + dir} {
+		s, err := objstore.Open(ctx, u)
+		if err != nil {
+			t.Fatalf("Open(%q): %v", u, err)
+		}
+		if _, err := s.Put(ctx, "k", strings.NewReader(u), objstore.PutOptions{}); err != nil {
+			t.Fatalf("Put via %q: %v", u, err)
+		}
+	}
+	s, _ := objstore.Open(ctx, dir)
+	info, err := s.Head(ctx, "k", "")
+	if err != nil || info.Version != "v3" {
+		t.Fatalf("three Puts through three URLs of one directory: %+v, %v", info, err)
+	}
+	if _, err := objstore.Open(ctx, "file://otherhost/x"); errcode.Of(err) != errcode.Usage {
+		t.Fatalf("remote host: %v", err)
+	}
+}
+
+func TestOpenUnavailable(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "plainfile")
+	os.WriteFile(f, []byte("x"), 0o644)
+	for _, p := range []string{f, filepath.Join(f, "sub"), "/proc/shardproof-cannot-create"} {
+		if _, err := file.Open(p); errcode.Of(err) != errcode.StoreUnavailable {
+			t.Fatalf("Open(%q) = %v, want STORE_UNAVAILABLE", p, err)
+		}
+	}
+}
+
+// The documented layout, so the directory can be inspected and backed up.
+func TestLayout(t *testing.T) {
+	s, dir := openTemp(t)
+	ctx := t.Context()
+	s.Put(ctx, "blobs/k", strings.NewReader("one"), objstore.PutOptions{})
+	s.Put(ctx, "blobs/k", strings.NewReader("two"), objstore.PutOptions{})
+	for name, want := range map[string]string{
+		"blobs/k/@00000000000000000001": "one",
+		"blobs/k/@00000000000000000002": "two",
+	} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(got) != want {
+			t.Fatalf("%s = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	tmp, _ := os.ReadDir(filepath.Join(dir, "@tmp"))
+	if len(tmp) != 0 {
+		t.Fatalf("temp files left after successful Puts: %v", tmp)
+	}
+}
+
+// A crash after the temp file is written but before the link leaves a temp
+// file that is never visible as a version.
+func TestCrashLeftoverInvisible(t *testing.T) {
+	s, dir := openTemp(t)
+	ctx := t.Context()
+	os.WriteFile(filepath.Join(dir, "@tmp", "deadbeef"), []byte("half-written"), 0o444)
+	os.MkdirAll(filepath.Join(dir, "k"), 0o755) // mkdir done, link not
+	if _, err := s.Head(ctx, "k", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("Head of a never-linked key: %v", err)
+	}
+	page, err := s.List(ctx, "", "", 0)
+	if err != nil || len(page.Objects) != 0 {
+		t.Fatalf("List = %+v, %v; want nothing", page, err)
+	}
+	if _, err := s.Put(ctx, "k", strings.NewReader("real"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatalf("conditional create after a crashed attempt: %v", err)
+	}
+}
+
+// A failed SHA256 check or canceled Put leaves no temp file behind either.
+func TestFailedPutCleansTemp(t *testing.T) {
+	s, dir := openTemp(t)
+	_, err := s.Put(t.Context(), "k", strings.NewReader("x"), objstore.PutOptions{SHA256: [32]byte{1}})
+	if errcode.Of(err) != errcode.DigestMismatch {
+		t.Fatalf("Put: %v", err)
+	}
+	if tmp, _ := os.ReadDir(filepath.Join(dir, "@tmp")); len(tmp) != 0 {
+		t.Fatalf("temp files left: %v", tmp)
+	}
+}
+
+// Symlinks planted inside the root cannot reach outside it.
+func TestSymlinkEscape(t *testing.T) {
+	s, dir := openTemp(t)
+	ctx := t.Context()
+	outside := t.TempDir()
+	os.MkdirAll(filepath.Join(outside, "secret"), 0o755)
+	os.WriteFile(filepath.Join(outside, "secret", "@00000000000000000001"), []byte("secret"), 0o644)
+	if err := os.Symlink(outside, filepath.Join(dir, "evil")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "evil/secret", ""); err == nil {
+		t.Fatal("Get followed a symlink out of the root")
+	}
+	if _, err := s.Put(ctx, "evil/new", strings.NewReader("x"), objstore.PutOptions{}); err == nil {
+		t.Fatal("Put followed a symlink out of the root")
+	}
+	if _, err := os.Stat(filepath.Join(outside, "new")); err == nil {
+		t.Fatal("Put wrote outside the root")
+	}
+	page, err := s.List(ctx, "", "", 0)
+	if err != nil || len(page.Objects) != 0 {
+		t.Fatalf("List = %+v, %v; want nothing", page, err)
+	}
+}
+
+// Versions are immutable on disk: read-only files, and a reader opened on
+// v1 keeps seeing v1's bytes while newer versions are written.
+func TestReaderStable(t *testing.T) {
+	s, dir := openTemp(t)
+	ctx := t.Context()
+	v1, _ := s.Put(ctx, "k", strings.NewReader("version one"), objstore.PutOptions{})
+	rc, err := s.Get(ctx, "k", v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	for range 3 {
+		s.Put(ctx, "k", strings.NewReader("later"), objstore.PutOptions{})
+	}
+	got, _ := io.ReadAll(rc)
+	if string(got) != "version one" {
+		t.Fatalf("reader of v1 saw %q", got)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "k", "@00000000000000000001"))
+	if err != nil || fi.Mode().Perm()&0o222 != 0 {
+		t.Fatalf("version file mode %v, %v; want read-only", fi.Mode(), err)
+	}
+}
+
+// Two Store values on one directory (two processes) share versions and the
+// conditional create.
+func TestTwoHandles(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := file.Open(dir)
+	b, _ := file.Open(dir)
+	ctx := context.Background()
+	if _, err := a.Put(ctx, "k", strings.NewReader("a"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(ctx, "k", strings.NewReader("b"), objstore.PutOptions{IfNoneMatch: true}); !objstore.IsPrecondition(err) {
+		t.Fatalf("second handle's conditional create: %v", err)
+	}
+	var keys []string
+	page, _ := b.List(ctx, "", "", 0)
+	for _, o := range page.Objects {
+		keys = append(keys, o.Key)
+	}
+	if !slices.Equal(keys, []string{"k"}) {
+		t.Fatalf("keys %v", keys)
+	}
+	rc, _ := b.Get(ctx, "k", "")
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if !bytes.Equal(got, []byte("a")) {
+		t.Fatalf("got %q", got)
+	}
+}

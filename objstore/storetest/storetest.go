@@ -1,0 +1,423 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/verifyread"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// Run runs the conformance suite. open MUST return a new, empty store each
+// time it is called (a fresh directory, bucket or prefix).
+func Run(t *testing.T, open func(t *testing.T) objstore.Store) {
+	for _, tc := range []struct {
+		name string
+		f    func(t *testing.T, s objstore.Store)
+	}{
+		{"RoundTrip", testRoundTrip},
+		{"ImmutableVersions", testImmutableVersions},
+		{"ConditionalCreate", testConditionalCreate},
+		{"ConditionalCreateRace", testConditionalCreateRace},
+		{"NotFound", testNotFound},
+		{"ListPaging", testListPaging},
+		{"ListPrefix", testListPrefix},
+		{"BadKeys", testBadKeys},
+		{"NestedKeys", testNestedKeys},
+		{"EmptyBody", testEmptyBody},
+		{"LargeBody", testLargeBody},
+		{"SHA256Option", testSHA256Option},
+		{"Canceled", testCanceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.f(t, open(t)) })
+	}
+}
+
+// put stores body under key and fails the test on error.
+func put(t *testing.T, s objstore.Store, key string, body []byte, opts objstore.PutOptions) objstore.Version {
+	t.Helper()
+	v, err := s.Put(t.Context(), key, bytes.NewReader(body), opts)
+	if err != nil {
+		t.Fatalf("Put(%q): %v", key, err)
+	}
+	if v == "" {
+		t.Fatalf("Put(%q) returned an empty version", key)
+	}
+	return v
+}
+
+// get reads key at version v, bounded, and fails the test on error.
+func get(t *testing.T, s objstore.Store, key string, v objstore.Version) []byte {
+	t.Helper()
+	rc, err := s.Get(t.Context(), key, v)
+	if err != nil {
+		t.Fatalf("Get(%q, %q): %v", key, v, err)
+	}
+	defer rc.Close()
+	data, err := verifyread.ReadAll(rc, 64<<20)
+	if err != nil {
+		t.Fatalf("Get(%q, %q): read: %v", key, v, err)
+	}
+	return data
+}
+
+func wantCode(t *testing.T, err error, c errcode.Code, what string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: want %s, got success", what, c)
+	}
+	if got := errcode.Of(err); got != c {
+		t.Fatalf("%s: code %s, want %s (%v)", what, got, c, err)
+	}
+}
+
+func testRoundTrip(t *testing.T, s objstore.Store) {
+	body := []byte("the exact bytes\x00\xff\n")
+	v := put(t, s, "blobs/one", body, objstore.PutOptions{})
+	if got := get(t, s, "blobs/one", v); !bytes.Equal(got, body) {
+		t.Fatalf("Get by version = %q, want %q", got, body)
+	}
+	if got := get(t, s, "blobs/one", ""); !bytes.Equal(got, body) {
+		t.Fatalf("Get latest = %q, want %q", got, body)
+	}
+	for _, hv := range []objstore.Version{v, ""} {
+		info, err := s.Head(t.Context(), "blobs/one", hv)
+		if err != nil {
+			t.Fatalf("Head(%q): %v", hv, err)
+		}
+		if info.Key != "blobs/one" || info.Version != v || info.Size != int64(len(body)) {
+			t.Fatalf("Head(%q) = %+v, want key blobs/one version %s size %d", hv, info, v, len(body))
+		}
+	}
+}
+
+func testImmutableVersions(t *testing.T, s objstore.Store) {
+	v1 := put(t, s, "k", []byte("first"), objstore.PutOptions{})
+	v2 := put(t, s, "k", []byte("second, longer"), objstore.PutOptions{})
+	if v1 == v2 {
+		t.Fatalf("two Puts returned the same version %q", v1)
+	}
+	if got := get(t, s, "k", v1); string(got) != "first" {
+		t.Fatalf("Get(v1) = %q", got)
+	}
+	if got := get(t, s, "k", v2); string(got) != "second, longer" {
+		t.Fatalf("Get(v2) = %q", got)
+	}
+	if got := get(t, s, "k", ""); string(got) != "second, longer" {
+		t.Fatalf("Get(latest) = %q", got)
+	}
+	info, err := s.Head(t.Context(), "k", v1)
+	if err != nil || info.Size != 5 || info.Version != v1 {
+		t.Fatalf("Head(v1) = %+v, %v", info, err)
+	}
+	info, err = s.Head(t.Context(), "k", "")
+	if err != nil || info.Version != v2 {
+		t.Fatalf("Head(latest) = %+v, %v; want version %s", info, err, v2)
+	}
+}
+
+func testConditionalCreate(t *testing.T, s objstore.Store) {
+	v := put(t, s, "c", []byte("winner"), objstore.PutOptions{IfNoneMatch: true})
+	_, err := s.Put(t.Context(), "c", strings.NewReader("loser"), objstore.PutOptions{IfNoneMatch: true})
+	if !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("second conditional create: %v, want ErrPreconditionFailed", err)
+	}
+	wantCode(t, err, errcode.PreconditionFailed, "second conditional create")
+	if got := get(t, s, "c", ""); string(got) != "winner" {
+		t.Fatalf("latest after failed create = %q", got)
+	}
+	if got := get(t, s, "c", v); string(got) != "winner" {
+		t.Fatalf("first version after failed create = %q", got)
+	}
+	// A key that already has versions from unconditional Puts is taken too.
+	put(t, s, "u", []byte("x"), objstore.PutOptions{})
+	if _, err := s.Put(t.Context(), "u", strings.NewReader("y"), objstore.PutOptions{IfNoneMatch: true}); !objstore.IsPrecondition(err) {
+		t.Fatalf("conditional create over an unconditional version: %v", err)
+	}
+}
+
+func testConditionalCreateRace(t *testing.T, s objstore.Store) {
+	const n = 16
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		winners []int
+		vers    []objstore.Version
+	)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			v, err := s.Put(t.Context(), "race", strings.NewReader(fmt.Sprintf("writer %02d", i)), objstore.PutOptions{IfNoneMatch: true})
+			switch {
+			case err == nil:
+				mu.Lock()
+				winners = append(winners, i)
+				vers = append(vers, v)
+				mu.Unlock()
+			case !objstore.IsPrecondition(err):
+				t.Errorf("writer %d: %v, want ErrPreconditionFailed", i, err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(winners) != 1 {
+		t.Fatalf("%d conditional creates won (%v), want exactly 1", len(winners), winners)
+	}
+	want := fmt.Sprintf("writer %02d", winners[0])
+	if got := get(t, s, "race", ""); string(got) != want {
+		t.Fatalf("stored %q, want the winner's %q", got, want)
+	}
+	if got := get(t, s, "race", vers[0]); string(got) != want {
+		t.Fatalf("winner's version holds %q, want %q", got, want)
+	}
+}
+
+func testNotFound(t *testing.T, s objstore.Store) {
+	ctx := t.Context()
+	_, err := s.Get(ctx, "absent", "")
+	wantCode(t, err, errcode.NotFound, "Get absent key")
+	if !objstore.IsNotExist(err) {
+		t.Fatalf("Get absent key: errors.Is(ErrNotExist) false: %v", err)
+	}
+	_, err = s.Head(ctx, "absent", "")
+	wantCode(t, err, errcode.NotFound, "Head absent key")
+	v := put(t, s, "present", []byte("x"), objstore.PutOptions{})
+	for _, bogus := range []objstore.Version{"v999999", "nonsense", "null"} {
+		if bogus == v {
+			continue
+		}
+		_, err = s.Get(ctx, "present", bogus)
+		wantCode(t, err, errcode.NotFound, "Get unknown version "+string(bogus))
+		_, err = s.Head(ctx, "present", bogus)
+		wantCode(t, err, errcode.NotFound, "Head unknown version "+string(bogus))
+	}
+	// A version of one key is not a version of another.
+	_, err = s.Get(ctx, "absent", v)
+	wantCode(t, err, errcode.NotFound, "Get another key's version")
+}
+
+func testListPaging(t *testing.T, s objstore.Store) {
+	var keys []string
+	for i := range 23 {
+		keys = append(keys, fmt.Sprintf("p/%03d", i))
+	}
+	// Keys whose byte order differs from a naive directory walk.
+	keys = append(keys, "p/a", "p/a-b", "p/a/b", "p/a.c", "p/a0")
+	for _, i := range rand.Perm(len(keys)) {
+		put(t, s, keys[i], []byte(keys[i]), objstore.PutOptions{})
+	}
+	latest := put(t, s, "p/005", []byte("newer"), objstore.PutOptions{})
+	slices.Sort(keys)
+
+	var got []string
+	after, pages := "", 0
+	for {
+		page, err := s.List(t.Context(), "p/", after, 5)
+		if err != nil {
+			t.Fatalf("List(after %q): %v", after, err)
+		}
+		pages++
+		if len(page.Objects) > 5 {
+			t.Fatalf("page of %d objects, limit 5", len(page.Objects))
+		}
+		for _, o := range page.Objects {
+			got = append(got, o.Key)
+			want := int64(len(o.Key))
+			if o.Key == "p/005" {
+				want = 5
+				if o.Version != latest {
+					t.Fatalf("List gives version %s of p/005, want latest %s", o.Version, latest)
+				}
+			}
+			if o.Size != want {
+				t.Fatalf("List: %s size %d, want %d", o.Key, o.Size, want)
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		if pages > 20 {
+			t.Fatal("List does not terminate")
+		}
+		after = page.Next
+	}
+	if pages < 3 {
+		t.Fatalf("listing took %d pages, want more than 2", pages)
+	}
+	if !slices.Equal(got, keys) {
+		t.Fatalf("List order:\n got %q\nwant %q", got, keys)
+	}
+	// after in the middle of the key space.
+	page, err := s.List(t.Context(), "p/", "p/010", 3)
+	if err != nil || len(page.Objects) != 3 || page.Objects[0].Key != "p/011" {
+		t.Fatalf("List(after p/010) = %+v, %v", page, err)
+	}
+}
+
+func testListPrefix(t *testing.T, s objstore.Store) {
+	for _, k := range []string{"blobs/sha256/aa1", "blobs/sha256/ab2", "blobs/sha256/ab3", "blobs/x", "jobs/ab", "blobsy"} {
+		put(t, s, k, []byte(k), objstore.PutOptions{})
+	}
+	for _, tc := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"blobs/sha256/ab", []string{"blobs/sha256/ab2", "blobs/sha256/ab3"}},
+		{"blobs/", []string{"blobs/sha256/aa1", "blobs/sha256/ab2", "blobs/sha256/ab3", "blobs/x"}},
+		{"blobs", []string{"blobs/sha256/aa1", "blobs/sha256/ab2", "blobs/sha256/ab3", "blobs/x", "blobsy"}},
+		{"", []string{"blobs/sha256/aa1", "blobs/sha256/ab2", "blobs/sha256/ab3", "blobs/x", "blobsy", "jobs/ab"}},
+		{"nothing/", nil},
+		{"jobs/ab", []string{"jobs/ab"}},
+	} {
+		page, err := s.List(t.Context(), tc.prefix, "", 100)
+		if err != nil {
+			t.Fatalf("List(%q): %v", tc.prefix, err)
+		}
+		var got []string
+		for _, o := range page.Objects {
+			got = append(got, o.Key)
+		}
+		if !slices.Equal(got, tc.want) || page.Next != "" {
+			t.Fatalf("List(%q) = %q next %q, want %q", tc.prefix, got, page.Next, tc.want)
+		}
+	}
+}
+
+func testBadKeys(t *testing.T, s objstore.Store) {
+	ctx := t.Context()
+	for _, k := range []string{"../x", "/abs", "a//b", "a/../../b", "", "a/./b", "a/", "@tmp/x", "a\\b", "a\x00b", "\xff", strings.Repeat("k", 1025)} {
+		_, err := s.Put(ctx, k, strings.NewReader("x"), objstore.PutOptions{})
+		wantCode(t, err, errcode.BadKey, fmt.Sprintf("Put(%q)", k))
+		if !errors.Is(err, objstore.ErrBadKey) {
+			t.Fatalf("Put(%q): errors.Is(ErrBadKey) false: %v", k, err)
+		}
+		_, err = s.Get(ctx, k, "")
+		wantCode(t, err, errcode.BadKey, fmt.Sprintf("Get(%q)", k))
+		_, err = s.Head(ctx, k, "")
+		wantCode(t, err, errcode.BadKey, fmt.Sprintf("Head(%q)", k))
+	}
+	page, err := s.List(ctx, "", "", 100)
+	if err != nil || len(page.Objects) != 0 {
+		t.Fatalf("after rejected Puts, List = %+v, %v; want empty", page, err)
+	}
+}
+
+func testNestedKeys(t *testing.T, s objstore.Store) {
+	va := put(t, s, "a", []byte("key a"), objstore.PutOptions{IfNoneMatch: true})
+	vab := put(t, s, "a/b", []byte("key a/b"), objstore.PutOptions{IfNoneMatch: true})
+	if got := get(t, s, "a", va); string(got) != "key a" {
+		t.Fatalf("a = %q", got)
+	}
+	if got := get(t, s, "a/b", vab); string(got) != "key a/b" {
+		t.Fatalf("a/b = %q", got)
+	}
+	_, err := s.Get(t.Context(), "a/b/c", "")
+	wantCode(t, err, errcode.NotFound, "Get a/b/c")
+}
+
+func testEmptyBody(t *testing.T, s objstore.Store) {
+	v := put(t, s, "empty", nil, objstore.PutOptions{IfNoneMatch: true, SHA256: sha256.Sum256(nil)})
+	if got := get(t, s, "empty", v); len(got) != 0 {
+		t.Fatalf("empty object read back %d bytes", len(got))
+	}
+	info, err := s.Head(t.Context(), "empty", v)
+	if err != nil || info.Size != 0 {
+		t.Fatalf("Head(empty) = %+v, %v", info, err)
+	}
+}
+
+func testLargeBody(t *testing.T, s objstore.Store) {
+	body := make([]byte, 5<<20+12345)
+	r := rand.NewChaCha8([32]byte{7})
+	r.Read(body)
+	sum := sha256.Sum256(body)
+	// Once with a known size, once streamed with size unknown.
+	for i, opts := range []objstore.PutOptions{{Size: int64(len(body)), SHA256: sum}, {}} {
+		key := fmt.Sprintf("large/%d", i)
+		v := put(t, s, key, body, opts)
+		rc, err := s.Get(t.Context(), key, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vr := verifyread.New(rc, key, sum, int64(len(body)))
+		if _, err := io.Copy(io.Discard, vr); err != nil {
+			t.Fatalf("large body %d read back wrong: %v", i, err)
+		}
+		vr.Close()
+	}
+}
+
+func testSHA256Option(t *testing.T, s objstore.Store) {
+	body := []byte("content")
+	wrong := sha256.Sum256([]byte("other content"))
+	_, err := s.Put(t.Context(), "h", bytes.NewReader(body), objstore.PutOptions{IfNoneMatch: true, SHA256: wrong})
+	wantCode(t, err, errcode.DigestMismatch, "Put with wrong SHA256")
+	_, err = s.Head(t.Context(), "h", "")
+	wantCode(t, err, errcode.NotFound, "Head after rejected Put")
+	// Nothing was written, so the conditional create is still available.
+	v := put(t, s, "h", body, objstore.PutOptions{IfNoneMatch: true, SHA256: sha256.Sum256(body)})
+	if got := get(t, s, "h", v); !bytes.Equal(got, body) {
+		t.Fatalf("got %q", got)
+	}
+}
+
+// endlessReader yields zero bytes forever, so only
+// cancellation can end a Put reading it.
+type endlessReader struct{}
+
+func (endlessReader) Read(p []byte) (int, error) {
+	n := min(len(p), 1024)
+	clear(p[:n])
+	return n, nil
+}
+
+func testCanceled(t *testing.T, s objstore.Store) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := s.Put(ctx, "x", strings.NewReader("x"), objstore.PutOptions{}); err == nil {
+		t.Fatal("Put with a canceled context succeeded")
+	}
+	if _, err := s.Get(ctx, "x", ""); err == nil {
+		t.Fatal("Get with a canceled context succeeded")
+	}
+	if _, err := s.List(ctx, "", "", 10); err == nil {
+		t.Fatal("List with a canceled context succeeded")
+	}
+	// Cancel in the middle of an endless upload: it must stop and leave
+	// nothing behind.
+	ctx, cancel = context.WithCancel(t.Context())
+	body := &cancelAfter{r: endlessReader{}, n: 8 << 20, cancel: cancel}
+	if _, err := s.Put(ctx, "y", body, objstore.PutOptions{}); err == nil {
+		t.Fatal("Put canceled mid-body succeeded")
+	}
+	_, err := s.Head(t.Context(), "y", "")
+	wantCode(t, err, errcode.NotFound, "Head after canceled Put")
+}
+
+// cancelAfter calls cancel once n bytes have been read through it.
+type cancelAfter struct {
+	r      io.Reader
+	n      int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfter) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n -= n
+	if c.n <= 0 {
+		c.cancel()
+	}
+	return n, err
+}
