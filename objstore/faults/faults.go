@@ -1,0 +1,217 @@
+package faults
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// matches reports whether key is selected by match; nil selects every key.
+func matches(match func(string) bool, key string) bool { return match == nil || match(key) }
+
+// BitFlip flips bit Bit (0-7) of the byte at Offset in Get bodies of keys
+// selected by Match (nil: every key). Bodies shorter than Offset+1 are
+// unchanged. Head, List and Put pass through, so the size still matches and
+// only the digest can reveal the damage.
+type BitFlip struct {
+	objstore.Store
+	Match  func(key string) bool
+	Offset int64
+	Bit    uint8
+}
+
+// Get returns the wrapped store's body with one bit flipped.
+func (b *BitFlip) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	rc, err := b.Store.Get(ctx, key, v)
+	if err != nil || !matches(b.Match, key) {
+		return rc, err
+	}
+	return &flipReader{rc: rc, at: b.Offset, mask: 1 << (b.Bit & 7)}, nil
+}
+
+type flipReader struct {
+	rc   io.ReadCloser
+	pos  int64
+	at   int64
+	mask byte
+}
+
+func (f *flipReader) Read(p []byte) (int, error) {
+	n, err := f.rc.Read(p)
+	if f.at >= f.pos && f.at < f.pos+int64(n) {
+		p[f.at-f.pos] ^= f.mask
+	}
+	f.pos += int64(n)
+	return n, err
+}
+
+func (f *flipReader) Close() error { return f.rc.Close() }
+
+// Truncate makes Get bodies of keys selected by Match (nil: every key) end
+// after N bytes, as a torn download would. Head still reports the full size.
+type Truncate struct {
+	objstore.Store
+	Match func(key string) bool
+	N     int64
+}
+
+// Get returns at most N bytes of the wrapped store's body.
+func (t *Truncate) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	rc, err := t.Store.Get(ctx, key, v)
+	if err != nil || !matches(t.Match, key) {
+		return rc, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(rc, t.N), rc}, nil
+}
+
+// Method names one Store method.
+type Method string
+
+// The Store methods ErrorOnce can break.
+const (
+	Put  Method = "Put"
+	Get  Method = "Get"
+	Head Method = "Head"
+	List Method = "List"
+)
+
+// ErrorOnce fails the first call of Method whose key (for List: prefix) is
+// selected by Match (nil: every call) with Err, then passes every call
+// through: a transient failure that a retry should survive. A failed Put
+// does not reach the wrapped store, so nothing is written.
+type ErrorOnce struct {
+	objstore.Store
+	Method Method
+	Match  func(key string) bool
+	Err    error
+
+	mu    sync.Mutex
+	fired bool
+}
+
+// Fired reports whether the error has been returned.
+func (e *ErrorOnce) Fired() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.fired
+}
+
+func (e *ErrorOnce) fire(m Method, key string) bool {
+	if m != e.Method || !matches(e.Match, key) {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.fired {
+		return false
+	}
+	e.fired = true
+	return true
+}
+
+// Put implements objstore.Store.
+func (e *ErrorOnce) Put(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+	if e.fire(Put, key) {
+		return "", e.Err
+	}
+	return e.Store.Put(ctx, key, body, opts)
+}
+
+// Get implements objstore.Store.
+func (e *ErrorOnce) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	if e.fire(Get, key) {
+		return nil, e.Err
+	}
+	return e.Store.Get(ctx, key, v)
+}
+
+// Head implements objstore.Store.
+func (e *ErrorOnce) Head(ctx context.Context, key string, v objstore.Version) (objstore.ObjectInfo, error) {
+	if e.fire(Head, key) {
+		return objstore.ObjectInfo{}, e.Err
+	}
+	return e.Store.Head(ctx, key, v)
+}
+
+// List implements objstore.Store.
+func (e *ErrorOnce) List(ctx context.Context, prefix, after string, limit int) (objstore.ListPage, error) {
+	if e.fire(List, prefix) {
+		return objstore.ListPage{}, e.Err
+	}
+	return e.Store.List(ctx, prefix, after, limit)
+}
+
+// StaleList serves List from an eventually-consistent view: keys selected
+// by Omit are left out, and after Freeze every List answers from the
+// listing captured then, so keys written later are missing and their
+// versions stale. Put, Get and Head pass through.
+type StaleList struct {
+	objstore.Store
+	Omit func(key string) bool
+
+	mu     sync.Mutex
+	frozen []objstore.ObjectInfo // nil until Freeze
+}
+
+// Freeze captures the wrapped store's complete current listing; later List
+// calls answer from it.
+func (s *StaleList) Freeze(ctx context.Context) error {
+	var all []objstore.ObjectInfo
+	after := ""
+	for {
+		page, err := s.Store.List(ctx, "", after, 0)
+		if err != nil {
+			return err
+		}
+		all = append(all, page.Objects...)
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	s.mu.Lock()
+	s.frozen = all
+	s.mu.Unlock()
+	return nil
+}
+
+// List implements objstore.Store with omitted keys and, after Freeze, the
+// frozen listing.
+func (s *StaleList) List(ctx context.Context, prefix, after string, limit int) (objstore.ListPage, error) {
+	s.mu.Lock()
+	frozen := s.frozen
+	s.mu.Unlock()
+	if frozen == nil {
+		page, err := s.Store.List(ctx, prefix, after, limit)
+		if err != nil {
+			return page, err
+		}
+		page.Objects = slices.DeleteFunc(page.Objects, func(o objstore.ObjectInfo) bool { return s.Omit != nil && s.Omit(o.Key) })
+		return page, nil
+	}
+	if err := objstore.ValidatePrefix(prefix); err != nil {
+		return objstore.ListPage{}, err
+	}
+	if limit <= 0 {
+		limit = 1000
+	}
+	var page objstore.ListPage
+	for _, o := range frozen {
+		if !strings.HasPrefix(o.Key, prefix) || o.Key <= after || (s.Omit != nil && s.Omit(o.Key)) {
+			continue
+		}
+		if len(page.Objects) == limit {
+			page.Next = page.Objects[limit-1].Key
+			break
+		}
+		page.Objects = append(page.Objects, o)
+	}
+	return page, nil
+}

@@ -1,0 +1,193 @@
+package faults_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/objstore/file"
+)
+
+func realStore(t *testing.T) objstore.Store {
+	t.Helper()
+	s, err := file.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func read(t *testing.T, s objstore.Store, key string) []byte {
+	t.Helper()
+	rc, err := s.Get(t.Context(), key, "")
+	if err != nil {
+		t.Fatalf("Get(%s): %v", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func only(key string) func(string) bool { return func(k string) bool { return k == key } }
+
+func TestBitFlip(t *testing.T) {
+	s := realStore(t)
+	data := bytes.Repeat([]byte{0x55}, 100000)
+	d, v, _, _ := objstore.PutBlob(t.Context(), s, data)
+	key := objstore.BlobKey(d)
+	s.Put(t.Context(), "other", bytes.NewReader(data), objstore.PutOptions{})
+	f := &faults.BitFlip{Store: s, Match: only(key), Offset: 70000, Bit: 3}
+
+	got := read(t, f, key)
+	var diff []int
+	for i := range got {
+		if got[i] != data[i] {
+			diff = append(diff, i)
+		}
+	}
+	if len(got) != len(data) || !slices.Equal(diff, []int{70000}) || got[70000] != 0x55^8 {
+		t.Fatalf("BitFlip changed bytes %v (len %d), want only byte 70000 bit 3", diff, len(got))
+	}
+	if !bytes.Equal(read(t, f, "other"), data) {
+		t.Fatal("BitFlip touched an unselected key")
+	}
+	// The verifying reader notices; size still matches.
+	r, _ := objstore.GetBlob(t.Context(), f, d, v, int64(len(data)))
+	_, err := io.ReadAll(r)
+	if errcode.Of(err) != errcode.DigestMismatch {
+		t.Fatalf("GetBlob through BitFlip: %v, want DIGEST_MISMATCH", err)
+	}
+	if info, _ := f.Head(t.Context(), key, ""); info.Size != int64(len(data)) {
+		t.Fatalf("Head changed: %+v", info)
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	s := realStore(t)
+	data := []byte("0123456789")
+	d, v, _, _ := objstore.PutBlob(t.Context(), s, data)
+	f := &faults.Truncate{Store: s, N: 4}
+	if got := read(t, f, objstore.BlobKey(d)); string(got) != "0123" {
+		t.Fatalf("Truncate gave %q", got)
+	}
+	if info, _ := f.Head(t.Context(), objstore.BlobKey(d), v); info.Size != 10 {
+		t.Fatalf("Head changed: %+v", info)
+	}
+	r, _ := objstore.GetBlob(t.Context(), f, d, v, 10)
+	if _, err := io.ReadAll(r); errcode.Of(err) != errcode.SizeMismatch {
+		t.Fatalf("GetBlob through Truncate: %v, want SIZE_MISMATCH", err)
+	}
+}
+
+func TestErrorOnce(t *testing.T) {
+	boom := errcode.New(errcode.StoreUnavailable, "injected")
+	ctx := t.Context()
+	for _, m := range []faults.Method{faults.Put, faults.Get, faults.Head, faults.List} {
+		t.Run(string(m), func(t *testing.T) {
+			s := realStore(t)
+			s.Put(ctx, "k", strings.NewReader("x"), objstore.PutOptions{})
+			f := &faults.ErrorOnce{Store: s, Method: m, Err: boom}
+			call := map[faults.Method]func() error{
+				faults.Put: func() error {
+					_, err := f.Put(ctx, "k2", strings.NewReader("y"), objstore.PutOptions{IfNoneMatch: true})
+					return err
+				},
+				faults.Get:  func() error { _, err := f.Get(ctx, "k", ""); return err },
+				faults.Head: func() error { _, err := f.Head(ctx, "k", ""); return err },
+				faults.List: func() error { _, err := f.List(ctx, "", "", 0); return err },
+			}
+			// Other methods are not affected, before or after.
+			for om, c := range call {
+				if om != m && om != faults.Put {
+					if err := c(); err != nil {
+						t.Fatalf("%s broke unselected %s: %v", m, om, err)
+					}
+				}
+			}
+			if f.Fired() {
+				t.Fatal("fired before the selected method was called")
+			}
+			if err := call[m](); !errors.Is(err, boom) {
+				t.Fatalf("first %s: %v, want the injected error", m, err)
+			}
+			if err := call[m](); err != nil {
+				t.Fatalf("second %s: %v, want pass-through", m, err)
+			}
+			if !f.Fired() {
+				t.Fatal("Fired() false after firing")
+			}
+		})
+	}
+	// A failed Put wrote nothing.
+	s := realStore(t)
+	f := &faults.ErrorOnce{Store: s, Method: faults.Put, Match: only("sel"), Err: boom}
+	if _, err := f.Put(ctx, "unsel", strings.NewReader("x"), objstore.PutOptions{}); err != nil {
+		t.Fatalf("unselected key: %v", err)
+	}
+	if _, err := f.Put(ctx, "sel", strings.NewReader("x"), objstore.PutOptions{}); !errors.Is(err, boom) {
+		t.Fatalf("selected key: %v", err)
+	}
+	if _, err := s.Head(ctx, "sel", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("failed Put reached the store: %v", err)
+	}
+}
+
+func keys(t *testing.T, s objstore.Store, prefix string, limit int) []string {
+	t.Helper()
+	var out []string
+	after := ""
+	for {
+		page, err := s.List(t.Context(), prefix, after, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Objects {
+			out = append(out, o.Key)
+		}
+		if page.Next == "" {
+			return out
+		}
+		after = page.Next
+	}
+}
+
+func TestStaleList(t *testing.T) {
+	s := realStore(t)
+	ctx := t.Context()
+	for _, k := range []string{"a/1", "a/2", "a/3", "b/1"} {
+		s.Put(ctx, k, strings.NewReader(k), objstore.PutOptions{})
+	}
+	f := &faults.StaleList{Store: s, Omit: only("a/2")}
+	if got := keys(t, f, "a/", 0); !slices.Equal(got, []string{"a/1", "a/3"}) {
+		t.Fatalf("Omit: %v", got)
+	}
+	if err := f.Freeze(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.Put(ctx, "a/4", strings.NewReader("late"), objstore.PutOptions{})
+	v2, _ := s.Put(ctx, "a/1", strings.NewReader("newer"), objstore.PutOptions{})
+	if got := keys(t, f, "a/", 1); !slices.Equal(got, []string{"a/1", "a/3"}) {
+		t.Fatalf("frozen listing (paged by 1): %v", got)
+	}
+	page, _ := f.List(ctx, "a/1", "", 0)
+	if len(page.Objects) != 1 || page.Objects[0].Version == v2 {
+		t.Fatalf("frozen listing shows the new version: %+v", page.Objects)
+	}
+	// Reads are not stale.
+	if got := read(t, f, "a/4"); string(got) != "late" {
+		t.Fatalf("Get through StaleList: %q", got)
+	}
+	if got := keys(t, s, "a/", 0); !slices.Equal(got, []string{"a/1", "a/2", "a/3", "a/4"}) {
+		t.Fatalf("real store listing: %v", got)
+	}
+}
