@@ -1,0 +1,336 @@
+package reducer
+
+import (
+	"cmp"
+	"context"
+	"io"
+	"slices"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/shuffle"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// MaxExamples is the number of example sampleIds kept per class.
+const MaxExamples = 20
+
+// Source yields the rows of one shuffle file one bucket at a time, buckets
+// strictly increasing, io.EOF at the end. *shuffle.Reader implements it.
+type Source interface {
+	Next() (bucket uint32, rows []shuffle.Row, err error)
+}
+
+// Options configure one reduce task.
+type Options struct {
+	// K is the number of bucket bits; buckets [Lo, Hi) are this task's.
+	K      uint
+	Lo, Hi uint32
+	// Tombstones and Benchmark may be nil (not checked).
+	Tombstones, Benchmark *Set
+}
+
+// Result is what one reduce task hands to aggregation. It is deterministic:
+// it depends only on the rows of the range, not on how they were split
+// among sources.
+type Result struct {
+	Lo uint32 `json:"lo"`
+	Hi uint32 `json:"hi"`
+	// Counts holds Records (release tuples), SnapshotRecords and the
+	// member-level counters; shard-level counters stay zero.
+	Counts manifest.Counts `json:"counts"`
+	// Examples maps a code to at most MaxExamples smallest sampleIds.
+	Examples map[string][]string `json:"examples"`
+	// ReleaseLeaves and SnapshotLeaves hold 32 bytes per bucket of
+	// [Lo, Hi), in bucket order.
+	ReleaseLeaves  []byte `json:"releaseLeaves"`
+	SnapshotLeaves []byte `json:"snapshotLeaves"`
+}
+
+// NewResult returns an empty Result for buckets [lo, hi).
+func NewResult(lo, hi uint32) *Result {
+	return &Result{
+		Lo: lo, Hi: hi,
+		Examples:       map[string][]string{},
+		ReleaseLeaves:  make([]byte, 0, 32*int(hi-lo)),
+		SnapshotLeaves: make([]byte, 0, 32*int(hi-lo)),
+	}
+}
+
+// Reduce merges sources over buckets [o.Lo, o.Hi) and diffs every bucket.
+func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
+	if o.K < 1 || o.K > 32 || o.Lo > o.Hi || uint64(o.Hi) > 1<<o.K {
+		return nil, errcode.New(errcode.Internal, "reducer: bad range [%d, %d) for k=%d", o.Lo, o.Hi, o.K)
+	}
+	heads := make([]head, len(sources))
+	for i, s := range sources {
+		if err := heads[i].advance(s); err != nil {
+			return nil, err
+		}
+	}
+	res := NewResult(o.Lo, o.Hi)
+	d := &differ{res: res, tomb: o.Tombstones, bench: o.Benchmark}
+	var rows []shuffle.Row
+	for b := o.Lo; b < o.Hi; b++ {
+		if b%64 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, errcode.Wrap(errcode.Canceled, err, "reduce")
+			}
+		}
+		rows = rows[:0]
+		for i := range heads {
+			h := &heads[i]
+			if h.done {
+				continue
+			}
+			if h.bucket < b {
+				return nil, errcode.New(errcode.ShuffleCorrupt, "reducer: source %d yielded bucket %d outside or behind the range at %d", i, h.bucket, b)
+			}
+			if h.bucket == b {
+				rows = append(rows, h.rows...)
+				if err := h.advance(sources[i]); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if err := d.bucket(b, rows); err != nil {
+			return nil, err
+		}
+	}
+	for i := range heads {
+		if !heads[i].done {
+			return nil, errcode.New(errcode.ShuffleCorrupt, "reducer: source %d holds bucket %d outside [%d, %d)", i, heads[i].bucket, o.Lo, o.Hi)
+		}
+	}
+	return res, nil
+}
+
+type head struct {
+	bucket uint32
+	rows   []shuffle.Row
+	done   bool
+}
+
+func (h *head) advance(s Source) error {
+	prev, had := h.bucket, h.rows != nil
+	b, rows, err := s.Next()
+	if err == io.EOF {
+		h.done, h.rows = true, nil
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if had && b <= prev {
+		return errcode.New(errcode.ShuffleCorrupt, "reducer: source yielded bucket %d after %d", b, prev)
+	}
+	h.bucket, h.rows = b, rows
+	return nil
+}
+
+type differ struct {
+	res         *Result
+	tomb, bench *Set
+	rel, snap   [][32]byte
+}
+
+func (d *differ) bucket(b uint32, rows []shuffle.Row) error {
+	if want := d.res.Lo + uint32(len(d.res.ReleaseLeaves)/32); b != want || b >= d.res.Hi {
+		return errcode.New(errcode.Internal, "reducer: bucket %d given, expected %d", b, want)
+	}
+	shuffle.Sort(rows)
+	d.rel, d.snap = d.rel[:0], d.snap[:0]
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j].SampleID == rows[i].SampleID {
+			j++
+		}
+		if rows[i].Bucket != b {
+			return errcode.New(errcode.ShuffleCorrupt, "reducer: row of bucket %d merged into bucket %d", rows[i].Bucket, b)
+		}
+		d.sample(rows[i:j])
+		i = j
+	}
+	rl := tuplehash.BucketLeaf(b, d.rel)
+	sl := tuplehash.BucketLeaf(b, d.snap)
+	d.res.ReleaseLeaves = append(d.res.ReleaseLeaves, rl[:]...)
+	d.res.SnapshotLeaves = append(d.res.SnapshotLeaves, sl[:]...)
+	return nil
+}
+
+// sample diffs the rows of one sampleId, sorted release side first (side
+// 0), then by tuple digest.
+func (d *differ) sample(rows []shuffle.Row) {
+	nrel := 0
+	for nrel < len(rows) && rows[nrel].Side == shuffle.Release {
+		nrel++
+	}
+	rel, snap := rows[:nrel], rows[nrel:]
+	c := &d.res.Counts
+	c.Records += int64(len(rel))
+	c.SnapshotRecords += int64(len(snap))
+	id := rows[0].SampleID
+	for i := range rel {
+		d.rel = append(d.rel, rel[i].TupleDigest)
+		if d.tomb.Hit(id, rel[i].ContentDigest) {
+			c.TombstoneHits++
+			d.example(errcode.TombstoneHit, id)
+		}
+		if d.bench.Hit(id, rel[i].ContentDigest) {
+			c.BenchmarkHits++
+			d.example(errcode.BenchmarkHit, id)
+		}
+	}
+	for i := range snap {
+		d.snap = append(d.snap, snap[i].TupleDigest)
+	}
+	r, s := int64(len(rel)), int64(len(snap))
+	switch {
+	case s == 0:
+		c.Extra += r
+		d.example(errcode.ExtraMember, id)
+	case r < s:
+		c.Missing += s - r
+		d.example(errcode.MissingMember, id)
+	case r > s:
+		c.Duplicate += r - s
+		d.example(errcode.DuplicateMember, id)
+	default:
+		d.fields(id, rel, snap)
+	}
+}
+
+// fields compares equal-sized release and snapshot groups of one sampleId;
+// both are sorted by tuple digest.
+func (d *differ) fields(id string, rel, snap []shuffle.Row) {
+	same := true
+	for i := range rel {
+		if rel[i].TupleDigest != snap[i].TupleDigest {
+			same = false
+			break
+		}
+	}
+	if same {
+		return
+	}
+	c := &d.res.Counts
+	found := false
+	check := func(differs bool, n *int64, code errcode.Code) {
+		if differs {
+			*n++
+			d.example(code, id)
+			found = true
+		}
+	}
+	check(differ32(rel, snap, func(r *shuffle.Row) [32]byte { return r.ContentDigest }), &c.ContentSubstitution, errcode.ContentSubstitution)
+	check(differOrdered(rel, snap, func(r *shuffle.Row) int64 { return r.SourceVersion }), &c.SourceVersionChange, errcode.SourceVersionChange)
+	check(differOrdered(rel, snap, func(r *shuffle.Row) string { return r.SourceID }), &c.SourceIDChange, errcode.SourceIDChange)
+	check(differOrdered(rel, snap, func(r *shuffle.Row) string { return r.Split }), &c.SplitConflict, errcode.SplitConflict)
+	check(differ32(rel, snap, func(r *shuffle.Row) [32]byte { return r.SchemaDigest }), &c.SchemaMix, errcode.SchemaMix)
+	if !found {
+		c.ContentSubstitution++
+		d.example(errcode.ContentSubstitution, id)
+	}
+}
+
+// differOrdered reports whether the sorted multisets of f over a and b
+// differ. len(a) == len(b).
+func differOrdered[T cmp.Ordered](a, b []shuffle.Row, f func(*shuffle.Row) T) bool {
+	if len(a) == 1 {
+		return f(&a[0]) != f(&b[0])
+	}
+	x, y := make([]T, len(a)), make([]T, len(b))
+	for i := range a {
+		x[i], y[i] = f(&a[i]), f(&b[i])
+	}
+	slices.Sort(x)
+	slices.Sort(y)
+	return !slices.Equal(x, y)
+}
+
+func differ32(a, b []shuffle.Row, f func(*shuffle.Row) [32]byte) bool {
+	if len(a) == 1 {
+		return f(&a[0]) != f(&b[0])
+	}
+	x, y := make([][32]byte, len(a)), make([][32]byte, len(b))
+	for i := range a {
+		x[i], y[i] = f(&a[i]), f(&b[i])
+	}
+	tuplehash.SortDigests(x)
+	tuplehash.SortDigests(y)
+	return !slices.Equal(x, y)
+}
+
+func (d *differ) example(code errcode.Code, id string) {
+	d.res.Examples[string(code)] = AddExample(d.res.Examples[string(code)], id)
+}
+
+// AddExample inserts id into the sorted list ex, keeping at most
+// MaxExamples smallest distinct ids.
+func AddExample(ex []string, id string) []string {
+	i, found := slices.BinarySearch(ex, id)
+	if found || i >= MaxExamples {
+		return ex
+	}
+	ex = slices.Insert(ex, i, id)
+	if len(ex) > MaxExamples {
+		ex = ex[:MaxExamples]
+	}
+	return ex
+}
+
+// Merge adds o's counts and examples into r. Leaves are not merged: they
+// belong to disjoint ranges and are concatenated in range order by the
+// caller.
+func (r *Result) Merge(o *Result) {
+	AddCounts(&r.Counts, &o.Counts)
+	for code, ids := range o.Examples {
+		for _, id := range ids {
+			r.Examples[code] = AddExample(r.Examples[code], id)
+		}
+	}
+}
+
+// AddCounts adds every counter of b to a.
+func AddCounts(a, b *manifest.Counts) {
+	a.Shards += b.Shards
+	a.ShardsVerified += b.ShardsVerified
+	a.Records += b.Records
+	a.SnapshotRecords += b.SnapshotRecords
+	a.DigestFailures += b.DigestFailures
+	a.SizeMismatches += b.SizeMismatches
+	a.VersionMissing += b.VersionMissing
+	a.LogicalMismatches += b.LogicalMismatches
+	a.CountMismatches += b.CountMismatches
+	a.DecodeErrors += b.DecodeErrors
+	a.SchemaMismatches += b.SchemaMismatches
+	a.TupleRootMismatches += b.TupleRootMismatches
+	a.Missing += b.Missing
+	a.Extra += b.Extra
+	a.Duplicate += b.Duplicate
+	a.ContentSubstitution += b.ContentSubstitution
+	a.SourceVersionChange += b.SourceVersionChange
+	a.SourceIDChange += b.SourceIDChange
+	a.SplitConflict += b.SplitConflict
+	a.SchemaMix += b.SchemaMix
+	a.TombstoneHits += b.TombstoneHits
+	a.BenchmarkHits += b.BenchmarkHits
+}
+
+// Validate checks a Result read back from a commit record: its range and
+// leaf lengths.
+func (r *Result) Validate(lo, hi uint32) error {
+	if r.Lo != lo || r.Hi != hi {
+		return errcode.New(errcode.ShuffleCorrupt, "reduce result covers [%d, %d), plan says [%d, %d)", r.Lo, r.Hi, lo, hi)
+	}
+	n := 32 * int(hi-lo)
+	if len(r.ReleaseLeaves) != n || len(r.SnapshotLeaves) != n {
+		return errcode.New(errcode.ShuffleCorrupt, "reduce result has %d/%d leaf bytes, want %d", len(r.ReleaseLeaves), len(r.SnapshotLeaves), n)
+	}
+	for code, ids := range r.Examples {
+		if len(ids) > MaxExamples || !slices.IsSorted(ids) {
+			return errcode.New(errcode.ShuffleCorrupt, "reduce result examples for %s are not a sorted list of at most %d", code, MaxExamples)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,296 @@
+package reducer
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/shuffle"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+const testK = 6
+
+var schemaA = sha256.Sum256([]byte("schema A"))
+
+func tuple(i int) tuplehash.Tuple {
+	id := fmt.Sprintf("s%05d", i)
+	return tuplehash.Tuple{
+		SampleID:             id,
+		SourceID:             "web",
+		SourceVersion:        1,
+		LogicalContentDigest: sha256.Sum256([]byte("content " + id)),
+		Split:                "train",
+		SchemaDigest:         schemaA,
+	}
+}
+
+func row(t testing.TB, tp tuplehash.Tuple, side shuffle.Side) shuffle.Row {
+	d, err := tp.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shuffle.Row{
+		Bucket: tuplehash.Bucket(tp.SampleID, testK), Side: side,
+		SampleID: tp.SampleID, SourceID: tp.SourceID, SourceVersion: tp.SourceVersion,
+		ContentDigest: tp.LogicalContentDigest, Split: tp.Split, SchemaDigest: tp.SchemaDigest,
+		TupleDigest: d,
+	}
+}
+
+// scenario builds a snapshot of n tuples and a release with one fault of
+// each kind, and returns the rows and the expected counts.
+func scenario(t testing.TB, n int) (rows []shuffle.Row, snap, rel []tuplehash.Tuple, want manifest.Counts) {
+	for i := range n {
+		snap = append(snap, tuple(i))
+	}
+	for i := range n {
+		tp := tuple(i)
+		switch i {
+		case 0: // missing
+			continue
+		case 1: // duplicated
+			rel = append(rel, tp)
+		case 2: // content substituted
+			tp.LogicalContentDigest = sha256.Sum256([]byte("other"))
+		case 3: // sourceVersion and split changed: counts once in each
+			tp.SourceVersion = 2
+			tp.Split = "test"
+		case 4:
+			tp.SourceID = "books"
+		case 5:
+			tp.SchemaDigest = sha256.Sum256([]byte("schema B"))
+		}
+		rel = append(rel, tp)
+	}
+	for i := range 30 { // extra members, more than MaxExamples
+		rel = append(rel, tuple(n+i))
+	}
+	for _, tp := range snap {
+		rows = append(rows, row(t, tp, shuffle.Snapshot))
+	}
+	for _, tp := range rel {
+		rows = append(rows, row(t, tp, shuffle.Release))
+	}
+	want = manifest.Counts{
+		Records: int64(len(rel)), SnapshotRecords: int64(len(snap)),
+		Missing: 1, Duplicate: 1, Extra: 30,
+		ContentSubstitution: 1, SourceVersionChange: 1, SplitConflict: 1,
+		SourceIDChange: 1, SchemaMix: 1,
+	}
+	return rows, snap, rel, want
+}
+
+// sources spreads rows randomly over m real shuffle files covering [lo, hi).
+func sources(t testing.TB, rows []shuffle.Row, m int, lo, hi uint32, seed uint64) []Source {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	parts := make([][]shuffle.Row, m)
+	for _, r := range rows {
+		if r.Bucket >= lo && r.Bucket < hi {
+			i := rng.IntN(m)
+			parts[i] = append(parts[i], r)
+		}
+	}
+	out := make([]Source, m)
+	for i, p := range parts {
+		shuffle.Sort(p)
+		var buf bytes.Buffer
+		if err := shuffle.Write(&buf, p); err != nil {
+			t.Fatal(err)
+		}
+		rd, err := shuffle.NewReader(bytes.NewReader(buf.Bytes()), fmt.Sprint(i), testK, lo, hi)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(rd.Close)
+		out[i] = rd
+	}
+	return out
+}
+
+func leaves(t testing.TB, tuples []tuplehash.Tuple) []byte {
+	acc := tuplehash.NewAccumulator(testK)
+	for i := range tuples {
+		if err := acc.Add(&tuples[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var b []byte
+	for _, l := range acc.Leaves() {
+		b = append(b, l[:]...)
+	}
+	return b
+}
+
+func TestReduceCountsEveryClassExactly(t *testing.T) {
+	rows, snap, rel, want := scenario(t, 500)
+	tombs := NewSet(&manifest.FenceLog{Entries: []manifest.FenceEntry{
+		{Seq: 1, SampleID: "s00010"},
+		{Seq: 2, SampleID: "s00000"}, // missing from the release: no hit
+		{Seq: 3, SampleID: "not-a-member"},
+	}})
+	bench := NewSet(&manifest.FenceLog{Entries: []manifest.FenceEntry{
+		{Seq: 1, ContentDigest: tuple(20).LogicalContentDigest},
+		{Seq: 2, ContentDigest: tuple(21).LogicalContentDigest},
+		{Seq: 3, SampleID: "s00001"}, // duplicated: both copies hit
+	}})
+	want.TombstoneHits, want.BenchmarkHits = 1, 4
+	res, err := Reduce(context.Background(), Options{K: testK, Lo: 0, Hi: 1 << testK, Tombstones: tombs, Benchmark: bench},
+		sources(t, rows, 3, 0, 1<<testK, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Counts != want {
+		t.Fatalf("counts\n got %+v\nwant %+v", res.Counts, want)
+	}
+	wantEx := map[string][]string{
+		"MISSING_MEMBER": {"s00000"}, "DUPLICATE_MEMBER": {"s00001"},
+		"CONTENT_SUBSTITUTION": {"s00002"}, "SOURCE_VERSION_CHANGE": {"s00003"},
+		"SPLIT_CONFLICT": {"s00003"}, "SOURCE_ID_CHANGE": {"s00004"}, "SCHEMA_MIX": {"s00005"},
+		"TOMBSTONE_HIT": {"s00010"}, "BENCHMARK_HIT": {"s00001", "s00020", "s00021"},
+	}
+	var extra []string
+	for i := range MaxExamples {
+		extra = append(extra, tuple(500+i).SampleID)
+	}
+	wantEx["EXTRA_MEMBER"] = extra
+	if len(res.Examples) != len(wantEx) {
+		t.Fatalf("example classes %v", res.Examples)
+	}
+	for code, ids := range wantEx {
+		if !slices.Equal(res.Examples[code], ids) {
+			t.Errorf("examples[%s] = %v, want %v", code, res.Examples[code], ids)
+		}
+	}
+	if !bytes.Equal(res.ReleaseLeaves, leaves(t, rel)) {
+		t.Error("release leaves differ from tuplehash.Accumulator's")
+	}
+	if !bytes.Equal(res.SnapshotLeaves, leaves(t, snap)) {
+		t.Error("snapshot leaves differ from tuplehash.Accumulator's")
+	}
+	if err := res.Validate(0, 1<<testK); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCleanDiffIsZero(t *testing.T) {
+	var rows []shuffle.Row
+	var tuples []tuplehash.Tuple
+	for i := range 300 {
+		tp := tuple(i)
+		tuples = append(tuples, tp)
+		rows = append(rows, row(t, tp, shuffle.Snapshot), row(t, tp, shuffle.Release))
+	}
+	res, err := Reduce(context.Background(), Options{K: testK, Lo: 0, Hi: 1 << testK}, sources(t, rows, 4, 0, 1<<testK, 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (manifest.Counts{Records: 300, SnapshotRecords: 300}); res.Counts != want || res.Counts.Failed() {
+		t.Fatalf("clean diff counts %+v", res.Counts)
+	}
+	if len(res.Examples) != 0 {
+		t.Fatalf("clean diff examples %v", res.Examples)
+	}
+	if !bytes.Equal(res.ReleaseLeaves, res.SnapshotLeaves) {
+		t.Fatal("clean diff: leaves differ")
+	}
+}
+
+// Splitting the bucket space among reducers and the rows among sources
+// changes nothing once results are merged.
+func TestSplitInvariance(t *testing.T) {
+	rows, _, _, _ := scenario(t, 400)
+	whole, err := Reduce(context.Background(), Options{K: testK, Lo: 0, Hi: 1 << testK}, sources(t, rows, 1, 0, 1<<testK, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bounds := []uint32{0, 5, 6, 31, 64}
+	merged := NewResult(0, 1<<testK)
+	for i := 0; i+1 < len(bounds); i++ {
+		lo, hi := bounds[i], bounds[i+1]
+		part, err := Reduce(context.Background(), Options{K: testK, Lo: lo, Hi: hi}, sources(t, rows, 5, lo, hi, uint64(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		merged.Merge(part)
+		merged.ReleaseLeaves = append(merged.ReleaseLeaves, part.ReleaseLeaves...)
+		merged.SnapshotLeaves = append(merged.SnapshotLeaves, part.SnapshotLeaves...)
+	}
+	if merged.Counts != whole.Counts {
+		t.Fatalf("merged counts %+v, whole %+v", merged.Counts, whole.Counts)
+	}
+	for code, ids := range whole.Examples {
+		if !slices.Equal(merged.Examples[code], ids) {
+			t.Fatalf("examples[%s]: merged %v, whole %v", code, merged.Examples[code], ids)
+		}
+	}
+	if !bytes.Equal(merged.ReleaseLeaves, whole.ReleaseLeaves) || !bytes.Equal(merged.SnapshotLeaves, whole.SnapshotLeaves) {
+		t.Fatal("leaves differ between split and whole")
+	}
+}
+
+// A source that yields a bucket outside the task's range is a corrupt
+// input, not a silently dropped bucket.
+func TestSourceOutsideRange(t *testing.T) {
+	rows, _, _, _ := scenario(t, 100)
+	src := sources(t, rows, 1, 0, 1<<testK, 4)
+	_, err := Reduce(context.Background(), Options{K: testK, Lo: 0, Hi: 10}, src)
+	if errcode.Of(err) != errcode.ShuffleCorrupt {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestAddExampleKeepsSmallest(t *testing.T) {
+	var ex []string
+	for i := 50; i >= 0; i-- {
+		ex = AddExample(ex, fmt.Sprintf("id%02d", i))
+		ex = AddExample(ex, fmt.Sprintf("id%02d", i))
+	}
+	if len(ex) != MaxExamples || ex[0] != "id00" || ex[MaxExamples-1] != "id19" || !slices.IsSorted(ex) {
+		t.Fatalf("examples %v", ex)
+	}
+}
+
+func TestSetConfirmsBitmapHits(t *testing.T) {
+	d := sha256.Sum256([]byte("x"))
+	s := NewSet(&manifest.FenceLog{Entries: []manifest.FenceEntry{{Seq: 1, ContentDigest: d}}})
+	near := d
+	near[31] ^= 1 // same first 8 bytes: a bitmap hit the exact set rejects
+	if !s.Hit("a", d) || s.Hit("a", near) {
+		t.Fatal("content digest lookup is not exact")
+	}
+	if (*Set)(nil).Hit("a", d) {
+		t.Fatal("nil set hit")
+	}
+}
+
+// BenchmarkDiffBucket measures the per-bucket diff on a bucket of 2,000
+// sampleIds present on both sides (about what a 8M-sample release gives per
+// bucket at k=12).
+func BenchmarkDiffBucket(b *testing.B) {
+	var rows []shuffle.Row
+	for i := range 2000 {
+		tp := tuple(i)
+		r := row(b, tp, shuffle.Release)
+		r.Bucket = 0
+		s := r
+		s.Side = shuffle.Snapshot
+		rows = append(rows, r, s)
+	}
+	work := make([]shuffle.Row, len(rows))
+	b.ReportAllocs()
+	for b.Loop() {
+		copy(work, rows)
+		d := &differ{res: NewResult(0, 1)}
+		if err := d.bucket(0, work); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(len(rows))*float64(b.N)/b.Elapsed().Seconds(), "tuples/s")
+}
