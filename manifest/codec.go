@@ -3,6 +3,9 @@ package manifest
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"reflect"
+	"unicode/utf8"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 )
@@ -11,37 +14,116 @@ import (
 // of ~200,000 shards).
 const MaxDocumentSize = 64 << 20
 
+// Validator is implemented by every document type. Validate returns nil or
+// an error whose errcode.Of is a stable code (BAD_DOCUMENT, BAD_DIGEST,
+// BAD_COUNT, TOTALS_MISMATCH).
+type Validator interface {
+	Validate() error
+}
+
 // Encode returns the deterministic stored bytes of a document: compact JSON,
-// fields in declaration order, map keys sorted, no trailing newline.
+// fields in declaration order, map keys sorted, no trailing newline. A
+// document type (one with a Validate method) is validated first, so an
+// invalid document is never encoded and so never stored.
 func Encode(v any) ([]byte, error) {
+	if err := validate(v); err != nil {
+		return nil, err
+	}
 	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+	if err := newEncoder(&buf).Encode(v); err != nil {
 		return nil, errcode.Wrap(errcode.BadDocument, err, "encode")
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
-func decodeStrict(b []byte, v any) error {
+// newEncoder returns the one JSON encoder configuration of stored
+// documents: HTML characters are not escaped, so "<" stays one byte.
+func newEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
+}
+
+// validate calls v's Validate method, also when v is a document passed by
+// value (the method has a pointer receiver).
+func validate(v any) error {
+	if x, ok := v.(Validator); ok {
+		return x.Validate()
+	}
+	rv := reflect.ValueOf(v)
+	if !rv.IsValid() || rv.Kind() == reflect.Pointer {
+		return nil
+	}
+	p := reflect.New(rv.Type())
+	p.Elem().Set(rv)
+	if x, ok := p.Interface().(Validator); ok {
+		return x.Validate()
+	}
+	return nil
+}
+
+// EncodeRelease validates r and returns its stored bytes.
+func EncodeRelease(r *Release) ([]byte, error) { return Encode(r) }
+
+// EncodeSnapshot validates s and returns its stored bytes.
+func EncodeSnapshot(s *Snapshot) ([]byte, error) { return Encode(s) }
+
+// EncodeFenceLog validates l and returns its stored bytes.
+func EncodeFenceLog(l *FenceLog) ([]byte, error) { return Encode(l) }
+
+// EncodeRecordSchema validates s and returns its canonical bytes, whose
+// sha256 is the record schema digest.
+func EncodeRecordSchema(s *RecordSchema) ([]byte, error) { return Encode(s) }
+
+// EncodeReport validates r and returns its stored bytes.
+func EncodeReport(r *Report) ([]byte, error) { return Encode(r) }
+
+// decodeStrict decodes one document of v's type from b: size cap, UTF-8,
+// schema identifier, exact shape (scanDocument), then encoding/json for the
+// values and the document's own Validate.
+func decodeStrict(b []byte, schema string, v Validator) error {
 	if len(b) > MaxDocumentSize {
 		return errcode.New(errcode.DocumentTooLarge, "document is %d bytes, cap %d", len(b), MaxDocumentSize)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if !utf8.Valid(b) {
+		return errcode.New(errcode.BadDocument, "document is not valid UTF-8")
+	}
+	if schema != "" {
+		if got, ok := peekSchema(b); ok && got != schema {
+			return errcode.New(errcode.BadDocument, "schema %q, want %q", truncate(got), schema)
+		}
+	}
+	if err := scanDocument(b, reflect.TypeOf(v).Elem()); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		// scanDocument accepted the shape, so this is a value encoding/json
+		// alone rejects.
 		return errcode.Wrap(errcode.BadDocument, err, "decode")
 	}
-	if dec.More() {
-		return errcode.New(errcode.BadDocument, "trailing data after document")
+	return v.Validate()
+}
+
+// peekSchema returns the value of "schema" when it is the document's first
+// key, as every encoded document has it. It reads only that far, so a
+// document of the wrong kind is named as such before its body is scanned.
+func peekSchema(b []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", false
 	}
-	return nil
+	if tok, err := dec.Token(); err != nil || tok != "schema" {
+		return "", false
+	}
+	tok, err := dec.Token()
+	s, ok := tok.(string)
+	return s, err == nil && ok
 }
 
 // DecodeRelease strictly decodes and validates a release manifest.
 func DecodeRelease(b []byte) (*Release, error) {
 	var r Release
-	if err := decodeStrict(b, &r); err != nil {
+	if err := decodeStrict(b, ReleaseSchema, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -50,18 +132,25 @@ func DecodeRelease(b []byte) (*Release, error) {
 // DecodeSnapshot strictly decodes and validates a snapshot manifest.
 func DecodeSnapshot(b []byte) (*Snapshot, error) {
 	var s Snapshot
-	if err := decodeStrict(b, &s); err != nil {
+	if err := decodeStrict(b, SnapshotSchema, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
 }
 
 // DecodeFenceLog strictly decodes a tombstone log or benchmark registry;
-// schema must be TombstonesSchema or BenchmarkSchema.
+// schema must be TombstonesSchema or BenchmarkSchema and the document must
+// carry that schema.
 func DecodeFenceLog(b []byte, schema string) (*FenceLog, error) {
+	if schema != TombstonesSchema && schema != BenchmarkSchema {
+		return nil, errcode.New(errcode.BadDocument, "%q is not a fence log schema", truncate(schema))
+	}
 	var l FenceLog
-	if err := decodeStrict(b, &l); err != nil {
+	if err := decodeStrict(b, schema, &l); err != nil {
 		return nil, err
+	}
+	if l.Schema != schema {
+		return nil, errcode.New(errcode.BadDocument, "schema %q, want %q", l.Schema, schema)
 	}
 	return &l, nil
 }
@@ -69,17 +158,80 @@ func DecodeFenceLog(b []byte, schema string) (*FenceLog, error) {
 // DecodeRecordSchema strictly decodes and validates a record schema.
 func DecodeRecordSchema(b []byte) (*RecordSchema, error) {
 	var s RecordSchema
-	if err := decodeStrict(b, &s); err != nil {
+	if err := decodeStrict(b, RecordSchemaSchema, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
 }
 
-// DecodeReport strictly decodes a verification report.
+// DecodeReport strictly decodes and validates a verification report.
 func DecodeReport(b []byte) (*Report, error) {
 	var r Report
-	if err := decodeStrict(b, &r); err != nil {
+	if err := decodeStrict(b, ReportSchema, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
+}
+
+// DecodeAny strictly decodes a document of any known kind, chosen by its
+// "schema" field, and returns the schema identifier and a pointer to the
+// decoded document (*Release, *Snapshot, *FenceLog, *RecordSchema or
+// *Report).
+func DecodeAny(b []byte) (string, Validator, error) {
+	if len(b) > MaxDocumentSize {
+		return "", nil, errcode.New(errcode.DocumentTooLarge, "document is %d bytes, cap %d", len(b), MaxDocumentSize)
+	}
+	schema, err := findSchema(b)
+	if err != nil {
+		return "", nil, err
+	}
+	var doc Validator
+	switch schema {
+	case ReleaseSchema:
+		doc, err = DecodeRelease(b)
+	case SnapshotSchema:
+		doc, err = DecodeSnapshot(b)
+	case TombstonesSchema, BenchmarkSchema:
+		doc, err = DecodeFenceLog(b, schema)
+	case RecordSchemaSchema:
+		doc, err = DecodeRecordSchema(b)
+	case ReportSchema:
+		doc, err = DecodeReport(b)
+	default:
+		return "", nil, errcode.New(errcode.BadDocument, "unknown schema %q", truncate(schema))
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	return schema, doc, nil
+}
+
+// findSchema returns the top-level "schema" string wherever it is; values
+// of other keys are skipped without being kept.
+func findSchema(b []byte) (string, error) {
+	if s, ok := peekSchema(b); ok {
+		return s, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return "", errcode.New(errcode.BadDocument, "a document must be a JSON object")
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", errcode.Wrap(errcode.BadDocument, err, "invalid JSON")
+		}
+		if key == "schema" {
+			tok, err := dec.Token()
+			if s, ok := tok.(string); err == nil && ok {
+				return s, nil
+			}
+			return "", errcode.New(errcode.BadDocument, "schema: want a string")
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", errcode.Wrap(errcode.BadDocument, err, "invalid JSON")
+		}
+	}
+	return "", errcode.New(errcode.BadDocument, "no schema field")
 }

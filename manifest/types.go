@@ -199,11 +199,19 @@ type Counts struct {
 }
 
 // Failed reports whether any failure counter is non-zero.
+// Each counter is tested on its own: a sum could overflow or cancel out.
 func (c *Counts) Failed() bool {
-	return c.DigestFailures+c.SizeMismatches+c.VersionMissing+c.LogicalMismatches+
-		c.CountMismatches+c.DecodeErrors+c.SchemaMismatches+c.TupleRootMismatches+
-		c.Missing+c.Extra+c.Duplicate+c.ContentSubstitution+c.SourceVersionChange+
-		c.SourceIDChange+c.SplitConflict+c.SchemaMix+c.TombstoneHits+c.BenchmarkHits > 0
+	for _, v := range []int64{
+		c.DigestFailures, c.SizeMismatches, c.VersionMissing, c.LogicalMismatches,
+		c.CountMismatches, c.DecodeErrors, c.SchemaMismatches, c.TupleRootMismatches,
+		c.Missing, c.Extra, c.Duplicate, c.ContentSubstitution, c.SourceVersionChange,
+		c.SourceIDChange, c.SplitConflict, c.SchemaMix, c.TombstoneHits, c.BenchmarkHits,
+	} {
+		if v != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // ShardFailure is one shard-level failure with evidence.

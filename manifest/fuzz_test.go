@@ -1,0 +1,109 @@
+package manifest
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// fuzzDecoder checks one decoder on arbitrary bytes: it never panics, every
+// rejection has a catalogued code, and whatever it accepts re-encodes to a
+// document that decodes to the same value (and re-encodes to the same
+// bytes).
+func fuzzDecoder[T any](f *testing.F, seeds [][]byte, decode func([]byte) (*T, error)) {
+	for _, s := range seeds {
+		f.Add(s)
+		// Seed the interesting neighbours too.
+		f.Add(bytes.Replace(s, []byte(`":`), []byte(`":null,"x":`), 1))
+		f.Add(append(bytes.Clone(s), s...))
+		if i := bytes.IndexByte(s, ','); i > 0 {
+			f.Add(append(bytes.Clone(s[:i+1]), s[1:]...)) // repeats the first key
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := decode(b)
+		if err != nil {
+			if c := errcode.Of(err); !errcode.Known(c) || c == errcode.Internal {
+				t.Fatalf("rejection without a document code: %v", err)
+			}
+			return
+		}
+		enc, err := Encode(v)
+		if err != nil {
+			t.Fatalf("a decoded document does not encode: %v", err)
+		}
+		v2, err := decode(enc)
+		if err != nil {
+			t.Fatalf("re-encoded document does not decode: %v\n%s", err, enc)
+		}
+		if !reflect.DeepEqual(v, v2) {
+			t.Fatalf("round trip changed the value:\n%+v\n%+v", v, v2)
+		}
+		if enc2, _ := Encode(v2); !bytes.Equal(enc, enc2) {
+			t.Fatalf("encoding is not stable:\n%s\n%s", enc, enc2)
+		}
+	})
+}
+
+func FuzzDecodeRelease(f *testing.F) {
+	one := validRelease()
+	one.Shards = one.Shards[:1]
+	one.Totals = totalsOf(one.Shards)
+	fuzzDecoder(f, [][]byte{mustEncode(f, validRelease()), mustEncode(f, one)}, DecodeRelease)
+}
+
+func FuzzDecodeSnapshot(f *testing.F) {
+	fuzzDecoder(f, [][]byte{mustEncode(f, validSnapshot())}, DecodeSnapshot)
+}
+
+func FuzzDecodeFenceLog(f *testing.F) {
+	seeds := [][]byte{
+		mustEncode(f, validFenceLog(TombstonesSchema)),
+		mustEncode(f, &FenceLog{Schema: TombstonesSchema, Entries: []FenceEntry{}}),
+	}
+	fuzzDecoder(f, seeds, func(b []byte) (*FenceLog, error) { return DecodeFenceLog(b, TombstonesSchema) })
+}
+
+func FuzzDecodeBenchmarkLog(f *testing.F) {
+	fuzzDecoder(f, [][]byte{mustEncode(f, validFenceLog(BenchmarkSchema))},
+		func(b []byte) (*FenceLog, error) { return DecodeFenceLog(b, BenchmarkSchema) })
+}
+
+func FuzzDecodeRecordSchema(f *testing.F) {
+	noTokens := validRecordSchema()
+	noTokens.Tokens = ""
+	fuzzDecoder(f, [][]byte{mustEncode(f, validRecordSchema()), mustEncode(f, noTokens)}, DecodeRecordSchema)
+}
+
+func FuzzDecodeReport(f *testing.F) {
+	fuzzDecoder(f, [][]byte{mustEncode(f, validReport(false)), mustEncode(f, validReport(true))}, DecodeReport)
+}
+
+// FuzzDecodeAny dispatches by schema; seeds are every kind of document.
+func FuzzDecodeAny(f *testing.F) {
+	for _, c := range docCases() {
+		f.Add(mustEncode(f, c.doc))
+	}
+	f.Add([]byte(`{"schema":"` + ReleaseSchema + `","schema":"` + ReportSchema + `"}`))
+	f.Add([]byte(strings.Repeat("[", 64) + strings.Repeat("]", 64)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		schema, v, err := DecodeAny(b)
+		if err != nil {
+			if c := errcode.Of(err); !errcode.Known(c) || c == errcode.Internal {
+				t.Fatalf("rejection without a document code: %v", err)
+			}
+			return
+		}
+		enc, err := Encode(v)
+		if err != nil {
+			t.Fatalf("a decoded %s does not encode: %v", schema, err)
+		}
+		schema2, v2, err := DecodeAny(enc)
+		if err != nil || schema2 != schema || !reflect.DeepEqual(v, v2) {
+			t.Fatalf("round trip of a %s: %v", schema, err)
+		}
+	})
+}
