@@ -223,3 +223,25 @@ func encodeUnchecked(t testing.TB, v any) []byte {
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
+
+func TestEncodeKeepsHTMLCharacters(t *testing.T) {
+	if b := mustEncode(t, validReport(true)); !bytes.Contains(b, []byte("<&>")) {
+		t.Fatalf("HTML characters were escaped: %s", b)
+	}
+}
+
+// BenchmarkDecodeRelease decodes a 20,000-shard release (about 10% of the
+// size cap), the cost every verify, worker and gate pays per root.
+func BenchmarkDecodeRelease(b *testing.B) {
+	r := validRelease()
+	r.Shards = validShards(20000)
+	r.Totals = totalsOf(r.Shards)
+	doc := mustEncode(b, r)
+	b.SetBytes(int64(len(doc)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeRelease(doc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -77,6 +78,10 @@ func (d *Digest) UnmarshalText(b []byte) error {
 
 // UnmarshalJSON rejects anything but a JSON string in the strict form.
 func (d *Digest) UnmarshalJSON(b []byte) error {
+	// Fast path for the form Encode writes: a quoted string without escapes.
+	if len(b) >= 2 && b[0] == '"' && b[len(b)-1] == '"' && bytes.IndexByte(b, '\\') < 0 {
+		return d.UnmarshalText(b[1 : len(b)-1])
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return errcode.New(errcode.BadDigest, "digest must be a JSON string")

@@ -118,7 +118,12 @@ func validReport(failed bool) *Report {
 		r.Counts.DigestFailures = 1
 		r.Counts.Missing = 2
 		r.Examples = map[string][]string{"MISSING_MEMBER": {"doc-7", "doc-9"}}
-		r.Failures = []ShardFailure{{Shard: "shard-00001-of-00003", Side: "release", Code: "DIGEST_MISMATCH", Detail: "descriptor digest=sha256:…, bytes read=sha256:…"}}
+		r.Counts.TupleRootMismatches = 1
+		r.Failures = []ShardFailure{
+			{Shard: "shard-00001-of-00003", Side: "release", Code: "DIGEST_MISMATCH", Detail: "descriptor digest=sha256:…, bytes read=sha256:…"},
+			{Shard: "tupleRoot", Side: "release", Code: "TUPLE_ROOT_MISMATCH", Detail: "<&> kept as is"},
+			{Shard: "a-member", Side: "snapshot", Code: "DIGEST_MISMATCH"},
+		}
 	}
 	return r
 }

@@ -169,9 +169,13 @@ func TestRejectStruct(t *testing.T) {
 			r.Verdict, r.Counts.DigestFailures = Invalid, 1
 			r.Failures = []ShardFailure{{Shard: "s", Side: "release", Code: "BROKEN"}}
 		}, errcode.BadDocument},
-		{"failures unsorted", func(r *Report) {
+		{"failures unsorted by shard", func(r *Report) {
 			r.Verdict, r.Counts.DigestFailures = Invalid, 2
 			r.Failures = []ShardFailure{{Shard: "s2", Side: "release", Code: "DIGEST_MISMATCH"}, {Shard: "s1", Side: "release", Code: "DIGEST_MISMATCH"}}
+		}, errcode.BadDocument},
+		{"failures unsorted by side", func(r *Report) {
+			r.Verdict, r.Counts.DigestFailures = Invalid, 2
+			r.Failures = []ShardFailure{{Shard: "a", Side: "snapshot", Code: "DIGEST_MISMATCH"}, {Shard: "b", Side: "release", Code: "DIGEST_MISMATCH"}}
 		}, errcode.BadDocument},
 		{"negative stored bytes", func(r *Report) { r.Stats.StoredBytes = -1 }, errcode.BadCount},
 		{"negative ratio", func(r *Report) { r.Stats.DecompressionRatio = -0.5 }, errcode.BadCount},

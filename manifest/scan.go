@@ -31,7 +31,7 @@ func scanDocument(b []byte, t reflect.Type) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	s := scanner{dec: dec}
-	if err := s.value(t, "$", 0); err != nil {
+	if err := s.value(t, nil, 0); err != nil {
 		return err
 	}
 	if _, err := dec.Token(); err != io.EOF {
@@ -44,9 +44,28 @@ type scanner struct {
 	dec *json.Decoder
 }
 
+// location locates a value for error messages. It is a chain of parent links
+// rendered only when an error is reported, so a successful scan builds no
+// strings.
+type location struct {
+	parent *location
+	key    string // object member name, when index < 0
+	index  int    // array element index, or -1 for an object member
+}
+
+func (p *location) String() string {
+	if p == nil {
+		return "$"
+	}
+	if p.index >= 0 {
+		return p.parent.String() + "[" + strconv.Itoa(p.index) + "]"
+	}
+	return p.parent.String() + "." + truncate(p.key)
+}
+
 var digestType = reflect.TypeFor[Digest]()
 
-func (s *scanner) token(path string) (json.Token, error) {
+func (s *scanner) token(path *location) (json.Token, error) {
 	tok, err := s.dec.Token()
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -57,7 +76,7 @@ func (s *scanner) token(path string) (json.Token, error) {
 	return tok, nil
 }
 
-func (s *scanner) value(t reflect.Type, path string, depth int) error {
+func (s *scanner) value(t reflect.Type, path *location, depth int) error {
 	tok, err := s.token(path)
 	if err != nil {
 		return err
@@ -85,7 +104,7 @@ func (s *scanner) value(t reflect.Type, path string, depth int) error {
 				return wrongType(path, "an array", tok)
 			}
 			for i := 0; s.dec.More(); i++ {
-				if err := s.value(t.Elem(), path+"["+strconv.Itoa(i)+"]", depth+1); err != nil {
+				if err := s.value(t.Elem(), &location{parent: path, index: i}, depth+1); err != nil {
 					return err
 				}
 			}
@@ -138,7 +157,7 @@ func (s *scanner) value(t reflect.Type, path string, depth int) error {
 }
 
 // object scans the members of an object whose '{' has been read.
-func (s *scanner) object(t reflect.Type, path string, depth int) error {
+func (s *scanner) object(t reflect.Type, path *location, depth int) error {
 	var fields map[string]reflect.Type
 	if t.Kind() == reflect.Struct {
 		fields = jsonFields(t)
@@ -150,20 +169,18 @@ func (s *scanner) object(t reflect.Type, path string, depth int) error {
 			return err
 		}
 		key := tok.(string) // inside an object, Token only yields string keys
-		sub := path + "." + key
+		sub := &location{parent: path, key: key, index: -1}
 		if _, dup := seen[key]; dup {
-			return errcode.New(errcode.BadDocument, "%s: duplicate key", truncate(sub))
+			return errcode.New(errcode.BadDocument, "%s: duplicate key", sub)
 		}
 		seen[key] = struct{}{}
-		elem := t.Elem
-		if fields != nil {
-			ft, ok := fields[key]
-			if !ok {
-				return errcode.New(errcode.BadDocument, "%s: unknown field", truncate(sub))
-			}
-			elem = func() reflect.Type { return ft }
+		var elem reflect.Type
+		if fields == nil {
+			elem = t.Elem()
+		} else if elem = fields[key]; elem == nil {
+			return errcode.New(errcode.BadDocument, "%s: unknown field", sub)
 		}
-		if err := s.value(elem(), sub, depth+1); err != nil {
+		if err := s.value(elem, sub, depth+1); err != nil {
 			return err
 		}
 	}
@@ -171,7 +188,7 @@ func (s *scanner) object(t reflect.Type, path string, depth int) error {
 	return err
 }
 
-func wrongType(path, want string, tok json.Token) error {
+func wrongType(path *location, want string, tok json.Token) error {
 	return errcode.New(errcode.BadDocument, "%s: want %s, found %s", path, want, describe(tok))
 }
 

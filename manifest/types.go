@@ -149,7 +149,8 @@ type Report struct {
 	// Examples maps a code (e.g. MISSING_MEMBER) to up to 20 sampleIds,
 	// sorted. Never sample text.
 	Examples map[string][]string `json:"examples"`
-	// Shards lists every shard-level failure, sorted by shard id then code.
+	// Failures lists every shard-level failure, sorted by side, shard id,
+	// code, then detail.
 	Failures []ShardFailure `json:"failures"`
 	// ReleaseTupleRoot and SnapshotTupleRoot are the recomputed unbound
 	// Merkle roots; BoundTupleRoot is ReleaseTupleRoot bound as the

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -317,11 +318,8 @@ func (r *Report) Validate() error {
 		if !errcode.Known(errcode.Code(f.Code)) {
 			return errcode.New(errcode.BadDocument, "%s.code %q is not an error code", path, truncate(f.Code))
 		}
-		if i > 0 {
-			p := r.Failures[i-1]
-			if p.Shard > f.Shard || p.Shard == f.Shard && p.Code > f.Code {
-				return errcode.New(errcode.BadDocument, "%s: failures not sorted by shard then code", path)
-			}
+		if i > 0 && compareFailures(&r.Failures[i-1], &r.Failures[i]) > 0 {
+			return errcode.New(errcode.BadDocument, "%s: failures not sorted by side, shard, code, detail", path)
 		}
 	}
 	st := r.Stats
@@ -347,6 +345,12 @@ func (r *Report) Validate() error {
 		}
 	}
 	return nil
+}
+
+// compareFailures is the canonical order of Report.Failures, so two
+// verifications of the same inputs list them identically.
+func compareFailures(a, b *ShardFailure) int {
+	return cmp.Or(cmp.Compare(a.Side, b.Side), cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Detail, b.Detail))
 }
 
 func (c *Counts) validate() error {
