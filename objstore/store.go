@@ -83,7 +83,7 @@ type KeyError struct {
 }
 
 func (e *KeyError) Error() string {
-	return fmt.Sprintf("%s: key %q: %s", errcode.BadKey, e.Key, e.Reason)
+	return fmt.Sprintf("key %q: %s", e.Key, e.Reason)
 }
 
 // ErrorCode implements errcode.Coder.

@@ -23,9 +23,9 @@ type SizeMismatchError struct {
 
 func (e *SizeMismatchError) Error() string {
 	if e.Longer {
-		return fmt.Sprintf("%s: %s: descriptor size=%d, bytes read=more than %d", errcode.SizeMismatch, e.Key, e.Want, e.Want)
+		return fmt.Sprintf("%s: descriptor size=%d, bytes read=more than %d", e.Key, e.Want, e.Want)
 	}
-	return fmt.Sprintf("%s: %s: descriptor size=%d, bytes read=%d", errcode.SizeMismatch, e.Key, e.Want, e.Got)
+	return fmt.Sprintf("%s: descriptor size=%d, bytes read=%d", e.Key, e.Want, e.Got)
 }
 
 // ErrorCode implements errcode.Coder.
@@ -41,8 +41,8 @@ type DigestMismatchError struct {
 }
 
 func (e *DigestMismatchError) Error() string {
-	return fmt.Sprintf("%s: %s: descriptor digest=sha256:%s, sha256 of bytes read=sha256:%s",
-		errcode.DigestMismatch, e.Key, hex.EncodeToString(e.Want[:]), hex.EncodeToString(e.Got[:]))
+	return fmt.Sprintf("%s: descriptor digest=sha256:%s, sha256 of bytes read=sha256:%s",
+		e.Key, hex.EncodeToString(e.Want[:]), hex.EncodeToString(e.Got[:]))
 }
 
 // ErrorCode implements errcode.Coder.
@@ -54,7 +54,7 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("%s: content exceeds the %d-byte limit", errcode.DocumentTooLarge, e.Max)
+	return fmt.Sprintf("content exceeds the %d-byte limit", e.Max)
 }
 
 // ErrorCode implements errcode.Coder.

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// store ls|get|put: raw access to the object store, like `crane blob` or
+// `restic cat`. It bypasses digests on purpose (get prints whatever a version
+// holds), so it is a debugging and scripting tool, not a verifier.
+var storeCmd = &cobra.Command{
+	Use:   "store",
+	Short: "List, read and write raw objects in a store",
+	Long: `List, read and write raw objects in a store.
+
+The store is a directory (a plain path or file:///abs/path) or an S3 bucket
+with versioning (s3://bucket/prefix?endpoint=…&path_style=true&region=…).
+--store defaults to $SHARDPROOF_STORE.`,
+}
+
+var storeFlags struct {
+	url       string
+	version   string
+	overwrite bool
+}
+
+var storeLsCmd = &cobra.Command{
+	Use:   "ls [PREFIX]",
+	Short: "List keys with their latest version and size",
+	Args: func(cmd *cobra.Command, args []string) error {
+		if len(args) > 1 {
+			return errcode.New(errcode.Usage, "%s: at most one PREFIX", cmd.CommandPath())
+		}
+		return nil
+	},
+	RunE: func(cmd *cobra.Command, args []string) error {
+		s, err := openStore(cmd, storeFlags.url)
+		if err != nil {
+			return err
+		}
+		prefix := ""
+		if len(args) == 1 {
+			prefix = args[0]
+		}
+		out := cmd.OutOrStdout()
+		after := ""
+		for {
+			page, err := s.List(cmd.Context(), prefix, after, 1000)
+			if err != nil {
+				return err
+			}
+			for _, o := range page.Objects {
+				if _, err := fmt.Fprintf(out, "%s\t%s\t%d\n", o.Key, o.Version, o.Size); err != nil {
+					return errcode.Wrap(errcode.IO, err, "write listing")
+				}
+			}
+			if page.Next == "" {
+				return nil
+			}
+			after = page.Next
+		}
+	},
+}
+
+var storeGetCmd = &cobra.Command{
+	Use:   "get KEY",
+	Short: "Write the exact bytes of a key's version (default: latest) to stdout",
+	Args:  exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		s, err := openStore(cmd, storeFlags.url)
+		if err != nil {
+			return err
+		}
+		rc, err := s.Get(cmd.Context(), args[0], objstore.Version(storeFlags.version))
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		if _, err := io.Copy(cmd.OutOrStdout(), objstore.ContextReader(cmd.Context(), rc)); err != nil {
+			if errcode.Of(err) == errcode.Internal {
+				err = errcode.Wrap(errcode.IO, err, "get %s", args[0])
+			}
+			return err
+		}
+		return nil
+	},
+}
+
+var storePutCmd = &cobra.Command{
+	Use:   "put KEY [FILE|-]",
+	Short: "Create KEY from FILE or stdin and print the new version",
+	Long: `Create KEY from FILE (or stdin when FILE is "-" or absent) and print the
+new version id. By default put is a conditional create: if KEY already has
+a version it fails with PRECONDITION_FAILED (exit status 4) and writes
+nothing. --overwrite adds a new version unconditionally; earlier versions
+stay readable with get --version.`,
+	Args: func(cmd *cobra.Command, args []string) error {
+		if len(args) < 1 || len(args) > 2 {
+			return errcode.New(errcode.Usage, "%s: want KEY [FILE|-]", cmd.CommandPath())
+		}
+		return nil
+	},
+	RunE: func(cmd *cobra.Command, args []string) error {
+		if err := objstore.ValidateKey(args[0]); err != nil {
+			return err
+		}
+		s, err := openStore(cmd, storeFlags.url)
+		if err != nil {
+			return err
+		}
+		body := cmd.InOrStdin()
+		opts := objstore.PutOptions{IfNoneMatch: !storeFlags.overwrite}
+		if len(args) == 2 && args[1] != "-" {
+			f, err := os.Open(args[1])
+			if err != nil {
+				return errcode.Wrap(errcode.IO, err, "put %s", args[0])
+			}
+			defer f.Close()
+			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+				opts.Size = fi.Size()
+			}
+			body = f
+		}
+		v, err := s.Put(cmd.Context(), args[0], body, opts)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), v)
+		return err
+	},
+}
+
+func init() {
+	storeCmd.PersistentFlags().StringVar(&storeFlags.url, "store", os.Getenv("SHARDPROOF_STORE"), "store URL or path")
+	storeGetCmd.Flags().StringVar(&storeFlags.version, "version", "", "read this version instead of the latest")
+	storePutCmd.Flags().BoolVar(&storeFlags.overwrite, "overwrite", false, "add a new version even if KEY exists")
+	storeCmd.AddCommand(storeLsCmd, storeGetCmd, storePutCmd)
+	rootCmd.AddCommand(storeCmd)
+}
