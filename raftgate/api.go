@@ -1,0 +1,390 @@
+package raftgate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// forwardedHeader marks a request a follower forwarded to the leader; a
+// node that receives one and is not the leader answers NOT_LEADER instead
+// of forwarding again, so a request is forwarded at most once.
+const forwardedHeader = "X-Shardproof-Forwarded"
+
+// CommandResponse is the body of a successful POST /v1/commands.
+type CommandResponse struct {
+	Result json.RawMessage `json:"result"`
+}
+
+// ErrorBody is the body of every error response.
+type ErrorBody struct {
+	Error struct {
+		Code    errcode.Code `json:"code"`
+		Message string       `json:"message"`
+	} `json:"error"`
+	// Result is set when a rejection changed state (a failed run).
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// Status is a node's own view (GET /v1/status), not linearizable.
+type Status struct {
+	ID           string      `json:"id"`
+	RaftState    string      `json:"raftState"`
+	Leader       string      `json:"leader"`
+	LeaderHTTP   string      `json:"leaderHttp"`
+	Term         uint64      `json:"term"`
+	LastIndex    uint64      `json:"lastIndex"`
+	CommitIndex  uint64      `json:"commitIndex"`
+	AppliedIndex uint64      `json:"appliedIndex"`
+	Fences       Fences      `json:"fences"`
+	Aliases      int         `json:"aliases"`
+	Releases     int         `json:"releases"`
+	Runs         int         `json:"runs"`
+	Nodes        []*NodeInfo `json:"nodes"`
+}
+
+// handler routes the API:
+//
+//	POST /v1/commands          a command envelope (writes; forwarded to the leader)
+//	POST /v1/join              add a voter (leader)
+//	GET  /v1/state             the whole state (linearizable)
+//	GET  /v1/aliases/{name}    one alias with its history (linearizable)
+//	GET  /v1/releases/{root}   one release (linearizable)
+//	GET  /v1/permits           every permit, sorted by id (linearizable)
+//	GET  /v1/runs/{id}         one run with its tables (linearizable)
+//	GET  /v1/runs/{id}/wait    long-poll until the barrier opens or the run fails (?timeout=ms)
+//	GET  /v1/status            this node's view (local)
+//	GET  /healthz, /readyz     liveness; readiness = a leader is known and the FSM caught up
+func (n *Node) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/commands", n.handleCommand)
+	mux.HandleFunc("POST /v1/join", n.handleJoin)
+	mux.HandleFunc("GET /v1/state", n.read(func(s *State, r *http.Request) (any, error) { return s, nil }))
+	mux.HandleFunc("GET /v1/aliases/{name}", n.read(func(s *State, r *http.Request) (any, error) {
+		if a := s.Aliases[r.PathValue("name")]; a != nil {
+			return a, nil
+		}
+		return nil, errcode.New(errcode.UnknownAlias, "no alias %s", truncate(r.PathValue("name")))
+	}))
+	mux.HandleFunc("GET /v1/releases/{root}", n.read(func(s *State, r *http.Request) (any, error) {
+		if rel := s.Releases[r.PathValue("root")]; rel != nil {
+			return rel, nil
+		}
+		return nil, errcode.New(errcode.UnknownRelease, "no release %s", truncate(r.PathValue("root")))
+	}))
+	mux.HandleFunc("GET /v1/permits", n.read(func(s *State, r *http.Request) (any, error) {
+		out := []*Permit{}
+		for _, id := range sortedKeys(s.Permits) {
+			out = append(out, s.Permits[id])
+		}
+		return out, nil
+	}))
+	mux.HandleFunc("GET /v1/runs/{id}", n.read(func(s *State, r *http.Request) (any, error) {
+		if run := s.Runs[r.PathValue("id")]; run != nil {
+			return run, nil
+		}
+		return nil, errcode.New(errcode.UnknownRun, "no run %s", truncate(r.PathValue("id")))
+	}))
+	mux.HandleFunc("GET /v1/runs/{id}/wait", n.handleWait)
+	mux.HandleFunc("GET /v1/status", n.handleStatus)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if n.raft.State() == raft.Shutdown {
+			writeError(w, errcode.New(errcode.GateUnavailable, "raft is shut down"), nil)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if addr, _ := n.raft.LeaderWithID(); addr == "" {
+			writeError(w, errcode.New(errcode.NotLeader, "no leader known"), nil)
+			return
+		}
+		if n.raft.AppliedIndex() < n.raft.CommitIndex() {
+			writeError(w, errcode.New(errcode.GateUnavailable, "applied %d of %d committed entries", n.raft.AppliedIndex(), n.raft.CommitIndex()), nil)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	return mux
+}
+
+// httpStatus maps a code to the HTTP status of its error response.
+func httpStatus(c errcode.Code) int {
+	switch c {
+	case errcode.NotLeader, errcode.GateUnavailable:
+		return http.StatusServiceUnavailable
+	case errcode.Indeterminate:
+		return http.StatusGatewayTimeout
+	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun:
+		return http.StatusNotFound
+	}
+	switch c.Exit() {
+	case errcode.ExitRejected:
+		return http.StatusConflict
+	case errcode.ExitInvalid, errcode.ExitUsage:
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error, result any) {
+	var body ErrorBody
+	body.Error.Code = errcode.Of(err)
+	body.Error.Message = err.Error()
+	if result != nil {
+		body.Result, _ = json.Marshal(result)
+	}
+	writeJSON(w, httpStatus(body.Error.Code), body)
+}
+
+func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, MaxCommandSize+1))
+	if err != nil {
+		writeError(w, errcode.Wrap(errcode.IO, err, "read command"), nil)
+		return
+	}
+	c, err := DecodeCommand(b)
+	if err != nil {
+		writeError(w, err, nil)
+		return
+	}
+	if !n.IsLeader() {
+		n.forward(w, r, b)
+		return
+	}
+	res, err := n.Apply(c)
+	if res == nil {
+		if errcode.Of(err) == errcode.NotLeader {
+			n.forward(w, r, b)
+			return
+		}
+		writeError(w, err, nil)
+		return
+	}
+	if res.Err != nil {
+		writeError(w, res.Err, res.Value)
+		return
+	}
+	raw, err := json.Marshal(res.Value)
+	if err != nil {
+		writeError(w, errcode.Wrap(errcode.Internal, err, "encode result"), nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, CommandResponse{Result: raw})
+}
+
+func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		writeError(w, errcode.Wrap(errcode.IO, err, "read join"), nil)
+		return
+	}
+	c, err := DecodeCommand(b)
+	j, ok := c.(*Join)
+	if err != nil || !ok {
+		writeError(w, errcode.New(errcode.BadDocument, "join body must be a join command"), nil)
+		return
+	}
+	if !n.IsLeader() {
+		n.forward(w, r, b)
+		return
+	}
+	if err := n.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			writeError(w, errcode.Wrap(errcode.NotLeader, err, "add voter"), nil)
+		} else {
+			writeError(w, errcode.Wrap(errcode.Indeterminate, err, "add voter %s", j.ID), nil)
+		}
+		return
+	}
+	res, err := n.Apply(j)
+	if err != nil {
+		writeError(w, err, nil)
+		return
+	}
+	n.log.Info("voter added", "id", j.ID, "raftAddr", j.RaftAddr, "httpAddr", j.HTTPAddr)
+	raw, _ := json.Marshal(res.Value)
+	writeJSON(w, http.StatusOK, CommandResponse{Result: raw})
+}
+
+// read wraps a linearizable read: on the leader it verifies leadership
+// before reading; elsewhere it forwards the request to the leader.
+func (n *Node) read(fn func(*State, *http.Request) (any, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !n.IsLeader() {
+			n.forward(w, r, nil)
+			return
+		}
+		var raw []byte
+		var ferr error
+		err := n.ReadConsistent(func(s *State) {
+			var v any
+			if v, ferr = fn(s, r); ferr == nil {
+				raw, ferr = json.Marshal(v)
+			}
+		})
+		if err == nil {
+			err = ferr
+		}
+		if err != nil {
+			if errcode.Of(err) == errcode.NotLeader && r.Header.Get(forwardedHeader) == "" {
+				n.forward(w, r, nil)
+				return
+			}
+			writeError(w, err, nil)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(raw)
+	}
+}
+
+// handleWait long-polls a run on the leader until its barrier opens, it
+// fails, or the timeout (default 30 s, at most 5 min) ends; it answers
+// with the run's summary in every case.
+func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
+	if !n.IsLeader() {
+		n.forward(w, r, nil)
+		return
+	}
+	timeout := 30 * time.Second
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms < 0 {
+			writeError(w, errcode.New(errcode.Usage, "timeout must be milliseconds"), nil)
+			return
+		}
+		timeout = min(time.Duration(ms)*time.Millisecond, 5*time.Minute)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	id := r.PathValue("id")
+	first := true
+	for {
+		changed := n.fsm.Changed()
+		var sum *RunSummary
+		read := func(s *State) {
+			if run := s.Runs[id]; run != nil {
+				v := run.Summary()
+				sum = &v
+			}
+		}
+		if first {
+			if err := n.ReadConsistent(read); err != nil {
+				writeError(w, err, nil)
+				return
+			}
+			first = false
+		} else {
+			n.fsm.Read(read)
+		}
+		if sum == nil {
+			writeError(w, errcode.New(errcode.UnknownRun, "no run %s", truncate(id)), nil)
+			return
+		}
+		if sum.Barrier == BarrierOpen || sum.State == RunFailed || sum.State == RunCancelled {
+			writeJSON(w, http.StatusOK, sum)
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			writeJSON(w, http.StatusOK, sum)
+			return
+		case <-n.stop:
+			writeError(w, errcode.New(errcode.GateUnavailable, "node shutting down"), nil)
+			return
+		}
+	}
+}
+
+func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
+	addr, id := n.raft.LeaderWithID()
+	st := Status{
+		ID: n.cfg.ID, RaftState: n.raft.State().String(), Leader: string(id),
+		Term: n.raft.CurrentTerm(), LastIndex: n.raft.LastIndex(),
+		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(),
+		Nodes: []*NodeInfo{},
+	}
+	if addr != "" {
+		st.LeaderHTTP = n.leaderHTTP()
+	}
+	n.fsm.Read(func(s *State) {
+		st.Fences, st.Aliases, st.Releases, st.Runs = s.Fences, len(s.Aliases), len(s.Releases), len(s.Runs)
+		for _, k := range sortedKeys(s.Nodes) {
+			ni := *s.Nodes[k]
+			st.Nodes = append(st.Nodes, &ni)
+		}
+	})
+	writeJSON(w, http.StatusOK, st)
+}
+
+// forward sends the request to the leader once and copies its answer.
+// If the request never reached the leader the client is told NOT_LEADER
+// (retry is safe); if the connection broke after a write was sent, the
+// outcome is INDETERMINATE.
+func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+	if r.Header.Get(forwardedHeader) != "" {
+		writeError(w, errcode.New(errcode.NotLeader, "node %s is not the leader", n.cfg.ID), nil)
+		return
+	}
+	leader := n.leaderHTTP()
+	if leader == "" || leader == n.HTTPAddr() {
+		writeError(w, errcode.New(errcode.NotLeader, "node %s is not the leader and knows no leader", n.cfg.ID), nil)
+		return
+	}
+	var wrote bool
+	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote = true },
+	})
+	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+leader+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		writeError(w, errcode.Wrap(errcode.Internal, err, "forward"), nil)
+		return
+	}
+	req.Header.Set(forwardedHeader, n.cfg.ID)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := n.hc.Do(req)
+	if err != nil {
+		if wrote && r.Method == http.MethodPost {
+			writeError(w, errcode.Wrap(errcode.Indeterminate, err, "forwarded to leader %s, connection lost", leader), nil)
+		} else {
+			writeError(w, errcode.Wrap(errcode.NotLeader, err, "leader %s unreachable", leader), nil)
+		}
+		return
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseSize))
+	if err != nil {
+		code := errcode.NotLeader
+		if r.Method == http.MethodPost {
+			code = errcode.Indeterminate
+		}
+		writeError(w, errcode.Wrap(code, err, "reading leader %s's answer", leader), nil)
+		return
+	}
+	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	w.WriteHeader(resp.StatusCode)
+	w.Write(out)
+}
+
+// maxResponseSize bounds what a client or forwarder reads of an answer.
+const maxResponseSize = 1 << 30

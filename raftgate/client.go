@@ -1,0 +1,315 @@
+package raftgate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+// Client talks to a gate over its HTTP API.
+//
+// Retries: a request that provably never reached a node (connection
+// refused, DNS failure) and any request a node answered with NOT_LEADER or
+// GATE_UNAVAILABLE is retried, on the next endpoint, with backoff, for up
+// to RetryFor. Reads are also retried after a broken connection. A write
+// whose connection broke after it was sent, or that the gate reports as
+// INDETERMINATE (leadership lost mid-commit), is NOT retried: the client
+// returns an error with code INDETERMINATE (errors.Is(err,
+// ErrIndeterminate)). Retrying such a write is safe: publish and rollback
+// with the same (alias, expected generation, root) return the original
+// result, createRun with the same parameters returns the same run, and
+// attest, checkpoint, cancel and fence commands are idempotent.
+type Client struct {
+	// Endpoints are base URLs of gate nodes, tried in turn.
+	Endpoints []string
+	HTTP      *http.Client
+	// RetryFor bounds the total time spent retrying; zero means 15 s.
+	RetryFor time.Duration
+	next     atomic.Uint32
+}
+
+// NewClient returns a client for a comma-separated list of gate URLs or
+// host:port addresses.
+func NewClient(urls string) *Client {
+	c := &Client{HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}}
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSuffix(strings.TrimSpace(u), "/")
+		if u == "" {
+			continue
+		}
+		if !strings.Contains(u, "://") {
+			u = "http://" + u
+		}
+		c.Endpoints = append(c.Endpoints, u)
+	}
+	return c
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.HTTP.CloseIdleConnections() }
+
+// do sends one request, retrying as described on Client, and decodes a
+// successful answer (or the state-changing result of a rejection) into out.
+func (c *Client) do(ctx context.Context, method, path string, in any, out any) error {
+	if len(c.Endpoints) == 0 {
+		return errcode.New(errcode.Usage, "no gate URL given")
+	}
+	var body []byte
+	if in != nil {
+		var err error
+		if cmd, ok := in.(Command); ok {
+			body, err = EncodeCommand(cmd)
+		} else {
+			body, err = json.Marshal(in)
+		}
+		if err != nil {
+			return errcode.Wrap(errcode.Internal, err, "encode request")
+		}
+	}
+	retryFor := c.RetryFor
+	if retryFor == 0 {
+		retryFor = 15 * time.Second
+	}
+	deadline := time.Now().Add(retryFor)
+	backoff := 20 * time.Millisecond
+	start := int(c.next.Load())
+	var last error
+	for attempt := 0; ; attempt++ {
+		i := (start + attempt) % len(c.Endpoints)
+		err, retry := c.once(ctx, method, c.Endpoints[i]+path, body, out)
+		if !retry {
+			c.next.Store(uint32(i))
+			return err
+		}
+		last = err
+		if ctx.Err() != nil {
+			return errcode.Wrap(errcode.Canceled, ctx.Err(), "gate request %s %s (last: %v)", method, path, last)
+		}
+		if time.Now().After(deadline) {
+			return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s within %s", method, path, retryFor)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// once sends one request and says whether a failure may be retried.
+func (c *Client) once(ctx context.Context, method, u string, body []byte, out any) (err error, retry bool) {
+	var wrote atomic.Bool
+	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+	})
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(tctx, method, u, rd)
+	if err != nil {
+		return errcode.Wrap(errcode.Usage, err, "gate URL %s", u), false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		if ctx.Err() != nil && method == http.MethodPost && wrote.Load() {
+			return errcode.Wrap(errcode.Indeterminate, err, "%s %s canceled after it was sent", method, u), false
+		}
+		if method == http.MethodPost && wrote.Load() {
+			return errcode.Wrap(errcode.Indeterminate, err, "%s %s: connection lost after the command was sent; retrying it is safe", method, u), false
+		}
+		return errcode.Wrap(errcode.GateUnavailable, err, "%s %s", method, u), true
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseSize))
+	if err != nil {
+		if method == http.MethodPost {
+			return errcode.Wrap(errcode.Indeterminate, err, "%s %s: answer lost; retrying it is safe", method, u), false
+		}
+		return errcode.Wrap(errcode.GateUnavailable, err, "%s %s", method, u), true
+	}
+	if resp.StatusCode == http.StatusOK {
+		if out == nil {
+			return nil, false
+		}
+		if method == http.MethodPost { // every POST answers a CommandResponse
+			var cr CommandResponse
+			if err := json.Unmarshal(b, &cr); err != nil {
+				return errcode.Wrap(errcode.Internal, err, "decode gate answer"), false
+			}
+			b = cr.Result
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return errcode.Wrap(errcode.Internal, err, "decode gate answer"), false
+		}
+		return nil, false
+	}
+	var eb ErrorBody
+	if err := json.Unmarshal(b, &eb); err != nil || !errcode.Known(eb.Error.Code) {
+		return errcode.New(errcode.GateUnavailable, "%s %s: HTTP %d", method, u, resp.StatusCode), true
+	}
+	if out != nil && len(eb.Result) > 0 {
+		json.Unmarshal(eb.Result, out)
+	}
+	msg := strings.TrimPrefix(eb.Error.Message, string(eb.Error.Code)+": ")
+	rerr := &errcode.Error{Code: eb.Error.Code, Msg: msg}
+	switch eb.Error.Code {
+	case errcode.NotLeader, errcode.GateUnavailable:
+		return rerr, true
+	}
+	return rerr, false
+}
+
+// Apply sends a command and decodes its result into out (may be nil).
+func (c *Client) Apply(ctx context.Context, cmd Command, out any) error {
+	return c.do(ctx, http.MethodPost, "/v1/commands", cmd, out)
+}
+
+// Register records a release or a new report of it.
+func (c *Client) Register(ctx context.Context, cmd *Register) (*RecheckResult, error) {
+	var r RecheckResult
+	return &r, c.Apply(ctx, cmd, &r)
+}
+
+// Recheck records a fence recheck of a release.
+func (c *Client) Recheck(ctx context.Context, cmd *RecheckCmd) (*RecheckResult, error) {
+	var r RecheckResult
+	return &r, c.Apply(ctx, cmd, &r)
+}
+
+// Publish moves alias from expected to expected+1 pointing at root.
+// retain sets the rollback window of a new alias (0 = default).
+func (c *Client) Publish(ctx context.Context, alias string, root manifest.Digest, expected uint64, retain int) (*PublishResult, error) {
+	var r PublishResult
+	return &r, c.Apply(ctx, &Publish{Alias: alias, Root: root, ExpectedGeneration: expected, Retain: retain}, &r)
+}
+
+// Rollback moves alias to a new generation pointing at a retained root.
+func (c *Client) Rollback(ctx context.Context, alias string, root manifest.Digest, expected uint64) (*PublishResult, error) {
+	var r PublishResult
+	return &r, c.Apply(ctx, &Rollback{Alias: alias, Root: root, ExpectedGeneration: expected}, &r)
+}
+
+// AdvanceFence raises a fence.
+func (c *Client) AdvanceFence(ctx context.Context, kind string, value uint64) (*FenceResult, error) {
+	var r FenceResult
+	return &r, c.Apply(ctx, &AdvanceFence{Kind: kind, Value: value}, &r)
+}
+
+// CreateRun creates (or, with the same parameters, finds) a run.
+func (c *Client) CreateRun(ctx context.Context, cmd *CreateRun) (*RunSummary, error) {
+	var r RunSummary
+	return &r, c.Apply(ctx, cmd, &r)
+}
+
+// Attest sends one rank's attestation.
+func (c *Client) Attest(ctx context.Context, run string, rank int, root manifest.Digest, shards []manifest.Digest) (*RunSummary, error) {
+	var r RunSummary
+	return &r, c.Apply(ctx, &Attest{Run: run, Rank: rank, Root: root, Shards: shards}, &r)
+}
+
+// Reassign changes a run's assignment.
+func (c *Client) Reassign(ctx context.Context, cmd *Reassign) (*RunSummary, error) {
+	var r RunSummary
+	return &r, c.Apply(ctx, cmd, &r)
+}
+
+// AdmitCheckpoint admits a checkpoint.
+func (c *Client) AdmitCheckpoint(ctx context.Context, run string, step int64, root manifest.Digest) (*RunSummary, error) {
+	var r RunSummary
+	return &r, c.Apply(ctx, &AdmitCheckpoint{Run: run, Step: step, Root: root}, &r)
+}
+
+// CancelRun cancels a run.
+func (c *Client) CancelRun(ctx context.Context, run, reason string) (*RunSummary, error) {
+	var r RunSummary
+	return &r, c.Apply(ctx, &CancelRun{Run: run, Reason: reason}, &r)
+}
+
+// State reads the whole state (linearizable).
+func (c *Client) State(ctx context.Context) (*State, error) {
+	s := NewState()
+	return s, c.do(ctx, http.MethodGet, "/v1/state", nil, s)
+}
+
+// Alias reads one alias (linearizable).
+func (c *Client) Alias(ctx context.Context, name string) (*Alias, error) {
+	var a Alias
+	return &a, c.do(ctx, http.MethodGet, "/v1/aliases/"+url.PathEscape(name), nil, &a)
+}
+
+// Release reads one release (linearizable).
+func (c *Client) Release(ctx context.Context, root manifest.Digest) (*Release, error) {
+	var r Release
+	return &r, c.do(ctx, http.MethodGet, "/v1/releases/"+root.String(), nil, &r)
+}
+
+// Permits reads every permit (linearizable).
+func (c *Client) Permits(ctx context.Context) ([]*Permit, error) {
+	var p []*Permit
+	return p, c.do(ctx, http.MethodGet, "/v1/permits", nil, &p)
+}
+
+// Run reads one run with its tables (linearizable).
+func (c *Client) Run(ctx context.Context, id string) (*Run, error) {
+	var r Run
+	return &r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &r)
+}
+
+// Status reads the first reachable node's own view.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var s Status
+	return &s, c.do(ctx, http.MethodGet, "/v1/status", nil, &s)
+}
+
+// WaitRun waits until the run's barrier opens (nil error), the run fails
+// (its failure code: BARRIER_TIMEOUT, ROOT_MISMATCH, …, or RUN_FAILED when
+// cancelled) or ctx ends (BARRIER_CLOSED).
+func (c *Client) WaitRun(ctx context.Context, id string) (*RunSummary, error) {
+	for {
+		poll := 30 * time.Second
+		if d, ok := ctx.Deadline(); ok {
+			// Leave the server time to answer before ctx ends.
+			poll = min(poll, time.Until(d)-250*time.Millisecond)
+		}
+		var s RunSummary
+		if poll > 0 {
+			if err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/runs/%s/wait?timeout=%d", url.PathEscape(id), poll.Milliseconds()), nil, &s); err != nil {
+				return nil, err
+			}
+		} else if err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &s); err != nil {
+			return nil, err
+		}
+		switch {
+		case s.Barrier == BarrierOpen:
+			return &s, nil
+		case s.State == RunFailed:
+			code := errcode.Code(s.FailCode)
+			if !errcode.Known(code) {
+				code = errcode.RunFailed
+			}
+			return &s, errcode.New(code, "run %s failed: %s", id, s.FailReason)
+		case s.State == RunCancelled:
+			return &s, errcode.New(errcode.RunFailed, "run %s was cancelled: %s", id, s.FailReason)
+		}
+		if poll <= 0 || ctx.Err() != nil {
+			return &s, errcode.New(errcode.BarrierClosed, "run %s: %d of %d ranks attested at epoch %d", id, s.Attested, s.WorldSize, s.Epoch)
+		}
+	}
+}
+
+// IsIndeterminate reports whether err means the outcome is unknown.
+func IsIndeterminate(err error) bool { return errors.Is(err, ErrIndeterminate) }

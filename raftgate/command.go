@@ -1,0 +1,269 @@
+package raftgate
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+// Command types: the "type" field of a command envelope.
+const (
+	CmdRegister        = "register"
+	CmdRecheck         = "recheck"
+	CmdPublish         = "publish"
+	CmdRollback        = "rollback"
+	CmdAdvanceFence    = "advanceFence"
+	CmdCreateRun       = "createRun"
+	CmdAttest          = "attest"
+	CmdCheckBarrier    = "checkBarrier"
+	CmdReassign        = "reassign"
+	CmdAdmitCheckpoint = "admitCheckpoint"
+	CmdCancelRun       = "cancelRun"
+	CmdJoin            = "join"
+)
+
+// MaxCommandSize caps one encoded command (a register of a release with
+// ~200,000 shards fits).
+const MaxCommandSize = 32 << 20
+
+// Command is one gate command. Every implementation embeds Header.
+type Command interface {
+	header() *Header
+}
+
+// Header is the part common to every command envelope.
+type Header struct {
+	Type string `json:"type"`
+	// Now is the proposing leader's clock in unix milliseconds. Apply uses
+	// it for every time-based decision and never reads a clock itself.
+	Now int64 `json:"now"`
+}
+
+func (h *Header) header() *Header { return h }
+
+// ReportSummary is what the gate needs from a verification report.
+type ReportSummary struct {
+	Digest             manifest.Digest `json:"digest"`
+	Verdict            string          `json:"verdict"`
+	DatasetSnapshot    manifest.Digest `json:"datasetSnapshot"`
+	TombstoneWatermark uint64          `json:"tombstoneWatermark"`
+	BenchmarkFence     uint64          `json:"benchmarkFence"`
+	TombstoneHits      int64           `json:"tombstoneHits"`
+	BenchmarkHits      int64           `json:"benchmarkHits"`
+}
+
+// Register records a release (STAGED when Report is nil) or a new
+// verification report of it.
+type Register struct {
+	Header
+	Root   manifest.Digest   `json:"root"`
+	Shards []manifest.Digest `json:"shards"`
+	Report *ReportSummary    `json:"report,omitempty"`
+}
+
+// RecheckCmd records a fence recheck: the release was checked against the
+// fence Kind at Value and Hits items were found.
+type RecheckCmd struct {
+	Header
+	Root   manifest.Digest `json:"root"`
+	Kind   string          `json:"kind"`
+	Value  uint64          `json:"value"`
+	Report manifest.Digest `json:"report"`
+	Hits   int64           `json:"hits"`
+}
+
+// Publish moves Alias from ExpectedGeneration to ExpectedGeneration+1
+// pointing at Root. Retain sets the rollback window of a new alias.
+type Publish struct {
+	Header
+	Alias              string          `json:"alias"`
+	Root               manifest.Digest `json:"root"`
+	ExpectedGeneration uint64          `json:"expectedGeneration"`
+	Retain             int             `json:"retain,omitempty"`
+}
+
+// Rollback moves Alias to a new generation pointing at a retained
+// previous Root.
+type Rollback struct {
+	Header
+	Alias              string          `json:"alias"`
+	Root               manifest.Digest `json:"root"`
+	ExpectedGeneration uint64          `json:"expectedGeneration"`
+}
+
+// AdvanceFence raises the tombstone watermark or benchmark fence.
+type AdvanceFence struct {
+	Header
+	Kind  string `json:"kind"`
+	Value uint64 `json:"value"`
+}
+
+// CreateRun pins a run to the alias's current root. Assignment, when
+// non-nil, is rank → shard indices; nil means round-robin (shard i goes to
+// rank i % WorldSize).
+type CreateRun struct {
+	Header
+	Run              string  `json:"run"`
+	Alias            string  `json:"alias"`
+	WorldSize        int     `json:"worldSize"`
+	Assignment       [][]int `json:"assignment,omitempty"`
+	BarrierTimeoutMs int64   `json:"barrierTimeoutMs,omitempty"`
+}
+
+// Attest is one rank's attestation.
+type Attest struct {
+	Header
+	Run    string            `json:"run"`
+	Rank   int               `json:"rank"`
+	Root   manifest.Digest   `json:"root"`
+	Shards []manifest.Digest `json:"shards"`
+}
+
+// CheckBarrier fails the run with BARRIER_TIMEOUT if its barrier is still
+// closed after its deadline.
+type CheckBarrier struct {
+	Header
+	Run string `json:"run"`
+}
+
+// Reassign changes a run's world size and assignment. Reset lists ranks
+// that must attest again even if their assignment did not change
+// (recovery of a replaced worker).
+type Reassign struct {
+	Header
+	Run        string  `json:"run"`
+	WorldSize  int     `json:"worldSize"`
+	Assignment [][]int `json:"assignment,omitempty"`
+	Reset      []int   `json:"reset,omitempty"`
+}
+
+// AdmitCheckpoint admits a checkpoint at Step of Root.
+type AdmitCheckpoint struct {
+	Header
+	Run  string          `json:"run"`
+	Step int64           `json:"step"`
+	Root manifest.Digest `json:"root"`
+}
+
+// CancelRun cancels a run and releases its permit.
+type CancelRun struct {
+	Header
+	Run    string `json:"run"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Join records a node's addresses.
+type Join struct {
+	Header
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+	HTTPAddr string `json:"httpAddr"`
+}
+
+// newCommand returns an empty command of the given type.
+func newCommand(typ string) Command {
+	switch typ {
+	case CmdRegister:
+		return &Register{}
+	case CmdRecheck:
+		return &RecheckCmd{}
+	case CmdPublish:
+		return &Publish{}
+	case CmdRollback:
+		return &Rollback{}
+	case CmdAdvanceFence:
+		return &AdvanceFence{}
+	case CmdCreateRun:
+		return &CreateRun{}
+	case CmdAttest:
+		return &Attest{}
+	case CmdCheckBarrier:
+		return &CheckBarrier{}
+	case CmdReassign:
+		return &Reassign{}
+	case CmdAdmitCheckpoint:
+		return &AdmitCheckpoint{}
+	case CmdCancelRun:
+		return &CancelRun{}
+	case CmdJoin:
+		return &Join{}
+	}
+	return nil
+}
+
+// DecodeCommand strictly decodes a command envelope: an unknown type, an
+// unknown field, a bad digest or trailing data is a BAD_DOCUMENT error.
+func DecodeCommand(b []byte) (Command, error) {
+	if len(b) > MaxCommandSize {
+		return nil, errcode.New(errcode.DocumentTooLarge, "command is %d bytes, cap %d", len(b), MaxCommandSize)
+	}
+	var h struct {
+		Type string `json:"type"`
+	}
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, errcode.Wrap(errcode.BadDocument, err, "command envelope")
+	}
+	c := newCommand(h.Type)
+	if c == nil {
+		return nil, errcode.New(errcode.BadDocument, "unknown command type %q", truncate(h.Type))
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return nil, errcode.Wrap(errcode.BadDocument, err, "%s command", h.Type)
+	}
+	if dec.More() {
+		return nil, errcode.New(errcode.BadDocument, "trailing data after %s command", h.Type)
+	}
+	return c, nil
+}
+
+// EncodeCommand encodes c with its type set.
+func EncodeCommand(c Command) ([]byte, error) {
+	c.header().Type = commandType(c)
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "encode command")
+	}
+	return b, nil
+}
+
+// commandType returns the envelope type of c.
+func commandType(c Command) string {
+	switch c.(type) {
+	case *Register:
+		return CmdRegister
+	case *RecheckCmd:
+		return CmdRecheck
+	case *Publish:
+		return CmdPublish
+	case *Rollback:
+		return CmdRollback
+	case *AdvanceFence:
+		return CmdAdvanceFence
+	case *CreateRun:
+		return CmdCreateRun
+	case *Attest:
+		return CmdAttest
+	case *CheckBarrier:
+		return CmdCheckBarrier
+	case *Reassign:
+		return CmdReassign
+	case *AdmitCheckpoint:
+		return CmdAdmitCheckpoint
+	case *CancelRun:
+		return CmdCancelRun
+	case *Join:
+		return CmdJoin
+	}
+	return ""
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

@@ -1,0 +1,200 @@
+package raftgate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// Result is what Apply returns for one command: a view of the state it
+// changed and, for a rejection, a coded error. Some rejections change state
+// on purpose (an attestation of a foreign root fails the run), so Value is
+// set even when Err is.
+type Result struct {
+	Value any
+	Err   error
+}
+
+// FSM is the gate's replicated state machine.
+//
+// Apply MUST be deterministic: it reads nothing but the state and the
+// command (no clock, no store, no randomness) and iterates maps in sorted
+// order, so every replica applying the same log holds the same state and
+// produces byte-identical snapshots.
+type FSM struct {
+	mu    sync.RWMutex
+	state *State
+	// changed is closed and replaced after every apply and restore, so
+	// waiters (run wait) learn about changes without polling.
+	changed chan struct{}
+}
+
+var _ raft.FSM = (*FSM)(nil)
+
+// NewFSM returns an FSM holding an empty state.
+func NewFSM() *FSM {
+	return &FSM{state: NewState(), changed: make(chan struct{})}
+}
+
+// Apply implements raft.FSM. It returns a *Result for command entries.
+func (f *FSM) Apply(l *raft.Log) any {
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	return f.ApplyBytes(l.Data)
+}
+
+// ApplyBytes decodes and applies one encoded command.
+func (f *FSM) ApplyBytes(data []byte) *Result {
+	c, err := DecodeCommand(data)
+	if err != nil {
+		return &Result{Err: err}
+	}
+	return f.ApplyCommand(c)
+}
+
+// ApplyCommand applies one decoded command.
+func (f *FSM) ApplyCommand(c Command) *Result {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	defer f.notify()
+	a := applier{s: f.state, now: c.header().Now}
+	var v any
+	var err error
+	switch c := c.(type) {
+	case *Register:
+		v, err = a.register(c)
+	case *RecheckCmd:
+		v, err = a.recheck(c)
+	case *Publish:
+		v, err = a.publish(c)
+	case *Rollback:
+		v, err = a.rollback(c)
+	case *AdvanceFence:
+		v, err = a.advanceFence(c)
+	case *CreateRun:
+		v, err = a.createRun(c)
+	case *Attest:
+		v, err = a.attest(c)
+	case *CheckBarrier:
+		v, err = a.checkBarrier(c)
+	case *Reassign:
+		v, err = a.reassign(c)
+	case *AdmitCheckpoint:
+		v, err = a.admitCheckpoint(c)
+	case *CancelRun:
+		v, err = a.cancelRun(c)
+	case *Join:
+		v, err = a.join(c)
+	default:
+		err = errcode.New(errcode.BadDocument, "unknown command %T", c)
+	}
+	return &Result{Value: v, Err: err}
+}
+
+// notify wakes everyone waiting for a change. Callers hold f.mu.
+func (f *FSM) notify() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// Read calls fn with the current state under a read lock. fn MUST NOT keep
+// references into the state after it returns, nor modify it.
+func (f *FSM) Read(fn func(*State)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.state)
+}
+
+// Changed returns a channel closed at the next change of state.
+func (f *FSM) Changed() <-chan struct{} {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.changed
+}
+
+// Snapshot implements raft.FSM. The state is encoded here, under the lock,
+// because Persist runs concurrently with later Applies.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	b, err := f.Encode()
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot{b: b}, nil
+}
+
+// Encode returns the snapshot bytes of the current state.
+func (f *FSM) Encode() ([]byte, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return EncodeState(f.state)
+}
+
+// EncodeState returns the snapshot bytes of s: JSON with sorted map keys.
+func EncodeState(s *State) ([]byte, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "encode gate state")
+	}
+	return b, nil
+}
+
+// maxSnapshotSize bounds what Restore reads.
+const maxSnapshotSize = 1 << 30
+
+// Restore implements raft.FSM: it strictly decodes and validates a snapshot
+// and replaces the state with it.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxSnapshotSize+1))
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "read gate snapshot")
+	}
+	s, err := DecodeState(b)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state = s
+	f.notify()
+	return nil
+}
+
+// DecodeState strictly decodes and validates snapshot bytes.
+func DecodeState(b []byte) (*State, error) {
+	if len(b) > maxSnapshotSize {
+		return nil, errcode.New(errcode.DocumentTooLarge, "gate snapshot exceeds %d bytes", maxSnapshotSize)
+	}
+	s := NewState()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(s); err != nil {
+		return nil, errcode.Wrap(errcode.BadDocument, err, "decode gate snapshot")
+	}
+	if dec.More() {
+		return nil, errcode.New(errcode.BadDocument, "trailing data after gate snapshot")
+	}
+	if err := s.Validate(); err != nil {
+		return nil, errcode.Wrap(errcode.BadDocument, err, "gate snapshot")
+	}
+	return s, nil
+}
+
+type snapshot struct{ b []byte }
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := sink.Write(s.b); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("write gate snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) Release() {}

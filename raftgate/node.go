@@ -1,0 +1,405 @@
+package raftgate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// Sentinel conditions; errors.Is matches any error carrying the same code.
+var (
+	ErrNotLeader          error = &errcode.Error{Code: errcode.NotLeader}
+	ErrIndeterminate      error = &errcode.Error{Code: errcode.Indeterminate}
+	ErrGenerationConflict error = &errcode.Error{Code: errcode.GenerationConflict}
+	ErrPublishConflict    error = &errcode.Error{Code: errcode.PublishConflict}
+	ErrFenceBehind        error = &errcode.Error{Code: errcode.FenceBehind}
+	ErrPermitClosed       error = &errcode.Error{Code: errcode.PermitClosed}
+	ErrRootMismatch       error = &errcode.Error{Code: errcode.RootMismatch}
+	ErrBarrierTimeout     error = &errcode.Error{Code: errcode.BarrierTimeout}
+	ErrRunFailed          error = &errcode.Error{Code: errcode.RunFailed}
+	ErrGateUnavailable    error = &errcode.Error{Code: errcode.GateUnavailable}
+)
+
+// Default addresses of a single embedded gate, on loopback.
+const (
+	DefaultHTTPAddr = "127.0.0.1:7480"
+	DefaultRaftAddr = "127.0.0.1:7481"
+	DefaultGateURL  = "http://" + DefaultHTTPAddr
+)
+
+// Timing are the Raft timeouts. The zero value means hashicorp/raft's
+// defaults (1 s heartbeat and election, 500 ms lease).
+type Timing struct {
+	Heartbeat   time.Duration
+	Election    time.Duration
+	LeaderLease time.Duration
+	Commit      time.Duration
+}
+
+// FastTiming is for loopback tests: elections in a few hundred ms.
+var FastTiming = Timing{Heartbeat: 200 * time.Millisecond, Election: 200 * time.Millisecond, LeaderLease: 100 * time.Millisecond, Commit: 5 * time.Millisecond}
+
+// Config configures a Node.
+type Config struct {
+	// ID is the Raft server ID; it MUST stay the same across restarts.
+	ID string
+	// DataDir holds raft.db (log and stable store) and snapshots/.
+	DataDir string
+	// RaftAddr is the host:port the Raft TCP transport binds and
+	// advertises; HTTPAddr is the API's. Port 0 picks a free port.
+	RaftAddr string
+	HTTPAddr string
+	// Join is the HTTP address of a running member. A node with Join set
+	// and no state on disk asks that member to add it; otherwise a node
+	// without state bootstraps a single-node cluster of itself.
+	Join   string
+	Timing Timing
+	// ApplyTimeout bounds how long a write waits to be enqueued and for a
+	// linearizable read's barrier; zero means 10 s.
+	ApplyTimeout time.Duration
+	// SnapshotThreshold is the number of log entries between snapshots;
+	// zero means raft's default (8192).
+	SnapshotThreshold uint64
+	// Logger receives the gate's structured logs; RaftLog receives
+	// hashicorp/raft's own (warnings and errors). Nil means slog.Default()
+	// and os.Stderr.
+	Logger  *slog.Logger
+	RaftLog io.Writer
+	// SweepInterval is how often the leader fails runs whose barrier
+	// deadline passed; zero means 250 ms.
+	SweepInterval time.Duration
+}
+
+// Node is one gate server: a Raft member with its FSM and HTTP API.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	fsm   *FSM
+	raft  *raft.Raft
+	trans *raft.NetworkTransport
+	store *raftboltdb.BoltStore
+	ln    net.Listener
+	srv   *http.Server
+	hc    *http.Client
+
+	// barrierTerm is the term in which this node, as leader, last
+	// completed a barrier; reads in that term need only VerifyLeader.
+	barrierTerm atomic.Uint64
+
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	shutOnce sync.Once
+	shutErr  error
+}
+
+// NewNode returns a node; Start opens its storage and starts serving.
+func NewNode(cfg Config) *Node {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.RaftLog == nil {
+		cfg.RaftLog = os.Stderr
+	}
+	if cfg.ApplyTimeout == 0 {
+		cfg.ApplyTimeout = 10 * time.Second
+	}
+	if cfg.SweepInterval == 0 {
+		cfg.SweepInterval = 250 * time.Millisecond
+	}
+	return &Node{
+		cfg:  cfg,
+		log:  cfg.Logger.With("node", cfg.ID),
+		fsm:  NewFSM(),
+		hc:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
+		stop: make(chan struct{}),
+	}
+}
+
+// Start opens the node's storage, starts Raft and the HTTP API, and
+// bootstraps or joins as Config says. On error everything opened is closed.
+func (n *Node) Start(ctx context.Context) (err error) {
+	if n.cfg.ID == "" || n.cfg.DataDir == "" {
+		return errcode.New(errcode.Usage, "gate node needs an ID and a data directory")
+	}
+	defer func() {
+		if err != nil {
+			n.Shutdown()
+		}
+	}()
+	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
+		return errcode.Wrap(errcode.IO, err, "gate data dir")
+	}
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: n.cfg.RaftLog})
+	n.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(n.cfg.DataDir, "raft.db")})
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "open %s", filepath.Join(n.cfg.DataDir, "raft.db"))
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, hl)
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "open snapshot store")
+	}
+	n.trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, nil, 4, 10*time.Second, hl)
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "raft transport on %s", n.cfg.RaftAddr)
+	}
+	n.ln, err = net.Listen("tcp", n.cfg.HTTPAddr)
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "gate HTTP listener on %s", n.cfg.HTTPAddr)
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.cfg.ID)
+	rc.Logger = hl
+	if t := n.cfg.Timing; t.Heartbeat > 0 {
+		rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = t.Heartbeat, t.Election, t.LeaderLease
+		if t.Commit > 0 {
+			rc.CommitTimeout = t.Commit
+		}
+	}
+	if n.cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = n.cfg.SnapshotThreshold
+		rc.TrailingLogs = n.cfg.SnapshotThreshold
+	}
+	existing, err := raft.HasExistingState(n.store, n.store, snaps)
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "inspect raft state")
+	}
+	n.raft, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "start raft")
+	}
+	if !existing && n.cfg.Join == "" {
+		f := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
+			Suffrage: raft.Voter, ID: rc.LocalID, Address: n.trans.LocalAddr(),
+		}}})
+		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return errcode.Wrap(errcode.Internal, err, "bootstrap")
+		}
+		n.log.Info("bootstrapped single-node gate", "raftAddr", n.trans.LocalAddr())
+	}
+
+	n.srv = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
+	n.wg.Add(2)
+	go func() {
+		defer n.wg.Done()
+		if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("gate HTTP server stopped", "err", err, "code", errcode.IO)
+		}
+	}()
+	go func() {
+		defer n.wg.Done()
+		n.leaderLoop()
+	}()
+
+	if !existing && n.cfg.Join != "" {
+		if err := n.join(ctx); err != nil {
+			return err
+		}
+	}
+	n.log.Info("gate node started", "httpAddr", n.HTTPAddr(), "raftAddr", n.RaftAddr(), "existingState", existing)
+	return nil
+}
+
+// join asks the member at Config.Join to add this node as a voter,
+// retrying until ctx ends.
+func (n *Node) join(ctx context.Context) error {
+	c := NewClient(n.cfg.Join)
+	c.RetryFor = 30 * time.Second
+	req := &Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()}
+	if err := c.do(ctx, http.MethodPost, "/v1/join", req, nil); err != nil {
+		return errcode.Wrap(errcode.Of(err), err, "join via %s", n.cfg.Join)
+	}
+	n.log.Info("joined gate cluster", "via", n.cfg.Join)
+	return nil
+}
+
+// HTTPAddr is the host:port the API listens on.
+func (n *Node) HTTPAddr() string { return n.ln.Addr().String() }
+
+// RaftAddr is the host:port the Raft transport advertises.
+func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// URL is the API's base URL.
+func (n *Node) URL() string { return "http://" + n.HTTPAddr() }
+
+// ID is the node's Raft server ID.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// FSM returns the node's local state machine. Reading it directly is not
+// linearizable; use ReadConsistent for that.
+func (n *Node) FSM() *FSM { return n.fsm }
+
+// Raft returns the underlying raft instance (for operators and tests).
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// IsLeader reports whether this node currently believes it is the leader.
+func (n *Node) IsLeader() bool { return n.raft != nil && n.raft.State() == raft.Leader }
+
+// Shutdown stops the HTTP API and Raft and closes the storage. It is safe
+// to call more than once.
+func (n *Node) Shutdown() error {
+	n.shutOnce.Do(func() {
+		close(n.stop)
+		var errs []error
+		if n.srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := n.srv.Shutdown(ctx); err != nil {
+				n.srv.Close()
+			}
+			cancel()
+		} else if n.ln != nil {
+			n.ln.Close()
+		}
+		if n.raft != nil {
+			errs = append(errs, n.raft.Shutdown().Error())
+		}
+		if n.trans != nil {
+			errs = append(errs, n.trans.Close())
+		}
+		n.wg.Wait()
+		if n.store != nil {
+			errs = append(errs, n.store.Close())
+		}
+		n.hc.CloseIdleConnections()
+		if err := errors.Join(errs...); err != nil {
+			n.shutErr = errcode.Wrap(errcode.IO, err, "gate shutdown")
+		}
+	})
+	return n.shutErr
+}
+
+// Apply stamps c with this node's clock, proposes it and waits until it is
+// committed and applied here. Only the leader may apply.
+//
+// Errors: ErrNotLeader (the command was not appended: safe to send to the
+// leader), ErrIndeterminate (it was appended but leadership was lost or
+// the node shut down before it committed: it may or may not take effect),
+// or the command's own coded rejection (Result.Err, returned as err too).
+func (n *Node) Apply(c Command) (*Result, error) {
+	c.header().Now = time.Now().UnixMilli()
+	b, err := EncodeCommand(c)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxCommandSize {
+		return nil, errcode.New(errcode.DocumentTooLarge, "command is %d bytes, cap %d", len(b), MaxCommandSize)
+	}
+	f := n.raft.Apply(b, n.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout):
+			return nil, errcode.Wrap(errcode.NotLeader, err, "%s not applied", commandType(c))
+		default:
+			n.log.Warn("command outcome unknown", "type", commandType(c), "code", errcode.Indeterminate, "err", err)
+			return nil, errcode.Wrap(errcode.Indeterminate, err, "%s may or may not have been applied; retrying it is safe", commandType(c))
+		}
+	}
+	res, ok := f.Response().(*Result)
+	if !ok {
+		return nil, errcode.New(errcode.Internal, "apply returned %T", f.Response())
+	}
+	if res.Err != nil {
+		n.log.Info("command rejected", "type", commandType(c), "code", errcode.Of(res.Err), "index", f.Index())
+	}
+	return res, res.Err
+}
+
+// ReadConsistent calls fn with the state after confirming, with a quorum,
+// that this node is still the leader and (once per term) that it has
+// applied everything committed before its term: a linearizable read.
+func (n *Node) ReadConsistent(fn func(*State)) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return errcode.Wrap(errcode.NotLeader, err, "verify leadership")
+	}
+	term := n.raft.CurrentTerm()
+	if n.barrierTerm.Load() != term {
+		if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+			return errcode.Wrap(errcode.NotLeader, err, "barrier")
+		}
+		n.barrierTerm.Store(term)
+	}
+	n.fsm.Read(fn)
+	return nil
+}
+
+// leaderHTTP returns the leader's HTTP address as recorded by join
+// commands, or "" if it is unknown.
+func (n *Node) leaderHTTP() string {
+	_, id := n.raft.LeaderWithID()
+	if id == "" {
+		return ""
+	}
+	if string(id) == n.cfg.ID {
+		return n.HTTPAddr()
+	}
+	var addr string
+	n.fsm.Read(func(s *State) {
+		if ni := s.Nodes[string(id)]; ni != nil {
+			addr = ni.HTTPAddr
+		}
+	})
+	return addr
+}
+
+// leaderLoop runs the leader's housekeeping: it records this node's
+// addresses in the state and fails runs whose barrier deadline passed.
+// The deadline decision itself happens in Apply, from the timestamp the
+// checkBarrier command carries.
+func (n *Node) leaderLoop() {
+	t := time.NewTicker(n.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		if !n.IsLeader() {
+			continue
+		}
+		var self *NodeInfo
+		var overdue []string
+		now := time.Now().UnixMilli()
+		n.fsm.Read(func(s *State) {
+			self = s.Nodes[n.cfg.ID]
+			for _, id := range sortedKeys(s.Runs) {
+				if r := s.Runs[id]; r.State == RunWaiting && now > r.Deadline {
+					overdue = append(overdue, id)
+				}
+			}
+		})
+		if self == nil || self.HTTPAddr != n.HTTPAddr() || self.RaftAddr != n.RaftAddr() {
+			if _, err := n.Apply(&Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()}); err != nil {
+				n.log.Warn("record leader address", "code", errcode.Of(err), "err", err)
+			}
+		}
+		for _, id := range overdue {
+			if _, err := n.Apply(&CheckBarrier{Run: id}); err != nil && errcode.Of(err) != errcode.BarrierTimeout {
+				n.log.Warn("check barrier", "run", id, "code", errcode.Of(err), "err", err)
+			} else if err != nil {
+				n.log.Warn("run failed at barrier deadline", "run", id, "code", errcode.BarrierTimeout)
+			}
+		}
+	}
+}
+
+// String describes the node for logs.
+func (n *Node) String() string { return fmt.Sprintf("gate node %s (%s)", n.cfg.ID, n.cfg.HTTPAddr) }

@@ -1,0 +1,365 @@
+package raftgate
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/shardproof/shardproof/manifest"
+)
+
+// Release states. See doc.go for the transitions.
+const (
+	ReleaseStaged    = "STAGED"
+	ReleaseVerified  = "VERIFIED"
+	ReleaseInvalid   = "INVALID"
+	ReleasePublished = "PUBLISHED"
+	ReleaseRetired   = "RETIRED"
+)
+
+// Permit kinds and states.
+const (
+	PermitPublish  = "publish"
+	PermitRollback = "rollback"
+	PermitRun      = "run"
+
+	PermitOpen       = "OPEN"
+	PermitClosed     = "CLOSED"
+	PermitSuperseded = "SUPERSEDED"
+	PermitReleased   = "RELEASED"
+)
+
+// Run states and barrier states.
+const (
+	RunWaiting   = "WAITING"
+	RunRunning   = "RUNNING"
+	RunFailed    = "FAILED"
+	RunCancelled = "CANCELLED"
+
+	BarrierClosed = "CLOSED"
+	BarrierOpen   = "OPEN"
+)
+
+// Fence kinds.
+const (
+	FenceTombstone = "tombstone"
+	FenceBenchmark = "benchmark"
+)
+
+// Limits that keep a hostile command from exhausting memory inside Apply.
+const (
+	// MaxWorldSize bounds a run's number of ranks.
+	MaxWorldSize = 1 << 16
+	// MaxRetain bounds an alias's rollback window.
+	MaxRetain = 1024
+	// DefaultRetain is the rollback window of an alias created without one.
+	DefaultRetain = 8
+	// DefaultBarrierTimeoutMs is a run's barrier deadline when createRun
+	// gives none: ten minutes.
+	DefaultBarrierTimeoutMs = 10 * 60 * 1000
+)
+
+// State is the whole replicated state of the gate. Its JSON encoding is the
+// snapshot format (maps marshal with sorted keys, slices keep their order),
+// so the same command log always yields byte-identical snapshots.
+type State struct {
+	Releases map[string]*Release `json:"releases"`
+	Aliases  map[string]*Alias   `json:"aliases"`
+	Fences   Fences              `json:"fences"`
+	Permits  map[string]*Permit  `json:"permits"`
+	Runs     map[string]*Run     `json:"runs"`
+	// Nodes maps a Raft server ID to its addresses, recorded by join
+	// commands, so a follower can forward writes to the leader's HTTP API.
+	Nodes map[string]*NodeInfo `json:"nodes"`
+	// NextPermit numbers permits; IDs are deterministic ("p-000001").
+	NextPermit uint64 `json:"nextPermit"`
+}
+
+// Fences are the two monotonic watermarks.
+type Fences struct {
+	Tombstone uint64 `json:"tombstone"`
+	Benchmark uint64 `json:"benchmark"`
+}
+
+// Release is what the gate knows of one root manifest. The gate never reads
+// the store: everything here came in a register or recheck command.
+type Release struct {
+	Root  manifest.Digest `json:"root"`
+	State string          `json:"state"`
+	// Shards are the release's shard digests in manifest order; a run's
+	// assignment names indices into this list.
+	Shards []manifest.Digest `json:"shards"`
+	// Report is the digest of the latest report that set the fields below.
+	Report             manifest.Digest `json:"report,omitzero"`
+	DatasetSnapshot    manifest.Digest `json:"datasetSnapshot,omitzero"`
+	TombstoneWatermark uint64          `json:"tombstoneWatermark"`
+	BenchmarkFence     uint64          `json:"benchmarkFence"`
+	TombstoneHits      int64           `json:"tombstoneHits"`
+	BenchmarkHits      int64           `json:"benchmarkHits"`
+	Rechecks           []Recheck       `json:"rechecks,omitempty"`
+	Registered         int64           `json:"registered"`
+}
+
+// Recheck records one fence recheck of a release.
+type Recheck struct {
+	Kind   string          `json:"kind"`
+	Value  uint64          `json:"value"`
+	Report manifest.Digest `json:"report,omitzero"`
+	Hits   int64           `json:"hits"`
+	At     int64           `json:"at"`
+}
+
+// satisfies reports whether the release was checked at or above both
+// fences and found no hits.
+func (r *Release) satisfies(f Fences) bool {
+	return r.TombstoneWatermark >= f.Tombstone && r.BenchmarkFence >= f.Benchmark &&
+		r.TombstoneHits == 0 && r.BenchmarkHits == 0
+}
+
+// Alias is a name whose value is (Generation, Root).
+type Alias struct {
+	Name       string          `json:"name"`
+	Generation uint64          `json:"generation"`
+	Root       manifest.Digest `json:"root"`
+	// Permit is the ID of the permit issued with the current generation.
+	Permit string `json:"permit"`
+	// Retain is the rollback window N: the roots of generations
+	// (Generation-N, Generation] are retained and eligible for rollback.
+	Retain  int            `json:"retain"`
+	History []HistoryEntry `json:"history"`
+}
+
+// HistoryEntry is one generation of an alias.
+type HistoryEntry struct {
+	Generation uint64          `json:"generation"`
+	Root       manifest.Digest `json:"root"`
+	Kind       string          `json:"kind"`
+	Permit     string          `json:"permit"`
+	At         int64           `json:"at"`
+}
+
+// entry returns the history entry of generation g, or nil.
+func (a *Alias) entry(g uint64) *HistoryEntry {
+	// History holds generations 1..Generation in order.
+	if g == 0 || g > uint64(len(a.History)) {
+		return nil
+	}
+	return &a.History[g-1]
+}
+
+// inWindow reports whether root is the root of one of the alias's last
+// Retain generations.
+func (a *Alias) inWindow(root manifest.Digest) bool {
+	lo := max(0, len(a.History)-a.Retain)
+	for _, h := range a.History[lo:] {
+		if h.Root == root {
+			return true
+		}
+	}
+	return false
+}
+
+// Permit is a grant bound to (Root, TombstoneWatermark, BenchmarkFence,
+// Generation). A fence advance past either bound closes it.
+type Permit struct {
+	ID                 string          `json:"id"`
+	Kind               string          `json:"kind"`
+	Alias              string          `json:"alias"`
+	Run                string          `json:"run,omitempty"`
+	Root               manifest.Digest `json:"root"`
+	TombstoneWatermark uint64          `json:"tombstoneWatermark"`
+	BenchmarkFence     uint64          `json:"benchmarkFence"`
+	Generation         uint64          `json:"generation"`
+	State              string          `json:"state"`
+	Issued             int64           `json:"issued"`
+	Changed            int64           `json:"changed"`
+	// Reason says why the permit is no longer open, e.g. "tombstone>=45000".
+	Reason string `json:"reason,omitempty"`
+}
+
+// Run is a training run pinned to one root.
+type Run struct {
+	ID         string          `json:"id"`
+	Alias      string          `json:"alias"`
+	Root       manifest.Digest `json:"root"`
+	Generation uint64          `json:"generation"`
+	Permit     string          `json:"permit"`
+	// Spec is the digest of the createRun parameters, so a retried
+	// createRun is recognised and a different one is refused.
+	Spec      manifest.Digest `json:"spec"`
+	WorldSize int             `json:"worldSize"`
+	// Assignment[rank] lists indices into the release's Shards. Every
+	// shard is assigned to exactly one rank.
+	Assignment [][]int `json:"assignment"`
+	// Epoch counts reassignments.
+	Epoch uint64 `json:"epoch"`
+	// Attestations[rank] is nil until the rank attests under the current
+	// assignment.
+	Attestations     []*Attestation `json:"attestations"`
+	Attested         int            `json:"attested"`
+	Barrier          string         `json:"barrier"`
+	State            string         `json:"state"`
+	FailCode         string         `json:"failCode,omitempty"`
+	FailReason       string         `json:"failReason,omitempty"`
+	Created          int64          `json:"created"`
+	BarrierTimeoutMs int64          `json:"barrierTimeoutMs"`
+	Deadline         int64          `json:"deadline"`
+	BarrierOpened    int64          `json:"barrierOpened"`
+	// Step is the last admitted checkpoint step, -1 before the first.
+	Step        int64 `json:"step"`
+	Checkpoints int64 `json:"checkpoints"`
+}
+
+// Attestation is one rank's claim that it verified its assigned shards of
+// Root.
+type Attestation struct {
+	Epoch  uint64            `json:"epoch"`
+	Root   manifest.Digest   `json:"root"`
+	Shards []manifest.Digest `json:"shards"`
+	At     int64             `json:"at"`
+}
+
+// NodeInfo are the addresses of one gate node.
+type NodeInfo struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+	HTTPAddr string `json:"httpAddr"`
+}
+
+// NewState returns an empty state.
+func NewState() *State {
+	return &State{
+		Releases: map[string]*Release{},
+		Aliases:  map[string]*Alias{},
+		Permits:  map[string]*Permit{},
+		Runs:     map[string]*Run{},
+		Nodes:    map[string]*NodeInfo{},
+	}
+}
+
+// sortedKeys returns m's keys in ascending order: every loop over a map in
+// Apply goes through it, so Apply is deterministic.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// Validate checks the state's invariants: every reference resolves, every
+// count agrees with what it counts. Restore refuses a state that fails it,
+// and the fuzz target asserts it after every command.
+func (s *State) Validate() error {
+	if s.Releases == nil || s.Aliases == nil || s.Permits == nil || s.Runs == nil || s.Nodes == nil {
+		return fmt.Errorf("missing table")
+	}
+	for k, r := range s.Releases {
+		if r == nil || r.Root.String() != k {
+			return fmt.Errorf("release %s: key/root mismatch", k)
+		}
+		switch r.State {
+		case ReleaseStaged, ReleaseVerified, ReleaseInvalid, ReleasePublished, ReleaseRetired:
+		default:
+			return fmt.Errorf("release %s: bad state %q", k, r.State)
+		}
+	}
+	for k, a := range s.Aliases {
+		if a == nil || a.Name != k {
+			return fmt.Errorf("alias %s: key/name mismatch", k)
+		}
+		if a.Retain < 1 || a.Retain > MaxRetain {
+			return fmt.Errorf("alias %s: retain %d out of range", k, a.Retain)
+		}
+		if uint64(len(a.History)) != a.Generation || a.Generation == 0 {
+			return fmt.Errorf("alias %s: %d history entries for generation %d", k, len(a.History), a.Generation)
+		}
+		for i, h := range a.History {
+			if h.Generation != uint64(i+1) {
+				return fmt.Errorf("alias %s: history[%d] has generation %d", k, i, h.Generation)
+			}
+			if s.Releases[h.Root.String()] == nil {
+				return fmt.Errorf("alias %s: generation %d names unknown root %s", k, h.Generation, h.Root)
+			}
+			if s.Permits[h.Permit] == nil {
+				return fmt.Errorf("alias %s: generation %d names unknown permit %s", k, h.Generation, h.Permit)
+			}
+		}
+		if a.Root != a.History[len(a.History)-1].Root || a.Permit != a.History[len(a.History)-1].Permit {
+			return fmt.Errorf("alias %s: current value differs from last history entry", k)
+		}
+		if st := s.Releases[a.Root.String()].State; st != ReleasePublished && st != ReleaseInvalid {
+			return fmt.Errorf("alias %s: current root is %s", k, st)
+		}
+	}
+	for k, p := range s.Permits {
+		if p == nil || p.ID != k {
+			return fmt.Errorf("permit %s: key/id mismatch", k)
+		}
+		if s.Releases[p.Root.String()] == nil {
+			return fmt.Errorf("permit %s: unknown root %s", k, p.Root)
+		}
+		switch p.State {
+		case PermitOpen, PermitClosed, PermitSuperseded, PermitReleased:
+		default:
+			return fmt.Errorf("permit %s: bad state %q", k, p.State)
+		}
+		if p.State == PermitOpen && (p.TombstoneWatermark < s.Fences.Tombstone || p.BenchmarkFence < s.Fences.Benchmark) {
+			return fmt.Errorf("permit %s: open below the fences", k)
+		}
+	}
+	for k, r := range s.Runs {
+		if r == nil || r.ID != k {
+			return fmt.Errorf("run %s: key/id mismatch", k)
+		}
+		rel := s.Releases[r.Root.String()]
+		if rel == nil {
+			return fmt.Errorf("run %s: unknown root", k)
+		}
+		if s.Permits[r.Permit] == nil {
+			return fmt.Errorf("run %s: unknown permit", k)
+		}
+		if r.WorldSize < 1 || r.WorldSize > MaxWorldSize || len(r.Assignment) != r.WorldSize || len(r.Attestations) != r.WorldSize {
+			return fmt.Errorf("run %s: world size %d, %d assignments, %d attestations", k, r.WorldSize, len(r.Assignment), len(r.Attestations))
+		}
+		if err := checkPartition(r.Assignment, len(rel.Shards)); err != nil {
+			return fmt.Errorf("run %s: %v", k, err)
+		}
+		n := 0
+		for _, a := range r.Attestations {
+			if a != nil {
+				n++
+			}
+		}
+		if n != r.Attested {
+			return fmt.Errorf("run %s: attested=%d, %d attestations present", k, r.Attested, n)
+		}
+		if r.Barrier == BarrierOpen && n != r.WorldSize {
+			return fmt.Errorf("run %s: barrier open with %d of %d attestations", k, n, r.WorldSize)
+		}
+	}
+	return nil
+}
+
+// checkPartition checks that assignment names every shard index in
+// [0, shards) exactly once.
+func checkPartition(assignment [][]int, shards int) error {
+	seen := make([]bool, shards)
+	n := 0
+	for rank, idx := range assignment {
+		for _, i := range idx {
+			if i < 0 || i >= shards {
+				return fmt.Errorf("rank %d: shard index %d outside [0,%d)", rank, i, shards)
+			}
+			if seen[i] {
+				return fmt.Errorf("rank %d: shard index %d assigned twice", rank, i)
+			}
+			seen[i] = true
+			n++
+		}
+	}
+	if n != shards {
+		return fmt.Errorf("%d of %d shards assigned", n, shards)
+	}
+	return nil
+}

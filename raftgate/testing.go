@@ -1,0 +1,129 @@
+package raftgate
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestCluster is a gate cluster on loopback with real TCP transports and
+// raft-boltdb on disk, for tests in this and other packages.
+type TestCluster struct {
+	t       testing.TB
+	Nodes   []*Node // nil while a node is stopped
+	Configs []Config
+}
+
+// TestConfig returns the configuration of test node id under dir: ports
+// chosen by the kernel, fast timeouts, quiet logs.
+func TestConfig(dir, id string) Config {
+	return Config{
+		ID: id, DataDir: filepath.Join(dir, id),
+		RaftAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		Timing: FastTiming, ApplyTimeout: 5 * time.Second,
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		RaftLog:       io.Discard,
+		SweepInterval: 50 * time.Millisecond,
+	}
+}
+
+// StartTestNode starts one node with cfg and registers its shutdown with
+// t.Cleanup. It fails the test if the node does not start.
+func StartTestNode(t testing.TB, cfg Config) *Node {
+	t.Helper()
+	n := NewNode(cfg)
+	if err := n.Start(context.Background()); err != nil {
+		t.Fatalf("start %s: %v", cfg.ID, err)
+	}
+	t.Cleanup(func() { n.Shutdown() })
+	return n
+}
+
+// MakeCluster starts size nodes: the first bootstraps, the others join it.
+// It returns once every node has joined and a leader is elected.
+func MakeCluster(t testing.TB, size int) *TestCluster {
+	t.Helper()
+	dir := t.TempDir()
+	c := &TestCluster{t: t}
+	for i := 0; i < size; i++ {
+		cfg := TestConfig(dir, fmt.Sprintf("node%d", i+1))
+		if i > 0 {
+			cfg.Join = c.Nodes[0].HTTPAddr()
+		}
+		n := StartTestNode(t, cfg)
+		// Pin the ports the kernel chose, so a restart reuses them (the
+		// Raft configuration in the log names these addresses).
+		cfg.RaftAddr, cfg.HTTPAddr = n.RaftAddr(), n.HTTPAddr()
+		c.Nodes = append(c.Nodes, n)
+		c.Configs = append(c.Configs, cfg)
+		if i == 0 {
+			c.Leader(10 * time.Second)
+		}
+	}
+	c.Leader(10 * time.Second)
+	return c
+}
+
+// Leader waits up to timeout for a running node to be leader and returns
+// it; it fails the test on timeout.
+func (c *TestCluster) Leader(timeout time.Duration) *Node {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		for _, n := range c.Nodes {
+			if n != nil && n.IsLeader() {
+				return n
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatalf("no leader within %s", timeout)
+	return nil
+}
+
+// Stop shuts node i down, keeping its data directory.
+func (c *TestCluster) Stop(i int) {
+	c.t.Helper()
+	if n := c.Nodes[i]; n != nil {
+		n.Shutdown()
+		c.Nodes[i] = nil
+	}
+}
+
+// Restart starts node i again from its data directory on its old ports.
+func (c *TestCluster) Restart(i int) *Node {
+	c.t.Helper()
+	c.Stop(i)
+	n := StartTestNode(c.t, c.Configs[i])
+	c.Nodes[i] = n
+	return n
+}
+
+// URLs returns the base URLs of every node, comma-separated (running or
+// not), as a Client accepts them.
+func (c *TestCluster) URLs() string {
+	var u []string
+	for _, cfg := range c.Configs {
+		u = append(u, "http://"+cfg.HTTPAddr)
+	}
+	return strings.Join(u, ",")
+}
+
+// Client returns a client that knows every node.
+func (c *TestCluster) Client() *Client {
+	cl := NewClient(c.URLs())
+	c.t.Cleanup(cl.Close)
+	return cl
+}
+
+// Shutdown stops every node.
+func (c *TestCluster) Shutdown() {
+	for i := range c.Nodes {
+		c.Stop(i)
+	}
+}
