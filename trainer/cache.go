@@ -1,0 +1,186 @@
+package trainer
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// Cache is a digest-addressed directory of shard bytes on the trainer's
+// local disk: the bytes of a shard with digest sha256:<hex> live at
+// <dir>/sha256/<hex>. Nothing in the cache is trusted: Fill re-hashes an
+// existing entry before using it, so an entry that was corrupted on disk,
+// truncated by a crash, or that holds another release's bytes (a stale
+// cache from an earlier run) is detected, replaced and counted.
+//
+// Entries are written to <dir>/tmp, fsynced, then renamed into place and
+// the directory fsynced, so a reader never sees a partial entry under a
+// digest name. Several workers may share one directory: two fills of the
+// same digest rename identical bytes over each other.
+type Cache struct {
+	dir string
+}
+
+// FillResult says what Fill did for one shard.
+type FillResult struct {
+	// Hit is true when an intact entry was already present.
+	Hit bool
+	// Corrupt is true when an entry was present but its bytes did not
+	// match the descriptor; it was removed and fetched again.
+	Corrupt bool
+	// Reason describes the corrupt entry (sizes or digests), for logs.
+	Reason string
+	// Fetched is the number of bytes read from the store.
+	Fetched int64
+}
+
+// OpenCache creates (if needed) and opens the cache at dir, removing temp
+// files a crashed fill left behind.
+func OpenCache(dir string) (*Cache, error) {
+	if dir == "" {
+		return nil, errcode.New(errcode.Usage, "no cache directory given")
+	}
+	for _, d := range []string{filepath.Join(dir, "sha256"), filepath.Join(dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, errcode.Wrap(errcode.IO, err, "cache %s", dir)
+		}
+	}
+	tmp, err := os.ReadDir(filepath.Join(dir, "tmp"))
+	if err != nil {
+		return nil, errcode.Wrap(errcode.IO, err, "cache %s", dir)
+	}
+	for _, e := range tmp {
+		os.Remove(filepath.Join(dir, "tmp", e.Name()))
+	}
+	return &Cache{dir: dir}, nil
+}
+
+// Dir returns the cache's root directory.
+func (c *Cache) Dir() string { return c.dir }
+
+// Path returns where the bytes with digest d live. A trainer reads its
+// shards from these paths once the worker reports ready.
+func (c *Cache) Path(d manifest.Digest) string {
+	return filepath.Join(c.dir, "sha256", d.Hex())
+}
+
+// Fill makes the cache hold exactly the bytes of shard desc. An existing
+// entry is used only if it has desc.Size bytes hashing to desc.Digest;
+// otherwise it is removed and the shard is fetched from s at exactly
+// desc.ObjectVersion (never the latest version), through a size-bounded,
+// hash-checking reader. A fetch that does not yield those bytes fails with
+// DIGEST_MISMATCH or SIZE_MISMATCH and leaves no entry behind; a version
+// that does not exist fails with VERSION_MISSING.
+func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard) (FillResult, error) {
+	var res FillResult
+	path := c.Path(desc.Digest)
+	switch ok, reason, err := c.check(path, desc); {
+	case err != nil:
+		return res, err
+	case ok:
+		res.Hit = true
+		return res, nil
+	case reason != "":
+		res.Corrupt, res.Reason = true, reason
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return res, errcode.Wrap(errcode.IO, err, "remove corrupt cache entry %s", path)
+		}
+	}
+	n, err := c.fetch(ctx, s, desc, path)
+	res.Fetched = n
+	return res, err
+}
+
+// check reports whether path holds desc's bytes. A missing entry is
+// (false, "", nil); a wrong one is (false, reason, nil).
+func (c *Cache) check(path string, desc manifest.Shard) (bool, string, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, "", nil
+	}
+	if err != nil {
+		return false, "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return false, "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+	}
+	if !st.Mode().IsRegular() {
+		return false, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
+	}
+	if st.Size() != desc.Size {
+		return false, fmt.Sprintf("%s: manifest.size=%d, cache entry size=%d", desc.ID, desc.Size, st.Size()), nil
+	}
+	h := sha256.New()
+	// Read one byte past the expected size so a file growing under us is
+	// caught rather than hashed partially.
+	n, err := io.Copy(h, io.LimitReader(f, desc.Size+1))
+	if err != nil {
+		return false, "", errcode.Wrap(errcode.IO, err, "read cache entry %s", path)
+	}
+	var got manifest.Digest
+	h.Sum(got[:0])
+	if n != desc.Size || got != desc.Digest {
+		return false, fmt.Sprintf("%s: manifest.digest=%s, cache entry hashes to %s (%d bytes)", desc.ID, desc.Digest, got, n), nil
+	}
+	return true, "", nil
+}
+
+// fetch copies version desc.ObjectVersion of the shard from s into path.
+func (c *Cache) fetch(ctx context.Context, s objstore.Store, desc manifest.Shard, path string) (int64, error) {
+	if desc.ObjectVersion == "" {
+		return 0, errcode.New(errcode.VersionMissing, "%s: descriptor has no objectVersion", desc.ID)
+	}
+	rc, err := objstore.GetBlob(ctx, s, desc.Digest, objstore.Version(desc.ObjectVersion), desc.Size)
+	if objstore.IsNotExist(err) {
+		return 0, errcode.Wrap(errcode.VersionMissing, err, "%s: %s version %s", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", desc.ID, err)
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp(filepath.Join(c.dir, "tmp"), desc.Digest.Hex()+".*")
+	if err != nil {
+		return 0, errcode.Wrap(errcode.IO, err, "cache %s", c.dir)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	n, err := io.Copy(tmp, objstore.ContextReader(ctx, rc))
+	if err != nil {
+		// verifyread's typed errors carry DIGEST_MISMATCH / SIZE_MISMATCH.
+		if errcode.Of(err) == errcode.Internal {
+			err = errcode.Wrap(errcode.IO, err, "read")
+		}
+		return n, fmt.Errorf("%s: fetch %s version %s: %w", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return n, errcode.Wrap(errcode.IO, err, "cache fsync")
+	}
+	if err := tmp.Close(); err != nil {
+		return n, errcode.Wrap(errcode.IO, err, "cache close")
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return n, errcode.Wrap(errcode.IO, err, "cache rename")
+	}
+	committed = true
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return n, nil
+}

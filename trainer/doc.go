@@ -1,0 +1,18 @@
+// Package trainer is the worker side of a training run: the sidecar or
+// init container (`shardproof worker`) that stands between a trainer and
+// the object store.
+//
+// A run was pinned to one root digest when the gate created it. A worker
+// reads that root from the run, never from an alias, so workers started
+// before an alias switch, workers added by a scale-out after it and
+// replacements for dead ranks all read the same release. For its rank it
+// fetches the root manifest by digest, fills a digest-addressed local
+// Cache with its assigned shards read at their exact object versions
+// (re-hashing any entry already present, so a corrupt or stale entry is
+// refetched and counted), optionally decodes each shard (ShardVerifier),
+// attests (runId, rank, root, shard digests) to the gate and waits at the
+// barrier. Only then does /readyz turn green; it turns red again while the
+// run's permit is closed by a fence advance, and the worker exits with the
+// run's failure code (ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED, …) when
+// the run fails. Metrics are Prometheus, labelled by release digest.
+package trainer

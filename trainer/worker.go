@@ -1,0 +1,508 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+// Gate is what a worker needs from the gate. *raftgate.Client implements
+// it; tests wrap a real client to break one method.
+//
+// A worker reads the run (whose Root was fixed when the run was created)
+// and the release registered under that root. It has no way to read an
+// alias, by construction: scale-out and recovery after the alias moved
+// still read the run's root.
+type Gate interface {
+	Run(ctx context.Context, id string) (*raftgate.Run, error)
+	Release(ctx context.Context, root manifest.Digest) (*raftgate.Release, error)
+	Permits(ctx context.Context) ([]*raftgate.Permit, error)
+	Attest(ctx context.Context, run string, rank int, root manifest.Digest, shards []manifest.Digest) (*raftgate.RunSummary, error)
+	WaitRun(ctx context.Context, id string) (*raftgate.RunSummary, error)
+}
+
+// ShardVerifier checks the decoded content of a shard whose bytes are
+// already in the cache at path and match desc's digest and size: schema,
+// logical digest, record and token counts, member set. It returns an error
+// with a stable code (SCHEMA_MISMATCH, LOGICAL_MISMATCH, …) when they
+// differ, and MUST NOT panic on hostile bytes.
+type ShardVerifier func(ctx context.Context, path string, rel *manifest.Release, desc manifest.Shard) error
+
+// Config configures a Worker.
+type Config struct {
+	Gate  Gate
+	Store objstore.Store
+	Cache *Cache
+	Run   string
+	Rank  int
+	// Verify checks decoded content after the bytes are in the cache. Nil
+	// checks bytes only (digest and size of the exact version).
+	Verify ShardVerifier
+	// Parallelism is how many shards are fetched and verified at once;
+	// zero means 4.
+	Parallelism int
+	// PollInterval is how often a ready sidecar re-reads its run to notice
+	// a reassignment, a closed permit or a failure; zero means 2 s.
+	PollInterval time.Duration
+	Metrics      *Metrics
+	Logger       *slog.Logger
+}
+
+// Worker states, as /readyz and /status report them.
+const (
+	StateStarting  = "STARTING"
+	StateVerifying = "VERIFYING"
+	StateWaiting   = "WAITING" // attested, barrier closed
+	StateReady     = "READY"   // barrier open, permit open
+	StateBlocked   = "BLOCKED" // barrier open but the run's permit is closed
+	StateFailed    = "FAILED"
+	StateDone      = "DONE" // the rank left the run (scale-in)
+)
+
+// Status is a worker's view of itself, served at /status.
+type Status struct {
+	State      string            `json:"state"`
+	Run        string            `json:"run"`
+	Rank       int               `json:"rank"`
+	Root       manifest.Digest   `json:"root,omitzero"`
+	Generation uint64            `json:"generation"`
+	Epoch      uint64            `json:"epoch"`
+	Shards     []manifest.Digest `json:"shards"`
+	Verified   int               `json:"verified"`
+	Code       string            `json:"code,omitempty"`
+	Reason     string            `json:"reason,omitempty"`
+	// Cache is the cache directory; shard i of Shards is at
+	// Cache/sha256/<hex of Shards[i]>.
+	Cache string `json:"cache"`
+}
+
+// Worker is the trainer's sidecar: it verifies its rank's shards of the
+// run's root into the cache, attests, waits at the barrier, and is Ready
+// only while the run's barrier is open and its permit is open.
+type Worker struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	status Status
+}
+
+// NewWorker returns a worker; Run starts it.
+func NewWorker(cfg Config) *Worker {
+	if cfg.Parallelism <= 0 {
+		cfg.Parallelism = 4
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 2 * time.Second
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &Worker{cfg: cfg, log: cfg.Logger.With("run", cfg.Run, "rank", cfg.Rank)}
+	w.status = Status{State: StateStarting, Run: cfg.Run, Rank: cfg.Rank, Shards: []manifest.Digest{}, Cache: cfg.Cache.Dir()}
+	return w
+}
+
+// Status returns a copy of the worker's current status.
+func (w *Worker) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.status
+	s.Shards = slices.Clone(s.Shards)
+	return s
+}
+
+// Ready reports whether the trainer may read the cache and step.
+func (w *Worker) Ready() bool { return w.Status().State == StateReady }
+
+// Metrics returns the worker's metrics.
+func (w *Worker) Metrics() *Metrics { return w.cfg.Metrics }
+
+func (w *Worker) set(f func(*Status)) {
+	w.mu.Lock()
+	f(&w.status)
+	ready := w.status.State == StateReady
+	root := w.status.Root
+	w.mu.Unlock()
+	if !root.IsZero() {
+		v := 0.0
+		if ready {
+			v = 1
+		}
+		w.cfg.Metrics.Ready.WithLabelValues(root.String()).Set(v)
+	}
+}
+
+// Run verifies, attests and waits at the barrier. With once it returns nil
+// as soon as the barrier is open (an init container). Otherwise it keeps
+// watching the run until ctx ends: a reassignment that resets this rank is
+// verified and attested again, a closed permit makes the worker not ready
+// until it is renewed. It returns an error with a stable code when the run
+// fails or this rank cannot verify its shards; nil when ctx ends or the
+// rank leaves the run.
+func (w *Worker) Run(ctx context.Context, once bool) error {
+	err := w.run(ctx, once)
+	if err != nil && ctx.Err() == nil {
+		code := errcode.Of(err)
+		w.set(func(s *Status) { s.State, s.Code, s.Reason = StateFailed, string(code), err.Error() })
+		w.log.Error("worker failed", "code", code, "err", err)
+		return err
+	}
+	if once {
+		return err
+	}
+	return nil
+}
+
+func (w *Worker) run(ctx context.Context, once bool) error {
+	run, err := w.prepare(ctx)
+	if err != nil {
+		return err
+	}
+	if err := w.wait(ctx, run); err != nil {
+		return err
+	}
+	if once {
+		return nil
+	}
+	t := time.NewTicker(w.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		again, done, err := w.watch(ctx)
+		if err != nil || done {
+			return err
+		}
+		if again {
+			if run, err = w.prepare(ctx); err != nil {
+				return err
+			}
+			if err := w.wait(ctx, run); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// runErr turns a failed or cancelled run into an error with its code.
+func runErr(run *raftgate.Run) error {
+	switch run.State {
+	case raftgate.RunFailed:
+		code := errcode.Code(run.FailCode)
+		if !errcode.Known(code) {
+			code = errcode.RunFailed
+		}
+		return errcode.New(code, "run %s failed: %s", run.ID, run.FailReason)
+	case raftgate.RunCancelled:
+		return errcode.New(errcode.RunFailed, "run %s was cancelled: %s", run.ID, run.FailReason)
+	}
+	return nil
+}
+
+// prepare pins the run's root, verifies this rank's shards into the cache
+// and attests. It returns the run as read before attesting.
+func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
+	w.set(func(s *Status) { s.State, s.Code, s.Reason = StateVerifying, "", "" })
+	for {
+		run, err := w.cfg.Gate.Run(ctx, w.cfg.Run)
+		if err != nil {
+			return nil, err
+		}
+		if err := runErr(run); err != nil {
+			w.countRootMismatch(run)
+			return nil, err
+		}
+		if w.cfg.Rank < 0 || w.cfg.Rank >= run.WorldSize {
+			return nil, errcode.New(errcode.Usage, "rank %d outside the run's world size %d", w.cfg.Rank, run.WorldSize)
+		}
+		rel, shards, err := w.pin(ctx, run)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.verifyAll(ctx, run, rel, shards); err != nil {
+			return nil, err
+		}
+		// A reassignment while we verified changes what we must attest:
+		// attesting the old assignment would fail the whole run with
+		// SHARD_NOT_ASSIGNED, so verify the new one instead.
+		cur, err := w.cfg.Gate.Run(ctx, w.cfg.Run)
+		if err != nil {
+			return nil, err
+		}
+		if cur.Epoch != run.Epoch {
+			w.log.Info("run reassigned while verifying; verifying again", "epoch", cur.Epoch)
+			continue
+		}
+		digests := make([]manifest.Digest, len(shards))
+		for i, d := range shards {
+			digests[i] = d.Digest
+		}
+		sum, err := w.cfg.Gate.Attest(ctx, w.cfg.Run, w.cfg.Rank, run.Root, digests)
+		if err != nil {
+			if errcode.Of(err) == errcode.RootMismatch {
+				w.cfg.Metrics.RootMismatches.WithLabelValues(run.Root.String()).Inc()
+			}
+			return nil, fmt.Errorf("attest: %w", err)
+		}
+		w.log.Info("attested", "root", run.Root.String(), "epoch", sum.Epoch, "shards", len(digests), "attested", sum.Attested, "world", sum.WorldSize)
+		w.set(func(s *Status) { s.State, s.Epoch = StateWaiting, sum.Epoch })
+		return run, nil
+	}
+}
+
+// pin reads the run's root manifest by digest and checks it against the
+// release the gate registered under that root. It returns this rank's
+// shard descriptors in assignment order.
+func (w *Worker) pin(ctx context.Context, run *raftgate.Run) (*manifest.Release, []manifest.Shard, error) {
+	root := run.Root
+	w.set(func(s *Status) { s.Root, s.Generation, s.Epoch = root, run.Generation, run.Epoch })
+	greg, err := w.cfg.Gate.Release(ctx, root)
+	if err != nil {
+		return nil, nil, err
+	}
+	b, _, err := objstore.ReadBlob(ctx, w.cfg.Store, root, manifest.MaxDocumentSize)
+	if err != nil {
+		return nil, nil, fmt.Errorf("root manifest %s: %w", root, err)
+	}
+	rel, err := manifest.DecodeRelease(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("root manifest %s: %w", root, err)
+	}
+	if len(rel.Shards) != len(greg.Shards) {
+		return nil, nil, errcode.New(errcode.RootMismatch, "root manifest %s lists %d shards, the gate registered %d", root, len(rel.Shards), len(greg.Shards))
+	}
+	for i, s := range rel.Shards {
+		if s.Digest != greg.Shards[i] {
+			return nil, nil, errcode.New(errcode.RootMismatch, "root manifest %s shard %d (%s) is %s, the gate registered %s", root, i, s.ID, s.Digest, greg.Shards[i])
+		}
+	}
+	idx := run.Assignment[w.cfg.Rank]
+	shards := make([]manifest.Shard, len(idx))
+	digests := make([]manifest.Digest, len(idx))
+	for i, k := range idx {
+		if k < 0 || k >= len(rel.Shards) {
+			return nil, nil, errcode.New(errcode.BadInput, "run %s assigns shard index %d of %d", run.ID, k, len(rel.Shards))
+		}
+		shards[i], digests[i] = rel.Shards[k], rel.Shards[k].Digest
+	}
+	w.set(func(s *Status) { s.Shards, s.Verified = digests, 0 })
+	w.log.Info("pinned run root", "root", root.String(), "generation", run.Generation, "epoch", run.Epoch, "shards", len(shards))
+	return rel, shards, nil
+}
+
+// ShardsFailedError lists every assigned shard that failed verification.
+// Its code is the first failure's.
+type ShardsFailedError struct {
+	Root     manifest.Digest
+	Failures []error
+}
+
+func (e *ShardsFailedError) Error() string {
+	return fmt.Sprintf("%d assigned shard(s) of %s failed verification: %v", len(e.Failures), e.Root, errors.Join(e.Failures...))
+}
+
+// ErrorCode implements errcode.Coder.
+func (e *ShardsFailedError) ErrorCode() errcode.Code { return errcode.Of(e.Failures[0]) }
+
+// Unwrap returns the individual failures.
+func (e *ShardsFailedError) Unwrap() []error { return e.Failures }
+
+// verifyAll fills the cache with every shard and verifies it, collecting
+// every failure rather than stopping at the first.
+func (w *Worker) verifyAll(ctx context.Context, run *raftgate.Run, rel *manifest.Release, shards []manifest.Shard) error {
+	label := run.Root.String()
+	m := w.cfg.Metrics
+	m.VerifiedShardRatio.WithLabelValues(label).Set(0)
+	if len(shards) == 0 {
+		m.VerifiedShardRatio.WithLabelValues(label).Set(1)
+		return nil
+	}
+	start := time.Now()
+	var (
+		mu       sync.Mutex
+		failures = make([]error, len(shards))
+		verified int
+		fetched  int64
+	)
+	sem := make(chan struct{}, w.cfg.Parallelism)
+	var wg sync.WaitGroup
+	for i, desc := range shards {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			n, err := w.verifyOne(ctx, rel, desc, label)
+			mu.Lock()
+			defer mu.Unlock()
+			fetched += n
+			if err != nil {
+				failures[i] = err
+				m.ShardFailures.WithLabelValues(label, string(errcode.Of(err))).Inc()
+				return
+			}
+			verified++
+			m.VerifiedShardRatio.WithLabelValues(label).Set(float64(verified) / float64(len(shards)))
+			w.set(func(s *Status) { s.Verified = verified })
+		})
+	}
+	wg.Wait()
+	if secs := time.Since(start).Seconds(); fetched > 0 && secs > 0 {
+		m.ReadThroughput.WithLabelValues(label).Set(float64(fetched) / secs)
+	}
+	if err := ctx.Err(); err != nil {
+		return errcode.Wrap(errcode.Canceled, err, "verify")
+	}
+	failed := slices.DeleteFunc(failures, func(e error) bool { return e == nil })
+	if len(failed) > 0 {
+		return &ShardsFailedError{Root: run.Root, Failures: failed}
+	}
+	w.log.Info("verified assigned shards", "root", label, "shards", len(shards), "readBytes", fetched, "seconds", time.Since(start).Seconds())
+	return nil
+}
+
+// verifyOne fills the cache with one shard and verifies its content. A
+// fetch that fails its size check is retried once: a torn download is
+// transient, a wrong digest at an immutable version is not.
+func (w *Worker) verifyOne(ctx context.Context, rel *manifest.Release, desc manifest.Shard, label string) (int64, error) {
+	m := w.cfg.Metrics
+	var total int64
+	for attempt := 0; ; attempt++ {
+		res, err := w.cfg.Cache.Fill(ctx, w.cfg.Store, desc)
+		total += res.Fetched
+		m.ReadBytes.WithLabelValues(label).Add(float64(res.Fetched))
+		if res.Corrupt {
+			m.CacheCorruptions.WithLabelValues(label).Inc()
+			w.log.Warn("corrupt cache entry refetched", "shard", desc.ID, "digest", desc.Digest.String(), "code", errcode.DigestMismatch, "detail", res.Reason)
+		}
+		if res.Hit {
+			m.CacheHits.WithLabelValues(label).Inc()
+		}
+		if err != nil {
+			if attempt == 0 && errcode.Of(err) == errcode.SizeMismatch && ctx.Err() == nil {
+				w.log.Warn("short read, fetching again", "shard", desc.ID, "digest", desc.Digest.String(), "code", errcode.SizeMismatch)
+				continue
+			}
+			w.log.Error("shard failed", "shard", desc.ID, "digest", desc.Digest.String(), "version", desc.ObjectVersion, "code", errcode.Of(err))
+			return total, err
+		}
+		break
+	}
+	if w.cfg.Verify != nil {
+		if err := w.cfg.Verify(ctx, w.cfg.Cache.Path(desc.Digest), rel, desc); err != nil {
+			w.log.Error("shard content failed", "shard", desc.ID, "digest", desc.Digest.String(), "code", errcode.Of(err))
+			return total, fmt.Errorf("%s: %w", desc.ID, err)
+		}
+	}
+	return total, nil
+}
+
+// wait waits at the barrier and records how long it took.
+func (w *Worker) wait(ctx context.Context, run *raftgate.Run) error {
+	start := time.Now()
+	label := run.Root.String()
+	for {
+		sum, err := w.cfg.Gate.WaitRun(ctx, w.cfg.Run)
+		w.cfg.Metrics.BarrierWait.WithLabelValues(label).Set(time.Since(start).Seconds())
+		if err == nil {
+			w.log.Info("barrier open", "root", label, "epoch", sum.Epoch, "waited", time.Since(start).Seconds())
+			w.set(func(s *Status) { s.State, s.Epoch = StateReady, sum.Epoch })
+			return w.checkPermit(ctx, sum.Permit)
+		}
+		if errcode.Of(err) == errcode.BarrierClosed && ctx.Err() == nil {
+			continue // the wait timed out server-side; the run's own deadline decides
+		}
+		if errcode.Of(err) == errcode.RootMismatch {
+			w.cfg.Metrics.RootMismatches.WithLabelValues(label).Inc()
+		}
+		return err
+	}
+}
+
+// countRootMismatch counts a run that failed because of a root mismatch.
+func (w *Worker) countRootMismatch(run *raftgate.Run) {
+	if run.FailCode == string(errcode.RootMismatch) {
+		w.cfg.Metrics.RootMismatches.WithLabelValues(run.Root.String()).Inc()
+	}
+}
+
+// checkPermit turns the worker BLOCKED while the run's permit is not open
+// (a fence advanced past it) and READY again once a recheck renews it.
+func (w *Worker) checkPermit(ctx context.Context, id string) error {
+	ps, err := w.cfg.Gate.Permits(ctx)
+	if err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if p.ID != id {
+			continue
+		}
+		if p.State == raftgate.PermitOpen {
+			w.set(func(s *Status) {
+				if s.State == StateBlocked {
+					s.State, s.Code, s.Reason = StateReady, "", ""
+				}
+			})
+			return nil
+		}
+		w.log.Warn("run permit not open", "permit", id, "state", p.State, "reason", p.Reason, "code", errcode.PermitClosed)
+		w.set(func(s *Status) {
+			s.State, s.Code, s.Reason = StateBlocked, string(errcode.PermitClosed), fmt.Sprintf("permit %s is %s (%s)", id, p.State, p.Reason)
+		})
+		return nil
+	}
+	return errcode.New(errcode.Internal, "run permit %s not found", id)
+}
+
+// watch re-reads the run once. again means this rank must verify and
+// attest again (reassigned or reset); done means the rank left the run.
+func (w *Worker) watch(ctx context.Context) (again, done bool, err error) {
+	run, err := w.cfg.Gate.Run(ctx, w.cfg.Run)
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, true, nil
+		}
+		// A gate that is briefly unreachable does not change what this
+		// rank verified; keep the last state and ask again next tick.
+		w.log.Warn("gate read failed", "code", errcode.Of(err))
+		return false, false, nil
+	}
+	if err := runErr(run); err != nil {
+		w.countRootMismatch(run)
+		return false, false, err
+	}
+	if w.cfg.Rank >= run.WorldSize {
+		w.log.Info("rank left the run", "world", run.WorldSize, "epoch", run.Epoch)
+		w.set(func(s *Status) { s.State, s.Epoch = StateDone, run.Epoch })
+		return false, true, nil
+	}
+	if run.Attestations[w.cfg.Rank] == nil {
+		w.log.Info("rank must attest again", "epoch", run.Epoch)
+		return true, false, nil
+	}
+	if run.Barrier != raftgate.BarrierOpen {
+		w.set(func(s *Status) { s.State, s.Epoch = StateWaiting, run.Epoch })
+		return false, false, w.wait(ctx, run)
+	}
+	w.set(func(s *Status) {
+		if s.State == StateWaiting {
+			s.State = StateReady
+		}
+		s.Epoch = run.Epoch
+	})
+	return false, false, w.checkPermit(ctx, run.Permit)
+}
