@@ -307,3 +307,16 @@ func TestCheck(t *testing.T) {
 		t.Fatal("unknown type accepted")
 	}
 }
+
+func TestSchemaDigestMatchesManifest(t *testing.T) {
+	for _, s := range []*manifest.RecordSchema{vectorSchema(), SnapshotMemberSchema()} {
+		want, err := s.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := SchemaDigest(s)
+		if err != nil || got != want {
+			t.Fatalf("SchemaDigest = %s, %v; manifest Digest = %s", got, err, want)
+		}
+	}
+}

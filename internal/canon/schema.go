@@ -1,7 +1,9 @@
 package canon
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -79,14 +81,19 @@ func SnapshotMemberSchema() *manifest.RecordSchema {
 // logicalContentDigest.
 const MemberContentColumn = "content_digest"
 
-// SchemaDigest returns sha256 of the schema's canonical encoding
-// (manifest.Encode): the recordSchema digest of manifests and tuples.
+// SchemaDigest returns sha256 of the schema's canonical encoding: for a
+// valid schema exactly (*manifest.RecordSchema).Digest. Unlike that method
+// it also digests schemas that do not validate, because the mapper must
+// name the schema it found in a foreign shard (SCHEMA_MIX) even when that
+// schema uses types or roles a release schema may not.
 func SchemaDigest(s *manifest.RecordSchema) (manifest.Digest, error) {
-	b, err := manifest.Encode(s)
-	if err != nil {
-		return manifest.Digest{}, err
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return manifest.Digest{}, errcode.Wrap(errcode.BadDocument, err, "encode record schema")
 	}
-	return sha256.Sum256(b), nil
+	return sha256.Sum256(bytes.TrimSuffix(buf.Bytes(), []byte("\n"))), nil
 }
 
 // Check verifies that s can be encoded: known types, unique names, a

@@ -1,0 +1,139 @@
+package canon
+
+import (
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// ShardHasher computes every decoded figure of one shard or member file
+// from its record batches in stored order: the logical digest, records,
+// tokens, logical bytes, the tuples and the memberSetDigest. The writer
+// (stage) and the verifier (mapper) both use it, so the figures a manifest
+// declares and the figures a verifier recomputes come from one definition.
+type ShardHasher struct {
+	enc          *Encoder
+	lh           *LogicalHasher
+	tupleSchema  [32]byte
+	sid, src     int
+	ver, split   int
+	memberDigest int // member files: the content_digest column, else -1
+	tokens       int // -1 when the schema names no tokens column
+
+	Records      int64
+	Tokens       int64
+	LogicalBytes int64
+	digests      [][32]byte
+	tuple        tuplehash.Tuple
+}
+
+// NewShardHasher returns a hasher for records of schema s. logicalSchema is
+// the digest bound into the logical digest (the digest of s itself);
+// tupleSchema is every tuple's schemaDigest (for member files: the release
+// record schema the snapshot describes, not the member schema). Without a
+// content column, s must have a binary content_digest column holding each
+// tuple's logicalContentDigest.
+func NewShardHasher(s *manifest.RecordSchema, logicalSchema, tupleSchema manifest.Digest) (*ShardHasher, error) {
+	enc, err := NewEncoder(s)
+	if err != nil {
+		return nil, err
+	}
+	h := &ShardHasher{
+		enc: enc, lh: NewLogicalHasher(logicalSchema), tupleSchema: tupleSchema,
+		sid: FieldIndex(s, s.Tuple.SampleID), src: FieldIndex(s, s.Tuple.SourceID),
+		ver: FieldIndex(s, s.Tuple.SourceVersion), split: FieldIndex(s, s.Tuple.Split),
+		memberDigest: -1, tokens: -1,
+	}
+	if s.Tokens != "" {
+		h.tokens = FieldIndex(s, s.Tokens)
+	}
+	if s.Content == "" {
+		h.memberDigest = FieldIndex(s, MemberContentColumn)
+		if h.memberDigest < 0 || s.Fields[h.memberDigest].Type != TypeBinary {
+			return nil, errcode.New(errcode.BadDocument, "schema has neither a content column nor a binary %s column", MemberContentColumn)
+		}
+	}
+	for _, i := range []int{h.sid, h.src, h.ver, h.split} {
+		if i < 0 {
+			return nil, errcode.New(errcode.BadDocument, "schema lacks a tuple column")
+		}
+	}
+	if s.Fields[h.sid].Type != TypeUTF8 || s.Fields[h.src].Type != TypeUTF8 ||
+		s.Fields[h.split].Type != TypeUTF8 || s.Fields[h.ver].Type != TypeInt64 ||
+		(h.tokens >= 0 && s.Fields[h.tokens].Type != TypeInt64) {
+		return nil, errcode.New(errcode.BadDocument, "tuple or tokens column has the wrong type")
+	}
+	return h, nil
+}
+
+// AddBatch adds every row of rec, calling each (if non-nil) with the row's
+// tuple and tuple digest. The tuple is reused between calls. A value that
+// cannot form a tuple (null tuple column, split over 255 bytes, content
+// digest not 32 bytes) is a DECODE_ERROR; each's error is returned as is.
+func (h *ShardHasher) AddBatch(rec arrow.RecordBatch, each func(t *tuplehash.Tuple, digest [32]byte) error) error {
+	if err := h.enc.Bind(rec); err != nil {
+		return err
+	}
+	sid := rec.Column(h.sid).(*array.String)
+	src := rec.Column(h.src).(*array.String)
+	split := rec.Column(h.split).(*array.String)
+	ver := rec.Column(h.ver).(*array.Int64)
+	var tok *array.Int64
+	if h.tokens >= 0 {
+		tok = rec.Column(h.tokens).(*array.Int64)
+	}
+	var md *array.Binary
+	if h.memberDigest >= 0 {
+		md = rec.Column(h.memberDigest).(*array.Binary)
+	}
+	t := &h.tuple
+	for i := 0; i < int(rec.NumRows()); i++ {
+		if sid.IsNull(i) || src.IsNull(i) || split.IsNull(i) || ver.IsNull(i) {
+			return errcode.New(errcode.DecodeError, "record %d: null tuple column", h.Records)
+		}
+		row := h.enc.Encode(i)
+		h.lh.Add(row.Record)
+		h.LogicalBytes += row.LogicalBytes
+		if tok != nil && !tok.IsNull(i) {
+			h.Tokens += tok.Value(i)
+		}
+		t.SampleID, t.SourceID, t.Split = sid.Value(i), src.Value(i), split.Value(i)
+		t.SourceVersion = ver.Value(i)
+		t.SchemaDigest = h.tupleSchema
+		if md != nil {
+			if md.IsNull(i) || md.ValueLen(i) != 32 {
+				return errcode.New(errcode.DecodeError, "record %d: %s is not 32 bytes", h.Records, MemberContentColumn)
+			}
+			copy(t.LogicalContentDigest[:], md.Value(i))
+		} else {
+			t.LogicalContentDigest = row.Content
+		}
+		d, err := t.Digest()
+		if err != nil {
+			return errcode.Wrap(errcode.DecodeError, err, "record %d", h.Records)
+		}
+		h.digests = append(h.digests, d)
+		h.Records++
+		if each != nil {
+			if err := each(t, d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// LogicalDigest returns the logical digest of the rows added so far.
+func (h *ShardHasher) LogicalDigest() manifest.Digest { return h.lh.Sum() }
+
+// MemberSetDigest returns the memberSetDigest of the rows added so far.
+func (h *ShardHasher) MemberSetDigest() manifest.Digest {
+	return tuplehash.MemberSetDigest(append([][32]byte(nil), h.digests...))
+}
+
+// TupleDigests returns the tuple digests added so far, in stored order.
+// The slice is the hasher's own; callers must not modify it.
+func (h *ShardHasher) TupleDigests() [][32]byte { return h.digests }

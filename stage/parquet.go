@@ -1,0 +1,157 @@
+package stage
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/shardproof/shardproof/internal/canon"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+// Serializer is the build.serializer of releases written by this package.
+const Serializer = "shardproof-stage"
+
+// SerializerVersion changes whenever the bytes written for the same rows
+// and options change.
+const SerializerVersion = "1"
+
+// ParquetOptions fix every writer property that influences the bytes.
+type ParquetOptions struct {
+	// Codec is "zstd" (the default), "snappy", "gzip" or "none".
+	Codec string
+	// Level is the codec's level (zstd default 3).
+	Level int
+	// RowGroupRows caps the rows per row group (default 8192).
+	RowGroupRows int64
+}
+
+func (o ParquetOptions) withDefaults() ParquetOptions {
+	if o.Codec == "" {
+		o.Codec = "zstd"
+	}
+	if o.Level == 0 && o.Codec == "zstd" {
+		o.Level = 3
+	}
+	if o.RowGroupRows <= 0 {
+		o.RowGroupRows = 8192
+	}
+	return o
+}
+
+var codecs = map[string]compress.Compression{
+	"zstd":   compress.Codecs.Zstd,
+	"snappy": compress.Codecs.Snappy,
+	"gzip":   compress.Codecs.Gzip,
+	"none":   compress.Codecs.Uncompressed,
+}
+
+// writerProperties are fixed so that equal rows give equal bytes: a
+// constant created_by, no page index or bloom filters, dictionaries only
+// for the low-cardinality tuple and attribute columns.
+func writerProperties(s *manifest.RecordSchema, o ParquetOptions) (*parquet.WriterProperties, error) {
+	codec, ok := codecs[o.Codec]
+	if !ok {
+		return nil, errcode.New(errcode.Usage, "unknown compression %q (want zstd, snappy, gzip or none)", o.Codec)
+	}
+	opts := []parquet.WriterProperty{
+		parquet.WithCreatedBy(Serializer + " " + SerializerVersion),
+		parquet.WithVersion(parquet.V2_6),
+		parquet.WithDataPageVersion(parquet.DataPageV1),
+		parquet.WithCompression(codec),
+		parquet.WithMaxRowGroupLength(o.RowGroupRows),
+		parquet.WithDataPageSize(1 << 20),
+		parquet.WithDictionaryDefault(true),
+		parquet.WithPageIndexEnabled(false),
+		parquet.WithStats(false),
+	}
+	if o.Codec == "zstd" || o.Codec == "gzip" {
+		opts = append(opts, parquet.WithCompressionLevel(o.Level))
+	}
+	for _, f := range s.Fields {
+		// Unique or long values gain nothing from a dictionary.
+		if f.Name == s.Content || f.Name == s.Tuple.SampleID || f.Name == canon.MemberContentColumn {
+			opts = append(opts, parquet.WithDictionaryFor(f.Name, false))
+		}
+	}
+	return parquet.NewWriterProperties(opts...), nil
+}
+
+// EncodeParquet writes rec (whose schema must be ArrowSchema(s)) as one
+// Parquet file with the Arrow schema stored in its metadata.
+func EncodeParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOptions) ([]byte, error) {
+	o = o.withDefaults()
+	props, err := writerProperties(s, o)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "parquet writer")
+	}
+	if err := w.Write(rec); err != nil {
+		w.Close()
+		return nil, errcode.Wrap(errcode.Internal, err, "write parquet")
+	}
+	if err := w.Close(); err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "close parquet")
+	}
+	return buf.Bytes(), nil
+}
+
+// BuildRows returns rows as one record batch of DefaultSchema.
+func BuildRows(rows []Row) arrow.RecordBatch {
+	as, _ := canon.ArrowSchema(DefaultSchema())
+	b := array.NewRecordBuilder(memory.DefaultAllocator, as)
+	defer b.Release()
+	for i := range rows {
+		appendRow(b, &rows[i])
+	}
+	return b.NewRecordBatch()
+}
+
+func appendRow(b *array.RecordBuilder, r *Row) {
+	b.Field(0).(*array.StringBuilder).Append(r.SampleID)
+	b.Field(1).(*array.StringBuilder).Append(r.SourceID)
+	b.Field(2).(*array.Int64Builder).Append(r.SourceVersion)
+	b.Field(3).(*array.StringBuilder).Append(r.Split)
+	b.Field(4).(*array.StringBuilder).Append(r.Lang)
+	b.Field(5).(*array.StringBuilder).Append(r.Text)
+	b.Field(6).(*array.Int64Builder).Append(r.Tokens)
+}
+
+// RowsOf returns the rows of a DefaultSchema record batch.
+func RowsOf(rec arrow.RecordBatch) ([]Row, error) {
+	want := DefaultSchema()
+	if got := canon.FromArrow(rec.Schema(), want); !slices.Equal(got.Fields, want.Fields) {
+		return nil, errcode.New(errcode.SchemaMismatch, "record batch fields %v are not the default schema's", got.Fields)
+	}
+	col := func(i int) *array.String { return rec.Column(i).(*array.String) }
+	i64 := func(i int) *array.Int64 { return rec.Column(i).(*array.Int64) }
+	rows := make([]Row, rec.NumRows())
+	for i := range rows {
+		rows[i] = Row{
+			SampleID: strings.Clone(col(0).Value(i)), SourceID: strings.Clone(col(1).Value(i)),
+			SourceVersion: i64(2).Value(i), Split: strings.Clone(col(3).Value(i)),
+			Lang: strings.Clone(col(4).Value(i)), Text: strings.Clone(col(5).Value(i)),
+			Tokens: i64(6).Value(i),
+		}
+	}
+	return rows, nil
+}
+
+// ShardID names shard i of n as in the manifest example: shard-00017-of-00480.
+func ShardID(i, n int) string { return fmt.Sprintf("shard-%05d-of-%05d", i, n) }
+
+// MemberID names snapshot member file i of n.
+func MemberID(i, n int) string { return fmt.Sprintf("member-%05d-of-%05d", i, n) }

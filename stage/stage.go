@@ -1,0 +1,397 @@
+package stage
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/shardproof/shardproof/internal/canon"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// ShardingFunction is the build.shardingFunction this package records: rows
+// sorted ascending by (xxh64(sampleId, seed=sortSeed), sampleId), then shard
+// i of n holds sorted positions [i*N/n, (i+1)*N/n).
+const ShardingFunction = "sort-xxh64(sampleId,seed=sortSeed)/contiguous-ranges/v1"
+
+// MemberPartition is the snapshot's and the release's memberPartition.
+const MemberPartition = "xxh64/k=12"
+
+// Result names what a staging run produced.
+type Result struct {
+	// Root is the digest of the release manifest's stored bytes.
+	Root manifest.Digest
+	// Snapshot is the digest of the snapshot manifest's stored bytes.
+	Snapshot manifest.Digest
+	// RecordSchema is the digest of the record schema document.
+	RecordSchema manifest.Digest
+	Release      *manifest.Release
+	SnapshotDoc  *manifest.Snapshot
+	Schema       *manifest.RecordSchema
+	// Created counts objects newly written (0 when everything existed).
+	Created int
+}
+
+// Options are the settings common to Stage and Synth.
+type Options struct {
+	// Shards is the number of release shards (>= 1, <= rows).
+	Shards int
+	// Parquet fixes the writer; Codec defaults to zstd level 3.
+	Parquet ParquetOptions
+	// TombstoneWatermark and BenchmarkFence are the fences the release is
+	// built against; they are bound into orderedMemberTupleRoot.
+	TombstoneWatermark uint64
+	BenchmarkFence     uint64
+	// Workers bounds the shards encoded at once (default 2).
+	Workers int
+	// Progress, if set, is called after each shard and member file.
+	Progress func(done, total int)
+}
+
+// source yields the rows to stage by index. Build appends rows idx, in that
+// order, to b (whose schema is ArrowSchema of the record schema).
+type source interface {
+	Len() int
+	SampleID(i int) string
+	Build(idx []int, b *array.RecordBuilder) error
+}
+
+// sortOrder returns the row indices in staging order and rejects
+// duplicate sampleIds (a snapshot holds each member exactly once).
+func sortOrder(ctx context.Context, src source, seed uint64) ([]int, error) {
+	n := src.Len()
+	type key struct {
+		h  uint64
+		id string
+		i  int
+	}
+	keys := make([]key, n)
+	d := xxhash.NewWithSeed(seed)
+	for i := range keys {
+		if i%65536 == 0 && ctx.Err() != nil {
+			return nil, errcode.Wrap(errcode.Canceled, ctx.Err(), "sort")
+		}
+		id := src.SampleID(i)
+		d.ResetWithSeed(seed)
+		d.WriteString(id)
+		keys[i] = key{d.Sum64(), id, i}
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		return cmp.Or(cmp.Compare(a.h, b.h), cmp.Compare(a.id, b.id))
+	})
+	order := make([]int, n)
+	for j, k := range keys {
+		if j > 0 && keys[j-1].id == k.id {
+			return nil, errcode.New(errcode.BadInput, "sample_id %q occurs more than once in the input", k.id)
+		}
+		order[j] = k.i
+	}
+	return order, nil
+}
+
+type memberTuple struct {
+	t      tuplehash.Tuple
+	digest [32]byte
+	bucket uint32
+}
+
+type writer struct {
+	ctx      context.Context
+	store    objstore.Store
+	schema   *manifest.RecordSchema
+	sd       manifest.Digest
+	opts     Options
+	mu       sync.Mutex
+	created  int
+	progress int
+	total    int
+}
+
+// put stores a blob with a conditional create and counts new objects.
+func (w *writer) put(data []byte) (manifest.Digest, objstore.Version, error) {
+	d, v, created, err := objstore.PutBlob(w.ctx, w.store, data)
+	if err != nil {
+		return d, v, err
+	}
+	w.mu.Lock()
+	if created {
+		w.created++
+	}
+	w.mu.Unlock()
+	return d, v, nil
+}
+
+func (w *writer) step() {
+	w.mu.Lock()
+	w.progress++
+	p, t := w.progress, w.total
+	w.mu.Unlock()
+	if w.opts.Progress != nil {
+		w.opts.Progress(p, t)
+	}
+}
+
+// writeFile encodes rec as Parquet with schema s, stores it and returns its
+// full descriptor. tupleSchema is the tuples' schemaDigest; each, if set,
+// receives every tuple.
+func (w *writer) writeFile(id string, rec arrow.RecordBatch, s *manifest.RecordSchema, tupleSchema manifest.Digest, each func(*tuplehash.Tuple, [32]byte) error) (manifest.Shard, error) {
+	data, err := EncodeParquet(rec, s, w.opts.Parquet)
+	if err != nil {
+		return manifest.Shard{}, err
+	}
+	desc, err := Describe(rec, s, tupleSchema, each)
+	if err != nil {
+		return manifest.Shard{}, err
+	}
+	d, v, err := w.put(data)
+	if err != nil {
+		return manifest.Shard{}, err
+	}
+	desc.ID, desc.Digest, desc.Size, desc.ObjectVersion = id, d, int64(len(data)), string(v)
+	slog.Debug("stage: wrote file", "id", id, "digest", d.String(), "size", len(data), "records", desc.Records)
+	w.step()
+	return desc, nil
+}
+
+// Describe computes the decoded figures of a file holding rec with schema
+// s: logicalDigest, records, tokens and memberSetDigest (MediaType set;
+// ID, Digest, Size and ObjectVersion left to the caller).
+func Describe(rec arrow.RecordBatch, s *manifest.RecordSchema, tupleSchema manifest.Digest, each func(*tuplehash.Tuple, [32]byte) error) (manifest.Shard, error) {
+	sd, err := canon.SchemaDigest(s)
+	if err != nil {
+		return manifest.Shard{}, err
+	}
+	h, err := canon.NewShardHasher(s, sd, tupleSchema)
+	if err != nil {
+		return manifest.Shard{}, err
+	}
+	if err := h.AddBatch(rec, each); err != nil {
+		return manifest.Shard{}, errcode.Wrap(errcode.BadInput, err, "describe")
+	}
+	return manifest.Shard{
+		MediaType:       manifest.ParquetMediaType,
+		LogicalDigest:   h.LogicalDigest(),
+		Records:         h.Records,
+		Tokens:          h.Tokens,
+		MemberSetDigest: h.MemberSetDigest(),
+	}, nil
+}
+
+// run stages src with the record schema s.
+func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, src source, seed uint64, o Options) (Result, error) {
+	if o.Shards < 1 {
+		return Result{}, errcode.New(errcode.Usage, "--shards must be at least 1, got %d", o.Shards)
+	}
+	n := src.Len()
+	if n == 0 {
+		return Result{}, errcode.New(errcode.BadInput, "no input rows")
+	}
+	if o.Shards > n {
+		return Result{}, errcode.New(errcode.BadInput, "%d shards for %d rows: every shard must hold a row", o.Shards, n)
+	}
+	if err := canon.Check(s); err != nil {
+		return Result{}, err
+	}
+	if o.Workers <= 0 {
+		o.Workers = 2
+	}
+	o.Parquet = o.Parquet.withDefaults()
+	if _, err := writerProperties(s, o.Parquet); err != nil {
+		return Result{}, err
+	}
+	order, err := sortOrder(ctx, src, seed)
+	if err != nil {
+		return Result{}, err
+	}
+	sb, err := manifest.Encode(s)
+	if err != nil {
+		return Result{}, err
+	}
+	members := o.Shards
+	w := &writer{ctx: ctx, store: store, schema: s, opts: o, total: o.Shards + members}
+	if w.sd, _, err = w.put(sb); err != nil {
+		return Result{}, err
+	}
+	as, err := canon.ArrowSchema(s)
+	if err != nil {
+		return Result{}, err
+	}
+
+	// Release shards, o.Workers at a time; each keeps its own tuples so the
+	// snapshot does not depend on scheduling.
+	shards := make([]manifest.Shard, o.Shards)
+	tuples := make([][]memberTuple, o.Shards)
+	errs := make([]error, o.Shards)
+	sem := make(chan struct{}, o.Workers)
+	var wg sync.WaitGroup
+	for i := range shards {
+		lo, hi := i*n/o.Shards, (i+1)*n/o.Shards
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := ctx.Err(); err != nil {
+				errs[i] = errcode.Wrap(errcode.Canceled, err, "stage")
+				return
+			}
+			b := array.NewRecordBuilder(memory.DefaultAllocator, as)
+			defer b.Release()
+			if err := src.Build(order[lo:hi], b); err != nil {
+				errs[i] = err
+				return
+			}
+			rec := b.NewRecordBatch()
+			defer rec.Release()
+			ts := make([]memberTuple, 0, hi-lo)
+			shards[i], errs[i] = w.writeFile(ShardID(i, o.Shards), rec, s, w.sd, func(t *tuplehash.Tuple, d [32]byte) error {
+				ts = append(ts, memberTuple{t: cloneTuple(t), digest: d, bucket: tuplehash.Bucket(t.SampleID, tuplehash.DefaultK)})
+				return nil
+			})
+			tuples[i] = ts
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return Result{}, err
+		}
+	}
+
+	// The snapshot: member files partition the tuples by contiguous bucket
+	// ranges, each sorted by (bucket, sampleId).
+	all := slices.Concat(tuples...)
+	tuples = nil
+	slices.SortFunc(all, func(a, b memberTuple) int {
+		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.t.SampleID, b.t.SampleID), bytes.Compare(a.digest[:], b.digest[:]))
+	})
+	acc := tuplehash.NewAccumulator(tuplehash.DefaultK)
+	for i := range all {
+		if err := acc.Add(&all[i].t); err != nil {
+			return Result{}, errcode.Wrap(errcode.BadInput, err, "tuple")
+		}
+	}
+	unbound := manifest.Digest(acc.Root())
+	snap, err := w.writeMembers(all, members)
+	if err != nil {
+		return Result{}, err
+	}
+	snap.TupleRoot = unbound
+	snapBytes, err := manifest.Encode(snap)
+	if err != nil {
+		return Result{}, err
+	}
+	snapDigest, _, err := w.put(snapBytes)
+	if err != nil {
+		return Result{}, err
+	}
+
+	rel := &manifest.Release{
+		Schema:             manifest.ReleaseSchema,
+		DatasetSnapshot:    snapDigest,
+		TombstoneWatermark: o.TombstoneWatermark,
+		BenchmarkFence:     o.BenchmarkFence,
+		RecordSchema:       w.sd,
+		Build: manifest.Build{
+			Serializer:           Serializer,
+			SerializerVersion:    SerializerVersion,
+			SortSeed:             seed,
+			ShardingFunction:     ShardingFunction,
+			Compression:          o.Parquet.Codec,
+			CompressionLevel:     o.Parquet.Level,
+			EncryptionKeyVersion: "none",
+			EncryptionAADScheme:  "none",
+			MemberPartition:      MemberPartition,
+		},
+		Shards:                 shards,
+		OrderedMemberTupleRoot: tuplehash.BindRoot(unbound, snapDigest, o.TombstoneWatermark, o.BenchmarkFence),
+	}
+	rel.Totals = TotalsOf(shards)
+	root, err := w.putRelease(rel)
+	if err != nil {
+		return Result{}, err
+	}
+	slog.Info("stage: release written", "root", root.String(), "snapshot", snapDigest.String(),
+		"shards", len(shards), "records", rel.Totals.Records, "created", w.created)
+	return Result{Root: root, Snapshot: snapDigest, RecordSchema: w.sd, Release: rel, SnapshotDoc: snap, Schema: s, Created: w.created}, nil
+}
+
+func (w *writer) putRelease(rel *manifest.Release) (manifest.Digest, error) {
+	b, err := manifest.Encode(rel)
+	if err != nil {
+		return manifest.Digest{}, err
+	}
+	d, _, err := w.put(b)
+	return d, err
+}
+
+// TotalsOf sums descriptors into a Totals.
+func TotalsOf(ds []manifest.Shard) manifest.Totals {
+	t := manifest.Totals{Shards: int64(len(ds))}
+	for _, d := range ds {
+		t.Records += d.Records
+		t.Tokens += d.Tokens
+	}
+	return t
+}
+
+func cloneTuple(t *tuplehash.Tuple) tuplehash.Tuple {
+	c := *t
+	c.SampleID = string([]byte(t.SampleID))
+	c.SourceID = string([]byte(t.SourceID))
+	c.Split = string([]byte(t.Split))
+	return c
+}
+
+// writeMembers writes the snapshot member files for sorted tuples and
+// returns the snapshot document without its tuple root.
+func (w *writer) writeMembers(all []memberTuple, m int) (*manifest.Snapshot, error) {
+	ms := canon.SnapshotMemberSchema()
+	as, err := canon.ArrowSchema(ms)
+	if err != nil {
+		return nil, err
+	}
+	snap := &manifest.Snapshot{
+		Schema:          manifest.SnapshotSchema,
+		RecordSchema:    w.sd,
+		MemberPartition: MemberPartition,
+		Members:         make([]manifest.Shard, m),
+	}
+	nb := uint64(1) << tuplehash.DefaultK
+	lo := 0
+	for j := range m {
+		hiBucket := uint32(uint64(j+1) * nb / uint64(m))
+		hi := lo
+		for hi < len(all) && all[hi].bucket < hiBucket {
+			hi++
+		}
+		b := array.NewRecordBuilder(memory.DefaultAllocator, as)
+		for _, t := range all[lo:hi] {
+			b.Field(0).(*array.StringBuilder).Append(t.t.SampleID)
+			b.Field(1).(*array.StringBuilder).Append(t.t.SourceID)
+			b.Field(2).(*array.Int64Builder).Append(t.t.SourceVersion)
+			b.Field(3).(*array.StringBuilder).Append(t.t.Split)
+			b.Field(4).(*array.BinaryBuilder).Append(t.t.LogicalContentDigest[:])
+		}
+		rec := b.NewRecordBatch()
+		b.Release()
+		snap.Members[j], err = w.writeFile(MemberID(j, m), rec, ms, w.sd, nil)
+		rec.Release()
+		if err != nil {
+			return nil, err
+		}
+		lo = hi
+	}
+	snap.Totals = TotalsOf(snap.Members)
+	return snap, nil
+}

@@ -1,0 +1,284 @@
+package stage_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/stage"
+	"github.com/shardproof/shardproof/stage/stagetest"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// countObjects lists every key in the store.
+func countObjects(t *testing.T, s objstore.Store) int {
+	t.Helper()
+	n, after := 0, ""
+	for {
+		p, err := s.List(context.Background(), "", after, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(p.Objects)
+		if p.Next == "" {
+			return n
+		}
+		after = p.Next
+	}
+}
+
+func TestSynthDeterministicAndIdempotent(t *testing.T) {
+	s := stagetest.Store(t)
+	a := stagetest.Synth(t, s, 3000, 4, 7)
+	// 4 shards + 4 member files + schema + snapshot + release.
+	if a.Created != 11 {
+		t.Fatalf("first run created %d objects, want 11", a.Created)
+	}
+	before := countObjects(t, s)
+	b := stagetest.Synth(t, s, 3000, 4, 7)
+	if b.Root != a.Root || b.Snapshot != a.Snapshot || b.RecordSchema != a.RecordSchema {
+		t.Fatalf("second run: root %s snapshot %s, first %s %s", b.Root, b.Snapshot, a.Root, a.Snapshot)
+	}
+	if b.Created != 0 || countObjects(t, s) != before {
+		t.Fatalf("second run created %d objects (store %d → %d)", b.Created, before, countObjects(t, s))
+	}
+	// A fresh store gets byte-identical objects, hence the same root.
+	c := stagetest.Synth(t, stagetest.Store(t), 3000, 4, 7)
+	if c.Root != a.Root {
+		t.Fatalf("fresh store root %s, want %s", c.Root, a.Root)
+	}
+	// Another seed is another dataset.
+	if d := stagetest.Synth(t, stagetest.Store(t), 3000, 4, 8); d.Root == a.Root || d.Snapshot == a.Snapshot {
+		t.Fatal("seed 8 gave seed 7's digests")
+	}
+}
+
+func TestSynthDescriptorsMatchStoredBytes(t *testing.T) {
+	ctx := context.Background()
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 4000, 5, 11)
+
+	// The stored manifests decode strictly and are the ones returned.
+	rb, _, err := objstore.ReadBlob(ctx, s, res.Root, manifest.MaxDocumentSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := manifest.DecodeRelease(rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, _, err := objstore.ReadBlob(ctx, s, res.Snapshot, manifest.MaxDocumentSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, err := manifest.DecodeSnapshot(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schemaBytes, _, err := objstore.ReadBlob(ctx, s, rel.RecordSchema, manifest.MaxDocumentSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := manifest.DecodeRecordSchema(schemaBytes); err != nil {
+		t.Fatal(err)
+	}
+	if rel.DatasetSnapshot != res.Snapshot || snap.RecordSchema != rel.RecordSchema || rel.Totals.Records != 4000 || snap.Totals.Records != 4000 {
+		t.Fatalf("manifest links or totals wrong: %+v", rel.Totals)
+	}
+	b := rel.Build
+	if b.Serializer != stage.Serializer || b.SortSeed != 11 || b.Compression != "zstd" || b.CompressionLevel != 3 ||
+		b.EncryptionKeyVersion != "none" || b.MemberPartition != "xxh64/k=12" || b.ShardingFunction != stage.ShardingFunction {
+		t.Fatalf("build fields: %+v", b)
+	}
+
+	// Every descriptor field is reproduced from the stored bytes.
+	var text, stored, splits int64
+	check := func(d manifest.Shard, schema *manifest.RecordSchema) {
+		data := stagetest.ShardBytes(t, s, d) // verifies digest and size
+		rec, err := stage.DecodeParquet(ctx, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rec.Release()
+		got, err := stage.Describe(rec, schema, rel.RecordSchema, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.ID, got.Digest, got.Size, got.ObjectVersion = d.ID, d.Digest, d.Size, d.ObjectVersion
+		if got != d {
+			t.Fatalf("%s: recomputed %+v\ndescriptor %+v", d.ID, got, d)
+		}
+		stored += d.Size
+	}
+	for _, d := range rel.Shards {
+		check(d, stage.DefaultSchema())
+		for _, r := range stagetest.Rows(t, stagetest.ShardBytes(t, s, d)) {
+			text += int64(len(r.Text))
+			if r.Split == "train" {
+				splits++
+			}
+		}
+	}
+	// Realistic text: mean ~1 KB, compresses 2-5x, ~90% train.
+	if mean := text / 4000; mean < 700 || mean > 1400 {
+		t.Errorf("mean text length %d bytes, want ~1 KB", mean)
+	}
+	if ratio := float64(text) / float64(stored); ratio < 2 || ratio > 5 {
+		t.Errorf("text/stored ratio %.2f, want 2-5", ratio)
+	}
+	if splits < 3400 || splits > 3800 {
+		t.Errorf("%d of 4000 train rows, want ~90%%", splits)
+	}
+	stored = 0
+	for _, d := range snap.Members {
+		if d.Tokens != 0 {
+			t.Fatalf("member %s has tokens %d", d.ID, d.Tokens)
+		}
+		check(d, memberSchema())
+	}
+
+	// The tuple roots: the release's tuples are exactly the snapshot's.
+	root, err := stage.ReleaseTupleRoot(ctx, s, rel, res.Schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root != snap.TupleRoot {
+		t.Fatalf("release tuple root %s, snapshot %s", root, snap.TupleRoot)
+	}
+	if want := manifest.Digest(tuplehash.BindRoot(root, res.Snapshot, 0, 0)); rel.OrderedMemberTupleRoot != want {
+		t.Fatalf("orderedMemberTupleRoot %s, want %s", rel.OrderedMemberTupleRoot, want)
+	}
+}
+
+func TestShardingIsContiguousSortedRanges(t *testing.T) {
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 1000, 3, 5)
+	var prev string
+	for i, d := range res.Release.Shards {
+		rows := stagetest.ShardRows(t, s, res, i)
+		if want := int64((i+1)*1000/3 - i*1000/3); d.Records != want || int64(len(rows)) != want {
+			t.Fatalf("%s: %d records, want %d", d.ID, d.Records, want)
+		}
+		for _, r := range rows {
+			k := sortKey(5, r.SampleID)
+			if k < prev {
+				t.Fatalf("%s: %s out of sort order", d.ID, r.SampleID)
+			}
+			prev = k
+		}
+	}
+}
+
+func writeSources(t *testing.T, dir string, rows []stage.Row, parts int) []string {
+	var paths []string
+	for p := range parts {
+		path := filepath.Join(dir, "src-"+string(rune('a'+p))+".parquet")
+		lo, hi := p*len(rows)/parts, (p+1)*len(rows)/parts
+		if err := os.WriteFile(path, stagetest.Encode(t, rows[lo:hi], stage.ParquetOptions{Codec: "snappy"}), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, path)
+	}
+	return paths
+}
+
+func TestStageFromFiles(t *testing.T) {
+	ctx := context.Background()
+	// Source rows: a synthetic release's rows, in shard order.
+	syn := stagetest.Store(t)
+	sres := stagetest.Synth(t, syn, 1500, 3, 3)
+	var rows []stage.Row
+	for i := range sres.Release.Shards {
+		rows = append(rows, stagetest.ShardRows(t, syn, sres, i)...)
+	}
+	paths := writeSources(t, t.TempDir(), rows, 3)
+
+	s := stagetest.Store(t)
+	a, err := stage.Stage(ctx, s, stage.StageOptions{Inputs: paths, Shards: 3, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same rows, same seed, same shard count: the synthetic release's root.
+	if a.Root != sres.Root || a.Snapshot != sres.Snapshot {
+		t.Fatalf("staged root %s, synth root %s", a.Root, sres.Root)
+	}
+	// Input order does not matter; a second run writes nothing.
+	rev := []string{paths[2], paths[0], paths[1]}
+	b, err := stage.Stage(ctx, s, stage.StageOptions{Inputs: rev, Shards: 3, Seed: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Root != a.Root || b.Created != 0 {
+		t.Fatalf("restage: root %s created %d", b.Root, b.Created)
+	}
+}
+
+func TestStageBadInputWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	good := writeSources(t, dir, []stage.Row{
+		{SampleID: "a", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "x", Tokens: 1},
+		{SampleID: "b", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "y", Tokens: 1},
+	}, 1)[0]
+	dup := filepath.Join(dir, "dup.parquet")
+	if err := os.WriteFile(dup, stagetest.Encode(t, []stage.Row{{SampleID: "a", Split: "val"}}, stage.ParquetOptions{}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A file with only some of the columns.
+	partial := filepath.Join(dir, "partial.parquet")
+	rec := stage.BuildRows([]stage.Row{{SampleID: "z", Text: "t"}})
+	proj, err := rec.SetColumn(1, rec.Column(1)) // keep a valid batch to slice columns from
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proj.Release()
+	rec.Release()
+	onlyTwo := stagetest.EncodeRecord(t, projectColumns(t, proj, 0, 5), twoColumnSchema(), stage.ParquetOptions{})
+	if err := os.WriteFile(partial, onlyTwo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notParquet := filepath.Join(dir, "junk.parquet")
+	os.WriteFile(notParquet, []byte("PAR1 this is not parquet PAR1"), 0o644)
+
+	for _, c := range []struct {
+		name   string
+		o      stage.StageOptions
+		code   errcode.Code
+		detail string
+	}{
+		{"missing columns", stage.StageOptions{Inputs: []string{good, partial}, Shards: 1}, errcode.BadInput, "missing columns: source_id, source_version, split, lang, tokens"},
+		{"zero shards", stage.StageOptions{Inputs: []string{good}, Shards: 0}, errcode.Usage, "--shards"},
+		{"more shards than rows", stage.StageOptions{Inputs: []string{good}, Shards: 3}, errcode.BadInput, "3 shards for 2 rows"},
+		{"no inputs", stage.StageOptions{Shards: 1}, errcode.Usage, "no input"},
+		{"absent file", stage.StageOptions{Inputs: []string{filepath.Join(dir, "nope.parquet")}, Shards: 1}, errcode.BadInput, "nope.parquet"},
+		{"not parquet", stage.StageOptions{Inputs: []string{notParquet}, Shards: 1}, errcode.BadInput, "junk.parquet"},
+		{"duplicate sample", stage.StageOptions{Inputs: []string{good, dup}, Shards: 1}, errcode.BadInput, `sample_id "a" occurs more than once`},
+		{"bad codec", stage.StageOptions{Inputs: []string{good}, Shards: 1, Options: stage.Options{Parquet: stage.ParquetOptions{Codec: "lz77"}}}, errcode.Usage, "lz77"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := stagetest.Store(t)
+			_, err := stage.Stage(ctx, s, c.o)
+			if errcode.Of(err) != c.code || !strings.Contains(err.Error(), c.detail) {
+				t.Fatalf("err = %v (code %s), want %s containing %q", err, errcode.Of(err), c.code, c.detail)
+			}
+			if n := countObjects(t, s); n != 0 {
+				t.Fatalf("bad input wrote %d objects", n)
+			}
+		})
+	}
+}
+
+func TestSynthCanceled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := stage.Synth(ctx, stagetest.Store(t), stage.SynthOptions{Samples: 100, Shards: 2, Seed: 1})
+	if errcode.Of(err) != errcode.Canceled || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want CANCELED", err)
+	}
+}

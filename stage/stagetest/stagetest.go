@@ -1,0 +1,205 @@
+// Package stagetest builds releases, correct and faulty, for tests of the
+// packages that verify them (mapper, reducer, coordinator, cmd). Every
+// helper writes through a real objstore.Store; faults are made the way a
+// buggy writer or a corrupted store would make them, so the verifier under
+// test meets real bytes.
+package stagetest
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/file"
+	"github.com/shardproof/shardproof/stage"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// Store returns a fresh file store in a test temp directory.
+func Store(t testing.TB) objstore.Store {
+	t.Helper()
+	s, err := file.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// Synth stages a synthetic release of samples records in shards shards.
+func Synth(t testing.TB, s objstore.Store, samples, shards int, seed int64) stage.Result {
+	t.Helper()
+	res, err := stage.Synth(context.Background(), s, stage.SynthOptions{Samples: samples, Shards: shards, Seed: seed})
+	if err != nil {
+		t.Fatalf("synth: %v", err)
+	}
+	return res
+}
+
+// ShardBytes reads the bytes of a descriptor's exact version, verified.
+func ShardBytes(t testing.TB, s objstore.Store, d manifest.Shard) []byte {
+	t.Helper()
+	b, err := stage.ReadFile(context.Background(), s, d)
+	if err != nil {
+		t.Fatalf("read %s: %v", d.ID, err)
+	}
+	return b
+}
+
+// Rows decodes Parquet bytes of DefaultSchema into rows.
+func Rows(t testing.TB, data []byte) []stage.Row {
+	t.Helper()
+	rec, err := stage.DecodeParquet(context.Background(), data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	rows, err := stage.RowsOf(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// ShardRows returns the rows of release shard i.
+func ShardRows(t testing.TB, s objstore.Store, res stage.Result, i int) []stage.Row {
+	t.Helper()
+	return Rows(t, ShardBytes(t, s, res.Release.Shards[i]))
+}
+
+// Encode writes rows as DefaultSchema Parquet with o (zero value: the
+// release's own zstd level 3).
+func Encode(t testing.TB, rows []stage.Row, o stage.ParquetOptions) []byte {
+	t.Helper()
+	rec := stage.BuildRows(rows)
+	defer rec.Release()
+	return EncodeRecord(t, rec, stage.DefaultSchema(), o)
+}
+
+// EncodeRecord writes a record batch of any schema as Parquet.
+func EncodeRecord(t testing.TB, rec arrow.RecordBatch, schema *manifest.RecordSchema, o stage.ParquetOptions) []byte {
+	t.Helper()
+	b, err := stage.EncodeParquet(rec, schema, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Recompress re-encodes DefaultSchema Parquet bytes with another codec or
+// level: same records, so the same logical digest, different bytes.
+func Recompress(t testing.TB, data []byte, codec string, level int) []byte {
+	t.Helper()
+	return Encode(t, Rows(t, data), stage.ParquetOptions{Codec: codec, Level: level})
+}
+
+// WriteShard stores Parquet bytes of a record batch with schema (a valid
+// new blob) and returns its complete descriptor named id. Tuples get
+// schemaDigest tupleSchema (the release's recordSchema, or the digest of
+// schema to model a writer that used another schema).
+func WriteShard(t testing.TB, s objstore.Store, id string, rec arrow.RecordBatch, schema *manifest.RecordSchema, tupleSchema manifest.Digest, o stage.ParquetOptions) manifest.Shard {
+	t.Helper()
+	data := EncodeRecord(t, rec, schema, o)
+	desc, err := stage.Describe(rec, schema, tupleSchema, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, v, _, err := objstore.PutBlob(context.Background(), s, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc.ID, desc.Digest, desc.Size, desc.ObjectVersion = id, d, int64(len(data)), string(v)
+	return desc
+}
+
+// WriteRows is WriteShard for DefaultSchema rows with the release schema.
+func WriteRows(t testing.TB, s objstore.Store, res stage.Result, id string, rows []stage.Row) manifest.Shard {
+	t.Helper()
+	rec := stage.BuildRows(rows)
+	defer rec.Release()
+	return WriteShard(t, s, id, rec, stage.DefaultSchema(), res.RecordSchema, stage.ParquetOptions{})
+}
+
+// Reissue stores rel as a new release manifest (totals recomputed) and
+// returns res with the new Root and Release. With recomputeRoot, the
+// orderedMemberTupleRoot is recomputed from the shards' actual tuples, as
+// an honest writer of a wrong release would; otherwise it is left as is.
+func Reissue(t testing.TB, s objstore.Store, res stage.Result, rel *manifest.Release, recomputeRoot bool) stage.Result {
+	t.Helper()
+	ctx := context.Background()
+	rel.Totals = stage.TotalsOf(rel.Shards)
+	if recomputeRoot {
+		root, err := stage.ReleaseTupleRoot(ctx, s, rel, res.Schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel.OrderedMemberTupleRoot = tuplehash.BindRoot(root, rel.DatasetSnapshot, rel.TombstoneWatermark, rel.BenchmarkFence)
+	}
+	b, err := manifest.Encode(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _, _, err := objstore.PutBlob(ctx, s, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Root, res.Release = d, rel
+	return res
+}
+
+// CloneRelease returns a deep copy of rel, to modify before Reissue.
+func CloneRelease(rel *manifest.Release) *manifest.Release {
+	c := *rel
+	c.Shards = append([]manifest.Shard(nil), rel.Shards...)
+	return &c
+}
+
+// RewriteShard replaces shard i by a valid shard holding edit(rows) and
+// reissues a consistent manifest (descriptor, totals and tuple root all
+// describe the new bytes), so only the diff against the snapshot can tell
+// what changed: missing, extra, duplicate, substituted members and so on.
+func RewriteShard(t testing.TB, s objstore.Store, res stage.Result, i int, edit func([]stage.Row) []stage.Row) stage.Result {
+	t.Helper()
+	rows := edit(ShardRows(t, s, res, i))
+	rel := CloneRelease(res.Release)
+	rel.Shards[i] = WriteRows(t, s, res, rel.Shards[i].ID, rows)
+	return Reissue(t, s, res, rel, true)
+}
+
+// ReplaceShardBytes stores data as a new version at shard i's existing key
+// (as a store that lost immutability, or an operator overwriting a blob,
+// would) and reissues the manifest pointing at that version with the old
+// digest, size and figures: the verifier must find the mismatch.
+func ReplaceShardBytes(t testing.TB, s objstore.Store, res stage.Result, i int, data []byte) stage.Result {
+	t.Helper()
+	rel := CloneRelease(res.Release)
+	d := rel.Shards[i]
+	v := PutVersion(t, s, d.Digest.BlobKey(), data)
+	rel.Shards[i].ObjectVersion = string(v)
+	return Reissue(t, s, res, rel, false)
+}
+
+// PutVersion stores data as a new version of key without a conditional
+// create and returns the version.
+func PutVersion(t testing.TB, s objstore.Store, key string, data []byte) objstore.Version {
+	t.Helper()
+	v, err := s.Put(context.Background(), key, bytes.NewReader(data), objstore.PutOptions{Size: int64(len(data))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Truncate returns data without its last n bytes.
+func Truncate(data []byte, n int) []byte { return append([]byte(nil), data[:len(data)-n]...) }
+
+// FlipBit returns a copy of data with bit (off*8 + bit) inverted.
+func FlipBit(data []byte, off int, bit uint) []byte {
+	c := append([]byte(nil), data...)
+	c[off] ^= 1 << bit
+	return c
+}
