@@ -1,0 +1,319 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+// Gate is what publishing needs from the gate. *raftgate.Client
+// implements it; tests wrap a real client to break one method.
+type Gate interface {
+	Status(ctx context.Context) (*raftgate.Status, error)
+	Alias(ctx context.Context, name string) (*raftgate.Alias, error)
+	Release(ctx context.Context, root manifest.Digest) (*raftgate.Release, error)
+	Register(ctx context.Context, cmd *raftgate.Register) (*raftgate.RecheckResult, error)
+	Recheck(ctx context.Context, cmd *raftgate.RecheckCmd) (*raftgate.RecheckResult, error)
+	Publish(ctx context.Context, alias string, root manifest.Digest, expected uint64, retain int) (*raftgate.PublishResult, error)
+}
+
+// VerifyFunc verifies root against its dataset snapshot and the given
+// fence documents (zero: none), stores the report content-addressed and
+// returns it with its digest. An INVALID release is a report with that
+// verdict, not an error. The CLI passes the coordinator's local executor.
+type VerifyFunc func(ctx context.Context, root, tombstones, benchmark manifest.Digest) (*manifest.Report, manifest.Digest, error)
+
+// Options configure Publish.
+type Options struct {
+	Alias string
+	Root  manifest.Digest
+	// ExpectGeneration is the alias generation the caller saw; publish
+	// moves the alias only from exactly that generation. Without it
+	// (HasExpect false) the current generation is read first, and a root
+	// the alias already points at is reported as published, not
+	// published again.
+	ExpectGeneration uint64
+	HasExpect        bool
+	// Tombstones and Benchmark name the fence documents to verify
+	// against; their watermarks must reach the gate's current fences.
+	Tombstones, Benchmark manifest.Digest
+	// Retain is the rollback window of a new alias (0: the gate default).
+	Retain int
+	Verify VerifyFunc
+	// Attempts bounds how often a publish whose outcome is unknown
+	// (INDETERMINATE) is sent again; zero means 5.
+	Attempts int
+	Logger   *slog.Logger
+}
+
+// Outcome is what Publish did.
+type Outcome struct {
+	Report       *manifest.Report
+	ReportDigest manifest.Digest
+	// Reused is true when the gate already held a VERIFIED report of the
+	// same root at or above the current fences and verify did not run.
+	Reused bool
+	// Already is true when the alias already pointed at the root and no
+	// new generation was made.
+	Already bool
+	Result  raftgate.PublishResult
+}
+
+// Publish verifies opts.Root (or reuses a stored report of it), registers
+// it with the gate and moves the alias to it with a compare-and-swap on
+// the generation.
+//
+// A release that fails verification is registered INVALID and the alias
+// does not move; the error carries the first failure's code
+// (MISSING_MEMBER, DIGEST_MISMATCH, …). A publish whose outcome is unknown
+// is sent again with the same expected generation: the gate answers a
+// retry of the same (alias, generation, root) with the original result,
+// and a retry that lost the generation to another root with
+// PUBLISH_CONFLICT.
+func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("alias", o.Alias, "root", o.Root.String())
+	if o.Alias == "" || o.Root.IsZero() {
+		return nil, errcode.New(errcode.Usage, "publish needs an alias and a root digest")
+	}
+	if o.Verify == nil {
+		return nil, errcode.New(errcode.Internal, "publish: no verifier")
+	}
+	rel, err := loadRelease(ctx, s, o.Root)
+	if err != nil {
+		return nil, err
+	}
+	shards := make([]manifest.Digest, len(rel.Shards))
+	for i, sh := range rel.Shards {
+		shards[i] = sh.Digest
+	}
+	st, err := g.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFenceDocs(ctx, s, o.Tombstones, o.Benchmark, st.Fences); err != nil {
+		return nil, err
+	}
+
+	expected := o.ExpectGeneration
+	if !o.HasExpect {
+		al, err := g.Alias(ctx, o.Alias)
+		switch {
+		case errcode.Of(err) == errcode.UnknownAlias:
+			expected = 0
+		case err != nil:
+			return nil, err
+		case al.Root == o.Root:
+			// A rerun after an unknown outcome: the alias already points
+			// here. Publishing again would only add a generation.
+			log.Info("alias already points at root", "generation", al.Generation)
+			return &Outcome{Already: true, Result: raftgate.PublishResult{
+				Alias: al.Name, Generation: al.Generation, Root: al.Root, Kind: al.History[len(al.History)-1].Kind, Permit: al.Permit,
+			}}, nil
+		default:
+			expected = al.Generation
+		}
+	}
+
+	out := &Outcome{}
+	if out.Report, out.ReportDigest, err = reusable(ctx, s, g, o, st.Fences); err != nil {
+		return nil, err
+	}
+	out.Reused = out.Report != nil
+	if !out.Reused {
+		log.Info("verifying", "tombstones", o.Tombstones.String(), "benchmark", o.Benchmark.String())
+		if out.Report, out.ReportDigest, err = o.Verify(ctx, o.Root, o.Tombstones, o.Benchmark); err != nil {
+			return nil, err
+		}
+	}
+	rep := out.Report
+	if rep.Root != o.Root {
+		return nil, errcode.New(errcode.BadDocument, "report %s verifies %s, not %s", out.ReportDigest, rep.Root, o.Root)
+	}
+	reg, err := g.Register(ctx, &raftgate.Register{Root: o.Root, Shards: shards, Report: Summary(rep, out.ReportDigest)})
+	if err != nil {
+		return out, fmt.Errorf("register: %w", err)
+	}
+	if rep.Verdict != manifest.Verified {
+		code := FailureCode(&rep.Counts)
+		if code == "" {
+			code = errcode.NotVerified
+		}
+		log.Warn("candidate INVALID; alias not moved", "report", out.ReportDigest.String(), "code", code, "state", reg.Release.State)
+		return out, errcode.New(code, "release %s is INVALID (report %s); it stays %s and alias %s does not move",
+			o.Root, out.ReportDigest, reg.Release.State, o.Alias)
+	}
+
+	attempts := o.Attempts
+	if attempts <= 0 {
+		attempts = 5
+	}
+	backoff := 100 * time.Millisecond
+	for i := 1; ; i++ {
+		res, err := g.Publish(ctx, o.Alias, o.Root, expected, o.Retain)
+		if err == nil {
+			out.Result = *res
+			log.Info("published", "generation", res.Generation, "permit", res.Permit, "report", out.ReportDigest.String(), "reused", out.Reused)
+			return out, nil
+		}
+		if !raftgate.IsIndeterminate(err) || i >= attempts || ctx.Err() != nil {
+			return out, fmt.Errorf("publish %s at generation %d: %w", o.Alias, expected, err)
+		}
+		// The same command again: the gate recognises it by (alias,
+		// expected generation, root) and returns the first result.
+		log.Warn("publish outcome unknown; sending it again", "code", errcode.Indeterminate, "attempt", i)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// Summary is what the gate needs from report rep with digest d.
+func Summary(rep *manifest.Report, d manifest.Digest) *raftgate.ReportSummary {
+	return &raftgate.ReportSummary{
+		Digest: d, Verdict: rep.Verdict, DatasetSnapshot: rep.DatasetSnapshot,
+		TombstoneWatermark: rep.TombstoneWatermark, BenchmarkFence: rep.BenchmarkFence,
+		TombstoneHits: rep.Counts.TombstoneHits, BenchmarkHits: rep.Counts.BenchmarkHits,
+	}
+}
+
+// reusable returns the report the gate registered for o.Root when it
+// still answers the question: VERIFIED, at or above the current fences
+// with no hits, and (when fence documents are named) checked against
+// exactly those documents. Otherwise it returns nil. A release the gate
+// already holds as INVALID is an error: it cannot be published.
+func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftgate.Fences) (*manifest.Report, manifest.Digest, error) {
+	var none manifest.Digest
+	rel, err := g.Release(ctx, o.Root)
+	if errcode.Of(err) == errcode.UnknownRelease {
+		return nil, none, nil
+	}
+	if err != nil {
+		return nil, none, err
+	}
+	if rel.State == raftgate.ReleaseInvalid {
+		return nil, none, errcode.New(errcode.NotVerified, "release %s was found INVALID (report %s, %d tombstone and %d benchmark hits); it cannot be published",
+			o.Root, rel.Report, rel.TombstoneHits, rel.BenchmarkHits)
+	}
+	if rel.Report.IsZero() || rel.TombstoneWatermark < f.Tombstone || rel.BenchmarkFence < f.Benchmark ||
+		rel.TombstoneHits != 0 || rel.BenchmarkHits != 0 {
+		return nil, none, nil
+	}
+	b, _, err := objstore.ReadBlob(ctx, s, rel.Report, manifest.MaxDocumentSize)
+	if objstore.IsNotExist(err) {
+		return nil, none, nil
+	}
+	if err != nil {
+		return nil, none, fmt.Errorf("stored report %s: %w", rel.Report, err)
+	}
+	rep, err := manifest.DecodeReport(b)
+	if err != nil {
+		return nil, none, fmt.Errorf("stored report %s: %w", rel.Report, err)
+	}
+	if rep.Root != o.Root || rep.Verdict != manifest.Verified {
+		return nil, none, nil
+	}
+	if (!o.Tombstones.IsZero() && rep.Tombstones != o.Tombstones) || (!o.Benchmark.IsZero() && rep.Benchmark != o.Benchmark) {
+		return nil, none, nil
+	}
+	return rep, rel.Report, nil
+}
+
+// checkFenceDocs refuses, before any verification work, fence documents
+// whose watermarks are below the gate's fences: the gate would refuse the
+// resulting report with FENCE_BEHIND anyway.
+func checkFenceDocs(ctx context.Context, s objstore.Store, tomb, bench manifest.Digest, f raftgate.Fences) error {
+	for _, d := range []struct {
+		digest manifest.Digest
+		schema string
+		fence  uint64
+		flag   string
+	}{
+		{tomb, manifest.TombstonesSchema, f.Tombstone, "--tombstones"},
+		{bench, manifest.BenchmarkSchema, f.Benchmark, "--benchmark"},
+	} {
+		var w uint64
+		if !d.digest.IsZero() {
+			l, err := LoadFenceLog(ctx, s, d.digest, d.schema)
+			if err != nil {
+				return err
+			}
+			w = l.Watermark()
+		}
+		if w < d.fence {
+			return errcode.New(errcode.FenceBehind, "%s document %s has watermark %d; the gate's fence is %d (pass the current %s log with %s)",
+				d.schema, d.digest, w, d.fence, d.schema, d.flag)
+		}
+	}
+	return nil
+}
+
+// LoadFenceLog reads and strictly decodes a tombstone log or benchmark
+// registry by digest.
+func LoadFenceLog(ctx context.Context, s objstore.Store, d manifest.Digest, schema string) (*manifest.FenceLog, error) {
+	b, _, err := objstore.ReadBlob(ctx, s, d, manifest.MaxDocumentSize)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", schema, d, err)
+	}
+	l, err := manifest.DecodeFenceLog(b, schema)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", schema, d, err)
+	}
+	return l, nil
+}
+
+func loadRelease(ctx context.Context, s objstore.Store, root manifest.Digest) (*manifest.Release, error) {
+	b, _, err := objstore.ReadBlob(ctx, s, root, manifest.MaxDocumentSize)
+	if err != nil {
+		return nil, fmt.Errorf("root manifest %s: %w", root, err)
+	}
+	rel, err := manifest.DecodeRelease(b)
+	if err != nil {
+		return nil, fmt.Errorf("root manifest %s: %w", root, err)
+	}
+	return rel, nil
+}
+
+// FailureCode returns the code of the first non-zero failure counter, in
+// report order, or "" if there is none.
+func FailureCode(c *manifest.Counts) errcode.Code {
+	for _, f := range []struct {
+		n    int64
+		code errcode.Code
+	}{
+		{c.DigestFailures, errcode.DigestMismatch},
+		{c.SizeMismatches, errcode.SizeMismatch},
+		{c.VersionMissing, errcode.VersionMissing},
+		{c.LogicalMismatches, errcode.LogicalMismatch},
+		{c.CountMismatches, errcode.CountMismatch},
+		{c.DecodeErrors, errcode.DecodeError},
+		{c.SchemaMismatches, errcode.SchemaMismatch},
+		{c.TupleRootMismatches, errcode.TupleRootMismatch},
+		{c.Missing, errcode.MissingMember},
+		{c.Extra, errcode.ExtraMember},
+		{c.Duplicate, errcode.DuplicateMember},
+		{c.ContentSubstitution, errcode.ContentSubstitution},
+		{c.SourceVersionChange, errcode.SourceVersionChange},
+		{c.SourceIDChange, errcode.SourceIDChange},
+		{c.SplitConflict, errcode.SplitConflict},
+		{c.SchemaMix, errcode.SchemaMix},
+		{c.TombstoneHits, errcode.TombstoneHit},
+		{c.BenchmarkHits, errcode.BenchmarkHit},
+	} {
+		if f.n != 0 {
+			return f.code
+		}
+	}
+	return ""
+}

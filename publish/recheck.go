@@ -1,0 +1,103 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+// RecheckOptions configure Recheck.
+type RecheckOptions struct {
+	Root manifest.Digest
+	// Tombstones and Benchmark name the new fence documents; at least one
+	// is required. Each one checked becomes one recheck command at its
+	// watermark.
+	Tombstones, Benchmark manifest.Digest
+	Verify                VerifyFunc
+	Logger                *slog.Logger
+}
+
+// RecheckOutcome is what Recheck did.
+type RecheckOutcome struct {
+	Report       *manifest.Report
+	ReportDigest manifest.Digest
+	// Hits per fence kind ("tombstone", "benchmark").
+	Hits map[string]int64
+	// Reopened lists the permits the gate renewed, sorted.
+	Reopened []string
+	Release  raftgate.Release
+}
+
+// Recheck computes the hits of new tombstone or benchmark documents
+// against a published root and records them with the gate. With zero hits
+// the gate renews the root's permits a fence advance closed (a run's
+// permit only while the run lives); with any hit the gate marks the
+// release INVALID, its permits stay closed, and Recheck fails with
+// TOMBSTONE_HIT or BENCHMARK_HIT.
+//
+// The hits come from a full verification of the root against the new
+// documents, so a recheck also re-proves the bytes: a release that no
+// longer verifies for another reason fails with that reason's code and
+// nothing is renewed.
+func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*RecheckOutcome, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log = log.With("root", o.Root.String())
+	if o.Root.IsZero() || (o.Tombstones.IsZero() && o.Benchmark.IsZero()) {
+		return nil, errcode.New(errcode.Usage, "recheck needs a root and --tombstones and/or --benchmark")
+	}
+	if o.Verify == nil {
+		return nil, errcode.New(errcode.Internal, "recheck: no verifier")
+	}
+	// Fail fast on a root the gate does not know.
+	if _, err := g.Release(ctx, o.Root); err != nil {
+		return nil, err
+	}
+	rep, d, err := o.Verify(ctx, o.Root, o.Tombstones, o.Benchmark)
+	if err != nil {
+		return nil, err
+	}
+	if rep.Root != o.Root {
+		return nil, errcode.New(errcode.BadDocument, "report %s verifies %s, not %s", d, rep.Root, o.Root)
+	}
+	out := &RecheckOutcome{Report: rep, ReportDigest: d, Hits: map[string]int64{}, Reopened: []string{}}
+	// Only fence hits are a recheck's business; any other failure means
+	// the release itself no longer verifies.
+	other := rep.Counts
+	other.TombstoneHits, other.BenchmarkHits = 0, 0
+	if code := FailureCode(&other); code != "" {
+		return out, errcode.New(code, "release %s no longer verifies (report %s); permits are not renewed", o.Root, d)
+	}
+	for _, k := range []struct {
+		kind  string
+		doc   manifest.Digest
+		value uint64
+		hits  int64
+	}{
+		{raftgate.FenceTombstone, o.Tombstones, rep.TombstoneWatermark, rep.Counts.TombstoneHits},
+		{raftgate.FenceBenchmark, o.Benchmark, rep.BenchmarkFence, rep.Counts.BenchmarkHits},
+	} {
+		if k.doc.IsZero() {
+			continue
+		}
+		out.Hits[k.kind] = k.hits
+		res, err := g.Recheck(ctx, &raftgate.RecheckCmd{Root: o.Root, Kind: k.kind, Value: k.value, Report: d, Hits: k.hits})
+		if res != nil {
+			out.Release = res.Release
+		}
+		if err != nil {
+			log.Warn("recheck refused", "kind", k.kind, "value", k.value, "hits", k.hits, "report", d.String(), "code", errcode.Of(err))
+			return out, fmt.Errorf("recheck %s at %d: %w", k.kind, k.value, err)
+		}
+		out.Reopened = append(out.Reopened, res.Reopened...)
+		log.Info("rechecked", "kind", k.kind, "value", k.value, "hits", k.hits, "report", d.String(), "reopened", len(res.Reopened))
+	}
+	return out, nil
+}
