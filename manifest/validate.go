@@ -30,7 +30,7 @@ type TotalsError struct {
 }
 
 func (e *TotalsError) Error() string {
-	return fmt.Sprintf("%s: totals.%s=%d, sum over entries=%d", errcode.TotalsMismatch, e.Field, e.Declared, e.Sum)
+	return fmt.Sprintf("totals.%s=%d, sum over entries=%d", e.Field, e.Declared, e.Sum)
 }
 
 // ErrorCode implements errcode.Coder.
