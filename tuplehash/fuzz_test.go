@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -126,4 +127,31 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Decode accepted a non-canonical encoding:\n in  %x\n out %x", b, enc)
 		}
 	})
+}
+
+// TestDecodeRejects lists the malformed encodings Decode must refuse with
+// an error (and without panicking): every truncation of a valid encoding,
+// trailing bytes, a wrong or missing prefix and lengths that overrun.
+func TestDecodeRejects(t *testing.T) {
+	valid, err := vectorInputs()[2].Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string][]byte{
+		"empty":            {},
+		"prefix only":      []byte(tuplePrefix),
+		"v2 prefix":        append([]byte("sp.tuple.v2\x00"), valid[len(tuplePrefix):]...),
+		"no NUL in prefix": append([]byte("sp.tuple.v1"), valid[len(tuplePrefix):]...),
+		"trailing byte":    append(bytes.Clone(valid), 0),
+		"sampleId overrun": append([]byte(tuplePrefix), 0xff, 0xff, 0xff, 0xff, 'a'),
+		"split overrun":    append(bytes.Clone(valid[:len(valid)-32-len(vectorInputs()[2].Split)-1]), 0xff),
+	}
+	for n := len(tuplePrefix); n < len(valid); n++ {
+		bad["truncated at "+strconv.Itoa(n)] = valid[:n]
+	}
+	for name, b := range bad {
+		if tu, err := Decode(b); err == nil {
+			t.Errorf("%s: Decode accepted %x as %+v", name, b, tu)
+		}
+	}
 }
