@@ -255,6 +255,13 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 		}
 		sum, err := w.cfg.Gate.Attest(ctx, w.cfg.Run, w.cfg.Rank, run.Root, digests)
 		if err != nil {
+			if errcode.Of(err) == errcode.RunFailed {
+				// The run failed before this attestation: report why.
+				if cur, rerr := w.cfg.Gate.Run(ctx, w.cfg.Run); rerr == nil && runErr(cur) != nil {
+					w.countRootMismatch(cur)
+					return nil, runErr(cur)
+				}
+			}
 			if errcode.Of(err) == errcode.RootMismatch {
 				w.cfg.Metrics.RootMismatches.WithLabelValues(run.Root.String()).Inc()
 			}
@@ -423,8 +430,17 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) error {
 			w.set(func(s *Status) { s.State, s.Epoch = StateReady, sum.Epoch })
 			return w.checkPermit(ctx, sum.Permit)
 		}
-		if errcode.Of(err) == errcode.BarrierClosed && ctx.Err() == nil {
-			continue // the wait timed out server-side; the run's own deadline decides
+		if ctx.Err() != nil {
+			return errcode.Wrap(errcode.BarrierClosed, ctx.Err(), "run %s: stopped waiting at the barrier after %s", w.cfg.Run, time.Since(start).Round(time.Millisecond))
+		}
+		if errcode.Of(err) == errcode.BarrierClosed {
+			// The long poll ended without news; the run's own deadline
+			// decides when waiting is over.
+			select {
+			case <-ctx.Done():
+			case <-time.After(w.cfg.PollInterval):
+			}
+			continue
 		}
 		if errcode.Of(err) == errcode.RootMismatch {
 			w.cfg.Metrics.RootMismatches.WithLabelValues(label).Inc()

@@ -1,0 +1,107 @@
+package trainer
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+func TestCacheFillHitAndCorruptEntries(t *testing.T) {
+	ctx := context.Background()
+	s := stagetest.Store(t)
+	gen1 := stagetest.Synth(t, s, 600, 3, 1)
+	gen2 := stagetest.Synth(t, s, 600, 3, 2)
+	c, err := OpenCache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := gen2.Release.Shards[0]
+
+	res, err := c.Fill(ctx, s, d)
+	if err != nil || res.Hit || res.Corrupt || res.Fetched != d.Size {
+		t.Fatalf("first fill: %+v, %v; want a %d-byte fetch", res, err, d.Size)
+	}
+	want := stagetest.ShardBytes(t, s, d)
+	if got, _ := os.ReadFile(c.Path(d.Digest)); !bytes.Equal(got, want) {
+		t.Fatal("cache entry differs from the shard's bytes")
+	}
+	if res, err = c.Fill(ctx, s, d); err != nil || !res.Hit || res.Fetched != 0 {
+		t.Fatalf("second fill: %+v, %v; want a hit", res, err)
+	}
+
+	// A stale cache: the entry under gen2's digest holds gen1's part
+	// (same size class, different bytes), as a cache keyed by shard id
+	// would after a release switch.
+	for name, bad := range map[string][]byte{
+		"previous release's part": stagetest.ShardBytes(t, s, gen1.Release.Shards[0]),
+		"bit flip":                stagetest.FlipBit(want, len(want)/2, 3),
+		"truncated":               stagetest.Truncate(want, 7),
+		"empty":                   {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if err := os.WriteFile(c.Path(d.Digest), bad, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.Fill(ctx, s, d)
+			if err != nil || res.Hit || !res.Corrupt || res.Reason == "" || res.Fetched != d.Size {
+				t.Fatalf("fill over a bad entry: %+v, %v; want corrupt and refetched", res, err)
+			}
+			if got, _ := os.ReadFile(c.Path(d.Digest)); !bytes.Equal(got, want) {
+				t.Fatal("bad entry was not replaced by the shard's bytes")
+			}
+		})
+	}
+}
+
+func TestCacheFetchFaultsLeaveNoEntry(t *testing.T) {
+	ctx := context.Background()
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 400, 2, 3)
+	d := res.Release.Shards[1]
+	key := d.Digest.BlobKey()
+	only := func(k string) bool { return k == key }
+	missing := d
+	missing.ObjectVersion = "no-such-version"
+
+	for _, tc := range []struct {
+		name string
+		fill func(c *Cache) error
+		code errcode.Code
+	}{
+		{"bit flip in transit", func(c *Cache) error {
+			_, err := c.Fill(ctx, &faults.BitFlip{Store: s, Match: only, Offset: 100, Bit: 1}, d)
+			return err
+		}, errcode.DigestMismatch},
+		{"torn download", func(c *Cache) error {
+			_, err := c.Fill(ctx, &faults.Truncate{Store: s, Match: only, N: d.Size / 2}, d)
+			return err
+		}, errcode.SizeMismatch},
+		{"version missing", func(c *Cache) error {
+			_, err := c.Fill(ctx, s, missing)
+			return err
+		}, errcode.VersionMissing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := OpenCache(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = tc.fill(c)
+			if got := errcode.Of(err); got != tc.code {
+				t.Fatalf("code %s (%v), want %s", got, err, tc.code)
+			}
+			if _, err := os.Stat(c.Path(d.Digest)); !os.IsNotExist(err) {
+				t.Fatalf("a failed fetch left an entry: %v", err)
+			}
+			if tmp, _ := os.ReadDir(filepath.Join(c.Dir(), "tmp")); len(tmp) != 0 {
+				t.Fatalf("a failed fetch left %d temp files", len(tmp))
+			}
+		})
+	}
+}

@@ -1,0 +1,485 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/raftgate"
+	"github.com/shardproof/shardproof/stage"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// env is a real file store with two synthetic releases and a real
+// single-node gate on loopback.
+type env struct {
+	t          *testing.T
+	ctx        context.Context
+	store      objstore.Store
+	gate       *raftgate.Client
+	gen1, gen2 stage.Result
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, ctx: context.Background(), store: stagetest.Store(t)}
+	e.gen1 = stagetest.Synth(t, e.store, 2000, 8, 1)
+	e.gen2 = stagetest.Synth(t, e.store, 2000, 8, 2)
+	n := raftgate.StartTestNode(t, raftgate.TestConfig(t.TempDir(), "gate1"))
+	e.gate = raftgate.NewClient(n.URL())
+	t.Cleanup(e.gate.Close)
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("gate did not become leader")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return e
+}
+
+// register records res as VERIFIED at the current fences. The gate only
+// sees report summaries; these tests exercise the worker, so the report
+// digest stands for a report the publish tests produce for real.
+func (e *env) register(res stage.Result, tomb uint64) {
+	e.t.Helper()
+	shards := make([]manifest.Digest, len(res.Release.Shards))
+	for i, s := range res.Release.Shards {
+		shards[i] = s.Digest
+	}
+	_, err := e.gate.Register(e.ctx, &raftgate.Register{Root: res.Root, Shards: shards, Report: &raftgate.ReportSummary{
+		Digest: manifest.Sum([]byte("report of " + res.Root.String())), Verdict: manifest.Verified,
+		DatasetSnapshot: res.Snapshot, TombstoneWatermark: tomb,
+	}})
+	if err != nil {
+		e.t.Fatalf("register: %v", err)
+	}
+}
+
+func (e *env) publish(res stage.Result, expected uint64) {
+	e.t.Helper()
+	e.register(res, 0)
+	if _, err := e.gate.Publish(e.ctx, "main", res.Root, expected, 0); err != nil {
+		e.t.Fatalf("publish: %v", err)
+	}
+}
+
+func (e *env) createRun(id string, world int, timeout time.Duration) *raftgate.RunSummary {
+	e.t.Helper()
+	s, err := e.gate.CreateRun(e.ctx, &raftgate.CreateRun{Run: id, Alias: "main", WorldSize: world, BarrierTimeoutMs: timeout.Milliseconds()})
+	if err != nil {
+		e.t.Fatalf("create run: %v", err)
+	}
+	return s
+}
+
+func (e *env) worker(run string, rank int, s objstore.Store, g Gate) *Worker {
+	e.t.Helper()
+	c, err := OpenCache(e.t.TempDir())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if s == nil {
+		s = e.store
+	}
+	if g == nil {
+		g = e.gate
+	}
+	return NewWorker(Config{
+		Gate: g, Store: s, Cache: c, Run: run, Rank: rank, PollInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+}
+
+// runAll runs workers in once mode concurrently and returns their errors.
+func runAll(ctx context.Context, ws ...*Worker) []error {
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for i, w := range ws {
+		wg.Go(func() { errs[i] = w.Run(ctx, true) })
+	}
+	wg.Wait()
+	return errs
+}
+
+func wantCode(t *testing.T, err error, code errcode.Code) {
+	t.Helper()
+	if got := errcode.Of(err); got != code {
+		t.Fatalf("code %s (%v), want %s", got, err, code)
+	}
+}
+
+func TestFourRanksAttestAndBarrierOpens(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 4, 20*time.Second)
+	var ws []*Worker
+	for r := range 4 {
+		ws = append(ws, e.worker("r1", r, nil, nil))
+	}
+	srv := httptest.NewServer(ws[0].Handler())
+	defer srv.Close()
+	if code, _ := get(t, srv.URL+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz before the barrier: %d, want 503", code)
+	}
+	for r, err := range runAll(e.ctx, ws...) {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	run, err := e.gate.Run(e.ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Barrier != raftgate.BarrierOpen || run.Attested != 4 {
+		t.Fatalf("barrier %s with %d attested", run.Barrier, run.Attested)
+	}
+	label := e.gen1.Root.String()
+	seen := map[manifest.Digest]bool{}
+	for r, w := range ws {
+		st := w.Status()
+		if st.State != StateReady || st.Root != e.gen1.Root || len(st.Shards) != 2 {
+			t.Fatalf("rank %d status %+v", r, st)
+		}
+		for _, d := range st.Shards {
+			seen[d] = true
+			if _, err := os.Stat(w.cfg.Cache.Path(d)); err != nil {
+				t.Fatalf("rank %d: shard %s not in the cache: %v", r, d, err)
+			}
+		}
+		if v := value(w.Metrics().VerifiedShardRatio.WithLabelValues(label)); v != 1 {
+			t.Fatalf("rank %d verified ratio %v", r, v)
+		}
+	}
+	if len(seen) != 8 {
+		t.Fatalf("ranks cover %d distinct shards, want 8", len(seen))
+	}
+	if code, body := get(t, srv.URL+"/readyz"); code != http.StatusOK || !strings.Contains(body, label) {
+		t.Fatalf("/readyz after the barrier: %d %q", code, body)
+	}
+	_, body := get(t, srv.URL+"/metrics")
+	for _, m := range []string{
+		`shardproof_worker_verified_shard_ratio{release="` + label + `"} 1`,
+		`shardproof_worker_read_bytes_total{release="` + label + `"}`,
+		`shardproof_worker_barrier_wait_seconds{release="` + label + `"}`,
+		`shardproof_worker_ready{release="` + label + `"} 1`,
+	} {
+		if !strings.Contains(body, m) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+	if _, err := e.gate.AdmitCheckpoint(e.ctx, "r1", 0, e.gen1.Root); err != nil {
+		t.Fatalf("checkpoint at step 0: %v", err)
+	}
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// Workers started before an alias switch and workers added or replaced
+// after it all read the run's root, never the alias's.
+func TestAliasSwitchScaleOutAndRecoveryReadRunRoot(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 2, 20*time.Second)
+	// Ranks 0 and 1 are sidecars started before the alias switch.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	before := make([]*Worker, 2)
+	stop := make([]context.CancelFunc, 2)
+	for r := range before {
+		ctx, cancel := context.WithCancel(e.ctx)
+		stop[r] = cancel
+		defer cancel()
+		before[r] = e.worker("r1", r, nil, nil)
+		wg.Go(func() {
+			if err := before[r].Run(ctx, false); err != nil {
+				t.Errorf("sidecar rank %d: %v", r, err)
+			}
+		})
+	}
+	for _, w := range before {
+		waitState(t, w, StateReady)
+	}
+	e.publish(e.gen2, 1)
+	if al, _ := e.gate.Alias(e.ctx, "main"); al.Root != e.gen2.Root {
+		t.Fatal("alias did not move to generation 2")
+	}
+
+	// Scale out to 4 ranks after the switch: the sidecars re-verify their
+	// new assignments, the added ranks verify theirs, all against the
+	// run's root.
+	assignment := [][]int{{0, 4}, {1, 5}, {2, 6}, {3, 7}}
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 4, Assignment: assignment}); err != nil {
+		t.Fatal(err)
+	}
+	added := []*Worker{e.worker("r1", 2, nil, nil), e.worker("r1", 3, nil, nil)}
+	for r, err := range runAll(e.ctx, added...) {
+		if err != nil {
+			t.Fatalf("added rank %d: %v", r+2, err)
+		}
+	}
+	for _, w := range before {
+		waitState(t, w, StateReady)
+	}
+
+	// Rank 1 dies; its replacement starts with an empty cache.
+	stop[1]()
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 4, Assignment: assignment, Reset: []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	repl := e.worker("r1", 1, nil, nil)
+	if err := repl.Run(e.ctx, true); err != nil {
+		t.Fatalf("replacement: %v", err)
+	}
+	for i, w := range []*Worker{before[0], added[0], added[1], repl} {
+		if st := w.Status(); st.Root != e.gen1.Root || st.State != StateReady || len(st.Shards) != 2 {
+			t.Fatalf("worker %d: %+v, want READY on generation 1's root %s", i, st, e.gen1.Root)
+		}
+	}
+	if st := before[1].Status(); st.Root != e.gen1.Root {
+		t.Fatalf("dead rank 1 had read %s", st.Root)
+	}
+	run, _ := e.gate.Run(e.ctx, "r1")
+	if run.Barrier != raftgate.BarrierOpen || run.Root != e.gen1.Root || run.Epoch != 2 {
+		t.Fatalf("run barrier %s root %s epoch %d", run.Barrier, run.Root, run.Epoch)
+	}
+	stop[0]()
+}
+
+// misdirected is a gate whose run reads name another root, as a worker
+// that followed the alias instead of its run would.
+type misdirected struct {
+	Gate
+	root manifest.Digest
+}
+
+func (m misdirected) Run(ctx context.Context, id string) (*raftgate.Run, error) {
+	r, err := m.Gate.Run(ctx, id)
+	if err == nil && r.State != raftgate.RunFailed {
+		r.Root = m.root
+	}
+	return r, err
+}
+
+func TestWorkerReportingAnotherRootFailsRunBeforeStepZero(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.publish(e.gen2, 1)
+	if _, err := e.gate.Rollback(e.ctx, "main", e.gen1.Root, 2); err != nil {
+		t.Fatal(err)
+	}
+	e.createRun("r1", 2, 20*time.Second)
+	good := e.worker("r1", 0, nil, nil)
+	bad := e.worker("r1", 1, nil, misdirected{e.gate, e.gen2.Root})
+	errs := runAll(e.ctx, good, bad)
+	wantCode(t, errs[1], errcode.RootMismatch)
+	wantCode(t, errs[0], errcode.RootMismatch)
+	run, _ := e.gate.Run(e.ctx, "r1")
+	if run.State != raftgate.RunFailed || run.FailCode != string(errcode.RootMismatch) || run.Barrier == raftgate.BarrierOpen {
+		t.Fatalf("run %s/%s barrier %s", run.State, run.FailCode, run.Barrier)
+	}
+	_, err := e.gate.AdmitCheckpoint(e.ctx, "r1", 0, e.gen1.Root)
+	wantCode(t, err, errcode.RunFailed)
+	if n := value(bad.Metrics().RootMismatches.WithLabelValues(e.gen2.Root.String())); n != 1 {
+		t.Fatalf("root mismatches on the misdirected worker: %v", n)
+	}
+	if st := good.Status(); st.State != StateFailed || st.Code != string(errcode.RootMismatch) {
+		t.Fatalf("good worker status %+v", st)
+	}
+}
+
+func TestBarrierTimeoutWithOneRankMissing(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 3, 1500*time.Millisecond)
+	errs := runAll(e.ctx, e.worker("r1", 0, nil, nil), e.worker("r1", 1, nil, nil))
+	for _, err := range errs {
+		wantCode(t, err, errcode.BarrierTimeout)
+	}
+	run, _ := e.gate.Run(e.ctx, "r1")
+	if run.State != raftgate.RunFailed || run.Attested != 2 {
+		t.Fatalf("run %s with %d attested", run.State, run.Attested)
+	}
+}
+
+// A shard whose stored bytes are truncated or swapped is found by the
+// worker that reads it; that rank never attests, so the barrier cannot
+// open, and the other ranks are unaffected.
+func TestTruncatedOrSwappedShardDiscoveredByWorker(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(objstore.Store, string) objstore.Store
+		code errcode.Code
+	}{
+		{"truncated", func(s objstore.Store, key string) objstore.Store {
+			return &faults.Truncate{Store: s, Match: func(k string) bool { return k == key }, N: 1000}
+		}, errcode.SizeMismatch},
+		{"swapped", func(s objstore.Store, key string) objstore.Store {
+			return &faults.BitFlip{Store: s, Match: func(k string) bool { return k == key }, Offset: 500, Bit: 0}
+		}, errcode.DigestMismatch},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.publish(e.gen1, 0)
+			e.createRun("r1", 2, 20*time.Second)
+			// Round-robin: shard 3 belongs to rank 1.
+			broken := tc.wrap(e.store, e.gen1.Release.Shards[3].Digest.BlobKey())
+			w0, w1 := e.worker("r1", 0, broken, nil), e.worker("r1", 1, broken, nil)
+			ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
+			defer cancel()
+			errs := runAll(ctx, w0, w1)
+			wantCode(t, errs[1], tc.code)
+			var sf *ShardsFailedError
+			if !errors.As(errs[1], &sf) || len(sf.Failures) != 1 {
+				t.Fatalf("rank 1 error %v: want one shard failure", errs[1])
+			}
+			wantCode(t, errs[0], errcode.BarrierClosed)
+			run, _ := e.gate.Run(e.ctx, "r1")
+			if run.Attested != 1 || run.Attestations[1] != nil || run.Barrier == raftgate.BarrierOpen {
+				t.Fatalf("run attested=%d barrier=%s", run.Attested, run.Barrier)
+			}
+			if n := value(w1.Metrics().ShardFailures.WithLabelValues(e.gen1.Root.String(), string(tc.code))); n != 1 {
+				t.Fatalf("shard failure metric %v", n)
+			}
+			if _, err := os.Stat(w1.cfg.Cache.Path(e.gen1.Release.Shards[3].Digest)); !os.IsNotExist(err) {
+				t.Fatal("a bad shard reached the cache")
+			}
+		})
+	}
+}
+
+// An old cache serving a previous release's parts: every entry is
+// detected, refetched from the run's exact versions, and counted.
+func TestStaleCacheFromPreviousReleaseIsRefetched(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen2, 0)
+	e.createRun("r1", 1, 20*time.Second)
+	w := e.worker("r1", 0, nil, nil)
+	for i, d := range e.gen2.Release.Shards {
+		old := stagetest.ShardBytes(t, e.store, e.gen1.Release.Shards[i])
+		if err := os.WriteFile(w.cfg.Cache.Path(d.Digest), old, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A stale listing must not matter either: the worker never lists.
+	stale := &faults.StaleList{Store: e.store, Omit: func(string) bool { return true }}
+	w.cfg.Store = stale
+	if err := w.Run(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	label := e.gen2.Root.String()
+	if n := value(w.Metrics().CacheCorruptions.WithLabelValues(label)); n != 8 {
+		t.Fatalf("cache corruptions %v, want 8", n)
+	}
+	for _, d := range e.gen2.Release.Shards {
+		if res, err := w.cfg.Cache.Fill(e.ctx, e.store, d); err != nil || !res.Hit {
+			t.Fatalf("%s after the run: %+v %v", d.ID, res, err)
+		}
+	}
+	// A second start of the same rank is served from the cache.
+	w2 := NewWorker(w.cfg)
+	w2.cfg.Metrics = NewMetrics()
+	if err := w2.Run(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if h := value(w2.Metrics().CacheHits.WithLabelValues(label)); h != 8 {
+		t.Fatalf("cache hits on restart %v, want 8", h)
+	}
+}
+
+// A sidecar stays ready while the run's permit is open, turns not ready
+// when a fence advance closes it, ready again after a zero-hit recheck,
+// re-attests when its rank is reset, and exits with the run's code when
+// the run is cancelled.
+func TestSidecarFollowsPermitReassignAndCancel(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 20*time.Second)
+	w := e.worker("r1", 0, nil, nil)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(e.ctx, false) }()
+	waitState(t, w, StateReady)
+
+	if _, err := e.gate.AdvanceFence(e.ctx, raftgate.FenceTombstone, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w, StateBlocked)
+	if st := w.Status(); st.Code != string(errcode.PermitClosed) {
+		t.Fatalf("blocked status %+v", st)
+	}
+	_, err := e.gate.AdmitCheckpoint(e.ctx, "r1", 1, e.gen1.Root)
+	wantCode(t, err, errcode.PermitClosed)
+	if _, err := e.gate.Recheck(e.ctx, &raftgate.RecheckCmd{Root: e.gen1.Root, Kind: raftgate.FenceTombstone, Value: 10, Hits: 0}); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w, StateReady)
+
+	epoch := w.Status().Epoch
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 1, Reset: []int{0}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Status().Epoch == epoch || w.Status().State != StateReady {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker did not re-attest after reset: %+v", w.Status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	if _, err := e.gate.CancelRun(e.ctx, "r1", "test"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		wantCode(t, err, errcode.RunFailed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("sidecar did not exit after the run was cancelled")
+	}
+}
+
+func waitState(t *testing.T, w *Worker, state string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Status().State != state {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker state %+v, want %s", w.Status(), state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// value reads a gauge's or counter's current value.
+func value(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		panic(err)
+	}
+	if d.Gauge != nil {
+		return d.Gauge.GetValue()
+	}
+	return d.Counter.GetValue()
+}
