@@ -28,7 +28,10 @@ import (
 //     strictly after `after`, at most limit entries (limit <= 0 means an
 //     implementation-chosen page size). An empty Next means the listing is
 //     complete.
-//   - Keys are slash-separated relative paths; see ValidateKey.
+//   - Keys are slash-separated relative paths; see ValidateKey. Callers
+//     MUST NOT use a key that is a path-prefix of another key ("a" and
+//     "a/b"): posix-backed S3 gateways refuse the second with BAD_KEY, and
+//     the conformance suite does not require it (the file store allows it).
 type Store interface {
 	Put(ctx context.Context, key string, body io.Reader, opts PutOptions) (Version, error)
 	Get(ctx context.Context, key string, version Version) (io.ReadCloser, error)

@@ -195,3 +195,36 @@ func TestTwoHandles(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+// The file store, unlike posix-backed S3, lets a key and a key under it
+// coexist.
+func TestNestedKeys(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := t.Context()
+	va, err := s.Put(ctx, "a", strings.NewReader("key a"), objstore.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vab, err := s.Put(ctx, "a/b", strings.NewReader("key a/b"), objstore.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, v := range map[string]objstore.Version{"a": va, "a/b": vab} {
+		rc, err := s.Get(ctx, key, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(got) != "key "+key {
+			t.Fatalf("%s = %q", key, got)
+		}
+	}
+	if _, err := s.Get(ctx, "a/b/c", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("Get a/b/c: %v", err)
+	}
+	page, _ := s.List(ctx, "", "", 0)
+	if len(page.Objects) != 2 || page.Objects[0].Key != "a" || page.Objects[1].Key != "a/b" {
+		t.Fatalf("List: %+v", page.Objects)
+	}
+}

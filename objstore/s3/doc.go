@@ -1,0 +1,41 @@
+// Package s3 is the object store on an S3 bucket with versioning enabled,
+// opened as "s3://bucket/prefix". Importing it registers the "s3" scheme
+// with objstore.Open.
+//
+// The mapping onto S3 (aws-sdk-go-v2):
+//   - a Store version is an S3 VersionId; the bucket MUST have versioning
+//     Enabled, checked at open (otherwise VERSIONING_OFF), because without
+//     it an overwrite destroys the bytes a descriptor names;
+//   - a conditional create is PutObject (or CompleteMultipartUpload) with
+//     If-None-Match: "*", so the server decides atomically; a 412 is
+//     ErrPreconditionFailed and is never retried;
+//   - Get and Head with a version send its VersionId;
+//   - bodies up to the multipart threshold (16 MiB by default) are buffered
+//     and sent in one PutObject; larger ones go as a multipart upload of
+//     parts of that size, aborted on any failure;
+//   - every upload carries its SHA-256 (x-amz-checksum-sha256), so the
+//     server rejects bytes damaged in transit, and PutOptions.SHA256 is
+//     checked before anything becomes visible;
+//   - List is ListObjectsV2 with StartAfter, and a HeadObject per listed
+//     key for its latest VersionId (ListObjectsV2 does not return one);
+//   - transient failures (5xx, throttling, connection resets) are retried
+//     with backoff by the SDK's standard retryer; a 409
+//     ConditionalRequestConflict (two conditional writes in flight) is
+//     retried here.
+//
+// URL options (query parameters), each also settable through the
+// environment the AWS SDK reads (AWS_ENDPOINT_URL_S3, AWS_REGION, the
+// credential chain):
+//
+//	endpoint=http://127.0.0.1:7070   a non-AWS endpoint (implies path_style=true)
+//	path_style=true|false            path-style bucket addressing
+//	region=us-east-1                 the signing region (default us-east-1)
+//	multipart_threshold=16777216     bytes; larger bodies use multipart (min 5 MiB)
+//
+// Credentials come from the standard AWS chain (environment, shared
+// config, IMDS, …), never from the URL.
+//
+// Keys: objstore.ValidateKey applies. Callers must not use a key that is a
+// path-prefix of another ("a" and "a/b"): AWS allows it but posix-backed
+// gateways such as versitygw do not.
+package s3

@@ -1,0 +1,506 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/verifyread"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+func init() {
+	objstore.Register("s3", func(ctx context.Context, u *url.URL) (objstore.Store, error) {
+		o, err := ParseURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return Open(ctx, o)
+	})
+}
+
+// Defaults.
+const (
+	DefaultMultipartThreshold = 16 << 20
+	MinPartSize               = 5 << 20 // S3's minimum for every part but the last
+	maxParts                  = 10000   // S3's limit per upload
+	listHeadConcurrency       = 8
+	conflictRetries           = 5
+)
+
+// Options configure a Store.
+type Options struct {
+	Bucket string
+	// Prefix, if non-empty, is prepended (with a '/') to every key.
+	Prefix string
+	// Endpoint is a non-AWS S3 endpoint URL such as http://127.0.0.1:7070;
+	// empty means the SDK's resolution (AWS, or AWS_ENDPOINT_URL_S3).
+	Endpoint string
+	// PathStyle addresses the bucket in the path rather than the host name.
+	PathStyle bool
+	// Region signs requests; empty means the SDK's resolution, then us-east-1.
+	Region string
+	// MultipartThreshold: bodies larger than this many bytes are uploaded
+	// in parts of this size. Zero means DefaultMultipartThreshold; values
+	// below MinPartSize are raised to it.
+	MultipartThreshold int64
+}
+
+// ParseURL reads Options from an s3://bucket/prefix?… URL.
+func ParseURL(u *url.URL) (Options, error) {
+	bad := func(format string, args ...any) (Options, error) {
+		return Options{}, errcode.New(errcode.Usage, "store URL %q: %s", u.Redacted(), fmt.Sprintf(format, args...))
+	}
+	if u.Scheme != "s3" {
+		return bad("scheme is not s3")
+	}
+	if u.User != nil {
+		return bad("credentials do not belong in the URL; use the AWS credential chain")
+	}
+	o := Options{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/")}
+	if o.Bucket == "" {
+		return bad("no bucket (want s3://bucket/prefix)")
+	}
+	if o.Prefix != "" {
+		if err := objstore.ValidateKey(o.Prefix); err != nil {
+			return bad("prefix: %v", err)
+		}
+	}
+	pathStyleSet := false
+	for k, vs := range u.Query() {
+		v := vs[len(vs)-1]
+		switch k {
+		case "endpoint":
+			o.Endpoint = v
+		case "region":
+			o.Region = v
+		case "path_style":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return bad("path_style=%q: want true or false", v)
+			}
+			o.PathStyle, pathStyleSet = b, true
+		case "multipart_threshold":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return bad("multipart_threshold=%q: want a positive byte count", v)
+			}
+			o.MultipartThreshold = n
+		default:
+			return bad("unknown option %q", k)
+		}
+	}
+	if !pathStyleSet && (o.Endpoint != "" || os.Getenv("AWS_ENDPOINT_URL_S3") != "" || os.Getenv("AWS_ENDPOINT_URL") != "") {
+		// Gateways on a host:port rarely have wildcard DNS for buckets.
+		o.PathStyle = true
+	}
+	return o, nil
+}
+
+// Store is an objstore.Store on a versioned S3 bucket.
+type Store struct {
+	client    *awss3.Client
+	bucket    string
+	base      string // Prefix + "/" or ""
+	threshold int64
+}
+
+var _ objstore.Store = (*Store)(nil)
+
+// Open connects to the bucket and checks that versioning is Enabled. An
+// unreachable endpoint or missing bucket is STORE_UNAVAILABLE; versioning
+// off or suspended is VERSIONING_OFF.
+func Open(ctx context.Context, o Options) (*Store, error) {
+	loadOpts := []func(*config.LoadOptions) error{config.WithRetryMaxAttempts(5)}
+	if o.Region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(o.Region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "s3 store %s: AWS configuration", o.Bucket)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	client := awss3.NewFromConfig(cfg, func(so *awss3.Options) {
+		if o.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+		so.UsePathStyle = o.PathStyle
+		// Composite (multipart) checksums cannot be validated on GET; the
+		// verifying reader checks every byte anyway, so the warning is noise.
+		so.DisableLogOutputChecksumValidationSkipped = true
+	})
+	s := &Store{client: client, bucket: o.Bucket, threshold: o.MultipartThreshold}
+	if o.Prefix != "" {
+		s.base = o.Prefix + "/"
+	}
+	if s.threshold == 0 {
+		s.threshold = DefaultMultipartThreshold
+	}
+	s.threshold = max(s.threshold, MinPartSize)
+
+	out, err := client.GetBucketVersioning(ctx, &awss3.GetBucketVersioningInput{Bucket: aws.String(o.Bucket)})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errcode.Wrap(errcode.Canceled, err, "s3 store %s", o.Bucket)
+		}
+		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "s3 store %s: get bucket versioning", o.Bucket)
+	}
+	if out.Status != types.BucketVersioningStatusEnabled {
+		status := string(out.Status)
+		if status == "" {
+			status = "never enabled"
+		}
+		return nil, errcode.New(errcode.VersioningOff,
+			"s3 bucket %s: versioning is %s; shardproof needs Enabled so that every version stays readable "+
+				"(aws s3api put-bucket-versioning --bucket %s --versioning-configuration Status=Enabled)",
+			o.Bucket, status, o.Bucket)
+	}
+	return s, nil
+}
+
+// Client returns the underlying S3 client (for tests and tools).
+func (s *Store) Client() *awss3.Client { return s.client }
+
+func (s *Store) objKey(key string) *string { return aws.String(s.base + key) }
+
+// Put implements objstore.Store.
+func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return "", err
+	}
+	body = objstore.ContextReader(ctx, body)
+	if opts.Size <= s.threshold {
+		buf, err := io.ReadAll(io.LimitReader(body, s.threshold+1))
+		if err != nil {
+			return "", s.readErr(key, err)
+		}
+		if int64(len(buf)) <= s.threshold {
+			return s.putSingle(ctx, key, buf, opts)
+		}
+		body = io.MultiReader(bytes.NewReader(buf), body)
+	}
+	return s.putMultipart(ctx, key, body, opts)
+}
+
+func (s *Store) readErr(key string, err error) error {
+	if errcode.Of(err) == errcode.Internal {
+		return errcode.Wrap(errcode.IO, err, "put %s: read body", key)
+	}
+	return err
+}
+
+func (s *Store) putSingle(ctx context.Context, key string, buf []byte, opts objstore.PutOptions) (objstore.Version, error) {
+	sum := sha256.Sum256(buf)
+	if opts.SHA256 != ([32]byte{}) && sum != opts.SHA256 {
+		return "", &verifyread.DigestMismatchError{Key: key, Want: opts.SHA256, Got: sum}
+	}
+	in := &awss3.PutObjectInput{
+		Bucket:            aws.String(s.bucket),
+		Key:               s.objKey(key),
+		ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+		ChecksumSHA256:    aws.String(base64.StdEncoding.EncodeToString(sum[:])),
+		ContentLength:     aws.Int64(int64(len(buf))),
+	}
+	if opts.IfNoneMatch {
+		in.IfNoneMatch = aws.String("*")
+	}
+	for attempt := 0; ; attempt++ {
+		in.Body = bytes.NewReader(buf)
+		out, err := s.client.PutObject(ctx, in)
+		if err == nil {
+			return s.version(key, out.VersionId)
+		}
+		if !isConflict(err) || attempt == conflictRetries {
+			return "", s.mapErr(ctx, err, "put", key, "")
+		}
+		if err := sleep(ctx, attempt); err != nil {
+			return "", s.mapErr(ctx, err, "put", key, "")
+		}
+	}
+}
+
+func (s *Store) putMultipart(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+	if opts.IfNoneMatch {
+		// Fail fast before uploading gigabytes; the atomic check is the
+		// If-None-Match on CompleteMultipartUpload below.
+		if _, err := s.Head(ctx, key, ""); err == nil {
+			return "", fmt.Errorf("put %s: %w", key, objstore.ErrPreconditionFailed)
+		} else if !objstore.IsNotExist(err) {
+			return "", err
+		}
+	}
+	created, err := s.client.CreateMultipartUpload(ctx, &awss3.CreateMultipartUploadInput{
+		Bucket:            aws.String(s.bucket),
+		Key:               s.objKey(key),
+		ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+	})
+	if err != nil {
+		return "", s.mapErr(ctx, err, "put", key, "")
+	}
+	completed := false
+	defer func() {
+		if !completed {
+			// The caller's context may be canceled; the abort must still run.
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			s.client.AbortMultipartUpload(actx, &awss3.AbortMultipartUploadInput{
+				Bucket: aws.String(s.bucket), Key: s.objKey(key), UploadId: created.UploadId,
+			})
+		}
+	}()
+	whole := sha256.New()
+	buf := make([]byte, s.threshold)
+	var parts []types.CompletedPart
+	for num := int32(1); ; num++ {
+		n, rerr := io.ReadFull(body, buf)
+		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
+			return "", s.readErr(key, rerr)
+		}
+		if n == 0 && num > 1 {
+			break
+		}
+		if num > maxParts {
+			return "", errcode.New(errcode.IO, "put %s: body exceeds %d parts of %d bytes", key, maxParts, s.threshold)
+		}
+		part := buf[:n]
+		whole.Write(part)
+		psum := sha256.Sum256(part)
+		pb64 := base64.StdEncoding.EncodeToString(psum[:])
+		out, err := s.client.UploadPart(ctx, &awss3.UploadPartInput{
+			Bucket:            aws.String(s.bucket),
+			Key:               s.objKey(key),
+			UploadId:          created.UploadId,
+			PartNumber:        aws.Int32(num),
+			Body:              bytes.NewReader(part),
+			ContentLength:     aws.Int64(int64(n)),
+			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
+			ChecksumSHA256:    aws.String(pb64),
+		})
+		if err != nil {
+			return "", s.mapErr(ctx, err, "put", key, "")
+		}
+		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num), ChecksumSHA256: aws.String(pb64)})
+		if rerr != nil { // short final part
+			break
+		}
+	}
+	var sum [32]byte
+	whole.Sum(sum[:0])
+	if opts.SHA256 != ([32]byte{}) && sum != opts.SHA256 {
+		return "", &verifyread.DigestMismatchError{Key: key, Want: opts.SHA256, Got: sum}
+	}
+	in := &awss3.CompleteMultipartUploadInput{
+		Bucket:          aws.String(s.bucket),
+		Key:             s.objKey(key),
+		UploadId:        created.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+	}
+	if opts.IfNoneMatch {
+		in.IfNoneMatch = aws.String("*")
+	}
+	for attempt := 0; ; attempt++ {
+		out, err := s.client.CompleteMultipartUpload(ctx, in)
+		if err == nil {
+			completed = true
+			return s.version(key, out.VersionId)
+		}
+		if !isConflict(err) || attempt == conflictRetries {
+			return "", s.mapErr(ctx, err, "put", key, "")
+		}
+		if err := sleep(ctx, attempt); err != nil {
+			return "", s.mapErr(ctx, err, "put", key, "")
+		}
+	}
+}
+
+// version turns a returned VersionId into a Version; a server that returns
+// none is not versioning, and the write cannot be named later.
+func (s *Store) version(key string, id *string) (objstore.Version, error) {
+	if id == nil || *id == "" || *id == "null" {
+		return "", errcode.New(errcode.VersioningOff, "put %s: the server returned no version id; is versioning still enabled on bucket %s?", key, s.bucket)
+	}
+	return objstore.Version(*id), nil
+}
+
+func versionID(v objstore.Version) *string {
+	if v == "" {
+		return nil
+	}
+	return aws.String(string(v))
+}
+
+// Get implements objstore.Store.
+func (s *Store) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	out, err := s.client.GetObject(ctx, &awss3.GetObjectInput{
+		Bucket: aws.String(s.bucket), Key: s.objKey(key), VersionId: versionID(v),
+	})
+	if err != nil {
+		return nil, s.mapErr(ctx, err, "get", key, v)
+	}
+	return out.Body, nil
+}
+
+// Head implements objstore.Store.
+func (s *Store) Head(ctx context.Context, key string, v objstore.Version) (objstore.ObjectInfo, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	out, err := s.client.HeadObject(ctx, &awss3.HeadObjectInput{
+		Bucket: aws.String(s.bucket), Key: s.objKey(key), VersionId: versionID(v),
+	})
+	if err != nil {
+		return objstore.ObjectInfo{}, s.mapErr(ctx, err, "head", key, v)
+	}
+	if aws.ToBool(out.DeleteMarker) {
+		return objstore.ObjectInfo{}, s.notExist(key, v)
+	}
+	info := objstore.ObjectInfo{Key: key, Version: objstore.Version(aws.ToString(out.VersionId)), Size: aws.ToInt64(out.ContentLength)}
+	if out.LastModified != nil {
+		info.Modified = *out.LastModified
+	}
+	return info, nil
+}
+
+// List implements objstore.Store.
+func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objstore.ListPage, error) {
+	if err := objstore.ValidatePrefix(prefix); err != nil {
+		return objstore.ListPage{}, err
+	}
+	if limit <= 0 || limit > 1000 {
+		limit = 1000
+	}
+	in := &awss3.ListObjectsV2Input{
+		Bucket:  aws.String(s.bucket),
+		Prefix:  aws.String(s.base + prefix),
+		MaxKeys: aws.Int32(int32(limit)),
+	}
+	if after != "" {
+		in.StartAfter = aws.String(s.base + after)
+	}
+	out, err := s.client.ListObjectsV2(ctx, in)
+	if err != nil {
+		return objstore.ListPage{}, s.mapErr(ctx, err, "list", prefix, "")
+	}
+	var keys []string
+	for _, o := range out.Contents {
+		k := strings.TrimPrefix(aws.ToString(o.Key), s.base)
+		if objstore.ValidateKey(k) == nil {
+			keys = append(keys, k)
+		}
+	}
+	var page objstore.ListPage
+	if aws.ToBool(out.IsTruncated) && len(out.Contents) > 0 {
+		page.Next = strings.TrimPrefix(aws.ToString(out.Contents[len(out.Contents)-1].Key), s.base)
+	}
+	// ListObjectsV2 gives no VersionId; Head each key, a few at a time.
+	infos := make([]objstore.ObjectInfo, len(keys))
+	errs := make([]error, len(keys))
+	sem := make(chan struct{}, listHeadConcurrency)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			infos[i], errs[i] = s.Head(ctx, k, "")
+		})
+	}
+	wg.Wait()
+	for i := range keys {
+		switch {
+		case errs[i] == nil:
+			page.Objects = append(page.Objects, infos[i])
+		case objstore.IsNotExist(errs[i]):
+		default:
+			return objstore.ListPage{}, errs[i]
+		}
+	}
+	return page, nil
+}
+
+func (s *Store) notExist(key string, v objstore.Version) error {
+	if v == "" {
+		return fmt.Errorf("s3://%s/%s%s: %w", s.bucket, s.base, key, objstore.ErrNotExist)
+	}
+	return fmt.Errorf("s3://%s/%s%s version %s: %w", s.bucket, s.base, key, v, objstore.ErrNotExist)
+}
+
+// mapErr gives an SDK error its code: 404s and unknown versions are
+// ErrNotExist, 412 is ErrPreconditionFailed, a canceled context is
+// CANCELED, an unreachable server STORE_UNAVAILABLE, the rest IO.
+func (s *Store) mapErr(ctx context.Context, err error, op, key string, v objstore.Version) error {
+	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return errcode.Wrap(errcode.Canceled, err, "s3 %s %s", op, key)
+	}
+	status := 0
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+	}
+	code := ""
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		code = ae.ErrorCode()
+	}
+	switch {
+	case code == "ExistingObjectIsDirectory" || code == "ObjectParentIsFile":
+		return fmt.Errorf("s3 %s: %w", op, &objstore.KeyError{Key: key, Reason: "a path-prefix of this key, or a key under it, already exists (not allowed on posix-backed S3)"})
+	case status == 412 || code == "PreconditionFailed":
+		return fmt.Errorf("put %s: %w", key, objstore.ErrPreconditionFailed)
+	case status == 404 || code == "NoSuchKey" || code == "NoSuchVersion" || code == "NotFound":
+		if code == "NoSuchBucket" {
+			return errcode.Wrap(errcode.StoreUnavailable, err, "s3 %s %s: bucket %s", op, key, s.bucket)
+		}
+		return s.notExist(key, v)
+	case v != "" && status == 400 && (code == "InvalidArgument" || code == "InvalidVersionId" || code == "BadRequest" || code == ""):
+		// A malformed version id names no version.
+		return s.notExist(key, v)
+	}
+	var ne net.Error
+	if status == 0 && errors.As(err, &ne) {
+		return errcode.Wrap(errcode.StoreUnavailable, err, "s3 %s %s", op, key)
+	}
+	return errcode.Wrap(errcode.IO, err, "s3 %s s3://%s/%s%s", op, s.bucket, s.base, key)
+}
+
+// isConflict reports S3's 409 ConditionalRequestConflict: another
+// conditional write to the key was in flight; retrying gives a definite
+// answer.
+func isConflict(err error) bool {
+	var ae smithy.APIError
+	return errors.As(err, &ae) && ae.ErrorCode() == "ConditionalRequestConflict"
+}
+
+func sleep(ctx context.Context, attempt int) error {
+	t := time.NewTimer(time.Duration(50<<attempt) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

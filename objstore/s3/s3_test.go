@@ -1,0 +1,194 @@
+package s3_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"io"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/s3"
+	"github.com/shardproof/shardproof/objstore/s3/s3test"
+	"github.com/shardproof/shardproof/objstore/storetest"
+)
+
+// TestMain also removes the gateway's data once every test has run.
+func TestMain(m *testing.M) {
+	defer s3test.Stop()
+	m.Run()
+}
+
+func open(t *testing.T, rawURL string) objstore.Store {
+	t.Helper()
+	s, err := objstore.Open(t.Context(), rawURL)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", rawURL, err)
+	}
+	return s
+}
+
+// The conformance suite, with the multipart threshold at its minimum so the
+// 5 MiB+ body goes through the multipart path.
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) objstore.Store {
+		return open(t, s3test.Start(t)+"&multipart_threshold=5242880")
+	})
+}
+
+// A prefix in the URL scopes the store: two prefixes in one bucket do not
+// see each other's keys.
+func TestConformanceWithPrefix(t *testing.T) {
+	u := s3test.Start(t)
+	a := open(t, strings.Replace(u, "/?", "/tenant-a/x?", 1))
+	b := open(t, strings.Replace(u, "/?", "/tenant-b?", 1))
+	if _, err := a.Put(t.Context(), "k", strings.NewReader("a"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(t.Context(), "k", strings.NewReader("b"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatalf("same key under another prefix: %v", err)
+	}
+	page, err := a.List(t.Context(), "", "", 0)
+	if err != nil || len(page.Objects) != 1 || page.Objects[0].Key != "k" {
+		t.Fatalf("List under prefix: %+v, %v", page, err)
+	}
+}
+
+func TestVersioningOff(t *testing.T) {
+	u := s3test.NewBucket(t, false)
+	_, err := objstore.Open(t.Context(), u)
+	if c := errcode.Of(err); c != errcode.VersioningOff || !strings.Contains(err.Error(), "Status=Enabled") {
+		t.Fatalf("Open of an unversioned bucket: %s (%v), want VERSIONING_OFF with advice", c, err)
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	u := s3test.Start(t)
+	pu, _ := url.Parse(u)
+	pu.Host = "no-such-bucket"
+	if _, err := objstore.Open(t.Context(), pu.String()); errcode.Of(err) != errcode.StoreUnavailable {
+		t.Fatalf("missing bucket: %v", err)
+	}
+	if _, err := objstore.Open(t.Context(), "s3://b/?endpoint=http://127.0.0.1:1&region=us-east-1"); errcode.Of(err) != errcode.StoreUnavailable {
+		t.Fatalf("closed port: %v", err)
+	}
+}
+
+// An object overwritten in place (a new version under the same key): the
+// old VersionId still returns the old bytes, through the verifying reader.
+func TestOverwriteKeepsOldVersion(t *testing.T) {
+	s := open(t, s3test.Start(t))
+	ctx := t.Context()
+	old := []byte("shard bytes as verified")
+	d, v1, _, err := objstore.PutBlob(ctx, s, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Someone with bucket write access replaces the blob's bytes.
+	v2, err := s.Put(ctx, objstore.BlobKey(d), strings.NewReader("tampered"), objstore.PutOptions{})
+	if err != nil || v2 == v1 {
+		t.Fatalf("overwrite: %s, %v", v2, err)
+	}
+	r, err := objstore.GetBlob(ctx, s, d, v1, int64(len(old)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || !bytes.Equal(got, old) {
+		t.Fatalf("old version: %q, %v", got, err)
+	}
+	// The latest version no longer verifies, and a re-stage notices.
+	if _, _, err := objstore.ReadBlob(ctx, s, d, 1<<20); errcode.Of(err) == "" {
+		t.Fatal("tampered latest version verified")
+	}
+	if _, _, _, err := objstore.PutBlob(ctx, s, old); errcode.Of(err) != errcode.SizeMismatch && errcode.Of(err) != errcode.DigestMismatch {
+		t.Fatalf("PutBlob over tampered latest: %v", err)
+	}
+}
+
+// A conditional multipart create on an existing key is refused by the
+// server at CompleteMultipartUpload, not only by the early Head.
+func TestMultipartConditional(t *testing.T) {
+	u := s3test.Start(t)
+	st := open(t, u+"&multipart_threshold=5242880")
+	ctx := t.Context()
+	body := bytes.Repeat([]byte{1}, 6<<20)
+	sum := sha256.Sum256(body)
+	if _, err := st.Put(ctx, "big", bytes.NewReader(body), objstore.PutOptions{IfNoneMatch: true, SHA256: sum}); err != nil {
+		t.Fatal(err)
+	}
+	// Race past the Head: complete an upload directly with If-None-Match.
+	c := st.(*s3.Store).Client()
+	pu, _ := url.Parse(u)
+	bucket := pu.Host
+	up, err := c.CreateMultipartUpload(ctx, &awss3.CreateMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String("big")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := c.UploadPart(ctx, &awss3.UploadPartInput{Bucket: aws.String(bucket), Key: aws.String("big"), UploadId: up.UploadId,
+		PartNumber: aws.Int32(1), Body: bytes.NewReader([]byte("x"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CompleteMultipartUpload(ctx, &awss3.CompleteMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String("big"),
+		UploadId: up.UploadId, IfNoneMatch: aws.String("*"),
+		MultipartUpload: &awss3types.CompletedMultipartUpload{Parts: []awss3types.CompletedPart{{ETag: part.ETag, PartNumber: aws.Int32(1)}}}})
+	if err == nil {
+		t.Fatal("server accepted a conditional multipart complete over an existing key")
+	}
+	// Through the store: refused with the stable code, nothing changed.
+	_, err = st.Put(ctx, "big", bytes.NewReader(body), objstore.PutOptions{IfNoneMatch: true})
+	if errcode.Of(err) != errcode.PreconditionFailed {
+		t.Fatalf("store: %v", err)
+	}
+	info, err := st.Head(ctx, "big", "")
+	if err != nil || info.Size != int64(len(body)) {
+		t.Fatalf("after refused creates: %+v, %v", info, err)
+	}
+}
+
+// A multipart body whose hash differs from PutOptions.SHA256 is aborted
+// before completion: nothing becomes visible and no upload is left open.
+func TestMultipartDigestMismatch(t *testing.T) {
+	u := s3test.Start(t)
+	st := open(t, u+"&multipart_threshold=5242880")
+	ctx := t.Context()
+	body := bytes.Repeat([]byte{2}, 11<<20)
+	_, err := st.Put(ctx, "big", bytes.NewReader(body), objstore.PutOptions{SHA256: sha256.Sum256([]byte("other"))})
+	if errcode.Of(err) != errcode.DigestMismatch {
+		t.Fatalf("Put: %v, want DIGEST_MISMATCH", err)
+	}
+	if _, err := st.Head(ctx, "big", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("Head after rejected multipart Put: %v", err)
+	}
+	pu, _ := url.Parse(u)
+	ups, err := st.(*s3.Store).Client().ListMultipartUploads(ctx, &awss3.ListMultipartUploadsInput{Bucket: aws.String(pu.Host)})
+	if err != nil || len(ups.Uploads) != 0 {
+		t.Fatalf("open uploads after abort: %d, %v", len(ups.Uploads), err)
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	for _, bad := range []string{
+		"s3:///prefix", "s3://b/?endpoint=x&bogus=1", "s3://b/../x", "s3://key:secret@b/",
+		"s3://b/?path_style=maybe", "s3://b/?multipart_threshold=-1",
+	} {
+		u, _ := url.Parse(bad)
+		if _, err := s3.ParseURL(u); errcode.Of(err) != errcode.Usage {
+			t.Errorf("ParseURL(%q) = %v, want USAGE", bad, err)
+		}
+	}
+	u, _ := url.Parse("s3://bkt/a/b/?endpoint=http%3A%2F%2F127.0.0.1%3A7070&region=eu-west-1&multipart_threshold=6291456")
+	o, err := s3.ParseURL(u)
+	want := s3.Options{Bucket: "bkt", Prefix: "a/b", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Region: "eu-west-1", MultipartThreshold: 6 << 20}
+	if err != nil || o != want {
+		t.Fatalf("ParseURL = %+v, %v; want %+v", o, err, want)
+	}
+}
