@@ -562,7 +562,7 @@ func (a *applier) attest(c *Attest) (any, error) {
 		got[d]++
 		if got[d] > want[d] {
 			err := a.fail(run, errcode.ShardNotAssigned, "rank %d attested shard %s outside its assignment (epoch %d)", c.Rank, d, run.Epoch)
-		return run.Summary(), err
+			return run.Summary(), err
 		}
 	}
 	if len(c.Shards) != len(run.Assignment[c.Rank]) {

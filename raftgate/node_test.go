@@ -1,0 +1,349 @@
+package raftgate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// registerVerified registers a VERIFIED release through the client.
+func registerVerified(t *testing.T, ctx context.Context, cl *Client, label string, shards int, tw, bf uint64) manifest.Digest {
+	t.Helper()
+	root := dig(label)
+	_, err := cl.Register(ctx, &Register{Root: root, Shards: shardsOf(label, shards), Report: &ReportSummary{
+		Digest: dig("report/" + label), Verdict: manifest.Verified, DatasetSnapshot: dig("snap"),
+		TombstoneWatermark: tw, BenchmarkFence: bf,
+	}})
+	if err != nil {
+		t.Fatalf("register %s: %v", label, err)
+	}
+	return root
+}
+
+// stateBytes reads a node's local state encoding.
+func stateBytes(t *testing.T, n *Node) []byte {
+	t.Helper()
+	b, err := n.FSM().Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// waitApplied waits until every running node has applied the same index.
+func waitApplied(t *testing.T, nodes []*Node) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var idx []uint64
+		for _, n := range nodes {
+			idx = append(idx, n.Raft().AppliedIndex())
+		}
+		same := true
+		for _, i := range idx {
+			same = same && i == idx[0] && i >= nodes[0].Raft().CommitIndex()
+		}
+		if same {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("nodes did not converge")
+}
+
+func TestSingleNodeRestartKeepsState(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	cfg := TestConfig(t.TempDir(), "solo")
+	n := StartTestNode(t, cfg)
+	cfg.RaftAddr, cfg.HTTPAddr = n.RaftAddr(), n.HTTPAddr()
+	cl := NewClient(n.URL())
+	defer cl.Close()
+
+	r1 := registerVerified(t, ctx, cl, "r1", 4, 10, 10)
+	r2 := registerVerified(t, ctx, cl, "r2", 4, 20, 10)
+	if _, err := cl.Publish(ctx, "main", r1, 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	// Snapshot half-way, so the restart restores a snapshot and replays a log tail.
+	if err := n.Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Publish(ctx, "main", r2, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 15); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "job", Alias: "main", WorldSize: 2}); err != nil {
+		t.Fatal(err)
+	}
+	s2 := shardsOf("r2", 4)
+	if _, err := cl.Attest(ctx, "job", 0, r2, []manifest.Digest{s2[0], s2[2]}); err != nil {
+		t.Fatal(err)
+	}
+	before := stateBytes(t, n)
+	if err := n.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+
+	n = StartTestNode(t, cfg)
+	got, err := cl.State(ctx) // linearizable: waits for the restarted node to lead and catch up
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := EncodeState(got)
+	if !bytes.Equal(before, after) {
+		t.Fatalf("state changed across restart:\nbefore %s\nafter  %s", before, after)
+	}
+	if a := got.Aliases["main"]; a.Generation != 2 || a.Root != r2 || got.Fences.Tombstone != 15 {
+		t.Fatalf("alias/fences after restart: %+v %+v", a, got.Fences)
+	}
+	if p := got.Permits[got.Aliases["main"].History[0].Permit]; p.State != PermitSuperseded {
+		t.Fatalf("generation-1 permit after restart: %s", p.State)
+	}
+	if r := got.Runs["job"]; r.Attested != 1 || r.Root != r2 {
+		t.Fatalf("run after restart: %+v", r.Summary())
+	}
+	// And it keeps working.
+	s, err := cl.Attest(ctx, "job", 1, r2, []manifest.Digest{s2[1], s2[3]})
+	if err != nil || s.Barrier != BarrierOpen {
+		t.Fatalf("attest after restart: %+v %v", s, err)
+	}
+}
+
+func TestHTTPAPI(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	n := StartTestNode(t, TestConfig(t.TempDir(), "api"))
+	cl := NewClient(n.URL())
+	defer cl.Close()
+	for _, p := range []string{"/healthz", "/readyz"} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp, err := http.Get(n.URL() + p)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if err == nil && resp.StatusCode == 200 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never became 200: %v", p, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	root := registerVerified(t, ctx, cl, "rel", 3, 0, 0)
+	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A rejection carries its code through HTTP and the client.
+	_, err := cl.Publish(ctx, "main", root, 5, 0)
+	if !errors.Is(err, ErrGenerationConflict) {
+		t.Fatalf("stale publish over HTTP: %v", err)
+	}
+	// Malformed commands never reach the log.
+	before := n.Raft().LastIndex()
+	resp, err := http.Post(n.URL()+"/v1/commands", "application/json", bytes.NewReader([]byte(`{"type":"publish","alias":"x","evil":1}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(body, []byte(errcode.BadDocument)) {
+		t.Fatalf("bad command: HTTP %d %s", resp.StatusCode, body)
+	}
+	if n.Raft().LastIndex() != before {
+		t.Fatal("a malformed command was appended to the log")
+	}
+	// A rejection that changes state returns the changed run.
+	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "job", Alias: "main", WorldSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := cl.Attest(ctx, "job", 0, dig("foreign"), nil)
+	if !errors.Is(err, ErrRootMismatch) || s.State != RunFailed {
+		t.Fatalf("foreign attest: %+v %v", s, err)
+	}
+	if _, err := cl.WaitRun(ctx, "job"); errcode.Of(err) != errcode.RootMismatch {
+		t.Fatalf("wait on a failed run: %v", err)
+	}
+	if _, err := cl.Run(ctx, "nope"); errcode.Of(err) != errcode.UnknownRun {
+		t.Fatalf("unknown run: %v", err)
+	}
+}
+
+// dropAfterForward is a decorator around a real gate: it forwards each
+// request to the gate, then drops the client's connection instead of
+// answering, so the client cannot know the outcome.
+func dropAfterForward(t *testing.T, target string) string {
+	u, _ := url.Parse(target)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		proxy.ServeHTTP(&discardWriter{h: http.Header{}}, r)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+type discardWriter struct{ h http.Header }
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discardWriter) WriteHeader(int)             {}
+
+func TestClientIndeterminateThenSafeRetry(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	n := StartTestNode(t, TestConfig(t.TempDir(), "ind"))
+	good := NewClient(n.URL())
+	defer good.Close()
+	root := registerVerified(t, ctx, good, "rel", 2, 0, 0)
+
+	flaky := NewClient(dropAfterForward(t, n.URL()))
+	flaky.RetryFor = time.Second
+	defer flaky.Close()
+	_, err := flaky.Publish(ctx, "main", root, 0, 0)
+	if !IsIndeterminate(err) || errcode.Of(err).Exit() != errcode.ExitIndeterminate {
+		t.Fatalf("lost answer: got %v, want INDETERMINATE", err)
+	}
+	// The command did commit; retrying it is safe and returns the original result.
+	a, err := good.Alias(ctx, "main")
+	if err != nil || a.Generation != 1 {
+		t.Fatalf("after indeterminate publish: %+v %v", a, err)
+	}
+	r, err := good.Publish(ctx, "main", root, 0, 0)
+	if err != nil || r.Generation != 1 || r.Permit != a.Permit {
+		t.Fatalf("retry: %+v %v", r, err)
+	}
+	// Reads through the same decorator are retried, then reported unreachable.
+	if _, err := flaky.Alias(ctx, "main"); errcode.Of(err) != errcode.GateUnavailable {
+		t.Fatalf("read through a dropping proxy: %v", err)
+	}
+	// Nothing listening: unreachable, not indeterminate.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	cl := NewClient(dead)
+	cl.RetryFor = 300 * time.Millisecond
+	if _, err := cl.Publish(ctx, "main", root, 1, 0); errcode.Of(err) != errcode.GateUnavailable {
+		t.Fatalf("dead gate: %v", err)
+	}
+}
+
+func TestClusterFailoverKeepsAcknowledgedPublishes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
+	ctx := ctxT(t, 90*time.Second)
+	c := MakeCluster(t, 3)
+	cl := c.Client()
+
+	const total = 40
+	roots := make([]manifest.Digest, total)
+	for i := range roots {
+		roots[i] = registerVerified(t, ctx, cl, fmt.Sprintf("rel%d", i), 2, 0, 0)
+	}
+	// Writes and reads through a follower are forwarded to the leader.
+	leader := c.Leader(5 * time.Second)
+	var follower *Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+		}
+	}
+	fc := NewClient(follower.URL())
+	defer fc.Close()
+	if _, err := fc.Publish(ctx, "side", roots[0], 0, 0); err != nil {
+		t.Fatalf("publish via follower: %v", err)
+	}
+	if a, err := fc.Alias(ctx, "side"); err != nil || a.Generation != 1 {
+		t.Fatalf("read via follower: %+v %v", a, err)
+	}
+
+	acked := map[uint64]manifest.Digest{}
+	indeterminate := 0
+	for i := 0; i < total; i++ {
+		if i == total/3 {
+			for j, n := range c.Nodes {
+				if n.IsLeader() {
+					c.Stop(j)
+				}
+			}
+		}
+		for {
+			r, err := cl.Publish(ctx, "main", roots[i], uint64(i), 0)
+			if IsIndeterminate(err) {
+				// Safe to retry: the same (alias, generation, root).
+				indeterminate++
+				continue
+			}
+			if err != nil {
+				t.Fatalf("publish %d: %v", i, err)
+			}
+			if prev, dup := acked[r.Generation]; dup {
+				t.Fatalf("generation %d acknowledged twice (%s and %s)", r.Generation, prev, r.Root)
+			}
+			acked[r.Generation] = r.Root
+			break
+		}
+	}
+	t.Logf("%d publishes acknowledged, %d indeterminate outcomes retried", len(acked), indeterminate)
+
+	check := func(when string) *State {
+		t.Helper()
+		s, err := cl.State(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		a := s.Aliases["main"]
+		if a.Generation != total {
+			t.Fatalf("%s: generation %d, want %d", when, a.Generation, total)
+		}
+		for g, root := range acked {
+			if a.History[g-1].Root != root {
+				t.Fatalf("%s: generation %d is %s, acknowledged %s", when, g, a.History[g-1].Root, root)
+			}
+		}
+		return s
+	}
+	check("after failover")
+
+	// Restart every node from disk; the state is the same on all three.
+	for i := range c.Nodes {
+		c.Stop(i)
+	}
+	for i := range c.Nodes {
+		c.Restart(i)
+	}
+	want, _ := EncodeState(check("after full restart"))
+	waitApplied(t, c.Nodes)
+	for _, n := range c.Nodes {
+		if got := stateBytes(t, n); !bytes.Equal(got, want) {
+			t.Fatalf("node %s differs after restart", n.ID())
+		}
+	}
+}
