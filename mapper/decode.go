@@ -1,0 +1,254 @@
+package mapper
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/shardproof/shardproof/internal/canon"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// Decoder selects how Parquet pages become records.
+type Decoder uint8
+
+// Decoders. BenchmarkMapShard compares them; the zero value is the default.
+const (
+	// DecoderPQArrow builds Arrow record batches with pqarrow.
+	DecoderPQArrow Decoder = iota
+)
+
+// batchRows is the rows per decoded batch: bounds memory per batch
+// whatever a hostile footer claims.
+const batchRows = 8192
+
+// maxRows bounds the rows a footer may declare per file.
+const maxRows = 1 << 32
+
+type failure struct {
+	code   errcode.Code
+	detail string
+}
+
+type decodeResult struct {
+	failures           []failure
+	decoded            bool
+	records, tokens    int64
+	logicalBytes       int64
+	logical, memberSet manifest.Digest
+}
+
+// decoding holds what a file must contain.
+type decoding struct {
+	want          *manifest.RecordSchema
+	logicalSchema manifest.Digest // bound into the logical digest
+	tupleSchema   manifest.Digest // every tuple's schemaDigest
+}
+
+func (r *decodeResult) fail(code errcode.Code, format string, args ...any) {
+	r.failures = append(r.failures, failure{code, fmt.Sprintf(format, args...)})
+}
+
+// run decodes data. It never panics: a panic inside the Parquet or Arrow
+// code is a DECODE_ERROR (or FOOTER_CORRUPT while reading the footer).
+func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(*tuplehash.Tuple, [32]byte) error) (res decodeResult, err error) {
+	phase := errcode.FooterCorrupt
+	defer func() {
+		if p := recover(); p != nil {
+			res.decoded = false
+			res.fail(phase, "panic while decoding: %v", p)
+		}
+	}()
+	footerStart, ok := checkFooter(data, &res)
+	if !ok {
+		return res, nil
+	}
+	pf, err := file.NewParquetReader(bytes.NewReader(data))
+	if err != nil {
+		res.fail(errcode.FooterCorrupt, "footer does not parse: %v", err)
+		return res, nil
+	}
+	defer pf.Close()
+	if !checkChunks(pf, footerStart, &res) {
+		return res, nil
+	}
+	dropStoredArrowSchema(pf)
+	phase = errcode.DecodeError
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: batchRows}, memory.DefaultAllocator)
+	if err != nil {
+		res.fail(errcode.DecodeError, "Arrow reader: %v", err)
+		return res, nil
+	}
+	as, err := fr.Schema()
+	if err != nil {
+		res.fail(errcode.SchemaMismatch, "Parquet schema has no Arrow mapping: %v", err)
+		return res, nil
+	}
+	h, ok := d.hasher(canon.FromArrow(as, d.want), &res)
+	if !ok {
+		return res, nil
+	}
+	rr, err := fr.GetRecordReader(ctx, nil, nil)
+	if err != nil {
+		res.fail(errcode.DecodeError, "record reader: %v", err)
+		return res, nil
+	}
+	defer rr.Release()
+	for rr.Next() {
+		if err := ctx.Err(); err != nil {
+			return res, errcode.Wrap(errcode.Canceled, err, "decode")
+		}
+		if err := h.AddBatch(rr.RecordBatch(), each); err != nil {
+			res.fail(errcode.DecodeError, "record %d: %v", h.Records, err)
+			return res, nil
+		}
+	}
+	if err := rr.Err(); err != nil {
+		res.fail(errcode.DecodeError, "after %d records: %v", h.Records, err)
+		return res, nil
+	}
+	if n := pf.NumRows(); h.Records != n {
+		res.fail(errcode.DecodeError, "footer declares %d rows, decoded %d", n, h.Records)
+		return res, nil
+	}
+	res.decoded = true
+	res.records, res.tokens, res.logicalBytes = h.Records, h.Tokens, h.LogicalBytes
+	res.logical, res.memberSet = h.LogicalDigest(), h.MemberSetDigest()
+	return res, nil
+}
+
+// hasher returns the ShardHasher for the schema found in the file. A found
+// schema other than the wanted one is SCHEMA_MISMATCH; its records are
+// still decoded if they can form tuples, which then carry the found
+// schema's digest (the reducers report SCHEMA_MIX).
+func (d *decoding) hasher(found *manifest.RecordSchema, res *decodeResult) (*canon.ShardHasher, bool) {
+	fd, err := canon.SchemaDigest(found)
+	if err != nil {
+		res.fail(errcode.SchemaMismatch, "found schema cannot be digested: %v", err)
+		return nil, false
+	}
+	wd, err := canon.SchemaDigest(d.want)
+	if err != nil {
+		res.fail(errcode.Internal, "wanted schema cannot be digested: %v", err)
+		return nil, false
+	}
+	if fd == wd {
+		h, err := canon.NewShardHasher(d.want, d.logicalSchema, d.tupleSchema)
+		if err != nil {
+			res.fail(errcode.Internal, "record schema: %v", err)
+			return nil, false
+		}
+		return h, true
+	}
+	res.fail(errcode.SchemaMismatch, "recordSchema %s has fields [%s]; the file has fields [%s] (schema digest %s)",
+		wd, fieldList(d.want), fieldList(found), fd)
+	h, err := canon.NewShardHasher(found, fd, fd)
+	if err != nil {
+		// No tuple can be formed: the file contributes nothing to the diff.
+		return nil, false
+	}
+	return h, true
+}
+
+func fieldList(s *manifest.RecordSchema) string {
+	parts := make([]string, len(s.Fields))
+	for i, f := range s.Fields {
+		parts[i] = f.Name + " " + f.Type
+		if f.Nullable {
+			parts[i] += "?"
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// checkFooter checks the magic bytes and the footer length against the
+// bytes read, before any Parquet code parses them. It returns the offset
+// where the footer starts.
+func checkFooter(data []byte, res *decodeResult) (int64, bool) {
+	n := int64(len(data))
+	if n < 12 {
+		res.fail(errcode.FooterCorrupt, "file is %d bytes, shorter than magic + footer length + magic (12)", n)
+		return 0, false
+	}
+	if string(data[:4]) != "PAR1" || string(data[n-4:]) != "PAR1" {
+		res.fail(errcode.FooterCorrupt, "missing PAR1 magic (head %q, tail %q)", data[:4], data[n-4:])
+		return 0, false
+	}
+	fl := int64(binary.LittleEndian.Uint32(data[n-8 : n-4]))
+	if fl == 0 || fl > n-12 {
+		res.fail(errcode.FooterCorrupt, "footer length %d does not fit in %d bytes", fl, n)
+		return 0, false
+	}
+	return n - 8 - fl, true
+}
+
+// checkChunks checks every row group's row count and every column chunk's
+// byte range against the bytes before the footer, so no page read can
+// reach outside the file or into the footer.
+func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) bool {
+	md := pf.MetaData()
+	cols := md.Schema.NumColumns()
+	var rows int64
+	for i := 0; i < md.NumRowGroups(); i++ {
+		rg := md.RowGroup(i)
+		if rg.NumRows() < 0 || rows+rg.NumRows() > maxRows {
+			res.fail(errcode.FooterCorrupt, "row group %d declares %d rows", i, rg.NumRows())
+			return false
+		}
+		rows += rg.NumRows()
+		if rg.NumColumns() != cols {
+			res.fail(errcode.FooterCorrupt, "row group %d has %d column chunks, schema %d columns", i, rg.NumColumns(), cols)
+			return false
+		}
+		for j := 0; j < cols; j++ {
+			cc, err := rg.ColumnChunk(j)
+			if err != nil {
+				res.fail(errcode.FooterCorrupt, "row group %d column %d: %v", i, j, err)
+				return false
+			}
+			start := cc.DataPageOffset()
+			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
+				start = cc.DictionaryPageOffset()
+			}
+			size := cc.TotalCompressedSize()
+			if start < 4 || size <= 0 || size > footerStart || start > footerStart-size {
+				res.fail(errcode.FooterCorrupt, "row group %d column %d: chunk [%d, +%d) outside the data region [4, %d)", i, j, start, size, footerStart)
+				return false
+			}
+			if cc.NumValues() < 0 || cc.NumValues() > maxRows {
+				res.fail(errcode.FooterCorrupt, "row group %d column %d declares %d values", i, j, cc.NumValues())
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// dropStoredArrowSchema removes the ARROW:schema key from the footer's
+// key-value metadata before pqarrow sees it. That value is an Arrow IPC
+// message whose length fields pqarrow trusts for allocation, so a flipped
+// bit there could exhaust memory, which recover cannot catch. Every type
+// a record schema may use maps one-to-one from the Parquet schema alone,
+// so the stored Arrow schema adds nothing the verifier needs.
+func dropStoredArrowSchema(pf *file.Reader) {
+	md := pf.MetaData()
+	if md.FileMetaData == nil {
+		return
+	}
+	kv := md.FileMetaData.KeyValueMetadata
+	out := kv[:0:0]
+	for _, e := range kv {
+		if e != nil && e.Key != "ARROW:schema" {
+			out = append(out, e)
+		}
+	}
+	md.FileMetaData.KeyValueMetadata = out
+}

@@ -1,0 +1,14 @@
+// Package mapper is the map side of verify: it turns one shard (or one
+// snapshot member file) into verified figures and canonical tuples.
+//
+// MapShard reads exactly the descriptor's object version, hashes every
+// byte, checks the Parquet footer and every column chunk's bounds against
+// the bytes actually read, compares the Arrow schema with the record
+// schema, decodes the records under recover in the calling goroutine, and
+// recomputes with internal/canon — the code the writer used — the logical
+// digest, records, tokens, memberSetDigest and tuples. Data problems are
+// collected as manifest.ShardFailure values with stable codes and
+// evidence; only operational problems (store unreachable, canceled) are
+// returned as errors. Tuples of a shard are emitted only after the whole
+// shard decoded, so a half-decoded shard never reaches the reducers.
+package mapper

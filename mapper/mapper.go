@@ -1,0 +1,254 @@
+package mapper
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/shardproof/shardproof/internal/canon"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// Side says which document a mapped file belongs to.
+type Side uint8
+
+// The sides of a verification.
+const (
+	SideRelease  Side = 0 // a shard of the release manifest
+	SideSnapshot Side = 1 // a member file of the snapshot manifest
+)
+
+// String returns "release" or "snapshot", as ShardFailure.Side spells it.
+func (s Side) String() string {
+	if s == SideSnapshot {
+		return "snapshot"
+	}
+	return "release"
+}
+
+// Tuple is one member found in a file, with its tuple digest and bucket.
+type Tuple struct {
+	tuplehash.Tuple
+	Digest [32]byte
+	Bucket uint32
+}
+
+// Options are shared by every MapShard call of one verification.
+type Options struct {
+	// Store holds the shards at blobs/sha256/<hex>.
+	Store objstore.Store
+	// Schema is the release's record schema; SchemaDigest its digest (the
+	// manifest's recordSchema).
+	Schema       *manifest.RecordSchema
+	SchemaDigest manifest.Digest
+	// K is the number of bucket bits (0 means tuplehash.DefaultK).
+	K uint
+	// Decoder selects the Parquet decoding path; the zero value is the
+	// faster one (see BenchmarkMapShard).
+	Decoder Decoder
+	// MaxBytes caps the bytes read of one file (default MaxShardBytes).
+	MaxBytes int64
+}
+
+// Input is one file to map.
+type Input struct {
+	Side Side
+	// Index is the file's position in the manifest's shards or the
+	// snapshot's members.
+	Index int
+	Desc  manifest.Shard
+}
+
+// Result holds the figures recomputed from one file.
+type Result struct {
+	Side    Side
+	Index   int
+	ShardID string
+	// Records, Tokens, LogicalDigest and MemberSetDigest are valid when
+	// Decoded is true.
+	Records, Tokens                int64
+	LogicalDigest, MemberSetDigest manifest.Digest
+	// StorageDigest is sha256 of the bytes read; StoredBytes their count.
+	StorageDigest manifest.Digest
+	StoredBytes   int64
+	// LogicalBytes is the decoded value bytes (see canon.Row).
+	LogicalBytes int64
+	Failures     []manifest.ShardFailure
+	// Decoded reports that every record decoded and tuples were emitted.
+	Decoded bool
+}
+
+// MaxShardBytes is the default cap on one file: shards are decoded from
+// memory, so a file larger than this is reported, not read.
+const MaxShardBytes = 2 << 30
+
+// MapShard maps one file: see the package doc. emit is called once per
+// tuple, after the whole file decoded, in stored order; the *Tuple is only
+// valid during the call. An error from emit is returned as is.
+func MapShard(ctx context.Context, o Options, in Input, emit func(*Tuple) error) (Result, error) {
+	res := Result{Side: in.Side, Index: in.Index, ShardID: in.Desc.ID}
+	fail := func(code errcode.Code, format string, args ...any) {
+		res.Failures = append(res.Failures, manifest.ShardFailure{
+			Shard: in.Desc.ID, Side: in.Side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...),
+		})
+	}
+	if o.K == 0 {
+		o.K = tuplehash.DefaultK
+	}
+	if o.MaxBytes <= 0 {
+		o.MaxBytes = MaxShardBytes
+	}
+	data, version, err := read(ctx, o, in.Desc, fail)
+	if err != nil || data == nil {
+		logResult(res, err)
+		return res, err
+	}
+	sum := sha256.Sum256(data)
+	res.StorageDigest, res.StoredBytes = sum, int64(len(data))
+	if res.StoredBytes != in.Desc.Size {
+		fail(errcode.SizeMismatch, "manifest.size=%d, bytes read=%d (version %s)", in.Desc.Size, res.StoredBytes, version)
+	}
+	if res.StorageDigest != in.Desc.Digest {
+		fail(errcode.DigestMismatch, "manifest.digest=%s, sha256 of bytes read=%s (version %s)", in.Desc.Digest, res.StorageDigest, version)
+	}
+
+	// What the file must contain: the release schema, or for member files
+	// the member schema whose tuples name the release schema.
+	want, logicalSchema := o.Schema, o.SchemaDigest
+	if in.Side == SideSnapshot {
+		want = canon.SnapshotMemberSchema()
+		if logicalSchema, err = canon.SchemaDigest(want); err != nil {
+			return res, err
+		}
+	}
+	var tuples []Tuple
+	it := newInterner()
+	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: o.SchemaDigest}
+	dr, err := d.run(ctx, data, o.Decoder, func(t *tuplehash.Tuple, dg [32]byte) error {
+		tuples = append(tuples, Tuple{
+			Tuple: tuplehash.Tuple{
+				SampleID: string([]byte(t.SampleID)), SourceID: it.intern(t.SourceID),
+				SourceVersion: t.SourceVersion, LogicalContentDigest: t.LogicalContentDigest,
+				Split: it.intern(t.Split), SchemaDigest: t.SchemaDigest,
+			},
+			Digest: dg, Bucket: tuplehash.Bucket(t.SampleID, o.K),
+		})
+		return nil
+	})
+	if err != nil {
+		logResult(res, err)
+		return res, err
+	}
+	for _, f := range dr.failures {
+		fail(f.code, "%s", f.detail)
+	}
+	if !dr.decoded {
+		logResult(res, nil)
+		return res, nil
+	}
+	res.Decoded = true
+	res.Records, res.Tokens, res.LogicalBytes = dr.records, dr.tokens, dr.logicalBytes
+	res.LogicalDigest, res.MemberSetDigest = dr.logical, dr.memberSet
+	if res.LogicalDigest != in.Desc.LogicalDigest {
+		fail(errcode.LogicalMismatch, "manifest.logicalDigest=%s, recomputed from %d decoded records=%s", in.Desc.LogicalDigest, res.Records, res.LogicalDigest)
+	}
+	var diffs []string
+	if res.Records != in.Desc.Records {
+		diffs = append(diffs, fmt.Sprintf("manifest.records=%d, decoded records=%d", in.Desc.Records, res.Records))
+	}
+	if res.Tokens != in.Desc.Tokens {
+		diffs = append(diffs, fmt.Sprintf("manifest.tokens=%d, sum of decoded tokens=%d", in.Desc.Tokens, res.Tokens))
+	}
+	if res.MemberSetDigest != in.Desc.MemberSetDigest {
+		diffs = append(diffs, fmt.Sprintf("manifest.memberSetDigest=%s, recomputed=%s", in.Desc.MemberSetDigest, res.MemberSetDigest))
+	}
+	for _, d := range diffs {
+		fail(errcode.CountMismatch, "%s", d)
+	}
+	logResult(res, nil)
+	for i := range tuples {
+		if err := ctx.Err(); err != nil {
+			return res, errcode.Wrap(errcode.Canceled, err, "map %s", in.Desc.ID)
+		}
+		if err := emit(&tuples[i]); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func logResult(res Result, err error) {
+	if err != nil {
+		slog.Warn("map: operational error", "shard", res.ShardID, "side", res.Side.String(), "code", errcode.Of(err))
+		return
+	}
+	for _, f := range res.Failures {
+		slog.Info("map: shard failure", "shard", res.ShardID, "side", f.Side, "code", f.Code, "storageDigest", res.StorageDigest.String())
+	}
+}
+
+// read returns the bytes of exactly the descriptor's version, or nil data
+// with a failure recorded when the version is absent or too large.
+func read(ctx context.Context, o Options, d manifest.Shard, fail func(errcode.Code, string, ...any)) ([]byte, objstore.Version, error) {
+	key, v := d.Digest.BlobKey(), objstore.Version(d.ObjectVersion)
+	if v == "" {
+		fail(errcode.VersionMissing, "manifest.objectVersion is empty; refusing to read the latest version of %s", key)
+		return nil, v, nil
+	}
+	info, err := o.Store.Head(ctx, key, v)
+	if objstore.IsNotExist(err) {
+		fail(errcode.VersionMissing, "store has no version %s of %s", v, key)
+		return nil, v, nil
+	}
+	if err != nil {
+		return nil, v, err
+	}
+	if info.Size > o.MaxBytes {
+		fail(errcode.SizeMismatch, "manifest.size=%d, store size=%d exceeds the %d-byte cap (version %s); not read", d.Size, info.Size, o.MaxBytes, v)
+		return nil, v, nil
+	}
+	rc, err := o.Store.Get(ctx, key, v)
+	if objstore.IsNotExist(err) {
+		fail(errcode.VersionMissing, "store has no version %s of %s", v, key)
+		return nil, v, nil
+	}
+	if err != nil {
+		return nil, v, err
+	}
+	defer rc.Close()
+	// Size the buffer from Head, but read whatever the version holds (up
+	// to the cap): the evidence is the bytes, not the metadata.
+	buf := bytes.NewBuffer(make([]byte, 0, info.Size+bytes.MinRead))
+	n, err := buf.ReadFrom(io.LimitReader(rc, o.MaxBytes+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, v, errcode.Wrap(errcode.Canceled, ctx.Err(), "read %s", key)
+		}
+		return nil, v, errcode.Wrap(errcode.Of(err), err, "read %s version %s", key, v)
+	}
+	if n > o.MaxBytes {
+		fail(errcode.SizeMismatch, "manifest.size=%d, version %s holds more than the %d-byte cap; not decoded", d.Size, v, o.MaxBytes)
+		return nil, v, nil
+	}
+	return buf.Bytes(), v, nil
+}
+
+// interner shares the few distinct sourceId and split strings of a file.
+type interner map[string]string
+
+func newInterner() interner { return make(interner) }
+
+func (it interner) intern(s string) string {
+	if v, ok := it[s]; ok {
+		return v
+	}
+	v := string([]byte(s))
+	it[v] = v
+	return v
+}

@@ -1,0 +1,297 @@
+package mapper_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"slices"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/shardproof/shardproof/internal/canon"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/stage"
+	"github.com/shardproof/shardproof/stage/stagetest"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+var exhaustive = flag.Bool("exhaustive", false, "flip every footer byte in TestBitFlipsInFooter")
+
+type fixture struct {
+	s   objstore.Store
+	res stage.Result
+	o   mapper.Options
+}
+
+func newFixture(t *testing.T, samples, shards int) *fixture {
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, samples, shards, 42)
+	return &fixture{s: s, res: res, o: mapper.Options{Store: s, Schema: res.Schema, SchemaDigest: res.RecordSchema}}
+}
+
+// mapOne maps one descriptor and returns the result and emitted tuples.
+func (f *fixture) mapOne(t *testing.T, side mapper.Side, i int, d manifest.Shard) (mapper.Result, []mapper.Tuple) {
+	t.Helper()
+	var got []mapper.Tuple
+	res, err := mapper.MapShard(context.Background(), f.o, mapper.Input{Side: side, Index: i, Desc: d}, func(tp *mapper.Tuple) error {
+		got = append(got, *tp)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("MapShard %s: %v", d.ID, err)
+	}
+	if res.ShardID != d.ID || res.Side != side || res.Index != i {
+		t.Fatalf("result names %s/%v/%d, want %s/%v/%d", res.ShardID, res.Side, res.Index, d.ID, side, i)
+	}
+	return res, got
+}
+
+func codes(r mapper.Result) []string {
+	var c []string
+	for _, f := range r.Failures {
+		c = append(c, f.Code)
+	}
+	slices.Sort(c)
+	return c
+}
+
+func TestCleanShardsReproduceDescriptors(t *testing.T) {
+	f := newFixture(t, 3000, 3)
+	relAcc, snapAcc := tuplehash.NewAccumulator(12), tuplehash.NewAccumulator(12)
+	check := func(side mapper.Side, ds []manifest.Shard, acc *tuplehash.Accumulator) {
+		for i, d := range ds {
+			r, tuples := f.mapOne(t, side, i, d)
+			if len(r.Failures) != 0 || !r.Decoded {
+				t.Fatalf("%s: failures %v decoded %v", d.ID, r.Failures, r.Decoded)
+			}
+			if r.StorageDigest != d.Digest || r.StoredBytes != d.Size || r.LogicalDigest != d.LogicalDigest ||
+				r.Records != d.Records || r.Tokens != d.Tokens || r.MemberSetDigest != d.MemberSetDigest {
+				t.Fatalf("%s: result %+v\ndescriptor %+v", d.ID, r, d)
+			}
+			if int64(len(tuples)) != d.Records || r.LogicalBytes <= 0 {
+				t.Fatalf("%s: %d tuples for %d records, logicalBytes %d", d.ID, len(tuples), d.Records, r.LogicalBytes)
+			}
+			var digests [][32]byte
+			for _, tp := range tuples {
+				dg, _ := tp.Tuple.Digest()
+				if dg != tp.Digest || tp.Bucket != tuplehash.Bucket(tp.SampleID, 12) || tp.SchemaDigest != f.res.RecordSchema {
+					t.Fatalf("%s: inconsistent tuple %+v", d.ID, tp)
+				}
+				digests = append(digests, dg)
+				acc.Add(&tp.Tuple)
+			}
+			if tuplehash.MemberSetDigest(digests) != d.MemberSetDigest {
+				t.Fatalf("%s: emitted tuples do not give the memberSetDigest", d.ID)
+			}
+		}
+	}
+	check(mapper.SideRelease, f.res.Release.Shards, relAcc)
+	check(mapper.SideSnapshot, f.res.SnapshotDoc.Members, snapAcc)
+	if relAcc.Root() != snapAcc.Root() || manifest.Digest(snapAcc.Root()) != f.res.SnapshotDoc.TupleRoot {
+		t.Fatal("release and snapshot tuple roots differ on a clean release")
+	}
+}
+
+// replaced maps shard 0 after its bytes were replaced by data.
+func (f *fixture) replaced(t *testing.T, data []byte) (mapper.Result, []mapper.Tuple) {
+	t.Helper()
+	res := stagetest.ReplaceShardBytes(t, f.s, f.res, 0, data)
+	return f.mapOne(t, mapper.SideRelease, 0, res.Release.Shards[0])
+}
+
+func TestTruncated(t *testing.T) {
+	f := newFixture(t, 600, 2)
+	orig := stagetest.ShardBytes(t, f.s, f.res.Release.Shards[0])
+	for _, cut := range []int{1, len(orig) / 2, len(orig) - 5} {
+		r, tuples := f.replaced(t, stagetest.Truncate(orig, cut))
+		want := []string{"DIGEST_MISMATCH", "FOOTER_CORRUPT", "SIZE_MISMATCH"}
+		if !slices.Equal(codes(r), want) || r.Decoded || len(tuples) != 0 {
+			t.Fatalf("cut %d: codes %v decoded %v tuples %d; want %v, none", cut, codes(r), r.Decoded, len(tuples), want)
+		}
+		if r.StoredBytes != int64(len(orig)-cut) {
+			t.Fatalf("cut %d: StoredBytes %d", cut, r.StoredBytes)
+		}
+	}
+}
+
+func footerStart(data []byte) int {
+	n := len(data)
+	return n - 8 - int(binary.LittleEndian.Uint32(data[n-8:]))
+}
+
+func TestBitFlipInFooterLength(t *testing.T) {
+	f := newFixture(t, 600, 2)
+	orig := stagetest.ShardBytes(t, f.s, f.res.Release.Shards[0])
+	r, tuples := f.replaced(t, stagetest.FlipBit(orig, len(orig)-6, 7)) // footer length += 2^23
+	if want := []string{"DIGEST_MISMATCH", "FOOTER_CORRUPT"}; !slices.Equal(codes(r), want) || len(tuples) != 0 {
+		t.Fatalf("codes %v tuples %d, want %v", codes(r), len(tuples), want)
+	}
+}
+
+// Every single-bit flip anywhere in the footer is reported, never a panic,
+// and a shard that did not decode emits nothing.
+func TestBitFlipsInFooter(t *testing.T) {
+	f := newFixture(t, 300, 1)
+	d := f.res.Release.Shards[0]
+	orig := stagetest.ShardBytes(t, f.s, d)
+	// About 150 flips spread over the footer by default; every byte with
+	// -exhaustive (the fuzz target explores further).
+	step := max(1, (len(orig)-footerStart(orig))/150)
+	if *exhaustive {
+		step = 1
+	}
+	for off := footerStart(orig); off < len(orig); off += step {
+		data := stagetest.FlipBit(orig, off, uint(off%8))
+		r, tuples := mapBytes(t, f, d, data)
+		c := codes(r)
+		if !slices.Contains(c, "DIGEST_MISMATCH") || len(c) < 2 && r.Decoded && r.LogicalDigest != d.LogicalDigest {
+			t.Fatalf("offset %d: codes %v", off, c)
+		}
+		if !r.Decoded && len(tuples) != 0 {
+			t.Fatalf("offset %d: undecoded shard emitted %d tuples", off, len(tuples))
+		}
+		for _, fl := range r.Failures {
+			if !errcode.Known(errcode.Code(fl.Code)) {
+				t.Fatalf("offset %d: unknown code %s", off, fl.Code)
+			}
+		}
+	}
+}
+
+// mapBytes maps data stored as a new version of d's key.
+func mapBytes(t *testing.T, f *fixture, d manifest.Shard, data []byte) (mapper.Result, []mapper.Tuple) {
+	t.Helper()
+	d.ObjectVersion = string(stagetest.PutVersion(t, f.s, d.Digest.BlobKey(), data))
+	return f.mapOne(t, mapper.SideRelease, 0, d)
+}
+
+func TestBitFlipInDataPage(t *testing.T) {
+	f := newFixture(t, 600, 2)
+	d := f.res.Release.Shards[0]
+	orig := stagetest.ShardBytes(t, f.s, d)
+	// The text column is the bulk of the file: flip bits in its middle.
+	for _, off := range []int{len(orig) / 3, len(orig) / 2, len(orig) * 2 / 3} {
+		r, tuples := mapBytes(t, f, d, stagetest.FlipBit(orig, off, 3))
+		c := codes(r)
+		if !slices.Contains(c, "DIGEST_MISMATCH") || slices.Contains(c, "SIZE_MISMATCH") {
+			t.Fatalf("offset %d: codes %v", off, c)
+		}
+		// Either decoding fails, or it yields other records.
+		if r.Decoded == slices.Contains(c, "DECODE_ERROR") || r.Decoded && !slices.Contains(c, "LOGICAL_MISMATCH") {
+			t.Fatalf("offset %d: decoded %v codes %v", off, r.Decoded, c)
+		}
+		if !r.Decoded && len(tuples) != 0 {
+			t.Fatalf("offset %d: undecoded shard emitted tuples", off)
+		}
+	}
+}
+
+func TestRecompressedShardKeepsLogicalDigest(t *testing.T) {
+	f := newFixture(t, 600, 2)
+	d := f.res.Release.Shards[0]
+	orig := stagetest.ShardBytes(t, f.s, d)
+	for _, c := range []struct {
+		codec string
+		level int
+	}{{"snappy", 0}, {"zstd", 9}, {"gzip", 6}} {
+		data := stagetest.Recompress(t, orig, c.codec, c.level)
+		r, tuples := mapBytes(t, f, d, data)
+		if want := []string{"DIGEST_MISMATCH", "SIZE_MISMATCH"}; !slices.Equal(codes(r), want) {
+			t.Fatalf("%s/%d: codes %v, want %v", c.codec, c.level, codes(r), want)
+		}
+		if !r.Decoded || r.LogicalDigest != d.LogicalDigest || int64(len(tuples)) != d.Records {
+			t.Fatalf("%s: logical %s (want %s), %d tuples", c.codec, r.LogicalDigest, d.LogicalDigest, len(tuples))
+		}
+	}
+}
+
+// otherSchema renames lang to language: the tuple columns survive.
+func otherSchema() *manifest.RecordSchema {
+	s := stage.DefaultSchema()
+	s.Fields[4].Name = "language"
+	return s
+}
+
+func renamed(rec arrow.RecordBatch, s *manifest.RecordSchema) arrow.RecordBatch {
+	as, _ := canon.ArrowSchema(s)
+	return array.NewRecordBatch(as, rec.Columns(), rec.NumRows())
+}
+
+func TestSchemaMismatchEmitsTuplesWithFoundSchema(t *testing.T) {
+	f := newFixture(t, 600, 2)
+	rows := stagetest.ShardRows(t, f.s, f.res, 0)
+	rec := stage.BuildRows(rows)
+	defer rec.Release()
+	other := otherSchema()
+	od, _ := canon.SchemaDigest(other)
+	orec := renamed(rec, other)
+	d := stagetest.WriteShard(t, f.s, f.res.Release.Shards[0].ID, orec, other, od, stage.ParquetOptions{})
+	r, tuples := f.mapOne(t, mapper.SideRelease, 0, d)
+	if !slices.Equal(codes(r), []string{"SCHEMA_MISMATCH"}) || !r.Decoded || len(tuples) != len(rows) {
+		t.Fatalf("codes %v decoded %v tuples %d", codes(r), r.Decoded, len(tuples))
+	}
+	for _, tp := range tuples {
+		if tp.SchemaDigest != od {
+			t.Fatalf("tuple schema digest %x, want the found schema %s", tp.SchemaDigest, od)
+		}
+	}
+
+	// Without the content column no tuple can be formed.
+	noText := &manifest.RecordSchema{Schema: manifest.RecordSchemaSchema, Fields: slices.Delete(slices.Clone(stage.DefaultSchema().Fields), 5, 6),
+		Tuple: stage.DefaultSchema().Tuple}
+	as, _ := canon.ArrowSchema(noText)
+	cols := slices.Delete(slices.Clone(rec.Columns()), 5, 6)
+	nrec := array.NewRecordBatch(as, cols, rec.NumRows())
+	data := stagetest.EncodeRecord(t, nrec, noText, stage.ParquetOptions{})
+	d2 := f.res.Release.Shards[0]
+	r2, tuples2 := mapBytes(t, f, d2, data)
+	if !slices.Contains(codes(r2), "SCHEMA_MISMATCH") || r2.Decoded || len(tuples2) != 0 {
+		t.Fatalf("no content column: codes %v decoded %v tuples %d", codes(r2), r2.Decoded, len(tuples2))
+	}
+}
+
+func TestDescriptorFigureMismatch(t *testing.T) {
+	f := newFixture(t, 600, 2)
+	d := f.res.Release.Shards[1]
+	d.Records++
+	d.Tokens--
+	d.LogicalDigest[0] ^= 1
+	r, tuples := f.mapOne(t, mapper.SideRelease, 1, d)
+	if want := []string{"COUNT_MISMATCH", "COUNT_MISMATCH", "LOGICAL_MISMATCH"}; !slices.Equal(codes(r), want) || !r.Decoded || len(tuples) == 0 {
+		t.Fatalf("codes %v, want %v", codes(r), want)
+	}
+}
+
+func TestVersionMissing(t *testing.T) {
+	f := newFixture(t, 300, 1)
+	for _, v := range []string{"", "v999", "not-a-version"} {
+		d := f.res.Release.Shards[0]
+		d.ObjectVersion = v
+		r, tuples := f.mapOne(t, mapper.SideRelease, 0, d)
+		if !slices.Equal(codes(r), []string{"VERSION_MISSING"}) || r.Decoded || len(tuples) != 0 {
+			t.Fatalf("version %q: codes %v", v, codes(r))
+		}
+	}
+}
+
+func TestOperationalErrors(t *testing.T) {
+	f := newFixture(t, 300, 1)
+	d := f.res.Release.Shards[0]
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := mapper.MapShard(ctx, f.o, mapper.Input{Desc: d}, func(*mapper.Tuple) error { return nil })
+	if errcode.Of(err) != errcode.Canceled {
+		t.Fatalf("canceled: err %v", err)
+	}
+	stop := errors.New("reducer full")
+	_, err = mapper.MapShard(context.Background(), f.o, mapper.Input{Desc: d}, func(*mapper.Tuple) error { return stop })
+	if !errors.Is(err, stop) {
+		t.Fatalf("emit error not returned: %v", err)
+	}
+}
