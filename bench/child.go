@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+// Measured tools.
+const (
+	toolVerify     = "verify"
+	toolPhases     = "phases"
+	toolLadder     = "ladder"
+	toolCeiling    = "ceiling"
+	toolDuckDiff   = "duckdb-diff"
+	toolDuckScan   = "duckdb-scan"
+	ladderRead     = "ladder-read"
+	ladderDecode   = "ladder-decode"
+	ladderContent  = "ladder-content"
+	childSubcmd    = "child"
+	verifyExecutor = "local"
+)
+
+// childResult is what a child prints on stdout as one JSON object.
+type childResult struct {
+	Tool string `json:"tool"`
+	// Seconds is the child's own timing of its work (no process start-up).
+	Seconds float64 `json:"seconds"`
+	// Stages holds sub-timings: the coordinator phases, or the ladder
+	// levels.
+	Stages  map[string]float64 `json:"stages,omitempty"`
+	Records int64              `json:"records"`
+	Counts  *DiffCounts        `json:"counts,omitempty"`
+	// Verdict and LogicalBytes come from a verification report.
+	Verdict      string `json:"verdict,omitempty"`
+	LogicalBytes int64  `json:"logicalBytes,omitempty"`
+}
+
+// Sample is one measured run of one tool.
+type Sample struct {
+	Tool  string `json:"tool"`
+	Round int    `json:"round"`
+	// WallSeconds is measured by the parent around the child process.
+	WallSeconds float64 `json:"wallSeconds"`
+	// CPUSeconds is the child's user+system time (rusage); on a shared,
+	// loaded machine it moves less than wall time.
+	CPUSeconds  float64     `json:"cpuSeconds"`
+	MaxRSSBytes int64       `json:"maxRssBytes"`
+	Child       childResult `json:"child"`
+}
+
+// runChildTool is the child side: it runs one tool over the dataset
+// described by metaPath and writes its childResult to stdout.
+func runChildTool(ctx context.Context, tool, metaPath string) error {
+	d, err := loadDataset(metaPath)
+	if err != nil {
+		return err
+	}
+	res := childResult{Tool: tool}
+	start := time.Now()
+	switch tool {
+	case toolPhases:
+		st, rep, err := phases(ctx, d)
+		if err != nil {
+			return err
+		}
+		c := countsOf(&rep.Counts)
+		res.Stages, res.Counts, res.Verdict, res.LogicalBytes = st, &c, rep.Verdict, rep.Stats.LogicalBytes
+		res.Records = rep.Counts.Records
+	case toolLadder:
+		res.Stages = map[string]float64{}
+		for _, l := range []struct {
+			name string
+			lv   level
+		}{{ladderRead, levelRead}, {ladderDecode, levelDecode}, {ladderContent, levelContent}} {
+			t := time.Now()
+			n, err := ladder(ctx, d, l.lv)
+			if err != nil {
+				return err
+			}
+			res.Stages[l.name] = time.Since(t).Seconds()
+			if l.lv >= levelDecode && n != d.Records+d.SnapshotRecords {
+				return errcode.New(errcode.Internal, "ladder %s decoded %d records, dataset has %d", l.name, n, d.Records+d.SnapshotRecords)
+			}
+		}
+		res.Records = d.Records
+	case toolCeiling:
+		rel, mem, err := ceiling(ctx, d)
+		if err != nil {
+			return err
+		}
+		if rel != d.Records || mem != d.SnapshotRecords {
+			return errcode.New(errcode.Internal, "ceiling read %d/%d records, dataset has %d/%d", rel, mem, d.Records, d.SnapshotRecords)
+		}
+		res.Records = rel
+	case toolDuckDiff:
+		c, err := duckDiff(ctx, d)
+		if err != nil {
+			return err
+		}
+		res.Counts, res.Records = &c, c.Records
+	case toolDuckScan:
+		n, err := duckScan(ctx, d)
+		if err != nil {
+			return err
+		}
+		if n != d.Records {
+			return errcode.New(errcode.Internal, "duckdb scan read %d records, dataset has %d", n, d.Records)
+		}
+		res.Records = n
+	default:
+		return errcode.New(errcode.Usage, "unknown tool %q", tool)
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return json.NewEncoder(os.Stdout).Encode(&res)
+}
+
+// childUsage is what the parent measures of one child process.
+type childUsage struct {
+	wall, cpu float64
+	maxRSS    int64
+}
+
+// measure runs cmd as a child, waits for it and returns its stdout, wall
+// time, CPU time and peak RSS (rusage ru_maxrss, kilobytes on Linux).
+// okExit lists exit statuses that are not failures.
+func measure(cmd *exec.Cmd, okExit ...int) ([]byte, childUsage, error) {
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	wall := time.Since(start).Seconds()
+	if cmd.ProcessState == nil {
+		return nil, childUsage{}, errcode.Wrap(errcode.IO, err, "start %s", cmd.Path)
+	}
+	u := childUsage{wall: wall}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		u.maxRSS = ru.Maxrss * 1024
+		u.cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	if err != nil {
+		var ee *exec.ExitError
+		ok := false
+		if errors.As(err, &ee) {
+			for _, c := range okExit {
+				ok = ok || ee.ExitCode() == c
+			}
+		}
+		if !ok {
+			return nil, childUsage{}, errcode.Wrap(errcode.Internal, err, "%s %v: %s", filepath.Base(cmd.Path), cmd.Args[1:], tail(stderr.Bytes(), 2000))
+		}
+	}
+	return stdout.Bytes(), u, nil
+}
+
+func tail(b []byte, n int) string {
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// runner starts measured children.
+type runner struct {
+	self       string // this executable, re-executed for the harness's own tools
+	shardproof string // the shardproof binary
+	metaPath   string
+	d          *Dataset
+}
+
+// clearJobs removes the store's jobs/ tree. Plans are content-addressed
+// and map/reduce tasks return at once when their commit record exists, so
+// without this every verification after the first would reuse the first
+// one's shuffle and measure nothing. The harness owns the cached store.
+func (r *runner) clearJobs() error {
+	if err := os.RemoveAll(filepath.Join(r.d.StoreDir, "jobs")); err != nil {
+		return errcode.Wrap(errcode.IO, err, "clear jobs")
+	}
+	return nil
+}
+
+// run measures one tool once.
+func (r *runner) run(ctx context.Context, tool string, round int) (Sample, error) {
+	s := Sample{Tool: tool, Round: round}
+	if tool == toolVerify || tool == toolPhases {
+		if err := r.clearJobs(); err != nil {
+			return s, err
+		}
+	}
+	if tool == toolVerify {
+		cmd := exec.CommandContext(ctx, r.shardproof, "verify", "--store", r.d.StoreDir, "--root", r.d.Root.String(), "--json")
+		// Exit status 1 is verdict INVALID: the drifted release must be.
+		out, u, err := measure(cmd, errcode.ExitInvalid)
+		if err != nil {
+			return s, err
+		}
+		rep, err := manifest.DecodeReport(bytes.TrimSpace(out))
+		if err != nil {
+			return s, fmt.Errorf("verify printed no valid report: %w", err)
+		}
+		if rep.Execution.Executor != verifyExecutor {
+			return s, errcode.New(errcode.Internal, "verify ran executor %q, want %q", rep.Execution.Executor, verifyExecutor)
+		}
+		c := countsOf(&rep.Counts)
+		s.WallSeconds, s.CPUSeconds, s.MaxRSSBytes = u.wall, u.cpu, u.maxRSS
+		s.Child = childResult{Tool: tool, Seconds: rep.Execution.Seconds, Records: rep.Counts.Records,
+			Counts: &c, Verdict: rep.Verdict, LogicalBytes: rep.Stats.LogicalBytes}
+		return s, nil
+	}
+	cmd := exec.CommandContext(ctx, r.self, childSubcmd, "-tool", tool, "-meta", r.metaPath)
+	out, u, err := measure(cmd)
+	if err != nil {
+		return s, err
+	}
+	if err := json.Unmarshal(out, &s.Child); err != nil {
+		return s, errcode.Wrap(errcode.Internal, err, "child %s printed %q", tool, tail(out, 200))
+	}
+	s.WallSeconds, s.CPUSeconds, s.MaxRSSBytes = u.wall, u.cpu, u.maxRSS
+	return s, nil
+}

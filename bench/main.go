@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+const usage = `usage:
+  spbench run   [-samples N] [-shards N] [-rounds N] [-tools list] [-shardproof path] ...
+  spbench scale [-sizes 1000000,4000000] [-largest] [-rounds N] [-shardproof path] ...
+
+run measures verify, its stages, the ceiling loop and DuckDB on one
+synthesized release; scale measures verify at several sizes. Results go to
+-results as JSON, Markdown and SVG. Run "spbench run -h" for every flag.
+`
+
+// allTools is the measured order of round 1; later rounds rotate it.
+var allTools = []string{toolVerify, toolPhases, toolLadder, toolCeiling, toolDuckDiff, toolDuckScan}
+
+func main() {
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(errcode.ExitUsage)
+	}
+	var err error
+	switch os.Args[1] {
+	case "run":
+		err = cmdRun(ctx, os.Args[2:])
+	case "scale":
+		err = cmdScale(ctx, os.Args[2:])
+	case childSubcmd:
+		fs := flag.NewFlagSet(childSubcmd, flag.ContinueOnError)
+		tool := fs.String("tool", "", "tool to run")
+		meta := fs.String("meta", "", "dataset meta.json")
+		if err = fs.Parse(os.Args[2:]); err == nil {
+			err = runChildTool(ctx, *tool, *meta)
+		}
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(errcode.ExitUsage)
+	}
+	if err != nil {
+		code := errcode.Of(err)
+		fmt.Fprintf(os.Stderr, "spbench: %s: %v\n", code, err)
+		os.Exit(code.Exit())
+	}
+}
+
+// common are the flags run and scale share.
+type common struct {
+	shardproof, cache, results string
+	seed                       int64
+	rounds                     int
+	driftShards, driftPerClass int
+	shardRecords               int
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.shardproof, "shardproof", "../bin/shardproof", "shardproof binary to measure (make build)")
+	fs.StringVar(&c.cache, "cache", ".cache", "dataset cache directory (gitignored)")
+	fs.StringVar(&c.results, "results", "results", "directory for result JSON, Markdown and SVG")
+	fs.Int64Var(&c.seed, "seed", 1, "synthesis seed")
+	fs.IntVar(&c.rounds, "rounds", 3, "rounds (at least 3 for a min and a median)")
+	fs.IntVar(&c.driftShards, "drift-shards", 4, "release shards rewritten with injected faults")
+	fs.IntVar(&c.driftPerClass, "drift-per-class", 25, "faults of each class per drifted shard")
+	fs.IntVar(&c.shardRecords, "shard-records", 32768, "records per shard when -shards is 0")
+}
+
+func (c *common) params(samples, shards int) Params {
+	if shards <= 0 {
+		shards = max(1, samples/c.shardRecords)
+	}
+	return Params{Samples: samples, Shards: shards, Seed: c.seed,
+		DriftShards: min(c.driftShards, shards), DriftPerClass: c.driftPerClass}
+}
+
+func (c *common) check() error {
+	if c.rounds < 1 {
+		return errcode.New(errcode.Usage, "-rounds must be at least 1")
+	}
+	abs, err := filepath.Abs(c.shardproof)
+	if err != nil {
+		return errcode.Wrap(errcode.Usage, err, "-shardproof")
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return errcode.Wrap(errcode.Usage, err, "-shardproof %s (run make build)", c.shardproof)
+	}
+	c.shardproof = abs
+	return os.MkdirAll(c.results, 0o755)
+}
+
+func host() Host {
+	h := Host{CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), OS: runtime.GOOS, Arch: runtime.GOARCH}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				h.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	return h
+}
+
+// loadAvg returns the 1-minute load average, or 0 if unknown.
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f, _, _ := strings.Cut(string(b), " ")
+	v, _ := strconv.ParseFloat(f, 64)
+	return v
+}
+
+// warm reads every file once so that no tool pays for the first read from
+// disk; all tools then read from the page cache alike.
+func warm(d *Dataset) error {
+	for _, f := range loopFiles(d) {
+		if _, err := readChecked(f.File); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmdRun(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	samples := fs.Int("samples", 1000000, "records in the synthesized release")
+	shards := fs.Int("shards", 0, "release shards (0: samples / -shard-records)")
+	tools := fs.String("tools", strings.Join(allTools, ","), "tools to measure, comma-separated")
+	if err := fs.Parse(args); err != nil {
+		return errcode.Wrap(errcode.Usage, err, "run")
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	order := strings.Split(*tools, ",")
+	for _, t := range order {
+		if !contains(allTools, t) {
+			return errcode.New(errcode.Usage, "-tools: unknown tool %q (have %s)", t, strings.Join(allTools, ","))
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "own executable")
+	}
+	p := c.params(*samples, *shards)
+	d, mp, err := ensureDataset(ctx, c.cache, p)
+	if err != nil {
+		return err
+	}
+	if err := warm(d); err != nil {
+		return err
+	}
+	started := time.Now().UTC()
+	res := &Result{
+		Schema: ResultSchema, Started: started.Format(time.RFC3339),
+		Command: "spbench run " + strings.Join(args, " "), Host: host(), Params: p, Rounds: c.rounds,
+		Dataset: DatasetSummary{Key: p.Key(), Root: d.Root.String(), Snapshot: d.Snapshot.String(),
+			Shards: len(d.ReleaseFiles), MemberFiles: len(d.MemberFiles), Records: d.Records, SnapshotRecords: d.SnapshotRecords,
+			StoredBytes: d.StoredBytes, MemberStoredBytes: d.MemberStoredBytes, Expected: d.Expected},
+	}
+	r := &runner{self: self, shardproof: c.shardproof, metaPath: mp, d: d}
+	res.Host.LoadStart = loadAvg()
+	for round := 1; round <= c.rounds; round++ {
+		for k := range order {
+			tool := order[(k+round-1)%len(order)]
+			s, err := r.run(ctx, tool, round)
+			if err != nil {
+				return fmt.Errorf("round %d: %w", round, err)
+			}
+			if s.Child.LogicalBytes > 0 {
+				res.Dataset.LogicalBytes = s.Child.LogicalBytes
+			}
+			slog.Info("bench: measured", "round", round, "tool", tool, "wall", fmt.Sprintf("%.2fs", s.WallSeconds),
+				"maxRSS", fmt.Sprintf("%.0fMiB", mb(s.MaxRSSBytes)), "records", s.Child.Records)
+			res.Samples = append(res.Samples, s)
+		}
+	}
+	res.Host.LoadEnd = loadAvg()
+	sortSamples(res.Samples)
+	if res.Dataset.LogicalBytes > 0 {
+		res.Dataset.DecompressionRatio = float64(res.Dataset.LogicalBytes) / float64(res.Dataset.StoredBytes)
+	}
+	res.summarize(allTools)
+	res.checkCounts()
+	res.Notes = runNotes(res)
+	base := filepath.Join(c.results, fmt.Sprintf("%s-n%d", started.Format("20060102T150405Z"), p.Samples))
+	if err := writeOutputs(base, res, res.Markdown(), res.SVG()); err != nil {
+		return err
+	}
+	fmt.Print(res.Markdown())
+	fmt.Printf("\nresults: %s.{json,md,svg}\n", base)
+	if !res.Counts.Equal {
+		return errcode.New(errcode.Internal, "diff counts differ: %s", strings.Join(res.Counts.Mismatches, "; "))
+	}
+	return nil
+}
+
+// runNotes says what the numbers do not show.
+func runNotes(r *Result) []string {
+	notes := []string{
+		"Every tool runs as its own child process; wall time and peak RSS (rusage maxrss) are the parent's view of that process.",
+		"Rates divide release records, release stored bytes and release logical bytes by wall time for every tool; verify, phases and duckdb-diff also read the snapshot member files, the ceiling reads and hashes them too.",
+		"The stage breakdown is estimated: the coordinator exposes phase times only, so the stages inside a map task come from cumulative ladder loops over the same files (each level minus the one before).",
+		"Files are in the page cache (read once before round 1): these are CPU numbers, not disk numbers.",
+	}
+	return notes
+}
+
+func writeOutputs(base string, v any, md, svg string) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "encode result")
+	}
+	for ext, data := range map[string][]byte{".json": append(b, '\n'), ".md": []byte(md), ".svg": []byte(svg)} {
+		if len(data) == 0 {
+			continue
+		}
+		if err := writeFileAtomic(base+ext, data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,370 @@
+package main
+
+import (
+	"cmp"
+	"fmt"
+	"html"
+	"math"
+	"slices"
+	"strings"
+)
+
+// ResultSchema identifies the JSON result of one `spbench run`.
+const ResultSchema = "shardproof.bench.run.v1"
+
+// Host describes the machine a run measured.
+type Host struct {
+	CPUs     int    `json:"cpus"`
+	CPUModel string `json:"cpuModel"`
+	// LoadStart and LoadEnd are /proc/loadavg's 1-minute load when the
+	// rounds began and ended: above the CPU count, other processes
+	// competed for the cores and wall times are inflated.
+	LoadStart float64 `json:"loadStart"`
+	LoadEnd   float64 `json:"loadEnd"`
+	GoVersion string  `json:"goVersion"`
+	OS        string  `json:"os"`
+	Arch      string  `json:"arch"`
+}
+
+// DatasetSummary is what a result says about its dataset.
+type DatasetSummary struct {
+	Key                string     `json:"key"`
+	Root               string     `json:"root"`
+	Snapshot           string     `json:"snapshot"`
+	Shards             int        `json:"shards"`
+	MemberFiles        int        `json:"memberFiles"`
+	Records            int64      `json:"records"`
+	SnapshotRecords    int64      `json:"snapshotRecords"`
+	StoredBytes        int64      `json:"storedBytes"`
+	MemberStoredBytes  int64      `json:"memberStoredBytes"`
+	LogicalBytes       int64      `json:"logicalBytes"`
+	DecompressionRatio float64    `json:"decompressionRatio"`
+	Expected           DiffCounts `json:"expected"`
+}
+
+// ToolStats summarize the rounds of one tool. Rates use release records,
+// release stored bytes and release logical bytes for every tool, so they
+// compare; the tools that diff also read the snapshot member files.
+type ToolStats struct {
+	Tool          string  `json:"tool"`
+	Runs          int     `json:"runs"`
+	MinSeconds    float64 `json:"minSeconds"`
+	MedianSeconds float64 `json:"medianSeconds"`
+	// RecordsPerSecond, StoredMBPerSecond and LogicalMBPerSecond are from
+	// the median wall time; BestRecordsPerSecond from the minimum.
+	RecordsPerSecond     float64 `json:"recordsPerSecond"`
+	BestRecordsPerSecond float64 `json:"bestRecordsPerSecond"`
+	StoredMBPerSecond    float64 `json:"storedMBPerSecond"`
+	LogicalMBPerSecond   float64 `json:"logicalMBPerSecond"`
+	PeakRSSBytes         int64   `json:"peakRssBytes"`
+	MedianRSSBytes       int64   `json:"medianRssBytes"`
+	// MedianCPUSeconds is the median user+system time of the child;
+	// RecordsPerCPUSecond divides release records by it.
+	MedianCPUSeconds    float64 `json:"medianCpuSeconds"`
+	RecordsPerCPUSecond float64 `json:"recordsPerCpuSecond"`
+}
+
+// StageStats is one stage of verify's breakdown.
+type StageStats struct {
+	Stage string `json:"stage"`
+	// Source says how the time was obtained.
+	Source        string  `json:"source"`
+	MedianSeconds float64 `json:"medianSeconds"`
+	// RecordsPerSecond is release records over the stage's time: the rate
+	// verify would have if it did only this stage.
+	RecordsPerSecond float64 `json:"recordsPerSecond"`
+}
+
+// Target is one goal of issue 7, measured and reported, never asserted.
+type Target struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Want  string  `json:"want"`
+	Met   bool    `json:"met"`
+}
+
+// CountsCheck compares the diff counts of verify and DuckDB with the
+// injected drift, in every round.
+type CountsCheck struct {
+	Expected DiffCounts `json:"expected"`
+	Verify   DiffCounts `json:"verify"`
+	DuckDB   DiffCounts `json:"duckdb"`
+	Equal    bool       `json:"equal"`
+	// Mismatches lists every round whose counts differed.
+	Mismatches []string `json:"mismatches,omitempty"`
+}
+
+// Result is the JSON document of one run, written to results/.
+type Result struct {
+	Schema                    string         `json:"schema"`
+	Started                   string         `json:"started"`
+	Command                   string         `json:"command"`
+	Host                      Host           `json:"host"`
+	Params                    Params         `json:"params"`
+	Dataset                   DatasetSummary `json:"dataset"`
+	Rounds                    int            `json:"rounds"`
+	Tools                     []ToolStats    `json:"tools"`
+	Stages                    []StageStats   `json:"stages"`
+	RatioVerifyOverDuckdbDiff float64        `json:"ratioVerifyOverDuckdbDiff"`
+	RatioVerifyOverCeiling    float64        `json:"ratioVerifyOverCeiling"`
+	RatioVerifyOverDuckdbScan float64        `json:"ratioVerifyOverDuckdbScan"`
+	Targets                   []Target       `json:"targets"`
+	Counts                    CountsCheck    `json:"counts"`
+	Notes                     []string       `json:"notes"`
+	Samples                   []Sample       `json:"samples"`
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func rate(n float64, secs float64) float64 {
+	if secs <= 0 {
+		return 0
+	}
+	return n / secs
+}
+
+// summarize fills r.Tools, r.Stages, the ratios and the targets from
+// r.Samples.
+func (r *Result) summarize(order []string) {
+	by := map[string][]Sample{}
+	for _, s := range r.Samples {
+		by[s.Tool] = append(by[s.Tool], s)
+	}
+	ds := &r.Dataset
+	r.Tools = nil
+	for _, tool := range order {
+		ss := by[tool]
+		if len(ss) == 0 {
+			continue
+		}
+		var walls, rss, cpus []float64
+		var peak int64
+		for _, s := range ss {
+			walls = append(walls, s.WallSeconds)
+			cpus = append(cpus, s.CPUSeconds)
+			rss = append(rss, float64(s.MaxRSSBytes))
+			peak = max(peak, s.MaxRSSBytes)
+		}
+		med := median(walls)
+		r.Tools = append(r.Tools, ToolStats{
+			Tool: tool, Runs: len(ss), MinSeconds: slices.Min(walls), MedianSeconds: med,
+			RecordsPerSecond:     rate(float64(ds.Records), med),
+			BestRecordsPerSecond: rate(float64(ds.Records), slices.Min(walls)),
+			StoredMBPerSecond:    rate(float64(ds.StoredBytes)/1e6, med),
+			LogicalMBPerSecond:   rate(float64(ds.LogicalBytes)/1e6, med),
+			PeakRSSBytes:         peak, MedianRSSBytes: int64(median(rss)),
+			MedianCPUSeconds: median(cpus), RecordsPerCPUSecond: rate(float64(ds.Records), median(cpus)),
+		})
+	}
+	stage := func(tool, name string) float64 {
+		var xs []float64
+		for _, s := range by[tool] {
+			if v, ok := s.Child.Stages[name]; ok {
+				xs = append(xs, v)
+			}
+		}
+		return median(xs)
+	}
+	r.Stages = nil
+	add := func(name, source string, secs float64) {
+		r.Stages = append(r.Stages, StageStats{Stage: name, Source: source, MedianSeconds: secs, RecordsPerSecond: rate(float64(ds.Records), secs)})
+	}
+	if len(by[toolLadder]) > 0 {
+		l1, l2, l3 := stage(toolLadder, ladderRead), stage(toolLadder, ladderDecode), stage(toolLadder, ladderContent)
+		add("read+storage digest", "ladder: read+sha256", l1)
+		add("decompress+decode", "ladder: +pqarrow decode of all columns, minus the level before", max(0, l2-l1))
+		add("content digest", "ladder: +sha256 of text, minus the level before", max(0, l3-l2))
+		if len(by[toolPhases]) > 0 {
+			add("canonical encode+logical digest+tuples+shuffle", "phases: map phase minus the ladder's content level", max(0, stage(toolPhases, phaseMap)-l3))
+		}
+	}
+	if len(by[toolPhases]) > 0 {
+		add("map phase (all of the above)", "phases: coordinator Map tasks", stage(toolPhases, phaseMap))
+		add("reduce", "phases: coordinator Reduce tasks", stage(toolPhases, phaseReduce))
+		add("plan+aggregate", "phases: NewPlan+Open, Aggregate", stage(toolPhases, phasePlan)+stage(toolPhases, phaseAggregate))
+	}
+	med := func(tool string) float64 {
+		for _, t := range r.Tools {
+			if t.Tool == tool {
+				return t.MedianSeconds
+			}
+		}
+		return 0
+	}
+	ratio := func(other string) float64 {
+		v, o := med(toolVerify), med(other)
+		if v <= 0 || o <= 0 {
+			return 0
+		}
+		return o / v // records/s ratio: same records, so the inverse of the time ratio
+	}
+	r.RatioVerifyOverDuckdbDiff = ratio(toolDuckDiff)
+	r.RatioVerifyOverCeiling = ratio(toolCeiling)
+	r.RatioVerifyOverDuckdbScan = ratio(toolDuckScan)
+	r.Targets = []Target{
+		{Name: "verify records/s over DuckDB diff records/s", Value: r.RatioVerifyOverDuckdbDiff, Want: ">= 3", Met: r.RatioVerifyOverDuckdbDiff >= 3},
+		{Name: "verify records/s over ceiling records/s", Value: r.RatioVerifyOverCeiling, Want: ">= 0.85", Met: r.RatioVerifyOverCeiling >= 0.85},
+	}
+}
+
+// checkCounts compares every round's verify and DuckDB counts with the
+// injected drift.
+func (r *Result) checkCounts() {
+	c := &r.Counts
+	c.Expected = r.Dataset.Expected
+	c.Equal = true
+	for _, s := range r.Samples {
+		if s.Child.Counts == nil || (s.Tool != toolVerify && s.Tool != toolDuckDiff && s.Tool != toolPhases) {
+			continue
+		}
+		if s.Tool == toolDuckDiff {
+			c.DuckDB = *s.Child.Counts
+		} else if s.Tool == toolVerify {
+			c.Verify = *s.Child.Counts
+		}
+		if *s.Child.Counts != c.Expected {
+			c.Equal = false
+			c.Mismatches = append(c.Mismatches, fmt.Sprintf("round %d %s: %+v, expected %+v", s.Round, s.Tool, *s.Child.Counts, c.Expected))
+		}
+	}
+}
+
+func mb(b int64) float64 { return float64(b) / (1 << 20) }
+
+// Markdown renders the result as the tables README.md shows.
+func (r *Result) Markdown() string {
+	var b strings.Builder
+	ds := &r.Dataset
+	fmt.Fprintf(&b, "### %s — %d records, %d shards, %d rounds\n\n", r.Started, ds.Records, ds.Shards, r.Rounds)
+	fmt.Fprintf(&b, "`%s` on %d × %s, %s. Release: %.1f MB stored (+%.1f MB snapshot member files), %.1f MB logical, decompression ratio %.2f.\n\n",
+		r.Command, r.Host.CPUs, r.Host.CPUModel, r.Host.GoVersion, float64(ds.StoredBytes)/1e6, float64(ds.MemberStoredBytes)/1e6, float64(ds.LogicalBytes)/1e6, ds.DecompressionRatio)
+	fmt.Fprintf(&b, "Load average (1 min) %.1f at start, %.1f at end, on %d CPUs.\n\n", r.Host.LoadStart, r.Host.LoadEnd, r.Host.CPUs)
+	b.WriteString("| tool | median s | min s | records/s | stored MB/s | logical MB/s | CPU s | records/CPU-s | peak RSS MiB |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, t := range r.Tools {
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.0f | %.1f | %.1f | %.2f | %.0f | %.0f |\n", t.Tool, t.MedianSeconds, t.MinSeconds,
+			t.RecordsPerSecond, t.StoredMBPerSecond, t.LogicalMBPerSecond, t.MedianCPUSeconds, t.RecordsPerCPUSecond, mb(t.PeakRSSBytes))
+	}
+	if len(r.Stages) > 0 {
+		b.WriteString("\n| verify stage | median s | records/s alone | how measured |\n|---|---:|---:|---|\n")
+		for _, s := range r.Stages {
+			fmt.Fprintf(&b, "| %s | %.2f | %.0f | %s |\n", s.Stage, s.MedianSeconds, s.RecordsPerSecond, s.Source)
+		}
+	}
+	fmt.Fprintf(&b, "\nratioVerifyOverDuckdbDiff **%.2f**, ratioVerifyOverCeiling **%.2f**, verify/DuckDB scan %.2f (records/s, medians).\n\n",
+		r.RatioVerifyOverDuckdbDiff, r.RatioVerifyOverCeiling, r.RatioVerifyOverDuckdbScan)
+	b.WriteString("| target | value | want | met |\n|---|---:|---|---|\n")
+	for _, t := range r.Targets {
+		fmt.Fprintf(&b, "| %s | %.2f | %s | %v |\n", t.Name, t.Value, t.Want, t.Met)
+	}
+	c := &r.Counts
+	b.WriteString("\n| diff count | injected | verify | DuckDB |\n|---|---:|---:|---:|\n")
+	for _, row := range []struct {
+		name    string
+		e, v, d int64
+	}{
+		{"records", c.Expected.Records, c.Verify.Records, c.DuckDB.Records},
+		{"snapshot records", c.Expected.SnapshotRecords, c.Verify.SnapshotRecords, c.DuckDB.SnapshotRecords},
+		{"MISSING_MEMBER", c.Expected.Missing, c.Verify.Missing, c.DuckDB.Missing},
+		{"EXTRA_MEMBER", c.Expected.Extra, c.Verify.Extra, c.DuckDB.Extra},
+		{"DUPLICATE_MEMBER", c.Expected.Duplicate, c.Verify.Duplicate, c.DuckDB.Duplicate},
+		{"CONTENT_SUBSTITUTION", c.Expected.ContentSubstitution, c.Verify.ContentSubstitution, c.DuckDB.ContentSubstitution},
+		{"SOURCE_VERSION_CHANGE", c.Expected.SourceVersionChange, c.Verify.SourceVersionChange, c.DuckDB.SourceVersionChange},
+		{"SOURCE_ID_CHANGE", c.Expected.SourceIDChange, c.Verify.SourceIDChange, c.DuckDB.SourceIDChange},
+		{"SPLIT_CONFLICT", c.Expected.SplitConflict, c.Verify.SplitConflict, c.DuckDB.SplitConflict},
+	} {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d |\n", row.name, row.e, row.v, row.d)
+	}
+	fmt.Fprintf(&b, "\nAll rounds equal: **%v**.\n", c.Equal)
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "\n- %s", n)
+	}
+	if len(r.Notes) > 0 {
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// bar is one bar of a chart.
+type bar struct {
+	label string
+	value float64
+}
+
+// SVG renders two bar charts by hand: records/s per tool (linear) and
+// records/s per verify stage alone (log scale, since stages differ by
+// orders of magnitude).
+func (r *Result) SVG() string {
+	var tools, stages []bar
+	for _, t := range r.Tools {
+		tools = append(tools, bar{t.Tool, t.RecordsPerSecond})
+	}
+	for _, s := range r.Stages {
+		stages = append(stages, bar{s.Stage, s.RecordsPerSecond})
+	}
+	const (
+		width  = 900
+		left   = 330
+		right  = 120
+		rowH   = 26
+		titleH = 40
+	)
+	h := titleH*2 + rowH*(len(tools)+len(stages)) + 40
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", width, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, h)
+	y := 0
+	section := func(title string, bars []bar, logScale bool, color string) {
+		y += titleH
+		fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">%s</text>`+"\n", y-12, html.EscapeString(title))
+		maxV := 0.0
+		for _, x := range bars {
+			maxV = max(maxV, x.value)
+		}
+		scale := func(v float64) float64 {
+			if v <= 0 || maxV <= 0 {
+				return 0
+			}
+			if logScale {
+				lo := math.Log10(max(1, maxV)) - 4 // four decades
+				return max(0, (math.Log10(v)-lo)/(math.Log10(maxV)-lo))
+			}
+			return v / maxV
+		}
+		for _, x := range bars {
+			w := scale(x.value) * float64(width-left-right)
+			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`, left-8, y+17, html.EscapeString(x.label))
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`, left, y+4, w, rowH-8, color)
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`+"\n", float64(left)+w+6, y+17, humanRate(x.value))
+			y += rowH
+		}
+	}
+	section(fmt.Sprintf("records/s per tool (median of %d rounds, %d records)", r.Rounds, r.Dataset.Records), tools, false, "#3b7dd8")
+	section("records/s per verify stage if it ran alone (log scale)", stages, true, "#e08a2c")
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+func humanRate(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2fM/s", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk/s", v/1e3)
+	}
+	return fmt.Sprintf("%.0f/s", v)
+}
+
+// sortSamples orders samples by round, then tool, for stable output.
+func sortSamples(ss []Sample) {
+	slices.SortStableFunc(ss, func(a, b Sample) int { return cmp.Compare(a.Round, b.Round) })
+}
