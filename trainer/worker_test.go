@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
@@ -101,7 +103,7 @@ func (e *env) worker(run string, rank int, s objstore.Store, g Gate) *Worker {
 		g = e.gate
 	}
 	return NewWorker(Config{
-		Gate: g, Store: s, Cache: c, Run: run, Rank: rank, PollInterval: 50 * time.Millisecond,
+		Gate: g, Store: s, Cache: c, Run: run, Rank: rank, PollInterval: 50 * time.Millisecond, Verify: DecodeVerifier(s),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 }
@@ -349,7 +351,7 @@ func TestTruncatedOrSwappedShardDiscoveredByWorker(t *testing.T) {
 			// Round-robin: shard 3 belongs to rank 1.
 			broken := tc.wrap(e.store, e.gen1.Release.Shards[3].Digest.BlobKey())
 			w0, w1 := e.worker("r1", 0, broken, nil), e.worker("r1", 1, broken, nil)
-			ctx, cancel := context.WithTimeout(e.ctx, 3*time.Second)
+			ctx, cancel := context.WithTimeout(e.ctx, 1500*time.Millisecond)
 			defer cancel()
 			errs := runAll(ctx, w0, w1)
 			wantCode(t, errs[1], tc.code)
@@ -482,4 +484,48 @@ func value(m prometheus.Metric) float64 {
 		return d.Gauge.GetValue()
 	}
 	return d.Counter.GetValue()
+}
+
+// Mixed schemas across shards: one shard's bytes match its descriptor but
+// were written with another record schema. Only decoding can tell; the
+// worker holding it refuses to attest.
+func TestMixedSchemaShardDiscoveredByWorker(t *testing.T) {
+	e := newEnv(t)
+	rows := stagetest.ShardRows(t, e.store, e.gen1, 1)
+	rec := stage.BuildRows(rows)
+	defer rec.Release()
+	other := stage.DefaultSchema()
+	other.Fields[4].Name = "language"
+	od, err := canon.SchemaDigest(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := canon.ArrowSchema(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orec := array.NewRecordBatch(as, rec.Columns(), rec.NumRows())
+	defer orec.Release()
+	rel := stagetest.CloneRelease(e.gen1.Release)
+	rel.Shards[1] = stagetest.WriteShard(t, e.store, rel.Shards[1].ID, orec, other, od, stage.ParquetOptions{})
+	mixed := stagetest.Reissue(t, e.store, e.gen1, rel, false)
+	e.publish(mixed, 0)
+	e.createRun("r1", 2, 20*time.Second)
+
+	w1 := e.worker("r1", 1, nil, nil)
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel()
+	wantCode(t, w1.Run(ctx, true), errcode.SchemaMismatch)
+	if run, _ := e.gate.Run(e.ctx, "r1"); run.Attestations[1] != nil {
+		t.Fatal("rank 1 attested a shard with another schema")
+	}
+	// The bytes themselves are intact: a byte-only check would pass.
+	bytesOnly := e.worker("r1", 1, nil, nil)
+	bytesOnly.cfg.Verify = nil
+	w0 := e.worker("r1", 0, nil, nil)
+	for r, err := range runAll(ctx, w0, bytesOnly) {
+		if err != nil {
+			t.Fatalf("rank %d without decoding: %v", r, err)
+		}
+	}
 }
