@@ -26,16 +26,26 @@ func ParseDigest(s string) (Digest, error) {
 		return d, errcode.New(errcode.BadDigest, "%q is not sha256:<64 lowercase hex>", truncate(s))
 	}
 	h := s[len(digestPrefix):]
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return d, errcode.New(errcode.BadDigest, "%q is not sha256:<64 lowercase hex>", truncate(s))
+	for i := range d {
+		hi, ok1 := lowerHex(h[2*i])
+		lo, ok2 := lowerHex(h[2*i+1])
+		if !ok1 || !ok2 {
+			return Digest{}, errcode.New(errcode.BadDigest, "%q is not sha256:<64 lowercase hex>", truncate(s))
 		}
-	}
-	if _, err := hex.Decode(d[:], []byte(h)); err != nil {
-		return d, errcode.Wrap(errcode.BadDigest, err, "%q", truncate(s))
+		d[i] = hi<<4 | lo
 	}
 	return d, nil
+}
+
+// lowerHex decodes one lowercase hex digit; upper case is not canonical.
+func lowerHex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	}
+	return 0, false
 }
 
 // MustParseDigest is ParseDigest for constants in tests; it panics on error.

@@ -2,6 +2,8 @@ package manifest
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -104,6 +106,35 @@ func FuzzDecodeAny(f *testing.F) {
 		schema2, v2, err := DecodeAny(enc)
 		if err != nil || schema2 != schema || !reflect.DeepEqual(v, v2) {
 			t.Fatalf("round trip of a %s: %v", schema, err)
+		}
+	})
+}
+
+// FuzzScanSyntax holds the hand-written scanner to encoding/json's grammar:
+// it never calls valid JSON malformed, and never accepts a whole document
+// that encoding/json calls malformed.
+func FuzzScanSyntax(f *testing.F) {
+	for _, c := range docCases() {
+		b := mustEncode(f, c.doc)
+		f.Add(b)
+		f.Add(bytes.ReplaceAll(b, []byte(`":`), []byte(`" : `)))
+	}
+	for _, s := range []string{`{"schema":"a\u00e9\n\"\\\/"}`, `{"tombstoneWatermark":1e3}`, `{"tombstoneWatermark":-0.5E+2}`,
+		`{"tombstoneWatermark":01}`, `{"shards":[1,]}`, `{"schema":"\x01"}`, `{"schema":"\ud800"}`, "{\"schema\":\"a\"}\t\r\n ", `{,}`, `{"a" 1}`} {
+		f.Add([]byte(s))
+	}
+	types := []reflect.Type{reflect.TypeFor[Release](), reflect.TypeFor[Report](), reflect.TypeFor[FenceLog]()}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		valid := json.Valid(b)
+		for _, typ := range types {
+			err := scanDocument(b, typ)
+			var se *syntaxError
+			if errors.As(err, &se) && valid {
+				t.Fatalf("%s: valid JSON rejected as malformed: %v\n%q", typ, err, b)
+			}
+			if err == nil && !valid {
+				t.Fatalf("%s: malformed JSON accepted:\n%q", typ, b)
+			}
 		}
 	})
 }

@@ -3,8 +3,7 @@ package manifest
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"io"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -25,31 +24,34 @@ const maxDepth = 16
 // accepts null for any value. scanDocument requires exactly one JSON value
 // of t's shape in which every object key is an exact, unrepeated field
 // name, every digest parses strictly, unsigned numbers are not negative and
-// only slices and maps may be null. It runs in time linear in len(b) and
-// never recurses deeper than t.
+// only slices and maps may be null. It runs in time linear in len(b), stops
+// at the first fault and never recurses deeper than t.
+//
+// It is a small hand-written scanner over b rather than json.Decoder.Token,
+// which allocates for every token and made decoding several times slower.
+// encoding/json still decodes the values afterwards and re-checks the syntax.
 func scanDocument(b []byte, t reflect.Type) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.UseNumber()
-	s := scanner{dec: dec}
+	s := scanner{b: b}
 	if err := s.value(t, nil, 0); err != nil {
 		return err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return errcode.New(errcode.BadDocument, "trailing data after the document")
+	if s.peek() != 0 || s.i < len(s.b) {
+		return errcode.New(errcode.BadDocument, "trailing data after the document at byte %d", s.i)
 	}
 	return nil
 }
 
 type scanner struct {
-	dec *json.Decoder
+	b []byte
+	i int // next byte to read
 }
 
-// location locates a value for error messages. It is a chain of parent links
-// rendered only when an error is reported, so a successful scan builds no
-// strings.
+// location locates a value for error messages. It is a chain of parent
+// links rendered only when an error is reported, so a successful scan
+// builds no strings.
 type location struct {
 	parent *location
-	key    string // object member name, when index < 0
+	key    []byte // object member name, when index < 0
 	index  int    // array element index, or -1 for an object member
 }
 
@@ -60,165 +62,352 @@ func (p *location) String() string {
 	if p.index >= 0 {
 		return p.parent.String() + "[" + strconv.Itoa(p.index) + "]"
 	}
-	return p.parent.String() + "." + truncate(p.key)
+	return p.parent.String() + "." + truncate(string(p.key))
+}
+
+// syntaxError is malformed JSON, as opposed to well-formed JSON of the
+// wrong shape.
+type syntaxError struct {
+	at   *location
+	off  int
+	what string
+}
+
+func (e *syntaxError) Error() string {
+	return fmt.Sprintf("%s: invalid JSON at byte %d: %s", e.at, e.off, e.what)
+}
+
+// ErrorCode implements errcode.Coder.
+func (e *syntaxError) ErrorCode() errcode.Code { return errcode.BadDocument }
+
+func (s *scanner) syntax(at *location, what string) error {
+	return &syntaxError{at: at, off: s.i, what: what}
+}
+
+// peek skips whitespace and returns the next byte, or 0 at the end.
+func (s *scanner) peek() byte {
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; c {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return c
+		}
+	}
+	return 0
+}
+
+// literal consumes the keyword lit ("true", "false" or "null").
+func (s *scanner) literal(lit string, at *location) error {
+	if !bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
+		return s.syntax(at, "invalid literal")
+	}
+	s.i += len(lit)
+	return nil
+}
+
+// str consumes a string (s.b[s.i] is '"') and returns its contents, decoded
+// only when it contains escapes.
+func (s *scanner) str(at *location) ([]byte, error) {
+	s.i++
+	start, escaped := s.i, false
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			raw := s.b[start:s.i]
+			s.i++
+			if !escaped {
+				return raw, nil
+			}
+			var v string
+			if err := json.Unmarshal(s.b[start-1:s.i], &v); err != nil {
+				return nil, s.syntax(at, "invalid string")
+			}
+			return []byte(v), nil
+		case c == '\\':
+			escaped = true
+			if s.i+1 >= len(s.b) {
+				return nil, s.syntax(at, "unterminated string")
+			}
+			switch s.b[s.i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				s.i += 2
+			case 'u':
+				if s.i+6 > len(s.b) {
+					return nil, s.syntax(at, "short \\u escape")
+				}
+				for _, h := range s.b[s.i+2 : s.i+6] {
+					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
+						return nil, s.syntax(at, "invalid \\u escape")
+					}
+				}
+				s.i += 6
+			default:
+				return nil, s.syntax(at, "invalid escape")
+			}
+		case c < 0x20:
+			return nil, s.syntax(at, "control character in string")
+		default:
+			s.i++
+		}
+	}
+	return nil, s.syntax(at, "unterminated string")
+}
+
+// number consumes a number per the JSON grammar and returns its text.
+func (s *scanner) number(at *location) (string, error) {
+	start := s.i
+	digits := func() int {
+		n := 0
+		for s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9' {
+			s.i++
+			n++
+		}
+		return n
+	}
+	if s.b[s.i] == '-' {
+		s.i++
+	}
+	intStart := s.i
+	if n := digits(); n == 0 || n > 1 && s.b[intStart] == '0' {
+		return "", s.syntax(at, "invalid number")
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if digits() == 0 {
+			return "", s.syntax(at, "invalid number")
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		if digits() == 0 {
+			return "", s.syntax(at, "invalid number")
+		}
+	}
+	return string(s.b[start:s.i]), nil
 }
 
 var digestType = reflect.TypeFor[Digest]()
 
-func (s *scanner) token(path *location) (json.Token, error) {
-	tok, err := s.dec.Token()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, errcode.Wrap(errcode.BadDocument, err, "%s: invalid JSON", path)
-	}
-	return tok, nil
-}
-
-func (s *scanner) value(t reflect.Type, path *location, depth int) error {
-	tok, err := s.token(path)
-	if err != nil {
-		return err
+func (s *scanner) value(t reflect.Type, at *location, depth int) error {
+	c := s.peek()
+	if s.i >= len(s.b) {
+		return s.syntax(at, "unexpected end of document")
 	}
 	if t == digestType {
-		str, ok := tok.(string)
-		if !ok {
-			return errcode.New(errcode.BadDigest, "%s: a digest must be a JSON string, found %s", path, describe(tok))
+		if c != '"' {
+			return errcode.New(errcode.BadDigest, "%s: a digest must be a JSON string, found %s", at, describe(c))
 		}
-		if _, err := ParseDigest(str); err != nil {
-			return errcode.New(errcode.BadDigest, "%s: %q is not sha256:<64 lowercase hex>", path, truncate(str))
+		v, err := s.str(at)
+		if err != nil {
+			return err
+		}
+		if _, err := ParseDigest(string(v)); err != nil {
+			return errcode.New(errcode.BadDigest, "%s: %q is not sha256:<64 lowercase hex>", at, truncate(string(v)))
 		}
 		return nil
 	}
-	switch t.Kind() {
-	case reflect.Struct, reflect.Map, reflect.Slice:
-		if tok == nil && t.Kind() != reflect.Struct {
-			return nil
+	kind := t.Kind()
+	if c == 'n' && (kind == reflect.Slice || kind == reflect.Map) {
+		return s.literal("null", at)
+	}
+	switch kind {
+	case reflect.Slice:
+		if c != '[' {
+			return wrongType(at, "an array", c)
 		}
 		if depth >= maxDepth {
-			return errcode.New(errcode.BadDocument, "%s: nesting deeper than %d", path, maxDepth)
+			return errcode.New(errcode.BadDocument, "%s: nesting deeper than %d", at, maxDepth)
 		}
-		if t.Kind() == reflect.Slice {
-			if tok != json.Delim('[') {
-				return wrongType(path, "an array", tok)
+		s.i++
+		if s.peek() == ']' {
+			s.i++
+			return nil
+		}
+		for i := 0; ; i++ {
+			if err := s.value(t.Elem(), &location{parent: at, index: i}, depth+1); err != nil {
+				return err
 			}
-			for i := 0; s.dec.More(); i++ {
-				if err := s.value(t.Elem(), &location{parent: path, index: i}, depth+1); err != nil {
-					return err
-				}
+			switch s.peek() {
+			case ',':
+				s.i++
+			case ']':
+				s.i++
+				return nil
+			default:
+				return s.syntax(at, "want , or ] after an array element")
 			}
-			_, err := s.token(path)
+		}
+	case reflect.Struct, reflect.Map:
+		if c != '{' {
+			return wrongType(at, "an object", c)
+		}
+		if depth >= maxDepth {
+			return errcode.New(errcode.BadDocument, "%s: nesting deeper than %d", at, maxDepth)
+		}
+		return s.object(t, at, depth)
+	case reflect.String:
+		if c != '"' {
+			return wrongType(at, "a string", c)
+		}
+		_, err := s.str(at)
+		return err
+	case reflect.Bool:
+		switch c {
+		case 't':
+			return s.literal("true", at)
+		case 'f':
+			return s.literal("false", at)
+		}
+		return wrongType(at, "true or false", c)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		if c != '-' && (c < '0' || c > '9') {
+			return wrongType(at, "a number", c)
+		}
+		n, err := s.number(at)
+		if err != nil {
 			return err
 		}
-		if tok != json.Delim('{') {
-			return wrongType(path, "an object", tok)
-		}
-		return s.object(t, path, depth)
-	case reflect.String:
-		if _, ok := tok.(string); !ok {
-			return wrongType(path, "a string", tok)
-		}
-	case reflect.Bool:
-		if _, ok := tok.(bool); !ok {
-			return wrongType(path, "true or false", tok)
-		}
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		n, ok := tok.(json.Number)
-		if !ok {
-			return wrongType(path, "an integer", tok)
-		}
-		if _, err := strconv.ParseInt(string(n), 10, t.Bits()); err != nil {
-			return errcode.New(errcode.BadDocument, "%s: %s is not a %d-bit integer", path, truncate(string(n)), t.Bits())
+		return checkNumber(n, t, at)
+	}
+	return errcode.New(errcode.Internal, "%s: manifest scan does not support %s", at, t)
+}
+
+// checkNumber checks that the number text n fits t.
+func checkNumber(n string, t reflect.Type, at *location) error {
+	switch t.Kind() {
+	case reflect.Float32, reflect.Float64:
+		if _, err := strconv.ParseFloat(n, t.Bits()); err != nil {
+			return errcode.New(errcode.BadDocument, "%s: %s is out of range", at, truncate(n))
 		}
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		n, ok := tok.(json.Number)
-		if !ok {
-			return wrongType(path, "an integer", tok)
+		if strings.HasPrefix(n, "-") {
+			return errcode.New(errcode.BadCount, "%s: negative value %s", at, truncate(n))
 		}
-		if strings.HasPrefix(string(n), "-") {
-			return errcode.New(errcode.BadCount, "%s: negative value %s", path, truncate(string(n)))
-		}
-		if _, err := strconv.ParseUint(string(n), 10, t.Bits()); err != nil {
-			return errcode.New(errcode.BadDocument, "%s: %s is not a %d-bit unsigned integer", path, truncate(string(n)), t.Bits())
-		}
-	case reflect.Float32, reflect.Float64:
-		n, ok := tok.(json.Number)
-		if !ok {
-			return wrongType(path, "a number", tok)
-		}
-		if _, err := strconv.ParseFloat(string(n), t.Bits()); err != nil {
-			return errcode.New(errcode.BadDocument, "%s: %s is out of range", path, truncate(string(n)))
+		if _, err := strconv.ParseUint(n, 10, t.Bits()); err != nil {
+			return errcode.New(errcode.BadDocument, "%s: %s is not a %d-bit unsigned integer", at, truncate(n), t.Bits())
 		}
 	default:
-		return errcode.New(errcode.Internal, "%s: manifest scan does not support %s", path, t)
+		if _, err := strconv.ParseInt(n, 10, t.Bits()); err != nil {
+			return errcode.New(errcode.BadDocument, "%s: %s is not a %d-bit integer", at, truncate(n), t.Bits())
+		}
 	}
 	return nil
 }
 
-// object scans the members of an object whose '{' has been read.
-func (s *scanner) object(t reflect.Type, path *location, depth int) error {
-	var fields map[string]reflect.Type
+// object scans the members of an object; s.b[s.i] is '{'.
+func (s *scanner) object(t reflect.Type, at *location, depth int) error {
+	s.i++
+	if s.peek() == '}' {
+		s.i++
+		return nil
+	}
+	var (
+		fields   *structFields
+		seenBits uint64              // struct members seen, by field index
+		seenKeys map[string]struct{} // map keys seen
+	)
 	if t.Kind() == reflect.Struct {
 		fields = jsonFields(t)
+		if fields.err != nil {
+			return fields.err
+		}
+	} else {
+		seenKeys = make(map[string]struct{})
 	}
-	seen := make(map[string]struct{})
-	for s.dec.More() {
-		tok, err := s.token(path)
+	for {
+		if s.peek() != '"' {
+			return s.syntax(at, "want a member name")
+		}
+		key, err := s.str(at)
 		if err != nil {
 			return err
 		}
-		key := tok.(string) // inside an object, Token only yields string keys
-		sub := &location{parent: path, key: key, index: -1}
-		if _, dup := seen[key]; dup {
-			return errcode.New(errcode.BadDocument, "%s: duplicate key", sub)
+		sub := &location{parent: at, key: key, index: -1}
+		if s.peek() != ':' {
+			return s.syntax(sub, "want : after a member name")
 		}
-		seen[key] = struct{}{}
+		s.i++
 		var elem reflect.Type
-		if fields == nil {
+		if fields != nil {
+			f, ok := fields.byName[string(key)]
+			if !ok {
+				return errcode.New(errcode.BadDocument, "%s: unknown field", sub)
+			}
+			if seenBits&(1<<f.index) != 0 {
+				return errcode.New(errcode.BadDocument, "%s: duplicate key", sub)
+			}
+			seenBits |= 1 << f.index
+			elem = f.typ
+		} else {
+			if _, dup := seenKeys[string(key)]; dup {
+				return errcode.New(errcode.BadDocument, "%s: duplicate key", sub)
+			}
+			seenKeys[string(key)] = struct{}{}
 			elem = t.Elem()
-		} else if elem = fields[key]; elem == nil {
-			return errcode.New(errcode.BadDocument, "%s: unknown field", sub)
 		}
 		if err := s.value(elem, sub, depth+1); err != nil {
 			return err
 		}
-	}
-	_, err := s.token(path)
-	return err
-}
-
-func wrongType(path *location, want string, tok json.Token) error {
-	return errcode.New(errcode.BadDocument, "%s: want %s, found %s", path, want, describe(tok))
-}
-
-func describe(tok json.Token) string {
-	switch v := tok.(type) {
-	case nil:
-		return "null"
-	case json.Delim:
-		if v == '{' {
-			return "an object"
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil
+		default:
+			return s.syntax(at, "want , or } after an object member")
 		}
+	}
+}
+
+func wrongType(at *location, want string, c byte) error {
+	return errcode.New(errcode.BadDocument, "%s: want %s, found %s", at, want, describe(c))
+}
+
+// describe names the kind of JSON value that starts with c.
+func describe(c byte) string {
+	switch {
+	case c == 'n':
+		return "null"
+	case c == '{':
+		return "an object"
+	case c == '[':
 		return "an array"
-	case string:
+	case c == '"':
 		return "a string"
-	case bool:
+	case c == 't' || c == 'f':
 		return "a boolean"
-	case json.Number:
+	case c == '-' || '0' <= c && c <= '9':
 		return "a number"
 	}
-	return "an unexpected token"
+	return "invalid JSON"
 }
 
-var fieldCache sync.Map // reflect.Type → map[string]reflect.Type
+type structField struct {
+	index int
+	typ   reflect.Type
+}
 
-// jsonFields maps the exact JSON names of t's exported fields to their types.
-func jsonFields(t reflect.Type) map[string]reflect.Type {
+type structFields struct {
+	byName map[string]structField
+	err    error
+}
+
+var fieldCache sync.Map // reflect.Type → *structFields
+
+// jsonFields maps the exact JSON names of t's exported fields to their
+// types and to a bit index used to detect repeated members.
+func jsonFields(t reflect.Type) *structFields {
 	if m, ok := fieldCache.Load(t); ok {
-		return m.(map[string]reflect.Type)
+		return m.(*structFields)
 	}
-	m := make(map[string]reflect.Type, t.NumField())
+	fs := &structFields{byName: make(map[string]structField, t.NumField())}
 	for f := range t.Fields() {
 		if !f.IsExported() {
 			continue
@@ -230,8 +419,11 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 		if name == "" {
 			name = f.Name
 		}
-		m[name] = f.Type
+		fs.byName[name] = structField{index: len(fs.byName), typ: f.Type}
 	}
-	fieldCache.Store(t, m)
-	return m
+	if len(fs.byName) > 64 {
+		fs.err = errcode.New(errcode.Internal, "%s has more than 64 JSON fields", t)
+	}
+	fieldCache.Store(t, fs)
+	return fs
 }
