@@ -34,3 +34,27 @@ fuzz:
 
 clean:
 	rm -rf bin $(DEMO_DIR)
+
+# s3-up runs a local S3 server (versitygw, pinned in tools/go.mod) on
+# $(S3_ADDR) with data under .s3/ and a versioned bucket; s3-down stops it.
+S3_ADDR   ?= 127.0.0.1:7070
+S3_BUCKET ?= shardproof
+S3_KEY    ?= shardproof
+S3_SECRET ?= shardproof-secret
+S3_BIN     = $(shell $(GO) env GOCACHE)/shardproof-versitygw/versitygw-v1.8.0
+
+.PHONY: s3-up s3-down
+s3-up:
+	@mkdir -p .s3/root .s3/versions $(dir $(S3_BIN))
+	@test -x $(S3_BIN) || { echo "building versitygw (first time takes minutes)…"; $(GO) -C tools build -o $(S3_BIN) github.com/versity/versitygw/cmd/versitygw; }
+	@if [ -f .s3/pid ] && kill -0 $$(cat .s3/pid) 2>/dev/null; then echo "versitygw already running (pid $$(cat .s3/pid))"; \
+	else nohup $(S3_BIN) --port $(S3_ADDR) --access $(S3_KEY) --secret $(S3_SECRET) --health /health --quiet \
+	  posix --versioning-dir $(CURDIR)/.s3/versions $(CURDIR)/.s3/root >.s3/versitygw.log 2>&1 & echo $$! >.s3/pid; fi
+	@AWS_ACCESS_KEY_ID=$(S3_KEY) AWS_SECRET_ACCESS_KEY=$(S3_SECRET) $(GO) -C tools run ./cmd/s3bucket -endpoint http://$(S3_ADDR) -bucket $(S3_BUCKET)
+	@echo "versitygw on http://$(S3_ADDR) (pid $$(cat .s3/pid), log .s3/versitygw.log). Use:"
+	@echo "  export AWS_ACCESS_KEY_ID=$(S3_KEY) AWS_SECRET_ACCESS_KEY=$(S3_SECRET)"
+	@echo "  --store 's3://$(S3_BUCKET)/?endpoint=http://$(S3_ADDR)&region=us-east-1'"
+
+s3-down:
+	@if [ -f .s3/pid ]; then kill $$(cat .s3/pid) 2>/dev/null || true; rm -f .s3/pid; echo "versitygw stopped (data kept in .s3/)"; \
+	else echo "versitygw not running"; fi

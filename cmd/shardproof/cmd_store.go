@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
+	_ "github.com/shardproof/shardproof/objstore/s3" // s3://bucket/prefix
 )
 
 // store ls|get|put: raw access to the object store, like `crane blob` or
