@@ -1,0 +1,453 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+// gate: the embedded Raft group and its client commands.
+var gateCmd = &cobra.Command{
+	Use:   "gate",
+	Short: "Run or talk to the gate: aliases, fences, permits (linearizable, Raft)",
+	Long: `Run or talk to the gate, the Raft group that holds aliases with
+generations, the tombstone/benchmark fences, release states, permits and
+training runs.
+
+Client commands take --gate URL[,URL…] (default $SHARDPROOF_GATE or
+` + raftgate.DefaultGateURL + `). Exit status: 0 done, 2 usage, 3 gate
+unreachable, 4 the gate refused (the code says why), 5 outcome unknown —
+retrying the same command is safe.`,
+}
+
+// gateClientFlags are shared by the gate and run client commands.
+var gateClientFlags struct {
+	url    string
+	asJSON bool
+	retry  time.Duration
+}
+
+// addGateClientFlags registers --gate and --json on a command tree.
+func addGateClientFlags(f *pflag.FlagSet) {
+	def := os.Getenv("SHARDPROOF_GATE")
+	if def == "" {
+		def = raftgate.DefaultGateURL
+	}
+	f.StringVar(&gateClientFlags.url, "gate", def, "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
+	f.BoolVar(&gateClientFlags.asJSON, "json", false, "print the result as JSON")
+	f.DurationVar(&gateClientFlags.retry, "retry", 15*time.Second, "keep retrying an unreachable gate or a leader election this long")
+}
+
+// gateClient returns a client for --gate.
+func gateClient() *raftgate.Client {
+	c := raftgate.NewClient(gateClientFlags.url)
+	c.RetryFor = gateClientFlags.retry
+	return c
+}
+
+// printResult prints v as JSON with --json, or the human form.
+func printResult(cmd *cobra.Command, v any, human func(w io.Writer)) error {
+	w := cmd.OutOrStdout()
+	if gateClientFlags.asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	human(w)
+	return nil
+}
+
+// parseDigestArg parses a digest argument or flag with a USAGE code.
+func parseDigestArg(cmd *cobra.Command, what, s string) (manifest.Digest, error) {
+	d, err := manifest.ParseDigest(s)
+	if err != nil {
+		return d, errcode.Wrap(errcode.Usage, err, "%s: %s", cmd.CommandPath(), what)
+	}
+	return d, nil
+}
+
+var gateServeFlags struct {
+	data, id, raftAddr, httpAddr, join string
+	bootstrap                          bool
+}
+
+var gateServeCmd = &cobra.Command{
+	Use:   "serve --data DIR",
+	Short: "Run a gate node (single node on loopback by default)",
+	Long: `Run a gate node until interrupted.
+
+With no --join the node bootstraps a single-node cluster of itself on first
+start (--bootstrap says so explicitly); later starts recover from DIR. To
+form a cluster, start the first node, then start the others with
+--join HTTP-ADDR of a running member and distinct --id, --raft-addr and
+--http-addr. The Raft log and stable store live in DIR/raft.db, snapshots
+in DIR/snapshots.`,
+	Args: exactArgs(0),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		f := gateServeFlags
+		if f.data == "" {
+			return errcode.New(errcode.Usage, "%s: --data DIR is required", cmd.CommandPath())
+		}
+		if f.bootstrap && f.join != "" {
+			return errcode.New(errcode.Usage, "%s: --bootstrap and --join exclude each other", cmd.CommandPath())
+		}
+		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+		n := raftgate.NewNode(raftgate.Config{
+			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join,
+			Logger: logger, RaftLog: cmd.ErrOrStderr(),
+		})
+		if err := n.Start(cmd.Context()); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "gate node %s serving %s (raft %s)\n", f.id, n.URL(), n.RaftAddr())
+		<-cmd.Context().Done()
+		return n.Shutdown()
+	},
+}
+
+var gateStatusCmd = &cobra.Command{
+	Use:   "status",
+	Short: "Show a gate node's view: role, leader, indexes, fences",
+	Args:  exactArgs(0),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		c := gateClient()
+		defer c.Close()
+		st, err := c.Status(cmd.Context())
+		if err != nil {
+			return err
+		}
+		return printResult(cmd, st, func(w io.Writer) {
+			fmt.Fprintf(w, "node %s: %s, term %d, leader %s (%s)\n", st.ID, st.RaftState, st.Term, st.Leader, st.LeaderHTTP)
+			fmt.Fprintf(w, "log: last %d, committed %d, applied %d\n", st.LastIndex, st.CommitIndex, st.AppliedIndex)
+			fmt.Fprintf(w, "fences: tombstone %d, benchmark %d\n", st.Fences.Tombstone, st.Fences.Benchmark)
+			fmt.Fprintf(w, "%d aliases, %d releases, %d runs\n", st.Aliases, st.Releases, st.Runs)
+			for _, n := range st.Nodes {
+				fmt.Fprintf(w, "member %s: http %s, raft %s\n", n.ID, n.HTTPAddr, n.RaftAddr)
+			}
+		})
+	},
+}
+
+var gateRegisterFlags struct {
+	store, report, root string
+}
+
+var gateRegisterCmd = &cobra.Command{
+	Use:   "register --store URL (--report DIGEST | --root DIGEST)",
+	Short: "Register a release with its verification report (or stage it without one)",
+	Long: `Register a release in the gate.
+
+With --report, the report and the root manifest it names are read from the
+store (digest-checked, strictly decoded) and the gate records the verdict,
+the watermarks checked and the hit counts: a VERIFIED report moves the
+release to VERIFIED (or renews its permits if it was checked at newer
+fences), an INVALID one to INVALID. With only --root the release is STAGED.`,
+	Args: exactArgs(0),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		f := gateRegisterFlags
+		if f.report == "" && f.root == "" {
+			return errcode.New(errcode.Usage, "%s: give --report or --root", cmd.CommandPath())
+		}
+		s, err := openStore(cmd, f.store)
+		if err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		reg := &raftgate.Register{}
+		if f.root != "" {
+			if reg.Root, err = parseDigestArg(cmd, "--root", f.root); err != nil {
+				return err
+			}
+		}
+		if f.report != "" {
+			rd, err := parseDigestArg(cmd, "--report", f.report)
+			if err != nil {
+				return err
+			}
+			b, _, err := objstore.ReadBlob(ctx, s, rd, manifest.MaxDocumentSize)
+			if err != nil {
+				return errcode.Wrap(errcode.Of(err), err, "report %s", rd)
+			}
+			rep, err := manifest.DecodeReport(b)
+			if err != nil {
+				return errcode.Wrap(errcode.Of(err), err, "report %s", rd)
+			}
+			if rep.Schema != manifest.ReportSchema {
+				return errcode.New(errcode.BadDocument, "report %s: schema %q, want %s", rd, rep.Schema, manifest.ReportSchema)
+			}
+			if f.root != "" && rep.Root != reg.Root {
+				return errcode.New(errcode.RootMismatch, "report %s verifies root %s, --root is %s", rd, rep.Root, reg.Root)
+			}
+			reg.Root = rep.Root
+			reg.Report = &raftgate.ReportSummary{
+				Digest: rd, Verdict: rep.Verdict, DatasetSnapshot: rep.DatasetSnapshot,
+				TombstoneWatermark: rep.TombstoneWatermark, BenchmarkFence: rep.BenchmarkFence,
+				TombstoneHits: rep.Counts.TombstoneHits, BenchmarkHits: rep.Counts.BenchmarkHits,
+			}
+		}
+		b, _, err := objstore.ReadBlob(ctx, s, reg.Root, manifest.MaxDocumentSize)
+		if err != nil {
+			return errcode.Wrap(errcode.Of(err), err, "root manifest %s", reg.Root)
+		}
+		rel, err := manifest.DecodeRelease(b)
+		if err != nil {
+			return errcode.Wrap(errcode.Of(err), err, "root manifest %s", reg.Root)
+		}
+		for _, sh := range rel.Shards {
+			reg.Shards = append(reg.Shards, sh.Digest)
+		}
+		c := gateClient()
+		defer c.Close()
+		res, err := c.Register(ctx, reg)
+		if err != nil {
+			return err
+		}
+		r := res.Release
+		return printResult(cmd, res, func(w io.Writer) {
+			fmt.Fprintf(w, "release %s %s (%d shards", r.Root, r.State, len(r.Shards))
+			if !r.Report.IsZero() {
+				fmt.Fprintf(w, ", report %s, tombstone %d, benchmark %d", r.Report, r.TombstoneWatermark, r.BenchmarkFence)
+			}
+			fmt.Fprintln(w, ")")
+			if len(res.Reopened) > 0 {
+				fmt.Fprintf(w, "renewed permits: %s\n", strings.Join(res.Reopened, ", "))
+			}
+		})
+	},
+}
+
+var gatePublishFlags struct {
+	expect uint64
+	retain int
+}
+
+func printPublish(cmd *cobra.Command, r *raftgate.PublishResult) error {
+	return printResult(cmd, r, func(w io.Writer) {
+		fmt.Fprintf(w, "%s generation %d → %s (%s, permit %s)\n", r.Alias, r.Generation, r.Root, r.Kind, r.Permit)
+	})
+}
+
+var gatePublishCmd = &cobra.Command{
+	Use:   "publish ALIAS ROOT --expect GENERATION",
+	Short: "Compare-and-set ALIAS from GENERATION to GENERATION+1 pointing at ROOT",
+	Long: `Compare-and-set ALIAS from --expect GENERATION to GENERATION+1 pointing
+at ROOT. ROOT must be VERIFIED (or PUBLISHED), checked at or above the
+current fences with zero hits. A new alias is created with --expect 0 and
+keeps the last --retain generations rollback-eligible. Retrying the same
+command returns the original result, so after exit status 5 (outcome
+unknown) simply run it again.`,
+	Args: exactArgs(2),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		root, err := parseDigestArg(cmd, "ROOT", args[1])
+		if err != nil {
+			return err
+		}
+		c := gateClient()
+		defer c.Close()
+		r, err := c.Publish(cmd.Context(), args[0], root, gatePublishFlags.expect, gatePublishFlags.retain)
+		if err != nil {
+			return err
+		}
+		return printPublish(cmd, r)
+	},
+}
+
+var gateRollbackFlags struct{ expect uint64 }
+
+var gateRollbackCmd = &cobra.Command{
+	Use:   "rollback ALIAS ROOT --expect GENERATION",
+	Short: "Point ALIAS at a retained previous ROOT under a new generation",
+	Args:  exactArgs(2),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		root, err := parseDigestArg(cmd, "ROOT", args[1])
+		if err != nil {
+			return err
+		}
+		c := gateClient()
+		defer c.Close()
+		r, err := c.Rollback(cmd.Context(), args[0], root, gateRollbackFlags.expect)
+		if err != nil {
+			return err
+		}
+		return printPublish(cmd, r)
+	},
+}
+
+var gateFenceCmd = &cobra.Command{
+	Use:   "fence [tombstone|benchmark VALUE]",
+	Short: "Show the fences, or advance one (closes permits bound below it)",
+	Args: func(cmd *cobra.Command, args []string) error {
+		if len(args) != 0 && len(args) != 2 {
+			return errcode.New(errcode.Usage, "%s: give no arguments or KIND VALUE", cmd.CommandPath())
+		}
+		return nil
+	},
+	RunE: func(cmd *cobra.Command, args []string) error {
+		c := gateClient()
+		defer c.Close()
+		if len(args) == 0 {
+			s, err := c.State(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printResult(cmd, s.Fences, func(w io.Writer) {
+				fmt.Fprintf(w, "tombstone %d\nbenchmark %d\n", s.Fences.Tombstone, s.Fences.Benchmark)
+			})
+		}
+		v, err := strconv.ParseUint(args[1], 10, 64)
+		if err != nil {
+			return errcode.Wrap(errcode.Usage, err, "%s: VALUE", cmd.CommandPath())
+		}
+		r, err := c.AdvanceFence(cmd.Context(), args[0], v)
+		if err != nil {
+			return err
+		}
+		return printResult(cmd, r, func(w io.Writer) {
+			fmt.Fprintf(w, "fences: tombstone %d, benchmark %d; closed %d permits", r.Fences.Tombstone, r.Fences.Benchmark, len(r.Closed))
+			if len(r.Closed) > 0 {
+				fmt.Fprintf(w, ": %s", strings.Join(r.Closed, ", "))
+			}
+			fmt.Fprintln(w)
+		})
+	},
+}
+
+var gateRecheckFlags struct {
+	kind, report string
+	value        uint64
+	hits         int64
+}
+
+var gateRecheckCmd = &cobra.Command{
+	Use:   "recheck ROOT --kind tombstone|benchmark --value N --report DIGEST --hits H",
+	Short: "Record a fence recheck of ROOT: zero hits renews its closed permits",
+	Args:  exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		root, err := parseDigestArg(cmd, "ROOT", args[0])
+		if err != nil {
+			return err
+		}
+		f := gateRecheckFlags
+		rc := &raftgate.RecheckCmd{Root: root, Kind: f.kind, Value: f.value, Hits: f.hits}
+		if f.report != "" {
+			if rc.Report, err = parseDigestArg(cmd, "--report", f.report); err != nil {
+				return err
+			}
+		}
+		c := gateClient()
+		defer c.Close()
+		r, err := c.Recheck(cmd.Context(), rc)
+		if err != nil {
+			return err
+		}
+		return printResult(cmd, r, func(w io.Writer) {
+			fmt.Fprintf(w, "release %s %s; renewed %d permits %s\n", r.Release.Root, r.Release.State, len(r.Reopened), strings.Join(r.Reopened, ", "))
+		})
+	},
+}
+
+var gatePermitsFlags struct {
+	root string
+	open bool
+}
+
+var gatePermitsCmd = &cobra.Command{
+	Use:   "permits [--root DIGEST] [--open]",
+	Short: "List permits",
+	Args:  exactArgs(0),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		c := gateClient()
+		defer c.Close()
+		ps, err := c.Permits(cmd.Context())
+		if err != nil {
+			return err
+		}
+		out := []*raftgate.Permit{}
+		for _, p := range ps {
+			if (gatePermitsFlags.root == "" || p.Root.String() == gatePermitsFlags.root) && (!gatePermitsFlags.open || p.State == raftgate.PermitOpen) {
+				out = append(out, p)
+			}
+		}
+		return printResult(cmd, out, func(w io.Writer) {
+			for _, p := range out {
+				who := "alias " + p.Alias
+				if p.Run != "" {
+					who = "run " + p.Run
+				}
+				fmt.Fprintf(w, "%s %-10s %-8s %s generation %d root %s tombstone %d benchmark %d %s\n",
+					p.ID, p.State, p.Kind, who, p.Generation, p.Root, p.TombstoneWatermark, p.BenchmarkFence, p.Reason)
+			}
+		})
+	},
+}
+
+var gateHistoryCmd = &cobra.Command{
+	Use:   "history ALIAS",
+	Short: "Show an alias's generations and its rollback window",
+	Args:  exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		c := gateClient()
+		defer c.Close()
+		a, err := c.Alias(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		return printResult(cmd, a, func(w io.Writer) {
+			fmt.Fprintf(w, "%s generation %d → %s (permit %s, rollback window %d)\n", a.Name, a.Generation, a.Root, a.Permit, a.Retain)
+			for i := len(a.History) - 1; i >= 0; i-- {
+				h := a.History[i]
+				mark := " "
+				if i >= len(a.History)-a.Retain {
+					mark = "*" // inside the rollback window
+				}
+				fmt.Fprintf(w, "%s %4d %s %-8s %s\n", mark, h.Generation, h.Root, h.Kind, time.UnixMilli(h.At).UTC().Format(time.RFC3339))
+			}
+		})
+	},
+}
+
+func init() {
+	f := gateServeCmd.Flags()
+	f.StringVar(&gateServeFlags.data, "data", "", "data directory (raft.db, snapshots/)")
+	f.StringVar(&gateServeFlags.id, "id", "gate-1", "Raft server ID; keep it across restarts")
+	f.StringVar(&gateServeFlags.raftAddr, "raft-addr", raftgate.DefaultRaftAddr, "Raft TCP address to bind and advertise")
+	f.StringVar(&gateServeFlags.httpAddr, "http-addr", raftgate.DefaultHTTPAddr, "HTTP API address")
+	f.StringVar(&gateServeFlags.join, "join", "", "HTTP address of a running member to join (first start only)")
+	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "bootstrap a new cluster of this node (the default without --join)")
+
+	f = gateRegisterCmd.Flags()
+	f.StringVar(&gateRegisterFlags.store, "store", "", "object store URL or path")
+	f.StringVar(&gateRegisterFlags.report, "report", "", "digest of the verification report")
+	f.StringVar(&gateRegisterFlags.root, "root", "", "root digest (without --report: stage the release)")
+
+	gatePublishCmd.Flags().Uint64Var(&gatePublishFlags.expect, "expect", 0, "the alias's current generation (0 creates it)")
+	gatePublishCmd.Flags().IntVar(&gatePublishFlags.retain, "retain", 0, fmt.Sprintf("rollback window of a new alias, in generations (default %d)", raftgate.DefaultRetain))
+	gateRollbackCmd.Flags().Uint64Var(&gateRollbackFlags.expect, "expect", 0, "the alias's current generation")
+
+	f = gateRecheckCmd.Flags()
+	f.StringVar(&gateRecheckFlags.kind, "kind", "", "tombstone or benchmark")
+	f.Uint64Var(&gateRecheckFlags.value, "value", 0, "fence value the release was checked at")
+	f.StringVar(&gateRecheckFlags.report, "report", "", "digest of the recheck report")
+	f.Int64Var(&gateRecheckFlags.hits, "hits", 0, "items of the fence found in the release")
+
+	gatePermitsCmd.Flags().StringVar(&gatePermitsFlags.root, "root", "", "only permits of this root")
+	gatePermitsCmd.Flags().BoolVar(&gatePermitsFlags.open, "open", false, "only open permits")
+
+	addGateClientFlags(gateCmd.PersistentFlags())
+	gateCmd.AddCommand(gateServeCmd, gateStatusCmd, gateRegisterCmd, gatePublishCmd, gateRollbackCmd,
+		gateFenceCmd, gateRecheckCmd, gatePermitsCmd, gateHistoryCmd)
+	rootCmd.AddCommand(gateCmd)
+}

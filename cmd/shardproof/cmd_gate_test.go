@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+var (
+	gateBinOnce sync.Once
+	gateBin     string
+	gateBinErr  error
+)
+
+// shardproofBinary builds the CLI once per test run, so the gate tests
+// drive the real binary: real flags, real exit statuses, a real server
+// process.
+func shardproofBinary(t *testing.T) string {
+	t.Helper()
+	gateBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "shardproof-gate-test")
+		if err != nil {
+			gateBinErr = err
+			return
+		}
+		gateBin = filepath.Join(dir, "shardproof")
+		out, err := exec.Command("go", "build", "-o", gateBin, ".").CombinedOutput()
+		if err != nil {
+			gateBinErr = errors.New(string(out))
+		}
+	})
+	if gateBinErr != nil {
+		t.Fatalf("build shardproof: %v", gateBinErr)
+	}
+	return gateBin
+}
+
+// gateCLI is one finished CLI invocation.
+type gateCLI struct {
+	stdout, stderr string
+	status         int
+}
+
+func runGateCLI(t *testing.T, args ...string) gateCLI {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), shardproofBinary(t), args...)
+	cmd.Env = append(os.Environ(), "SHARDPROOF_GATE=")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := gateCLI{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		r.status = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return r
+}
+
+// expect checks the exit status and that stderr names code.
+func (r gateCLI) expect(t *testing.T, status int, code errcode.Code) gateCLI {
+	t.Helper()
+	if r.status != status || (code != "" && !strings.Contains(r.stderr, "shardproof: "+string(code)+":")) {
+		t.Fatalf("exit %d, want %d with %s\nstdout: %s\nstderr: %s", r.status, status, code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startGateServe runs `shardproof gate serve` as a child process until
+// the test ends and waits until it serves.
+func startGateServe(t *testing.T, dir string) string {
+	t.Helper()
+	httpAddr := freeAddr(t)
+	cmd := exec.Command(shardproofBinary(t), "gate", "serve", "--data", dir, "--http-addr", httpAddr, "--raft-addr", freeAddr(t))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("gate serve exited with %v after SIGINT\n%s", err, stderr.String())
+			}
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("gate serve did not stop on SIGINT")
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return "http://" + httpAddr
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gate serve not ready: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// storeRelease writes testRelease and a VERIFIED report of it to a file
+// store and returns the store dir, the root and the report digest.
+func storeRelease(t *testing.T) (dir string, root, report manifest.Digest, shards []manifest.Digest) {
+	t.Helper()
+	dir = t.TempDir()
+	rel := testRelease()
+	b, err := manifest.Encode(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root = putDoc(t, dir, b)
+	rep := &manifest.Report{
+		Schema: manifest.ReportSchema, Root: root, DatasetSnapshot: rel.DatasetSnapshot,
+		TombstoneWatermark: rel.TombstoneWatermark, BenchmarkFence: rel.BenchmarkFence, Verdict: manifest.Verified,
+		Counts:   manifest.Counts{Shards: 2, ShardsVerified: 2, Records: 20, SnapshotRecords: 20},
+		Examples: map[string][]string{}, Tool: "test",
+	}
+	if b, err = manifest.Encode(rep); err != nil {
+		t.Fatal(err)
+	}
+	report = putDoc(t, dir, b)
+	for _, s := range rel.Shards {
+		shards = append(shards, s.Digest)
+	}
+	return dir, root, report, shards
+}
+
+// dropAnswers forwards each request to target and then drops the
+// connection without answering: the command runs, the client never learns.
+func dropAnswers(t *testing.T, target string) string {
+	u, _ := url.Parse(target)
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &discard{h: http.Header{}}
+		proxy.ServeHTTP(rec, r)
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header         { return d.h }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}
+
+func TestGateCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and runs a gate server")
+	}
+	storeDir, root, report, shards := storeRelease(t)
+	gate := startGateServe(t, t.TempDir())
+	g := func(args ...string) gateCLI {
+		t.Helper()
+		return runGateCLI(t, append(args, "--gate", gate)...)
+	}
+
+	r := g("gate", "register", "--store", storeDir, "--report", report.String()).expect(t, 0, "")
+	if !strings.Contains(r.stdout, root.String()+" VERIFIED") {
+		t.Fatalf("register output: %s", r.stdout)
+	}
+	g("gate", "publish", "main", root.String(), "--expect", "0").expect(t, 0, "")
+	// Same command again: the same result, no new generation.
+	r = g("gate", "publish", "main", root.String(), "--expect", "0", "--json").expect(t, 0, "")
+	var pr raftgate.PublishResult
+	if err := json.Unmarshal([]byte(r.stdout), &pr); err != nil || pr.Generation != 1 || pr.Root != root {
+		t.Fatalf("publish --json: %+v %v\n%s", pr, err, r.stdout)
+	}
+	g("gate", "publish", "main", root.String(), "--expect", "5").expect(t, errcode.ExitRejected, errcode.GenerationConflict)
+
+	// A write whose answer is lost exits 5; running it again is safe.
+	runGateCLI(t, "gate", "publish", "main", root.String(), "--expect", "1", "--gate", dropAnswers(t, gate), "--retry", "1s").
+		expect(t, errcode.ExitIndeterminate, errcode.Indeterminate)
+	r = g("gate", "publish", "main", root.String(), "--expect", "1", "--json").expect(t, 0, "")
+	if err := json.Unmarshal([]byte(r.stdout), &pr); err != nil || pr.Generation != 2 {
+		t.Fatalf("retry after indeterminate: %+v\n%s", pr, r.stdout)
+	}
+
+	g("run", "create", "job", "--alias", "main", "--world-size", "2", "--barrier-timeout", "1m").expect(t, 0, "")
+	// Round-robin: shard 0 → rank 0, shard 1 → rank 1.
+	g("run", "attest", "job", "--rank", "0", "--root", root.String(), "--shards", shards[0].String()).expect(t, 0, "")
+	g("run", "wait", "job", "--timeout", "500ms").expect(t, errcode.ExitRejected, errcode.BarrierClosed)
+	g("run", "attest", "job", "--rank", "1", "--root", root.String(), "--shards", shards[1].String()).expect(t, 0, "")
+	r = g("run", "wait", "job", "--timeout", "10s").expect(t, 0, "")
+	if !strings.Contains(r.stdout, "barrier OPEN, 2/2 ranks attested") {
+		t.Fatalf("wait output: %s", r.stdout)
+	}
+	g("run", "checkpoint", "job", "--step", "10", "--root", root.String()).expect(t, 0, "")
+
+	// A foreign root fails a run before step 0.
+	g("run", "create", "job2", "--alias", "main", "--world-size", "1").expect(t, 0, "")
+	g("run", "attest", "job2", "--rank", "0", "--root", manifest.Sum([]byte("foreign")).String(), "--shards", "").
+		expect(t, errcode.ExitRejected, errcode.RootMismatch)
+	g("run", "wait", "job2", "--timeout", "5s").expect(t, errcode.ExitRejected, errcode.RootMismatch)
+
+	// Advancing a fence past the release closes its permits.
+	r = g("gate", "fence", "tombstone", "50000").expect(t, 0, "")
+	if !strings.Contains(r.stdout, "closed 2 permits") {
+		t.Fatalf("fence output: %s", r.stdout)
+	}
+	g("run", "checkpoint", "job", "--step", "20", "--root", root.String()).expect(t, errcode.ExitRejected, errcode.PermitClosed)
+	g("gate", "fence", "tombstone", "10").expect(t, errcode.ExitRejected, errcode.FenceRegression)
+
+	r = g("gate", "history", "main", "--json").expect(t, 0, "")
+	var a raftgate.Alias
+	if err := json.Unmarshal([]byte(r.stdout), &a); err != nil || a.Generation != 2 || len(a.History) != 2 || a.Retain != raftgate.DefaultRetain {
+		t.Fatalf("history --json: %+v %v", a, err)
+	}
+	r = g("gate", "permits", "--open").expect(t, 0, "")
+	if strings.TrimSpace(r.stdout) != "" {
+		t.Fatalf("open permits after the fence advance: %s", r.stdout)
+	}
+	r = g("run", "show", "job").expect(t, 0, "")
+	if !strings.Contains(r.stdout, "rank 1: shards [1], attested") {
+		t.Fatalf("run show: %s", r.stdout)
+	}
+	r = g("gate", "status").expect(t, 0, "")
+	if !strings.Contains(r.stdout, "Leader") || !strings.Contains(r.stdout, "tombstone 50000") {
+		t.Fatalf("status: %s", r.stdout)
+	}
+	g("gate", "publish", "main", "sha256:nope", "--expect", "2").expect(t, errcode.ExitUsage, errcode.Usage)
+	runGateCLI(t, "gate", "status", "--gate", "http://"+freeAddr(t), "--retry", "300ms").expect(t, errcode.ExitError, errcode.GateUnavailable)
+}

@@ -1,0 +1,327 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+// run: training runs pinned to one root, their attestations and barrier.
+var runCmd = &cobra.Command{
+	Use:   "run",
+	Short: "Create training runs, attest ranks, wait at the barrier, admit checkpoints",
+	Long: `Training runs in the gate. A run resolves its alias exactly once, at
+create; every rank then attests (run ID, rank, root, shard digests) and
+waits at the barrier, which opens when every rank of the current
+assignment attested the run's root. A foreign root or a shard outside the
+rank's assignment fails the run before step 0. Reassign (scale-out,
+recovery) changes the assignment only and never re-reads the alias.`,
+}
+
+func printRun(cmd *cobra.Command, s *raftgate.RunSummary) error {
+	return printResult(cmd, s, func(w io.Writer) {
+		fmt.Fprintf(w, "run %s: %s, barrier %s, %d/%d ranks attested (epoch %d)\n", s.ID, s.State, s.Barrier, s.Attested, s.WorldSize, s.Epoch)
+		fmt.Fprintf(w, "root %s (alias %s generation %d, permit %s)\n", s.Root, s.Alias, s.Generation, s.Permit)
+		if s.FailCode != "" {
+			fmt.Fprintf(w, "%s: %s\n", s.FailCode, s.FailReason)
+		}
+		if s.Step >= 0 {
+			fmt.Fprintf(w, "last checkpoint step %d (%d admitted)\n", s.Step, s.Checkpoints)
+		}
+	})
+}
+
+// readAssignment reads a JSON array of arrays of shard indices (rank →
+// indices) from path, or returns nil for round-robin when path is empty.
+func readAssignment(path string) ([][]int, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.IO, err, "assignment file")
+	}
+	var a [][]int
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return nil, errcode.Wrap(errcode.BadInput, err, "assignment file %s: want [[shard indices of rank 0], …]", path)
+	}
+	return a, nil
+}
+
+var runCreateFlags struct {
+	alias, assignment string
+	worldSize         int
+	barrierTimeout    time.Duration
+}
+
+var runCreateCmd = &cobra.Command{
+	Use:   "create RUN --alias ALIAS --world-size N [--assignment FILE]",
+	Short: "Create a run pinned to the alias's current root (resolved once)",
+	Long: `Create a run pinned to the alias's current root. The alias is read exactly
+once, here. Without --assignment shard i goes to rank i % N; an assignment
+file is a JSON array, one array of shard indices (manifest order) per rank,
+naming every shard exactly once. Creating the same run again with the same
+parameters returns it unchanged.`,
+	Args: exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		f := runCreateFlags
+		a, err := readAssignment(f.assignment)
+		if err != nil {
+			return err
+		}
+		c := gateClient()
+		defer c.Close()
+		s, err := c.CreateRun(cmd.Context(), &raftgate.CreateRun{
+			Run: args[0], Alias: f.alias, WorldSize: f.worldSize, Assignment: a,
+			BarrierTimeoutMs: f.barrierTimeout.Milliseconds(),
+		})
+		if err != nil {
+			return err
+		}
+		return printRun(cmd, s)
+	},
+}
+
+var runAttestFlags struct {
+	rank               int
+	root, shards, file string
+}
+
+// readDigests parses a comma-separated list and/or a file of digests, one
+// per line.
+func readDigests(list, file string) ([]manifest.Digest, error) {
+	var words []string
+	for _, w := range strings.Split(list, ",") {
+		if w = strings.TrimSpace(w); w != "" {
+			words = append(words, w)
+		}
+	}
+	if file != "" {
+		fh, err := os.Open(file)
+		if err != nil {
+			return nil, errcode.Wrap(errcode.IO, err, "shards file")
+		}
+		defer fh.Close()
+		sc := bufio.NewScanner(fh)
+		for sc.Scan() {
+			if w := strings.TrimSpace(sc.Text()); w != "" {
+				words = append(words, w)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return nil, errcode.Wrap(errcode.IO, err, "shards file")
+		}
+	}
+	out := make([]manifest.Digest, 0, len(words))
+	for _, w := range words {
+		d, err := manifest.ParseDigest(w)
+		if err != nil {
+			return nil, errcode.Wrap(errcode.Usage, err, "shard digest")
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+var runAttestCmd = &cobra.Command{
+	Use:   "attest RUN --rank R --root DIGEST (--shards D1,D2,… | --shards-file FILE)",
+	Short: "Attest that rank R verified its assigned shards of ROOT",
+	Args:  exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		f := runAttestFlags
+		root, err := parseDigestArg(cmd, "--root", f.root)
+		if err != nil {
+			return err
+		}
+		shards, err := readDigests(f.shards, f.file)
+		if err != nil {
+			return err
+		}
+		c := gateClient()
+		defer c.Close()
+		s, err := c.Attest(cmd.Context(), args[0], f.rank, root, shards)
+		if err != nil {
+			return err
+		}
+		return printRun(cmd, s)
+	},
+}
+
+var runWaitFlags struct{ timeout time.Duration }
+
+var runWaitCmd = &cobra.Command{
+	Use:   "wait RUN [--timeout D]",
+	Short: "Wait until the run's barrier opens (exit 0) or the run fails (exit 4)",
+	Long: `Wait until the run's barrier opens (exit 0), the run fails (exit 4 with
+its code: ROOT_MISMATCH, SHARD_NOT_ASSIGNED, BARRIER_TIMEOUT, RUN_FAILED)
+or --timeout passes with the barrier still closed (exit 4, BARRIER_CLOSED;
+the run itself keeps waiting until its own deadline).`,
+	Args: exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		ctx, cancel := context.WithTimeout(cmd.Context(), runWaitFlags.timeout)
+		defer cancel()
+		c := gateClient()
+		defer c.Close()
+		s, err := c.WaitRun(ctx, args[0])
+		if err != nil {
+			if s != nil && gateClientFlags.asJSON {
+				printRun(cmd, s)
+			}
+			return err
+		}
+		return printRun(cmd, s)
+	},
+}
+
+var runReassignFlags struct {
+	worldSize         int
+	assignment, reset string
+}
+
+var runReassignCmd = &cobra.Command{
+	Use:   "reassign RUN --world-size N [--assignment FILE] [--reset R1,R2]",
+	Short: "Change a run's world size and assignment (never re-reads the alias)",
+	Long: `Change a run's world size and assignment for scale-out or recovery. The
+run keeps its root; ranks whose assignment changed, new ranks and the ranks
+named by --reset (replaced workers) must attest again before the barrier
+reopens.`,
+	Args: exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		f := runReassignFlags
+		a, err := readAssignment(f.assignment)
+		if err != nil {
+			return err
+		}
+		var reset []int
+		for _, w := range strings.Split(f.reset, ",") {
+			if w = strings.TrimSpace(w); w == "" {
+				continue
+			}
+			r, err := strconv.Atoi(w)
+			if err != nil {
+				return errcode.Wrap(errcode.Usage, err, "%s: --reset", cmd.CommandPath())
+			}
+			reset = append(reset, r)
+		}
+		c := gateClient()
+		defer c.Close()
+		s, err := c.Reassign(cmd.Context(), &raftgate.Reassign{Run: args[0], WorldSize: f.worldSize, Assignment: a, Reset: reset})
+		if err != nil {
+			return err
+		}
+		return printRun(cmd, s)
+	},
+}
+
+var runCheckpointFlags struct {
+	step int64
+	root string
+}
+
+var runCheckpointCmd = &cobra.Command{
+	Use:   "checkpoint RUN --step S --root DIGEST",
+	Short: "Admit a checkpoint: only the run's root, only while its permit is open",
+	Args:  exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		root, err := parseDigestArg(cmd, "--root", runCheckpointFlags.root)
+		if err != nil {
+			return err
+		}
+		c := gateClient()
+		defer c.Close()
+		s, err := c.AdmitCheckpoint(cmd.Context(), args[0], runCheckpointFlags.step, root)
+		if err != nil {
+			return err
+		}
+		return printRun(cmd, s)
+	},
+}
+
+var runCancelFlags struct{ reason string }
+
+var runCancelCmd = &cobra.Command{
+	Use:   "cancel RUN [--reason TEXT]",
+	Short: "Cancel a run and release its permit",
+	Args:  exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		c := gateClient()
+		defer c.Close()
+		s, err := c.CancelRun(cmd.Context(), args[0], runCancelFlags.reason)
+		if err != nil {
+			return err
+		}
+		return printRun(cmd, s)
+	},
+}
+
+var runShowCmd = &cobra.Command{
+	Use:   "show RUN",
+	Short: "Show a run with its assignment and attestations",
+	Args:  exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		c := gateClient()
+		defer c.Close()
+		r, err := c.Run(cmd.Context(), args[0])
+		if err != nil {
+			return err
+		}
+		s := r.Summary()
+		if gateClientFlags.asJSON {
+			return printResult(cmd, r, nil)
+		}
+		printRun(cmd, &s)
+		w := cmd.OutOrStdout()
+		for rank, a := range r.Assignment {
+			state := "waiting"
+			if at := r.Attestations[rank]; at != nil {
+				state = "attested " + time.UnixMilli(at.At).UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "rank %d: shards %v, %s\n", rank, a, state)
+		}
+		return nil
+	},
+}
+
+func init() {
+	f := runCreateCmd.Flags()
+	f.StringVar(&runCreateFlags.alias, "alias", "", "alias to resolve (once)")
+	f.IntVar(&runCreateFlags.worldSize, "world-size", 1, "number of ranks")
+	f.StringVar(&runCreateFlags.assignment, "assignment", "", "JSON file: rank → shard indices (default round-robin)")
+	f.DurationVar(&runCreateFlags.barrierTimeout, "barrier-timeout", 10*time.Minute, "fail the run if the barrier is not open by then")
+
+	f = runAttestCmd.Flags()
+	f.IntVar(&runAttestFlags.rank, "rank", 0, "this worker's rank")
+	f.StringVar(&runAttestFlags.root, "root", "", "root digest the worker verified against")
+	f.StringVar(&runAttestFlags.shards, "shards", "", "comma-separated digests of the verified shards")
+	f.StringVar(&runAttestFlags.file, "shards-file", "", "file with one shard digest per line")
+
+	runWaitCmd.Flags().DurationVar(&runWaitFlags.timeout, "timeout", 10*time.Minute, "give up waiting after this long")
+
+	f = runReassignCmd.Flags()
+	f.IntVar(&runReassignFlags.worldSize, "world-size", 1, "new number of ranks")
+	f.StringVar(&runReassignFlags.assignment, "assignment", "", "JSON file: rank → shard indices (default round-robin)")
+	f.StringVar(&runReassignFlags.reset, "reset", "", "comma-separated ranks that must attest again")
+
+	runCheckpointCmd.Flags().Int64Var(&runCheckpointFlags.step, "step", 0, "training step of the checkpoint")
+	runCheckpointCmd.Flags().StringVar(&runCheckpointFlags.root, "root", "", "root digest the checkpoint was trained on")
+	runCancelCmd.Flags().StringVar(&runCancelFlags.reason, "reason", "", "why the run is cancelled")
+
+	addGateClientFlags(runCmd.PersistentFlags())
+	runCmd.AddCommand(runCreateCmd, runAttestCmd, runWaitCmd, runReassignCmd, runCheckpointCmd, runCancelCmd, runShowCmd)
+	rootCmd.AddCommand(runCmd)
+}
