@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/spf13/cobra"
+
+	"github.com/shardproof/shardproof/internal/canon"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/stage"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// stagingRun runs `shardproof args…` in-process and returns stdout.
+func stagingRun(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	synthFlags.stagingFlags, stageFlags.stagingFlags = stagingFlags{}, stagingFlags{}
+	synthFlags.samples, synthFlags.seed, stageFlags.seed = 0, 0, 0
+	var out, errOut bytes.Buffer
+	rootCmd.SetArgs(args)
+	rootCmd.SetOut(&out)
+	rootCmd.SetErr(&errOut)
+	var setCtx func(c *cobra.Command)
+	setCtx = func(c *cobra.Command) {
+		c.SetContext(t.Context())
+		for _, sub := range c.Commands() {
+			setCtx(sub)
+		}
+	}
+	setCtx(rootCmd)
+	defer func() {
+		rootCmd.SetOut(nil)
+		rootCmd.SetErr(nil)
+	}()
+	err := rootCmd.Execute()
+	return out.String(), err
+}
+
+func objectsIn(t *testing.T, dir string) int {
+	t.Helper()
+	s, err := objstore.Open(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, after := 0, ""
+	for {
+		p, err := s.List(context.Background(), "", after, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(p.Objects)
+		if after = p.Next; after == "" {
+			return n
+		}
+	}
+}
+
+func TestSynthCLIIsDeterministicAndIdempotent(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"synth", "--samples", "2000", "--shards", "3", "--seed", "7", "--store", dir}
+	out1, err := stagingRun(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out1), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "root sha256:") || !strings.HasPrefix(lines[1], "snapshot sha256:") {
+		t.Fatalf("output %q: want root line then snapshot line", out1)
+	}
+	if _, err := manifest.ParseDigest(strings.TrimPrefix(lines[0], "root ")); err != nil {
+		t.Fatal(err)
+	}
+	n := objectsIn(t, dir)
+	snapFile := filepath.Join(t.TempDir(), "snap")
+	out2, err := stagingRun(t, append(args, "--json", "--snapshot-out", snapFile)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js stageOutput
+	if err := json.Unmarshal([]byte(out2), &js); err != nil {
+		t.Fatalf("--json output %q: %v", out2, err)
+	}
+	if "root "+js.Root != lines[0] || "snapshot "+js.Snapshot != lines[1] || js.Created != 0 || js.Records != 2000 || js.Shards != 3 {
+		t.Fatalf("second run %+v, first %q", js, out1)
+	}
+	if got := objectsIn(t, dir); got != n {
+		t.Fatalf("second run: %d objects, first %d", got, n)
+	}
+	if b, _ := os.ReadFile(snapFile); strings.TrimSpace(string(b)) != js.Snapshot {
+		t.Fatalf("--snapshot-out wrote %q", b)
+	}
+}
+
+func TestStageCLI(t *testing.T) {
+	// Source files: a synthetic release's rows.
+	syn := stagetest.Store(t)
+	sres := stagetest.Synth(t, syn, 600, 2, 9)
+	src := t.TempDir()
+	var inputs []string
+	for i := range sres.Release.Shards {
+		p := filepath.Join(src, sres.Release.Shards[i].ID+".parquet")
+		os.WriteFile(p, stagetest.ShardBytes(t, syn, sres.Release.Shards[i]), 0o644)
+		inputs = append(inputs, p)
+	}
+	dir := t.TempDir()
+	out, err := stagingRun(t, append([]string{"stage", "--store", "file://" + dir, "--shards", "2", "--seed", "9"}, inputs...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "root " + sres.Root.String() + "\nsnapshot " + sres.Snapshot.String() + "\n"; out != want {
+		t.Fatalf("stage printed %q, want the synthetic release's digests %q", out, want)
+	}
+
+	// Bad inputs: exact code and exit status, and no object written.
+	notDir := filepath.Join(src, "plainfile")
+	os.WriteFile(notDir, []byte("x"), 0o644)
+	for _, c := range []struct {
+		name   string
+		args   []string
+		code   errcode.Code
+		exit   int
+		detail string
+	}{
+		{"missing columns", []string{"stage", "--shards", "1", inputs[0], missingColumnsFile(t, src)}, errcode.BadInput, errcode.ExitInvalid, "missing columns: source_id, source_version, split, lang, tokens"},
+		{"zero shards", []string{"stage", "--shards", "0", inputs[0]}, errcode.Usage, errcode.ExitUsage, "--shards"},
+		{"no files", []string{"stage", "--shards", "1"}, errcode.Usage, errcode.ExitUsage, "at least one"},
+		{"synth zero shards", []string{"synth", "--samples", "10", "--shards", "0"}, errcode.Usage, errcode.ExitUsage, "--shards"},
+		{"bad flag", []string{"synth", "--samples", "ten", "--shards", "1"}, errcode.Usage, errcode.ExitUsage, "samples"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := stagingRun(t, append(c.args, "--store", dir)...)
+			if errcode.Of(err) != c.code || exitStatus(err) != c.exit || !strings.Contains(err.Error(), c.detail) {
+				t.Fatalf("err %v (code %s, exit %d), want %s / %d containing %q", err, errcode.Of(err), exitStatus(err), c.code, c.exit, c.detail)
+			}
+			if n := objectsIn(t, dir); n != 0 {
+				t.Fatalf("%d objects written", n)
+			}
+		})
+	}
+	// An unusable store path.
+	_, err = stagingRun(t, "synth", "--samples", "10", "--shards", "1", "--store", filepath.Join(notDir, "store"))
+	if errcode.Of(err) != errcode.StoreUnavailable || exitStatus(err) != errcode.ExitError {
+		t.Fatalf("store under a plain file: %v (exit %d)", err, exitStatus(err))
+	}
+}
+
+// missingColumnsFile writes a Parquet file with only sample_id and text.
+func missingColumnsFile(t *testing.T, dir string) string {
+	s := &manifest.RecordSchema{Schema: manifest.RecordSchemaSchema, Fields: []manifest.Field{{Name: "sample_id", Type: "utf8"}, {Name: "text", Type: "utf8"}}}
+	rec := stage.BuildRows([]stage.Row{{SampleID: "x", Text: "y"}})
+	defer rec.Release()
+	as, err := canon.ArrowSchema(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := array.NewRecordBatch(as, []arrow.Array{rec.Column(0), rec.Column(5)}, rec.NumRows())
+	defer two.Release()
+	p := filepath.Join(dir, "two-columns.parquet")
+	os.WriteFile(p, stagetest.EncodeRecord(t, two, s, stage.ParquetOptions{}), 0o644)
+	return p
+}
