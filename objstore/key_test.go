@@ -2,6 +2,9 @@ package objstore
 
 import (
 	"errors"
+	"io/fs"
+	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -35,4 +38,29 @@ func TestValidatePrefix(t *testing.T) {
 			t.Errorf("ValidatePrefix(%q) = %v, want BAD_KEY", p, err)
 		}
 	}
+}
+
+// A key ValidateKey accepts is already clean and, joined to any root, stays
+// inside it.
+func FuzzValidateKey(f *testing.F) {
+	for _, s := range []string{"a", "a/b", "../x", "a/../../b", "/abs", "a//b", "@tmp", "a/.", "ü/ß", "a\\b", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		if ValidateKey(key) != nil {
+			return
+		}
+		if path.Clean(key) != key || path.IsAbs(key) || !fs.ValidPath(key) {
+			t.Fatalf("accepted unclean key %q", key)
+		}
+		root := "/store/root"
+		if j := filepath.Join(root, key); !strings.HasPrefix(j, root+"/") {
+			t.Fatalf("accepted key %q escapes to %q", key, j)
+		}
+		for _, seg := range strings.Split(key, "/") {
+			if strings.HasPrefix(seg, "@") {
+				t.Fatalf("accepted reserved segment in %q", key)
+			}
+		}
+	})
 }

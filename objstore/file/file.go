@@ -108,6 +108,13 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts objsto
 	if err := ctx.Err(); err != nil {
 		return "", errcode.Wrap(errcode.Canceled, err, "put %s", key)
 	}
+	if opts.IfNoneMatch {
+		// Fail fast rather than copy a large body only to lose the link;
+		// the link below remains the atomic check.
+		if _, err := s.root.Lstat(path.Join(key, seqName(1))); err == nil {
+			return "", fmt.Errorf("put %s: %w", key, objstore.ErrPreconditionFailed)
+		}
+	}
 	tmp, err := s.writeTemp(ctx, key, body, opts.SHA256)
 	if err != nil {
 		return "", err

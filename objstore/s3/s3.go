@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -234,6 +235,7 @@ func (s *Store) putSingle(ctx context.Context, key string, buf []byte, opts objs
 		if !isConflict(err) || attempt == conflictRetries {
 			return "", s.mapErr(ctx, err, "put", key, "")
 		}
+		slog.Debug("s3: conditional write conflict, retrying", "bucket", s.bucket, "key", s.base+key, "attempt", attempt+1)
 		if err := sleep(ctx, attempt); err != nil {
 			return "", s.mapErr(ctx, err, "put", key, "")
 		}
@@ -264,9 +266,14 @@ func (s *Store) putMultipart(ctx context.Context, key string, body io.Reader, op
 			// The caller's context may be canceled; the abort must still run.
 			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
-			s.client.AbortMultipartUpload(actx, &awss3.AbortMultipartUploadInput{
+			_, err := s.client.AbortMultipartUpload(actx, &awss3.AbortMultipartUploadInput{
 				Bucket: aws.String(s.bucket), Key: s.objKey(key), UploadId: created.UploadId,
 			})
+			if err != nil {
+				// The parts stay billed until a lifecycle rule removes them.
+				slog.Warn("s3: abort multipart upload failed", "bucket", s.bucket, "key", s.base+key,
+					"uploadId", aws.ToString(created.UploadId), "code", errcode.Of(s.mapErr(actx, err, "abort", key, "")), "err", err)
+			}
 		}
 	}()
 	whole := sha256.New()
@@ -328,6 +335,7 @@ func (s *Store) putMultipart(ctx context.Context, key string, body io.Reader, op
 		if !isConflict(err) || attempt == conflictRetries {
 			return "", s.mapErr(ctx, err, "put", key, "")
 		}
+		slog.Debug("s3: conditional write conflict, retrying", "bucket", s.bucket, "key", s.base+key, "attempt", attempt+1)
 		if err := sleep(ctx, attempt); err != nil {
 			return "", s.mapErr(ctx, err, "put", key, "")
 		}

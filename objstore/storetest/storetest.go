@@ -29,6 +29,7 @@ func Run(t *testing.T, open func(t *testing.T) objstore.Store) {
 		{"ImmutableVersions", testImmutableVersions},
 		{"ConditionalCreate", testConditionalCreate},
 		{"ConditionalCreateRace", testConditionalCreateRace},
+		{"ConditionalCreateSlowBody", testConditionalCreateSlowBody},
 		{"NotFound", testNotFound},
 		{"ListPaging", testListPaging},
 		{"ListPrefix", testListPrefix},
@@ -180,6 +181,33 @@ func testConditionalCreateRace(t *testing.T, s objstore.Store) {
 	}
 	if got := get(t, s, "race", vers[0]); string(got) != want {
 		t.Fatalf("winner's version holds %q, want %q", got, want)
+	}
+}
+
+// A conditional create whose body is still streaming when another create
+// of the key completes must lose: the check happens when the version is
+// committed, not when the upload starts.
+func testConditionalCreateSlowBody(t *testing.T, s objstore.Store) {
+	pr, pw := io.Pipe()
+	slow := make(chan error, 1)
+	go func() {
+		_, err := s.Put(t.Context(), "slow", pr, objstore.PutOptions{IfNoneMatch: true})
+		slow <- err
+	}()
+	if _, err := pw.Write([]byte("slow writer, first half; ")); err != nil {
+		t.Fatal(err)
+	}
+	v := put(t, s, "slow", []byte("fast writer"), objstore.PutOptions{IfNoneMatch: true})
+	pw.Write([]byte("second half"))
+	pw.Close()
+	if err := <-slow; !objstore.IsPrecondition(err) {
+		t.Fatalf("slow conditional create: %v, want ErrPreconditionFailed", err)
+	}
+	if got := get(t, s, "slow", ""); string(got) != "fast writer" {
+		t.Fatalf("stored %q, want the fast writer's bytes", got)
+	}
+	if got := get(t, s, "slow", v); string(got) != "fast writer" {
+		t.Fatalf("fast writer's version holds %q", got)
 	}
 }
 

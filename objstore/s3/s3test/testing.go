@@ -147,6 +147,22 @@ func Binary() (string, error) {
 	if _, err := os.Stat(bin); err == nil {
 		return bin, nil
 	}
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return "", err
+	}
+	// Test binaries of several packages start at once under `go test ./...`;
+	// one builds (minutes on a small machine), the others wait for it.
+	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
+	}
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
 	gomod, err := goEnv("GOMOD")
 	if err != nil {
 		return "", err
@@ -154,9 +170,6 @@ func Binary() (string, error) {
 	tools := filepath.Join(filepath.Dir(gomod), "tools")
 	if _, err := os.Stat(filepath.Join(tools, "go.mod")); err != nil {
 		return "", fmt.Errorf("tools module not found next to %s: %w", gomod, err)
-	}
-	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-		return "", err
 	}
 	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
 	build := exec.Command("go", "-C", tools, "build", "-o", tmp, "github.com/versity/versitygw/cmd/versitygw")
