@@ -1,0 +1,146 @@
+// Package raftgate is the gate: the embedded Raft group (hashicorp/raft,
+// raft-boltdb, TCP transport) that holds shardproof's linearizable state —
+// releases and their states, aliases with generations, the tombstone and
+// benchmark fences, permits, and training runs with their worker barrier.
+// Every publication, rollback, fence advance, run creation, attestation,
+// reassignment and checkpoint admission is one Raft log entry checked
+// inside FSM.Apply.
+//
+// It sits after verify in the pipeline: verify writes a report bound to a
+// root digest; `gate register` hands the gate a summary of that report
+// (the FSM never reads the object store); publish moves an alias; a run
+// resolves the alias once and its workers attest before step 0. This
+// package imports manifest (digests) and errcode only — never Arrow,
+// Parquet or a store implementation.
+//
+// # Commands
+//
+// A command is a JSON envelope {"type": …, fields…, "now": unix-ms}.
+// DecodeCommand is strict: an unknown type or field, a bad digest or
+// trailing data is BAD_DOCUMENT, and such a command never reaches the log
+// (the HTTP handler decodes before proposing). "now" is stamped by the
+// leader's HTTP handler when it proposes; Apply takes every time-based
+// decision (barrier deadlines) from it and never reads a clock, the store
+// or randomness, and it iterates maps in sorted key order, so replicas
+// that apply the same log hold byte-identical states. Apply returns a
+// *Result: a value (the changed alias, release, run summary, …) and, for
+// a rejection, an error carrying an errcode. A few rejections change state
+// on purpose and say so below.
+//
+//   - register(root, shards, report?) — without a report the release is
+//     STAGED. A VERIFIED report moves STAGED → VERIFIED; a newer VERIFIED
+//     report of a known release raises the watermarks it was checked at
+//     and renews its permits. An INVALID report moves any state → INVALID
+//     and closes the release's open permits. The shard digests, in manifest
+//     order, are what attest checks assignments against. A different shard
+//     list for a known root is ALREADY_EXISTS.
+//   - publish(alias, root, expectedGeneration, retain) — compare-and-set
+//     from expectedGeneration to expectedGeneration+1. The root must be
+//     VERIFIED or PUBLISHED (else NOT_VERIFIED) and checked at or above both
+//     current fences with zero hits (else FENCE_BEHIND). A new alias is
+//     created by publishing with expected generation 0. The command issues
+//     a publish permit bound to (root, the release's checked tombstone
+//     watermark and benchmark fence, generation) and supersedes the
+//     previous generation's permit. Idempotence: if generation
+//     expected+1 already exists with the same root and kind, the original
+//     result is returned unchanged (so retrying after an unknown outcome
+//     is safe). If expected+1 is the current generation and holds another
+//     root, the command lost a race for exactly that generation:
+//     PUBLISH_CONFLICT. Any other mismatch (further behind, or ahead) is
+//     GENERATION_CONFLICT.
+//   - rollback(alias, root, expectedGeneration) — the same CAS and
+//     idempotence, to a root inside the rollback window that is not the
+//     current root, is still PUBLISHED (not INVALID/RETIRED) and satisfies
+//     both current fences; otherwise ROLLBACK_INELIGIBLE. It is a new,
+//     higher generation, never a rewrite of history.
+//   - advanceFence(kind, value) — monotonic: lower is FENCE_REGRESSION,
+//     equal is a no-op. Every OPEN permit whose bound for that kind is below
+//     the new value becomes CLOSED.
+//   - recheck(root, kind, value, report, hits) — value below the current
+//     fence is FENCE_BEHIND. Zero hits raises the release's checked value
+//     and reopens its CLOSED permits (re-bound to the new watermarks) when
+//     it satisfies both fences. Non-zero hits make the release INVALID and
+//     its permits stay closed; the command returns TOMBSTONE_HIT or
+//     BENCHMARK_HIT (a state-changing rejection).
+//   - createRun(run, alias, worldSize, assignment?, barrierTimeoutMs) —
+//     reads the alias exactly once and pins (root, generation); requires
+//     the alias's current permit OPEN (else PERMIT_CLOSED); issues a run
+//     permit. The assignment is rank → shard indices and must name every
+//     shard exactly once; without one, shard i goes to rank i % worldSize.
+//     The barrier deadline is now + barrierTimeoutMs (default 10 min). The
+//     same run ID with the same parameters returns the existing run; with
+//     others, ALREADY_EXISTS.
+//   - attest(run, rank, root, shards) — a root other than the run's FAILS
+//     the run with ROOT_MISMATCH; a shard outside the rank's assignment
+//     FAILS it with SHARD_NOT_ASSIGNED (both before step 0, both
+//     state-changing). An attestation missing assigned shards is BAD_INPUT
+//     and changes nothing. The barrier opens, inside Apply, when every rank
+//     of the current assignment has attested.
+//   - checkBarrier(run) — if the barrier is closed and now > deadline the
+//     run FAILS with BARRIER_TIMEOUT. The leader proposes it for overdue
+//     runs every SweepInterval; an attestation after the deadline does the
+//     same.
+//   - reassign(run, worldSize, assignment?, reset?) — scale-out and
+//     recovery. It uses the run's pinned root and NEVER reads the alias.
+//     Ranks whose shard list changed, new ranks and the ranks in reset
+//     lose their attestation; if any rank lacks one the barrier closes
+//     again with a fresh deadline.
+//   - admitCheckpoint(run, step, root) — only the run's root
+//     (ROOT_MISMATCH), only with the run's permit OPEN (PERMIT_CLOSED), only
+//     with the barrier open (BARRIER_CLOSED), steps never go back
+//     (STEP_REGRESSION; the same step again is a no-op).
+//   - cancelRun(run) — CANCELLED, permit RELEASED; idempotent.
+//   - join(id, raftAddr, httpAddr) — records a member's addresses so
+//     followers can forward to the leader's HTTP API.
+//
+// A failed or cancelled run answers RUN_FAILED to everything but cancel.
+//
+// # Release states and retention
+//
+// STAGED → VERIFIED | INVALID; VERIFIED → PUBLISHED on first publish;
+// PUBLISHED → RETIRED when no alias retains it; any → INVALID on an
+// INVALID report or a recheck with hits. The rollback window of an alias
+// is its last N generations, (generation−N, generation], with N = retain
+// given when the alias is created (default 8, at most 1024). A root in
+// some alias's window is PUBLISHED and is never retired; when a generation
+// leaves the window and no alias's window holds its root any more, the
+// root becomes RETIRED and can be neither published nor rolled back to.
+// Alias history is kept whole (it is small) so `gate history` and
+// idempotent retries can see every generation.
+//
+// # Permits
+//
+// A permit is bound to (root, tombstone watermark, benchmark fence,
+// generation); the watermarks are those the release was checked at.
+// OPEN → CLOSED (a fence passed it, or its release became INVALID) →
+// OPEN (a recheck renewed it); OPEN|CLOSED → SUPERSEDED (publish/rollback
+// permits, when the alias moves on) or RELEASED (run permits, when the
+// run fails or is cancelled). Invariant: an OPEN permit is bound at or
+// above both fences.
+//
+// # Nodes, HTTP and clients
+//
+// Node runs one member: raft-boltdb in DataDir/raft.db (log and stable
+// store), FileSnapshotStore in DataDir/snapshots, a TCP transport, and the
+// HTTP/JSON API (see Node.handler for the routes). A node with no state
+// and no Join bootstraps a single-node cluster of itself; a node with Join
+// asks that member to AddVoter it. Writes on a follower are forwarded
+// once to the leader (X-Shardproof-Forwarded prevents loops). Reads that
+// must be linearizable run on the leader after VerifyLeader and, once per
+// term, a Barrier, so they observe every write acknowledged before them.
+//
+// Outcomes: raft.ErrNotLeader / ErrEnqueueTimeout / a leadership transfer
+// mean the entry was never appended: NOT_LEADER, retried by the Client.
+// ErrLeadershipLost, shutdown mid-commit, or a connection that broke after
+// a write was sent mean the outcome is unknown: INDETERMINATE (exit 5).
+// Every command is safe to retry with the same arguments (see publish
+// idempotence above; createRun, attest, checkpoint, cancel and fence
+// commands are idempotent by construction), so the answer to INDETERMINATE
+// is to send the same command again.
+//
+// # Snapshots
+//
+// The snapshot is the JSON encoding of State (encoding/json sorts map
+// keys), so the same log yields byte-identical snapshots. Restore decodes
+// strictly and checks State.Validate before replacing the state.
+package raftgate
