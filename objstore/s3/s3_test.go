@@ -192,3 +192,36 @@ func TestParseURL(t *testing.T) {
 		t.Fatalf("ParseURL = %+v, %v; want %+v", o, err, want)
 	}
 }
+
+// A conditional multipart create that passed the early Head but completes
+// after another writer created the key loses at CompleteMultipartUpload.
+func TestMultipartConditionalSlowBody(t *testing.T) {
+	st := open(t, s3test.Start(t)+"&multipart_threshold=5242880")
+	ctx := t.Context()
+	pr, pw := io.Pipe()
+	slow := make(chan error, 1)
+	go func() {
+		_, err := st.Put(ctx, "k", pr, objstore.PutOptions{IfNoneMatch: true})
+		slow <- err
+	}()
+	// The first threshold+1 bytes are buffered before the upload starts;
+	// once one more byte is consumed, the early Head and the first part
+	// are behind us.
+	if _, err := pw.Write(make([]byte, 5<<20+1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pw.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(ctx, "k", strings.NewReader("fast"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if err := <-slow; !objstore.IsPrecondition(err) {
+		t.Fatalf("slow multipart create: %v, want ErrPreconditionFailed", err)
+	}
+	info, err := st.Head(ctx, "k", "")
+	if err != nil || info.Size != 4 {
+		t.Fatalf("after: %+v, %v; want the fast writer's 4 bytes", info, err)
+	}
+}
