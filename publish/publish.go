@@ -130,7 +130,7 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	}
 	out.Reused = out.Report != nil
 	if !out.Reused {
-		log.Info("verifying", "tombstones", o.Tombstones.String(), "benchmark", o.Benchmark.String())
+		log.Info("verifying", "tombstones", docName(o.Tombstones), "benchmark", docName(o.Benchmark))
 		if out.Report, out.ReportDigest, err = o.Verify(ctx, o.Root, o.Tombstones, o.Benchmark); err != nil {
 			return nil, err
 		}
@@ -316,4 +316,12 @@ func FailureCode(c *manifest.Counts) errcode.Code {
 		}
 	}
 	return ""
+}
+
+// docName is a fence document digest for logs, or "none".
+func docName(d manifest.Digest) string {
+	if d.IsZero() {
+		return "none"
+	}
+	return d.String()
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
@@ -279,6 +281,17 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 func (w *Worker) pin(ctx context.Context, run *raftgate.Run) (*manifest.Release, []manifest.Shard, error) {
 	root := run.Root
 	w.set(func(s *Status) { s.Root, s.Generation, s.Epoch = root, run.Generation, run.Epoch })
+	// Create every series of this release at zero, so a dashboard sees
+	// "no corruption yet" rather than no data.
+	label := root.String()
+	m := w.cfg.Metrics
+	for _, c := range []interface {
+		WithLabelValues(...string) prometheus.Counter
+	}{m.CacheCorruptions, m.CacheHits, m.RootMismatches, m.ReadBytes} {
+		c.WithLabelValues(label)
+	}
+	m.BarrierWait.WithLabelValues(label)
+	m.VerifiedShardRatio.WithLabelValues(label)
 	greg, err := w.cfg.Gate.Release(ctx, root)
 	if err != nil {
 		return nil, nil, err

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"os"
+	"runtime"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/publish"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+// defaultGateURL is --gate's default: $SHARDPROOF_GATE or the embedded
+// single node on loopback.
+func defaultGateURL() string {
+	if u := os.Getenv("SHARDPROOF_GATE"); u != "" {
+		return u
+	}
+	return raftgate.DefaultGateURL
+}
+
+// localVerifier runs verify in-process (the coordinator's local executor)
+// for publish and recheck.
+func localVerifier(s objstore.Store, parallelism int) publish.VerifyFunc {
+	if parallelism <= 0 {
+		parallelism = runtime.NumCPU()
+	}
+	return func(ctx context.Context, root, tombstones, benchmark manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+		out, err := coordinator.Verify(ctx, s, coordinator.Options{PlanOptions: coordinator.PlanOptions{
+			Root: root, Tombstones: tombstones, Benchmark: benchmark,
+			Parallelism: parallelism, Tool: "shardproof " + version,
+		}})
+		if err != nil {
+			return nil, manifest.Digest{}, err
+		}
+		return out.Report, out.ReportDigest, nil
+	}
+}
+
+// parseOptionalDigest parses flag value v, which may be empty.
+func parseOptionalDigest(cmd *cobra.Command, flag, v string) (manifest.Digest, error) {
+	if v == "" {
+		return manifest.Digest{}, nil
+	}
+	d, err := manifest.ParseDigest(v)
+	if err != nil {
+		return d, errcode.Wrap(errcode.Usage, err, "%s: %s", cmd.CommandPath(), flag)
+	}
+	return d, nil
+}
+
+// cmdLogger logs to stderr at info level, or warnings only with quiet.
+func cmdLogger(w io.Writer, quiet bool) *slog.Logger {
+	level := slog.LevelInfo
+	if quiet {
+		level = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+func init() {
+	var (
+		store, gateURL, alias, root, tombstones, benchmark string
+		expect                                             uint64
+		retain, parallelism                                int
+		asJSON, quiet                                      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "publish --store URL --gate URL --alias NAME --root sha256:… [--expect-generation G]",
+		Short: "Verify a release (or reuse its stored report), register it and move an alias to it atomically",
+		Long: `publish is the atomic cutover. It verifies the root against its dataset
+snapshot and the fence documents (--tombstones, --benchmark), or reuses the
+report the gate already holds for the same root at or above the current
+fences; registers the release with the gate; and moves the alias to it with
+one compare-and-swap on the alias generation.
+
+A candidate that fails verification is registered INVALID and the alias does
+not move (exit 1, with the first failure's code). --expect-generation G
+publishes only if the alias is still at generation G (exit 4,
+GENERATION_CONFLICT or PUBLISH_CONFLICT otherwise). A publish whose outcome
+was lost (exit 5, INDETERMINATE) is safe to run again with the same flags:
+the gate returns the first result, and without --expect-generation an alias
+already pointing at the root is reported, not published again.
+
+Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
+4 refused by the gate, 5 outcome unknown.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if alias == "" || root == "" {
+				return errcode.New(errcode.Usage, "%s: --alias and --root are required", cmd.CommandPath())
+			}
+			o := publish.Options{Alias: alias, Retain: retain, ExpectGeneration: expect, HasExpect: cmd.Flags().Changed("expect-generation")}
+			var err error
+			if o.Root, err = parseOptionalDigest(cmd, "--root", root); err != nil {
+				return err
+			}
+			if o.Tombstones, err = parseOptionalDigest(cmd, "--tombstones", tombstones); err != nil {
+				return err
+			}
+			if o.Benchmark, err = parseOptionalDigest(cmd, "--benchmark", benchmark); err != nil {
+				return err
+			}
+			s, err := openStore(cmd, store)
+			if err != nil {
+				return err
+			}
+			g := raftgate.NewClient(gateURL)
+			defer g.Close()
+			o.Verify = localVerifier(s, parallelism)
+			o.Logger = cmdLogger(cmd.ErrOrStderr(), quiet)
+			out, err := publish.Publish(cmd.Context(), s, g, o)
+			if out != nil {
+				printPublishOutcome(cmd.OutOrStdout(), out, asJSON, err == nil)
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&store, "store", "", "object store URL or path")
+	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
+	f.StringVar(&alias, "alias", "", "alias to move, e.g. pretrain-main")
+	f.StringVar(&root, "root", "", "root digest of the release manifest to publish")
+	f.Uint64Var(&expect, "expect-generation", 0, "publish only if the alias is at this generation (0: a new alias)")
+	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest to verify against")
+	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest to verify against")
+	f.IntVar(&retain, "retain", 0, "rollback window (generations) of a new alias (default: the gate's)")
+	f.IntVar(&parallelism, "parallelism", 0, "verify tasks run at once (default: number of CPUs)")
+	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
+	f.BoolVarP(&quiet, "quiet", "q", false, "log warnings only")
+	rootCmd.AddCommand(cmd)
+}
+
+func printPublishOutcome(w io.Writer, out *publish.Outcome, asJSON, ok bool) {
+	if asJSON {
+		type report struct {
+			Digest manifest.Digest `json:"digest"`
+			Reused bool            `json:"reused"`
+			*manifest.Report
+		}
+		v := struct {
+			Published bool                    `json:"published"`
+			Already   bool                    `json:"already"`
+			Result    *raftgate.PublishResult `json:"result,omitempty"`
+			Report    *report                 `json:"report,omitempty"`
+		}{Published: ok, Already: out.Already}
+		if ok {
+			v.Result = &out.Result
+		}
+		if out.Report != nil {
+			v.Report = &report{out.ReportDigest, out.Reused, out.Report}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(v)
+		return
+	}
+	if r := out.Report; r != nil {
+		how := "verified now"
+		if out.Reused {
+			how = "stored report reused"
+		}
+		fmt.Fprintf(w, "verdict   %s (%s)\nreport    %s\n", r.Verdict, how, out.ReportDigest)
+		if code := publish.FailureCode(&r.Counts); code != "" {
+			for _, code := range slices.Sorted(maps.Keys(r.Examples)) {
+				if ex := r.Examples[code]; len(ex) > 0 {
+					fmt.Fprintf(w, "  %s e.g. %s\n", code, ex[0])
+				}
+			}
+			for _, f := range r.Failures {
+				fmt.Fprintf(w, "  %s %s: %s: %s\n", f.Side, f.Shard, f.Code, f.Detail)
+			}
+		}
+	}
+	if !ok {
+		return
+	}
+	res := out.Result
+	if out.Already {
+		fmt.Fprintf(w, "alias     %s already at generation %d -> %s (nothing to do)\n", res.Alias, res.Generation, res.Root)
+		return
+	}
+	fmt.Fprintf(w, "published %s generation %d -> %s (permit %s)\n", res.Alias, res.Generation, res.Root, res.Permit)
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/publish"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+func init() {
+	var (
+		store, gateURL, alias, tombstones, benchmark string
+		roots                                        []string
+		parallelism                                  int
+		asJSON, quiet                                bool
+	)
+	cmd := &cobra.Command{
+		Use:   "recheck --store URL --gate URL (--root sha256:… … | --alias NAME) (--tombstones D | --benchmark D)",
+		Short: "Check published roots against new fence documents and renew their permits on zero hits",
+		Long: `After 'shardproof gate fence' advanced the tombstone watermark or the
+benchmark fence, every permit bound below it is closed: runs on those roots
+can no longer admit checkpoints and aliases cannot be rolled back to them.
+recheck verifies each root against the new tombstone log or benchmark
+registry and records the hits with the gate. With zero hits the gate renews
+the root's permits (a run's permit only while the run lives); with any hit
+the release becomes INVALID and its permits stay closed, and runs on it
+must be cancelled and recreated on a clean release.
+
+--root may be repeated; --alias rechecks the alias's current root.
+
+Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
+(TOMBSTONE_HIT, BENCHMARK_HIT, …), 2 usage, 3 store or gate unreachable,
+4 refused by the gate.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o := publish.RecheckOptions{}
+			var err error
+			if o.Tombstones, err = parseOptionalDigest(cmd, "--tombstones", tombstones); err != nil {
+				return err
+			}
+			if o.Benchmark, err = parseOptionalDigest(cmd, "--benchmark", benchmark); err != nil {
+				return err
+			}
+			if o.Tombstones.IsZero() && o.Benchmark.IsZero() {
+				return errcode.New(errcode.Usage, "%s: --tombstones and/or --benchmark is required", cmd.CommandPath())
+			}
+			if len(roots) == 0 && alias == "" {
+				return errcode.New(errcode.Usage, "%s: --root or --alias is required", cmd.CommandPath())
+			}
+			var ds []manifest.Digest
+			for _, r := range roots {
+				d, err := parseOptionalDigest(cmd, "--root", r)
+				if err != nil {
+					return err
+				}
+				ds = append(ds, d)
+			}
+			s, err := openStore(cmd, store)
+			if err != nil {
+				return err
+			}
+			g := raftgate.NewClient(gateURL)
+			defer g.Close()
+			if alias != "" {
+				al, err := g.Alias(cmd.Context(), alias)
+				if err != nil {
+					return err
+				}
+				ds = append(ds, al.Root)
+			}
+			o.Verify = localVerifier(s, parallelism)
+			o.Logger = cmdLogger(cmd.ErrOrStderr(), quiet)
+			w := cmd.OutOrStdout()
+			var first error
+			var outs []*publish.RecheckOutcome
+			for _, d := range ds {
+				o.Root = d
+				out, err := publish.Recheck(cmd.Context(), s, g, o)
+				if out != nil {
+					outs = append(outs, out)
+				}
+				if !asJSON {
+					printRecheckOutcome(w, d, out, err)
+				}
+				if err != nil && first == nil {
+					first = err
+				}
+			}
+			if asJSON {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				enc.Encode(outs)
+			}
+			return first
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&store, "store", "", "object store URL or path")
+	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
+	f.StringArrayVar(&roots, "root", nil, "root digest to recheck (repeatable)")
+	f.StringVar(&alias, "alias", "", "recheck this alias's current root")
+	f.StringVar(&tombstones, "tombstones", "", "new tombstone log digest")
+	f.StringVar(&benchmark, "benchmark", "", "new benchmark registry digest")
+	f.IntVar(&parallelism, "parallelism", 0, "verify tasks run at once (default: number of CPUs)")
+	f.BoolVar(&asJSON, "json", false, "print the outcomes as JSON")
+	f.BoolVarP(&quiet, "quiet", "q", false, "log warnings only")
+	rootCmd.AddCommand(cmd)
+}
+
+func printRecheckOutcome(w io.Writer, root manifest.Digest, out *publish.RecheckOutcome, err error) {
+	if out == nil {
+		fmt.Fprintf(w, "%s  not rechecked: %s\n", root, errcode.Of(err))
+		return
+	}
+	verdict := "renewed"
+	if err != nil {
+		verdict = string(errcode.Of(err))
+	}
+	fmt.Fprintf(w, "%s  %s  hits %v  report %s  reopened %v\n", root, verdict, out.Hits, out.ReportDigest, out.Reopened)
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/raftgate"
+	"github.com/shardproof/shardproof/trainer"
+)
+
+func init() {
+	var (
+		store, gateURL, run, cacheDir, listen string
+		rank, parallelism                     int
+		once, bytesOnly, quiet                bool
+		poll                                  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "worker --gate URL --store URL --run ID --rank K --cache DIR [--listen ADDR] [--once]",
+		Short: "Trainer sidecar: verify this rank's shards of the run's root into a local cache, attest, wait at the barrier",
+		Long: `worker runs next to one trainer rank, as a sidecar or (with --once) an init
+container. It reads the run's pinned root from the gate — never the alias —,
+fetches the root manifest by digest, fills the digest-addressed cache DIR
+with this rank's assigned shards read at their exact object versions
+(re-hashing entries already there: a corrupt or stale entry is refetched and
+counted) and decodes each one, attests (run, rank, root, shard digests), and
+waits at the barrier. The trainer reads shard bytes from
+DIR/sha256/<hex of the shard digest>.
+
+With --listen it serves /readyz (200 only while the barrier and the run's
+permit are open), /healthz, /status (JSON, including the shard list) and
+/metrics (Prometheus, labelled by release digest). Without --once it keeps
+watching the run: a reassignment that resets this rank is verified and
+attested again; a fence advance that closes the run's permit turns /readyz
+red until a recheck renews it.
+
+Exit status: 0 barrier open (--once) or stopped by a signal; otherwise the
+code of the failure: ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED (cancelled),
+DIGEST_MISMATCH / SIZE_MISMATCH / SCHEMA_MISMATCH / … (a shard of this rank
+failed; the rank did not attest), GATE_UNAVAILABLE.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if run == "" || !cmd.Flags().Changed("rank") || cacheDir == "" {
+				return errcode.New(errcode.Usage, "%s: --run, --rank and --cache are required", cmd.CommandPath())
+			}
+			s, err := openStore(cmd, store)
+			if err != nil {
+				return err
+			}
+			c, err := trainer.OpenCache(cacheDir)
+			if err != nil {
+				return err
+			}
+			g := raftgate.NewClient(gateURL)
+			defer g.Close()
+			cfg := trainer.Config{
+				Gate: g, Store: s, Cache: c, Run: run, Rank: rank,
+				Parallelism: parallelism, PollInterval: poll,
+				Logger: cmdLogger(cmd.ErrOrStderr(), quiet).With("component", "worker"),
+			}
+			if !bytesOnly {
+				cfg.Verify = trainer.DecodeVerifier(s)
+			}
+			w := trainer.NewWorker(cfg)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
+			if listen != "" {
+				ln, err := net.Listen("tcp", listen)
+				if err != nil {
+					return errcode.Wrap(errcode.IO, err, "--listen %s", listen)
+				}
+				srv := &http.Server{Handler: w.Handler(), ReadHeaderTimeout: 10 * time.Second}
+				go srv.Serve(ln)
+				defer srv.Close()
+				fmt.Fprintf(cmd.ErrOrStderr(), "worker run=%s rank=%d serving http://%s (/readyz /healthz /status /metrics)\n", run, rank, ln.Addr())
+			}
+			err = w.Run(ctx, once)
+			st := w.Status()
+			if err == nil && st.State == trainer.StateReady {
+				fmt.Fprintf(cmd.OutOrStdout(), "ready run=%s rank=%d root=%s generation=%d epoch=%d shards=%d cache=%s\n",
+					run, rank, st.Root, st.Generation, st.Epoch, len(st.Shards), st.Cache)
+			}
+			if errors.Is(cmd.Context().Err(), context.Canceled) && err != nil && errcode.Of(err) == errcode.BarrierClosed {
+				return nil // stopped by a signal while waiting
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&store, "store", "", "object store URL or path")
+	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
+	f.StringVar(&run, "run", "", "run id")
+	f.IntVar(&rank, "rank", 0, "this worker's rank")
+	f.StringVar(&cacheDir, "cache", "", "local cache directory (digest-addressed)")
+	f.StringVar(&listen, "listen", "", "serve /readyz, /healthz, /status and /metrics on this address, e.g. 127.0.0.1:9464")
+	f.BoolVar(&once, "once", false, "exit 0 as soon as the barrier is open (init container)")
+	f.IntVar(&parallelism, "parallelism", 4, "shards fetched and verified at once")
+	f.DurationVar(&poll, "poll", 2*time.Second, "how often a ready sidecar re-reads its run")
+	f.BoolVar(&bytesOnly, "bytes-only", false, "check digests and sizes only, skip decoding (faster, misses schema and logical mismatches)")
+	f.BoolVarP(&quiet, "quiet", "q", false, "log warnings only")
+	rootCmd.AddCommand(cmd)
+}
