@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: all build test test-short demo lint fuzz bench clean deps
+.PHONY: all build test test-short demo lint fuzz bench bench-scale clean deps
 
 all: build
 
@@ -31,6 +31,18 @@ lint:
 FUZZTIME ?= 30s
 fuzz:
 	@./scripts/fuzz.sh $(FUZZTIME)
+
+# bench runs the benchmark harness, its own Go module (bench/README.md);
+# never part of `make test`. BENCH_SHARDS=0 means samples / 32768.
+BENCH_SAMPLES ?= 200000
+BENCH_SHARDS  ?= 0
+BENCH_ROUNDS  ?= 3
+bench: build
+	cd bench && $(GO) build -o ../bin/spbench . && ../bin/spbench run -shardproof ../$(BIN) -samples $(BENCH_SAMPLES) -shards $(BENCH_SHARDS) -rounds $(BENCH_ROUNDS)
+
+# bench-scale: verify at 1M and 4M records; BENCH_LARGEST=1 adds 16M.
+bench-scale: build
+	cd bench && $(GO) build -o ../bin/spbench . && ../bin/spbench scale -shardproof ../$(BIN) -rounds $(BENCH_ROUNDS) $(if $(BENCH_LARGEST),-largest)
 
 clean:
 	rm -rf bin $(DEMO_DIR)

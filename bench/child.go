@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ const (
 	ladderRead     = "ladder-read"
 	ladderDecode   = "ladder-decode"
 	ladderContent  = "ladder-content"
+	ladderHash     = "ladder-content-hash-loop"
 	childSubcmd    = "child"
 	verifyExecutor = "local"
 )
@@ -38,9 +40,11 @@ type childResult struct {
 	Seconds float64 `json:"seconds"`
 	// Stages holds sub-timings: the coordinator phases, or the ladder
 	// levels.
-	Stages  map[string]float64 `json:"stages,omitempty"`
-	Records int64              `json:"records"`
-	Counts  *DiffCounts        `json:"counts,omitempty"`
+	Stages map[string]float64 `json:"stages,omitempty"`
+	// StagesCPU holds the process's user+system seconds of each stage.
+	StagesCPU map[string]float64 `json:"stagesCpu,omitempty"`
+	Records   int64              `json:"records"`
+	Counts    *DiffCounts        `json:"counts,omitempty"`
 	// Verdict and LogicalBytes come from a verification report.
 	Verdict      string `json:"verdict,omitempty"`
 	LogicalBytes int64  `json:"logicalBytes,omitempty"`
@@ -70,25 +74,33 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 	start := time.Now()
 	switch tool {
 	case toolPhases:
-		st, rep, err := phases(ctx, d)
+		st, stc, rep, err := phases(ctx, d)
 		if err != nil {
 			return err
 		}
 		c := countsOf(&rep.Counts)
+		res.StagesCPU = stc
 		res.Stages, res.Counts, res.Verdict, res.LogicalBytes = st, &c, rep.Verdict, rep.Stats.LogicalBytes
 		res.Records = rep.Counts.Records
 	case toolLadder:
-		res.Stages = map[string]float64{}
+		res.Stages, res.StagesCPU = map[string]float64{}, map[string]float64{}
 		for _, l := range []struct {
 			name string
 			lv   level
 		}{{ladderRead, levelRead}, {ladderDecode, levelDecode}, {ladderContent, levelContent}} {
-			t := time.Now()
-			n, err := ladder(ctx, d, l.lv)
+			t, cpu := time.Now(), cpuSeconds()
+			n, hash, err := ladder(ctx, d, l.lv)
 			if err != nil {
 				return err
 			}
 			res.Stages[l.name] = time.Since(t).Seconds()
+			res.StagesCPU[l.name] = cpuSeconds() - cpu
+			if l.lv == levelContent {
+				// Summed over workers: thread-seconds, and wall seconds
+				// if the workers kept every core busy.
+				res.StagesCPU[ladderHash] = hash
+				res.Stages[ladderHash] = hash / float64(runtime.NumCPU())
+			}
 			if l.lv >= levelDecode && n != d.Records+d.SnapshotRecords {
 				return errcode.New(errcode.Internal, "ladder %s decoded %d records, dataset has %d", l.name, n, d.Records+d.SnapshotRecords)
 			}
@@ -123,6 +135,15 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 	}
 	res.Seconds = time.Since(start).Seconds()
 	return json.NewEncoder(os.Stdout).Encode(&res)
+}
+
+// cpuSeconds is this process's user+system time so far.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // childUsage is what the parent measures of one child process.

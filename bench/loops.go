@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -94,10 +95,12 @@ func readChecked(f File) ([]byte, error) {
 }
 
 // ladder runs one cumulative level over every file of d and returns the
-// records it decoded (0 at levelRead).
-func ladder(ctx context.Context, d *Dataset, lv level) (int64, error) {
-	var records atomic.Int64
-	err := forEachFile(ctx, loopFiles(d), func(ctx context.Context, f loopFile) error {
+// records it decoded (0 at levelRead) and, at levelContent, the time spent
+// in the content-hashing loops summed over workers (the content digest is
+// too cheap next to decoding to show as a difference between levels).
+func ladder(ctx context.Context, d *Dataset, lv level) (records int64, hashSeconds float64, err error) {
+	var n, hashNanos atomic.Int64
+	err = forEachFile(ctx, loopFiles(d), func(ctx context.Context, f loopFile) error {
 		b, err := readChecked(f.File)
 		if err != nil || lv < levelDecode {
 			return err
@@ -123,8 +126,9 @@ func ladder(ctx context.Context, d *Dataset, lv level) (int64, error) {
 		}
 		for rr.Next() {
 			rec := rr.RecordBatch()
-			records.Add(rec.NumRows())
+			n.Add(rec.NumRows())
 			if lv >= levelContent && text >= 0 {
+				t := time.Now()
 				col := rec.Column(text).(*array.String)
 				data, offs := col.ValueBytes(), col.ValueOffsets()
 				var sink byte
@@ -133,6 +137,7 @@ func ladder(ctx context.Context, d *Dataset, lv level) (int64, error) {
 					sink ^= h[0]
 				}
 				keep(sink)
+				hashNanos.Add(int64(time.Since(t)))
 			}
 		}
 		if err := rr.Err(); err != nil {
@@ -140,7 +145,7 @@ func ladder(ctx context.Context, d *Dataset, lv level) (int64, error) {
 		}
 		return nil
 	})
-	return records.Load(), err
+	return n.Load(), time.Duration(hashNanos.Load()).Seconds(), err
 }
 
 // ceiling is the fastest loop the harness has for what verify must do at

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -45,6 +46,13 @@ func main() {
 		err = cmdRun(ctx, os.Args[2:])
 	case "scale":
 		err = cmdScale(ctx, os.Args[2:])
+	case prepareSubcmd:
+		fs := flag.NewFlagSet(prepareSubcmd, flag.ContinueOnError)
+		cache := fs.String("cache", ".cache", "dataset cache directory")
+		params := fs.String("params", "", "dataset parameters as JSON")
+		if err = fs.Parse(os.Args[2:]); err == nil {
+			err = runPrepare(ctx, *cache, *params)
+		}
 	case childSubcmd:
 		fs := flag.NewFlagSet(childSubcmd, flag.ContinueOnError)
 		tool := fs.String("tool", "", "tool to run")
@@ -132,6 +140,57 @@ func loadAvg() float64 {
 	return v
 }
 
+// prepareSubcmd builds (or finds) a dataset and warms the page cache in a
+// child process, so that the measuring parent never grows: Go starts
+// children with vfork semantics, and Linux carries the parent's peak RSS
+// into the child's ru_maxrss at exec, so a large parent would inflate every
+// measured peak RSS.
+const prepareSubcmd = "prepare"
+
+// runPrepare is the child side of prepare: it prints the meta.json path.
+func runPrepare(ctx context.Context, cache, params string) error {
+	var p Params
+	if err := json.Unmarshal([]byte(params), &p); err != nil {
+		return errcode.Wrap(errcode.Usage, err, "-params")
+	}
+	d, mp, err := ensureDataset(ctx, cache, p)
+	if err != nil {
+		return err
+	}
+	if err := warm(d); err != nil {
+		return err
+	}
+	_, err = fmt.Println(mp)
+	return err
+}
+
+// prepare runs the prepare child for p and loads the dataset it names.
+func prepare(ctx context.Context, self, cache string, p Params) (*Dataset, string, error) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, "", errcode.Wrap(errcode.Internal, err, "encode params")
+	}
+	cmd := exec.CommandContext(ctx, self, prepareSubcmd, "-cache", cache, "-params", string(b))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, "", errcode.Wrap(errcode.Internal, err, "prepare dataset %s", p.Key())
+	}
+	mp := strings.TrimSpace(string(out))
+	d, err := loadDataset(mp)
+	return d, mp, err
+}
+
+// selfMaxRSS is this process's own peak RSS: the floor under every
+// child's ru_maxrss (see prepareSubcmd).
+func selfMaxRSS() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Maxrss * 1024
+}
+
 // warm reads every file once so that no tool pays for the first read from
 // disk; all tools then read from the page cache alike.
 func warm(d *Dataset) error {
@@ -167,11 +226,8 @@ func cmdRun(ctx context.Context, args []string) error {
 		return errcode.Wrap(errcode.IO, err, "own executable")
 	}
 	p := c.params(*samples, *shards)
-	d, mp, err := ensureDataset(ctx, c.cache, p)
+	d, mp, err := prepare(ctx, self, c.cache, p)
 	if err != nil {
-		return err
-	}
-	if err := warm(d); err != nil {
 		return err
 	}
 	started := time.Now().UTC()
@@ -200,13 +256,14 @@ func cmdRun(ctx context.Context, args []string) error {
 		}
 	}
 	res.Host.LoadEnd = loadAvg()
+	res.Host.RSSFloorBytes = selfMaxRSS()
 	sortSamples(res.Samples)
 	if res.Dataset.LogicalBytes > 0 {
 		res.Dataset.DecompressionRatio = float64(res.Dataset.LogicalBytes) / float64(res.Dataset.StoredBytes)
 	}
 	res.summarize(allTools)
 	res.checkCounts()
-	res.Notes = runNotes(res)
+	res.Notes = append(runNotes(res), res.Notes...)
 	base := filepath.Join(c.results, fmt.Sprintf("%s-n%d", started.Format("20060102T150405Z"), p.Samples))
 	if err := writeOutputs(base, res, res.Markdown(), res.SVG()); err != nil {
 		return err
@@ -222,7 +279,8 @@ func cmdRun(ctx context.Context, args []string) error {
 // runNotes says what the numbers do not show.
 func runNotes(r *Result) []string {
 	notes := []string{
-		"Every tool runs as its own child process; wall time and peak RSS (rusage maxrss) are the parent's view of that process.",
+		fmt.Sprintf("Every tool runs as its own child process; wall time, CPU time and peak RSS (rusage) are the parent's view of that process. Peak RSS includes a floor of %.0f MiB, the harness's own peak, which Linux carries into a vforked child at exec.", mb(r.Host.RSSFloorBytes)),
+		"The machine is shared: when the load average exceeds the CPU count, wall times are inflated for every tool alike (rounds are interleaved); records per CPU-second is the steadier comparison.",
 		"Rates divide release records, release stored bytes and release logical bytes by wall time for every tool; verify, phases and duckdb-diff also read the snapshot member files, the ceiling reads and hashes them too.",
 		"The stage breakdown is estimated: the coordinator exposes phase times only, so the stages inside a map task come from cumulative ladder loops over the same files (each level minus the one before).",
 		"Files are in the page cache (read once before round 1): these are CPU numbers, not disk numbers.",

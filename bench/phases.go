@@ -20,51 +20,52 @@ const (
 )
 
 // phases runs the verification of d through the coordinator API one phase
-// at a time, with the local executor's parallelism, and times each phase.
+// at a time, with the local executor's parallelism, and times each phase
+// (wall and CPU seconds).
 // The coordinator exposes no finer timings than its phases; the stages
 // inside a map task are estimated by the ladder loops.
-func phases(ctx context.Context, d *Dataset) (map[string]float64, *manifest.Report, error) {
+func phases(ctx context.Context, d *Dataset) (wall, cpu map[string]float64, _ *manifest.Report, _ error) {
 	st, err := objstore.Open(ctx, d.StoreDir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	p := runtime.NumCPU()
-	out := map[string]float64{}
-	t := time.Now()
+	wall, cpu = map[string]float64{}, map[string]float64{}
+	t, c := time.Now(), cpuSeconds()
 	lap := func(name string) {
-		out[name] = time.Since(t).Seconds()
-		t = time.Now()
+		wall[name], cpu[name] = time.Since(t).Seconds(), cpuSeconds()-c
+		t, c = time.Now(), cpuSeconds()
 	}
 	start := t
 	_, pd, err := coordinator.NewPlan(ctx, st, coordinator.PlanOptions{Root: d.Root, Parallelism: p, Tool: "spbench phases"})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	j, err := coordinator.Open(ctx, st, pd)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	lap(phasePlan)
 	if err := pool(ctx, j.Tasks(coordinator.KindMap), p, func(ctx context.Context, i int) error {
 		_, err := j.Map(ctx, i, nil)
 		return err
 	}); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	lap(phaseMap)
 	if err := pool(ctx, j.Tasks(coordinator.KindReduce), p, func(ctx context.Context, i int) error {
 		_, err := j.Reduce(ctx, i)
 		return err
 	}); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	lap(phaseReduce)
 	rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "spbench-phases", Seconds: time.Since(start).Seconds(), Started: start.UTC().Format(time.RFC3339)})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	lap(phaseAggregate)
-	return out, rep, nil
+	return wall, cpu, rep, nil
 }
 
 // pool runs f(0..n-1) on p goroutines and returns the first error.

@@ -77,11 +77,8 @@ func cmdScale(ctx context.Context, args []string) error {
 	res := &ScaleResult{Schema: ScaleSchema, Started: started.Format(time.RFC3339), Command: "spbench scale " + strings.Join(args, " "), Host: host()}
 	for _, n := range ns {
 		p := c.params(n, 0)
-		d, mp, err := ensureDataset(ctx, c.cache, p)
+		d, mp, err := prepare(ctx, self, c.cache, p)
 		if err != nil {
-			return err
-		}
-		if err := warm(d); err != nil {
 			return err
 		}
 		r := &runner{self: self, shardproof: c.shardproof, metaPath: mp, d: d}
