@@ -1,0 +1,429 @@
+package publish_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/internal/canon"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/publish"
+	"github.com/shardproof/shardproof/raftgate"
+	"github.com/shardproof/shardproof/stage"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// env is a real file store and a real single-node gate on loopback; the
+// verifier is the coordinator's local executor.
+type env struct {
+	t     *testing.T
+	ctx   context.Context
+	store objstore.Store
+	gate  *raftgate.Client
+	quiet *slog.Logger
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{t: t, ctx: context.Background(), store: stagetest.Store(t), quiet: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	n := raftgate.StartTestNode(t, raftgate.TestConfig(t.TempDir(), "gate1"))
+	e.gate = raftgate.NewClient(n.URL())
+	t.Cleanup(e.gate.Close)
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("gate did not become leader")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return e
+}
+
+func verifier(s objstore.Store) publish.VerifyFunc {
+	return func(ctx context.Context, root, tomb, bench manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+		out, err := coordinator.Verify(ctx, s, coordinator.Options{PlanOptions: coordinator.PlanOptions{
+			Root: root, Tombstones: tomb, Benchmark: bench, Parallelism: 2, Tool: "publish_test",
+		}})
+		if err != nil {
+			return nil, manifest.Digest{}, err
+		}
+		return out.Report, out.ReportDigest, nil
+	}
+}
+
+func (e *env) opts(root manifest.Digest) publish.Options {
+	return publish.Options{Alias: "main", Root: root, Verify: verifier(e.store), Logger: e.quiet}
+}
+
+func (e *env) publish(g publish.Gate, o publish.Options) (*publish.Outcome, error) {
+	if g == nil {
+		g = e.gate
+	}
+	return publish.Publish(e.ctx, e.store, g, o)
+}
+
+func (e *env) alias() *raftgate.Alias {
+	e.t.Helper()
+	al, err := e.gate.Alias(e.ctx, "main")
+	if err != nil {
+		e.t.Fatalf("alias: %v", err)
+	}
+	return al
+}
+
+func wantCode(t *testing.T, err error, code errcode.Code) {
+	t.Helper()
+	if got := errcode.Of(err); got != code {
+		t.Fatalf("code %s (%v), want %s", got, err, code)
+	}
+}
+
+// putFenceLog stores a fence document and returns its digest.
+func (e *env) putFenceLog(schema string, entries ...manifest.FenceEntry) manifest.Digest {
+	e.t.Helper()
+	b, err := manifest.Encode(&manifest.FenceLog{Schema: schema, Entries: entries})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	d, _, _, err := objstore.PutBlob(e.ctx, e.store, b)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+func TestPublishVerifiesRegistersAndIsSafeToRerun(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 2000, 8, 1)
+	out, err := e.publish(nil, e.opts(gen1.Root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Reused || out.Report.Verdict != manifest.Verified || out.Result.Generation != 1 || out.Result.Root != gen1.Root {
+		t.Fatalf("first publish: %+v", out)
+	}
+	rel, _ := e.gate.Release(e.ctx, gen1.Root)
+	if rel.State != raftgate.ReleasePublished || rel.Report != out.ReportDigest {
+		t.Fatalf("release %s report %s", rel.State, rel.Report)
+	}
+	// Rerun without --expect-generation: already there, nothing new.
+	again, err := e.publish(nil, e.opts(gen1.Root))
+	if err != nil || !again.Already || again.Result.Generation != 1 {
+		t.Fatalf("rerun: %+v, %v", again, err)
+	}
+	// Rerun with the generation it was published from: the gate's
+	// idempotent answer, with the stored report reused (no verify).
+	o := e.opts(gen1.Root)
+	o.HasExpect, o.ExpectGeneration = true, 0
+	o.Verify = func(context.Context, manifest.Digest, manifest.Digest, manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+		t.Fatal("verify ran although the gate holds a report of this root at the current fences")
+		return nil, manifest.Digest{}, nil
+	}
+	retry, err := e.publish(nil, o)
+	if err != nil || !retry.Reused || retry.Result != out.Result {
+		t.Fatalf("retry with expect 0: %+v, %v; want %+v", retry, err, out.Result)
+	}
+	if al := e.alias(); al.Generation != 1 {
+		t.Fatalf("alias at generation %d after reruns", al.Generation)
+	}
+}
+
+// lossy applies the first publish for real, then reports its outcome as
+// unknown, as a leader lost mid-commit or a dropped connection would.
+type lossy struct {
+	publish.Gate
+	mu    sync.Mutex
+	calls int
+}
+
+func (l *lossy) Publish(ctx context.Context, alias string, root manifest.Digest, expected uint64, retain int) (*raftgate.PublishResult, error) {
+	res, err := l.Gate.Publish(ctx, alias, root, expected, retain)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls++
+	if l.calls == 1 && err == nil {
+		return nil, errcode.Wrap(errcode.Indeterminate, raftgate.ErrIndeterminate, "answer lost")
+	}
+	return res, err
+}
+
+// A CAS retry with the same digest is idempotent; with another digest it
+// conflicts.
+func TestCASRetrySameDigestIdempotentOtherDigestConflicts(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 1500, 4, 1)
+	gen2 := stagetest.Synth(t, e.store, 1500, 4, 2)
+	if _, err := e.publish(nil, e.opts(gen1.Root)); err != nil {
+		t.Fatal(err)
+	}
+	g := &lossy{Gate: e.gate}
+	o := e.opts(gen2.Root)
+	o.HasExpect, o.ExpectGeneration = true, 1
+	out, err := e.publish(g, o)
+	if err != nil {
+		t.Fatalf("publish after a lost answer: %v", err)
+	}
+	if g.calls != 2 || out.Result.Generation != 2 || out.Result.Root != gen2.Root {
+		t.Fatalf("%d calls, result %+v", g.calls, out.Result)
+	}
+	al := e.alias()
+	if al.Generation != 2 || len(al.History) != 2 {
+		t.Fatalf("alias generation %d with %d history entries: the retry published twice", al.Generation, len(al.History))
+	}
+	// The same CAS with the other digest loses: generation 2 is taken.
+	o = e.opts(gen1.Root)
+	o.HasExpect, o.ExpectGeneration = true, 1
+	_, err = e.publish(nil, o)
+	wantCode(t, err, errcode.PublishConflict)
+	if al := e.alias(); al.Generation != 2 || al.Root != gen2.Root {
+		t.Fatalf("alias moved on a conflicting retry: %d %s", al.Generation, al.Root)
+	}
+}
+
+func TestTwoPublishersRacingOnOneGenerationExactlyOneWins(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 1500, 4, 1)
+	gen2 := stagetest.Synth(t, e.store, 1500, 4, 2)
+	gen3 := stagetest.Synth(t, e.store, 1500, 4, 3)
+	if _, err := e.publish(nil, e.opts(gen1.Root)); err != nil {
+		t.Fatal(err)
+	}
+	roots := []manifest.Digest{gen2.Root, gen3.Root}
+	errs := make([]error, 2)
+	outs := make([]*publish.Outcome, 2)
+	var wg sync.WaitGroup
+	for i, r := range roots {
+		wg.Go(func() {
+			o := e.opts(r)
+			o.HasExpect, o.ExpectGeneration = true, 1
+			outs[i], errs[i] = e.publish(nil, o)
+		})
+	}
+	wg.Wait()
+	won := -1
+	for i, err := range errs {
+		switch c := errcode.Of(err); c {
+		case "":
+			if won >= 0 {
+				t.Fatal("both publishers won")
+			}
+			won = i
+		case errcode.PublishConflict:
+		default:
+			t.Fatalf("publisher %d: %s (%v), want success or PUBLISH_CONFLICT", i, c, err)
+		}
+	}
+	if won < 0 {
+		t.Fatalf("nobody won: %v", errs)
+	}
+	al := e.alias()
+	if al.Generation != 2 || al.Root != roots[won] || outs[won].Result.Generation != 2 {
+		t.Fatalf("alias at %d -> %s, winner %d published %s", al.Generation, al.Root, won, roots[won])
+	}
+}
+
+// A prefix listing that misses one of 100 uploaded shards yields a
+// manifest of 99: verify finds the missing members, the candidate is
+// registered INVALID and the alias does not move.
+func TestListingMissingOneShardPublishesNothing(t *testing.T) {
+	e := newEnv(t)
+	good := stagetest.Synth(t, e.store, 2000, 4, 7)
+	if _, err := e.publish(nil, e.opts(good.Root)); err != nil {
+		t.Fatal(err)
+	}
+	full := stagetest.Synth(t, e.store, 3000, 100, 8)
+	lost := full.Release.Shards[57].Digest.BlobKey()
+	listing := &faults.StaleList{Store: e.store, Omit: func(k string) bool { return k == lost }}
+	listed := map[string]bool{}
+	for after := ""; ; {
+		page, err := listing.List(e.ctx, objstore.BlobPrefix, after, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Objects {
+			listed[o.Key] = true
+		}
+		if after = page.Next; after == "" {
+			break
+		}
+	}
+	// The uploader assembles its manifest from what the listing shows,
+	// with honest totals and tuple root for those shards.
+	rel := stagetest.CloneRelease(full.Release)
+	rel.Shards = rel.Shards[:0]
+	for _, s := range full.Release.Shards {
+		if listed[s.Digest.BlobKey()] {
+			rel.Shards = append(rel.Shards, s)
+		}
+	}
+	if len(rel.Shards) != 99 {
+		t.Fatalf("listing shows %d shards, want 99", len(rel.Shards))
+	}
+	cand := stagetest.Reissue(t, e.store, full, rel, true)
+
+	out, err := e.publish(nil, e.opts(cand.Root))
+	wantCode(t, err, errcode.MissingMember)
+	if out == nil || out.Report.Verdict != manifest.Invalid || out.Report.Counts.Missing == 0 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if al := e.alias(); al.Generation != 1 || al.Root != good.Root {
+		t.Fatalf("alias moved to %d -> %s", al.Generation, al.Root)
+	}
+	rel2, _ := e.gate.Release(e.ctx, cand.Root)
+	if rel2.State != raftgate.ReleaseInvalid {
+		t.Fatalf("candidate is %s, want INVALID", rel2.State)
+	}
+	// A second attempt is refused at once, and the gate refuses the raw
+	// CAS too.
+	_, err = e.publish(nil, e.opts(cand.Root))
+	wantCode(t, err, errcode.NotVerified)
+	_, err = e.gate.Publish(e.ctx, "main", cand.Root, 1, 0)
+	wantCode(t, err, errcode.NotVerified)
+}
+
+// Mixed schemas across shards: one shard written with another record
+// schema keeps the candidate out.
+func TestMixedSchemasKeepCandidateOut(t *testing.T) {
+	e := newEnv(t)
+	res := stagetest.Synth(t, e.store, 1500, 4, 9)
+	rows := stagetest.ShardRows(t, e.store, res, 2)
+	rec := stage.BuildRows(rows)
+	defer rec.Release()
+	other := stage.DefaultSchema()
+	other.Fields[4].Name = "language"
+	od, _ := canon.SchemaDigest(other)
+	as, _ := canon.ArrowSchema(other)
+	orec := array.NewRecordBatch(as, rec.Columns(), rec.NumRows())
+	defer orec.Release()
+	rel := stagetest.CloneRelease(res.Release)
+	rel.Shards[2] = stagetest.WriteShard(t, e.store, rel.Shards[2].ID, orec, other, od, stage.ParquetOptions{})
+	cand := stagetest.Reissue(t, e.store, res, rel, false)
+	_, err := e.publish(nil, e.opts(cand.Root))
+	if c := errcode.Of(err); c != errcode.SchemaMismatch && c != errcode.SchemaMix {
+		t.Fatalf("code %s (%v), want SCHEMA_MISMATCH", c, err)
+	}
+	if _, err := e.gate.Alias(e.ctx, "main"); errcode.Of(err) != errcode.UnknownAlias {
+		t.Fatalf("alias exists after a refused first publish: %v", err)
+	}
+}
+
+// Fence advance closes permits; recheck renews only with zero hits; a run
+// whose permit stays closed cannot admit checkpoints and is replaced;
+// rollback works within the window and is refused for a root that fails
+// the current fences.
+func TestFenceAdvanceRecheckRollback(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 1500, 4, 1)
+	gen2 := stagetest.Synth(t, e.store, 1500, 4, 2)
+	if _, err := e.publish(nil, e.opts(gen1.Root)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.gate.CreateRun(e.ctx, &raftgate.CreateRun{Run: "r1", Alias: "main", WorldSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	attest(t, e, "r1", gen1)
+	o := e.opts(gen2.Root)
+	o.HasExpect, o.ExpectGeneration = true, 1
+	if _, err := e.publish(nil, o); err != nil {
+		t.Fatal(err)
+	}
+
+	// Tombstones: seq 3 deletes a sample of generation 2 only.
+	victim := stagetest.ShardRows(t, e.store, gen2, 0)[0].SampleID
+	tomb := e.putFenceLog(manifest.TombstonesSchema,
+		manifest.FenceEntry{Seq: 1, SampleID: "no-such-sample"},
+		manifest.FenceEntry{Seq: 3, SampleID: victim})
+	fr, err := e.gate.AdvanceFence(e.ctx, raftgate.FenceTombstone, 3)
+	if err != nil || len(fr.Closed) == 0 {
+		t.Fatalf("advance: %+v %v", fr, err)
+	}
+	_, err = e.gate.AdmitCheckpoint(e.ctx, "r1", 1, gen1.Root)
+	wantCode(t, err, errcode.PermitClosed)
+	// Publishing without the new log is refused before any verify work.
+	_, err = e.publish(nil, e.opts(gen1.Root))
+	wantCode(t, err, errcode.FenceBehind)
+
+	// Generation 1 has no hits: its run permit is renewed.
+	out, err := publish.Recheck(e.ctx, e.store, e.gate, publish.RecheckOptions{Root: gen1.Root, Tombstones: tomb, Verify: verifier(e.store), Logger: e.quiet})
+	if err != nil || out.Hits[raftgate.FenceTombstone] != 0 || len(out.Reopened) == 0 {
+		t.Fatalf("recheck gen1: %+v %v", out, err)
+	}
+	if _, err := e.gate.AdmitCheckpoint(e.ctx, "r1", 1, gen1.Root); err != nil {
+		t.Fatalf("checkpoint after renewal: %v", err)
+	}
+	// Generation 2 holds the deleted sample: INVALID, permits stay closed.
+	out, err = publish.Recheck(e.ctx, e.store, e.gate, publish.RecheckOptions{Root: gen2.Root, Tombstones: tomb, Verify: verifier(e.store), Logger: e.quiet})
+	wantCode(t, err, errcode.TombstoneHit)
+	if out.Hits[raftgate.FenceTombstone] != 1 || out.Release.State != raftgate.ReleaseInvalid {
+		t.Fatalf("recheck gen2: %+v", out)
+	}
+	// Rollback to generation 1 (rechecked, in the window) succeeds.
+	res, err := e.gate.Rollback(e.ctx, "main", gen1.Root, 2)
+	if err != nil || res.Generation != 3 || res.Root != gen1.Root {
+		t.Fatalf("rollback: %+v %v", res, err)
+	}
+	// Rolling back to generation 2, which fails the current fences, is
+	// refused.
+	_, err = e.gate.Rollback(e.ctx, "main", gen2.Root, 3)
+	wantCode(t, err, errcode.RollbackIneligible)
+}
+
+func TestRunPermitClosedMustBeCancelledAndRecreated(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 1500, 4, 1)
+	if _, err := e.publish(nil, e.opts(gen1.Root)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.gate.CreateRun(e.ctx, &raftgate.CreateRun{Run: "r1", Alias: "main", WorldSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	attest(t, e, "r1", gen1)
+	victim := stagetest.ShardRows(t, e.store, gen1, 1)[3].SampleID
+	bench := e.putFenceLog(manifest.BenchmarkSchema, manifest.FenceEntry{Seq: 2, SampleID: victim})
+	if _, err := e.gate.AdvanceFence(e.ctx, raftgate.FenceBenchmark, 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err := publish.Recheck(e.ctx, e.store, e.gate, publish.RecheckOptions{Root: gen1.Root, Benchmark: bench, Verify: verifier(e.store), Logger: e.quiet})
+	wantCode(t, err, errcode.BenchmarkHit)
+	_, err = e.gate.AdmitCheckpoint(e.ctx, "r1", 5, gen1.Root)
+	wantCode(t, err, errcode.PermitClosed)
+	if _, err := e.gate.CancelRun(e.ctx, "r1", "benchmark item in release"); err != nil {
+		t.Fatal(err)
+	}
+	// A clean release (other seed, so other sampleIds) checked against
+	// the new registry replaces it.
+	clean := stagetest.Synth(t, e.store, 1500, 4, 5)
+	o := e.opts(clean.Root)
+	o.Benchmark = bench
+	if _, err := e.publish(nil, o); err != nil {
+		t.Fatalf("publish clean release: %v", err)
+	}
+	if _, err := e.gate.CreateRun(e.ctx, &raftgate.CreateRun{Run: "r2", Alias: "main", WorldSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	attest(t, e, "r2", clean)
+	if _, err := e.gate.AdmitCheckpoint(e.ctx, "r2", 0, clean.Root); err != nil {
+		t.Fatalf("checkpoint on the recreated run: %v", err)
+	}
+}
+
+// attest attests every shard of res as rank 0 of a one-rank run.
+func attest(t *testing.T, e *env, run string, res stage.Result) {
+	t.Helper()
+	var ds []manifest.Digest
+	for _, s := range res.Release.Shards {
+		ds = append(ds, s.Digest)
+	}
+	if _, err := e.gate.Attest(e.ctx, run, 0, res.Root, ds); err != nil {
+		t.Fatalf("attest: %v", err)
+	}
+}
