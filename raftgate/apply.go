@@ -624,8 +624,12 @@ func (a *applier) reassign(c *Reassign) (any, error) {
 	}
 	run.Epoch++
 	run.WorldSize, run.Assignment, run.Attestations, run.Attested = c.WorldSize, assignment, atts, n
-	if n < c.WorldSize {
+	switch {
+	case n < c.WorldSize:
 		run.Barrier, run.State, run.Deadline = BarrierClosed, RunWaiting, a.now+run.BarrierTimeoutMs
+	case run.Barrier == BarrierClosed:
+		// Scale-in removed the only ranks still missing.
+		run.Barrier, run.State, run.BarrierOpened = BarrierOpen, RunRunning, a.now
 	}
 	return run.Summary(), nil
 }

@@ -432,6 +432,17 @@ func TestReassignNeverReadsAlias(t *testing.T) {
 	if s.Barrier != BarrierClosed || s.Attested != 2 {
 		t.Fatalf("recovery reassign: %+v", s)
 	}
+	// Scale-in that drops the only rank still missing reopens the barrier.
+	s = h.ok(&Reassign{Run: "job", WorldSize: 2, Assignment: [][]int{{0, 2}, {1, 3}}, Reset: []int{}}).(RunSummary)
+	if s.Barrier != BarrierClosed || s.Attested != 1 {
+		t.Fatalf("scale-in changing rank 1: %+v", s)
+	}
+	h.ok(&Attest{Run: "job", Rank: 1, Root: r1, Shards: []manifest.Digest{s1[1], s1[3]}})
+	h.ok(&Reassign{Run: "job", WorldSize: 3, Assignment: [][]int{{0, 2}, {1, 3}, {}}})
+	s = h.ok(&Reassign{Run: "job", WorldSize: 2, Assignment: [][]int{{0, 2}, {1, 3}}}).(RunSummary)
+	if s.Barrier != BarrierOpen || s.State != RunRunning {
+		t.Fatalf("scale-in dropping the unattested rank 2: %+v", s)
+	}
 	h.reject(&Attest{Run: "job", Rank: 1, Root: r2, Shards: shardsOf("r2", 4)[1:2]}, errcode.RootMismatch)
 	h.reject(&Reassign{Run: "job", WorldSize: 1}, errcode.RunFailed)
 }

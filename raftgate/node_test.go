@@ -284,32 +284,47 @@ func TestClusterFailoverKeepsAcknowledgedPublishes(t *testing.T) {
 		t.Fatalf("read via follower: %+v %v", a, err)
 	}
 
+	// The publisher runs while the leader is killed under it.
 	acked := map[uint64]manifest.Digest{}
 	indeterminate := 0
-	for i := 0; i < total; i++ {
+	progress := make(chan int, total)
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < total; i++ {
+			for {
+				r, err := cl.Publish(ctx, "main", roots[i], uint64(i), 0)
+				if IsIndeterminate(err) {
+					// Safe to retry: the same (alias, generation, root).
+					indeterminate++
+					continue
+				}
+				if err != nil {
+					done <- fmt.Errorf("publish %d: %w", i, err)
+					return
+				}
+				if prev, dup := acked[r.Generation]; dup {
+					done <- fmt.Errorf("generation %d acknowledged twice (%s and %s)", r.Generation, prev, r.Root)
+					return
+				}
+				acked[r.Generation] = r.Root
+				progress <- i
+				break
+			}
+		}
+		done <- nil
+	}()
+	for i := range progress {
 		if i == total/3 {
 			for j, n := range c.Nodes {
 				if n.IsLeader() {
 					c.Stop(j)
 				}
 			}
-		}
-		for {
-			r, err := cl.Publish(ctx, "main", roots[i], uint64(i), 0)
-			if IsIndeterminate(err) {
-				// Safe to retry: the same (alias, generation, root).
-				indeterminate++
-				continue
-			}
-			if err != nil {
-				t.Fatalf("publish %d: %v", i, err)
-			}
-			if prev, dup := acked[r.Generation]; dup {
-				t.Fatalf("generation %d acknowledged twice (%s and %s)", r.Generation, prev, r.Root)
-			}
-			acked[r.Generation] = r.Root
 			break
 		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("%d publishes acknowledged, %d indeterminate outcomes retried", len(acked), indeterminate)
 
