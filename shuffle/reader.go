@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/tuplehash"
@@ -28,6 +29,7 @@ type Reader struct {
 	name   string
 	k      uint
 	lo, hi uint32
+	zr     *zstd.Decoder
 	ipc    *ipc.Reader
 	cols   columns
 	pos, n int
@@ -67,23 +69,50 @@ func (e *CorruptError) ErrorCode() errcode.Code { return errcode.ShuffleCorrupt 
 func NewReader(r io.Reader, name string, k uint, lo, hi uint32) (rd *Reader, err error) {
 	rd = &Reader{name: name, k: k, lo: lo, hi: hi}
 	defer rd.recoverInto(&err)
-	ir, err := ipc.NewReader(r, ipc.WithAllocator(cappedAllocator{memory.NewGoAllocator()}))
+	defer func() {
+		if err != nil {
+			rd.Close()
+		}
+	}()
+	// Concurrency 1 decodes synchronously: no goroutines per open file.
+	rd.zr, err = zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(maxWindow), zstd.WithDecoderMaxMemory(maxAlloc))
+	if err != nil {
+		return nil, rd.corrupt("zstd: %v", err)
+	}
+	ir, err := ipc.NewReader(zstdErrReader{rd.zr}, ipc.WithAllocator(cappedAllocator{memory.NewGoAllocator()}),
+		ipc.WithBodySizeLimit(maxAlloc), ipc.WithMetadataSizeLimit(1<<20))
 	if err != nil {
 		return nil, rd.corrupt("open: %v", err)
 	}
+	rd.ipc = ir
 	if !ir.Schema().Equal(Schema) {
-		ir.Release()
 		return nil, rd.corrupt("schema %s differs from the shuffle schema", ir.Schema())
 	}
-	rd.ipc = ir
 	return rd, nil
 }
 
-// Close releases the decoder. It does not close the underlying reader.
+// zstdErrReader keeps the zstd decoder's error text (checksum, corrupt
+// block) in the chain the IPC reader reports.
+type zstdErrReader struct{ r io.Reader }
+
+func (z zstdErrReader) Read(p []byte) (int, error) {
+	n, err := z.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("zstd: %w", err)
+	}
+	return n, err
+}
+
+// Close releases the decoders. It does not close the underlying reader.
 func (r *Reader) Close() {
 	if r.ipc != nil {
 		r.ipc.Release()
 		r.ipc = nil
+	}
+	if r.zr != nil {
+		r.zr.Close()
+		r.zr = nil
 	}
 }
 

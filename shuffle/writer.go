@@ -1,12 +1,15 @@
 package shuffle
 
 import (
+	"bytes"
 	"io"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/klauspost/compress/zstd"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 )
@@ -17,18 +20,48 @@ import (
 // versions.
 const BatchRows = 4096
 
-// Write encodes rows as one shuffle file. rows MUST already be in shuffle
-// order (see Sort); Write returns an error rather than silently writing a
-// file a reducer would reject. The output depends only on rows.
+// encoder is shared by every Write: EncodeAll is safe for concurrent use,
+// single-threaded (so the bytes do not depend on GOMAXPROCS) and reuses its
+// state, where a fresh encoder costs milliseconds to set up.
+var encoder = sync.OnceValue(func() *zstd.Encoder {
+	e, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedDefault),
+		zstd.WithEncoderCRC(true), zstd.WithWindowSize(maxWindow))
+	if err != nil {
+		panic(err) // only on invalid options, which are constants
+	}
+	return e
+})
+
+// maxWindow is the zstd window: it bounds the decoder's memory.
+const maxWindow = 8 << 20
+
+// Write encodes rows as one shuffle file: an uncompressed Arrow IPC stream,
+// compressed as a whole into one zstd frame. rows MUST already be in
+// shuffle order (see Sort); Write returns an error rather than silently
+// writing a file a reducer would reject. The output depends only on rows.
 func Write(w io.Writer, rows []Row) error {
 	for i := 1; i < len(rows); i++ {
 		if Compare(&rows[i-1], &rows[i]) > 0 {
 			return errcode.New(errcode.Internal, "shuffle: rows not sorted at index %d", i)
 		}
 	}
+	size := 1024
+	for i := range rows {
+		size += 128 + len(rows[i].SampleID) + len(rows[i].SourceID) + len(rows[i].Split)
+	}
+	raw := bytes.NewBuffer(make([]byte, 0, size))
+	if err := writeIPC(raw, rows); err != nil {
+		return err
+	}
+	if _, err := w.Write(encoder().EncodeAll(raw.Bytes(), make([]byte, 0, raw.Len()/2))); err != nil {
+		return errcode.Wrap(errcode.IO, err, "shuffle: write")
+	}
+	return nil
+}
+
+func writeIPC(w io.Writer, rows []Row) error {
 	mem := memory.NewGoAllocator()
-	// Concurrency 1 keeps the compressed bytes independent of GOMAXPROCS.
-	iw := ipc.NewWriter(w, ipc.WithSchema(Schema), ipc.WithAllocator(mem), ipc.WithZstd(), ipc.WithCompressConcurrency(1))
+	iw := ipc.NewWriter(w, ipc.WithSchema(Schema), ipc.WithAllocator(mem))
 	b := array.NewRecordBuilder(mem, Schema)
 	defer b.Release()
 	for start := 0; start < len(rows); start += BatchRows {

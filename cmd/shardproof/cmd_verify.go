@@ -1,0 +1,213 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+func init() {
+	var (
+		store, root, snapshot, tombstones, benchmark string
+		mapTasks, reducers, parallelism              int
+		asJSON                                       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "verify --store URL --root sha256:…",
+		Short: "Verify a release against its dataset snapshot (sharded diff) and store the report",
+		Long: `verify maps every shard of the release and every member file of the
+snapshot to tuples, diffs them bucket by bucket, recomputes both tuple roots,
+and stores a content-addressed report bound to the root digest.
+
+Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			opts := coordinator.Options{PlanOptions: coordinator.PlanOptions{
+				MapTasks: mapTasks, Reducers: reducers, Parallelism: parallelism,
+				Tool: "shardproof " + version,
+			}}
+			for _, f := range []struct {
+				flag, val string
+				dst       *manifest.Digest
+				required  bool
+			}{
+				{"--root", root, &opts.Root, true},
+				{"--snapshot", snapshot, &opts.Snapshot, false},
+				{"--tombstones", tombstones, &opts.Tombstones, false},
+				{"--benchmark", benchmark, &opts.Benchmark, false},
+			} {
+				if f.val == "" {
+					if f.required {
+						return errcode.New(errcode.Usage, "verify: %s is required", f.flag)
+					}
+					continue
+				}
+				d, err := manifest.ParseDigest(f.val)
+				if err != nil {
+					return errcode.Wrap(errcode.Usage, err, "verify: %s", f.flag)
+				}
+				*f.dst = d
+			}
+			if opts.Parallelism <= 0 {
+				opts.Parallelism = runtime.NumCPU()
+			}
+			s, err := openStore(cmd, store)
+			if err != nil {
+				return err
+			}
+			prog := newVerifyProgress(cmd.ErrOrStderr())
+			opts.Progress = prog.update
+			out, err := coordinator.Verify(cmd.Context(), s, opts)
+			prog.finish()
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				b, err := manifest.Encode(out.Report)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(w, "%s\n", b)
+			} else {
+				printSummary(w, out)
+			}
+			if out.Report.Verdict != manifest.Verified {
+				return &exitError{status: errcode.ExitInvalid}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&store, "store", "", "object store URL or path")
+	f.StringVar(&root, "root", "", "root digest of the release manifest to verify")
+	f.StringVar(&snapshot, "snapshot", "", "snapshot manifest digest (default: the manifest's datasetSnapshot)")
+	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest to check against")
+	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest to check against")
+	f.IntVar(&mapTasks, "map-tasks", 0, "number of map tasks (default: derived from inputs and parallelism)")
+	f.IntVar(&reducers, "reducers", 0, "number of reduce tasks (default: 2 × parallelism)")
+	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local executor (default: number of CPUs)")
+	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
+	rootCmd.AddCommand(cmd)
+}
+
+// countLines pairs each failure counter with its code, in report order.
+func countLines(c *manifest.Counts) []struct {
+	code errcode.Code
+	n    int64
+} {
+	return []struct {
+		code errcode.Code
+		n    int64
+	}{
+		{errcode.DigestMismatch, c.DigestFailures},
+		{errcode.SizeMismatch, c.SizeMismatches},
+		{errcode.VersionMissing, c.VersionMissing},
+		{errcode.LogicalMismatch, c.LogicalMismatches},
+		{errcode.CountMismatch, c.CountMismatches},
+		{errcode.DecodeError, c.DecodeErrors},
+		{errcode.SchemaMismatch, c.SchemaMismatches},
+		{errcode.TupleRootMismatch, c.TupleRootMismatches},
+		{errcode.MissingMember, c.Missing},
+		{errcode.ExtraMember, c.Extra},
+		{errcode.DuplicateMember, c.Duplicate},
+		{errcode.ContentSubstitution, c.ContentSubstitution},
+		{errcode.SourceVersionChange, c.SourceVersionChange},
+		{errcode.SourceIDChange, c.SourceIDChange},
+		{errcode.SplitConflict, c.SplitConflict},
+		{errcode.SchemaMix, c.SchemaMix},
+		{errcode.TombstoneHit, c.TombstoneHits},
+		{errcode.BenchmarkHit, c.BenchmarkHits},
+	}
+}
+
+func printSummary(w io.Writer, out *coordinator.Outcome) {
+	r := out.Report
+	c := &r.Counts
+	fmt.Fprintf(w, "verdict  %s\n", r.Verdict)
+	fmt.Fprintf(w, "root     %s\n", r.Root)
+	fmt.Fprintf(w, "snapshot %s\n", r.DatasetSnapshot)
+	fmt.Fprintf(w, "shards   %d of %d verified\n", c.ShardsVerified, c.Shards)
+	fmt.Fprintf(w, "records  %d in release, %d in snapshot\n", c.Records, c.SnapshotRecords)
+	for _, l := range countLines(c) {
+		if l.n == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "  %-22s %d", l.code, l.n)
+		if ex := r.Examples[string(l.code)]; len(ex) > 0 {
+			fmt.Fprintf(w, "  e.g. %s", ex[0])
+			if len(ex) > 1 {
+				fmt.Fprintf(w, " (+%d more listed)", len(ex)-1)
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	for _, f := range r.Failures {
+		fmt.Fprintf(w, "  %s %s: %s: %s\n", f.Side, f.Shard, f.Code, f.Detail)
+	}
+	e := &r.Execution
+	fmt.Fprintf(w, "speed    %.0f records/s, %.1f MB/s stored, decompression ratio %.2f (%d map tasks, %d reducers, %.2fs)\n",
+		e.RecordsPerSecond, e.StoredMBPerSec, r.Stats.DecompressionRatio, e.MapTasks, e.Reducers, e.Seconds)
+	fmt.Fprintf(w, "report %s\n", out.ReportDigest)
+}
+
+// verifyProgress shows mapped files on a terminal as a progress bar, and
+// otherwise as at most one plain line per second on stderr.
+type verifyProgress struct {
+	w       io.Writer
+	bar     *progressbar.ProgressBar
+	start   time.Time
+	last    time.Time
+	records int64
+	stored  int64
+}
+
+func newVerifyProgress(w io.Writer) *verifyProgress {
+	p := &verifyProgress{w: w, start: time.Now()}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.bar = progressbar.NewOptions(-1,
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionSetDescription("mapping"),
+			progressbar.OptionShowCount(),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)
+	}
+	return p
+}
+
+func (p *verifyProgress) update(pr coordinator.Progress) {
+	p.records += pr.Result.Records
+	p.stored += pr.Result.StoredBytes
+	secs := max(time.Since(p.start).Seconds(), 1e-3)
+	desc := fmt.Sprintf("mapped %d/%d files, %.0f records/s, %.1f MB/s", pr.Done, pr.Total,
+		float64(p.records)/secs, float64(p.stored)/1e6/secs)
+	if p.bar != nil {
+		if p.bar.GetMax() != pr.Total {
+			p.bar.ChangeMax(pr.Total)
+		}
+		p.bar.Describe(desc)
+		p.bar.Set(pr.Done)
+		return
+	}
+	if time.Since(p.last) >= time.Second || pr.Done == pr.Total {
+		p.last = time.Now()
+		fmt.Fprintf(p.w, "shardproof: verify: %s\n", desc)
+	}
+}
+
+func (p *verifyProgress) finish() {
+	if p.bar != nil {
+		p.bar.Finish()
+	}
+}

@@ -1,0 +1,189 @@
+package coordinator
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/reducer"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// failureCounter maps a shard-level failure code to its report counter.
+// FOOTER_CORRUPT and DECODE_ERROR share decodeErrors ("footer/decode
+// errors" in DESIGN.md).
+var failureCounter = map[string]func(*manifest.Counts) *int64{
+	string(errcode.DigestMismatch):  func(c *manifest.Counts) *int64 { return &c.DigestFailures },
+	string(errcode.SizeMismatch):    func(c *manifest.Counts) *int64 { return &c.SizeMismatches },
+	string(errcode.VersionMissing):  func(c *manifest.Counts) *int64 { return &c.VersionMissing },
+	string(errcode.LogicalMismatch): func(c *manifest.Counts) *int64 { return &c.LogicalMismatches },
+	string(errcode.CountMismatch):   func(c *manifest.Counts) *int64 { return &c.CountMismatches },
+	string(errcode.FooterCorrupt):   func(c *manifest.Counts) *int64 { return &c.DecodeErrors },
+	string(errcode.DecodeError):     func(c *manifest.Counts) *int64 { return &c.DecodeErrors },
+	string(errcode.SchemaMismatch):  func(c *manifest.Counts) *int64 { return &c.SchemaMismatches },
+}
+
+// Aggregate builds the report from every map and reduce commit record
+// (each must exist, else TASK_NOT_READY), stores it content-addressed and
+// returns it with its digest. exec supplies the executor name and timings;
+// Aggregate fills in the plan shape and shuffle size, and derives rates
+// from exec.Seconds when it is positive.
+//
+// Everything but the execution section depends only on the verified inputs:
+// shard failures are sorted, counts are sums, examples are the smallest
+// sampleIds, and both tuple roots are Merkle roots over all 2^K bucket
+// leaves in bucket order.
+func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest.Report, manifest.Digest, error) {
+	rep := &manifest.Report{
+		Schema:          manifest.ReportSchema,
+		Root:            j.Plan.Root,
+		DatasetSnapshot: j.Plan.Snapshot,
+		Tombstones:      j.Plan.Tombstones,
+		Benchmark:       j.Plan.Benchmark,
+		Examples:        map[string][]string{},
+		Failures:        []manifest.ShardFailure{},
+		Tool:            j.Plan.Tool,
+	}
+	if j.Tombstones != nil {
+		rep.TombstoneWatermark = j.Tombstones.Watermark()
+	}
+	if j.Benchmark != nil {
+		rep.BenchmarkFence = j.Benchmark.Watermark()
+	}
+	c := &rep.Counts
+	c.Shards = int64(len(j.Release.Shards))
+	failedShard := make([]bool, len(j.Release.Shards))
+	for i := range j.Plan.MapTasks {
+		var mc MapCommit
+		found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &mc)
+		if err != nil {
+			return nil, manifest.Digest{}, err
+		}
+		if !found {
+			return nil, manifest.Digest{}, errcode.New(errcode.TaskNotReady, "aggregate: map task %d has not committed", i)
+		}
+		if err := j.checkMapCommit(i, &mc); err != nil {
+			return nil, manifest.Digest{}, err
+		}
+		for _, o := range mc.Outputs {
+			exec.ShuffleBytes += o.Size
+		}
+		for _, res := range mc.Results {
+			if res.Side == 0 {
+				rep.Stats.StoredBytes += res.StoredBytes
+				rep.Stats.LogicalBytes += res.LogicalBytes
+			}
+			counted := map[*int64]bool{}
+			for _, f := range res.Failures {
+				counter := failureCounter[f.Code]
+				if counter == nil {
+					return nil, manifest.Digest{}, errcode.New(errcode.Internal, "mapper reported unknown failure code %q for %s", f.Code, f.Shard)
+				}
+				// A counter counts files: a shard whose tokens and member
+				// set both differ is one COUNT_MISMATCH with two entries,
+				// and FOOTER_CORRUPT with DECODE_ERROR one decode error.
+				if n := counter(c); !counted[n] {
+					counted[n] = true
+					*n++
+				}
+				if res.Side == 0 {
+					failedShard[res.Index] = true
+				}
+				rep.Failures = append(rep.Failures, f)
+			}
+		}
+	}
+	for _, failed := range failedShard {
+		if !failed {
+			c.ShardsVerified++
+		}
+	}
+	nb := 1 << j.Plan.K
+	relLeaves := make([][32]byte, 0, nb)
+	snapLeaves := make([][32]byte, 0, nb)
+	merged := reducer.NewResult(0, uint32(nb))
+	for r, rng := range j.Plan.Reducers {
+		var rc ReduceCommit
+		found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &rc)
+		if err != nil {
+			return nil, manifest.Digest{}, err
+		}
+		if !found {
+			return nil, manifest.Digest{}, errcode.New(errcode.TaskNotReady, "aggregate: reduce task %d has not committed", r)
+		}
+		if rc.Result == nil || rc.Plan != j.PlanDigest || rc.Task != r {
+			return nil, manifest.Digest{}, errcode.New(errcode.ShuffleCorrupt, "%s does not match the plan", j.reduceCommitKey(r))
+		}
+		if err := rc.Result.Validate(rng.Lo, rng.Hi); err != nil {
+			return nil, manifest.Digest{}, err
+		}
+		merged.Merge(rc.Result)
+		relLeaves = appendLeaves(relLeaves, rc.Result.ReleaseLeaves)
+		snapLeaves = appendLeaves(snapLeaves, rc.Result.SnapshotLeaves)
+	}
+	reducer.AddCounts(c, &merged.Counts)
+	rep.Examples = merged.Examples
+
+	rep.ReleaseTupleRoot = tuplehash.MerkleRoot(relLeaves)
+	rep.SnapshotTupleRoot = tuplehash.MerkleRoot(snapLeaves)
+	rel := j.Release
+	rep.BoundTupleRoot = tuplehash.BindRoot(rep.ReleaseTupleRoot, rel.DatasetSnapshot, rel.TombstoneWatermark, rel.BenchmarkFence)
+	if rep.BoundTupleRoot != rel.OrderedMemberTupleRoot {
+		c.TupleRootMismatches++
+		rep.Failures = append(rep.Failures, manifest.ShardFailure{
+			Shard: "orderedMemberTupleRoot", Side: "release", Code: string(errcode.TupleRootMismatch),
+			Detail: fmt.Sprintf("manifest.orderedMemberTupleRoot=%s, recomputed from %d decoded release tuples and bound to datasetSnapshot %s, watermarks %d/%d =%s",
+				rel.OrderedMemberTupleRoot, c.Records, rel.DatasetSnapshot, rel.TombstoneWatermark, rel.BenchmarkFence, rep.BoundTupleRoot),
+		})
+	}
+	if rep.SnapshotTupleRoot != j.Snapshot.TupleRoot {
+		c.TupleRootMismatches++
+		rep.Failures = append(rep.Failures, manifest.ShardFailure{
+			Shard: "tupleRoot", Side: "snapshot", Code: string(errcode.TupleRootMismatch),
+			Detail: fmt.Sprintf("snapshot.tupleRoot=%s, recomputed from %d decoded member tuples=%s",
+				j.Snapshot.TupleRoot, c.SnapshotRecords, rep.SnapshotTupleRoot),
+		})
+	}
+	slices.SortFunc(rep.Failures, func(a, b manifest.ShardFailure) int {
+		return cmp.Or(cmp.Compare(a.Side, b.Side), cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Detail, b.Detail))
+	})
+	if rep.Stats.StoredBytes > 0 {
+		rep.Stats.DecompressionRatio = float64(rep.Stats.LogicalBytes) / float64(rep.Stats.StoredBytes)
+	}
+	rep.Verdict = manifest.Verified
+	if c.Failed() {
+		rep.Verdict = manifest.Invalid
+	}
+
+	exec.Plan = j.PlanDigest
+	exec.MapTasks = len(j.Plan.MapTasks)
+	exec.Reducers = len(j.Plan.Reducers)
+	if exec.Seconds > 0 {
+		exec.RecordsPerSecond = float64(c.Records) / exec.Seconds
+		exec.StoredMBPerSec = float64(rep.Stats.StoredBytes) / 1e6 / exec.Seconds
+	}
+	rep.Execution = exec
+
+	b, err := manifest.Encode(rep)
+	if err != nil {
+		return nil, manifest.Digest{}, err
+	}
+	d, _, _, err := objstore.PutBlob(ctx, j.Store, b)
+	if err != nil {
+		return nil, manifest.Digest{}, err
+	}
+	j.log().Info("verification report stored", "root", rep.Root.String(), "report", manifest.Digest(d).String(),
+		"verdict", rep.Verdict, "records", c.Records, "failures", len(rep.Failures))
+	return rep, d, nil
+}
+
+func appendLeaves(dst [][32]byte, b []byte) [][32]byte {
+	for i := 0; i+32 <= len(b); i += 32 {
+		dst = append(dst, [32]byte(b[i:i+32]))
+	}
+	return dst
+}

@@ -1,0 +1,136 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/stage"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// withoutExecution returns the report's bytes with the execution section
+// zeroed: the part that must not depend on how the job ran.
+func withoutExecution(t *testing.T, r *manifest.Report) []byte {
+	t.Helper()
+	c := *r
+	c.Execution = manifest.Execution{}
+	b, err := manifest.Encode(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// faulty builds a release with several faults at once, so that counts,
+// examples, failures and both roots are all non-trivial.
+func faulty(t *testing.T) (objstore.Store, stage.Result) {
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 4000, 8, 11)
+	res = stagetest.RewriteShard(t, s, res, 2, func(rows []stage.Row) []stage.Row {
+		rows[1].Text += "~"
+		rows[2].Split = "other"
+		x := rows[3]
+		x.SampleID = "zz-extra"
+		return append(rows[5:], x) // rows 0..4 missing, one extra
+	})
+	data := stagetest.ShardBytes(t, s, res.Release.Shards[5])
+	res = stagetest.ReplaceShardBytes(t, s, res, 5, stagetest.Truncate(data, 100))
+	return s, res
+}
+
+// The report minus execution is byte-identical whatever the number of map
+// tasks and reducers.
+func TestReportIndependentOfPlanShape(t *testing.T) {
+	s, res := faulty(t)
+	var first []byte
+	for _, shape := range [][2]int{{1, 1}, {4, 8}, {16, 64}} {
+		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: shape[0], Reducers: shape[1]})
+		if r.Verdict != manifest.Invalid || r.Counts.Missing == 0 || r.Counts.Extra != 1 || r.Counts.DecodeErrors != 1 {
+			t.Fatalf("shape %v: unexpected report counts %+v", shape, r.Counts)
+		}
+		if r.Execution.MapTasks != shape[0] || r.Execution.Reducers != shape[1] {
+			t.Fatalf("shape %v ran as %d×%d", shape, r.Execution.MapTasks, r.Execution.Reducers)
+		}
+		b := withoutExecution(t, r)
+		if first == nil {
+			first = b
+		} else if !bytes.Equal(first, b) {
+			t.Fatalf("shape %v: report differs from shape (1,1):\n%s\n%s", shape, first, b)
+		}
+	}
+}
+
+// A map task killed after writing half its outputs (no commit record) is
+// simply rerun: the rerun's outputs are byte-identical to the orphans, and
+// the report is the same as an undisturbed run's.
+func TestMapTaskKilledHalfwayIsRerun(t *testing.T) {
+	s, res := faulty(t)
+	ctx := context.Background()
+	o := PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 4, Parallelism: 1, Tool: "shardproof test"}
+	_, pd, err := NewPlan(ctx, s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kill := errors.New("killed")
+	broken := &faults.ErrorOnce{Store: s, Method: faults.Put, Err: kill,
+		Match: func(key string) bool { return strings.HasSuffix(key, "/map/1/r2.arrow") }}
+	j, err := Open(ctx, broken, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Map(ctx, 1, nil); !errors.Is(err, kill) {
+		t.Fatalf("map task 1: err = %v, want the injected failure", err)
+	}
+	for r, want := range []bool{true, true, false, false} {
+		if _, err := s.Head(ctx, j.mapOutputKey(1, r), ""); (err == nil) != want {
+			t.Fatalf("after the kill, output r%d exists=%v (err %v)", r, err == nil, err)
+		}
+	}
+	if _, err := s.Head(ctx, j.mapCommitKey(1), ""); !objstore.IsNotExist(err) {
+		t.Fatalf("commit record after the kill: %v", err)
+	}
+	// A reduce task must not run on an uncommitted map phase.
+	if _, err := j.Reduce(ctx, 0); errcode.Of(err) != errcode.TaskNotReady {
+		t.Fatalf("reduce before map commit: err = %v", err)
+	}
+	rerun := verify(t, s, o)
+	if rerun.Execution.Plan != pd {
+		t.Fatalf("rerun used plan %s, want %s", rerun.Execution.Plan, pd)
+	}
+	// Other options give another plan digest, so this job shares nothing
+	// with the disturbed one.
+	fresh := verify(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 3})
+	if !bytes.Equal(withoutExecution(t, rerun), withoutExecution(t, fresh)) {
+		t.Fatal("report after a killed map task differs from an undisturbed run")
+	}
+}
+
+// A rerun whose output differs from an orphaned earlier output is
+// NONDETERMINISM, not silently overwritten or ignored.
+func TestNondeterministicRerunDetected(t *testing.T) {
+	s, res := synth(t)
+	ctx := context.Background()
+	o := PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test"}
+	_, pd, err := NewPlan(ctx, s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Open(ctx, s, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := putExact(ctx, s, j.mapOutputKey(0, 1), []byte("bytes from another run")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Verify(ctx, s, Options{PlanOptions: o})
+	if errcode.Of(err) != errcode.Nondeterminism {
+		t.Fatalf("err = %v, want NONDETERMINISM", err)
+	}
+}

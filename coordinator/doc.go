@@ -1,0 +1,21 @@
+// Package coordinator runs `shardproof verify` as a MapReduce-style job
+// over the object store: it writes a content-addressed plan, runs map tasks
+// (shards → sorted shuffle files), reduce tasks (bucket ranges → diff
+// results) and the aggregation (results → report), and stores the report
+// content-addressed and bound to the root digest.
+//
+// Every task is identified by (planDigest, kind, index) and reads all its
+// inputs from the store by digest and exact version, so any engine can run
+// it in any process, and retry it: outputs are written with a conditional
+// create (an existing output must be byte-identical, else NONDETERMINISM),
+// and a task counts as done only once its commit record exists. Outputs
+// without a commit record are ignored. Store layout under jobs/<planHex>/:
+//
+//	map/<i>/r<j>.arrow    shuffle file of map task i for reduce range j
+//	map/<i>/commit.json   map task i's outputs (digest, size, version) and per-shard results
+//	reduce/<j>/commit.json reduce task j's inputs and its reducer.Result
+//
+// The local executor (Verify) runs the tasks on goroutines. The report is
+// byte-identical, apart from its execution section, whatever the number of
+// map tasks, reducers or retries.
+package coordinator

@@ -1,0 +1,133 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/verifyread"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+func readDoc(ctx context.Context, s objstore.Store, d manifest.Digest, what string) ([]byte, error) {
+	b, _, err := objstore.ReadBlob(ctx, s, d, manifest.MaxDocumentSize)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, d, err)
+	}
+	return b, nil
+}
+
+func loadRelease(ctx context.Context, s objstore.Store, d manifest.Digest) (*manifest.Release, error) {
+	b, err := readDoc(ctx, s, d, "release manifest")
+	if err != nil {
+		return nil, err
+	}
+	r, err := manifest.DecodeRelease(b)
+	if err != nil {
+		return nil, fmt.Errorf("release manifest %s: %w", d, err)
+	}
+	return r, nil
+}
+
+func loadSnapshot(ctx context.Context, s objstore.Store, d manifest.Digest) (*manifest.Snapshot, error) {
+	b, err := readDoc(ctx, s, d, "snapshot manifest")
+	if err != nil {
+		return nil, err
+	}
+	r, err := manifest.DecodeSnapshot(b)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot manifest %s: %w", d, err)
+	}
+	return r, nil
+}
+
+func loadRecordSchema(ctx context.Context, s objstore.Store, d manifest.Digest) (*manifest.RecordSchema, error) {
+	b, err := readDoc(ctx, s, d, "record schema")
+	if err != nil {
+		return nil, err
+	}
+	r, err := manifest.DecodeRecordSchema(b)
+	if err != nil {
+		return nil, fmt.Errorf("record schema %s: %w", d, err)
+	}
+	return r, nil
+}
+
+func loadFenceLog(ctx context.Context, s objstore.Store, d manifest.Digest, schema string) (*manifest.FenceLog, error) {
+	b, err := readDoc(ctx, s, d, schema)
+	if err != nil {
+		return nil, err
+	}
+	r, err := manifest.DecodeFenceLog(b, schema)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", schema, d, err)
+	}
+	return r, nil
+}
+
+// putExact creates key with data. If key already exists (a retried task),
+// its bytes must equal data: a rerun that produced other bytes is
+// NONDETERMINISM, and the committed bytes stay as they are.
+func putExact(ctx context.Context, s objstore.Store, key string, data []byte) (objstore.Version, error) {
+	sum := manifest.Sum(data)
+	v, err := s.Put(ctx, key, bytes.NewReader(data), objstore.PutOptions{IfNoneMatch: true, Size: int64(len(data)), SHA256: sum})
+	if err == nil {
+		return v, nil
+	}
+	if !objstore.IsPrecondition(err) {
+		return "", err
+	}
+	info, err := s.Head(ctx, key, "")
+	if err != nil {
+		return "", err
+	}
+	rc, err := s.Get(ctx, key, info.Version)
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	if _, err := io.Copy(io.Discard, verifyread.New(rc, key, sum, int64(len(data)))); err != nil {
+		return "", errcode.Wrap(errcode.Nondeterminism, err, "%s: existing version %s (size %d) differs from this run's output (size %d, %s)",
+			key, info.Version, info.Size, len(data), sum)
+	}
+	return info.Version, nil
+}
+
+// readRecord reads and strictly decodes the latest version of a commit
+// record into v. found is false when the key does not exist.
+func readRecord(ctx context.Context, s objstore.Store, key string, v any) (found bool, err error) {
+	rc, err := s.Get(ctx, key, "")
+	if objstore.IsNotExist(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer rc.Close()
+	b, err := verifyread.ReadAll(rc, manifest.MaxDocumentSize)
+	if err != nil {
+		return false, fmt.Errorf("%s: %w", key, err)
+	}
+	if err := decodeStrict(b, v); err != nil {
+		return false, errcode.Wrap(errcode.ShuffleCorrupt, err, "commit record %s", key)
+	}
+	return true, nil
+}
+
+// decodeStrict decodes one JSON document, rejecting unknown fields and
+// trailing data.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errcode.Wrap(errcode.BadDocument, err, "decode")
+	}
+	if dec.More() {
+		return errcode.New(errcode.BadDocument, "trailing data after document")
+	}
+	return nil
+}

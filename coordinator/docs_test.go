@@ -1,0 +1,66 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore/file"
+)
+
+// A rerun writing the same bytes reuses the committed version; a rerun
+// writing other bytes is NONDETERMINISM and leaves the committed bytes.
+func TestPutExact(t *testing.T) {
+	ctx := context.Background()
+	s, err := file.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	v1, err := putExact(ctx, s, "jobs/x/map/0/r0.arrow", []byte("output"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := putExact(ctx, s, "jobs/x/map/0/r0.arrow", []byte("output"))
+	if err != nil || v2 != v1 {
+		t.Fatalf("identical rerun: version %q (first %q), err %v", v2, v1, err)
+	}
+	_, err = putExact(ctx, s, "jobs/x/map/0/r0.arrow", []byte("outpuT"))
+	if errcode.Of(err) != errcode.Nondeterminism {
+		t.Fatalf("different rerun: err = %v", err)
+	}
+	var got struct{ A int }
+	if found, err := readRecord(ctx, s, "jobs/x/none.json", &got); found || err != nil {
+		t.Fatalf("absent record: found=%v err=%v", found, err)
+	}
+	if _, err := putExact(ctx, s, "jobs/x/c.json", []byte(`{"A":1,"B":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readRecord(ctx, s, "jobs/x/c.json", &got); errcode.Of(err) != errcode.ShuffleCorrupt {
+		t.Fatalf("record with unknown field: err = %v", err)
+	}
+}
+
+func TestRunAllStopsAtFirstError(t *testing.T) {
+	boom := errors.New("boom")
+	var ran atomic.Int64
+	err := runAll(context.Background(), 1000, 4, func(ctx context.Context, i int) error {
+		ran.Add(1)
+		if i == 3 {
+			return boom
+		}
+		return ctx.Err()
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v", err)
+	}
+	if ran.Load() == 1000 {
+		t.Fatal("every task ran after the failure")
+	}
+	ran.Store(0)
+	if err := runAll(context.Background(), 10, 3, func(context.Context, int) error { ran.Add(1); return nil }); err != nil || ran.Load() != 10 {
+		t.Fatalf("ran %d, err %v", ran.Load(), err)
+	}
+}

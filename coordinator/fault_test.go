@@ -1,0 +1,394 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"slices"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/shardproof/shardproof/internal/canon"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/stage"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// The fault tests build a small synthetic release (testSamples records in
+// testShards shards), damage it the way a buggy writer or a corrupted
+// store would, verify it, and assert the exact counts and failure codes.
+
+const (
+	testSamples = 2000
+	testShards  = 4
+)
+
+func synth(t *testing.T) (objstore.Store, stage.Result) {
+	t.Helper()
+	s := stagetest.Store(t)
+	return s, stagetest.Synth(t, s, testSamples, testShards, 7)
+}
+
+func verify(t *testing.T, s objstore.Store, o PlanOptions) *manifest.Report {
+	t.Helper()
+	if o.Tool == "" {
+		o.Tool = "shardproof test"
+	}
+	out, err := Verify(context.Background(), s, Options{PlanOptions: o})
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	return out.Report
+}
+
+// clean returns the counts of a fully verified release of res.
+func clean(res stage.Result) manifest.Counts {
+	return manifest.Counts{
+		Shards: int64(len(res.Release.Shards)), ShardsVerified: int64(len(res.Release.Shards)),
+		Records: res.Release.Totals.Records, SnapshotRecords: res.SnapshotDoc.Totals.Records,
+	}
+}
+
+// expect checks the verdict, every counter, and the (shard, code) pairs of
+// the failure list.
+func expect(t *testing.T, r *manifest.Report, want manifest.Counts, failures ...string) {
+	t.Helper()
+	if r.Counts != want {
+		t.Errorf("counts\n got %+v\nwant %+v", r.Counts, want)
+	}
+	wantVerdict := manifest.Verified
+	if want.Failed() {
+		wantVerdict = manifest.Invalid
+	}
+	if r.Verdict != wantVerdict {
+		t.Errorf("verdict %s, want %s", r.Verdict, wantVerdict)
+	}
+	var got []string
+	for _, f := range r.Failures {
+		got = append(got, f.Shard+" "+f.Code)
+	}
+	if !slices.Equal(got, failures) {
+		t.Errorf("failures\n got %q\nwant %q", got, failures)
+	}
+	if t.Failed() {
+		for _, f := range r.Failures {
+			t.Logf("failure: %+v", f)
+		}
+		t.Logf("examples: %v", r.Examples)
+	}
+}
+
+func records(res stage.Result, i int) int64 { return res.Release.Shards[i].Records }
+
+func TestCleanRelease(t *testing.T) {
+	s, res := synth(t)
+	r := verify(t, s, PlanOptions{Root: res.Root})
+	expect(t, r, clean(res))
+	if r.ReleaseTupleRoot != res.SnapshotDoc.TupleRoot || r.SnapshotTupleRoot != res.SnapshotDoc.TupleRoot {
+		t.Errorf("tuple roots %s / %s, snapshot says %s", r.ReleaseTupleRoot, r.SnapshotTupleRoot, res.SnapshotDoc.TupleRoot)
+	}
+	if r.BoundTupleRoot != res.Release.OrderedMemberTupleRoot {
+		t.Errorf("bound root %s, manifest %s", r.BoundTupleRoot, res.Release.OrderedMemberTupleRoot)
+	}
+	if r.Root != res.Root || r.DatasetSnapshot != res.Snapshot || len(r.Examples) != 0 {
+		t.Errorf("report root %s snapshot %s examples %v", r.Root, r.DatasetSnapshot, r.Examples)
+	}
+	if r.Stats.StoredBytes != res.Release.Totals.Shards*0+storedBytes(res) || r.Stats.LogicalBytes <= r.Stats.StoredBytes {
+		t.Errorf("stats %+v", r.Stats)
+	}
+	// The report is stored content-addressed.
+	b, _, err := objstore.ReadBlob(context.Background(), s, mustDigest(t, r), manifest.MaxDocumentSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := manifest.DecodeReport(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func storedBytes(res stage.Result) int64 {
+	var n int64
+	for _, d := range res.Release.Shards {
+		n += d.Size
+	}
+	return n
+}
+
+func mustDigest(t *testing.T, r *manifest.Report) manifest.Digest {
+	b, err := manifest.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return manifest.Sum(b)
+}
+
+// replaced damages shard i's stored bytes in place (a new version at its
+// key, which the reissued descriptor pins) and verifies.
+func replaced(t *testing.T, damage func([]byte) []byte) (stage.Result, *manifest.Report) {
+	s, res := synth(t)
+	data := stagetest.ShardBytes(t, s, res.Release.Shards[1])
+	res = stagetest.ReplaceShardBytes(t, s, res, 1, damage(data))
+	return res, verify(t, s, PlanOptions{Root: res.Root})
+}
+
+// undecodable is the expectation for shard 1 unreadable: its members are
+// missing and the recomputed root differs from the manifest's.
+func undecodable(res stage.Result) manifest.Counts {
+	want := clean(res)
+	want.ShardsVerified--
+	want.Records -= records(res, 1)
+	want.DigestFailures = 1
+	want.DecodeErrors = 1
+	want.Missing = records(res, 1)
+	want.TupleRootMismatches = 1
+	return want
+}
+
+func TestTruncatedByOneByte(t *testing.T) {
+	res, r := replaced(t, func(b []byte) []byte { return stagetest.Truncate(b, 1) })
+	want := undecodable(res)
+	want.SizeMismatches = 1
+	expect(t, r, want, "orderedMemberTupleRoot TUPLE_ROOT_MISMATCH",
+		"shard-00001-of-00004 DIGEST_MISMATCH", "shard-00001-of-00004 FOOTER_CORRUPT", "shard-00001-of-00004 SIZE_MISMATCH")
+}
+
+func TestTruncatedByHalf(t *testing.T) {
+	res, r := replaced(t, func(b []byte) []byte { return stagetest.Truncate(b, len(b)/2) })
+	want := undecodable(res)
+	want.SizeMismatches = 1
+	expect(t, r, want, "orderedMemberTupleRoot TUPLE_ROOT_MISMATCH",
+		"shard-00001-of-00004 DIGEST_MISMATCH", "shard-00001-of-00004 FOOTER_CORRUPT", "shard-00001-of-00004 SIZE_MISMATCH")
+}
+
+func TestBitFlipInDataPage(t *testing.T) {
+	res, r := replaced(t, func(b []byte) []byte { return stagetest.FlipBit(b, len(b)/3, 2) })
+	expect(t, r, undecodable(res), "orderedMemberTupleRoot TUPLE_ROOT_MISMATCH",
+		"shard-00001-of-00004 DECODE_ERROR", "shard-00001-of-00004 DIGEST_MISMATCH")
+}
+
+func TestBitFlipInFooter(t *testing.T) {
+	res, r := replaced(t, func(b []byte) []byte {
+		footerLen := int(binary.LittleEndian.Uint32(b[len(b)-8:]))
+		return stagetest.FlipBit(b, len(b)-8-footerLen, 5)
+	})
+	expect(t, r, undecodable(res), "orderedMemberTupleRoot TUPLE_ROOT_MISMATCH",
+		"shard-00001-of-00004 DIGEST_MISMATCH", "shard-00001-of-00004 FOOTER_CORRUPT")
+}
+
+// Swapped descriptors: each shard's descriptor names the other's bytes
+// (digest, size, version), with its own id and decoded figures. The bytes
+// are intact and every member is present exactly once, so only the
+// per-shard figures can tell.
+func TestTwoShardsSwapped(t *testing.T) {
+	s, res := synth(t)
+	rel := stagetest.CloneRelease(res.Release)
+	a, b := &rel.Shards[0], &rel.Shards[2]
+	a.Digest, b.Digest = b.Digest, a.Digest
+	a.Size, b.Size = b.Size, a.Size
+	a.ObjectVersion, b.ObjectVersion = b.ObjectVersion, a.ObjectVersion
+	res2 := stagetest.Reissue(t, s, res, rel, false)
+	r := verify(t, s, PlanOptions{Root: res2.Root})
+	want := clean(res)
+	want.ShardsVerified -= 2
+	want.LogicalMismatches = 2
+	want.CountMismatches = 2
+	// Tokens and memberSetDigest both differ: two COUNT_MISMATCH entries
+	// per shard, counted once per shard.
+	expect(t, r, want,
+		"shard-00000-of-00004 COUNT_MISMATCH", "shard-00000-of-00004 COUNT_MISMATCH", "shard-00000-of-00004 LOGICAL_MISMATCH",
+		"shard-00002-of-00004 COUNT_MISMATCH", "shard-00002-of-00004 COUNT_MISMATCH", "shard-00002-of-00004 LOGICAL_MISMATCH")
+}
+
+// Recompressed with another codec: the storage digest and size fail, the
+// logical digest matches, and the report says exactly that.
+func TestRecompressedShard(t *testing.T) {
+	res, r := replaced(t, func(b []byte) []byte { return stagetest.Recompress(t, b, "snappy", 0) })
+	want := clean(res)
+	want.ShardsVerified--
+	want.DigestFailures, want.SizeMismatches = 1, 1
+	expect(t, r, want, "shard-00001-of-00004 DIGEST_MISMATCH", "shard-00001-of-00004 SIZE_MISMATCH")
+}
+
+// rewritten replaces shard 1 by a valid shard of edited rows with a
+// consistently reissued manifest, so only the diff against the snapshot
+// can catch the change.
+func rewritten(t *testing.T, edit func([]stage.Row) []stage.Row, o PlanOptions) (stage.Result, *manifest.Report) {
+	s, res := synth(t)
+	res = stagetest.RewriteShard(t, s, res, 1, edit)
+	o.Root = res.Root
+	return res, verify(t, s, o)
+}
+
+func TestContentSubstitution(t *testing.T) {
+	var id string
+	res, r := rewritten(t, func(rows []stage.Row) []stage.Row {
+		rows[10].Text += " (edited)"
+		id = rows[10].SampleID
+		return rows
+	}, PlanOptions{})
+	want := clean(res)
+	want.ContentSubstitution = 1
+	expect(t, r, want)
+	if ex := r.Examples[string(errcode.ContentSubstitution)]; !slices.Equal(ex, []string{id}) {
+		t.Errorf("examples %v, want [%s]", ex, id)
+	}
+}
+
+func TestSourceVersionChange(t *testing.T) {
+	res, r := rewritten(t, func(rows []stage.Row) []stage.Row {
+		rows[3].SourceVersion++
+		rows[4].SourceVersion++
+		return rows
+	}, PlanOptions{})
+	want := clean(res)
+	want.SourceVersionChange = 2
+	expect(t, r, want)
+}
+
+func TestSplitConflict(t *testing.T) {
+	res, r := rewritten(t, func(rows []stage.Row) []stage.Row {
+		rows[0].Split = "eval-leak"
+		rows[1].Split = "eval-leak"
+		rows[1].Text += "!" // one sampleId with two differences counts in both
+		return rows
+	}, PlanOptions{})
+	want := clean(res)
+	want.SplitConflict = 2
+	want.ContentSubstitution = 1
+	expect(t, r, want)
+}
+
+func TestDescriptorOmitted(t *testing.T) {
+	s, res := synth(t)
+	rel := stagetest.CloneRelease(res.Release)
+	rel.Shards = slices.Delete(rel.Shards, 2, 3)
+	res2 := stagetest.Reissue(t, s, res, rel, true)
+	r := verify(t, s, PlanOptions{Root: res2.Root})
+	want := clean(res)
+	want.Shards, want.ShardsVerified = 3, 3
+	want.Records -= records(res, 2)
+	want.Missing = records(res, 2)
+	expect(t, r, want)
+	if n := len(r.Examples[string(errcode.MissingMember)]); n != 20 {
+		t.Errorf("%d missing examples, want 20", n)
+	}
+}
+
+func TestMemberDuplicatedAcrossShards(t *testing.T) {
+	s, res := synth(t)
+	dup := stagetest.ShardRows(t, s, res, 0)[5]
+	res2 := stagetest.RewriteShard(t, s, res, 1, func(rows []stage.Row) []stage.Row { return append(rows, dup) })
+	r := verify(t, s, PlanOptions{Root: res2.Root})
+	want := clean(res)
+	want.Records++
+	want.Duplicate = 1
+	expect(t, r, want)
+	if ex := r.Examples[string(errcode.DuplicateMember)]; !slices.Equal(ex, []string{dup.SampleID}) {
+		t.Errorf("examples %v", ex)
+	}
+}
+
+func TestExtraMember(t *testing.T) {
+	res, r := rewritten(t, func(rows []stage.Row) []stage.Row {
+		x := rows[0]
+		x.SampleID = "zz-not-in-snapshot"
+		return append(rows, x)
+	}, PlanOptions{})
+	want := clean(res) // res already counts the extra record
+	want.Extra = 1
+	expect(t, r, want)
+	if ex := r.Examples[string(errcode.ExtraMember)]; !slices.Equal(ex, []string{"zz-not-in-snapshot"}) {
+		t.Errorf("examples %v", ex)
+	}
+}
+
+// A shard written with another record schema (lang column dropped) is
+// mixed into the release with a consistent descriptor: the mapper reports
+// the schema mismatch and still emits its tuples, under the schema it
+// found, so every one of its members is a SCHEMA_MIX in the diff.
+func TestSchemaMixedIn(t *testing.T) {
+	s, res := synth(t)
+	other := stage.DefaultSchema()
+	other.Fields = slices.DeleteFunc(other.Fields, func(f manifest.Field) bool { return f.Name == "lang" })
+	otherDigest, err := canon.SchemaDigest(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := canon.ArrowSchema(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := array.NewRecordBuilder(memory.NewGoAllocator(), as)
+	defer b.Release()
+	for _, row := range stagetest.ShardRows(t, s, res, 3) {
+		b.Field(0).(*array.StringBuilder).Append(row.SampleID)
+		b.Field(1).(*array.StringBuilder).Append(row.SourceID)
+		b.Field(2).(*array.Int64Builder).Append(row.SourceVersion)
+		b.Field(3).(*array.StringBuilder).Append(row.Split)
+		b.Field(4).(*array.StringBuilder).Append(row.Text)
+		b.Field(5).(*array.Int64Builder).Append(row.Tokens)
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	rel := stagetest.CloneRelease(res.Release)
+	rel.Shards[3] = stagetest.WriteShard(t, s, rel.Shards[3].ID, rec, other, otherDigest, stage.ParquetOptions{})
+	res2 := stagetest.Reissue(t, s, res, rel, true)
+	r := verify(t, s, PlanOptions{Root: res2.Root})
+	want := clean(res)
+	want.ShardsVerified--
+	want.SchemaMismatches = 1
+	want.SchemaMix = records(res, 3)
+	expect(t, r, want, "shard-00003-of-00004 SCHEMA_MISMATCH")
+}
+
+func putFenceLog(t *testing.T, s objstore.Store, schema string, entries ...manifest.FenceEntry) manifest.Digest {
+	t.Helper()
+	b, err := manifest.Encode(&manifest.FenceLog{Schema: schema, Entries: entries})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _, _, err := objstore.PutBlob(context.Background(), s, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestTombstonedSample(t *testing.T) {
+	s, res := synth(t)
+	rows := stagetest.ShardRows(t, s, res, 2)
+	tomb := putFenceLog(t, s, manifest.TombstonesSchema,
+		manifest.FenceEntry{Seq: 1, SampleID: "deleted-long-ago"},
+		manifest.FenceEntry{Seq: 2, SampleID: rows[7].SampleID})
+	bench := putFenceLog(t, s, manifest.BenchmarkSchema,
+		manifest.FenceEntry{Seq: 1, ContentDigest: sha256.Sum256([]byte("an eval item not in the release"))})
+	r := verify(t, s, PlanOptions{Root: res.Root, Tombstones: tomb, Benchmark: bench})
+	want := clean(res)
+	want.TombstoneHits = 1
+	expect(t, r, want)
+	if r.TombstoneWatermark != 2 || r.BenchmarkFence != 1 || r.Tombstones != tomb || r.Benchmark != bench {
+		t.Errorf("report fences %d/%d %s/%s", r.TombstoneWatermark, r.BenchmarkFence, r.Tombstones, r.Benchmark)
+	}
+	if ex := r.Examples[string(errcode.TombstoneHit)]; !slices.Equal(ex, []string{rows[7].SampleID}) {
+		t.Errorf("examples %v", ex)
+	}
+}
+
+func TestBenchmarkItem(t *testing.T) {
+	s, res := synth(t)
+	rows := stagetest.ShardRows(t, s, res, 0)
+	bench := putFenceLog(t, s, manifest.BenchmarkSchema,
+		manifest.FenceEntry{Seq: 1, ContentDigest: sha256.Sum256([]byte(rows[42].Text))},
+		manifest.FenceEntry{Seq: 2, SampleID: "eval-only-item"})
+	r := verify(t, s, PlanOptions{Root: res.Root, Benchmark: bench})
+	want := clean(res)
+	want.BenchmarkHits = 1
+	expect(t, r, want)
+	if ex := r.Examples[string(errcode.BenchmarkHit)]; !slices.Equal(ex, []string{rows[42].SampleID}) {
+		t.Errorf("examples %v", ex)
+	}
+}

@@ -1,0 +1,132 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/reducer"
+)
+
+// Job is a plan with every document it names loaded and checked. Tasks are
+// methods of Job; a process that runs one task opens the Job from the plan
+// digest alone.
+type Job struct {
+	Store        objstore.Store
+	PlanDigest   manifest.Digest
+	Plan         *Plan
+	Release      *manifest.Release
+	Snapshot     *manifest.Snapshot
+	RecordSchema *manifest.RecordSchema
+	// Tombstones and Benchmark are nil when the plan checks none.
+	Tombstones, Benchmark *manifest.FenceLog
+
+	tombSet, benchSet *reducer.Set
+}
+
+// Open loads the plan with the given digest and the documents it names.
+func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*Job, error) {
+	b, err := readDoc(ctx, s, planDigest, "plan")
+	if err != nil {
+		return nil, err
+	}
+	var p Plan
+	if err := decodeStrict(b, &p); err != nil {
+		return nil, fmt.Errorf("plan %s: %w", planDigest, err)
+	}
+	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p}
+	if j.Release, err = loadRelease(ctx, s, p.Root); err != nil {
+		return nil, err
+	}
+	if j.Snapshot, err = loadSnapshot(ctx, s, p.Snapshot); err != nil {
+		return nil, err
+	}
+	if j.Release.RecordSchema != p.RecordSchema {
+		return nil, errcode.New(errcode.BadDocument, "plan %s: recordSchema %s differs from the release's %s", planDigest, p.RecordSchema, j.Release.RecordSchema)
+	}
+	if j.RecordSchema, err = loadRecordSchema(ctx, s, p.RecordSchema); err != nil {
+		return nil, err
+	}
+	if k, err := partitionK(j.Release, j.Snapshot); err != nil {
+		return nil, err
+	} else if k != p.K {
+		return nil, errcode.New(errcode.BadDocument, "plan %s: k=%d, the release partitions with k=%d", planDigest, p.K, k)
+	}
+	if err := p.validate(len(j.Release.Shards), len(j.Snapshot.Members)); err != nil {
+		return nil, fmt.Errorf("plan %s: %w", planDigest, err)
+	}
+	if !p.Tombstones.IsZero() {
+		if j.Tombstones, err = loadFenceLog(ctx, s, p.Tombstones, manifest.TombstonesSchema); err != nil {
+			return nil, err
+		}
+		j.tombSet = reducer.NewSet(j.Tombstones)
+	}
+	if !p.Benchmark.IsZero() {
+		if j.Benchmark, err = loadFenceLog(ctx, s, p.Benchmark, manifest.BenchmarkSchema); err != nil {
+			return nil, err
+		}
+		j.benchSet = reducer.NewSet(j.Benchmark)
+	}
+	return j, nil
+}
+
+func (j *Job) prefix() string { return "jobs/" + j.PlanDigest.Hex() + "/" }
+
+func (j *Job) mapOutputKey(task, r int) string {
+	return fmt.Sprintf("%smap/%d/r%d.arrow", j.prefix(), task, r)
+}
+
+func (j *Job) mapCommitKey(task int) string {
+	return fmt.Sprintf("%smap/%d/commit.json", j.prefix(), task)
+}
+
+func (j *Job) reduceCommitKey(task int) string {
+	return fmt.Sprintf("%sreduce/%d/commit.json", j.prefix(), task)
+}
+
+func (j *Job) log() *slog.Logger { return slog.With("plan", j.PlanDigest.String()) }
+
+// Kind is a task kind.
+type Kind string
+
+// Task kinds.
+const (
+	KindMap       Kind = "map"
+	KindReduce    Kind = "reduce"
+	KindAggregate Kind = "aggregate"
+)
+
+// Tasks returns how many tasks of kind the plan has (1 for aggregate).
+func (j *Job) Tasks(kind Kind) int {
+	switch kind {
+	case KindMap:
+		return len(j.Plan.MapTasks)
+	case KindReduce:
+		return len(j.Plan.Reducers)
+	case KindAggregate:
+		return 1
+	}
+	return 0
+}
+
+// RunTask runs one task of the job: what a `shardproof task` process, a
+// Slurm array task or a Kubernetes indexed pod does. It is idempotent: a
+// task whose commit record exists returns at once.
+func (j *Job) RunTask(ctx context.Context, kind Kind, index int, exec manifest.Execution) error {
+	if index < 0 || index >= j.Tasks(kind) {
+		return errcode.New(errcode.Usage, "%s task index %d out of range [0, %d)", kind, index, j.Tasks(kind))
+	}
+	var err error
+	switch kind {
+	case KindMap:
+		_, err = j.Map(ctx, index, nil)
+	case KindReduce:
+		_, err = j.Reduce(ctx, index)
+	case KindAggregate:
+		_, _, err = j.Aggregate(ctx, exec)
+	}
+	return err
+}

@@ -1,0 +1,121 @@
+package coordinator
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// Options configure a local verification.
+type Options struct {
+	PlanOptions
+	// Progress, if non-nil, is called (from worker goroutines, serialized)
+	// after each shard or member file is mapped.
+	Progress func(Progress)
+}
+
+// Progress reports one mapped shard or member file.
+type Progress struct {
+	Result mapper.Result
+	// Done counts the inputs mapped so far, of Total.
+	Done, Total int
+}
+
+// Outcome is the result of a verification.
+type Outcome struct {
+	Plan         manifest.Digest
+	Report       *manifest.Report
+	ReportDigest manifest.Digest
+}
+
+// Verify plans a verification and runs it with the local executor:
+// goroutines, o.Parallelism at a time (default runtime.NumCPU()), map
+// tasks, then reduce tasks, then the aggregation. It returns an error only
+// for operational problems; an INVALID release is a report with that
+// verdict.
+func Verify(ctx context.Context, s objstore.Store, o Options) (*Outcome, error) {
+	start := time.Now()
+	if o.Parallelism <= 0 {
+		o.Parallelism = runtime.NumCPU()
+	}
+	_, pd, err := NewPlan(ctx, s, o.PlanOptions)
+	if err != nil {
+		return nil, err
+	}
+	j, err := Open(ctx, s, pd)
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	done, total := 0, len(j.Release.Shards)+len(j.Snapshot.Members)
+	progress := func(r mapper.Result) {
+		if o.Progress != nil {
+			mu.Lock()
+			done++
+			o.Progress(Progress{Result: r, Done: done, Total: total})
+			mu.Unlock()
+		}
+	}
+	if err := runAll(ctx, len(j.Plan.MapTasks), o.Parallelism, func(ctx context.Context, i int) error {
+		_, err := j.Map(ctx, i, progress)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := runAll(ctx, len(j.Plan.Reducers), o.Parallelism, func(ctx context.Context, r int) error {
+		_, err := j.Reduce(ctx, r)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	rep, d, err := j.Aggregate(ctx, manifest.Execution{
+		Executor: "local",
+		Seconds:  time.Since(start).Seconds(),
+		Started:  start.UTC().Format(time.RFC3339),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Outcome{Plan: pd, Report: rep, ReportDigest: d}, nil
+}
+
+// runAll runs f(0..n-1) on p goroutines and returns the first error,
+// canceling the rest.
+func runAll(ctx context.Context, n, p int, f func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next := make(chan int)
+	var (
+		wg       sync.WaitGroup
+		once     sync.Once
+		firstErr error
+	)
+	for range min(p, n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := f(ctx, i); err != nil {
+					once.Do(func() { firstErr = err; cancel() })
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	return ctx.Err()
+}

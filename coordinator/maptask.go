@@ -1,0 +1,161 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/shuffle"
+)
+
+// MapCommitSchema identifies map commit records.
+const MapCommitSchema = "training.verify.map.commit.v1"
+
+// MapCommit is the commit record of a map task: once it exists the task is
+// done, and reducers read exactly the outputs it lists.
+type MapCommit struct {
+	Schema  string          `json:"schema"`
+	Plan    manifest.Digest `json:"plan"`
+	Task    int             `json:"task"`
+	Outputs []Output        `json:"outputs"`
+	// Results holds the mapper's figures and failures for each input, in
+	// the plan's order.
+	Results []mapper.Result `json:"results"`
+}
+
+// Output names one committed file by exact version, digest and size.
+type Output struct {
+	Key     string           `json:"key"`
+	Version objstore.Version `json:"version"`
+	Digest  manifest.Digest  `json:"digest"`
+	Size    int64            `json:"size"`
+	Rows    int64            `json:"rows"`
+}
+
+// Map runs map task i: it maps every input of the task, writes one sorted
+// shuffle file per reduce range and then the commit record. If the commit
+// record already exists, Map returns it without doing anything. progress,
+// if non-nil, is called after each input.
+func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*MapCommit, error) {
+	if i < 0 || i >= len(j.Plan.MapTasks) {
+		return nil, errcode.New(errcode.Usage, "map task %d out of range [0, %d)", i, len(j.Plan.MapTasks))
+	}
+	var done MapCommit
+	if found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &done); err != nil {
+		return nil, err
+	} else if found {
+		if err := j.checkMapCommit(i, &done); err != nil {
+			return nil, err
+		}
+		if progress != nil {
+			for _, r := range done.Results {
+				progress(r)
+			}
+		}
+		return &done, nil
+	}
+	parts := make([][]shuffle.Row, len(j.Plan.Reducers))
+	var emitErr error
+	var side shuffle.Side
+	emit := func(t *mapper.Tuple) error {
+		if uint64(t.Bucket) >= 1<<j.Plan.K {
+			emitErr = errcode.New(errcode.Internal, "mapper emitted bucket %d for k=%d", t.Bucket, j.Plan.K)
+			return emitErr
+		}
+		r := sort.Search(len(j.Plan.Reducers), func(r int) bool { return j.Plan.Reducers[r].Hi > t.Bucket })
+		parts[r] = append(parts[r], shuffle.Row{
+			Bucket:        t.Bucket,
+			Side:          side,
+			SampleID:      t.SampleID,
+			SourceID:      t.SourceID,
+			SourceVersion: t.SourceVersion,
+			ContentDigest: t.LogicalContentDigest,
+			Split:         t.Split,
+			SchemaDigest:  t.SchemaDigest,
+			TupleDigest:   t.Digest,
+		})
+		return nil
+	}
+	opts := mapper.Options{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Plan.RecordSchema, K: j.Plan.K}
+	commit := &MapCommit{Schema: MapCommitSchema, Plan: j.PlanDigest, Task: i}
+	for _, in := range j.Plan.MapTasks[i] {
+		desc := j.desc(in)
+		side = shuffle.Side(in.Side)
+		res, err := mapper.MapShard(ctx, opts, mapper.Input{Side: mapper.Side(in.Side), Index: in.Index, Desc: desc}, emit)
+		if emitErr != nil {
+			return nil, emitErr
+		}
+		if err != nil {
+			return nil, fmt.Errorf("map task %d: %s %s: %w", i, side, desc.ID, err)
+		}
+		commit.Results = append(commit.Results, res)
+		if progress != nil {
+			progress(res)
+		}
+	}
+	var buf bytes.Buffer
+	for r, rows := range parts {
+		shuffle.Sort(rows)
+		buf.Reset()
+		if err := shuffle.Write(&buf, rows); err != nil {
+			return nil, err
+		}
+		key := j.mapOutputKey(i, r)
+		v, err := putExact(ctx, j.Store, key, buf.Bytes())
+		if err != nil {
+			return nil, err
+		}
+		commit.Outputs = append(commit.Outputs, Output{Key: key, Version: v, Digest: manifest.Sum(buf.Bytes()), Size: int64(buf.Len()), Rows: int64(len(rows))})
+		parts[r] = nil
+	}
+	b, err := manifest.Encode(commit)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := putExact(ctx, j.Store, j.mapCommitKey(i), b); err != nil {
+		return nil, err
+	}
+	j.log().Debug("map task committed", "task", i, "inputs", len(commit.Results))
+	return commit, nil
+}
+
+func (j *Job) desc(in Input) manifest.Shard {
+	if in.Side == 0 {
+		return j.Release.Shards[in.Index]
+	}
+	return j.Snapshot.Members[in.Index]
+}
+
+// checkMapCommit checks a commit record read back from the store before
+// anything trusts it.
+func (j *Job) checkMapCommit(i int, c *MapCommit) error {
+	bad := func(format string, args ...any) error {
+		return errcode.New(errcode.ShuffleCorrupt, "%s: "+format, append([]any{j.mapCommitKey(i)}, args...)...)
+	}
+	if c.Schema != MapCommitSchema || c.Plan != j.PlanDigest || c.Task != i {
+		return bad("schema %q, plan %s, task %d do not match", c.Schema, c.Plan, c.Task)
+	}
+	if len(c.Outputs) != len(j.Plan.Reducers) {
+		return bad("%d outputs for %d reducers", len(c.Outputs), len(j.Plan.Reducers))
+	}
+	for r, o := range c.Outputs {
+		if o.Key != j.mapOutputKey(i, r) || o.Size < 0 || o.Rows < 0 {
+			return bad("output %d is %q (size %d)", r, o.Key, o.Size)
+		}
+	}
+	ins := j.Plan.MapTasks[i]
+	if len(c.Results) != len(ins) {
+		return bad("%d results for %d inputs", len(c.Results), len(ins))
+	}
+	for k, r := range c.Results {
+		if uint8(r.Side) != ins[k].Side || r.Index != ins[k].Index {
+			return bad("result %d is (side %d, index %d), plan says (side %d, index %d)", k, r.Side, r.Index, ins[k].Side, ins[k].Index)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,204 @@
+package coordinator
+
+import (
+	"context"
+	"slices"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// PlanSchema identifies the plan document format.
+const PlanSchema = "training.verify.plan.v1"
+
+// Plan is the content-addressed description of one verification: what is
+// verified against what, and how the work is split. Its digest names the
+// job; a task is (plan digest, kind, index).
+type Plan struct {
+	Schema       string          `json:"schema"`
+	Root         manifest.Digest `json:"root"`
+	Snapshot     manifest.Digest `json:"snapshot"`
+	Tombstones   manifest.Digest `json:"tombstones,omitzero"`
+	Benchmark    manifest.Digest `json:"benchmark,omitzero"`
+	RecordSchema manifest.Digest `json:"recordSchema"`
+	K            uint            `json:"k"`
+	// MapTasks lists, per map task, the inputs it maps. Together they
+	// cover every release shard and every snapshot member exactly once.
+	MapTasks [][]Input `json:"mapTasks"`
+	// Reducers are contiguous bucket ranges covering [0, 2^K) in order.
+	Reducers []BucketRange `json:"reducers"`
+	Tool     string        `json:"tool"`
+}
+
+// Input names one shard to map: Side 0 is the release manifest's shards,
+// Side 1 the snapshot's members; Index is the position in that list.
+type Input struct {
+	Side  uint8 `json:"side"`
+	Index int   `json:"index"`
+}
+
+// BucketRange is the half-open bucket range [Lo, Hi) of one reducer.
+type BucketRange struct {
+	Lo uint32 `json:"lo"`
+	Hi uint32 `json:"hi"`
+}
+
+// PlanOptions choose what to verify and how to split the work.
+type PlanOptions struct {
+	Root manifest.Digest
+	// Snapshot defaults to the release manifest's datasetSnapshot.
+	Snapshot manifest.Digest
+	// Tombstones and Benchmark, when non-zero, name fence documents to
+	// check the release against.
+	Tombstones, Benchmark manifest.Digest
+	// MapTasks and Reducers default to DefaultMapTasks and DefaultReducers
+	// of the parallelism; both are capped by the work available.
+	MapTasks, Reducers int
+	Parallelism        int
+	Tool               string
+}
+
+// DefaultMapTasks is the map task count for n inputs at parallelism p: one
+// task per input up to 4 tasks per worker, so a slow shard does not hold up
+// the phase and a task's memory stays that of a few shards.
+func DefaultMapTasks(n, p int) int { return max(1, min(n, max(4*p, 16))) }
+
+// DefaultReducers is the reducer count at parallelism p.
+func DefaultReducers(p int) int { return max(1, 2*p) }
+
+// NewPlan reads the release, snapshot and fence documents, checks they are
+// consistent, and stores the plan. Re-planning the same inputs with the same
+// options gives the same plan digest.
+func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manifest.Digest, error) {
+	rel, err := loadRelease(ctx, s, o.Root)
+	if err != nil {
+		return nil, manifest.Digest{}, err
+	}
+	snapDigest := o.Snapshot
+	if snapDigest.IsZero() {
+		snapDigest = rel.DatasetSnapshot
+	}
+	snap, err := loadSnapshot(ctx, s, snapDigest)
+	if err != nil {
+		return nil, manifest.Digest{}, err
+	}
+	if _, err := loadRecordSchema(ctx, s, rel.RecordSchema); err != nil {
+		return nil, manifest.Digest{}, err
+	}
+	k, err := partitionK(rel, snap)
+	if err != nil {
+		return nil, manifest.Digest{}, err
+	}
+	for _, f := range []struct {
+		d      manifest.Digest
+		schema string
+	}{{o.Tombstones, manifest.TombstonesSchema}, {o.Benchmark, manifest.BenchmarkSchema}} {
+		if !f.d.IsZero() {
+			if _, err := loadFenceLog(ctx, s, f.d, f.schema); err != nil {
+				return nil, manifest.Digest{}, err
+			}
+		}
+	}
+	p := max(1, o.Parallelism)
+	inputs := make([]Input, 0, len(rel.Shards)+len(snap.Members))
+	for i := range rel.Shards {
+		inputs = append(inputs, Input{Side: 0, Index: i})
+	}
+	for i := range snap.Members {
+		inputs = append(inputs, Input{Side: 1, Index: i})
+	}
+	m := o.MapTasks
+	if m <= 0 {
+		m = DefaultMapTasks(len(inputs), p)
+	}
+	m = max(1, min(m, len(inputs)))
+	r := o.Reducers
+	if r <= 0 {
+		r = DefaultReducers(p)
+	}
+	nb := uint64(1) << k
+	r = int(min(uint64(r), nb))
+	plan := &Plan{
+		Schema: PlanSchema, Root: o.Root, Snapshot: snapDigest,
+		Tombstones: o.Tombstones, Benchmark: o.Benchmark,
+		RecordSchema: rel.RecordSchema, K: k, Tool: o.Tool,
+		MapTasks: make([][]Input, m),
+	}
+	// Round-robin spreads release shards and snapshot members evenly.
+	for i, in := range inputs {
+		plan.MapTasks[i%m] = append(plan.MapTasks[i%m], in)
+	}
+	for j := range r {
+		plan.Reducers = append(plan.Reducers, BucketRange{
+			Lo: uint32(uint64(j) * nb / uint64(r)),
+			Hi: uint32(uint64(j+1) * nb / uint64(r)),
+		})
+	}
+	b, err := manifest.Encode(plan)
+	if err != nil {
+		return nil, manifest.Digest{}, err
+	}
+	d, _, _, err := objstore.PutBlob(ctx, s, b)
+	if err != nil {
+		return nil, manifest.Digest{}, err
+	}
+	return plan, d, nil
+}
+
+func partitionK(rel *manifest.Release, snap *manifest.Snapshot) (uint, error) {
+	k, err := manifest.ParseMemberPartition(rel.Build.MemberPartition)
+	if err != nil {
+		return 0, err
+	}
+	ks, err := manifest.ParseMemberPartition(snap.MemberPartition)
+	if err != nil {
+		return 0, err
+	}
+	if k != ks {
+		return 0, errcode.New(errcode.BadDocument, "release memberPartition %q differs from the snapshot's %q", rel.Build.MemberPartition, snap.MemberPartition)
+	}
+	return k, nil
+}
+
+// validate checks a plan read back from the store against the documents it
+// names, so a task never indexes outside them.
+func (p *Plan) validate(shards, members int) error {
+	bad := func(format string, args ...any) error {
+		return errcode.New(errcode.BadDocument, "plan: "+format, args...)
+	}
+	if p.Schema != PlanSchema {
+		return bad("schema %q, want %q", p.Schema, PlanSchema)
+	}
+	if p.K < 1 || p.K > manifest.MaxMemberPartitionK {
+		return bad("k=%d out of range", p.K)
+	}
+	if len(p.MapTasks) == 0 || len(p.Reducers) == 0 {
+		return bad("no map tasks or no reducers")
+	}
+	seen := [2][]bool{make([]bool, shards), make([]bool, members)}
+	for _, task := range p.MapTasks {
+		for _, in := range task {
+			if in.Side > 1 || in.Index < 0 || in.Index >= len(seen[in.Side]) || seen[in.Side][in.Index] {
+				return bad("input (side %d, index %d) is out of range or listed twice", in.Side, in.Index)
+			}
+			seen[in.Side][in.Index] = true
+		}
+	}
+	for side := range seen {
+		if i := slices.Index(seen[side], false); i >= 0 {
+			return bad("input (side %d, index %d) is in no map task", side, i)
+		}
+	}
+	next := uint32(0)
+	for _, r := range p.Reducers {
+		if r.Lo != next || r.Hi <= r.Lo {
+			return bad("reducer range [%d, %d) does not continue at %d", r.Lo, r.Hi, next)
+		}
+		next = r.Hi
+	}
+	if uint64(next) != 1<<p.K {
+		return bad("reducer ranges end at %d, not %d", next, uint64(1)<<p.K)
+	}
+	return nil
+}
