@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/file"
+	"github.com/shardproof/shardproof/raftgate"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// cli runs `shardproof args…` in-process and returns stdout. Flags of the
+// invoked command are reset first, since cobra keeps parsed values (and
+// Changed) between runs of one process.
+func cli(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd, _, err := rootCmd.Find(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			sv.Replace(nil)
+		} else {
+			f.Value.Set(f.DefValue)
+		}
+		f.Changed = false
+	})
+	var out, errOut bytes.Buffer
+	rootCmd.SetArgs(args)
+	rootCmd.SetOut(&out)
+	rootCmd.SetErr(&errOut)
+	var setCtx func(c *cobra.Command)
+	setCtx = func(c *cobra.Command) {
+		c.SetContext(t.Context())
+		for _, sub := range c.Commands() {
+			setCtx(sub)
+		}
+	}
+	setCtx(rootCmd)
+	defer func() {
+		rootCmd.SetOut(nil)
+		rootCmd.SetErr(nil)
+	}()
+	err = rootCmd.Execute()
+	if testing.Verbose() {
+		t.Logf("shardproof %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
+	}
+	return out.String(), err
+}
+
+func wantExit(t *testing.T, err error, code errcode.Code, exit int) {
+	t.Helper()
+	if errcode.Of(err) != code || exitStatus(err) != exit {
+		t.Fatalf("code %s exit %d (%v), want %s / %d", errcode.Of(err), exitStatus(err), err, code, exit)
+	}
+}
+
+// The cutover through the CLI: publish, a refused candidate, a stale CAS,
+// a worker that reads its run's root after the alias moved, and a recheck
+// that renews a closed permit.
+func TestPublishWorkerRecheckCLI(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := file.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	gen1 := stagetest.Synth(t, s, 1500, 4, 1)
+	gen2 := stagetest.Synth(t, s, 1500, 4, 2)
+	node := raftgate.StartTestNode(t, raftgate.TestConfig(t.TempDir(), "gate1"))
+	g := raftgate.NewClient(node.URL())
+	defer g.Close()
+	for deadline := time.Now().Add(10 * time.Second); !node.IsLeader(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+	}
+	base := []string{"--store", dir, "--gate", node.URL(), "-q"}
+	pub := func(extra ...string) (string, error) {
+		return cli(t, append(append([]string{"publish"}, base...), extra...)...)
+	}
+
+	out, err := pub("--alias", "main", "--root", gen1.Root.String())
+	if err != nil || !strings.Contains(out, "published main generation 1 -> "+gen1.Root.String()) {
+		t.Fatalf("publish gen1: %q %v", out, err)
+	}
+	// A stale CAS lost generation 1 to another root; one from the future
+	// names a generation that does not exist.
+	_, err = pub("--alias", "main", "--root", gen2.Root.String(), "--expect-generation", "0")
+	wantExit(t, err, errcode.PublishConflict, errcode.ExitRejected)
+	_, err = pub("--alias", "main", "--root", gen2.Root.String(), "--expect-generation", "5")
+	wantExit(t, err, errcode.GenerationConflict, errcode.ExitRejected)
+
+	// A swapped shard: the candidate pins a version holding another
+	// shard's bytes. Verify finds it; the alias stays.
+	swapped := stagetest.ReplaceShardBytes(t, s, gen2, 1, stagetest.ShardBytes(t, s, gen2.Release.Shards[0]))
+	out, err = pub("--alias", "main", "--root", swapped.Root.String(), "--expect-generation", "1")
+	wantExit(t, err, errcode.DigestMismatch, errcode.ExitInvalid)
+	if !strings.Contains(out, "verdict   INVALID") || !strings.Contains(out, "DIGEST_MISMATCH") {
+		t.Fatalf("INVALID summary: %q", out)
+	}
+	if al, _ := g.Alias(ctx, "main"); al.Generation != 1 || al.Root != gen1.Root {
+		t.Fatalf("alias moved to %d %s", al.Generation, al.Root)
+	}
+
+	if _, err := g.CreateRun(ctx, &raftgate.CreateRun{Run: "r1", Alias: "main", WorldSize: 2, BarrierTimeoutMs: 30_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Attest(ctx, "r1", 1, gen1.Root, []manifest.Digest{gen1.Release.Shards[1].Digest, gen1.Release.Shards[3].Digest}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = pub("--alias", "main", "--root", gen2.Root.String(), "--expect-generation", "1")
+	if err != nil || !strings.Contains(out, "generation 2") {
+		t.Fatalf("publish gen2: %q %v", out, err)
+	}
+	// Rank 0 starts after the switch and still reads generation 1.
+	worker := func(cache string) (string, error) {
+		return cli(t, "worker", "--store", dir, "--gate", node.URL(), "--run", "r1", "--rank", "0", "--cache", cache, "--once", "-q")
+	}
+	out, err = worker(t.TempDir())
+	if err != nil || !strings.Contains(out, "ready run=r1 rank=0 root="+gen1.Root.String()) {
+		t.Fatalf("worker: %q %v", out, err)
+	}
+
+	// Fence advance closes the run's permit; recheck renews it.
+	tomb, _, _, err := objstore.PutBlob(ctx, s, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tombD := manifest.Digest(tomb)
+	if _, err := g.AdvanceFence(ctx, raftgate.FenceTombstone, 4); err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.AdmitCheckpoint(ctx, "r1", 0, gen1.Root)
+	wantExit(t, err, errcode.PermitClosed, errcode.ExitRejected)
+	out, err = cli(t, append(append([]string{"recheck"}, base...), "--root", gen1.Root.String(), "--tombstones", tombD.String())...)
+	if err != nil || !strings.Contains(out, "renewed") {
+		t.Fatalf("recheck: %q %v", out, err)
+	}
+	if _, err := g.AdmitCheckpoint(ctx, "r1", 0, gen1.Root); err != nil {
+		t.Fatalf("checkpoint after recheck: %v", err)
+	}
+	// Without the new log, a publish is refused before verifying.
+	_, err = pub("--alias", "main", "--root", gen1.Root.String(), "--expect-generation", "2")
+	wantExit(t, err, errcode.FenceBehind, errcode.ExitRejected)
+	// Usage errors.
+	_, err = pub("--alias", "main")
+	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
+	_, err = cli(t, "worker", "--store", dir, "--run", "r1", "--cache", t.TempDir())
+	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
+}
