@@ -119,6 +119,8 @@ Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
 			defer g.Close()
 			o.Verify = localVerifier(s, parallelism)
 			o.Logger = cmdLogger(cmd.ErrOrStderr(), quiet)
+			// The verifier logs through the default logger; -q quiets it too.
+			slog.SetDefault(o.Logger)
 			out, err := publish.Publish(cmd.Context(), s, g, o)
 			if out != nil {
 				printPublishOutcome(cmd.OutOrStdout(), out, asJSON, err == nil)

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -76,6 +77,8 @@ Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 			}
 			o.Verify = localVerifier(s, parallelism)
 			o.Logger = cmdLogger(cmd.ErrOrStderr(), quiet)
+			// The verifier logs through the default logger; -q quiets it too.
+			slog.SetDefault(o.Logger)
 			w := cmd.OutOrStdout()
 			var first error
 			var outs []*publish.RecheckOutcome
