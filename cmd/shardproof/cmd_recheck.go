@@ -3,8 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"io"
+	"log/slog"
 
 	"github.com/spf13/cobra"
 
