@@ -228,3 +228,12 @@ func TestNestedKeys(t *testing.T) {
 		t.Fatalf("List: %+v", page.Objects)
 	}
 }
+
+func BenchmarkStore(b *testing.B) {
+	s, err := file.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	storetest.Bench(b, s, 32<<20)
+}

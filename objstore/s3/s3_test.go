@@ -225,3 +225,11 @@ func TestMultipartConditionalSlowBody(t *testing.T) {
 		t.Fatalf("after: %+v, %v; want the fast writer's 4 bytes", info, err)
 	}
 }
+
+func BenchmarkStore(b *testing.B) {
+	s, err := objstore.Open(b.Context(), s3test.Start(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	storetest.Bench(b, s, 32<<20)
+}

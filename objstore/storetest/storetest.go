@@ -436,3 +436,37 @@ func (c *cancelAfter) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// Bench measures Put (conditional create of a fresh key) and Get (read by
+// version to EOF) throughput for a body of size bytes.
+func Bench(b *testing.B, s objstore.Store, size int) {
+	body := make([]byte, size)
+	rand.NewChaCha8([32]byte{1}).Read(body)
+	b.Run("Put", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for i := 0; b.Loop(); i++ {
+			if _, err := s.Put(b.Context(), fmt.Sprintf("bench/put/%d", i), bytes.NewReader(body), objstore.PutOptions{IfNoneMatch: true, Size: int64(size)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	v, err := s.Put(b.Context(), "bench/get", bytes.NewReader(body), objstore.PutOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	b.Run("Get", func(b *testing.B) {
+		b.SetBytes(int64(size))
+		for b.Loop() {
+			rc, err := s.Get(b.Context(), "bench/get", v)
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, err = io.Copy(io.Discard, verifyread.New(rc, "bench/get", sum, int64(size)))
+			rc.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
