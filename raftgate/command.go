@@ -3,6 +3,7 @@ package raftgate
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -216,6 +217,9 @@ func DecodeCommand(b []byte) (Command, error) {
 	}
 	if dec.More() {
 		return nil, errcode.New(errcode.BadDocument, "trailing data after %s command", h.Type)
+	}
+	if err := checkKeys(b, reflect.TypeOf(c)); err != nil {
+		return nil, errcode.Wrap(errcode.BadDocument, err, "%s command", h.Type)
 	}
 	return c, nil
 }

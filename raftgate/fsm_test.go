@@ -458,6 +458,10 @@ func TestDecodeCommandStrict(t *testing.T) {
 		{`{"type":"advanceFence","kind":"tombstone","value":-1}`, errcode.BadDocument},
 		{`{"type":"cancelRun","run":"x"} {}`, errcode.BadDocument},
 		{`[]`, errcode.BadDocument},
+		{`{"tYpe":"cancelRun","run":"x"}`, errcode.BadDocument},
+		{`{"type":"cancelRun","run":"x","run":"y"}`, errcode.BadDocument},
+		{`{"type":"register","root":"sha256:0000000000000000000000000000000000000000000000000000000000000000","shards":[],"report":{"Verdict":"VERIFIED"}}`, errcode.BadDocument},
+		{`{"type":"register","root":"sha256:0000000000000000000000000000000000000000000000000000000000000000","shards":[],"report":{"verdict":"VERIFIED","verdict":"INVALID"}}`, errcode.BadDocument},
 		{``, errcode.BadDocument},
 	} {
 		_, err := DecodeCommand([]byte(tc.in))
