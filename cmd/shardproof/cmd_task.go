@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+func init() {
+	var (
+		store, plan string
+		index       int
+		wait        time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "task map|reduce|aggregate --plan <store URL>#sha256:… [--index N]",
+		Short: "Run one task of a planned verification (what a Slurm array task or Kubernetes pod runs)",
+		Long: `task runs one task of the verification job a plan names, and commits its
+outputs to the store with conditional creates. It is what every executor
+runs: the process executor's children, Slurm array tasks and Kubernetes
+Indexed Job pods.
+
+The plan URL is "<store URL>#sha256:<plan digest>"; alternatively give
+--store URL and --plan sha256:<plan digest>. The index comes from --index,
+else from JOB_COMPLETION_INDEX (Kubernetes Indexed Job), SLURM_ARRAY_TASK_ID
+(Slurm job array) or AWS_BATCH_JOB_ARRAY_INDEX. aggregate has one task
+(index 0, the default); it stores the report and prints its digest.
+
+A task whose commit record exists succeeds at once. A rerun that finds an
+output already present checks it is byte-identical (else NONDETERMINISM).
+A reduce task starts only when every map task has committed, an aggregate
+only when every task has: otherwise TASK_NOT_READY, or, with --wait, after
+waiting up to that long for the commits to appear.
+
+Exit status: 0 committed, 1 invalid input (bad plan or document,
+NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
+(store unreachable, inputs not ready: retrying may help).`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			kind, err := coordinator.ParseKind(args[0])
+			if err != nil {
+				return err
+			}
+			if plan == "" {
+				return errcode.New(errcode.Usage, "task: --plan is required")
+			}
+			ref, err := coordinator.ParsePlanRef(plan, store)
+			if err != nil {
+				return err
+			}
+			idx := index
+			if kind == coordinator.KindAggregate && idx < 0 {
+				idx = 0
+			}
+			if idx, err = coordinator.TaskIndex(idx, os.Getenv); err != nil {
+				return err
+			}
+			s, err := openStore(cmd, ref.Store)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			j, err := coordinator.Open(ctx, s, ref.Plan)
+			if err != nil {
+				return err
+			}
+			if idx >= j.Tasks(kind) {
+				return errcode.New(errcode.Usage, "task: %s index %d out of range [0, %d)", kind, idx, j.Tasks(kind))
+			}
+			if wait > 0 {
+				if err := j.WaitReady(ctx, kind, time.Second, wait); err != nil {
+					return err
+				}
+			}
+			if kind != coordinator.KindAggregate {
+				return j.RunTask(ctx, kind, idx, manifest.Execution{})
+			}
+			rep, d, err := j.Aggregate(ctx, manifest.Execution{Executor: "task"})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "verdict %s\nreport %s\n", rep.Verdict, d)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&plan, "plan", "", `plan URL "<store URL>#sha256:…", or "sha256:…" with --store`)
+	f.StringVar(&store, "store", "", "object store URL or path (when --plan is a bare digest)")
+	f.IntVar(&index, "index", -1, "task index (default: from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or AWS_BATCH_JOB_ARRAY_INDEX)")
+	f.DurationVar(&wait, "wait", 0, "wait up to this long for the earlier phase's commit records (reduce, aggregate)")
+	rootCmd.AddCommand(cmd)
+}

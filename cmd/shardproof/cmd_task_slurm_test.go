@@ -1,0 +1,64 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/slurmtest"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// TestVerifySlurmExecutor runs verify --executor slurm against a real
+// Slurm cluster on loopback: a map array, a reduce array held by afterok,
+// each array task running `shardproof task` with SLURM_ARRAY_TASK_ID. The
+// report equals the local executor's. Then a plan whose map task 1 cannot
+// succeed (its commit record is corrupt): the task script retries it, the
+// map array fails, --kill-on-invalid-dep cancels the reducers, and the
+// error carries the task's own code.
+func TestVerifySlurmExecutor(t *testing.T) {
+	c := slurmtest.Start(t)
+	r := newRelease(t)
+	want := r.localReport(t)
+	res := runCLI(t, cliEnv("SLURM_CONF="+c.Conf), "verify", "--executor", "slurm", "--store", r.dir,
+		"--root", r.res.Root.String(), "--map-tasks", "4", "--reducers", "3", "--parallelism", "2",
+		"--task-binary", os.Args[0], "--slurm-dir", t.TempDir(), "--json")
+	got := cliReport(t, res)
+	sameReport(t, "slurm", want, got)
+	if got.Execution.Executor != "slurm" || got.Execution.MapTasks != 4 || got.Execution.Reducers != 3 {
+		t.Errorf("execution section %+v, want executor slurm with 4 map tasks and 3 reducers", got.Execution)
+	}
+
+	j := planJob(t, r, 3, 2)
+	bad := "jobs/" + j.PlanDigest.Hex() + "/map/1/commit.json"
+	if _, err := r.store.Put(t.Context(), bad, strings.NewReader("{"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	eng := &coordinator.Slurm{Binary: os.Args[0], Dir: dir, Attempts: 2, Env: cliEnv("SLURM_CONF=" + c.Conf)}
+	_, err := coordinator.VerifyWith(t.Context(), r.store, r.dir, coordinator.Options{PlanOptions: coordinator.PlanOptions{
+		Root: r.res.Root, MapTasks: 3, Reducers: 2, Parallelism: 2, Tool: "shardproof " + version,
+	}}, eng)
+	var terr *coordinator.TaskError
+	if !errors.As(err, &terr) || terr.Kind != coordinator.KindMap || terr.Index != 1 || errcode.Of(err) != errcode.ShuffleCorrupt {
+		t.Fatalf("got %v; want map task 1 failing with %s", err, errcode.ShuffleCorrupt)
+	}
+	if n := strings.Count(terr.Log, "retrying"); n != 1 {
+		t.Errorf("task script retried %d times, want 1 (2 attempts): %s", n, terr.Log)
+	}
+	jobs := c.Run("scontrol", "show", "job", "-o")
+	if !strings.Contains(jobs, "JobName=shardproof-"+j.PlanDigest.Hex()[:12]+"-reduce") ||
+		!strings.Contains(jobs, "Reason=DependencyNeverSatisfied") {
+		t.Errorf("reduce array was not cancelled by the failed dependency:\n%s", jobs)
+	}
+	for i := range 2 {
+		key := fmt.Sprintf("jobs/%s/reduce/%d/commit.json", j.PlanDigest.Hex(), i)
+		if _, err := r.store.Head(t.Context(), key, ""); !objstore.IsNotExist(err) {
+			t.Errorf("reduce task %d: commit record %v; want none, a map task failed", i, err)
+		}
+	}
+}

@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/file"
+	"github.com/shardproof/shardproof/objstore/s3/s3test"
+	"github.com/shardproof/shardproof/stage"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// asCLI makes the test binary run as the shardproof CLI, so the executors'
+// children, Slurm array tasks and emulated pods run the real command line
+// (`shardproof task …`) without a separate build.
+const asCLI = "SHARDPROOF_TEST_AS_CLI"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asCLI) == "1" {
+		main()
+	}
+	code := m.Run()
+	if templateDir != "" {
+		os.RemoveAll(templateDir)
+	}
+	os.Exit(code)
+}
+
+// cliEnv is the environment of a child running as the CLI.
+func cliEnv(extra ...string) []string {
+	return append(append(os.Environ(), asCLI+"=1"), extra...)
+}
+
+// cliResult is one run of the CLI as a child process.
+type cliResult struct {
+	stdout, stderr string
+	status         int
+}
+
+// runCLI runs `shardproof args…` as a child process.
+func runCLI(t *testing.T, env []string, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	r := cliResult{stdout: stdout.String(), stderr: stderr.String()}
+	switch {
+	case errors.As(err, &ee):
+		r.status = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return r
+}
+
+// release is a small synthetic release in a file store.
+type release struct {
+	dir   string
+	store objstore.Store
+	res   stage.Result
+}
+
+// The synthetic release is staged once and copied for each test: a file
+// store is plain files, and staging is the slow part.
+var (
+	templateOnce sync.Once
+	templateDir  string
+	templateRes  stage.Result
+	templateErr  error
+)
+
+func newRelease(t *testing.T) *release {
+	t.Helper()
+	templateOnce.Do(func() {
+		if templateDir, templateErr = os.MkdirTemp("", "shardproof-task-test"); templateErr != nil {
+			return
+		}
+		s, err := file.Open(templateDir)
+		if err != nil {
+			templateErr = err
+			return
+		}
+		defer s.Close()
+		templateRes, templateErr = stage.Synth(context.Background(), s, stage.SynthOptions{Samples: 3000, Shards: 5, Seed: 7})
+	})
+	if templateErr != nil {
+		t.Fatalf("synth: %v", templateErr)
+	}
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(templateDir)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := file.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return &release{dir: dir, store: s, res: templateRes}
+}
+
+// localReport verifies with the local executor.
+func (r *release) localReport(t *testing.T) *manifest.Report {
+	t.Helper()
+	out, err := coordinator.Verify(t.Context(), r.store, coordinator.Options{PlanOptions: coordinator.PlanOptions{
+		Root: r.res.Root, MapTasks: 2, Reducers: 2, Parallelism: 2, Tool: "shardproof " + version,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Report.Verdict != manifest.Verified {
+		t.Fatalf("local executor: verdict %s: %+v", out.Report.Verdict, out.Report.Failures)
+	}
+	return out.Report
+}
+
+// withoutExecution encodes a report with its execution section cleared:
+// the part that must be byte-identical whatever ran the tasks.
+func withoutExecution(t *testing.T, r *manifest.Report) []byte {
+	t.Helper()
+	c := *r
+	c.Execution = manifest.Execution{}
+	b, err := manifest.Encode(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// sameReport fails unless got equals want apart from execution.
+func sameReport(t *testing.T, what string, want, got *manifest.Report) {
+	t.Helper()
+	w, g := withoutExecution(t, want), withoutExecution(t, got)
+	if !bytes.Equal(w, g) {
+		t.Fatalf("%s: report differs from the local executor's\nlocal: %s\n%s: %s", what, w, what, g)
+	}
+}
+
+// cliReport parses `verify --json` output.
+func cliReport(t *testing.T, r cliResult) *manifest.Report {
+	t.Helper()
+	if r.status != 0 {
+		t.Fatalf("verify exited %d: %s", r.status, r.stderr)
+	}
+	rep, err := manifest.DecodeReport([]byte(strings.TrimSpace(r.stdout)))
+	if err != nil {
+		t.Fatalf("decode report: %v\n%s", err, r.stdout)
+	}
+	return rep
+}
+
+// TestVerifyProcessExecutor: `verify --executor process` runs every task as
+// a `shardproof task` child and yields the local executor's report; the
+// plan shape differs on purpose (3 map tasks, 4 reducers vs 2 and 2).
+func TestVerifyProcessExecutor(t *testing.T) {
+	r := newRelease(t)
+	want := r.localReport(t)
+	res := runCLI(t, cliEnv(), "verify", "--executor", "process", "--store", r.dir, "--root", r.res.Root.String(),
+		"--map-tasks", "3", "--reducers", "4", "--parallelism", "2", "--task-binary", os.Args[0], "--json")
+	got := cliReport(t, res)
+	sameReport(t, "process", want, got)
+	if got.Execution.Executor != "process" || got.Execution.MapTasks != 3 || got.Execution.Reducers != 4 {
+		t.Errorf("execution section %+v, want executor process with 3 map tasks and 4 reducers", got.Execution)
+	}
+}
+
+// planJob plans (without running) what verify with these options runs.
+func planJob(t *testing.T, r *release, maps, reduces int) *coordinator.Job {
+	t.Helper()
+	_, pd, err := coordinator.NewPlan(t.Context(), r.store, coordinator.PlanOptions{
+		Root: r.res.Root, MapTasks: maps, Reducers: reduces, Parallelism: 2, Tool: "shardproof " + version,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := coordinator.Open(t.Context(), r.store, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// crashAfter is a store whose Put fails for key `at`, like a task killed
+// right before writing it: everything before stays committed.
+type crashAfter struct {
+	objstore.Store
+	at string
+}
+
+func (c *crashAfter) Put(ctx context.Context, key string, body io.Reader, o objstore.PutOptions) (objstore.Version, error) {
+	if key == c.at {
+		return "", errcode.New(errcode.IO, "killed before writing %s", key)
+	}
+	return c.Store.Put(ctx, key, body, o)
+}
+
+// TestMapKilledHalfwayThenRerun: map task 0 dies after writing half its
+// shuffle files and before its commit record; the process executor reruns
+// it, keeps the files already written (same bytes, same versions) and the
+// report equals the local executor's.
+func TestMapKilledHalfwayThenRerun(t *testing.T) {
+	r := newRelease(t)
+	want := r.localReport(t)
+	const maps, reduces = 3, 4
+	j := planJob(t, r, maps, reduces)
+	prefix := "jobs/" + j.PlanDigest.Hex() + "/map/0/"
+	crashed := *j
+	crashed.Store = &crashAfter{Store: r.store, at: prefix + "r2.arrow"}
+	if _, err := crashed.Map(t.Context(), 0, nil); err == nil {
+		t.Fatal("map task 0 succeeded through a crash")
+	}
+	before := map[string]objstore.Version{}
+	for _, k := range []string{"r0.arrow", "r1.arrow"} {
+		info, err := r.store.Head(t.Context(), prefix+k, "")
+		if err != nil {
+			t.Fatalf("half-written output %s: %v", k, err)
+		}
+		before[k] = info.Version
+	}
+	if _, err := r.store.Head(t.Context(), prefix+"commit.json", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("commit record after the crash: %v", err)
+	}
+	res := runCLI(t, cliEnv(), "verify", "--executor", "process", "--store", r.dir, "--root", r.res.Root.String(),
+		"--map-tasks", "3", "--reducers", "4", "--parallelism", "2", "--task-binary", os.Args[0], "--json")
+	got := cliReport(t, res)
+	sameReport(t, "rerun", want, got)
+	if got.Execution.Plan != j.PlanDigest {
+		t.Fatalf("rerun planned %s, crashed job was %s", got.Execution.Plan, j.PlanDigest)
+	}
+	for k, v := range before {
+		info, err := r.store.Head(t.Context(), prefix+k, "")
+		if err != nil || info.Version != v {
+			t.Errorf("%s: version %v (%v) after the rerun, was %s", k, info.Version, err, v)
+		}
+	}
+}
+
+// TestStrayOutputs: objects under the job prefix that no commit record
+// lists (a dead attempt's extra file, a task index the plan does not have)
+// are ignored; a stray object at the exact key of an output differs from
+// what the task writes and is reported as NONDETERMINISM (exit 1), never
+// overwritten.
+func TestStrayOutputs(t *testing.T) {
+	r := newRelease(t)
+	want := r.localReport(t)
+	j := planJob(t, r, 3, 4)
+	prefix := "jobs/" + j.PlanDigest.Hex() + "/"
+	for _, k := range []string{"map/0/r9.arrow", "map/7/commit.json", "map/1/r0.arrow.tmp", "reduce/9/commit.json"} {
+		if _, err := r.store.Put(t.Context(), prefix+k, strings.NewReader("stray"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"verify", "--executor", "process", "--store", r.dir, "--root", r.res.Root.String(),
+		"--map-tasks", "3", "--reducers", "4", "--parallelism", "2", "--task-binary", os.Args[0], "--json"}
+	sameReport(t, "stray", want, cliReport(t, runCLI(t, cliEnv(), args...)))
+
+	r2 := newRelease(t)
+	j2 := planJob(t, r2, 3, 4)
+	key := "jobs/" + j2.PlanDigest.Hex() + "/map/1/r0.arrow"
+	if _, err := r2.store.Put(t.Context(), key, strings.NewReader("stray"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	args[4] = r2.dir
+	res := runCLI(t, cliEnv(), args...)
+	if res.status != errcode.ExitInvalid || !strings.Contains(res.stderr, string(errcode.Nondeterminism)) {
+		t.Fatalf("stray object at an output key: exit %d, stderr %q; want exit 1 with %s", res.status, res.stderr, errcode.Nondeterminism)
+	}
+	if strings.Count(res.stderr, "retrying") > 0 {
+		t.Errorf("a deterministic failure was retried: %s", res.stderr)
+	}
+}
+
+// TestConcurrentDuplicateTasks: two copies of every task run at once (as a
+// speculative or duplicated pod would); all succeed, and the aggregate
+// equals the local executor's report.
+func TestConcurrentDuplicateTasks(t *testing.T) {
+	r := newRelease(t)
+	want := r.localReport(t)
+	j := planJob(t, r, 3, 2)
+	ref := coordinator.PlanRef{Store: r.dir, Plan: j.PlanDigest}.String()
+	for _, phase := range []struct {
+		kind string
+		n    int
+	}{{"map", 3}, {"reduce", 2}} {
+		var wg sync.WaitGroup
+		results := make([]cliResult, 2*phase.n)
+		for i := range results {
+			wg.Go(func() {
+				results[i] = runCLI(t, cliEnv(), "task", phase.kind, "--plan", ref, "--index", fmt.Sprint(i/2))
+			})
+		}
+		wg.Wait()
+		for i, res := range results {
+			if res.status != 0 {
+				t.Fatalf("%s task %d copy %d: exit %d: %s", phase.kind, i/2, i%2, res.status, res.stderr)
+			}
+		}
+	}
+	res := runCLI(t, cliEnv(), "task", "aggregate", "--plan", ref)
+	if res.status != 0 || !strings.Contains(res.stdout, "verdict VERIFIED") {
+		t.Fatalf("aggregate: exit %d: %s %s", res.status, res.stdout, res.stderr)
+	}
+	d, err := manifest.ParseDigest(strings.TrimPrefix(strings.Split(strings.TrimSpace(res.stdout), "\n")[1], "report "))
+	if err != nil {
+		t.Fatalf("aggregate output %q: %v", res.stdout, err)
+	}
+	b, _, err := objstore.ReadBlob(t.Context(), r.store, d, manifest.MaxDocumentSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := manifest.DecodeReport(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameReport(t, "duplicates", want, got)
+}
+
+// TestTaskContract covers the task command's argument rules.
+func TestTaskContract(t *testing.T) {
+	r := newRelease(t)
+	j := planJob(t, r, 2, 2)
+	ref := coordinator.PlanRef{Store: r.dir, Plan: j.PlanDigest}.String()
+	for _, c := range []struct {
+		name   string
+		env    []string
+		args   []string
+		status int
+		code   errcode.Code
+	}{
+		{"no index", nil, []string{"task", "map", "--plan", ref}, errcode.ExitUsage, errcode.Usage},
+		{"index out of range", nil, []string{"task", "map", "--plan", ref, "--index", "2"}, errcode.ExitUsage, errcode.Usage},
+		{"bad kind", nil, []string{"task", "shuffle", "--plan", ref, "--index", "0"}, errcode.ExitUsage, errcode.Usage},
+		{"bare digest without store", nil, []string{"task", "map", "--plan", j.PlanDigest.String(), "--index", "0"}, errcode.ExitUsage, errcode.Usage},
+		{"reduce before maps", nil, []string{"task", "reduce", "--plan", ref, "--index", "0"}, errcode.ExitError, errcode.TaskNotReady},
+		{"aggregate before reduces", nil, []string{"task", "aggregate", "--plan", ref}, errcode.ExitError, errcode.TaskNotReady},
+		{"disagreeing index variables", []string{"JOB_COMPLETION_INDEX=0", "SLURM_ARRAY_TASK_ID=1"}, []string{"task", "map", "--plan", ref}, errcode.ExitUsage, errcode.Usage},
+		{"missing plan", nil, []string{"task", "map", "--plan", r.dir + "#sha256:" + strings.Repeat("ab", 32), "--index", "0"}, errcode.ExitError, errcode.NotFound},
+		{"Kubernetes index", []string{"JOB_COMPLETION_INDEX=1"}, []string{"task", "map", "--plan", ref}, 0, ""},
+		{"Slurm index", []string{"SLURM_ARRAY_TASK_ID=0"}, []string{"task", "map", "--store", r.dir, "--plan", j.PlanDigest.String()}, 0, ""},
+		{"AWS Batch index", []string{"AWS_BATCH_JOB_ARRAY_INDEX=1"}, []string{"task", "map", "--plan", ref}, 0, ""},
+		{"reduce after maps", nil, []string{"task", "reduce", "--plan", ref, "--index", "1", "--wait", "5s"}, 0, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			env := cliEnv()
+			for _, name := range coordinator.IndexEnv {
+				env = append(env, name+"=")
+			}
+			res := runCLI(t, append(env, c.env...), c.args...)
+			if res.status != c.status || (c.code != "" && !strings.Contains(res.stderr, string(c.code))) {
+				t.Fatalf("exit %d, stderr %q; want exit %d with code %s", res.status, res.stderr, c.status, c.code)
+			}
+		})
+	}
+	if _, err := r.store.Head(t.Context(), filepath.ToSlash("jobs/"+j.PlanDigest.Hex()+"/reduce/1/commit.json"), ""); err != nil {
+		t.Errorf("reduce task 1 did not commit: %v", err)
+	}
+}
+
+// TestVerifyProcessExecutorS3: the same with the release staged into S3
+// (versitygw on loopback): the children reach the store by its s3:// URL
+// and the credentials in their environment.
+func TestVerifyProcessExecutorS3(t *testing.T) {
+	url := s3test.Start(t)
+	s, err := objstore.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &release{dir: url, store: s, res: stagetest.Synth(t, s, 3000, 5, 7)}
+	want := r.localReport(t)
+	res := runCLI(t, cliEnv(), "verify", "--executor", "process", "--store", url, "--root", r.res.Root.String(),
+		"--map-tasks", "3", "--reducers", "4", "--parallelism", "2", "--task-binary", os.Args[0], "--json")
+	got := cliReport(t, res)
+	sameReport(t, "process over S3", want, got)
+	if got.Execution.ShuffleBytes == 0 {
+		t.Error("no shuffle bytes recorded")
+	}
+}

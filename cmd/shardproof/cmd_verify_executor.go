@@ -1,0 +1,198 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+// executorFlags are verify's --executor and the settings of each engine.
+// They live here, apart from cmd_verify.go, and take over verify's RunE
+// only when an executor other than local is chosen.
+type executorFlags struct {
+	executor   string
+	taskBinary string
+	taskStore  string
+	attempts   int
+
+	slurmDir, slurmPartition string
+	slurmArgs                []string
+
+	k8s    coordinator.Kubernetes
+	submit bool
+	k8sEnv []string
+}
+
+// This file's init runs after cmd_verify.go's (files initialize in name
+// order), so the verify command exists.
+func init() {
+	var verify *cobra.Command
+	for _, c := range rootCmd.Commands() {
+		if c.Name() == "verify" {
+			verify = c
+		}
+	}
+	if verify == nil {
+		panic("cmd_verify_executor.go: no verify command registered")
+	}
+	var x executorFlags
+	f := verify.Flags()
+	f.StringVar(&x.executor, "executor", "local", "where tasks run: local (goroutines), process (child processes), slurm (job arrays), kubernetes (Indexed Jobs)")
+	f.StringVar(&x.taskBinary, "task-binary", "", "shardproof executable the process and slurm tasks run (default: this one)")
+	f.StringVar(&x.taskStore, "task-store", "", "store URL as the tasks reach it (default: --store, made absolute)")
+	f.IntVar(&x.attempts, "task-attempts", 3, "runs of one task before it fails (process, slurm; kubernetes: --k8s-backoff-limit-per-index)")
+	f.StringVar(&x.slurmDir, "slurm-dir", "", "shared directory for the Slurm task script and logs (default: a new temp directory)")
+	f.StringVar(&x.slurmPartition, "slurm-partition", "", "Slurm partition (default: the cluster's default)")
+	f.StringArrayVar(&x.slurmArgs, "slurm-arg", nil, "extra sbatch argument (repeatable), e.g. --slurm-arg=--time=30")
+	f.StringVar(&x.k8s.Emit, "emit", "", "kubernetes: write the Indexed Job YAML files to this directory")
+	f.BoolVar(&x.submit, "submit", false, "kubernetes: apply the Jobs with kubectl, wait for them and aggregate")
+	f.StringVar(&x.k8s.Image, "image", "", "kubernetes: container image holding the shardproof binary")
+	f.StringVar(&x.k8s.Command, "image-command", "shardproof", "kubernetes: shardproof executable inside the image")
+	f.StringVar(&x.k8s.Namespace, "namespace", "", "kubernetes: namespace of the Jobs")
+	f.IntVar(&x.k8s.BackoffLimitPerIndex, "k8s-backoff-limit-per-index", 2, "kubernetes: retries of one index")
+	f.IntVar(&x.k8s.Parallelism, "k8s-parallelism", 0, "kubernetes: pods of one Job at once (default: all)")
+	f.StringArrayVar(&x.k8sEnv, "k8s-env", nil, "kubernetes: container environment variable NAME=VALUE (repeatable)")
+	local := verify.RunE
+	verify.RunE = func(cmd *cobra.Command, args []string) error {
+		if x.executor == "local" {
+			return local(cmd, args)
+		}
+		return x.run(cmd)
+	}
+}
+
+// run is verify with an external engine: plan, run the tasks there,
+// aggregate here, print like the local executor.
+func (x *executorFlags) run(cmd *cobra.Command) error {
+	opts, storeURL, asJSON, err := verifyOptionsFromFlags(cmd)
+	if err != nil {
+		return err
+	}
+	taskStore := x.taskStore
+	if taskStore == "" {
+		taskStore = storeURL
+		if !strings.Contains(storeURL, "://") {
+			// Tasks run in other working directories.
+			if taskStore, err = filepath.Abs(storeURL); err != nil {
+				return errcode.Wrap(errcode.Usage, err, "verify: --store %q", storeURL)
+			}
+		}
+	}
+	var engine coordinator.Engine
+	switch x.executor {
+	case "process":
+		engine = &coordinator.Process{Binary: x.taskBinary, Parallelism: opts.Parallelism, Attempts: x.attempts}
+	case "slurm":
+		engine = &coordinator.Slurm{Binary: x.taskBinary, Dir: x.slurmDir, Attempts: x.attempts,
+			Partition: x.slurmPartition, Args: x.slurmArgs}
+	case "kubernetes":
+		x.k8s.Env = map[string]string{}
+		for _, kv := range x.k8sEnv {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || k == "" {
+				return errcode.New(errcode.Usage, "verify: --k8s-env %q: want NAME=VALUE", kv)
+			}
+			x.k8s.Env[k] = v
+		}
+		if !x.submit {
+			return x.emitOnly(cmd, opts, taskStore)
+		}
+		engine = &x.k8s
+	default:
+		return errcode.New(errcode.Usage, "verify: --executor %q: want local, process, slurm or kubernetes", x.executor)
+	}
+	s, err := openStore(cmd, storeURL)
+	if err != nil {
+		return err
+	}
+	out, err := coordinator.VerifyWith(cmd.Context(), s, taskStore, opts, engine)
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if asJSON {
+		b, err := manifest.Encode(out.Report)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\n", b)
+	} else {
+		printSummary(w, out)
+	}
+	if out.Report.Verdict != manifest.Verified {
+		return &exitError{status: errcode.ExitInvalid}
+	}
+	return nil
+}
+
+// emitOnly plans and writes the Indexed Jobs without running anything,
+// and says how to run them and aggregate.
+func (x *executorFlags) emitOnly(cmd *cobra.Command, opts coordinator.Options, taskStore string) error {
+	if x.k8s.Emit == "" {
+		return errcode.New(errcode.Usage, "verify: --executor kubernetes needs --emit DIR, --submit, or both")
+	}
+	storeURL, _ := cmd.Flags().GetString("store")
+	s, err := openStore(cmd, storeURL)
+	if err != nil {
+		return err
+	}
+	plan, pd, err := coordinator.NewPlan(cmd.Context(), s, opts.PlanOptions)
+	if err != nil {
+		return err
+	}
+	ref := coordinator.PlanRef{Store: taskStore, Plan: pd}
+	paths, err := x.k8s.EmitJobs(x.k8s.Emit, ref, len(plan.MapTasks), len(plan.Reducers))
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "plan %s\n", ref)
+	fmt.Fprintf(w, "kubectl apply -f %s && kubectl wait --for=condition=Complete --timeout=24h job/%s\n", paths[0], x.k8s.JobName(ref, coordinator.KindMap))
+	fmt.Fprintf(w, "kubectl apply -f %s && kubectl wait --for=condition=Complete --timeout=24h job/%s\n", paths[1], x.k8s.JobName(ref, coordinator.KindReduce))
+	fmt.Fprintf(w, "shardproof task aggregate --plan '%s'\n", ref)
+	return nil
+}
+
+// verifyOptionsFromFlags reads verify's own flags (defined in
+// cmd_verify.go) into coordinator options.
+func verifyOptionsFromFlags(cmd *cobra.Command) (opts coordinator.Options, store string, asJSON bool, err error) {
+	f := cmd.Flags()
+	store, _ = f.GetString("store")
+	asJSON, _ = f.GetBool("json")
+	opts.MapTasks, _ = f.GetInt("map-tasks")
+	opts.Reducers, _ = f.GetInt("reducers")
+	opts.Parallelism, _ = f.GetInt("parallelism")
+	if opts.Parallelism <= 0 {
+		opts.Parallelism = runtime.NumCPU()
+	}
+	opts.Tool = "shardproof " + version
+	for _, d := range []struct {
+		flag     string
+		dst      *manifest.Digest
+		required bool
+	}{
+		{"root", &opts.Root, true},
+		{"snapshot", &opts.Snapshot, false},
+		{"tombstones", &opts.Tombstones, false},
+		{"benchmark", &opts.Benchmark, false},
+	} {
+		v, _ := f.GetString(d.flag)
+		if v == "" {
+			if d.required {
+				return opts, "", false, errcode.New(errcode.Usage, "verify: --%s is required", d.flag)
+			}
+			continue
+		}
+		if *d.dst, err = manifest.ParseDigest(v); err != nil {
+			return opts, "", false, errcode.Wrap(errcode.Usage, err, "verify: --%s", d.flag)
+		}
+	}
+	return opts, store, asJSON, nil
+}

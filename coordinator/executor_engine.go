@@ -1,0 +1,134 @@
+package coordinator
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// Engine runs the map and reduce tasks of a planned job outside this
+// process: as child processes, Slurm array tasks or Kubernetes indexed
+// pods. Every task it starts is the command line
+//
+//	shardproof task map|reduce --plan <plan URL> [--index N]
+//
+// with the index from --index or the engine's index variable (IndexEnv).
+type Engine interface {
+	// Name is recorded as the report's execution.executor.
+	Name() string
+	// Run runs map tasks [0, maps) and reduce tasks [0, reduces) of the
+	// job ref names and returns nil once the engine saw every task
+	// succeed. It MUST NOT start a reduce task before every map task has
+	// succeeded. A task may run more than once (retries, duplicates): the
+	// task contract makes that safe. Run's success is not trusted on its
+	// own: the caller aggregates from the commit records.
+	Run(ctx context.Context, ref PlanRef, maps, reduces int) error
+}
+
+// VerifyWith plans a verification in the store s (reachable by tasks as
+// storeURL), has e run its map and reduce tasks, and aggregates the commit
+// records here into the report. The report equals the local executor's
+// apart from its execution section.
+func VerifyWith(ctx context.Context, s objstore.Store, storeURL string, o Options, e Engine) (*Outcome, error) {
+	start := time.Now()
+	_, pd, err := NewPlan(ctx, s, o.PlanOptions)
+	if err != nil {
+		return nil, err
+	}
+	j, err := Open(ctx, s, pd)
+	if err != nil {
+		return nil, err
+	}
+	ref := PlanRef{Store: storeURL, Plan: pd}
+	j.log().Info("running verify tasks", "executor", e.Name(), "planURL", ref.String(),
+		"mapTasks", len(j.Plan.MapTasks), "reducers", len(j.Plan.Reducers))
+	if err := e.Run(ctx, ref, len(j.Plan.MapTasks), len(j.Plan.Reducers)); err != nil {
+		return nil, err
+	}
+	rep, d, err := j.Aggregate(ctx, manifest.Execution{
+		Executor: e.Name(),
+		Seconds:  time.Since(start).Seconds(),
+		Started:  start.UTC().Format(time.RFC3339),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Outcome{Plan: pd, Report: rep, ReportDigest: d}, nil
+}
+
+// Retryable reports whether a task that exited with status may succeed
+// when run again: operational errors and unknown outcomes may, while a
+// deterministic input error (exit 1, e.g. a bad plan document or
+// NONDETERMINISM), a usage error (2) or a refusal (4) fails the same way
+// every time. Engines use it to bound retries; the Kubernetes pod failure
+// policy and the Slurm task script encode the same rule.
+func Retryable(status int) bool {
+	switch status {
+	case errcode.ExitInvalid, errcode.ExitUsage, errcode.ExitRejected:
+		return false
+	}
+	return status != errcode.ExitOK
+}
+
+// TaskError is a task that an engine saw fail for good.
+type TaskError struct {
+	Kind  Kind
+	Index int
+	// Status is the task's exit status (-1: killed or never started).
+	Status int
+	// Code is the task's error code, read from its "shardproof: …"
+	// error line, or IO when it printed none.
+	Code errcode.Code
+	// Log is the tail of the task's standard error.
+	Log string
+}
+
+func (e *TaskError) Error() string {
+	return fmt.Sprintf("%s task %d failed with exit status %d: %s", e.Kind, e.Index, e.Status, strings.TrimSpace(e.Log))
+}
+
+// ErrorCode implements errcode.Coder: the task's own code, so an engine's
+// failure keeps the meaning (and exit status) of the task's.
+func (e *TaskError) ErrorCode() errcode.Code { return e.Code }
+
+// newTaskError builds a TaskError from a task's exit status and log tail.
+func newTaskError(kind Kind, index, status int, log []byte) *TaskError {
+	e := &TaskError{Kind: kind, Index: index, Status: status, Code: errcode.IO, Log: string(log)}
+	sc := bufio.NewScanner(bytes.NewReader(log))
+	for sc.Scan() {
+		rest, ok := strings.CutPrefix(sc.Text(), "shardproof: ")
+		if !ok {
+			continue
+		}
+		// The code is the first known one among the message's
+		// ": "-separated parts ("map task 1: NONDETERMINISM: …").
+		for _, part := range strings.Split(rest, ": ") {
+			if c := errcode.Code(part); errcode.Known(c) {
+				e.Code = c
+				break
+			}
+		}
+	}
+	return e
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
