@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -232,4 +236,59 @@ func BenchmarkStore(b *testing.B) {
 		b.Fatal(err)
 	}
 	storetest.Bench(b, s, 32<<20)
+}
+
+// flakyProxy forwards to the gateway but answers the first n requests of
+// method with 503 Service Unavailable, counting every request it sees.
+type flakyProxy struct {
+	method string
+	n      atomic.Int32
+	seen   atomic.Int32
+	proxy  *httputil.ReverseProxy
+}
+
+func (f *flakyProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == f.method {
+		f.seen.Add(1)
+		if f.n.Add(-1) >= 0 {
+			io.Copy(io.Discard, r.Body)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code><Message>injected</Message></Error>`)
+			return
+		}
+	}
+	f.proxy.ServeHTTP(w, r)
+}
+
+// Transient 5xx failures are retried with backoff; a 412 never is.
+func TestRetries(t *testing.T) {
+	raw := s3test.Start(t)
+	target, _ := url.Parse(s3test.Endpoint())
+	fp := &flakyProxy{method: http.MethodPut, proxy: &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = r.In.Host // the request is signed for the proxy's host
+	}}}
+	fp.n.Store(2)
+	srv := httptest.NewServer(fp)
+	defer srv.Close()
+	pu, _ := url.Parse(raw)
+	q := pu.Query()
+	q.Set("endpoint", srv.URL)
+	pu.RawQuery = q.Encode()
+	st := open(t, pu.String())
+	ctx := t.Context()
+
+	if _, err := st.Put(ctx, "k", strings.NewReader("x"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatalf("Put through two 503s: %v", err)
+	}
+	if got := fp.seen.Load(); got != 3 {
+		t.Fatalf("gateway saw %d PUTs, want 3 (two 503s, one success)", got)
+	}
+	fp.seen.Store(0)
+	if _, err := st.Put(ctx, "k", strings.NewReader("y"), objstore.PutOptions{IfNoneMatch: true}); !objstore.IsPrecondition(err) {
+		t.Fatalf("second create: %v", err)
+	}
+	if got := fp.seen.Load(); got != 1 {
+		t.Fatalf("a 412 was sent %d times, want exactly once", got)
+	}
 }
