@@ -43,6 +43,9 @@ type Options struct {
 	// Tombstones and Benchmark name the fence documents to verify
 	// against; their watermarks must reach the gate's current fences.
 	Tombstones, Benchmark manifest.Digest
+	// Report, when set, names a stored report of Root (from an earlier
+	// `shardproof verify`) to register instead of verifying again.
+	Report manifest.Digest
 	// Retain is the rollback window of a new alias (0: the gate default).
 	Retain int
 	Verify VerifyFunc
@@ -56,8 +59,9 @@ type Options struct {
 type Outcome struct {
 	Report       *manifest.Report
 	ReportDigest manifest.Digest
-	// Reused is true when the gate already held a VERIFIED report of the
-	// same root at or above the current fences and verify did not run.
+	// Reused is true when verify did not run: the report was named by
+	// Options.Report, or the gate already held a VERIFIED report of the
+	// same root at or above the current fences.
 	Reused bool
 	// Already is true when the alias already pointed at the root and no
 	// new generation was made.
@@ -125,7 +129,7 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	}
 
 	out := &Outcome{}
-	if out.Report, out.ReportDigest, err = reusable(ctx, s, g, o, st.Fences); err != nil {
+	if out.Report, out.ReportDigest, err = reusable(ctx, s, g, o, st.Fences, rel.DatasetSnapshot); err != nil {
 		return nil, err
 	}
 	out.Reused = out.Report != nil
@@ -188,46 +192,77 @@ func Summary(rep *manifest.Report, d manifest.Digest) *raftgate.ReportSummary {
 	}
 }
 
-// reusable returns the report the gate registered for o.Root when it
-// still answers the question: VERIFIED, at or above the current fences
-// with no hits, and (when fence documents are named) checked against
-// exactly those documents. Otherwise it returns nil. A release the gate
-// already holds as INVALID is an error: it cannot be published.
-func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftgate.Fences) (*manifest.Report, manifest.Digest, error) {
+// reusable returns a stored report that answers the question, so verify
+// need not run again: the one named by o.Report (an error if it is about
+// another root, snapshot or fence documents), else the report the gate
+// registered for o.Root when it is VERIFIED, at or above the current
+// fences with no hits, and checked against the fence documents named (if
+// any). Otherwise it returns nil. A release the gate already holds as
+// INVALID is an error: it cannot be published.
+func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftgate.Fences, snapshot manifest.Digest) (*manifest.Report, manifest.Digest, error) {
 	var none manifest.Digest
 	rel, err := g.Release(ctx, o.Root)
-	if errcode.Of(err) == errcode.UnknownRelease {
+	known := err == nil
+	if err != nil && errcode.Of(err) != errcode.UnknownRelease {
+		return nil, none, err
+	}
+	if known && rel.State == raftgate.ReleaseInvalid {
+		return nil, none, errcode.New(errcode.NotVerified, "release %s was found INVALID (report %s, %d tombstone and %d benchmark hits); it cannot be published",
+			o.Root, rel.Report, rel.TombstoneHits, rel.BenchmarkHits)
+	}
+	if !o.Report.IsZero() {
+		rep, err := loadReport(ctx, s, o.Report)
+		if err != nil {
+			return nil, none, err
+		}
+		if why := mismatch(rep, o, snapshot); why != "" {
+			return nil, none, errcode.New(errcode.BadInput, "report %s cannot stand for this publish: %s", o.Report, why)
+		}
+		return rep, o.Report, nil
+	}
+	if !known || rel.Report.IsZero() || rel.TombstoneWatermark < f.Tombstone || rel.BenchmarkFence < f.Benchmark ||
+		rel.TombstoneHits != 0 || rel.BenchmarkHits != 0 {
+		return nil, none, nil
+	}
+	rep, err := loadReport(ctx, s, rel.Report)
+	if objstore.IsNotExist(err) {
 		return nil, none, nil
 	}
 	if err != nil {
 		return nil, none, err
 	}
-	if rel.State == raftgate.ReleaseInvalid {
-		return nil, none, errcode.New(errcode.NotVerified, "release %s was found INVALID (report %s, %d tombstone and %d benchmark hits); it cannot be published",
-			o.Root, rel.Report, rel.TombstoneHits, rel.BenchmarkHits)
-	}
-	if rel.Report.IsZero() || rel.TombstoneWatermark < f.Tombstone || rel.BenchmarkFence < f.Benchmark ||
-		rel.TombstoneHits != 0 || rel.BenchmarkHits != 0 {
-		return nil, none, nil
-	}
-	b, _, err := objstore.ReadBlob(ctx, s, rel.Report, manifest.MaxDocumentSize)
-	if objstore.IsNotExist(err) {
-		return nil, none, nil
-	}
-	if err != nil {
-		return nil, none, fmt.Errorf("stored report %s: %w", rel.Report, err)
-	}
-	rep, err := manifest.DecodeReport(b)
-	if err != nil {
-		return nil, none, fmt.Errorf("stored report %s: %w", rel.Report, err)
-	}
-	if rep.Root != o.Root || rep.Verdict != manifest.Verified {
-		return nil, none, nil
-	}
-	if (!o.Tombstones.IsZero() && rep.Tombstones != o.Tombstones) || (!o.Benchmark.IsZero() && rep.Benchmark != o.Benchmark) {
+	if rep.Verdict != manifest.Verified || mismatch(rep, o, snapshot) != "" {
 		return nil, none, nil
 	}
 	return rep, rel.Report, nil
+}
+
+// mismatch says why rep is not a report of o.Root against its snapshot and
+// the fence documents o names, or "".
+func mismatch(rep *manifest.Report, o Options, snapshot manifest.Digest) string {
+	switch {
+	case rep.Root != o.Root:
+		return fmt.Sprintf("it verifies root %s", rep.Root)
+	case rep.DatasetSnapshot != snapshot:
+		return fmt.Sprintf("it checks snapshot %s, the manifest names %s", rep.DatasetSnapshot, snapshot)
+	case !o.Tombstones.IsZero() && rep.Tombstones != o.Tombstones:
+		return fmt.Sprintf("it checks tombstone log %s, not %s", docName(rep.Tombstones), o.Tombstones)
+	case !o.Benchmark.IsZero() && rep.Benchmark != o.Benchmark:
+		return fmt.Sprintf("it checks benchmark registry %s, not %s", docName(rep.Benchmark), o.Benchmark)
+	}
+	return ""
+}
+
+func loadReport(ctx context.Context, s objstore.Store, d manifest.Digest) (*manifest.Report, error) {
+	b, _, err := objstore.ReadBlob(ctx, s, d, manifest.MaxDocumentSize)
+	if err != nil {
+		return nil, fmt.Errorf("report %s: %w", d, err)
+	}
+	rep, err := manifest.DecodeReport(b)
+	if err != nil {
+		return nil, fmt.Errorf("report %s: %w", d, err)
+	}
+	return rep, nil
 }
 
 // checkFenceDocs refuses, before any verification work, fence documents

@@ -427,3 +427,33 @@ func attest(t *testing.T, e *env, run string, res stage.Result) {
 		t.Fatalf("attest: %v", err)
 	}
 }
+
+// A report from an earlier `shardproof verify` is registered as is; a
+// report of another root is refused.
+func TestPublishWithStoredReport(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 1500, 4, 1)
+	gen2 := stagetest.Synth(t, e.store, 1500, 4, 2)
+	rep1, d1, err := verifier(e.store)(e.ctx, gen1.Root, manifest.Digest{}, manifest.Digest{})
+	if err != nil || rep1.Verdict != manifest.Verified {
+		t.Fatalf("verify: %v", err)
+	}
+	noVerify := func(context.Context, manifest.Digest, manifest.Digest, manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+		t.Fatal("verify ran although a report was given")
+		return nil, manifest.Digest{}, nil
+	}
+	o := e.opts(gen2.Root)
+	o.Report, o.Verify = d1, noVerify
+	_, err = e.publish(nil, o)
+	wantCode(t, err, errcode.BadInput)
+
+	o = e.opts(gen1.Root)
+	o.Report, o.Verify = d1, noVerify
+	out, err := e.publish(nil, o)
+	if err != nil || !out.Reused || out.ReportDigest != d1 || out.Result.Generation != 1 {
+		t.Fatalf("publish with --report: %+v %v", out, err)
+	}
+	if rel, _ := e.gate.Release(e.ctx, gen1.Root); rel.Report != d1 {
+		t.Fatalf("gate holds report %s, want %s", rel.Report, d1)
+	}
+}

@@ -71,18 +71,18 @@ func cmdLogger(w io.Writer, quiet bool) *slog.Logger {
 
 func init() {
 	var (
-		store, gateURL, alias, root, tombstones, benchmark string
-		expect                                             uint64
-		retain, parallelism                                int
-		asJSON, quiet                                      bool
+		store, gateURL, alias, root, tombstones, benchmark, report string
+		expect                                                     uint64
+		retain, parallelism                                        int
+		asJSON, quiet                                              bool
 	)
 	cmd := &cobra.Command{
 		Use:   "publish --store URL --gate URL --alias NAME --root sha256:… [--expect-generation G]",
 		Short: "Verify a release (or reuse its stored report), register it and move an alias to it atomically",
 		Long: `publish is the atomic cutover. It verifies the root against its dataset
-snapshot and the fence documents (--tombstones, --benchmark), or reuses the
-report the gate already holds for the same root at or above the current
-fences; registers the release with the gate; and moves the alias to it with
+snapshot and the fence documents (--tombstones, --benchmark), or reuses a
+stored report: the one --report names (from 'shardproof verify'), or the
+one the gate already holds for the same root at or above the current fences; registers the release with the gate; and moves the alias to it with
 one compare-and-swap on the alias generation.
 
 A candidate that fails verification is registered INVALID and the alias does
@@ -111,6 +111,9 @@ Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
 			if o.Benchmark, err = parseOptionalDigest(cmd, "--benchmark", benchmark); err != nil {
 				return err
 			}
+			if o.Report, err = parseOptionalDigest(cmd, "--report", report); err != nil {
+				return err
+			}
 			s, err := openStore(cmd, store)
 			if err != nil {
 				return err
@@ -136,6 +139,7 @@ Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
 	f.Uint64Var(&expect, "expect-generation", 0, "publish only if the alias is at this generation (0: a new alias)")
 	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest to verify against")
 	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest to verify against")
+	f.StringVar(&report, "report", "", "stored report of this root (from 'shardproof verify') to use instead of verifying again")
 	f.IntVar(&retain, "retain", 0, "rollback window (generations) of a new alias (default: the gate's)")
 	f.IntVar(&parallelism, "parallelism", 0, "verify tasks run at once (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
