@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -198,7 +199,8 @@ func (s *server) start() error {
 	if err != nil {
 		return err
 	}
-	s.dataDir, err = os.MkdirTemp("", "shardproof-versitygw-")
+	removeStale()
+	s.dataDir, err = os.MkdirTemp("", fmt.Sprintf("shardproof-versitygw-%d-", os.Getpid()))
 	if err != nil {
 		return err
 	}
@@ -266,6 +268,19 @@ func (s *server) run(bin, addr, root, vers string) error {
 	}
 	cmd.Process.Kill()
 	return errors.New("versitygw did not become healthy within 30s")
+}
+
+// removeStale deletes data directories left by test binaries that died
+// without Stop (the gateway itself died with them).
+func removeStale() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "shardproof-versitygw-*-*"))
+	for _, d := range dirs {
+		f := strings.SplitN(strings.TrimPrefix(filepath.Base(d), "shardproof-versitygw-"), "-", 2)
+		pid, err := strconv.Atoi(f[0])
+		if err == nil && pid > 0 && syscall.Kill(pid, 0) == syscall.ESRCH {
+			os.RemoveAll(d)
+		}
+	}
 }
 
 func freePort() (string, error) {
