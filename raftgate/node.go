@@ -64,6 +64,11 @@ type Config struct {
 	// advertises; HTTPAddr is the API's. Port 0 picks a free port.
 	RaftAddr string
 	HTTPAddr string
+	// RaftAdvertise and HTTPAdvertise are the addresses other members use
+	// to reach this node, when they differ from the bind addresses (e.g.
+	// binding 0.0.0.0). Empty means the bound address.
+	RaftAdvertise string
+	HTTPAdvertise string
 	// Join is the HTTP address of a running member. A node with Join set
 	// and no state on disk asks that member to add it; otherwise a node
 	// without state bootstraps a single-node cluster of itself.
@@ -153,7 +158,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "open snapshot store")
 	}
-	n.trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, nil, 4, 10*time.Second, hl)
+	var advertise net.Addr
+	if n.cfg.RaftAdvertise != "" {
+		if advertise, err = net.ResolveTCPAddr("tcp", n.cfg.RaftAdvertise); err != nil {
+			return errcode.Wrap(errcode.Usage, err, "raft advertise address")
+		}
+	}
+	n.trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, advertise, 4, 10*time.Second, hl)
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "raft transport on %s", n.cfg.RaftAddr)
 	}
@@ -228,8 +239,14 @@ func (n *Node) join(ctx context.Context) error {
 	return nil
 }
 
-// HTTPAddr is the host:port the API listens on.
-func (n *Node) HTTPAddr() string { return n.ln.Addr().String() }
+// HTTPAddr is the host:port other members and clients reach the API at:
+// HTTPAdvertise if set, else the bound address.
+func (n *Node) HTTPAddr() string {
+	if n.cfg.HTTPAdvertise != "" {
+		return n.cfg.HTTPAdvertise
+	}
+	return n.ln.Addr().String()
+}
 
 // RaftAddr is the host:port the Raft transport advertises.
 func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }

@@ -81,6 +81,7 @@ func parseDigestArg(cmd *cobra.Command, what, s string) (manifest.Digest, error)
 
 var gateServeFlags struct {
 	data, id, raftAddr, httpAddr, join string
+	raftAdvertise, httpAdvertise       string
 	bootstrap                          bool
 }
 
@@ -107,6 +108,7 @@ in DIR/snapshots.`,
 		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		n := raftgate.NewNode(raftgate.Config{
 			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join,
+			RaftAdvertise: f.raftAdvertise, HTTPAdvertise: f.httpAdvertise,
 			Logger: logger, RaftLog: cmd.ErrOrStderr(),
 		})
 		if err := n.Start(cmd.Context()); err != nil {
@@ -425,6 +427,8 @@ func init() {
 	f.StringVar(&gateServeFlags.id, "id", "gate-1", "Raft server ID; keep it across restarts")
 	f.StringVar(&gateServeFlags.raftAddr, "raft-addr", raftgate.DefaultRaftAddr, "Raft TCP address to bind and advertise")
 	f.StringVar(&gateServeFlags.httpAddr, "http-addr", raftgate.DefaultHTTPAddr, "HTTP API address")
+	f.StringVar(&gateServeFlags.raftAdvertise, "raft-advertise", "", "Raft address other members dial, if not --raft-addr (e.g. when binding 0.0.0.0)")
+	f.StringVar(&gateServeFlags.httpAdvertise, "http-advertise", "", "HTTP address other members forward to, if not --http-addr")
 	f.StringVar(&gateServeFlags.join, "join", "", "HTTP address of a running member to join (first start only)")
 	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "bootstrap a new cluster of this node (the default without --join)")
 
