@@ -332,6 +332,8 @@ func TestBarrierTimeoutWithOneRankMissing(t *testing.T) {
 // worker that reads it; that rank never attests, so the barrier cannot
 // open, and the other ranks are unaffected.
 func TestTruncatedOrSwappedShardDiscoveredByWorker(t *testing.T) {
+	e0 := newEnv(t)
+	e0.publish(e0.gen1, 0)
 	for _, tc := range []struct {
 		name string
 		wrap func(objstore.Store, string) objstore.Store
@@ -341,16 +343,19 @@ func TestTruncatedOrSwappedShardDiscoveredByWorker(t *testing.T) {
 			return &faults.Truncate{Store: s, Match: func(k string) bool { return k == key }, N: 1000}
 		}, errcode.SizeMismatch},
 		{"swapped", func(s objstore.Store, key string) objstore.Store {
+			return &swap{Store: s, key: key, with: e0.gen1.Release.Shards[5]}
+		}, errcode.SizeMismatch},
+		{"bit flip", func(s objstore.Store, key string) objstore.Store {
 			return &faults.BitFlip{Store: s, Match: func(k string) bool { return k == key }, Offset: 500, Bit: 0}
 		}, errcode.DigestMismatch},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
-			e.publish(e.gen1, 0)
-			e.createRun("r1", 2, 20*time.Second)
+			e := e0
+			run := "r-" + strings.ReplaceAll(tc.name, " ", "-")
+			e.createRun(run, 2, 20*time.Second)
 			// Round-robin: shard 3 belongs to rank 1.
 			broken := tc.wrap(e.store, e.gen1.Release.Shards[3].Digest.BlobKey())
-			w0, w1 := e.worker("r1", 0, broken, nil), e.worker("r1", 1, broken, nil)
+			w0, w1 := e.worker(run, 0, broken, nil), e.worker(run, 1, broken, nil)
 			ctx, cancel := context.WithTimeout(e.ctx, 1500*time.Millisecond)
 			defer cancel()
 			errs := runAll(ctx, w0, w1)
@@ -360,9 +365,9 @@ func TestTruncatedOrSwappedShardDiscoveredByWorker(t *testing.T) {
 				t.Fatalf("rank 1 error %v: want one shard failure", errs[1])
 			}
 			wantCode(t, errs[0], errcode.BarrierClosed)
-			run, _ := e.gate.Run(e.ctx, "r1")
-			if run.Attested != 1 || run.Attestations[1] != nil || run.Barrier == raftgate.BarrierOpen {
-				t.Fatalf("run attested=%d barrier=%s", run.Attested, run.Barrier)
+			r, _ := e.gate.Run(e.ctx, run)
+			if r.Attested != 1 || r.Attestations[1] != nil || r.Barrier == raftgate.BarrierOpen {
+				t.Fatalf("run attested=%d barrier=%s", r.Attested, r.Barrier)
 			}
 			if n := value(w1.Metrics().ShardFailures.WithLabelValues(e.gen1.Root.String(), string(tc.code))); n != 1 {
 				t.Fatalf("shard failure metric %v", n)
@@ -528,4 +533,19 @@ func TestMixedSchemaShardDiscoveredByWorker(t *testing.T) {
 			t.Fatalf("rank %d without decoding: %v", r, err)
 		}
 	}
+}
+
+// swap serves another shard's bytes (the latest version of with's key)
+// for every read of key: a store or cache layer that mixed up two parts.
+type swap struct {
+	objstore.Store
+	key  string
+	with manifest.Shard
+}
+
+func (w *swap) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	if key == w.key {
+		return w.Store.Get(ctx, w.with.Digest.BlobKey(), objstore.Version(w.with.ObjectVersion))
+	}
+	return w.Store.Get(ctx, key, v)
 }
