@@ -136,16 +136,16 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 		c.TupleRootMismatches++
 		rep.Failures = append(rep.Failures, manifest.ShardFailure{
 			Shard: "orderedMemberTupleRoot", Side: "release", Code: string(errcode.TupleRootMismatch),
-			Detail: fmt.Sprintf("manifest.orderedMemberTupleRoot=%s, recomputed from %d decoded release tuples and bound to datasetSnapshot %s, watermarks %d/%d =%s",
-				rel.OrderedMemberTupleRoot, c.Records, rel.DatasetSnapshot, rel.TombstoneWatermark, rel.BenchmarkFence, rep.BoundTupleRoot),
+			Detail: fmt.Sprintf("manifest.orderedMemberTupleRoot=%s, recomputed=%s (from %d decoded release tuples, bound to datasetSnapshot %s and watermarks %d/%d)",
+				rel.OrderedMemberTupleRoot, rep.BoundTupleRoot, c.Records, rel.DatasetSnapshot, rel.TombstoneWatermark, rel.BenchmarkFence),
 		})
 	}
 	if rep.SnapshotTupleRoot != j.Snapshot.TupleRoot {
 		c.TupleRootMismatches++
 		rep.Failures = append(rep.Failures, manifest.ShardFailure{
 			Shard: "tupleRoot", Side: "snapshot", Code: string(errcode.TupleRootMismatch),
-			Detail: fmt.Sprintf("snapshot.tupleRoot=%s, recomputed from %d decoded member tuples=%s",
-				j.Snapshot.TupleRoot, c.SnapshotRecords, rep.SnapshotTupleRoot),
+			Detail: fmt.Sprintf("snapshot.tupleRoot=%s, recomputed=%s (from %d decoded member tuples)",
+				j.Snapshot.TupleRoot, rep.SnapshotTupleRoot, c.SnapshotRecords),
 		})
 	}
 	slices.SortFunc(rep.Failures, func(a, b manifest.ShardFailure) int {

@@ -73,7 +73,7 @@ func TestReportIndependentOfPlanShape(t *testing.T) {
 func TestMapTaskKilledHalfwayIsRerun(t *testing.T) {
 	s, res := faulty(t)
 	ctx := context.Background()
-	o := PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 4, Parallelism: 1, Tool: "shardproof test"}
+	o := PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 4, Tool: "shardproof test", Nonce: "killed"}
 	_, pd, err := NewPlan(ctx, s, o)
 	if err != nil {
 		t.Fatal(err)
@@ -100,13 +100,20 @@ func TestMapTaskKilledHalfwayIsRerun(t *testing.T) {
 	if _, err := j.Reduce(ctx, 0); errcode.Of(err) != errcode.TaskNotReady {
 		t.Fatalf("reduce before map commit: err = %v", err)
 	}
-	rerun := verify(t, s, o)
+	out, err := Run(ctx, s, pd, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rerun := out.Report
 	if rerun.Execution.Plan != pd {
 		t.Fatalf("rerun used plan %s, want %s", rerun.Execution.Plan, pd)
 	}
-	// Other options give another plan digest, so this job shares nothing
-	// with the disturbed one.
-	fresh := verify(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 3})
+	// A fresh verification has its own nonce, so it shares nothing with
+	// the disturbed job.
+	fresh := verify(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 4})
+	if fresh.Execution.Plan == pd {
+		t.Fatal("a new verification reused the plan of an earlier one")
+	}
 	if !bytes.Equal(withoutExecution(t, rerun), withoutExecution(t, fresh)) {
 		t.Fatal("report after a killed map task differs from an undisturbed run")
 	}
@@ -117,7 +124,7 @@ func TestMapTaskKilledHalfwayIsRerun(t *testing.T) {
 func TestNondeterministicRerunDetected(t *testing.T) {
 	s, res := synth(t)
 	ctx := context.Background()
-	o := PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test"}
+	o := PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", Nonce: "fixed"}
 	_, pd, err := NewPlan(ctx, s, o)
 	if err != nil {
 		t.Fatal(err)

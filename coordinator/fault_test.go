@@ -14,6 +14,7 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
@@ -390,5 +391,18 @@ func TestBenchmarkItem(t *testing.T) {
 	expect(t, r, want)
 	if ex := r.Examples[string(errcode.BenchmarkHit)]; !slices.Equal(ex, []string{rows[42].SampleID}) {
 		t.Errorf("examples %v", ex)
+	}
+}
+
+// Verifying again reads every byte again: a shard that rotted in the store
+// after a VERIFIED run is caught, not hidden by the earlier run's commits.
+func TestReverifyAfterRotReadsAgain(t *testing.T) {
+	s, res := synth(t)
+	expect(t, verify(t, s, PlanOptions{Root: res.Root}), clean(res))
+	key := res.Release.Shards[0].Digest.BlobKey()
+	rotted := &faults.BitFlip{Store: s, Match: func(k string) bool { return k == key }, Offset: res.Release.Shards[0].Size - 3, Bit: 1}
+	r := verify(t, rotted, PlanOptions{Root: res.Root})
+	if r.Verdict != manifest.Invalid || r.Counts.DigestFailures != 1 {
+		t.Fatalf("re-verification of a rotted shard: verdict %s, counts %+v", r.Verdict, r.Counts)
 	}
 }

@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"runtime"
 	"sync"
 	"time"
@@ -33,13 +35,11 @@ type Outcome struct {
 	ReportDigest manifest.Digest
 }
 
-// Verify plans a verification and runs it with the local executor:
-// goroutines, o.Parallelism at a time (default runtime.NumCPU()), map
-// tasks, then reduce tasks, then the aggregation. It returns an error only
-// for operational problems; an INVALID release is a report with that
-// verdict.
+// Verify plans a new verification (see NewPlan) and runs it with the
+// local executor (see Run). It
+// returns an error only for operational problems; an INVALID release is a
+// report with that verdict.
 func Verify(ctx context.Context, s objstore.Store, o Options) (*Outcome, error) {
-	start := time.Now()
 	if o.Parallelism <= 0 {
 		o.Parallelism = runtime.NumCPU()
 	}
@@ -47,27 +47,46 @@ func Verify(ctx context.Context, s objstore.Store, o Options) (*Outcome, error) 
 	if err != nil {
 		return nil, err
 	}
+	return Run(ctx, s, pd, o.Parallelism, o.Progress)
+}
+
+// NewNonce returns a random plan nonce (128 bits, hex).
+func NewNonce() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Run runs, or resumes, the job of an existing plan with the local
+// executor: goroutines, parallelism at a time (default runtime.NumCPU()),
+// map tasks, then reduce tasks, then the aggregation. Tasks already
+// committed are not redone. progress may be nil.
+func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism int, progress func(Progress)) (*Outcome, error) {
+	start := time.Now()
+	if parallelism <= 0 {
+		parallelism = runtime.NumCPU()
+	}
 	j, err := Open(ctx, s, pd)
 	if err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex
 	done, total := 0, len(j.Release.Shards)+len(j.Snapshot.Members)
-	progress := func(r mapper.Result) {
-		if o.Progress != nil {
+	mapped := func(r mapper.Result) {
+		if progress != nil {
 			mu.Lock()
 			done++
-			o.Progress(Progress{Result: r, Done: done, Total: total})
+			progress(Progress{Result: r, Done: done, Total: total})
 			mu.Unlock()
 		}
 	}
-	if err := runAll(ctx, len(j.Plan.MapTasks), o.Parallelism, func(ctx context.Context, i int) error {
-		_, err := j.Map(ctx, i, progress)
+	if err := runAll(ctx, len(j.Plan.MapTasks), parallelism, func(ctx context.Context, i int) error {
+		_, err := j.Map(ctx, i, mapped)
 		return err
 	}); err != nil {
 		return nil, err
 	}
-	if err := runAll(ctx, len(j.Plan.Reducers), o.Parallelism, func(ctx context.Context, r int) error {
+	if err := runAll(ctx, len(j.Plan.Reducers), parallelism, func(ctx context.Context, r int) error {
 		_, err := j.Reduce(ctx, r)
 		return err
 	}); err != nil {

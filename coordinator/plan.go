@@ -29,6 +29,11 @@ type Plan struct {
 	// Reducers are contiguous bucket ranges covering [0, 2^K) in order.
 	Reducers []BucketRange `json:"reducers"`
 	Tool     string        `json:"tool"`
+	// Nonce makes each verification its own job. Commit records let one
+	// run's tasks be retried without redoing finished work, but a new
+	// verification must read every byte again (the store may have rotted
+	// since), so it must never find an earlier run's commits.
+	Nonce string `json:"nonce"`
 }
 
 // Input names one shard to map: Side 0 is the release manifest's shards,
@@ -57,6 +62,10 @@ type PlanOptions struct {
 	MapTasks, Reducers int
 	Parallelism        int
 	Tool               string
+	// Nonce distinguishes this verification from earlier ones of the same
+	// inputs; NewPlan draws a random one when it is empty. Set it only to
+	// re-create a known plan (tests, a resubmitted job).
+	Nonce string
 }
 
 // DefaultMapTasks is the map task count for n inputs at parallelism p: one
@@ -69,8 +78,11 @@ func DefaultReducers(p int) int { return max(1, 2*p) }
 
 // NewPlan reads the release, snapshot and fence documents, checks they are
 // consistent, and stores the plan. Re-planning the same inputs with the same
-// options gives the same plan digest.
+// options, nonce included, gives the same plan digest.
 func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manifest.Digest, error) {
+	if o.Nonce == "" {
+		o.Nonce = NewNonce()
+	}
 	rel, err := loadRelease(ctx, s, o.Root)
 	if err != nil {
 		return nil, manifest.Digest{}, err
@@ -122,7 +134,7 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 	plan := &Plan{
 		Schema: PlanSchema, Root: o.Root, Snapshot: snapDigest,
 		Tombstones: o.Tombstones, Benchmark: o.Benchmark,
-		RecordSchema: rel.RecordSchema, K: k, Tool: o.Tool,
+		RecordSchema: rel.RecordSchema, K: k, Tool: o.Tool, Nonce: o.Nonce,
 		MapTasks: make([][]Input, m),
 	}
 	// Round-robin spreads release shards and snapshot members evenly.
