@@ -64,6 +64,7 @@ type Status struct {
 //	GET  /v1/runs/{id}         one run with its tables (linearizable)
 //	GET  /v1/runs/{id}/wait    long-poll until the barrier opens or the run fails (?timeout=ms)
 //	GET  /v1/status            this node's view (local)
+//	GET  /metrics              Prometheus metrics of this node
 //	GET  /healthz, /readyz     liveness; readiness = a leader is known and the FSM caught up
 func (n *Node) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -97,6 +98,7 @@ func (n *Node) handler() http.Handler {
 	}))
 	mux.HandleFunc("GET /v1/runs/{id}/wait", n.handleWait)
 	mux.HandleFunc("GET /v1/status", n.handleStatus)
+	mux.Handle("GET /metrics", n.met.handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if n.raft.State() == raft.Shutdown {
 			writeError(w, errcode.New(errcode.GateUnavailable, "raft is shut down"), nil)

@@ -55,6 +55,7 @@ type RunSummary struct {
 	State         string          `json:"state"`
 	FailCode      string          `json:"failCode,omitempty"`
 	FailReason    string          `json:"failReason,omitempty"`
+	Created       int64           `json:"created"`
 	Deadline      int64           `json:"deadline"`
 	BarrierOpened int64           `json:"barrierOpened"`
 	Step          int64           `json:"step"`
@@ -66,7 +67,7 @@ func (r *Run) Summary() RunSummary {
 	return RunSummary{
 		ID: r.ID, Alias: r.Alias, Root: r.Root, Generation: r.Generation, Permit: r.Permit,
 		WorldSize: r.WorldSize, Epoch: r.Epoch, Attested: r.Attested, Barrier: r.Barrier,
-		State: r.State, FailCode: r.FailCode, FailReason: r.FailReason, Deadline: r.Deadline,
+		State: r.State, FailCode: r.FailCode, FailReason: r.FailReason, Created: r.Created, Deadline: r.Deadline,
 		BarrierOpened: r.BarrierOpened, Step: r.Step, Checkpoints: r.Checkpoints,
 	}
 }

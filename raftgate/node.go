@@ -101,6 +101,7 @@ type Node struct {
 	ln    net.Listener
 	srv   *http.Server
 	hc    *http.Client
+	met   *metrics
 
 	// barrierTerm is the term in which this node, as leader, last
 	// completed a barrier; reads in that term need only VerifyLeader.
@@ -126,13 +127,15 @@ func NewNode(cfg Config) *Node {
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = 250 * time.Millisecond
 	}
-	return &Node{
+	n := &Node{
 		cfg:  cfg,
 		log:  cfg.Logger.With("node", cfg.ID),
 		fsm:  NewFSM(),
 		hc:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
 		stop: make(chan struct{}),
 	}
+	n.met = newMetrics(n)
+	return n
 }
 
 // Start opens the node's storage, starts Raft and the HTTP API, and
@@ -316,6 +319,13 @@ func (n *Node) Apply(c Command) (*Result, error) {
 	if len(b) > MaxCommandSize {
 		return nil, errcode.New(errcode.DocumentTooLarge, "command is %d bytes, cap %d", len(b), MaxCommandSize)
 	}
+	start := time.Now()
+	res, err := n.apply(c, b)
+	n.met.observe(c, res, err, time.Since(start))
+	return res, err
+}
+
+func (n *Node) apply(c Command, b []byte) (*Result, error) {
 	f := n.raft.Apply(b, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		switch {

@@ -186,6 +186,29 @@ func TestHTTPAPI(t *testing.T) {
 	if _, err := cl.Run(ctx, "nope"); errcode.Of(err) != errcode.UnknownRun {
 		t.Fatalf("unknown run: %v", err)
 	}
+	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "ok", Alias: "main", WorldSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := cl.Attest(ctx, "ok", 0, root, shardsOf("rel", 3)); err != nil || s.Barrier != BarrierOpen {
+		t.Fatalf("attest: %+v %v", s, err)
+	}
+	resp, err = http.Get(n.URL() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`shardproof_gate_commands_total{code="OK",type="publish"} 1`,
+		`shardproof_gate_commands_total{code="GENERATION_CONFLICT",type="publish"} 1`,
+		`shardproof_gate_run_failures_total{code="ROOT_MISMATCH",release="` + root.String() + `"} 1`,
+		`shardproof_gate_barrier_wait_seconds_count{release="` + root.String() + `"} 1`,
+		"shardproof_gate_leader 1",
+	} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // dropAfterForward is a decorator around a real gate: it forwards each

@@ -1,0 +1,102 @@
+package raftgate
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// metrics are a node's Prometheus metrics, served at GET /metrics. Each
+// node has its own registry, so several nodes in one process (tests) do
+// not collide. Commands are counted on the node that proposed them (the
+// leader), so a cluster's totals are the sum over its nodes.
+type metrics struct {
+	reg *prometheus.Registry
+	// commands counts proposed commands by type and outcome code ("OK").
+	commands *prometheus.CounterVec
+	// applySeconds is the time from proposing a command to its result.
+	applySeconds *prometheus.HistogramVec
+	// barrierWait is, per release, the time from run creation to the
+	// barrier opening (leader-stamped command times).
+	barrierWait *prometheus.HistogramVec
+	// runFailures counts runs failed in Apply, per release and code
+	// (ROOT_MISMATCH, SHARD_NOT_ASSIGNED, BARRIER_TIMEOUT).
+	runFailures *prometheus.CounterVec
+}
+
+func newMetrics(n *Node) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardproof_gate_commands_total",
+			Help: "Gate commands proposed by this node, by type and result code (OK when accepted).",
+		}, []string{"type", "code"}),
+		applySeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shardproof_gate_apply_seconds",
+			Help:    "Time from proposing a gate command to its applied result.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"type"}),
+		barrierWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shardproof_gate_barrier_wait_seconds",
+			Help:    "Time from run creation to its barrier opening, by release root digest.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 18),
+		}, []string{"release"}),
+		runFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardproof_gate_run_failures_total",
+			Help: "Runs failed before step 0, by release root digest and code (e.g. ROOT_MISMATCH).",
+		}, []string{"release", "code"}),
+	}
+	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shardproof_gate_leader",
+		Help: "1 while this node is the Raft leader.",
+	}, func() float64 {
+		if n.IsLeader() {
+			return 1
+		}
+		return 0
+	})
+	applied := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shardproof_gate_applied_index",
+		Help: "Last Raft log index applied to this node's state.",
+	}, func() float64 {
+		if n.raft == nil {
+			return 0
+		}
+		return float64(n.raft.AppliedIndex())
+	})
+	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, leader, applied)
+	return m
+}
+
+// observe records one command this node proposed.
+func (m *metrics) observe(c Command, res *Result, err error, took time.Duration) {
+	typ := commandType(c)
+	code := "OK"
+	if err != nil {
+		code = string(errcode.Of(err))
+	}
+	m.commands.WithLabelValues(typ, code).Inc()
+	m.applySeconds.WithLabelValues(typ).Observe(took.Seconds())
+	if res == nil {
+		return
+	}
+	s, ok := res.Value.(RunSummary)
+	if !ok {
+		return
+	}
+	now := c.header().Now
+	switch {
+	case s.Barrier == BarrierOpen && s.BarrierOpened == now:
+		m.barrierWait.WithLabelValues(s.Root.String()).Observe(float64(s.BarrierOpened-s.Created) / 1000)
+	case s.State == RunFailed && res.Err != nil && errcode.Of(res.Err) == errcode.Code(s.FailCode):
+		m.runFailures.WithLabelValues(s.Root.String(), s.FailCode).Inc()
+	}
+}
+
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
