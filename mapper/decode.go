@@ -22,9 +22,20 @@ type Decoder uint8
 
 // Decoders. BenchmarkMapShard compares them; the zero value is the default.
 const (
+	// DecoderColumnReader reads column chunks with the typed Parquet
+	// column readers and hashes content straight from decoded pages.
+	DecoderColumnReader Decoder = iota
 	// DecoderPQArrow builds Arrow record batches with pqarrow.
-	DecoderPQArrow Decoder = iota
+	DecoderPQArrow
 )
+
+// String names the decoder as the benchmarks do.
+func (d Decoder) String() string {
+	if d == DecoderPQArrow {
+		return "pqarrow"
+	}
+	return "columnreader"
+}
 
 // batchRows is the rows per decoded batch: bounds memory per batch
 // whatever a hostile footer claims.
@@ -92,9 +103,19 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		res.fail(errcode.SchemaMismatch, "Parquet schema has no Arrow mapping: %v", err)
 		return res, nil
 	}
-	h, ok := d.hasher(canon.FromArrow(as, d.want), &res)
+	h, used, ok := d.hasher(canon.FromArrow(as, d.want), &res)
 	if !ok {
 		return res, nil
+	}
+	if dec == DecoderColumnReader {
+		if err := readColumns(ctx, pf, used, h, each); err != nil {
+			if errcode.Of(err) == errcode.Canceled {
+				return res, err
+			}
+			res.fail(errcode.DecodeError, "after %d records: %v", h.Records, err)
+			return res, nil
+		}
+		return d.finish(pf, h, res), nil
 	}
 	rr, err := fr.GetRecordReader(ctx, nil, nil)
 	if err != nil {
@@ -115,47 +136,52 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		res.fail(errcode.DecodeError, "after %d records: %v", h.Records, err)
 		return res, nil
 	}
+	return d.finish(pf, h, res), nil
+}
+
+// finish checks the row count against the footer and records the figures.
+func (d *decoding) finish(pf *file.Reader, h *canon.ShardHasher, res decodeResult) decodeResult {
 	if n := pf.NumRows(); h.Records != n {
 		res.fail(errcode.DecodeError, "footer declares %d rows, decoded %d", n, h.Records)
-		return res, nil
+		return res
 	}
 	res.decoded = true
 	res.records, res.tokens, res.logicalBytes = h.Records, h.Tokens, h.LogicalBytes
 	res.logical, res.memberSet = h.LogicalDigest(), h.MemberSetDigest()
-	return res, nil
+	return res
 }
 
 // hasher returns the ShardHasher for the schema found in the file. A found
 // schema other than the wanted one is SCHEMA_MISMATCH; its records are
 // still decoded if they can form tuples, which then carry the found
 // schema's digest (the reducers report SCHEMA_MIX).
-func (d *decoding) hasher(found *manifest.RecordSchema, res *decodeResult) (*canon.ShardHasher, bool) {
+func (d *decoding) hasher(found *manifest.RecordSchema, res *decodeResult) (*canon.ShardHasher, *manifest.RecordSchema, bool) {
 	fd, err := canon.SchemaDigest(found)
 	if err != nil {
 		res.fail(errcode.SchemaMismatch, "found schema cannot be digested: %v", err)
-		return nil, false
+		return nil, nil, false
 	}
 	wd, err := canon.SchemaDigest(d.want)
 	if err != nil {
 		res.fail(errcode.Internal, "wanted schema cannot be digested: %v", err)
-		return nil, false
+		return nil, nil, false
 	}
 	if fd == wd {
 		h, err := canon.NewShardHasher(d.want, d.logicalSchema, d.tupleSchema)
 		if err != nil {
 			res.fail(errcode.Internal, "record schema: %v", err)
-			return nil, false
+			return nil, nil, false
 		}
-		return h, true
+		return h, d.want, true
 	}
 	res.fail(errcode.SchemaMismatch, "recordSchema %s has fields [%s]; the file has fields [%s] (schema digest %s)",
 		wd, fieldList(d.want), fieldList(found), fd)
 	h, err := canon.NewShardHasher(found, fd, fd)
 	if err != nil {
 		// No tuple can be formed: the file contributes nothing to the diff.
-		return nil, false
+		return nil, nil, false
 	}
-	return h, true
+	return h, found, true
 }
 
 func fieldList(s *manifest.RecordSchema) string {
@@ -252,3 +278,6 @@ func dropStoredArrowSchema(pf *file.Reader) {
 	}
 	md.FileMetaData.KeyValueMetadata = out
 }
+
+// decoders lists every Decoder, for tests and benchmarks.
+var decoders = []Decoder{DecoderColumnReader, DecoderPQArrow}

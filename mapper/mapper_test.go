@@ -29,10 +29,18 @@ type fixture struct {
 	o   mapper.Options
 }
 
-func newFixture(t *testing.T, samples, shards int) *fixture {
+func newFixture(t *testing.T, samples, shards int, dec mapper.Decoder) *fixture {
 	s := stagetest.Store(t)
 	res := stagetest.Synth(t, s, samples, shards, 42)
-	return &fixture{s: s, res: res, o: mapper.Options{Store: s, Schema: res.Schema, SchemaDigest: res.RecordSchema}}
+	return &fixture{s: s, res: res, o: mapper.Options{Store: s, Schema: res.Schema, SchemaDigest: res.RecordSchema, Decoder: dec}}
+}
+
+// forDecoders runs a test once per decoding path: both must give the
+// same results on every file.
+func forDecoders(t *testing.T, test func(*testing.T, mapper.Decoder)) {
+	for _, dec := range []mapper.Decoder{mapper.DecoderColumnReader, mapper.DecoderPQArrow} {
+		t.Run(dec.String(), func(t *testing.T) { test(t, dec) })
+	}
 }
 
 // mapOne maps one descriptor and returns the result and emitted tuples.
@@ -62,7 +70,11 @@ func codes(r mapper.Result) []string {
 }
 
 func TestCleanShardsReproduceDescriptors(t *testing.T) {
-	f := newFixture(t, 3000, 3)
+	forDecoders(t, testCleanShardsReproduceDescriptors)
+}
+
+func testCleanShardsReproduceDescriptors(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 3000, 3, dec)
 	relAcc, snapAcc := tuplehash.NewAccumulator(12), tuplehash.NewAccumulator(12)
 	check := func(side mapper.Side, ds []manifest.Shard, acc *tuplehash.Accumulator) {
 		for i, d := range ds {
@@ -105,8 +117,10 @@ func (f *fixture) replaced(t *testing.T, data []byte) (mapper.Result, []mapper.T
 	return f.mapOne(t, mapper.SideRelease, 0, res.Release.Shards[0])
 }
 
-func TestTruncated(t *testing.T) {
-	f := newFixture(t, 600, 2)
+func TestTruncated(t *testing.T) { forDecoders(t, testTruncated) }
+
+func testTruncated(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 600, 2, dec)
 	orig := stagetest.ShardBytes(t, f.s, f.res.Release.Shards[0])
 	for _, cut := range []int{1, len(orig) / 2, len(orig) - 5} {
 		r, tuples := f.replaced(t, stagetest.Truncate(orig, cut))
@@ -125,8 +139,10 @@ func footerStart(data []byte) int {
 	return n - 8 - int(binary.LittleEndian.Uint32(data[n-8:]))
 }
 
-func TestBitFlipInFooterLength(t *testing.T) {
-	f := newFixture(t, 600, 2)
+func TestBitFlipInFooterLength(t *testing.T) { forDecoders(t, testBitFlipInFooterLength) }
+
+func testBitFlipInFooterLength(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 600, 2, dec)
 	orig := stagetest.ShardBytes(t, f.s, f.res.Release.Shards[0])
 	r, tuples := f.replaced(t, stagetest.FlipBit(orig, len(orig)-6, 7)) // footer length += 2^23
 	if want := []string{"DIGEST_MISMATCH", "FOOTER_CORRUPT"}; !slices.Equal(codes(r), want) || len(tuples) != 0 {
@@ -136,13 +152,15 @@ func TestBitFlipInFooterLength(t *testing.T) {
 
 // Every single-bit flip anywhere in the footer is reported, never a panic,
 // and a shard that did not decode emits nothing.
-func TestBitFlipsInFooter(t *testing.T) {
-	f := newFixture(t, 300, 1)
+func TestBitFlipsInFooter(t *testing.T) { forDecoders(t, testBitFlipsInFooter) }
+
+func testBitFlipsInFooter(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 300, 1, dec)
 	d := f.res.Release.Shards[0]
 	orig := stagetest.ShardBytes(t, f.s, d)
-	// About 150 flips spread over the footer by default; every byte with
+	// About 80 flips spread over the footer by default; every byte with
 	// -exhaustive (the fuzz target explores further).
-	step := max(1, (len(orig)-footerStart(orig))/150)
+	step := max(1, (len(orig)-footerStart(orig))/80)
 	if *exhaustive {
 		step = 1
 	}
@@ -171,8 +189,10 @@ func mapBytes(t *testing.T, f *fixture, d manifest.Shard, data []byte) (mapper.R
 	return f.mapOne(t, mapper.SideRelease, 0, d)
 }
 
-func TestBitFlipInDataPage(t *testing.T) {
-	f := newFixture(t, 600, 2)
+func TestBitFlipInDataPage(t *testing.T) { forDecoders(t, testBitFlipInDataPage) }
+
+func testBitFlipInDataPage(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 600, 2, dec)
 	d := f.res.Release.Shards[0]
 	orig := stagetest.ShardBytes(t, f.s, d)
 	// The text column is the bulk of the file: flip bits in its middle.
@@ -193,7 +213,11 @@ func TestBitFlipInDataPage(t *testing.T) {
 }
 
 func TestRecompressedShardKeepsLogicalDigest(t *testing.T) {
-	f := newFixture(t, 600, 2)
+	forDecoders(t, testRecompressedShardKeepsLogicalDigest)
+}
+
+func testRecompressedShardKeepsLogicalDigest(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 600, 2, dec)
 	d := f.res.Release.Shards[0]
 	orig := stagetest.ShardBytes(t, f.s, d)
 	for _, c := range []struct {
@@ -224,7 +248,11 @@ func renamed(rec arrow.RecordBatch, s *manifest.RecordSchema) arrow.RecordBatch 
 }
 
 func TestSchemaMismatchEmitsTuplesWithFoundSchema(t *testing.T) {
-	f := newFixture(t, 600, 2)
+	forDecoders(t, testSchemaMismatchEmitsTuplesWithFoundSchema)
+}
+
+func testSchemaMismatchEmitsTuplesWithFoundSchema(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 600, 2, dec)
 	rows := stagetest.ShardRows(t, f.s, f.res, 0)
 	rec := stage.BuildRows(rows)
 	defer rec.Release()
@@ -256,8 +284,10 @@ func TestSchemaMismatchEmitsTuplesWithFoundSchema(t *testing.T) {
 	}
 }
 
-func TestDescriptorFigureMismatch(t *testing.T) {
-	f := newFixture(t, 600, 2)
+func TestDescriptorFigureMismatch(t *testing.T) { forDecoders(t, testDescriptorFigureMismatch) }
+
+func testDescriptorFigureMismatch(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 600, 2, dec)
 	d := f.res.Release.Shards[1]
 	d.Records++
 	d.Tokens--
@@ -268,8 +298,10 @@ func TestDescriptorFigureMismatch(t *testing.T) {
 	}
 }
 
-func TestVersionMissing(t *testing.T) {
-	f := newFixture(t, 300, 1)
+func TestVersionMissing(t *testing.T) { forDecoders(t, testVersionMissing) }
+
+func testVersionMissing(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 300, 1, dec)
 	for _, v := range []string{"", "v999", "not-a-version"} {
 		d := f.res.Release.Shards[0]
 		d.ObjectVersion = v
@@ -280,8 +312,10 @@ func TestVersionMissing(t *testing.T) {
 	}
 }
 
-func TestOperationalErrors(t *testing.T) {
-	f := newFixture(t, 300, 1)
+func TestOperationalErrors(t *testing.T) { forDecoders(t, testOperationalErrors) }
+
+func testOperationalErrors(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 300, 1, dec)
 	d := f.res.Release.Shards[0]
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

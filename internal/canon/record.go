@@ -8,7 +8,6 @@ import (
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -80,13 +79,13 @@ type plan struct {
 	nullable bool
 }
 
-// Encoder encodes the rows of Arrow record batches as canonical records.
-// One Encoder serves one goroutine; Encode does not allocate once its
-// buffer has grown to the largest record.
+// Encoder encodes rows of decoded columns as canonical records. One
+// Encoder serves one goroutine; Encode does not allocate once its buffer
+// has grown to the largest record.
 type Encoder struct {
 	plans   []plan
 	content int // index of the content column, or -1
-	cols    []arrow.Array
+	cols    []Column
 	buf     []byte
 }
 
@@ -125,36 +124,24 @@ func NewEncoder(s *manifest.RecordSchema) (*Encoder, error) {
 // Bind makes the encoder read rec, whose columns must be the schema's
 // fields in order with the Arrow types ArrowSchema gives.
 func (e *Encoder) Bind(rec arrow.RecordBatch) error {
-	if int(rec.NumCols()) != len(e.plans) {
-		return errcode.New(errcode.SchemaMismatch, "record batch has %d columns, schema %d", rec.NumCols(), len(e.plans))
+	return e.BindColumns(Columns(rec))
+}
+
+// BindColumns makes the encoder read cols, one per schema field in order.
+func (e *Encoder) BindColumns(cols []Column) error {
+	if len(cols) != len(e.plans) {
+		return errcode.New(errcode.SchemaMismatch, "batch has %d columns, schema %d", len(cols), len(e.plans))
 	}
-	e.cols = e.cols[:0]
 	for i, p := range e.plans {
-		c := rec.Column(i)
-		ok := false
-		switch p.tag {
-		case TagUTF8:
-			_, ok = c.(*array.String)
-		case TagBinary:
-			_, ok = c.(*array.Binary)
-		case TagInt64:
-			_, ok = c.(*array.Int64)
-		case TagInt32:
-			_, ok = c.(*array.Int32)
-		case TagFloat64:
-			_, ok = c.(*array.Float64)
-		case TagBool:
-			_, ok = c.(*array.Boolean)
+		if !checkColumn(cols[i], p.tag, p.content) {
+			return errColumn(i, cols[i], p.tag)
 		}
-		if !ok {
-			return errcode.New(errcode.SchemaMismatch, "column %d (%s) has Arrow type %s, want %s", i, rec.ColumnName(i), c.DataType(), p.tag)
-		}
-		e.cols = append(e.cols, c)
 	}
+	e.cols = append(e.cols[:0], cols...)
 	return nil
 }
 
-// Encode encodes row i of the bound batch.
+// Encode encodes row i of the bound columns.
 func (e *Encoder) Encode(i int) Row {
 	var r Row
 	b := e.buf[:0]
@@ -164,33 +151,39 @@ func (e *Encoder) Encode(i int) Row {
 			b = AppendNull(b, p.tag)
 			continue
 		}
+		if p.content {
+			if cc, ok := c.(ContentColumn); ok {
+				r.Content = *cc.Digest(i)
+				r.LogicalBytes += int64(cc.Len(i))
+			} else if p.tag == TagUTF8 {
+				v := c.(StringColumn).Value(i)
+				r.Content = sha256.Sum256(bytesOf(v))
+				r.LogicalBytes += int64(len(v))
+			} else {
+				v := c.(BytesColumn).Value(i)
+				r.Content = sha256.Sum256(v)
+				r.LogicalBytes += int64(len(v))
+			}
+			b = AppendContent(b, p.tag, &r.Content)
+			continue
+		}
 		switch p.tag {
 		case TagUTF8:
-			v := c.(*array.String).Value(i)
+			v := c.(StringColumn).Value(i)
 			r.LogicalBytes += int64(len(v))
-			if p.content {
-				r.Content = sha256.Sum256(bytesOf(v))
-				b = AppendContent(b, p.tag, &r.Content)
-			} else {
-				b = AppendString(b, p.tag, v)
-			}
+			b = AppendString(b, p.tag, v)
 		case TagBinary:
-			v := c.(*array.Binary).Value(i)
+			v := c.(BytesColumn).Value(i)
 			r.LogicalBytes += int64(len(v))
-			if p.content {
-				r.Content = sha256.Sum256(v)
-				b = AppendContent(b, p.tag, &r.Content)
-			} else {
-				b = AppendBytes(b, p.tag, v)
-			}
+			b = AppendBytes(b, p.tag, v)
 		case TagInt64:
-			b = AppendInt64(b, c.(*array.Int64).Value(i))
+			b = AppendInt64(b, c.(Int64Column).Value(i))
 		case TagInt32:
-			b = AppendInt32(b, c.(*array.Int32).Value(i))
+			b = AppendInt32(b, c.(Int32Column).Value(i))
 		case TagFloat64:
-			b = AppendFloat64(b, c.(*array.Float64).Value(i))
+			b = AppendFloat64(b, c.(Float64Column).Value(i))
 		case TagBool:
-			b = AppendBool(b, c.(*array.Boolean).Value(i))
+			b = AppendBool(b, c.(BoolColumn).Value(i))
 		}
 		r.LogicalBytes += fixedWidth[p.tag]
 	}

@@ -2,7 +2,6 @@ package canon
 
 import (
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -74,23 +73,30 @@ func NewShardHasher(s *manifest.RecordSchema, logicalSchema, tupleSchema manifes
 // cannot form a tuple (null tuple column, split over 255 bytes, content
 // digest not 32 bytes) is a DECODE_ERROR; each's error is returned as is.
 func (h *ShardHasher) AddBatch(rec arrow.RecordBatch, each func(t *tuplehash.Tuple, digest [32]byte) error) error {
-	if err := h.enc.Bind(rec); err != nil {
+	return h.AddColumns(Columns(rec), int(rec.NumRows()), each)
+}
+
+// AddColumns is AddBatch for n rows of decoded columns, one per field.
+func (h *ShardHasher) AddColumns(cols []Column, n int, each func(t *tuplehash.Tuple, digest [32]byte) error) error {
+	if err := h.enc.BindColumns(cols); err != nil {
 		return err
 	}
-	sid := rec.Column(h.sid).(*array.String)
-	src := rec.Column(h.src).(*array.String)
-	split := rec.Column(h.split).(*array.String)
-	ver := rec.Column(h.ver).(*array.Int64)
-	var tok *array.Int64
+	// BindColumns checked every column's type against the schema, and
+	// NewShardHasher checked the roles' types.
+	sid := cols[h.sid].(StringColumn)
+	src := cols[h.src].(StringColumn)
+	split := cols[h.split].(StringColumn)
+	ver := cols[h.ver].(Int64Column)
+	var tok Int64Column
 	if h.tokens >= 0 {
-		tok = rec.Column(h.tokens).(*array.Int64)
+		tok = cols[h.tokens].(Int64Column)
 	}
-	var md *array.Binary
+	var md BytesColumn
 	if h.memberDigest >= 0 {
-		md = rec.Column(h.memberDigest).(*array.Binary)
+		md = cols[h.memberDigest].(BytesColumn)
 	}
 	t := &h.tuple
-	for i := 0; i < int(rec.NumRows()); i++ {
+	for i := 0; i < n; i++ {
 		if sid.IsNull(i) || src.IsNull(i) || split.IsNull(i) || ver.IsNull(i) {
 			return errcode.New(errcode.DecodeError, "record %d: null tuple column", h.Records)
 		}
@@ -104,7 +110,7 @@ func (h *ShardHasher) AddBatch(rec arrow.RecordBatch, each func(t *tuplehash.Tup
 		t.SourceVersion = ver.Value(i)
 		t.SchemaDigest = h.tupleSchema
 		if md != nil {
-			if md.IsNull(i) || md.ValueLen(i) != 32 {
+			if md.IsNull(i) || len(md.Value(i)) != 32 {
 				return errcode.New(errcode.DecodeError, "record %d: %s is not 32 bytes", h.Records, MemberContentColumn)
 			}
 			copy(t.LogicalContentDigest[:], md.Value(i))

@@ -1,0 +1,297 @@
+package mapper
+
+import (
+	"context"
+	"fmt"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/file"
+
+	"github.com/shardproof/shardproof/internal/canon"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// The column-reader path reads each column chunk with the typed Parquet
+// readers, a page at a time, without building Arrow arrays: content bytes
+// are hashed straight from the decoded page and never copied, other
+// values are copied once into per-batch columns that implement the
+// canon column interfaces. All columns of a row group advance together,
+// batchRows rows at a time, so memory stays bounded by one batch whatever
+// the footer claims.
+
+// pageValues is the most values requested from one page at a time.
+const pageValues = 1024
+
+// crColumn is a batch column filled from a Parquet column chunk reader.
+type crColumn interface {
+	canon.Column
+	reset()
+	// read appends n rows from r.
+	read(r file.ColumnChunkReader, n int64, maxDef int16) error
+}
+
+// validity records nulls of a nullable column.
+type validity struct {
+	nullable bool
+	valid    []bool
+}
+
+func (v *validity) IsNull(i int) bool { return v.nullable && !v.valid[i] }
+
+// levels reads n rows in page-sized pieces. readPage returns the levels
+// and values read, values packed (nulls have a level but no value); put is
+// called for each present value in order, null for each null.
+func levels(n int64, maxDef int16, defs []int16, readPage func(max int64) (int64, int, error), put func(k int), null func()) error {
+	var done int64
+	for done < n {
+		lv, nv, err := readPage(min(pageValues, n-done))
+		if err != nil {
+			return err
+		}
+		if lv == 0 {
+			return fmt.Errorf("column chunk ended after %d of %d rows", done, n)
+		}
+		if maxDef == 0 {
+			if int64(nv) != lv {
+				return fmt.Errorf("required column: %d values for %d levels", nv, lv)
+			}
+			for k := 0; k < nv; k++ {
+				put(k)
+			}
+		} else {
+			k := 0
+			for _, d := range defs[:lv] {
+				if d == maxDef {
+					if k >= nv {
+						return fmt.Errorf("definition levels name more values than the page holds (%d)", nv)
+					}
+					put(k)
+					k++
+				} else {
+					null()
+				}
+			}
+		}
+		done += lv
+	}
+	return nil
+}
+
+// fixedCol is an int64, int32, float64 or bool column.
+type fixedCol[T int64 | int32 | float64 | bool] struct {
+	validity
+	v    []T
+	page []T
+	defs []int16
+}
+
+func (c *fixedCol[T]) Value(i int) T { return c.v[i] }
+
+func (c *fixedCol[T]) reset() { c.v, c.valid = c.v[:0], c.valid[:0] }
+
+func (c *fixedCol[T]) read(r file.ColumnChunkReader, n int64, maxDef int16) error {
+	if c.page == nil {
+		c.page, c.defs = make([]T, pageValues), make([]int16, pageValues)
+	}
+	var zero T
+	var readPage func(max int64) (int64, int, error)
+	// The page slice's element type matches the reader by construction in
+	// newColumn; a mismatch is a file whose physical type lies about its
+	// logical type, reported as a decode error.
+	switch rr := r.(type) {
+	case *file.Int64ColumnChunkReader:
+		p, ok := any(c.page).([]int64)
+		if !ok {
+			return fmt.Errorf("column reader %T for a %T column", r, zero)
+		}
+		readPage = func(max int64) (int64, int, error) { return rr.ReadBatchInPage(max, p, c.defs, nil) }
+	case *file.Int32ColumnChunkReader:
+		p, ok := any(c.page).([]int32)
+		if !ok {
+			return fmt.Errorf("column reader %T for a %T column", r, zero)
+		}
+		readPage = func(max int64) (int64, int, error) { return rr.ReadBatchInPage(max, p, c.defs, nil) }
+	case *file.Float64ColumnChunkReader:
+		p, ok := any(c.page).([]float64)
+		if !ok {
+			return fmt.Errorf("column reader %T for a %T column", r, zero)
+		}
+		readPage = func(max int64) (int64, int, error) { return rr.ReadBatchInPage(max, p, c.defs, nil) }
+	case *file.BooleanColumnChunkReader:
+		p, ok := any(c.page).([]bool)
+		if !ok {
+			return fmt.Errorf("column reader %T for a %T column", r, zero)
+		}
+		readPage = func(max int64) (int64, int, error) { return rr.ReadBatchInPage(max, p, c.defs, nil) }
+	default:
+		return fmt.Errorf("column reader %T for a %T column", r, zero)
+	}
+	return levels(n, maxDef, c.defs, readPage,
+		func(k int) { c.v = append(c.v, c.page[k]); c.valid = append(c.valid, true) },
+		func() { c.v = append(c.v, zero); c.valid = append(c.valid, false) })
+}
+
+// bytesCol is a binary column; its values live in one arena per batch.
+type bytesCol struct {
+	validity
+	offs  []int
+	arena []byte
+	page  []parquet.ByteArray
+	defs  []int16
+}
+
+func (c *bytesCol) Value(i int) []byte { return c.arena[c.offs[i]:c.offs[i+1]] }
+
+func (c *bytesCol) reset() {
+	c.offs, c.arena, c.valid = append(c.offs[:0], 0), c.arena[:0], c.valid[:0]
+}
+
+func byteArrayPages(r file.ColumnChunkReader, page *[]parquet.ByteArray, defs *[]int16) (func(max int64) (int64, int, error), error) {
+	rr, ok := r.(*file.ByteArrayColumnChunkReader)
+	if !ok {
+		return nil, fmt.Errorf("column reader %T for a byte array column", r)
+	}
+	if *page == nil {
+		*page, *defs = make([]parquet.ByteArray, pageValues), make([]int16, pageValues)
+	}
+	p, d := *page, *defs
+	// Values alias the decoded page and are consumed before the next page.
+	return func(max int64) (int64, int, error) { return rr.ReadBatchInPage(max, p, d, nil) }, nil
+}
+
+func (c *bytesCol) read(r file.ColumnChunkReader, n int64, maxDef int16) error {
+	readPage, err := byteArrayPages(r, &c.page, &c.defs)
+	if err != nil {
+		return err
+	}
+	return levels(n, maxDef, c.defs, readPage,
+		func(k int) {
+			c.arena = append(c.arena, c.page[k]...)
+			c.offs = append(c.offs, len(c.arena))
+			c.valid = append(c.valid, true)
+		},
+		func() { c.offs = append(c.offs, len(c.arena)); c.valid = append(c.valid, false) })
+}
+
+// stringCol is a utf8 column.
+type stringCol struct{ bytesCol }
+
+func (c *stringCol) Value(i int) string {
+	b := c.bytesCol.Value(i)
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// contentCol is the content column: each value is hashed as it is read.
+type contentCol struct {
+	validity
+	digests [][32]byte
+	lens    []int
+	page    []parquet.ByteArray
+	defs    []int16
+}
+
+func (c *contentCol) Digest(i int) *[32]byte { return &c.digests[i] }
+func (c *contentCol) Len(i int) int          { return c.lens[i] }
+
+func (c *contentCol) reset() { c.digests, c.lens, c.valid = c.digests[:0], c.lens[:0], c.valid[:0] }
+
+func (c *contentCol) read(r file.ColumnChunkReader, n int64, maxDef int16) error {
+	readPage, err := byteArrayPages(r, &c.page, &c.defs)
+	if err != nil {
+		return err
+	}
+	return levels(n, maxDef, c.defs, readPage,
+		func(k int) {
+			c.digests = append(c.digests, canon.ContentDigest(c.page[k]))
+			c.lens = append(c.lens, len(c.page[k]))
+			c.valid = append(c.valid, true)
+		},
+		func() {
+			c.digests = append(c.digests, [32]byte{})
+			c.lens = append(c.lens, 0)
+			c.valid = append(c.valid, false)
+		})
+}
+
+// newColumns returns one batch column per field of s.
+func newColumns(s *manifest.RecordSchema) ([]crColumn, error) {
+	cols := make([]crColumn, len(s.Fields))
+	for i, f := range s.Fields {
+		v := validity{nullable: f.Nullable}
+		switch {
+		case f.Name == s.Content && s.Content != "":
+			cols[i] = &contentCol{validity: v}
+		case f.Type == canon.TypeUTF8:
+			cols[i] = &stringCol{bytesCol{validity: v}}
+		case f.Type == canon.TypeBinary:
+			cols[i] = &bytesCol{validity: v}
+		case f.Type == canon.TypeInt64:
+			cols[i] = &fixedCol[int64]{validity: v}
+		case f.Type == canon.TypeInt32:
+			cols[i] = &fixedCol[int32]{validity: v}
+		case f.Type == canon.TypeFloat64:
+			cols[i] = &fixedCol[float64]{validity: v}
+		case f.Type == canon.TypeBool:
+			cols[i] = &fixedCol[bool]{validity: v}
+		default:
+			return nil, fmt.Errorf("field %q: type %q has no column reader", f.Name, f.Type)
+		}
+	}
+	return cols, nil
+}
+
+// readColumns decodes every row group of pf into h, batchRows rows of all
+// columns at a time. s is the schema h was made for (the file's columns
+// in order).
+func readColumns(ctx context.Context, pf *file.Reader, s *manifest.RecordSchema, h *canon.ShardHasher, each func(*tuplehash.Tuple, [32]byte) error) error {
+	cols, err := newColumns(s)
+	if err != nil {
+		return err
+	}
+	if pf.MetaData().Schema.NumColumns() != len(cols) {
+		return fmt.Errorf("file has %d leaf columns, schema %d fields", pf.MetaData().Schema.NumColumns(), len(cols))
+	}
+	view := make([]canon.Column, len(cols))
+	for i, c := range cols {
+		view[i] = c
+	}
+	readers := make([]file.ColumnChunkReader, len(cols))
+	maxDef := make([]int16, len(cols))
+	for g := 0; g < pf.NumRowGroups(); g++ {
+		rg := pf.RowGroup(g)
+		for j := range cols {
+			if readers[j], err = rg.Column(j); err != nil {
+				return fmt.Errorf("row group %d column %d: %w", g, j, err)
+			}
+			d := readers[j].Descriptor()
+			if d.MaxRepetitionLevel() != 0 {
+				return fmt.Errorf("row group %d column %d is repeated", g, j)
+			}
+			maxDef[j] = d.MaxDefinitionLevel()
+		}
+		rows := rg.NumRows()
+		for done := int64(0); done < rows; {
+			if err := ctx.Err(); err != nil {
+				return errcode.Wrap(errcode.Canceled, err, "decode")
+			}
+			n := min(batchRows, rows-done)
+			for j, c := range cols {
+				c.reset()
+				if err := c.read(readers[j], n, maxDef[j]); err != nil {
+					return fmt.Errorf("row group %d column %d: %w", g, j, err)
+				}
+			}
+			if err := h.AddColumns(view, int(n), each); err != nil {
+				return err
+			}
+			done += n
+		}
+		for _, r := range readers {
+			r.Close()
+		}
+	}
+	return nil
+}
