@@ -52,8 +52,8 @@ func TestRoundTripAndDeterminism(t *testing.T) {
 // insertion order, so two writers of one report produce one digest.
 func TestEncodeMapOrder(t *testing.T) {
 	r := validReport(true)
-	r.Counts.TombstoneHits = 1
-	r.Counts.ContentSubstitution = 1
+	r.Counts.TombstoneHits = 2
+	r.Counts.ContentSubstitution = 2
 	keys := []string{"TOMBSTONE_HIT", "CONTENT_SUBSTITUTION", "MISSING_MEMBER"}
 	var first []byte
 	for i := range 10 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -135,6 +136,31 @@ func FuzzScanSyntax(f *testing.F) {
 			if err == nil && !valid {
 				t.Fatalf("%s: malformed JSON accepted:\n%q", typ, b)
 			}
+		}
+	})
+}
+
+// FuzzParseMemberPartition: a string is accepted exactly when it is the
+// one spelling of a k in range.
+func FuzzParseMemberPartition(f *testing.F) {
+	for _, s := range []string{DefaultMemberPartition, "xxh64/k=1", "xxh64/k=24", "xxh64/k=25", "xxh64/k=012", "xxh64/k=+3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		k, err := ParseMemberPartition(s)
+		if err != nil {
+			if errcode.Of(err) != errcode.BadDocument {
+				t.Fatalf("code %s", errcode.Of(err))
+			}
+			for k := 1; k <= MaxMemberPartitionK; k++ {
+				if s == "xxh64/k="+strconv.Itoa(k) {
+					t.Fatalf("rejected %q", s)
+				}
+			}
+			return
+		}
+		if k < 1 || k > MaxMemberPartitionK || s != "xxh64/k="+strconv.Itoa(int(k)) {
+			t.Fatalf("accepted %q as k=%d", s, k)
 		}
 	})
 }

@@ -161,6 +161,18 @@ func TestRejectStruct(t *testing.T) {
 			r.Verdict, r.Counts.Missing = Invalid, 1
 			r.Examples = map[string][]string{"MISSING": {"a"}}
 		}, errcode.BadDocument},
+		{"examples of a shard-level code", func(r *Report) {
+			r.Verdict, r.Counts.DigestFailures = Invalid, 1
+			r.Examples = map[string][]string{"DIGEST_MISMATCH": {"a"}}
+		}, errcode.BadDocument},
+		{"more examples than the count", func(r *Report) {
+			r.Verdict, r.Counts.Missing = Invalid, 1
+			r.Examples = map[string][]string{"MISSING_MEMBER": {"a", "b"}}
+		}, errcode.BadCount},
+		{"examples of a zero count", func(r *Report) {
+			r.Verdict, r.Counts.Missing = Invalid, 1
+			r.Examples = map[string][]string{"MISSING_MEMBER": {"a"}, "TOMBSTONE_HIT": {"b"}}
+		}, errcode.BadCount},
 		{"failure bad side", func(r *Report) {
 			r.Verdict, r.Counts.DigestFailures = Invalid, 1
 			r.Failures = []ShardFailure{{Shard: "s", Side: "both", Code: "DIGEST_MISMATCH"}}

@@ -295,11 +295,15 @@ func (r *Report) Validate() error {
 		return errcode.New(errcode.BadDocument, "verdict %s contradicts the counts (a failure count is non-zero: %v)", r.Verdict, r.Counts.Failed())
 	}
 	for class, ids := range r.Examples {
-		if !errcode.Known(errcode.Code(class)) {
-			return errcode.New(errcode.BadDocument, "examples: %q is not an error code", truncate(class))
+		count, ok := exampleCounter[errcode.Code(class)]
+		if !ok {
+			return errcode.New(errcode.BadDocument, "examples: %q is not a member-level failure code", truncate(class))
 		}
 		if len(ids) > MaxExamples {
 			return errcode.New(errcode.BadDocument, "examples.%s: %d sampleIds, at most %d", class, len(ids), MaxExamples)
+		}
+		if n := count(&r.Counts); int64(len(ids)) > n {
+			return errcode.New(errcode.BadCount, "examples.%s lists %d sampleIds, but its count is %d", class, len(ids), n)
 		}
 		for i := 1; i < len(ids); i++ {
 			if ids[i-1] >= ids[i] {
@@ -345,6 +349,22 @@ func (r *Report) Validate() error {
 		}
 	}
 	return nil
+}
+
+// exampleCounter maps each member-level failure class that may have
+// example sampleIds to its counter; each example is a distinct sampleId
+// counted there, so a class never lists more examples than its count.
+var exampleCounter = map[errcode.Code]func(*Counts) int64{
+	errcode.MissingMember:       func(c *Counts) int64 { return c.Missing },
+	errcode.ExtraMember:         func(c *Counts) int64 { return c.Extra },
+	errcode.DuplicateMember:     func(c *Counts) int64 { return c.Duplicate },
+	errcode.ContentSubstitution: func(c *Counts) int64 { return c.ContentSubstitution },
+	errcode.SourceVersionChange: func(c *Counts) int64 { return c.SourceVersionChange },
+	errcode.SourceIDChange:      func(c *Counts) int64 { return c.SourceIDChange },
+	errcode.SplitConflict:       func(c *Counts) int64 { return c.SplitConflict },
+	errcode.SchemaMix:           func(c *Counts) int64 { return c.SchemaMix },
+	errcode.TombstoneHit:        func(c *Counts) int64 { return c.TombstoneHits },
+	errcode.BenchmarkHit:        func(c *Counts) int64 { return c.BenchmarkHits },
 }
 
 // compareFailures is the canonical order of Report.Failures, so two
