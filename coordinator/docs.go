@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -16,7 +15,7 @@ import (
 func readDoc(ctx context.Context, s objstore.Store, d manifest.Digest, what string) ([]byte, error) {
 	b, _, err := objstore.ReadBlob(ctx, s, d, manifest.MaxDocumentSize)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", what, d, err)
+		return nil, wrap(err, "%s %s", what, d)
 	}
 	return b, nil
 }
@@ -28,7 +27,7 @@ func loadRelease(ctx context.Context, s objstore.Store, d manifest.Digest) (*man
 	}
 	r, err := manifest.DecodeRelease(b)
 	if err != nil {
-		return nil, fmt.Errorf("release manifest %s: %w", d, err)
+		return nil, wrap(err, "release manifest %s", d)
 	}
 	return r, nil
 }
@@ -40,7 +39,7 @@ func loadSnapshot(ctx context.Context, s objstore.Store, d manifest.Digest) (*ma
 	}
 	r, err := manifest.DecodeSnapshot(b)
 	if err != nil {
-		return nil, fmt.Errorf("snapshot manifest %s: %w", d, err)
+		return nil, wrap(err, "snapshot manifest %s", d)
 	}
 	return r, nil
 }
@@ -52,7 +51,7 @@ func loadRecordSchema(ctx context.Context, s objstore.Store, d manifest.Digest) 
 	}
 	r, err := manifest.DecodeRecordSchema(b)
 	if err != nil {
-		return nil, fmt.Errorf("record schema %s: %w", d, err)
+		return nil, wrap(err, "record schema %s", d)
 	}
 	return r, nil
 }
@@ -64,9 +63,15 @@ func loadFenceLog(ctx context.Context, s objstore.Store, d manifest.Digest, sche
 	}
 	r, err := manifest.DecodeFenceLog(b, schema)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", schema, d, err)
+		return nil, wrap(err, "%s %s", schema, d)
 	}
 	return r, nil
+}
+
+// wrap adds context to err, keeping the code of the cause so the CLI
+// prints and exits with it.
+func wrap(err error, format string, args ...any) error {
+	return errcode.Wrap(errcode.Of(err), err, format, args...)
 }
 
 // putExact creates key with data. If key already exists (a retried task),
@@ -110,7 +115,7 @@ func readRecord(ctx context.Context, s objstore.Store, key string, v any) (found
 	defer rc.Close()
 	b, err := verifyread.ReadAll(rc, manifest.MaxDocumentSize)
 	if err != nil {
-		return false, fmt.Errorf("%s: %w", key, err)
+		return false, wrap(err, "%s", key)
 	}
 	if err := decodeStrict(b, v); err != nil {
 		return false, errcode.Wrap(errcode.ShuffleCorrupt, err, "commit record %s", key)

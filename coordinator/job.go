@@ -35,7 +35,7 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 	}
 	var p Plan
 	if err := decodeStrict(b, &p); err != nil {
-		return nil, fmt.Errorf("plan %s: %w", planDigest, err)
+		return nil, wrap(err, "plan %s", planDigest)
 	}
 	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p}
 	if j.Release, err = loadRelease(ctx, s, p.Root); err != nil {
@@ -56,7 +56,7 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 		return nil, errcode.New(errcode.BadDocument, "plan %s: k=%d, the release partitions with k=%d", planDigest, p.K, k)
 	}
 	if err := p.validate(len(j.Release.Shards), len(j.Snapshot.Members)); err != nil {
-		return nil, fmt.Errorf("plan %s: %w", planDigest, err)
+		return nil, wrap(err, "plan %s", planDigest)
 	}
 	if !p.Tombstones.IsZero() {
 		if j.Tombstones, err = loadFenceLog(ctx, s, p.Tombstones, manifest.TombstonesSchema); err != nil {

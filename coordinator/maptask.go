@@ -3,7 +3,6 @@ package coordinator
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"sort"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -91,7 +90,7 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 			return nil, emitErr
 		}
 		if err != nil {
-			return nil, fmt.Errorf("map task %d: %s %s: %w", i, side, desc.ID, err)
+			return nil, wrap(err, "map task %d: %s %s", i, side, desc.ID)
 		}
 		commit.Results = append(commit.Results, res)
 		if progress != nil {

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -72,7 +71,7 @@ func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 		out := mc.Outputs[r]
 		rc, err := j.Store.Get(ctx, out.Key, out.Version)
 		if err != nil {
-			return nil, fmt.Errorf("reduce task %d: %s version %s: %w", r, out.Key, out.Version, err)
+			return nil, wrap(err, "reduce task %d: %s version %s", r, out.Key, out.Version)
 		}
 		closers = append(closers, rc.Close)
 		vr := verifyread.New(rc, out.Key, out.Digest, out.Size)
@@ -89,7 +88,7 @@ func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 		K: j.Plan.K, Lo: rng.Lo, Hi: rng.Hi, Tombstones: j.tombSet, Benchmark: j.benchSet,
 	}, sources)
 	if err != nil {
-		return nil, fmt.Errorf("reduce task %d: %w", r, err)
+		return nil, wrap(err, "reduce task %d", r)
 	}
 	// Nothing read is trusted until each file's bytes hashed to its
 	// committed digest: drain what the IPC reader left after end-of-stream.

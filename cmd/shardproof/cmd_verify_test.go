@@ -1,0 +1,81 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+var reportLine = regexp.MustCompile(`(?m)^report (sha256:[0-9a-f]{64})$`)
+
+// `shardproof verify` as a user runs it: exit 0 with a summary naming the
+// stored report for a clean release, --json printing that report.
+func TestVerifyCLIClean(t *testing.T) {
+	r := newRelease(t)
+	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String())
+	if res.status != errcode.ExitOK || !strings.Contains(res.stdout, "verdict  VERIFIED\n") {
+		t.Fatalf("exit %d\n%s\n%s", res.status, res.stdout, res.stderr)
+	}
+	m := reportLine.FindStringSubmatch(res.stdout)
+	if m == nil {
+		t.Fatalf("no report line in\n%s", res.stdout)
+	}
+	d := manifest.MustParseDigest(m[1])
+	b, _, err := objstore.ReadBlob(t.Context(), r.store, d, manifest.MaxDocumentSize)
+	if err != nil {
+		t.Fatalf("report %s not in the store: %v", d, err)
+	}
+	stored, err := manifest.DecodeReport(b)
+	if err != nil || stored.Root != r.res.Root || stored.Verdict != manifest.Verified {
+		t.Fatalf("stored report: %+v, %v", stored, err)
+	}
+	js := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--json", "--map-tasks", "1", "--reducers", "3"))
+	sameReport(t, "verify --json", stored, js)
+}
+
+// An INVALID release: exit 1, and the summary lists each non-zero count
+// with its code and the shard-level evidence.
+func TestVerifyCLIInvalid(t *testing.T) {
+	r := newRelease(t)
+	data := stagetest.ShardBytes(t, r.store, r.res.Release.Shards[0])
+	bad := stagetest.ReplaceShardBytes(t, r.store, r.res, 0, stagetest.Truncate(data, 1))
+	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", bad.Root.String())
+	if res.status != errcode.ExitInvalid {
+		t.Fatalf("exit %d, want %d\n%s\n%s", res.status, errcode.ExitInvalid, res.stdout, res.stderr)
+	}
+	for _, want := range []string{"verdict  INVALID", "DIGEST_MISMATCH        1", "SIZE_MISMATCH          1",
+		"MISSING_MEMBER", "TUPLE_ROOT_MISMATCH    1", "shard-00000-of-00005: SIZE_MISMATCH: manifest.size="} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, res.stdout)
+		}
+	}
+	if reportLine.FindStringSubmatch(res.stdout) == nil {
+		t.Errorf("no report line in\n%s", res.stdout)
+	}
+}
+
+// Usage errors exit 2, operational errors (the root is not in the store)
+// exit 3, each with its code on stderr.
+func TestVerifyCLIErrors(t *testing.T) {
+	r := newRelease(t)
+	for _, c := range []struct {
+		args   []string
+		status int
+		code   errcode.Code
+	}{
+		{[]string{"verify", "--store", r.dir}, errcode.ExitUsage, errcode.Usage},
+		{[]string{"verify", "--store", r.dir, "--root", "sha256:ABC"}, errcode.ExitUsage, errcode.Usage},
+		{[]string{"verify", "--store", r.dir, "--root", r.res.Root.String(), "--no-such-flag"}, errcode.ExitUsage, errcode.Usage},
+		{[]string{"verify", "--store", r.dir, "--root", manifest.Sum([]byte("absent")).String()}, errcode.ExitError, errcode.NotFound},
+	} {
+		res := runCLI(t, cliEnv(), c.args...)
+		if res.status != c.status || !strings.Contains(res.stderr, "shardproof: "+string(c.code)+":") {
+			t.Errorf("%v: exit %d (want %d), stderr %q (want code %s)", c.args, res.status, c.status, res.stderr, c.code)
+		}
+	}
+}
