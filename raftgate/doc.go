@@ -22,7 +22,10 @@
 // leader's HTTP handler when it proposes; Apply takes every time-based
 // decision (barrier deadlines) from it and never reads a clock, the store
 // or randomness, and it iterates maps in sorted key order, so replicas
-// that apply the same log hold byte-identical states. Apply returns a
+// that apply the same log hold byte-identical states. Deadlines are thus
+// judged by the clock of whichever leader proposes the command; leaders'
+// clocks are assumed to agree to well within a barrier timeout. Apply
+// returns a
 // *Result: a value (the changed alias, release, run summary, …) and, for
 // a rejection, an error carrying an errcode. A few rejections change state
 // on purpose and say so below.
@@ -93,7 +96,8 @@
 //   - join(id, raftAddr, httpAddr) — records a member's addresses so
 //     followers can forward to the leader's HTTP API.
 //
-// A failed or cancelled run answers RUN_FAILED to everything but cancel.
+// A failed or cancelled run answers RUN_FAILED to everything but cancel
+// and an identical createRun.
 //
 // # Release states and retention
 //
