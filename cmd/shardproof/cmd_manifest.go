@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/verifyread"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 )
@@ -90,6 +92,45 @@ release, writes a one-line summary to stderr.`,
 	},
 }
 
+var manifestCheckCmd = &cobra.Command{
+	Use:   "check FILE|-",
+	Short: "Strictly decode a local document and print its schema and digest",
+	Long: `Strictly decode a local document (FILE, or - for stdin) and print its
+schema identifier and digest, the sha256 of its exact bytes:
+
+  training.shard.release.v1 sha256:…
+
+Writers in other languages can check a document before storing it. A
+document that is not valid fails with its code (BAD_DOCUMENT, BAD_DIGEST,
+BAD_COUNT, TOTALS_MISMATCH, DOCUMENT_TOO_LARGE) and exit status 1.`,
+	Args: exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		in := cmd.InOrStdin()
+		if args[0] != "-" {
+			f, err := os.Open(args[0])
+			if err != nil {
+				return errcode.Wrap(errcode.IO, err, "open %s", args[0])
+			}
+			defer f.Close()
+			in = f
+		}
+		data, err := verifyread.ReadAll(in, manifest.MaxDocumentSize)
+		if tooLarge := new(verifyread.TooLargeError); errors.As(err, &tooLarge) {
+			return err
+		} else if err != nil {
+			return errcode.Wrap(errcode.IO, err, "read %s", args[0])
+		}
+		schema, _, err := manifest.DecodeAny(data)
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", schema, manifest.Sum(data)); err != nil {
+			return errcode.Wrap(errcode.IO, err, "write result")
+		}
+		return nil
+	},
+}
+
 // releaseSummary is one line for people: what the release holds and what
 // it is bound to.
 func releaseSummary(d manifest.Digest, v objstore.Version, r *manifest.Release) string {
@@ -101,6 +142,6 @@ func releaseSummary(d manifest.Digest, v objstore.Version, r *manifest.Release) 
 func init() {
 	manifestCmd.PersistentFlags().StringVar(&manifestFlags.url, "store", os.Getenv("SHARDPROOF_STORE"), "store URL or path (default $SHARDPROOF_STORE)")
 	manifestShowCmd.Flags().BoolVar(&manifestFlags.pretty, "pretty", false, "indent the JSON (the output then no longer hashes to DIGEST)")
-	manifestCmd.AddCommand(manifestShowCmd)
+	manifestCmd.AddCommand(manifestShowCmd, manifestCheckCmd)
 	rootCmd.AddCommand(manifestCmd)
 }

@@ -213,6 +213,44 @@ func TestManifestShowTooLarge(t *testing.T) {
 	}
 }
 
+func TestManifestCheck(t *testing.T) {
+	body, err := manifest.EncodeRelease(testRelease())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "release.json")
+	os.WriteFile(good, body, 0o644)
+	out, _, err := cliRun(t, "manifest", "check", good)
+	if want := manifest.ReleaseSchema + " " + manifest.Sum(body).String() + "\n"; err != nil || string(out) != want {
+		t.Fatalf("check: %q, %v; want %q", out, err, want)
+	}
+	rootCmd.SetIn(bytes.NewReader(body))
+	out, _, err = cliRun(t, "manifest", "check", "-")
+	rootCmd.SetIn(nil)
+	if err != nil || !strings.HasSuffix(string(out), manifest.Sum(body).String()+"\n") {
+		t.Fatalf("check -: %q, %v", out, err)
+	}
+	for name, c := range map[string]struct {
+		body []byte
+		want errcode.Code
+	}{
+		"totals":      {bytes.Replace(body, []byte(`"records":20`), []byte(`"records":21`), 1), errcode.TotalsMismatch},
+		"unknown key": {bytes.Replace(body, []byte(`{"schema"`), []byte(`{"x":1,"schema"`), 1), errcode.BadDocument},
+		"too large":   {bytes.Repeat([]byte(" "), manifest.MaxDocumentSize+1), errcode.DocumentTooLarge},
+	} {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, c.body, 0o644)
+		out, _, err := cliRun(t, "manifest", "check", p)
+		if errcode.Of(err) != c.want || exitStatus(err) != errcode.ExitInvalid || len(out) != 0 {
+			t.Errorf("%s: code %s exit %d (%v), %d bytes out; want %s / 1", name, errcode.Of(err), exitStatus(err), err, len(out), c.want)
+		}
+	}
+	if _, _, err := cliRun(t, "manifest", "check", filepath.Join(dir, "absent")); errcode.Of(err) != errcode.IO {
+		t.Errorf("absent file: %v", err)
+	}
+}
+
 func TestCodes(t *testing.T) {
 	out, _, err := cliRun(t, "codes")
 	if err != nil {
