@@ -29,6 +29,8 @@ const (
 	ladderDecode   = "ladder-decode"
 	ladderContent  = "ladder-content"
 	ladderHash     = "ladder-content-hash-loop"
+	ladderZstd     = "ladder-decode-zstd"
+	ceilingZstd    = "ceiling-zstd"
 	childSubcmd    = "child"
 	verifyExecutor = "local"
 )
@@ -44,7 +46,9 @@ type childResult struct {
 	// StagesCPU holds the process's user+system seconds of each stage.
 	StagesCPU map[string]float64 `json:"stagesCpu,omitempty"`
 	Records   int64              `json:"records"`
-	Counts    *DiffCounts        `json:"counts,omitempty"`
+	// ZstdCodec names the zstd implementation the harness's own loops used.
+	ZstdCodec string      `json:"zstdCodec,omitempty"`
+	Counts    *DiffCounts `json:"counts,omitempty"`
 	// Verdict and LogicalBytes come from a verification report.
 	Verdict      string `json:"verdict,omitempty"`
 	LogicalBytes int64  `json:"logicalBytes,omitempty"`
@@ -70,7 +74,12 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 	if err != nil {
 		return err
 	}
-	res := childResult{Tool: tool}
+	res := childResult{Tool: tool, ZstdCodec: zstdCodecName}
+	if tool == toolLadder || tool == toolCeiling {
+		if err := timeZstd(); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	switch tool {
 	case toolPhases:
@@ -95,8 +104,13 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 			}
 			res.Stages[l.name] = time.Since(t).Seconds()
 			res.StagesCPU[l.name] = cpuSeconds() - cpu
+			if l.lv == levelDecode {
+				// CPU seconds inside zstd Decode during the decode level.
+				res.StagesCPU[ladderZstd] = time.Duration(zstdDecodeNanos.Load()).Seconds()
+				res.Stages[ladderZstd] = res.StagesCPU[ladderZstd] / float64(runtime.NumCPU())
+			}
 			if l.lv == levelContent {
-				// Summed over workers: thread-seconds, and wall seconds
+				// CPU seconds summed over workers, and wall seconds
 				// if the workers kept every core busy.
 				res.StagesCPU[ladderHash] = hash
 				res.Stages[ladderHash] = hash / float64(runtime.NumCPU())
@@ -111,6 +125,9 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 		if err != nil {
 			return err
 		}
+		z := time.Duration(zstdDecodeNanos.Load()).Seconds()
+		res.Stages = map[string]float64{ceilingZstd: z / float64(runtime.NumCPU())}
+		res.StagesCPU = map[string]float64{ceilingZstd: z}
 		if rel != d.Records || mem != d.SnapshotRecords {
 			return errcode.New(errcode.Internal, "ceiling read %d/%d records, dataset has %d/%d", rel, mem, d.Records, d.SnapshotRecords)
 		}

@@ -200,13 +200,17 @@ func (r *Result) summarize(order []string) {
 		l1, l2, l3 := stage(toolLadder, ladderRead), stage(toolLadder, ladderDecode), stage(toolLadder, ladderContent)
 		add("read+storage digest", "ladder: read+sha256", l1)
 		add("decompress+decode", "ladder: +pqarrow decode of all columns, minus the level before", minus(l2, l1))
-		add("content digest", "ladder: sha256 loops over text, timed inside and summed over workers (CPU s), ÷ CPUs (s)", stage(toolLadder, ladderHash))
+		add("  of which zstd decompress", "ladder: thread CPU time inside arrow-go's zstd Decode, summed over workers (CPU s), ÷ CPUs (s)", stage(toolLadder, ladderZstd))
+		add("content digest", "ladder: sha256 loops over text, thread CPU time summed over workers (CPU s), ÷ CPUs (s)", stage(toolLadder, ladderHash))
 		if len(by[toolPhases]) > 0 {
 			add("canonical encode+logical digest+tuples+shuffle", "phases: map phase minus the ladder's content level", minus(stage(toolPhases, phaseMap), l3))
 		}
 		if l3.wall < l2.wall {
 			r.Notes = append(r.Notes, "The ladder's content level ran faster than its decode level: noise exceeds the content digest's cost at this size.")
 		}
+	}
+	if len(by[toolCeiling]) > 0 {
+		add("ceiling: zstd decompress of the content columns", "ceiling: thread CPU time inside zstd Decode, summed over workers (CPU s), ÷ CPUs (s)", stage(toolCeiling, ceilingZstd))
 	}
 	if len(by[toolPhases]) > 0 {
 		add("map phase (all of the above)", "phases: coordinator Map tasks", stage(toolPhases, phaseMap))
