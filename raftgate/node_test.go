@@ -366,6 +366,15 @@ func TestClusterFailoverKeepsAcknowledgedPublishes(t *testing.T) {
 				t.Fatalf("%s: generation %d is %s, acknowledged %s", when, g, a.History[g-1].Root, root)
 			}
 		}
+		// Every root was published once: a retried command never made a
+		// second generation, and every generation has its own permit.
+		roots, permits := map[manifest.Digest]bool{}, map[string]bool{}
+		for _, h := range a.History {
+			if roots[h.Root] || permits[h.Permit] {
+				t.Fatalf("%s: generation %d repeats root %s or permit %s", when, h.Generation, h.Root, h.Permit)
+			}
+			roots[h.Root], permits[h.Permit] = true, true
+		}
 		return s
 	}
 	check("after failover")
