@@ -1,8 +1,10 @@
 package tuplehash
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -144,5 +146,28 @@ func BenchmarkMemberSetDigest(b *testing.B) {
 	for b.Loop() {
 		copy(work, ds) // unsorted input each time, as a mapper sees it
 		sink = MemberSetDigest(work)
+	}
+}
+
+// TestSortDigestsBytewise checks the word-wise comparison against
+// bytes.Compare, including digests that share their first 8 bytes.
+func TestSortDigestsBytewise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	ds := make([][32]byte, 2000)
+	for i := range ds {
+		for j := range ds[i] {
+			ds[i][j] = byte(rng.IntN(256))
+		}
+		if i%3 == 0 && i > 0 { // same first 8 (or more) bytes as a neighbour
+			copy(ds[i][:8+rng.IntN(24)], ds[i-1][:])
+		}
+	}
+	ds = append(ds, ds[5], [32]byte{}, [32]byte{0xff}) // duplicates and extremes
+	got := slices.Clone(ds)
+	SortDigests(got)
+	want := slices.Clone(ds)
+	slices.SortFunc(want, func(a, b [32]byte) int { return bytes.Compare(a[:], b[:]) })
+	if !slices.Equal(got, want) {
+		t.Fatal("SortDigests disagrees with bytewise order")
 	}
 }
