@@ -25,15 +25,23 @@ type Validator interface {
 // fields in declaration order, map keys sorted, no trailing newline. A
 // document type (one with a Validate method) is validated first, so an
 // invalid document is never encoded and so never stored.
+//
+// A document larger than MaxDocumentSize is refused too: no reader would
+// accept it.
 func Encode(v any) ([]byte, error) {
-	if err := validate(v); err != nil {
+	isDoc, err := validate(v)
+	if err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
 	if err := newEncoder(&buf).Encode(v); err != nil {
 		return nil, errcode.Wrap(errcode.BadDocument, err, "encode")
 	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	b := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	if isDoc && len(b) > MaxDocumentSize {
+		return nil, errcode.New(errcode.DocumentTooLarge, "document would be %d bytes, cap %d", len(b), MaxDocumentSize)
+	}
+	return b, nil
 }
 
 // newEncoder returns the one JSON encoder configuration of stored
@@ -45,21 +53,22 @@ func newEncoder(w io.Writer) *json.Encoder {
 }
 
 // validate calls v's Validate method, also when v is a document passed by
-// value (the method has a pointer receiver).
-func validate(v any) error {
+// value (the method has a pointer receiver), and reports whether v is a
+// document at all.
+func validate(v any) (bool, error) {
 	if x, ok := v.(Validator); ok {
-		return x.Validate()
+		return true, x.Validate()
 	}
 	rv := reflect.ValueOf(v)
 	if !rv.IsValid() || rv.Kind() == reflect.Pointer {
-		return nil
+		return false, nil
 	}
 	p := reflect.New(rv.Type())
 	p.Elem().Set(rv)
 	if x, ok := p.Interface().(Validator); ok {
-		return x.Validate()
+		return true, x.Validate()
 	}
-	return nil
+	return false, nil
 }
 
 // EncodeRelease validates r and returns its stored bytes.

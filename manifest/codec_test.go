@@ -224,6 +224,19 @@ func encodeUnchecked(t testing.TB, v any) []byte {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
+func TestEncodeRefusesOversized(t *testing.T) {
+	r := validRelease()
+	long := strings.Repeat("x", 1<<20)
+	r.Shards = validShards(MaxDocumentSize>>20 + 1)
+	for i := range r.Shards {
+		r.Shards[i].ObjectVersion = long
+	}
+	r.Totals = totalsOf(r.Shards)
+	if b, err := EncodeRelease(r); errcode.Of(err) != errcode.DocumentTooLarge || b != nil {
+		t.Fatalf("EncodeRelease of a >64 MiB release: %d bytes, %v", len(b), err)
+	}
+}
+
 func TestEncodeKeepsHTMLCharacters(t *testing.T) {
 	if b := mustEncode(t, validReport(true)); !bytes.Contains(b, []byte("<&>")) {
 		t.Fatalf("HTML characters were escaped: %s", b)
