@@ -46,8 +46,13 @@ func (l *latencies) report(b *testing.B, elapsed time.Duration) {
 // benchGate returns a client for a fresh single node or 3-node cluster.
 func benchGate(b *testing.B, nodes int) *Client {
 	b.Helper()
+	// Raft's default timeouts: the fast test ones depose leaders when the
+	// benchmark saturates the machine.
+	defaults := func(c *Config) { c.Timing = Timing{} }
 	if nodes == 1 {
-		n := StartTestNode(b, TestConfig(b.TempDir(), "bench"))
+		cfg := TestConfig(b.TempDir(), "bench")
+		defaults(&cfg)
+		n := StartTestNode(b, cfg)
 		c := NewClient(n.URL())
 		b.Cleanup(c.Close)
 		// Wait for the election.
@@ -56,7 +61,7 @@ func benchGate(b *testing.B, nodes int) *Client {
 		}
 		return c
 	}
-	c := MakeCluster(b, nodes)
+	c := MakeCluster(b, nodes, defaults)
 	// Talk to the leader directly: forwarding is measured by the tests.
 	cl := NewClient(c.Leader(5 * time.Second).URL())
 	b.Cleanup(cl.Close)
@@ -66,13 +71,27 @@ func benchGate(b *testing.B, nodes int) *Client {
 func benchRegister(b *testing.B, c *Client, label string, shards int) manifest.Digest {
 	b.Helper()
 	root := dig(label)
-	_, err := c.Register(context.Background(), &Register{Root: root, Shards: shardsOf(label, shards), Report: &ReportSummary{
-		Digest: dig("report/" + label), Verdict: manifest.Verified, DatasetSnapshot: dig("snap"),
-	}})
+	_, err := retryIndeterminate(func() (*RecheckResult, error) {
+		return c.Register(context.Background(), &Register{Root: root, Shards: shardsOf(label, shards), Report: &ReportSummary{
+			Digest: dig("report/" + label), Verdict: manifest.Verified, DatasetSnapshot: dig("snap"),
+		}})
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	return root
+}
+
+// retryIndeterminate repeats a command while its outcome is unknown, as a
+// real client does (every gate command is safe to repeat). On a loaded
+// machine the fast test timeouts can depose a leader mid-benchmark.
+func retryIndeterminate[T any](f func() (T, error)) (T, error) {
+	for {
+		v, err := f()
+		if !IsIndeterminate(err) {
+			return v, err
+		}
+	}
 }
 
 // BenchmarkPublish measures publish CAS: sequential on one alias (each
@@ -88,7 +107,7 @@ func BenchmarkPublish(b *testing.B) {
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
-				if _, err := c.Publish(ctx, "main", root, uint64(i), 0); err != nil {
+				if _, err := retryIndeterminate(func() (*PublishResult, error) { return c.Publish(ctx, "main", root, uint64(i), 0) }); err != nil {
 					b.Fatal(err)
 				}
 				lat.add(time.Since(t0))
@@ -108,7 +127,7 @@ func BenchmarkPublish(b *testing.B) {
 				var gen uint64
 				for pb.Next() {
 					t0 := time.Now()
-					if _, err := c.Publish(context.Background(), alias, root, gen, 0); err != nil {
+					if _, err := retryIndeterminate(func() (*PublishResult, error) { return c.Publish(context.Background(), alias, root, gen, 0) }); err != nil {
 						b.Error(err)
 						return
 					}
@@ -131,11 +150,12 @@ func BenchmarkAttest(b *testing.B) {
 			ctx := context.Background()
 			root := benchRegister(b, c, "rel", ranks)
 			shards := shardsOf("rel", ranks)
-			if _, err := c.Publish(ctx, "main", root, 0, 0); err != nil {
+			if _, err := retryIndeterminate(func() (*PublishResult, error) { return c.Publish(ctx, "main", root, 0, 0) }); err != nil {
 				b.Fatal(err)
 			}
 			for r := 0; r*ranks < b.N; r++ {
-				if _, err := c.CreateRun(ctx, &CreateRun{Run: fmt.Sprintf("run-%d", r), Alias: "main", WorldSize: ranks, BarrierTimeoutMs: 3_600_000}); err != nil {
+				cr := &CreateRun{Run: fmt.Sprintf("run-%d", r), Alias: "main", WorldSize: ranks, BarrierTimeoutMs: 3_600_000}
+				if _, err := retryIndeterminate(func() (*RunSummary, error) { return c.CreateRun(ctx, cr) }); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -149,7 +169,9 @@ func BenchmarkAttest(b *testing.B) {
 					i := int(next.Add(1) - 1)
 					rank := i % ranks
 					t0 := time.Now()
-					if _, err := c.Attest(ctx, fmt.Sprintf("run-%d", i/ranks), rank, root, shards[rank:rank+1]); err != nil {
+					if _, err := retryIndeterminate(func() (*RunSummary, error) {
+						return c.Attest(ctx, fmt.Sprintf("run-%d", i/ranks), rank, root, shards[rank:rank+1])
+					}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -171,7 +193,7 @@ func BenchmarkBarrier4096(b *testing.B) {
 	ctx := context.Background()
 	root := benchRegister(b, c, "rel", ranks)
 	shards := shardsOf("rel", ranks)
-	if _, err := c.Publish(ctx, "main", root, 0, 0); err != nil {
+	if _, err := retryIndeterminate(func() (*PublishResult, error) { return c.Publish(ctx, "main", root, 0, 0) }); err != nil {
 		b.Fatal(err)
 	}
 	var toAnswer, toWaiter time.Duration
@@ -189,7 +211,7 @@ func BenchmarkBarrier4096(b *testing.B) {
 			go func() {
 				defer wg.Done()
 				for rank := range work {
-					if _, err := c.Attest(ctx, run, rank, root, shards[rank:rank+1]); err != nil {
+					if _, err := retryIndeterminate(func() (*RunSummary, error) { return c.Attest(ctx, run, rank, root, shards[rank:rank+1]) }); err != nil {
 						b.Error(err)
 					}
 				}

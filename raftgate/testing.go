@@ -45,13 +45,17 @@ func StartTestNode(t testing.TB, cfg Config) *Node {
 }
 
 // MakeCluster starts size nodes: the first bootstraps, the others join it.
-// It returns once every node has joined and a leader is elected.
-func MakeCluster(t testing.TB, size int) *TestCluster {
+// It returns once every node has joined and a leader is elected. Each
+// option may adjust a node's TestConfig before it starts.
+func MakeCluster(t testing.TB, size int, options ...func(*Config)) *TestCluster {
 	t.Helper()
 	dir := t.TempDir()
 	c := &TestCluster{t: t}
 	for i := 0; i < size; i++ {
 		cfg := TestConfig(dir, fmt.Sprintf("node%d", i+1))
+		for _, o := range options {
+			o(&cfg)
+		}
 		if i > 0 {
 			cfg.Join = c.Nodes[0].HTTPAddr()
 		}
