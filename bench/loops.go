@@ -147,7 +147,7 @@ func ladder(ctx context.Context, d *Dataset, lv level) (records int64, hashSecon
 		}
 		return nil
 	})
-	return n.Load(), float64(hashNanos.Load())/1e9, err
+	return n.Load(), float64(hashNanos.Load()) / 1e9, err
 }
 
 // ceiling is the fastest loop the harness has for what verify must do at

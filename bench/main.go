@@ -30,7 +30,7 @@ synthesized release; scale measures verify at several sizes. Results go to
 `
 
 // allTools is the measured order of round 1; later rounds rotate it.
-var allTools = []string{toolVerify, toolPhases, toolLadder, toolCeiling, toolDuckDiff, toolDuckScan}
+var allTools = []string{toolVerify, toolPhases, toolLadder, toolCeiling, toolDuckDiff, toolDuckScan, toolStartup}
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
@@ -283,6 +283,7 @@ func runNotes(r *Result) []string {
 		"The machine is shared: when the load average exceeds the CPU count, wall times are inflated for every tool alike (rounds are interleaved); records per CPU-second is the steadier comparison.",
 		"Rates divide release records, release stored bytes and release logical bytes by wall time for every tool; verify, phases and duckdb-diff also read the snapshot member files, the ceiling reads and hashes them too.",
 		"The stage breakdown is estimated: the coordinator exposes phase times only, so the stages inside a map task come from cumulative ladder loops over the same files (each level minus the one before).",
+		"The startup row is the harness binary (Go + the statically linked DuckDB) doing nothing: every harness-measured tool (phases, ladder, ceiling, duckdb-*) includes it; verify runs the shardproof binary, whose start-up is smaller.",
 		"Files are in the page cache (read once before round 1): these are CPU numbers, not disk numbers.",
 	}
 	return notes
