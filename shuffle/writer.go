@@ -24,7 +24,7 @@ const BatchRows = 4096
 // single-threaded (so the bytes do not depend on GOMAXPROCS) and reuses its
 // state, where a fresh encoder costs milliseconds to set up.
 var encoder = sync.OnceValue(func() *zstd.Encoder {
-	e, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedDefault),
+	e, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest),
 		zstd.WithEncoderCRC(true), zstd.WithWindowSize(maxWindow))
 	if err != nil {
 		panic(err) // only on invalid options, which are constants
