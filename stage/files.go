@@ -1,13 +1,16 @@
 package stage
 
 import (
+	"bufio"
 	"context"
 	"os"
-	"sort"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -26,6 +29,8 @@ type StageOptions struct {
 	Shards int
 	// Seed is the sort seed recorded in build.sortSeed.
 	Seed uint64
+	// TempDir holds the spool files (default os.TempDir()).
+	TempDir string
 	// Options are the common staging settings (Shards is taken from above).
 	Options
 }
@@ -33,6 +38,10 @@ type StageOptions struct {
 // Stage stages the rows of o.Inputs with DefaultSchema. Every input is
 // checked before anything is written: a file that cannot be read or lacks
 // required columns is BAD_INPUT naming the file and the missing columns.
+//
+// Memory holds the sort keys (sampleIds) and one shard at a time: rows are
+// first spooled, per shard, to temporary Arrow IPC files, then each shard
+// is read back, put in sort order and written.
 func Stage(ctx context.Context, store objstore.Store, o StageOptions) (Result, error) {
 	opts := o.Options
 	opts.Shards = o.Shards
@@ -42,45 +51,43 @@ func Stage(ctx context.Context, store objstore.Store, o StageOptions) (Result, e
 	if len(o.Inputs) == 0 {
 		return Result{}, errcode.New(errcode.Usage, "no input files")
 	}
-	src, err := loadFiles(ctx, o.Inputs)
+	src, err := openInputs(ctx, o.Inputs)
 	if err != nil {
 		return Result{}, err
 	}
-	defer src.release()
+	defer src.close()
+	src.tempDir = o.TempDir
 	return run(ctx, store, DefaultSchema(), src, o.Seed, opts)
 }
 
-// fileSource holds the projected record batches of the inputs. It keeps
-// the rows in memory (Arrow buffers), which bounds Stage to inputs that fit.
+// input is one checked source file.
+type input struct {
+	path string
+	cols []int // file column of each schema field
+	rows int
+}
+
+// fileSource stages Parquet inputs. After partition, spool[j] holds shard
+// j's rows (with their global row index) in input order.
 type fileSource struct {
-	recs  []arrow.RecordBatch
-	start []int // start[i] is the global index of recs[i]'s first row
-	n     int
+	schema  *arrow.Schema
+	inputs  []input
+	ids     []string // sampleId of every global row
+	tempDir string
+	dir     string
+	shardOf []int32
+	spool   []string
 }
 
-func loadFiles(ctx context.Context, paths []string) (*fileSource, error) {
-	s := &fileSource{}
-	as, err := canon.ArrowSchema(DefaultSchema())
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range paths {
-		if err := s.load(ctx, as, p); err != nil {
-			s.release()
-			return nil, err
-		}
-	}
-	return s, nil
-}
-
-func (s *fileSource) load(ctx context.Context, want *arrow.Schema, path string) (err error) {
+// openFile opens a Parquet input under recover: a malformed file must not
+// crash the writer.
+func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return errcode.Wrap(errcode.BadInput, err, "input %s", path)
 	}
 	defer f.Close()
 	defer func() {
-		// A malformed input file must not crash the writer.
 		if r := recover(); r != nil {
 			err = errcode.New(errcode.BadInput, "input %s: not readable Parquet: %v", path, r)
 		}
@@ -94,10 +101,47 @@ func (s *fileSource) load(ctx context.Context, want *arrow.Schema, path string) 
 	if err != nil {
 		return errcode.Wrap(errcode.BadInput, err, "input %s", path)
 	}
-	got, err := fr.Schema()
+	return fn(fr)
+}
+
+// openInputs checks every input's columns and reads the sampleIds (the
+// sort keys); no other column is held.
+func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
+	as, err := canon.ArrowSchema(DefaultSchema())
 	if err != nil {
-		return errcode.Wrap(errcode.BadInput, err, "input %s: schema", path)
+		return nil, err
 	}
+	s := &fileSource{schema: as}
+	for _, p := range paths {
+		in := input{path: p}
+		err := openFile(p, func(fr *pqarrow.FileReader) error {
+			got, err := fr.Schema()
+			if err != nil {
+				return errcode.Wrap(errcode.BadInput, err, "input %s: schema", p)
+			}
+			if in.cols, err = matchColumns(p, got, as); err != nil {
+				return err
+			}
+			return eachBatch(ctx, fr, p, in.cols[:1], func(rec arrow.RecordBatch) error {
+				ids := rec.Column(0).(*array.String)
+				for i := 0; i < ids.Len(); i++ {
+					s.ids = append(s.ids, strings.Clone(ids.Value(i)))
+				}
+				in.rows += ids.Len()
+				return nil
+			})
+		})
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.inputs = append(s.inputs, in)
+	}
+	return s, nil
+}
+
+// matchColumns maps each wanted field to the file's column of that name.
+func matchColumns(path string, got, want *arrow.Schema) ([]int, error) {
 	var missing, wrong []string
 	cols := make([]int, want.NumFields())
 	for i, wf := range want.Fields() {
@@ -112,11 +156,17 @@ func (s *fileSource) load(ctx context.Context, want *arrow.Schema, path string) 
 		}
 	}
 	if len(missing) > 0 {
-		return errcode.New(errcode.BadInput, "input %s: missing columns: %s", path, strings.Join(missing, ", "))
+		return nil, errcode.New(errcode.BadInput, "input %s: missing columns: %s", path, strings.Join(missing, ", "))
 	}
 	if len(wrong) > 0 {
-		return errcode.New(errcode.BadInput, "input %s: wrong column types: %s", path, strings.Join(wrong, ", "))
+		return nil, errcode.New(errcode.BadInput, "input %s: wrong column types: %s", path, strings.Join(wrong, ", "))
 	}
+	return cols, nil
+}
+
+// eachBatch calls fn for every record batch of the given columns; a null
+// in any of them is BAD_INPUT.
+func eachBatch(ctx context.Context, fr *pqarrow.FileReader, path string, cols []int, fn func(arrow.RecordBatch) error) error {
 	rr, err := fr.GetRecordReader(ctx, cols, nil)
 	if err != nil {
 		return errcode.Wrap(errcode.BadInput, err, "input %s", path)
@@ -124,56 +174,205 @@ func (s *fileSource) load(ctx context.Context, want *arrow.Schema, path string) 
 	defer rr.Release()
 	for rr.Next() {
 		rec := rr.RecordBatch()
-		for i := range cols {
+		for i := 0; i < int(rec.NumCols()); i++ {
 			if rec.Column(i).NullN() > 0 {
-				return errcode.New(errcode.BadInput, "input %s: column %s has nulls", path, want.Field(i).Name)
+				return errcode.New(errcode.BadInput, "input %s: column %s has nulls", path, rec.ColumnName(i))
 			}
 		}
-		// Rebuild with the record schema's field names and nullability.
-		rec = array.NewRecordBatch(want, rec.Columns(), rec.NumRows())
-		s.recs = append(s.recs, rec)
-		s.start = append(s.start, s.n)
-		s.n += int(rec.NumRows())
+		if err := fn(rec); err != nil {
+			return err
+		}
 	}
 	if err := rr.Err(); err != nil {
+		if ctx.Err() != nil {
+			return errcode.Wrap(errcode.Canceled, ctx.Err(), "read %s", path)
+		}
 		return errcode.Wrap(errcode.BadInput, err, "input %s: read", path)
 	}
 	return nil
 }
 
-func (s *fileSource) release() {
-	for _, r := range s.recs {
-		r.Release()
+func (s *fileSource) Len() int              { return len(s.ids) }
+func (s *fileSource) SampleID(i int) string { return s.ids[i] }
+
+// maxOpenSpools bounds the spool files written at once; more shards take
+// more passes over the inputs.
+var maxOpenSpools = 128
+
+// spoolFlushRows is the rows a shard buffers before writing them out.
+const spoolFlushRows = 2048
+
+// partition spools every row to its shard's file: order is the staging
+// order and shard j holds positions [j*n/shards, (j+1)*n/shards).
+func (s *fileSource) partition(ctx context.Context, order []int, shards int) error {
+	n := len(order)
+	s.shardOf = make([]int32, n)
+	for j := 0; j < shards; j++ {
+		for _, g := range order[j*n/shards : (j+1)*n/shards] {
+			s.shardOf[g] = int32(j)
+		}
 	}
-	s.recs = nil
-}
-
-func (s *fileSource) Len() int { return s.n }
-
-func (s *fileSource) locate(i int) (arrow.RecordBatch, int) {
-	k := sort.Search(len(s.start), func(j int) bool { return s.start[j] > i }) - 1
-	return s.recs[k], i - s.start[k]
-}
-
-func (s *fileSource) SampleID(i int) string {
-	rec, r := s.locate(i)
-	return rec.Column(0).(*array.String).Value(r)
-}
-
-// Build copies rows idx of the inputs into b, column by column.
-func (s *fileSource) Build(idx []int, b *array.RecordBuilder) error {
-	for _, i := range idx {
-		rec, r := s.locate(i)
-		for c := 0; c < int(rec.NumCols()); c++ {
-			switch col := rec.Column(c).(type) {
-			case *array.String:
-				b.Field(c).(*array.StringBuilder).Append(col.Value(r))
-			case *array.Int64:
-				b.Field(c).(*array.Int64Builder).Append(col.Value(r))
-			default:
-				return errcode.New(errcode.Internal, "column %d: unexpected Arrow type %s", c, col.DataType())
-			}
+	s.ids = nil // the sort is done; the spools carry the ids from here
+	dir, err := os.MkdirTemp(s.tempDir, "shardproof-stage-")
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "spool directory")
+	}
+	s.dir = dir
+	s.spool = make([]string, shards)
+	spoolSchema := arrow.NewSchema(append(s.schema.Fields(), arrow.Field{Name: "_row", Type: arrow.PrimitiveTypes.Int64}), nil)
+	for lo := 0; lo < shards; lo += maxOpenSpools {
+		if err := s.spoolPass(ctx, spoolSchema, lo, min(lo+maxOpenSpools, shards)); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+type spoolWriter struct {
+	f  *os.File
+	bw *bufio.Writer
+	w  *ipc.Writer
+	b  *array.RecordBuilder
+}
+
+func (w *spoolWriter) flush() error {
+	if w.b.Field(0).Len() == 0 {
+		return nil
+	}
+	rec := w.b.NewRecordBatch()
+	defer rec.Release()
+	return w.w.Write(rec)
+}
+
+// spoolPass reads every input once and spools the rows of shards [lo, hi).
+func (s *fileSource) spoolPass(ctx context.Context, schema *arrow.Schema, lo, hi int) (err error) {
+	ws := make([]*spoolWriter, hi-lo)
+	defer func() {
+		for _, w := range ws {
+			if w != nil {
+				w.b.Release()
+				w.f.Close()
+			}
+		}
+	}()
+	for j := lo; j < hi; j++ {
+		s.spool[j] = filepath.Join(s.dir, strconv.Itoa(j)+".arrow")
+		f, err := os.Create(s.spool[j])
+		if err != nil {
+			return errcode.Wrap(errcode.IO, err, "spool")
+		}
+		bw := bufio.NewWriterSize(f, 1<<20)
+		ws[j-lo] = &spoolWriter{f: f, bw: bw, w: ipc.NewWriter(bw, ipc.WithSchema(schema)), b: array.NewRecordBuilder(memory.DefaultAllocator, schema)}
+	}
+	g := 0
+	for _, in := range s.inputs {
+		err := openFile(in.path, func(fr *pqarrow.FileReader) error {
+			return eachBatch(ctx, fr, in.path, in.cols, func(rec arrow.RecordBatch) error {
+				for r := 0; r < int(rec.NumRows()); r++ {
+					j := int(s.shardOf[g])
+					if j >= lo && j < hi {
+						w := ws[j-lo]
+						if err := appendFrom(w.b, rec.Columns(), r); err != nil {
+							return err
+						}
+						w.b.Field(len(in.cols)).(*array.Int64Builder).Append(int64(g))
+						if w.b.Field(0).Len() >= spoolFlushRows {
+							if err := w.flush(); err != nil {
+								return errcode.Wrap(errcode.IO, err, "spool")
+							}
+						}
+					}
+					g++
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return err
+		}
+	}
+	for _, w := range ws {
+		if err := w.flush(); err != nil {
+			return errcode.Wrap(errcode.IO, err, "spool")
+		}
+		if err := w.w.Close(); err != nil {
+			return errcode.Wrap(errcode.IO, err, "spool")
+		}
+		if err := w.bw.Flush(); err != nil {
+			return errcode.Wrap(errcode.IO, err, "spool")
+		}
+	}
+	return nil
+}
+
+// appendFrom appends row r of cols (in schema order) to b's first fields.
+func appendFrom(b *array.RecordBuilder, cols []arrow.Array, r int) error {
+	for c, col := range cols {
+		switch col := col.(type) {
+		case *array.String:
+			b.Field(c).(*array.StringBuilder).Append(col.Value(r))
+		case *array.Int64:
+			b.Field(c).(*array.Int64Builder).Append(col.Value(r))
+		default:
+			return errcode.New(errcode.Internal, "column %d: unexpected Arrow type %s", c, col.DataType())
+		}
+	}
+	return nil
+}
+
+// Build reads the spool of the shard holding idx and appends its rows in
+// idx order.
+func (s *fileSource) Build(idx []int, b *array.RecordBuilder) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	j := s.shardOf[idx[0]]
+	f, err := os.Open(s.spool[j])
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "spool")
+	}
+	defer f.Close()
+	rd, err := ipc.NewReader(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "spool")
+	}
+	defer rd.Release()
+	type loc struct{ rec, row int32 }
+	where := make(map[int]loc, len(idx))
+	var recs []arrow.RecordBatch
+	defer func() {
+		for _, r := range recs {
+			r.Release()
+		}
+	}()
+	for rd.Next() {
+		rec := rd.RecordBatch()
+		rec.Retain()
+		recs = append(recs, rec)
+		rows := rec.Column(int(rec.NumCols()) - 1).(*array.Int64)
+		for r := 0; r < rows.Len(); r++ {
+			where[int(rows.Value(r))] = loc{int32(len(recs) - 1), int32(r)}
+		}
+	}
+	if err := rd.Err(); err != nil {
+		return errcode.Wrap(errcode.IO, err, "spool")
+	}
+	for _, g := range idx {
+		l, ok := where[g]
+		if !ok {
+			return errcode.New(errcode.Internal, "row %d missing from spool %d", g, j)
+		}
+		rec := recs[l.rec]
+		// The last spool column is _row, which the shard does not hold.
+		if err := appendFrom(b, rec.Columns()[:rec.NumCols()-1], int(l.row)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *fileSource) close() {
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+	}
 }

@@ -60,11 +60,18 @@ type Options struct {
 }
 
 // source yields the rows to stage by index. Build appends rows idx, in that
-// order, to b (whose schema is ArrowSchema of the record schema).
+// order, to b (whose schema is ArrowSchema of the record schema); each
+// call's idx is one shard's range of the staging order.
 type source interface {
 	Len() int
 	SampleID(i int) string
 	Build(idx []int, b *array.RecordBuilder) error
+}
+
+// partitioner is a source that must see the staging order before Build,
+// e.g. to spool rows by shard.
+type partitioner interface {
+	partition(ctx context.Context, order []int, shards int) error
 }
 
 // sortOrder returns the row indices in staging order and rejects
@@ -213,6 +220,11 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 	order, err := sortOrder(ctx, src, seed)
 	if err != nil {
 		return Result{}, err
+	}
+	if p, ok := src.(partitioner); ok {
+		if err := p.partition(ctx, order, o.Shards); err != nil {
+			return Result{}, err
+		}
 	}
 	sb, err := manifest.Encode(s)
 	if err != nil {

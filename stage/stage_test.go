@@ -217,6 +217,21 @@ func TestStageFromFiles(t *testing.T) {
 	if b.Root != a.Root || b.Created != 0 {
 		t.Fatalf("restage: root %s created %d", b.Root, b.Created)
 	}
+
+	// Several spool passes (more shards than open spools) give the same
+	// release as one pass, and the spool directory is removed.
+	defer stage.SetMaxOpenSpools(2)()
+	spoolDir := t.TempDir()
+	c, err := stage.Stage(ctx, stagetest.Store(t), stage.StageOptions{Inputs: paths, Shards: 3, Seed: 3, TempDir: spoolDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Root != a.Root {
+		t.Fatalf("two spool passes: root %s, want %s", c.Root, a.Root)
+	}
+	if left, _ := os.ReadDir(spoolDir); len(left) != 0 {
+		t.Fatalf("spool files left behind: %v", left)
+	}
 }
 
 func TestStageBadInputWritesNothing(t *testing.T) {
