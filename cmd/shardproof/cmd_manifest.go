@@ -44,7 +44,7 @@ stored bytes, so
   shardproof manifest show --store DIR sha256:… | sha256sum
 
 prints the digest again. --pretty indents the JSON instead and, for a
-release, writes a one-line summary to stderr.`,
+release, snapshot or report, writes a one-line summary to stderr.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		d, err := manifest.ParseDigest(args[0])
@@ -81,8 +81,8 @@ release, writes a one-line summary to stderr.`,
 			}
 			buf.WriteByte('\n')
 			out = buf.Bytes()
-			if r, ok := doc.(*manifest.Release); ok {
-				fmt.Fprintln(cmd.ErrOrStderr(), releaseSummary(d, version, r))
+			if line := summary(d, version, doc); line != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), line)
 			}
 		}
 		if _, err := cmd.OutOrStdout().Write(out); err != nil {
@@ -131,12 +131,23 @@ BAD_COUNT, TOTALS_MISMATCH, DOCUMENT_TOO_LARGE) and exit status 1.`,
 	},
 }
 
-// releaseSummary is one line for people: what the release holds and what
-// it is bound to.
-func releaseSummary(d manifest.Digest, v objstore.Version, r *manifest.Release) string {
-	return fmt.Sprintf("release %s (version %s): %d shards, %d records, %d tokens; snapshot %s, recordSchema %s, tombstoneWatermark %d, benchmarkFence %d, %s",
-		d, v, r.Totals.Shards, r.Totals.Records, r.Totals.Tokens, r.DatasetSnapshot, r.RecordSchema,
-		r.TombstoneWatermark, r.BenchmarkFence, r.Build.MemberPartition)
+// summary is one line for people: what a release, snapshot or report
+// holds and what it is bound to ("" for other documents).
+func summary(d manifest.Digest, v objstore.Version, doc manifest.Validator) string {
+	switch x := doc.(type) {
+	case *manifest.Release:
+		return fmt.Sprintf("release %s (version %s): %d shards, %d records, %d tokens; snapshot %s, recordSchema %s, tombstoneWatermark %d, benchmarkFence %d, %s",
+			d, v, x.Totals.Shards, x.Totals.Records, x.Totals.Tokens, x.DatasetSnapshot, x.RecordSchema,
+			x.TombstoneWatermark, x.BenchmarkFence, x.Build.MemberPartition)
+	case *manifest.Snapshot:
+		return fmt.Sprintf("snapshot %s (version %s): %d member files, %d records; recordSchema %s, tupleRoot %s, %s",
+			d, v, x.Totals.Shards, x.Totals.Records, x.RecordSchema, x.TupleRoot, x.MemberPartition)
+	case *manifest.Report:
+		return fmt.Sprintf("report %s (version %s): %s for root %s; %d of %d shards verified, %d records, %d shard-level failures; tombstoneWatermark %d, benchmarkFence %d",
+			d, v, x.Verdict, x.Root, x.Counts.ShardsVerified, x.Counts.Shards, x.Counts.Records, len(x.Failures),
+			x.TombstoneWatermark, x.BenchmarkFence)
+	}
+	return ""
 }
 
 func init() {

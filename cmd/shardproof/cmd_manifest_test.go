@@ -127,6 +127,19 @@ func TestManifestShow(t *testing.T) {
 			t.Fatalf("show %T: %v", doc, err)
 		}
 	}
+	rep := &manifest.Report{
+		Schema: manifest.ReportSchema, Root: d, DatasetSnapshot: manifest.Sum([]byte("snap")), Verdict: manifest.Invalid,
+		Counts:   manifest.Counts{Shards: 2, ShardsVerified: 1, Records: 10, DigestFailures: 1},
+		Failures: []manifest.ShardFailure{{Shard: "shard-00001-of-00002", Side: "release", Code: string(errcode.DigestMismatch)}},
+	}
+	b, err := manifest.EncodeReport(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err = cliRun(t, "manifest", "show", "--pretty", "--store", dir, putDoc(t, dir, b).String())
+	if err != nil || !strings.Contains(string(stderr), "INVALID for root "+d.String()+"; 1 of 2 shards verified") {
+		t.Fatalf("report summary: %q, %v", stderr, err)
+	}
 }
 
 func TestManifestShowRejects(t *testing.T) {
