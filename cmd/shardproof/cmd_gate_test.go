@@ -92,12 +92,14 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startGateServe runs `shardproof gate serve` as a child process until
-// the test ends and waits until it serves.
-func startGateServe(t *testing.T, dir string) string {
+// startGateServe runs `shardproof gate serve` as a child process and
+// waits until it serves. stop sends SIGINT and checks a clean exit; it runs
+// at the end of the test if not called before.
+func startGateServe(t *testing.T, dir string, extra ...string) (gateURL string, stop func()) {
 	t.Helper()
 	httpAddr := freeAddr(t)
-	cmd := exec.Command(shardproofBinary(t), "gate", "serve", "--data", dir, "--http-addr", httpAddr, "--raft-addr", freeAddr(t))
+	args := append([]string{"gate", "serve", "--data", dir, "--http-addr", httpAddr, "--raft-addr", freeAddr(t)}, extra...)
+	cmd := exec.Command(shardproofBinary(t), args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -105,25 +107,29 @@ func startGateServe(t *testing.T, dir string) string {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("gate serve exited with %v after SIGINT\n%s", err, stderr.String())
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cmd.Process.Signal(os.Interrupt)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("gate serve exited with %v after SIGINT\n%s", err, stderr.String())
+				}
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+				t.Errorf("gate serve did not stop on SIGINT")
 			}
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("gate serve did not stop on SIGINT")
-		}
-	})
+		})
+	}
+	t.Cleanup(stop)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return "http://" + httpAddr
+				return "http://" + httpAddr, stop
 			}
 		}
 		if time.Now().After(deadline) {
@@ -192,7 +198,7 @@ func TestGateCLI(t *testing.T) {
 		t.Skip("builds the binary and runs a gate server")
 	}
 	storeDir, root, report, shards := storeRelease(t)
-	gate := startGateServe(t, t.TempDir())
+	gate, _ := startGateServe(t, t.TempDir())
 	g := func(args ...string) gateCLI {
 		t.Helper()
 		return runGateCLI(t, append(args, "--gate", gate)...)
@@ -263,4 +269,32 @@ func TestGateCLI(t *testing.T) {
 	}
 	g("gate", "publish", "main", "sha256:nope", "--expect", "2").expect(t, errcode.ExitUsage, errcode.Usage)
 	runGateCLI(t, "gate", "status", "--gate", "http://"+freeAddr(t), "--retry", "300ms").expect(t, errcode.ExitError, errcode.GateUnavailable)
+}
+
+func TestGateServeCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three gate servers")
+	}
+	first, stopFirst := startGateServe(t, t.TempDir(), "--id", "n1")
+	join := strings.TrimPrefix(first, "http://")
+	second, _ := startGateServe(t, t.TempDir(), "--id", "n2", "--join", join)
+	third, _ := startGateServe(t, t.TempDir(), "--id", "n3", "--join", join)
+	all := strings.Join([]string{first, second, third}, ",")
+
+	r := runGateCLI(t, "gate", "status", "--gate", third).expect(t, 0, "")
+	for _, want := range []string{"node n3: Follower", "leader n1", "member n2", "member n3"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("status of a joined node lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	// A write sent to a follower is forwarded to the leader.
+	runGateCLI(t, "gate", "fence", "tombstone", "5", "--gate", third).expect(t, 0, "")
+	// Stop the leader; a client that knows every member carries on.
+	stopFirst()
+	runGateCLI(t, "gate", "fence", "benchmark", "7", "--gate", all).expect(t, 0, "")
+	r = runGateCLI(t, "gate", "fence", "--json", "--gate", all).expect(t, 0, "")
+	var f raftgate.Fences
+	if err := json.Unmarshal([]byte(r.stdout), &f); err != nil || f != (raftgate.Fences{Tombstone: 5, Benchmark: 7}) {
+		t.Fatalf("fences after failover: %+v %v\n%s", f, err, r.stdout)
+	}
 }
