@@ -148,9 +148,13 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 				j.Snapshot.TupleRoot, rep.SnapshotTupleRoot, c.SnapshotRecords),
 		})
 	}
+	// Sorted by shard id then code, as the report format specifies.
 	slices.SortFunc(rep.Failures, func(a, b manifest.ShardFailure) int {
-		return cmp.Or(cmp.Compare(a.Side, b.Side), cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Detail, b.Detail))
+		return cmp.Or(cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Side, b.Side), cmp.Compare(a.Detail, b.Detail))
 	})
+	for _, f := range rep.Failures {
+		j.log().Warn("verification failure", "root", rep.Root.String(), "shard", f.Shard, "side", f.Side, "code", f.Code)
+	}
 	if rep.Stats.StoredBytes > 0 {
 		rep.Stats.DecompressionRatio = float64(rep.Stats.LogicalBytes) / float64(rep.Stats.StoredBytes)
 	}

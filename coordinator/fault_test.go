@@ -406,3 +406,27 @@ func TestReverifyAfterRotReadsAgain(t *testing.T) {
 		t.Fatalf("re-verification of a rotted shard: verdict %s, counts %+v", r.Verdict, r.Counts)
 	}
 }
+
+// A snapshot member file that rotted is a failure on the snapshot side:
+// the release's shards all verify, but the diff has lost that member
+// file's tuples, so its members show up as extra and the snapshot's
+// recomputed root no longer matches its manifest.
+func TestSnapshotMemberCorrupted(t *testing.T) {
+	s, res := synth(t)
+	m := res.SnapshotDoc.Members[0]
+	key := m.Digest.BlobKey()
+	rotted := &faults.BitFlip{Store: s, Match: func(k string) bool { return k == key }, Offset: m.Size - 10, Bit: 3}
+	r := verify(t, rotted, PlanOptions{Root: res.Root})
+	want := clean(res)
+	want.SnapshotRecords -= m.Records
+	want.DigestFailures = 1
+	want.DecodeErrors = 1
+	want.Extra = m.Records
+	want.TupleRootMismatches = 1
+	expect(t, r, want, m.ID+" DIGEST_MISMATCH", m.ID+" FOOTER_CORRUPT", "tupleRoot TUPLE_ROOT_MISMATCH")
+	for _, f := range r.Failures {
+		if f.Shard == m.ID && f.Side != "snapshot" {
+			t.Errorf("member failure on side %q", f.Side)
+		}
+	}
+}
