@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -79,7 +80,13 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 				}
 			}
 			if kind != coordinator.KindAggregate {
-				return j.RunTask(ctx, kind, idx, manifest.Execution{})
+				start := time.Now()
+				if err := j.RunTask(ctx, kind, idx, manifest.Execution{}); err != nil {
+					return err
+				}
+				slog.Info("task committed", "kind", string(kind), "index", idx, "plan", ref.Plan.String(),
+					"seconds", time.Since(start).Seconds())
+				return nil
 			}
 			rep, d, err := j.Aggregate(ctx, manifest.Execution{Executor: "task"})
 			if err != nil {
