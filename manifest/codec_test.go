@@ -3,6 +3,7 @@ package manifest
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -226,9 +227,10 @@ func encodeUnchecked(t testing.TB, v any) []byte {
 
 func TestEncodeRefusesOversized(t *testing.T) {
 	r := validRelease()
-	long := strings.Repeat("x", 1<<20)
-	r.Shards = validShards(MaxDocumentSize>>20 + 1)
+	long := strings.Repeat("x", MaxNameLen-8)
+	r.Shards = validShards(MaxDocumentSize / (2 * MaxNameLen))
 	for i := range r.Shards {
+		r.Shards[i].ID = fmt.Sprintf("%08d", i) + long
 		r.Shards[i].ObjectVersion = long
 	}
 	r.Totals = totalsOf(r.Shards)

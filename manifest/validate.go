@@ -79,6 +79,27 @@ func nonNegative(v int64, path string) error {
 	return nil
 }
 
+// MaxNameLen caps shard ids and object versions.
+const MaxNameLen = 1024
+
+// checkName accepts a non-empty identifier of at most MaxNameLen bytes
+// without control characters: ids and versions end up in logs, reports
+// and terminals.
+func checkName(s, path string) error {
+	if s == "" {
+		return errcode.New(errcode.BadDocument, "%s: empty", path)
+	}
+	if len(s) > MaxNameLen {
+		return errcode.New(errcode.BadDocument, "%s: %d bytes, at most %d", path, len(s), MaxNameLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return errcode.New(errcode.BadDocument, "%s: control character at byte %d", path, i)
+		}
+	}
+	return nil
+}
+
 // Validate checks r against training.shard.release.v1.
 func (r *Release) Validate() error {
 	if err := checkSchema(r.Schema, ReleaseSchema); err != nil {
@@ -125,8 +146,8 @@ func validateShards(shards []Shard, t Totals, name string) error {
 	for i := range shards {
 		sh := &shards[i]
 		path := fmt.Sprintf("%s[%d]", name, i)
-		if sh.ID == "" {
-			return errcode.New(errcode.BadDocument, "%s.id: empty", path)
+		if err := checkName(sh.ID, path+".id"); err != nil {
+			return err
 		}
 		if j, dup := ids[sh.ID]; dup {
 			return errcode.New(errcode.BadDocument, "%s.id %q repeats %s[%d].id", path, truncate(sh.ID), name, j)
@@ -135,8 +156,8 @@ func validateShards(shards []Shard, t Totals, name string) error {
 		if sh.MediaType != ParquetMediaType {
 			return errcode.New(errcode.BadDocument, "%s.mediaType %q, want %q", path, truncate(sh.MediaType), ParquetMediaType)
 		}
-		if sh.ObjectVersion == "" {
-			return errcode.New(errcode.BadDocument, "%s.objectVersion: empty", path)
+		if err := checkName(sh.ObjectVersion, path+".objectVersion"); err != nil {
+			return err
 		}
 		for _, c := range []struct {
 			d     Digest
