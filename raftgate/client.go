@@ -88,7 +88,7 @@ func (c *Client) do(ctx context.Context, method, path string, in any, out any) e
 	var last error
 	for attempt := 0; ; attempt++ {
 		i := (start + attempt) % len(c.Endpoints)
-		err, retry := c.once(ctx, method, c.Endpoints[i]+path, body, out)
+		retry, err := c.once(ctx, method, c.Endpoints[i]+path, body, out)
 		if !retry {
 			c.next.Store(uint32(i))
 			return err
@@ -109,7 +109,7 @@ func (c *Client) do(ctx context.Context, method, path string, in any, out any) e
 }
 
 // once sends one request and says whether a failure may be retried.
-func (c *Client) once(ctx context.Context, method, u string, body []byte, out any) (err error, retry bool) {
+func (c *Client) once(ctx context.Context, method, u string, body []byte, out any) (retry bool, err error) {
 	var wrote atomic.Bool
 	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
@@ -120,46 +120,46 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	}
 	req, err := http.NewRequestWithContext(tctx, method, u, rd)
 	if err != nil {
-		return errcode.Wrap(errcode.Usage, err, "gate URL %s", u), false
+		return false, errcode.Wrap(errcode.Usage, err, "gate URL %s", u)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		if ctx.Err() != nil && method == http.MethodPost && wrote.Load() {
-			return errcode.Wrap(errcode.Indeterminate, err, "%s %s canceled after it was sent", method, u), false
+			return false, errcode.Wrap(errcode.Indeterminate, err, "%s %s canceled after it was sent", method, u)
 		}
 		if method == http.MethodPost && wrote.Load() {
-			return errcode.Wrap(errcode.Indeterminate, err, "%s %s: connection lost after the command was sent; retrying it is safe", method, u), false
+			return false, errcode.Wrap(errcode.Indeterminate, err, "%s %s: connection lost after the command was sent; retrying it is safe", method, u)
 		}
-		return errcode.Wrap(errcode.GateUnavailable, err, "%s %s", method, u), true
+		return true, errcode.Wrap(errcode.GateUnavailable, err, "%s %s", method, u)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseSize))
 	if err != nil {
 		if method == http.MethodPost {
-			return errcode.Wrap(errcode.Indeterminate, err, "%s %s: answer lost; retrying it is safe", method, u), false
+			return false, errcode.Wrap(errcode.Indeterminate, err, "%s %s: answer lost; retrying it is safe", method, u)
 		}
-		return errcode.Wrap(errcode.GateUnavailable, err, "%s %s", method, u), true
+		return true, errcode.Wrap(errcode.GateUnavailable, err, "%s %s", method, u)
 	}
 	if resp.StatusCode == http.StatusOK {
 		if out == nil {
-			return nil, false
+			return false, nil
 		}
 		if method == http.MethodPost { // every POST answers a CommandResponse
 			var cr CommandResponse
 			if err := json.Unmarshal(b, &cr); err != nil {
-				return errcode.Wrap(errcode.Internal, err, "decode gate answer"), false
+				return false, errcode.Wrap(errcode.Internal, err, "decode gate answer")
 			}
 			b = cr.Result
 		}
 		if err := json.Unmarshal(b, out); err != nil {
-			return errcode.Wrap(errcode.Internal, err, "decode gate answer"), false
+			return false, errcode.Wrap(errcode.Internal, err, "decode gate answer")
 		}
-		return nil, false
+		return false, nil
 	}
 	var eb ErrorBody
 	if err := json.Unmarshal(b, &eb); err != nil || !errcode.Known(eb.Error.Code) {
-		return errcode.New(errcode.GateUnavailable, "%s %s: HTTP %d", method, u, resp.StatusCode), true
+		return true, errcode.New(errcode.GateUnavailable, "%s %s: HTTP %d", method, u, resp.StatusCode)
 	}
 	if out != nil && len(eb.Result) > 0 {
 		json.Unmarshal(eb.Result, out)
@@ -168,9 +168,9 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	rerr := &errcode.Error{Code: eb.Error.Code, Msg: msg}
 	switch eb.Error.Code {
 	case errcode.NotLeader, errcode.GateUnavailable:
-		return rerr, true
+		return true, rerr
 	}
-	return rerr, false
+	return false, rerr
 }
 
 // Apply sends a command and decodes its result into out (may be nil).

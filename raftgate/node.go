@@ -3,7 +3,6 @@ package raftgate
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -427,6 +426,3 @@ func (n *Node) leaderLoop() {
 		}
 	}
 }
-
-// String describes the node for logs.
-func (n *Node) String() string { return fmt.Sprintf("gate node %s (%s)", n.cfg.ID, n.cfg.HTTPAddr) }
