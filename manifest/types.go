@@ -108,7 +108,8 @@ type RecordSchema struct {
 	Schema string  `json:"schema"`
 	Fields []Field `json:"fields"`
 	// Content names the one column whose bytes are the sample content;
-	// its sha256 is the tuple's logicalContentDigest.
+	// its sha256 is the tuple's logicalContentDigest. It is empty only in
+	// the snapshot member-file schema, whose rows carry that digest itself.
 	Content string   `json:"content"`
 	Tuple   TupleMap `json:"tuple"`
 	// Tokens names the int64 column holding per-record token counts, or "".
