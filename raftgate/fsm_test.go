@@ -675,3 +675,51 @@ func TestSentinelsMatchByCode(t *testing.T) {
 		t.Fatalf("errors.Is by code failed for %v", res.Err)
 	}
 }
+
+func TestRejectionTable(t *testing.T) {
+	h := newHarness(t)
+	root := h.verified("rel", 2, 0, 0)
+	staged := dig("staged")
+	h.ok(&Register{Root: staged, Shards: shardsOf("staged", 1)})
+	h.ok(&Publish{Alias: "main", Root: root})
+	h.ok(&CreateRun{Run: "job", Alias: "main", WorldSize: 2})
+	for _, tc := range []struct {
+		name string
+		cmd  Command
+		code errcode.Code
+	}{
+		{"recheck unknown release", &RecheckCmd{Root: dig("nope"), Kind: FenceTombstone}, errcode.UnknownRelease},
+		{"recheck staged", &RecheckCmd{Root: staged, Kind: FenceTombstone}, errcode.NotVerified},
+		{"recheck bad kind", &RecheckCmd{Root: root, Kind: "x"}, errcode.BadInput},
+		{"recheck negative hits", &RecheckCmd{Root: root, Kind: FenceTombstone, Hits: -1}, errcode.BadCount},
+		{"register negative hits", &Register{Root: dig("n"), Shards: shardsOf("n", 1), Report: &ReportSummary{Verdict: manifest.Invalid, TombstoneHits: -2}}, errcode.BadCount},
+		{"register bad verdict", &Register{Root: dig("n"), Shards: shardsOf("n", 1), Report: &ReportSummary{Verdict: "MAYBE"}}, errcode.BadInput},
+		{"register no shards", &Register{Root: dig("n")}, errcode.BadInput},
+		{"register other snapshot", &Register{Root: root, Shards: shardsOf("rel", 2), Report: &ReportSummary{Digest: dig("r9"), Verdict: manifest.Verified, DatasetSnapshot: dig("other-snap")}}, errcode.BadInput},
+		{"publish retain too large", &Publish{Alias: "new", Root: root, Retain: MaxRetain + 1}, errcode.BadInput},
+		{"rollback unknown alias", &Rollback{Alias: "nope", Root: root}, errcode.UnknownAlias},
+		{"createRun bad id", &CreateRun{Run: "a b", Alias: "main", WorldSize: 1}, errcode.BadInput},
+		{"createRun too large", &CreateRun{Run: "big", Alias: "main", WorldSize: MaxWorldSize + 1}, errcode.BadInput},
+		{"createRun negative timeout", &CreateRun{Run: "neg", Alias: "main", WorldSize: 1, BarrierTimeoutMs: -1}, errcode.BadInput},
+		{"attest unknown run", &Attest{Run: "nope", Root: root}, errcode.UnknownRun},
+		{"attest rank out of range", &Attest{Run: "job", Rank: 2, Root: root}, errcode.BadInput},
+		{"reassign unknown run", &Reassign{Run: "nope", WorldSize: 1}, errcode.UnknownRun},
+		{"reassign reset out of range", &Reassign{Run: "job", WorldSize: 2, Reset: []int{2}}, errcode.BadInput},
+		{"reassign partial assignment", &Reassign{Run: "job", WorldSize: 2, Assignment: [][]int{{0}, {}}}, errcode.BadInput},
+		{"checkpoint unknown run", &AdmitCheckpoint{Run: "nope", Root: root}, errcode.UnknownRun},
+		{"checkBarrier unknown run", &CheckBarrier{Run: "nope"}, errcode.UnknownRun},
+		{"join incomplete", &Join{ID: "n1"}, errcode.BadInput},
+	} {
+		before := h.state()
+		res := h.do(tc.cmd)
+		if got := errcode.Of(res.Err); got != tc.code {
+			t.Errorf("%s: got %q (%v), want %s", tc.name, got, res.Err, tc.code)
+		}
+		after := h.state()
+		b1, _ := EncodeState(before)
+		b2, _ := EncodeState(after)
+		if !bytes.Equal(b1, b2) {
+			t.Errorf("%s: a rejection changed the state", tc.name)
+		}
+	}
+}
