@@ -430,3 +430,35 @@ func TestSnapshotMemberCorrupted(t *testing.T) {
 		}
 	}
 }
+
+// Verified against a snapshot document claiming another record schema,
+// every member differs in its schema digest (member tuples carry the
+// snapshot's recordSchema), and that snapshot's own figures no longer hold.
+func TestSnapshotOfAnotherSchema(t *testing.T) {
+	s, res := synth(t)
+	snap := *res.SnapshotDoc
+	snap.RecordSchema = sha256.Sum256([]byte("another record schema"))
+	b, err := manifest.Encode(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd, _, _, err := objstore.PutBlob(context.Background(), s, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := verify(t, s, PlanOptions{Root: res.Root, Snapshot: sd})
+	want := clean(res)
+	want.SchemaMix = want.Records
+	want.TupleRootMismatches = 1
+	// The member descriptors' memberSetDigests were computed under the
+	// original schema digest, so each member file disagrees too.
+	var failures []string
+	for _, m := range res.SnapshotDoc.Members {
+		failures = append(failures, m.ID+" COUNT_MISMATCH")
+		want.CountMismatches++
+	}
+	expect(t, r, want, append(failures, "tupleRoot TUPLE_ROOT_MISMATCH")...)
+	if r.DatasetSnapshot != sd {
+		t.Errorf("report names snapshot %s, want %s", r.DatasetSnapshot, sd)
+	}
+}

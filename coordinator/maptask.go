@@ -80,12 +80,17 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		})
 		return nil
 	}
-	opts := mapper.Options{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Plan.RecordSchema, K: j.Plan.K}
+	opts := [2]mapper.Options{
+		{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Plan.RecordSchema, K: j.Plan.K},
+		// Member tuples name the record schema their snapshot describes: a
+		// snapshot of another schema than the release's diffs as SCHEMA_MIX.
+		{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Snapshot.RecordSchema, K: j.Plan.K},
+	}
 	commit := &MapCommit{Schema: MapCommitSchema, Plan: j.PlanDigest, Task: i}
 	for _, in := range j.Plan.MapTasks[i] {
 		desc := j.desc(in)
 		side = shuffle.Side(in.Side)
-		res, err := mapper.MapShard(ctx, opts, mapper.Input{Side: mapper.Side(in.Side), Index: in.Index, Desc: desc}, emit)
+		res, err := mapper.MapShard(ctx, opts[in.Side], mapper.Input{Side: mapper.Side(in.Side), Index: in.Index, Desc: desc}, emit)
 		if emitErr != nil {
 			return nil, emitErr
 		}
