@@ -394,3 +394,44 @@ func TestClusterFailoverKeepsAcknowledgedPublishes(t *testing.T) {
 		}
 	}
 }
+
+func TestLeaderLostMidCommitIsIndeterminate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
+	ctx := ctxT(t, 60*time.Second)
+	// A lease long enough that the leader is still leading when the write
+	// arrives after its followers are stopped.
+	c := MakeCluster(t, 3, func(cfg *Config) {
+		cfg.Timing = Timing{Heartbeat: 500 * time.Millisecond, Election: 500 * time.Millisecond, LeaderLease: 500 * time.Millisecond}
+	})
+	leader := c.Leader(5 * time.Second)
+	cl := NewClient(leader.URL())
+	defer cl.Close()
+	cl.RetryFor = time.Second
+	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Cut the leader off from its quorum: it appends the entry, cannot
+	// commit it, and steps down after its lease.
+	for i, n := range c.Nodes {
+		if n != leader {
+			c.Stop(i)
+		}
+	}
+	_, err := cl.AdvanceFence(ctx, FenceTombstone, 2)
+	if !IsIndeterminate(err) {
+		t.Fatalf("write on a leader that lost its quorum: %v, want INDETERMINATE", err)
+	}
+	// Bring the quorum back and repeat the same command: it is safe.
+	for i, n := range c.Nodes {
+		if n == nil {
+			c.Restart(i)
+		}
+	}
+	all := c.Client()
+	r, err := all.AdvanceFence(ctx, FenceTombstone, 2)
+	if err != nil || r.Fences.Tombstone != 2 {
+		t.Fatalf("retry after indeterminate: %+v %v", r, err)
+	}
+}
