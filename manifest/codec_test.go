@@ -260,3 +260,14 @@ func BenchmarkDecodeRelease(b *testing.B) {
 		}
 	}
 }
+
+func TestSurrogatePairAccepted(t *testing.T) {
+	doc := strings.Replace(string(mustEncode(t, validRelease())), `"gen-9021"`, `"gen-\ud83d\ude00\u00e9"`, 1)
+	r, err := DecodeRelease([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Shards[0].ObjectVersion != "gen-😀é" {
+		t.Fatalf("objectVersion %q", r.Shards[0].ObjectVersion)
+	}
+}

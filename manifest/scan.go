@@ -133,15 +133,23 @@ func (s *scanner) str(at *location) ([]byte, error) {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				s.i += 2
 			case 'u':
-				if s.i+6 > len(s.b) {
-					return nil, s.syntax(at, "short \\u escape")
-				}
-				for _, h := range s.b[s.i+2 : s.i+6] {
-					if !('0' <= h && h <= '9' || 'a' <= h && h <= 'f' || 'A' <= h && h <= 'F') {
-						return nil, s.syntax(at, "invalid \\u escape")
-					}
+				r, ok := s.hex4(s.i)
+				if !ok {
+					return nil, s.syntax(at, "invalid \\u escape")
 				}
 				s.i += 6
+				// JSON's grammar allows an unpaired surrogate, and
+				// encoding/json would silently turn it into U+FFFD: a
+				// sampleId would then name another sample.
+				switch {
+				case 0xD800 <= r && r < 0xDC00:
+					if lo, ok := s.hex4(s.i); !ok || lo < 0xDC00 || lo >= 0xE000 {
+						return nil, errcode.New(errcode.BadDocument, "%s: unpaired UTF-16 surrogate \\u%04x", at, r)
+					}
+					s.i += 6
+				case 0xDC00 <= r && r < 0xE000:
+					return nil, errcode.New(errcode.BadDocument, "%s: unpaired UTF-16 surrogate \\u%04x", at, r)
+				}
 			default:
 				return nil, s.syntax(at, "invalid escape")
 			}
@@ -152,6 +160,27 @@ func (s *scanner) str(at *location) ([]byte, error) {
 		}
 	}
 	return nil, s.syntax(at, "unterminated string")
+}
+
+// hex4 decodes the escape \uXXXX starting at s.b[i].
+func (s *scanner) hex4(i int) (rune, bool) {
+	if i+6 > len(s.b) || s.b[i] != '\\' || s.b[i+1] != 'u' {
+		return 0, false
+	}
+	var r rune
+	for _, h := range s.b[i+2 : i+6] {
+		switch {
+		case '0' <= h && h <= '9':
+			r = r<<4 | rune(h-'0')
+		case 'a' <= h && h <= 'f':
+			r = r<<4 | rune(h-'a'+10)
+		case 'A' <= h && h <= 'F':
+			r = r<<4 | rune(h-'A'+10)
+		default:
+			return 0, false
+		}
+	}
+	return r, true
 }
 
 // number consumes a number per the JSON grammar and returns its text.
