@@ -40,6 +40,27 @@ type Reader struct {
 	last    Row
 	hasLast bool
 	err     error
+	// interned holds sourceId and split values: a handful of distinct
+	// values repeated on every row.
+	interned map[string]string
+}
+
+// maxInterned bounds the intern table, so hostile data with unique values
+// costs one map, not unbounded memory.
+const maxInterned = 1024
+
+func (r *Reader) intern(b string) string {
+	if s, ok := r.interned[b]; ok {
+		return s
+	}
+	s := strings.Clone(b)
+	if len(r.interned) < maxInterned {
+		if r.interned == nil {
+			r.interned = make(map[string]string)
+		}
+		r.interned[s] = s
+	}
+	return s
 }
 
 type columns struct {
@@ -174,9 +195,9 @@ func (r *Reader) readRow(dst *Row) (bool, error) {
 		Bucket:        c.bucket.Value(i),
 		Side:          Side(c.side.Value(i)),
 		SampleID:      strings.Clone(c.sample.Value(i)),
-		SourceID:      strings.Clone(c.source.Value(i)),
+		SourceID:      r.intern(c.source.Value(i)),
 		SourceVersion: c.version.Value(i),
-		Split:         strings.Clone(c.split.Value(i)),
+		Split:         r.intern(c.split.Value(i)),
 	}
 	copy(dst.ContentDigest[:], c.content.Value(i))
 	copy(dst.SchemaDigest[:], c.schema.Value(i))
