@@ -169,37 +169,64 @@ func (w *Worker) Run(ctx context.Context, once bool) error {
 }
 
 func (w *Worker) run(ctx context.Context, once bool) error {
-	run, err := w.prepare(ctx)
-	if err != nil {
-		return err
-	}
-	if err := w.wait(ctx, run); err != nil {
-		return err
-	}
-	if once {
-		return nil
-	}
+	attest := true
 	t := time.NewTicker(w.cfg.PollInterval)
 	defer t.Stop()
 	for {
+		if attest {
+			run, err := w.prepare(ctx)
+			if err != nil {
+				return err
+			}
+			next, err := w.wait(ctx, run)
+			if err != nil {
+				return err
+			}
+			if next == reattest {
+				continue
+			}
+			if next == left {
+				return w.left(once)
+			}
+			attest = false
+			if once {
+				return nil
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		again, done, err := w.watch(ctx)
-		if err != nil || done {
+		next, err := w.watch(ctx)
+		if err != nil {
 			return err
 		}
-		if again {
-			if run, err = w.prepare(ctx); err != nil {
-				return err
-			}
-			if err := w.wait(ctx, run); err != nil {
-				return err
-			}
+		switch next {
+		case reattest:
+			attest = true
+		case left:
+			return w.left(once)
 		}
 	}
+}
+
+// next is what a worker does after waiting at or watching its run.
+type next int
+
+const (
+	stay     next = iota // nothing changed for this rank
+	reattest             // this rank's attestation was dropped: verify and attest again
+	left                 // the rank is no longer part of the run (scale-in)
+)
+
+// left ends a worker whose rank was removed from the run: fine for a
+// sidecar, an error for an init container, whose trainer must not start.
+func (w *Worker) left(once bool) error {
+	if once {
+		return errcode.New(errcode.Usage, "rank %d was removed from run %s before its barrier opened", w.cfg.Rank, w.cfg.Run)
+	}
+	return nil
 }
 
 // runErr turns a failed or cancelled run into an error with its code.
@@ -431,34 +458,50 @@ func (w *Worker) verifyOne(ctx context.Context, rel *manifest.Release, desc mani
 	return total, nil
 }
 
-// wait waits at the barrier and records how long it took.
-func (w *Worker) wait(ctx context.Context, run *raftgate.Run) error {
+// wait waits at the barrier and records how long it took. It waits in
+// slices and re-reads the run between them, so a reassignment that drops
+// this rank's attestation while it waits (a scale-out during startup) is
+// answered by attesting again, not by waiting for the deadline.
+func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 	start := time.Now()
 	label := run.Root.String()
+	slice := max(5*w.cfg.PollInterval, 2*time.Second)
 	for {
-		sum, err := w.cfg.Gate.WaitRun(ctx, w.cfg.Run)
+		wctx, cancel := context.WithTimeout(ctx, slice)
+		sum, err := w.cfg.Gate.WaitRun(wctx, w.cfg.Run)
+		sliceOver := wctx.Err() != nil
+		cancel()
 		w.cfg.Metrics.BarrierWait.WithLabelValues(label).Set(time.Since(start).Seconds())
 		if err == nil {
 			w.log.Info("barrier open", "root", label, "epoch", sum.Epoch, "waited", time.Since(start).Seconds())
 			w.set(func(s *Status) { s.State, s.Epoch = StateReady, sum.Epoch })
-			return w.checkPermit(ctx, sum.Permit)
+			return stay, w.checkPermit(ctx, sum.Permit)
 		}
 		if ctx.Err() != nil {
-			return errcode.Wrap(errcode.BarrierClosed, ctx.Err(), "run %s: stopped waiting at the barrier after %s", w.cfg.Run, time.Since(start).Round(time.Millisecond))
+			return stay, errcode.Wrap(errcode.BarrierClosed, ctx.Err(), "run %s: stopped waiting at the barrier after %s", w.cfg.Run, time.Since(start).Round(time.Millisecond))
 		}
-		if errcode.Of(err) == errcode.BarrierClosed {
-			// The long poll ended without news; the run's own deadline
-			// decides when waiting is over.
-			select {
-			case <-ctx.Done():
-			case <-time.After(w.cfg.PollInterval):
+		if code := errcode.Of(err); code != errcode.BarrierClosed && !(sliceOver && code == errcode.Canceled) {
+			if code == errcode.RootMismatch {
+				w.cfg.Metrics.RootMismatches.WithLabelValues(label).Inc()
 			}
-			continue
+			return stay, err
 		}
-		if errcode.Of(err) == errcode.RootMismatch {
-			w.cfg.Metrics.RootMismatches.WithLabelValues(label).Inc()
+		// The slice ended without news. The run's own deadline decides
+		// when waiting is over; meanwhile check this rank still belongs.
+		cur, err := w.cfg.Gate.Run(ctx, w.cfg.Run)
+		switch {
+		case err != nil:
+			w.log.Warn("gate read failed while waiting", "code", errcode.Of(err))
+		case runErr(cur) != nil:
+			w.countRootMismatch(cur)
+			return stay, runErr(cur)
+		case w.cfg.Rank >= cur.WorldSize:
+			w.set(func(s *Status) { s.State, s.Epoch = StateDone, cur.Epoch })
+			return left, nil
+		case cur.Attestations[w.cfg.Rank] == nil:
+			w.log.Info("reassigned while waiting; attesting again", "epoch", cur.Epoch)
+			return reattest, nil
 		}
-		return err
 	}
 }
 
@@ -497,35 +540,36 @@ func (w *Worker) checkPermit(ctx context.Context, id string) error {
 	return errcode.New(errcode.Internal, "run permit %s not found", id)
 }
 
-// watch re-reads the run once. again means this rank must verify and
-// attest again (reassigned or reset); done means the rank left the run.
-func (w *Worker) watch(ctx context.Context) (again, done bool, err error) {
+// watch re-reads the run once and follows it: a failed run is an error,
+// a dropped attestation means attest again, a closed barrier (another rank
+// was reset) means wait again, and the permit decides READY or BLOCKED.
+func (w *Worker) watch(ctx context.Context) (next, error) {
 	run, err := w.cfg.Gate.Run(ctx, w.cfg.Run)
 	if err != nil {
 		if ctx.Err() != nil {
-			return false, true, nil
+			return stay, nil
 		}
 		// A gate that is briefly unreachable does not change what this
 		// rank verified; keep the last state and ask again next tick.
 		w.log.Warn("gate read failed", "code", errcode.Of(err))
-		return false, false, nil
+		return stay, nil
 	}
 	if err := runErr(run); err != nil {
 		w.countRootMismatch(run)
-		return false, false, err
+		return stay, err
 	}
 	if w.cfg.Rank >= run.WorldSize {
 		w.log.Info("rank left the run", "world", run.WorldSize, "epoch", run.Epoch)
 		w.set(func(s *Status) { s.State, s.Epoch = StateDone, run.Epoch })
-		return false, true, nil
+		return left, nil
 	}
 	if run.Attestations[w.cfg.Rank] == nil {
 		w.log.Info("rank must attest again", "epoch", run.Epoch)
-		return true, false, nil
+		return reattest, nil
 	}
 	if run.Barrier != raftgate.BarrierOpen {
 		w.set(func(s *Status) { s.State, s.Epoch = StateWaiting, run.Epoch })
-		return false, false, w.wait(ctx, run)
+		return w.wait(ctx, run)
 	}
 	w.set(func(s *Status) {
 		if s.State == StateWaiting {
@@ -533,5 +577,5 @@ func (w *Worker) watch(ctx context.Context) (again, done bool, err error) {
 		}
 		s.Epoch = run.Epoch
 	})
-	return false, false, w.checkPermit(ctx, run.Permit)
+	return stay, w.checkPermit(ctx, run.Permit)
 }

@@ -549,3 +549,37 @@ func (w *swap) Get(ctx context.Context, key string, v objstore.Version) (io.Read
 	}
 	return w.Store.Get(ctx, key, v)
 }
+
+// A reassignment that drops a rank's attestation while the rank waits at
+// the barrier (scale-out during startup) makes it verify its new shards
+// and attest again, rather than wait for the deadline.
+func TestReassignWhileWaitingAtBarrier(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 2, 20*time.Second)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	w0 := e.worker("r1", 0, nil, nil)
+	done := make(chan error, 1)
+	go func() { done <- w0.Run(ctx, false) }()
+	waitState(t, w0, StateWaiting)
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 2, Assignment: [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
+		t.Fatalf("rank 1: %v", err)
+	}
+	waitState(t, w0, StateReady)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("barrier opened after %s", d)
+	}
+	st := w0.Status()
+	if len(st.Shards) != 4 || st.Shards[3] != e.gen1.Release.Shards[3].Digest || st.Epoch != 1 {
+		t.Fatalf("rank 0 after the reassignment: %+v", st)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("sidecar: %v", err)
+	}
+}
