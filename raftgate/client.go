@@ -279,6 +279,7 @@ func (c *Client) Status(ctx context.Context) (*Status, error) {
 // (its failure code: BARRIER_TIMEOUT, ROOT_MISMATCH, …, or RUN_FAILED when
 // cancelled) or ctx ends (BARRIER_CLOSED).
 func (c *Client) WaitRun(ctx context.Context, id string) (*RunSummary, error) {
+	var last *RunSummary
 	for {
 		poll := 30 * time.Second
 		if d, ok := ctx.Deadline(); ok {
@@ -286,13 +287,21 @@ func (c *Client) WaitRun(ctx context.Context, id string) (*RunSummary, error) {
 			poll = min(poll, time.Until(d)-250*time.Millisecond)
 		}
 		var s RunSummary
+		var err error
 		if poll > 0 {
-			if err := c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/runs/%s/wait?timeout=%d", url.PathEscape(id), poll.Milliseconds()), nil, &s); err != nil {
-				return nil, err
+			err = c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/runs/%s/wait?timeout=%d", url.PathEscape(id), poll.Milliseconds()), nil, &s)
+		} else {
+			err = c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &s)
+		}
+		if err != nil {
+			if ctx.Err() != nil && errcode.Of(err) == errcode.Canceled {
+				// The caller's wait ended mid-request: the barrier was
+				// still closed at the last answer.
+				return last, errcode.New(errcode.BarrierClosed, "run %s: barrier still closed when the wait ended", id)
 			}
-		} else if err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &s); err != nil {
 			return nil, err
 		}
+		last = &s
 		switch {
 		case s.Barrier == BarrierOpen:
 			return &s, nil

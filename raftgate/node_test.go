@@ -189,6 +189,14 @@ func TestHTTPAPI(t *testing.T) {
 	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "ok", Alias: "main", WorldSize: 1}); err != nil {
 		t.Fatal(err)
 	}
+	for _, d := range []time.Duration{100 * time.Millisecond, 600 * time.Millisecond} {
+		wctx, cancel := context.WithTimeout(ctx, d)
+		_, err := cl.WaitRun(wctx, "ok")
+		cancel()
+		if errcode.Of(err) != errcode.BarrierClosed {
+			t.Fatalf("wait %s on a closed barrier: %v, want BARRIER_CLOSED", d, err)
+		}
+	}
 	if s, err := cl.Attest(ctx, "ok", 0, root, shardsOf("rel", 3)); err != nil || s.Barrier != BarrierOpen {
 		t.Fatalf("attest: %+v %v", s, err)
 	}

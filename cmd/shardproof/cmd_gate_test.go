@@ -228,7 +228,7 @@ func TestGateCLI(t *testing.T) {
 	g("run", "create", "job", "--alias", "main", "--world-size", "2", "--barrier-timeout", "1m").expect(t, 0, "")
 	// Round-robin: shard 0 → rank 0, shard 1 → rank 1.
 	g("run", "attest", "job", "--rank", "0", "--root", root.String(), "--shards", shards[0].String()).expect(t, 0, "")
-	g("run", "wait", "job", "--timeout", "500ms").expect(t, errcode.ExitRejected, errcode.BarrierClosed)
+	g("run", "wait", "job", "--timeout", "2s").expect(t, errcode.ExitRejected, errcode.BarrierClosed)
 	g("run", "attest", "job", "--rank", "1", "--root", root.String(), "--shards", shards[1].String()).expect(t, 0, "")
 	r = g("run", "wait", "job", "--timeout", "10s").expect(t, 0, "")
 	if !strings.Contains(r.stdout, "barrier OPEN, 2/2 ranks attested") {
