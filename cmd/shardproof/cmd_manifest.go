@@ -105,22 +105,7 @@ document that is not valid fails with its code (BAD_DOCUMENT, BAD_DIGEST,
 BAD_COUNT, TOTALS_MISMATCH, DOCUMENT_TOO_LARGE) and exit status 1.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
-		in := cmd.InOrStdin()
-		if args[0] != "-" {
-			f, err := os.Open(args[0])
-			if err != nil {
-				return errcode.Wrap(errcode.IO, err, "open %s", args[0])
-			}
-			defer f.Close()
-			in = f
-		}
-		data, err := verifyread.ReadAll(in, manifest.MaxDocumentSize)
-		if tooLarge := new(verifyread.TooLargeError); errors.As(err, &tooLarge) {
-			return err
-		} else if err != nil {
-			return errcode.Wrap(errcode.IO, err, "read %s", args[0])
-		}
-		schema, _, err := manifest.DecodeAny(data)
+		data, schema, err := readLocalDocument(cmd, args[0])
 		if err != nil {
 			return err
 		}
@@ -129,6 +114,65 @@ BAD_COUNT, TOTALS_MISMATCH, DOCUMENT_TOO_LARGE) and exit status 1.`,
 		}
 		return nil
 	},
+}
+
+var manifestPutCmd = &cobra.Command{
+	Use:   "put FILE|-",
+	Short: "Check a local document and store its exact bytes content-addressed",
+	Long: `Check a local document (FILE, or - for stdin) as 'manifest check' does and
+store its exact bytes at blobs/sha256/<hex> with a conditional create, then
+print its schema identifier, digest and store version:
+
+  training.tombstones.v1 sha256:… v1
+
+This is how a hand-written tombstone log or benchmark registry enters the
+store. Putting the same bytes again changes nothing and prints the existing
+version. An invalid document is never stored.`,
+	Args: exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		data, schema, err := readLocalDocument(cmd, args[0])
+		if err != nil {
+			return err
+		}
+		s, err := openStore(cmd, manifestFlags.url)
+		if err != nil {
+			return err
+		}
+		d, version, created, err := objstore.PutBlob(cmd.Context(), s, data)
+		if err != nil {
+			return err
+		}
+		slog.Info("document stored", "schema", schema, "digest", manifest.Digest(d).String(), "version", string(version), "created", created)
+		if _, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s %s\n", schema, manifest.Digest(d), version); err != nil {
+			return errcode.Wrap(errcode.IO, err, "write result")
+		}
+		return nil
+	},
+}
+
+// readLocalDocument reads FILE or stdin ("-") up to the document size cap
+// and strictly decodes it as any known document.
+func readLocalDocument(cmd *cobra.Command, name string) ([]byte, string, error) {
+	in := cmd.InOrStdin()
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, "", errcode.Wrap(errcode.IO, err, "open %s", name)
+		}
+		defer f.Close()
+		in = f
+	}
+	data, err := verifyread.ReadAll(in, manifest.MaxDocumentSize)
+	if tooLarge := new(verifyread.TooLargeError); errors.As(err, &tooLarge) {
+		return nil, "", err
+	} else if err != nil {
+		return nil, "", errcode.Wrap(errcode.IO, err, "read %s", name)
+	}
+	schema, _, err := manifest.DecodeAny(data)
+	if err != nil {
+		return nil, "", err
+	}
+	return data, schema, nil
 }
 
 // summary is one line for people: what a release, snapshot or report
@@ -153,6 +197,6 @@ func summary(d manifest.Digest, v objstore.Version, doc manifest.Validator) stri
 func init() {
 	manifestCmd.PersistentFlags().StringVar(&manifestFlags.url, "store", os.Getenv("SHARDPROOF_STORE"), "store URL or path (default $SHARDPROOF_STORE)")
 	manifestShowCmd.Flags().BoolVar(&manifestFlags.pretty, "pretty", false, "indent the JSON (the output then no longer hashes to DIGEST)")
-	manifestCmd.AddCommand(manifestShowCmd, manifestCheckCmd)
+	manifestCmd.AddCommand(manifestShowCmd, manifestCheckCmd, manifestPutCmd)
 	rootCmd.AddCommand(manifestCmd)
 }

@@ -264,6 +264,38 @@ func TestManifestCheck(t *testing.T) {
 	}
 }
 
+func TestManifestPut(t *testing.T) {
+	dir, store := t.TempDir(), t.TempDir()
+	// Hand-written, with whitespace: stored and hashed exactly as given.
+	doc := []byte("{\"schema\": \"training.tombstones.v1\",\n \"entries\": [{\"seq\": 1, \"sampleId\": \"doc-7\"}]}\n")
+	file := filepath.Join(dir, "tombstones.json")
+	os.WriteFile(file, doc, 0o644)
+	want := manifest.TombstonesSchema + " " + manifest.Sum(doc).String() + " v1\n"
+	for range 2 { // the second put finds the same bytes and stores nothing
+		out, _, err := cliRun(t, "manifest", "put", "--store", store, file)
+		if err != nil || string(out) != want {
+			t.Fatalf("put: %q, %v; want %q", out, err, want)
+		}
+	}
+	out, _, err := cliRun(t, "manifest", "show", "--store", store, manifest.Sum(doc).String())
+	if err != nil || !bytes.Equal(out, doc) {
+		t.Fatalf("show after put: %q, %v", out, err)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":2,"sampleId":"a"},{"seq":2,"sampleId":"b"}]}`), 0o644)
+	if _, _, err := cliRun(t, "manifest", "put", "--store", store, bad); errcode.Of(err) != errcode.BadDocument {
+		t.Fatalf("put of an invalid log: %v", err)
+	}
+	s, err := objstore.Open(t.Context(), store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.List(t.Context(), "blobs/", "", 0)
+	if err != nil || len(page.Objects) != 1 {
+		t.Fatalf("store holds %d blobs (%v), want only the valid log", len(page.Objects), err)
+	}
+}
+
 func TestCodes(t *testing.T) {
 	out, _, err := cliRun(t, "codes")
 	if err != nil {
