@@ -16,13 +16,14 @@ import (
 	"github.com/shardproof/shardproof/objstore"
 )
 
-// manifest show: print a stored document by digest, like `crane manifest`.
-// The default output is the exact stored bytes, so piping it to sha256sum
-// reproduces the digest; nothing is printed unless those bytes hash to the
-// digest and decode strictly as a known document.
+// manifest show|check|put: the documents of DESIGN.md by digest, like
+// `crane manifest`. show prints a stored document's exact bytes (so piping
+// it to sha256sum reproduces the digest) and prints nothing unless those
+// bytes hash to the digest and decode strictly; check and put apply the
+// same strict decoding to a local file before anything is stored.
 var manifestCmd = &cobra.Command{
 	Use:   "manifest",
-	Short: "Inspect release, snapshot, fence-log, record-schema and report documents",
+	Short: "Show, check and store release, snapshot, fence-log, record-schema and report documents",
 }
 
 var manifestFlags struct {
