@@ -31,6 +31,7 @@ const (
 	ladderContent  = "ladder-content"
 	ladderHash     = "ladder-content-hash-loop"
 	ladderZstd     = "ladder-decode-zstd"
+	ladderMapper   = "ladder-mapper"
 	ceilingZstd    = "ceiling-zstd"
 	childSubcmd    = "child"
 	verifyExecutor = "local"
@@ -119,6 +120,15 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 			if l.lv >= levelDecode && n != d.Records+d.SnapshotRecords {
 				return errcode.New(errcode.Internal, "ladder %s decoded %d records, dataset has %d", l.name, n, d.Records+d.SnapshotRecords)
 			}
+		}
+		t, cpu := time.Now(), cpuSeconds()
+		n, err := mapShards(ctx, d)
+		if err != nil {
+			return err
+		}
+		res.Stages[ladderMapper], res.StagesCPU[ladderMapper] = time.Since(t).Seconds(), cpuSeconds()-cpu
+		if n != d.Records+d.SnapshotRecords {
+			return errcode.New(errcode.Internal, "mapper emitted %d tuples, dataset has %d records", n, d.Records+d.SnapshotRecords)
 		}
 		res.Records = d.Records
 	case toolCeiling:

@@ -50,7 +50,11 @@ func loopFiles(d *Dataset) []loopFile {
 	return fs
 }
 
-// forEachFile runs f over files on runtime.NumCPU() goroutines and returns
+// numWorkers is the loops' parallelism: every core, as verify's local
+// executor uses by default.
+func numWorkers() int { return runtime.NumCPU() }
+
+// forEachFile runs f over files on numWorkers() goroutines and returns
 // the first error.
 func forEachFile(ctx context.Context, files []loopFile, f func(context.Context, loopFile) error) error {
 	var (
@@ -59,7 +63,7 @@ func forEachFile(ctx context.Context, files []loopFile, f func(context.Context, 
 		once     sync.Once
 		firstErr error
 	)
-	for range min(runtime.NumCPU(), len(files)) {
+	for range min(numWorkers(), len(files)) {
 		wg.Go(func() {
 			lockThread()
 			defer runtime.UnlockOSThread()

@@ -23,6 +23,7 @@ import (
 const usage = `usage:
   spbench run   [-samples N] [-shards N] [-rounds N] [-tools list] [-shardproof path] ...
   spbench scale [-sizes 1000000,4000000] [-largest] [-rounds N] [-shardproof path] ...
+  spbench render results/<run>.json   (rewrites the run's .md and .svg from its JSON)
 
 run measures verify, its stages, the ceiling loop and DuckDB on one
 synthesized release; scale measures verify at several sizes. Results go to
@@ -46,6 +47,8 @@ func main() {
 		err = cmdRun(ctx, os.Args[2:])
 	case "scale":
 		err = cmdScale(ctx, os.Args[2:])
+	case "render":
+		err = cmdRender(os.Args[2:])
 	case prepareSubcmd:
 		fs := flag.NewFlagSet(prepareSubcmd, flag.ContinueOnError)
 		cache := fs.String("cache", ".cache", "dataset cache directory")
@@ -287,6 +290,29 @@ func runNotes(r *Result) []string {
 		"Files are in the page cache (read once before round 1): these are CPU numbers, not disk numbers.",
 	}
 	return notes
+}
+
+// cmdRender rewrites the Markdown and SVG of stored run results, so the
+// renderings follow changes to them without measuring again.
+func cmdRender(files []string) error {
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return errcode.Wrap(errcode.IO, err, "render")
+		}
+		var r Result
+		if err := json.Unmarshal(b, &r); err != nil || r.Schema != ResultSchema {
+			return errcode.New(errcode.BadDocument, "%s is not a %s result (%v)", f, ResultSchema, err)
+		}
+		base := strings.TrimSuffix(f, ".json")
+		if err := writeFileAtomic(base+".md", []byte(r.Markdown())); err != nil {
+			return err
+		}
+		if err := writeFileAtomic(base+".svg", []byte(r.SVG())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func writeOutputs(base string, v any, md, svg string) error {
