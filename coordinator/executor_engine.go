@@ -32,16 +32,22 @@ type Engine interface {
 	Run(ctx context.Context, ref PlanRef, maps, reduces int) error
 }
 
-// VerifyWith plans a verification in the store s (reachable by tasks as
-// storeURL), has e run its map and reduce tasks, and aggregates the commit
-// records here into the report. The report equals the local executor's
-// apart from its execution section.
+// VerifyWith plans a new verification in the store s (reachable by tasks
+// as storeURL) and runs it with e (see RunWith). The report equals the
+// local executor's apart from its execution section.
 func VerifyWith(ctx context.Context, s objstore.Store, storeURL string, o Options, e Engine) (*Outcome, error) {
-	start := time.Now()
 	_, pd, err := NewPlan(ctx, s, o.PlanOptions)
 	if err != nil {
 		return nil, err
 	}
+	return RunWith(ctx, s, storeURL, pd, e)
+}
+
+// RunWith runs, or resumes, the job of an existing plan with e: the
+// engine runs the map and reduce tasks (those already committed return at
+// once), then the commit records are aggregated here into the report.
+func RunWith(ctx context.Context, s objstore.Store, storeURL string, pd manifest.Digest, e Engine) (*Outcome, error) {
+	start := time.Now()
 	j, err := Open(ctx, s, pd)
 	if err != nil {
 		return nil, err

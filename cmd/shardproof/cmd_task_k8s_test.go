@@ -1,15 +1,20 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
@@ -38,8 +43,15 @@ type emuRule struct {
 	codes  []int // onExitCodes with operator In; nil for pod-condition rules
 }
 
+// fatalf is what the emulator needs of a *testing.T, so the kubectl shim
+// (a child process without one) can use it too.
+type fatalf interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // get walks a YAML document by keys and list indices.
-func get(t *testing.T, doc any, path ...any) any {
+func get(t fatalf, doc any, path ...any) any {
 	t.Helper()
 	cur := doc
 	for _, p := range path {
@@ -61,11 +73,11 @@ func get(t *testing.T, doc any, path ...any) any {
 	return cur
 }
 
-func loadJob(t *testing.T, path string) emuJob {
+func loadJob(t fatalf, path string) emuJob {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v", err)
 	}
 	var doc map[string]any
 	if err := yaml.Unmarshal(b, &doc); err != nil {
@@ -119,10 +131,9 @@ func loadJob(t *testing.T, path string) emuJob {
 }
 
 // run runs the Job to the end and returns, per index, how many pods ran
-// and which indexes failed for good. The image's shardproof is this test
-// binary running as the CLI.
-func (j emuJob) run(t *testing.T) (pods []int, failed []int) {
-	t.Helper()
+// and which indexes failed for good. launch runs one pod's command with
+// its environment and returns the exit status.
+func (j emuJob) run(launch func(env, command []string) int) (pods []int, failed []int) {
 	pods = make([]int, j.completions)
 	var mu sync.Mutex
 	sem := make(chan struct{}, j.parallelism)
@@ -133,17 +144,16 @@ func (j emuJob) run(t *testing.T) (pods []int, failed []int) {
 			defer func() { <-sem }()
 			counted := 0
 			for {
-				env := append(cliEnv(j.env...), fmt.Sprintf("JOB_COMPLETION_INDEX=%d", idx))
-				res := runCLI(t, env, j.command[1:]...)
+				status := launch(append(slices.Clone(j.env), fmt.Sprintf("JOB_COMPLETION_INDEX=%d", idx)), j.command)
 				mu.Lock()
 				pods[idx]++
 				mu.Unlock()
-				if res.status == 0 {
+				if status == 0 {
 					return
 				}
 				action := "Count"
 				for _, r := range j.rules {
-					if r.codes != nil && slices.Contains(r.codes, res.status) {
+					if r.codes != nil && slices.Contains(r.codes, status) {
 						action = r.action
 						break
 					}
@@ -157,7 +167,8 @@ func (j emuJob) run(t *testing.T) (pods []int, failed []int) {
 						continue
 					}
 				default:
-					t.Errorf("%s: unsupported podFailurePolicy action %s", j.name, action)
+					// Unknown actions fail the index: the test then fails
+					// on the unexpected result.
 				}
 				mu.Lock()
 				failed = append(failed, idx)
@@ -169,6 +180,14 @@ func (j emuJob) run(t *testing.T) (pods []int, failed []int) {
 	wg.Wait()
 	slices.Sort(failed)
 	return pods, failed
+}
+
+// testLaunch runs a pod's command as a child of the test: the image's
+// shardproof is this test binary running as the CLI.
+func testLaunch(t *testing.T) func(env, command []string) int {
+	return func(env, command []string) int {
+		return runCLI(t, cliEnv(env...), command[1:]...).status
+	}
 }
 
 // emitJobs runs `verify --executor kubernetes --emit` and returns the plan
@@ -209,7 +228,7 @@ func TestKubernetesIndexedJobsContract(t *testing.T) {
 	want := r.localReport(t)
 	planURL, m, red := emitJobs(t, r)
 	for _, j := range []emuJob{m, red} {
-		if pods, failed := j.run(t); len(failed) > 0 || slices.Max(pods) != 1 {
+		if pods, failed := j.run(testLaunch(t)); len(failed) > 0 || slices.Max(pods) != 1 {
 			t.Fatalf("%s: pods per index %v, failed indexes %v", j.name, pods, failed)
 		}
 	}
@@ -250,7 +269,7 @@ func TestKubernetesPodFailurePolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	pods, failed := m.run(t)
+	pods, failed := m.run(testLaunch(t))
 	if !slices.Equal(pods, []int{1, 1, 3}) || !slices.Equal(failed, []int{0, 2}) {
 		t.Fatalf("map job: pods per index %v (want [1 1 3]), failed indexes %v (want [0 2])", pods, failed)
 	}
@@ -260,5 +279,94 @@ func TestKubernetesPodFailurePolicy(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(red.command, " "), "--wait") {
 		t.Errorf("reduce pods do not wait for the map commits: %v", red.command)
+	}
+}
+
+// asKubectl makes the test binary act as kubectl over the emulator (the
+// value is its state directory): `apply -f JOB.yaml` runs the Job to the
+// end, `get job NAME -o jsonpath=…` prints its final condition. It lets
+// `verify --executor kubernetes --submit` run end to end without a
+// cluster; it is no substitute for one.
+const asKubectl = "SHARDPROOF_TEST_AS_KUBECTL"
+
+// exitT is the fatalf of the kubectl shim.
+type exitT struct{}
+
+func (exitT) Helper() {}
+func (exitT) Fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "kubectl-emulator: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+func kubectlMain(state string) {
+	args := os.Args[1:]
+	if len(args) >= 2 && args[0] == "--namespace" {
+		args = args[2:]
+	}
+	switch {
+	case len(args) == 3 && args[0] == "apply" && args[1] == "-f":
+		j := loadJob(exitT{}, args[2])
+		_, failed := j.run(func(env, command []string) int {
+			cmd := exec.Command(os.Args[0], command[1:]...)
+			cmd.Env = append(append(os.Environ(), asCLI+"=1", asKubectl+"="), env...)
+			cmd.Stderr = os.Stderr
+			if err := cmd.Run(); err != nil {
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					return ee.ExitCode()
+				}
+				return -1
+			}
+			return 0
+		})
+		cond := "Complete "
+		if len(failed) > j.maxFails {
+			cond = "Failed FailedIndexes"
+		}
+		if err := os.WriteFile(filepath.Join(state, j.name), []byte(cond), 0o644); err != nil {
+			exitT{}.Fatalf("%v", err)
+		}
+		fmt.Printf("job.batch/%s created\n", j.name)
+	case len(args) >= 3 && args[0] == "get" && args[1] == "job":
+		b, err := os.ReadFile(filepath.Join(state, args[2]))
+		if err != nil {
+			exitT{}.Fatalf("jobs.batch %q not found", args[2])
+		}
+		fmt.Printf("%s\n", b)
+	default:
+		exitT{}.Fatalf("unsupported command %v", args)
+	}
+	os.Exit(0)
+}
+
+// TestKubernetesSubmit: verify --executor kubernetes --submit applies the
+// map Job, waits for it, applies the reduce Job, waits, and aggregates —
+// here through the emulator acting as kubectl — and reports what the local
+// executor does. A map index that fails for good fails the verify with the
+// Job's condition.
+func TestKubernetesSubmit(t *testing.T) {
+	r := newRelease(t)
+	want := r.localReport(t)
+	state := t.TempDir()
+	args := []string{"verify", "--executor", "kubernetes", "--submit", "--image", "registry.example/shardproof:test",
+		"--kubectl", os.Args[0], "--namespace", "verify", "--store", r.dir, "--root", r.res.Root.String(),
+		"--map-tasks", "3", "--reducers", "2", "--parallelism", "2", "--json"}
+	got := cliReport(t, runCLI(t, cliEnv(asKubectl+"="+state), args...))
+	sameReport(t, "kubernetes --submit", want, got)
+	if got.Execution.Executor != "kubernetes" {
+		t.Errorf("executor %q", got.Execution.Executor)
+	}
+
+	r2 := newRelease(t)
+	j := planJob(t, r2, 3, 2)
+	key := "jobs/" + j.PlanDigest.Hex() + "/map/1/r0.arrow"
+	if _, err := r2.store.Put(t.Context(), key, strings.NewReader("stray"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(asKubectl, t.TempDir())
+	eng := &coordinator.Kubernetes{Image: "registry.example/shardproof:test", Kubectl: os.Args[0], Poll: 100 * time.Millisecond}
+	_, err := coordinator.RunWith(t.Context(), r2.store, r2.dir, j.PlanDigest, eng)
+	if errcode.Of(err) != errcode.IO || !strings.Contains(fmt.Sprint(err), "FailedIndexes") {
+		t.Fatalf("failed map index: %v; want the map Job's FailedIndexes condition", err)
 	}
 }

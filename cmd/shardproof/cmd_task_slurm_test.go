@@ -40,9 +40,7 @@ func TestVerifySlurmExecutor(t *testing.T) {
 	}
 	dir := t.TempDir()
 	eng := &coordinator.Slurm{Binary: os.Args[0], Dir: dir, Attempts: 2, Env: cliEnv("SLURM_CONF=" + c.Conf)}
-	_, err := coordinator.VerifyWith(t.Context(), r.store, r.dir, coordinator.Options{PlanOptions: coordinator.PlanOptions{
-		Root: r.res.Root, MapTasks: 3, Reducers: 2, Parallelism: 2, Tool: "shardproof " + version,
-	}}, eng)
+	_, err := coordinator.RunWith(t.Context(), r.store, r.dir, j.PlanDigest, eng)
 	var terr *coordinator.TaskError
 	if !errors.As(err, &terr) || terr.Kind != coordinator.KindMap || terr.Index != 1 || errcode.Of(err) != errcode.ShuffleCorrupt {
 		t.Fatalf("got %v; want map task 1 failing with %s", err, errcode.ShuffleCorrupt)

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,11 @@ import (
 const asCLI = "SHARDPROOF_TEST_AS_CLI"
 
 func TestMain(m *testing.M) {
+	// kubectl's verbs are no shardproof commands, so one environment
+	// serves both the CLI and the kubectl it calls.
+	if state := os.Getenv(asKubectl); state != "" && len(os.Args) > 1 && slices.Contains([]string{"--namespace", "apply", "get"}, os.Args[1]) {
+		kubectlMain(state)
+	}
 	if os.Getenv(asCLI) == "1" {
 		main()
 	}
@@ -195,6 +201,13 @@ func planJob(t *testing.T, r *release, maps, reduces int) *coordinator.Job {
 	return j
 }
 
+// processRun runs (or resumes) the planned job with the process executor,
+// whose children are this test binary running as the CLI.
+func processRun(t *testing.T, r *release, pd manifest.Digest) (*coordinator.Outcome, error) {
+	t.Helper()
+	return coordinator.RunWith(t.Context(), r.store, r.dir, pd, &coordinator.Process{Binary: os.Args[0], Env: cliEnv(), Parallelism: 2})
+}
+
 // crashAfter is a store whose Put fails for key `at`, like a task killed
 // right before writing it: everything before stays committed.
 type crashAfter struct {
@@ -235,13 +248,11 @@ func TestMapKilledHalfwayThenRerun(t *testing.T) {
 	if _, err := r.store.Head(t.Context(), prefix+"commit.json", ""); !objstore.IsNotExist(err) {
 		t.Fatalf("commit record after the crash: %v", err)
 	}
-	res := runCLI(t, cliEnv(), "verify", "--executor", "process", "--store", r.dir, "--root", r.res.Root.String(),
-		"--map-tasks", "3", "--reducers", "4", "--parallelism", "2", "--task-binary", os.Args[0], "--json")
-	got := cliReport(t, res)
-	sameReport(t, "rerun", want, got)
-	if got.Execution.Plan != j.PlanDigest {
-		t.Fatalf("rerun planned %s, crashed job was %s", got.Execution.Plan, j.PlanDigest)
+	out, err := processRun(t, r, j.PlanDigest)
+	if err != nil {
+		t.Fatalf("rerun: %v", err)
 	}
+	sameReport(t, "rerun", want, out.Report)
 	for k, v := range before {
 		info, err := r.store.Head(t.Context(), prefix+k, "")
 		if err != nil || info.Version != v {
@@ -265,9 +276,11 @@ func TestStrayOutputs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	args := []string{"verify", "--executor", "process", "--store", r.dir, "--root", r.res.Root.String(),
-		"--map-tasks", "3", "--reducers", "4", "--parallelism", "2", "--task-binary", os.Args[0], "--json"}
-	sameReport(t, "stray", want, cliReport(t, runCLI(t, cliEnv(), args...)))
+	out, err := processRun(t, r, j.PlanDigest)
+	if err != nil {
+		t.Fatalf("with stray objects: %v", err)
+	}
+	sameReport(t, "stray", want, out.Report)
 
 	r2 := newRelease(t)
 	j2 := planJob(t, r2, 3, 4)
@@ -275,13 +288,11 @@ func TestStrayOutputs(t *testing.T) {
 	if _, err := r2.store.Put(t.Context(), key, strings.NewReader("stray"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
 		t.Fatal(err)
 	}
-	args[4] = r2.dir
-	res := runCLI(t, cliEnv(), args...)
-	if res.status != errcode.ExitInvalid || !strings.Contains(res.stderr, string(errcode.Nondeterminism)) {
-		t.Fatalf("stray object at an output key: exit %d, stderr %q; want exit 1 with %s", res.status, res.stderr, errcode.Nondeterminism)
-	}
-	if strings.Count(res.stderr, "retrying") > 0 {
-		t.Errorf("a deterministic failure was retried: %s", res.stderr)
+	_, err = processRun(t, r2, j2.PlanDigest)
+	var terr *coordinator.TaskError
+	if !errors.As(err, &terr) || terr.Kind != coordinator.KindMap || terr.Index != 1 || terr.Status != errcode.ExitInvalid ||
+		errcode.Of(err) != errcode.Nondeterminism {
+		t.Fatalf("stray object at an output key: %v; want map task 1 failing with exit 1 and %s", err, errcode.Nondeterminism)
 	}
 }
 

@@ -58,6 +58,7 @@ func init() {
 	f.StringVar(&x.k8s.Namespace, "namespace", "", "kubernetes: namespace of the Jobs")
 	f.IntVar(&x.k8s.BackoffLimitPerIndex, "k8s-backoff-limit-per-index", 2, "kubernetes: retries of one index")
 	f.IntVar(&x.k8s.Parallelism, "k8s-parallelism", 0, "kubernetes: pods of one Job at once (default: all)")
+	f.StringVar(&x.k8s.Kubectl, "kubectl", "kubectl", "kubernetes: kubectl executable (--submit)")
 	f.StringArrayVar(&x.k8sEnv, "k8s-env", nil, "kubernetes: container environment variable NAME=VALUE (repeatable)")
 	local := verify.RunE
 	verify.RunE = func(cmd *cobra.Command, args []string) error {
