@@ -10,7 +10,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -21,35 +20,6 @@ import (
 	"github.com/shardproof/shardproof/raftgate"
 )
 
-var (
-	gateBinOnce sync.Once
-	gateBin     string
-	gateBinErr  error
-)
-
-// shardproofBinary builds the CLI once per test run, so the gate tests
-// drive the real binary: real flags, real exit statuses, a real server
-// process.
-func shardproofBinary(t *testing.T) string {
-	t.Helper()
-	gateBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "shardproof-gate-test")
-		if err != nil {
-			gateBinErr = err
-			return
-		}
-		gateBin = filepath.Join(dir, "shardproof")
-		out, err := exec.Command("go", "build", "-o", gateBin, ".").CombinedOutput()
-		if err != nil {
-			gateBinErr = errors.New(string(out))
-		}
-	})
-	if gateBinErr != nil {
-		t.Fatalf("build shardproof: %v", gateBinErr)
-	}
-	return gateBin
-}
-
 // gateCLI is one finished CLI invocation.
 type gateCLI struct {
 	stdout, stderr string
@@ -58,8 +28,10 @@ type gateCLI struct {
 
 func runGateCLI(t *testing.T, args ...string) gateCLI {
 	t.Helper()
-	cmd := exec.CommandContext(t.Context(), shardproofBinary(t), args...)
-	cmd.Env = append(os.Environ(), "SHARDPROOF_GATE=")
+	// The test binary runs as the CLI (see TestMain): real flags, real
+	// exit statuses, no separate build.
+	cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
+	cmd.Env = cliEnv("SHARDPROOF_GATE=")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -99,7 +71,8 @@ func startGateServe(t *testing.T, dir string, extra ...string) (gateURL string, 
 	t.Helper()
 	httpAddr := freeAddr(t)
 	args := append([]string{"gate", "serve", "--data", dir, "--http-addr", httpAddr, "--raft-addr", freeAddr(t)}, extra...)
-	cmd := exec.Command(shardproofBinary(t), args...)
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = cliEnv()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
