@@ -126,7 +126,13 @@
 //
 // Node runs one member: raft-boltdb in DataDir/raft.db (log and stable
 // store), FileSnapshotStore in DataDir/snapshots, a TCP transport, and the
-// HTTP/JSON API (see Node.handler for the routes). A node with no state
+// HTTP/JSON API: POST /v1/commands (a command envelope), POST /v1/join,
+// GET /v1/state, /v1/aliases/{name}, /v1/releases/{root}, /v1/permits,
+// /v1/runs/{id}, /v1/runs/{id}/wait?timeout=ms (long poll), /v1/status
+// (the node's own view), /metrics, /healthz and /readyz. Errors are
+// {"error":{"code","message"}} with 409 for rejections, 400 for bad input,
+// 404 for unknown names, 503 NOT_LEADER/GATE_UNAVAILABLE, 504
+// INDETERMINATE. A node with no state
 // and no Join bootstraps a single-node cluster of itself; a node with Join
 // asks that member to AddVoter it. Writes on a follower are forwarded
 // once to the leader (X-Shardproof-Forwarded prevents loops). Reads that
