@@ -143,7 +143,16 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	if rep.Root != o.Root {
 		return nil, errcode.New(errcode.BadDocument, "report %s verifies %s, not %s", out.ReportDigest, rep.Root, o.Root)
 	}
-	reg, err := g.Register(ctx, &raftgate.Register{Root: o.Root, Shards: shards, Report: Summary(rep, out.ReportDigest)})
+	attempts := o.Attempts
+	if attempts <= 0 {
+		attempts = 5
+	}
+	var reg *raftgate.RecheckResult
+	err = resend(ctx, log, "register", attempts, func() (err error) {
+		// Registering the same report twice changes nothing.
+		reg, err = g.Register(ctx, &raftgate.Register{Root: o.Root, Shards: shards, Report: Summary(rep, out.ReportDigest)})
+		return err
+	})
 	if err != nil {
 		return out, fmt.Errorf("register: %w", err)
 	}
@@ -157,24 +166,31 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 			o.Root, out.ReportDigest, reg.Release.State, o.Alias)
 	}
 
-	attempts := o.Attempts
-	if attempts <= 0 {
-		attempts = 5
+	var res *raftgate.PublishResult
+	err = resend(ctx, log, "publish", attempts, func() (err error) {
+		// The gate recognises the same command by (alias, expected
+		// generation, root) and returns the first result.
+		res, err = g.Publish(ctx, o.Alias, o.Root, expected, o.Retain)
+		return err
+	})
+	if err != nil {
+		return out, fmt.Errorf("publish %s at generation %d: %w", o.Alias, expected, err)
 	}
+	out.Result = *res
+	log.Info("published", "generation", res.Generation, "permit", res.Permit, "report", out.ReportDigest.String(), "reused", out.Reused)
+	return out, nil
+}
+
+// resend calls f until it returns anything but INDETERMINATE, at most
+// attempts times: f MUST send a command that is safe to apply twice.
+func resend(ctx context.Context, log *slog.Logger, what string, attempts int, f func() error) error {
 	backoff := 100 * time.Millisecond
 	for i := 1; ; i++ {
-		res, err := g.Publish(ctx, o.Alias, o.Root, expected, o.Retain)
-		if err == nil {
-			out.Result = *res
-			log.Info("published", "generation", res.Generation, "permit", res.Permit, "report", out.ReportDigest.String(), "reused", out.Reused)
-			return out, nil
+		err := f()
+		if err == nil || !raftgate.IsIndeterminate(err) || i >= attempts || ctx.Err() != nil {
+			return err
 		}
-		if !raftgate.IsIndeterminate(err) || i >= attempts || ctx.Err() != nil {
-			return out, fmt.Errorf("publish %s at generation %d: %w", o.Alias, expected, err)
-		}
-		// The same command again: the gate recognises it by (alias,
-		// expected generation, root) and returns the first result.
-		log.Warn("publish outcome unknown; sending it again", "code", errcode.Indeterminate, "attempt", i)
+		log.Warn(what+" outcome unknown; sending it again", "code", errcode.Indeterminate, "attempt", i)
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):

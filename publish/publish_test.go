@@ -137,12 +137,25 @@ func TestPublishVerifiesRegistersAndIsSafeToRerun(t *testing.T) {
 	}
 }
 
-// lossy applies the first publish for real, then reports its outcome as
-// unknown, as a leader lost mid-commit or a dropped connection would.
+// lossy applies the first register and the first publish for real, then
+// reports their outcome as unknown, as a leader lost mid-commit or a
+// dropped connection would.
 type lossy struct {
 	publish.Gate
-	mu    sync.Mutex
-	calls int
+	mu        sync.Mutex
+	calls     int
+	registers int
+}
+
+func (l *lossy) Register(ctx context.Context, cmd *raftgate.Register) (*raftgate.RecheckResult, error) {
+	res, err := l.Gate.Register(ctx, cmd)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.registers++
+	if l.registers == 1 && err == nil {
+		return nil, errcode.Wrap(errcode.Indeterminate, raftgate.ErrIndeterminate, "answer lost")
+	}
+	return res, err
 }
 
 func (l *lossy) Publish(ctx context.Context, alias string, root manifest.Digest, expected uint64, retain int) (*raftgate.PublishResult, error) {
@@ -172,8 +185,8 @@ func TestCASRetrySameDigestIdempotentOtherDigestConflicts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("publish after a lost answer: %v", err)
 	}
-	if g.calls != 2 || out.Result.Generation != 2 || out.Result.Root != gen2.Root {
-		t.Fatalf("%d calls, result %+v", g.calls, out.Result)
+	if g.calls != 2 || g.registers != 2 || out.Result.Generation != 2 || out.Result.Root != gen2.Root {
+		t.Fatalf("%d publish and %d register calls, result %+v", g.calls, g.registers, out.Result)
 	}
 	al := e.alias()
 	if al.Generation != 2 || len(al.History) != 2 {
