@@ -462,3 +462,20 @@ func TestSnapshotOfAnotherSchema(t *testing.T) {
 		t.Errorf("report names snapshot %s, want %s", r.DatasetSnapshot, sd)
 	}
 }
+
+// A descriptor pinning a version the store never had: VERSION_MISSING, and
+// the shard's members are missing from the diff.
+func TestVersionMissing(t *testing.T) {
+	s, res := synth(t)
+	rel := stagetest.CloneRelease(res.Release)
+	rel.Shards[3].ObjectVersion = "v999"
+	res2 := stagetest.Reissue(t, s, res, rel, false)
+	r := verify(t, s, PlanOptions{Root: res2.Root})
+	want := clean(res)
+	want.ShardsVerified--
+	want.Records -= records(res, 3)
+	want.VersionMissing = 1
+	want.Missing = records(res, 3)
+	want.TupleRootMismatches = 1
+	expect(t, r, want, "orderedMemberTupleRoot TUPLE_ROOT_MISMATCH", "shard-00003-of-00004 VERSION_MISSING")
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -20,6 +21,12 @@ func TestVerifyCLIClean(t *testing.T) {
 	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String())
 	if res.status != errcode.ExitOK || !strings.Contains(res.stdout, "verdict  VERIFIED\n") {
 		t.Fatalf("exit %d\n%s\n%s", res.status, res.stdout, res.stderr)
+	}
+	// Not a terminal: plain progress lines on stderr, ending with every
+	// release shard and snapshot member file mapped.
+	files := len(r.res.Release.Shards) + len(r.res.SnapshotDoc.Members)
+	if want := fmt.Sprintf("shardproof: verify: mapped %d/%d files", files, files); !strings.Contains(res.stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, res.stderr)
 	}
 	m := reportLine.FindStringSubmatch(res.stdout)
 	if m == nil {
