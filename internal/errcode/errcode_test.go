@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -74,8 +75,8 @@ func TestCatalogueComplete(t *testing.T) {
 			t.Errorf("%s (%q) is not in the catalogue", name, v)
 			continue
 		}
-		if c.Meaning() == "" {
-			t.Errorf("%s has an empty meaning", name)
+		if m := c.Meaning(); m == "" || strings.ContainsAny(m, "\n\r\t") || strings.TrimSpace(m) != m {
+			t.Errorf("%s has meaning %q; want one non-empty trimmed line", name, m)
 		}
 		if e := c.Exit(); e < ExitInvalid || e > ExitIndeterminate {
 			t.Errorf("%s has exit status %d, want one of %d..%d", name, e, ExitInvalid, ExitIndeterminate)
