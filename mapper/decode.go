@@ -91,7 +91,7 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	if !checkChunks(pf, footerStart, &res) {
 		return res, nil
 	}
-	dropStoredArrowSchema(pf)
+	canon.DropStoredArrowSchema(pf)
 	phase = errcode.DecodeError
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: batchRows}, memory.DefaultAllocator)
 	if err != nil {
@@ -256,27 +256,6 @@ func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) bool {
 		}
 	}
 	return true
-}
-
-// dropStoredArrowSchema removes the ARROW:schema key from the footer's
-// key-value metadata before pqarrow sees it. That value is an Arrow IPC
-// message whose length fields pqarrow trusts for allocation, so a flipped
-// bit there could exhaust memory, which recover cannot catch. Every type
-// a record schema may use maps one-to-one from the Parquet schema alone,
-// so the stored Arrow schema adds nothing the verifier needs.
-func dropStoredArrowSchema(pf *file.Reader) {
-	md := pf.MetaData()
-	if md.FileMetaData == nil {
-		return
-	}
-	kv := md.FileMetaData.KeyValueMetadata
-	out := kv[:0:0]
-	for _, e := range kv {
-		if e != nil && e.Key != "ARROW:schema" {
-			out = append(out, e)
-		}
-	}
-	md.FileMetaData.KeyValueMetadata = out
 }
 
 // decoders lists every Decoder, for tests and benchmarks.

@@ -97,6 +97,7 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 		return errcode.Wrap(errcode.BadInput, err, "input %s: not Parquet", path)
 	}
 	defer pf.Close()
+	canon.DropStoredArrowSchema(pf)
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 8192}, memory.DefaultAllocator)
 	if err != nil {
 		return errcode.Wrap(errcode.BadInput, err, "input %s", path)

@@ -225,6 +225,7 @@ func MissingColumns(s *manifest.RecordSchema, as *arrow.Schema) []string {
 	return miss
 }
 
+// String returns the type name of t, as record schemas spell it.
 func (t Tag) String() string {
 	for name, tt := range typeTags {
 		if tt == t {
