@@ -1,9 +1,11 @@
 package publish
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -99,5 +101,29 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 		out.Reopened = append(out.Reopened, res.Reopened...)
 		log.Info("rechecked", "kind", k.kind, "value", k.value, "hits", k.hits, "report", d.String(), "reopened", len(res.Reopened))
 	}
+	return out, nil
+}
+
+// PermitLister lists the gate's permits; *raftgate.Client implements it.
+type PermitLister interface {
+	Permits(ctx context.Context) ([]*raftgate.Permit, error)
+}
+
+// ClosedRoots returns, sorted and without repeats, the roots of every
+// permit a fence advance closed: the roots a recheck can renew.
+func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error) {
+	ps, err := g.Permits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[manifest.Digest]bool{}
+	var out []manifest.Digest
+	for _, p := range ps {
+		if p.State == raftgate.PermitClosed && !seen[p.Root] {
+			seen[p.Root] = true
+			out = append(out, p.Root)
+		}
+	}
+	slices.SortFunc(out, func(a, b manifest.Digest) int { return bytes.Compare(a[:], b[:]) })
 	return out, nil
 }

@@ -144,8 +144,10 @@ func TestPublishWorkerRecheckCLI(t *testing.T) {
 	}
 	_, err = g.AdmitCheckpoint(ctx, "r1", 0, gen1.Root)
 	wantExit(t, err, errcode.PermitClosed, errcode.ExitRejected)
-	out, err = cli(t, append(append([]string{"recheck"}, base...), "--root", gen1.Root.String(), "--tombstones", tombD.String())...)
-	if err != nil || !strings.Contains(out, "renewed") {
+	// --closed finds the roots with closed permits: generation 1 (the
+	// run) and generation 2 (the alias).
+	out, err = cli(t, append(append([]string{"recheck"}, base...), "--closed", "--root", gen1.Root.String(), "--tombstones", tombD.String())...)
+	if err != nil || strings.Count(out, "renewed") != 2 || !strings.Contains(out, gen2.Root.String()) {
 		t.Fatalf("recheck: %q %v", out, err)
 	}
 	if _, err := g.AdmitCheckpoint(ctx, "r1", 0, gen1.Root); err != nil {

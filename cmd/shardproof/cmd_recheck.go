@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -19,10 +20,10 @@ func init() {
 		store, gateURL, alias, tombstones, benchmark string
 		roots                                        []string
 		parallelism                                  int
-		asJSON, quiet                                bool
+		asJSON, quiet, closed                        bool
 	)
 	cmd := &cobra.Command{
-		Use:   "recheck --store URL --gate URL (--root sha256:… … | --alias NAME) (--tombstones D | --benchmark D)",
+		Use:   "recheck --store URL --gate URL (--root sha256:… … | --alias NAME | --closed) (--tombstones D | --benchmark D)",
 		Short: "Check published roots against new fence documents and renew their permits on zero hits",
 		Long: `After 'shardproof gate fence' advanced the tombstone watermark or the
 benchmark fence, every permit bound below it is closed: runs on those roots
@@ -33,7 +34,8 @@ the root's permits (a run's permit only while the run lives); with any hit
 the release becomes INVALID and its permits stay closed, and runs on it
 must be cancelled and recreated on a clean release.
 
---root may be repeated; --alias rechecks the alias's current root.
+--root may be repeated; --alias rechecks the alias's current root; --closed
+rechecks every root with a closed permit (runs and retained generations).
 
 Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 (TOMBSTONE_HIT, BENCHMARK_HIT, …), 2 usage, 3 store or gate unreachable,
@@ -51,8 +53,8 @@ Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 			if o.Tombstones.IsZero() && o.Benchmark.IsZero() {
 				return errcode.New(errcode.Usage, "%s: --tombstones and/or --benchmark is required", cmd.CommandPath())
 			}
-			if len(roots) == 0 && alias == "" {
-				return errcode.New(errcode.Usage, "%s: --root or --alias is required", cmd.CommandPath())
+			if len(roots) == 0 && alias == "" && !closed {
+				return errcode.New(errcode.Usage, "%s: --root, --alias or --closed is required", cmd.CommandPath())
 			}
 			var ds []manifest.Digest
 			for _, r := range roots {
@@ -75,6 +77,19 @@ Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 				}
 				ds = append(ds, al.Root)
 			}
+			if closed {
+				cr, err := publish.ClosedRoots(cmd.Context(), g)
+				if err != nil {
+					return err
+				}
+				ds = append(ds, cr...)
+			}
+			seen := map[manifest.Digest]bool{}
+			ds = slices.DeleteFunc(ds, func(d manifest.Digest) bool {
+				dup := seen[d]
+				seen[d] = true
+				return dup
+			})
 			o.Verify = localVerifier(s, parallelism)
 			o.Logger = cmdLogger(cmd.ErrOrStderr(), quiet)
 			// The verifier logs through the default logger; -q quiets it too.
@@ -108,6 +123,7 @@ Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
 	f.StringArrayVar(&roots, "root", nil, "root digest to recheck (repeatable)")
 	f.StringVar(&alias, "alias", "", "recheck this alias's current root")
+	f.BoolVar(&closed, "closed", false, "recheck every root that has a permit closed by a fence advance")
 	f.StringVar(&tombstones, "tombstones", "", "new tombstone log digest")
 	f.StringVar(&benchmark, "benchmark", "", "new benchmark registry digest")
 	f.IntVar(&parallelism, "parallelism", 0, "verify tasks run at once (default: number of CPUs)")
