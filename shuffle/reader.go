@@ -78,6 +78,7 @@ type CorruptError struct {
 	Reason string
 }
 
+// Error implements error.
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("%s: shuffle file %s: %s", errcode.ShuffleCorrupt, e.Name, e.Reason)
 }

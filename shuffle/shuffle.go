@@ -18,6 +18,7 @@ const (
 	Snapshot Side = 1
 )
 
+// String returns "release" or "snapshot", as ShardFailure.Side spells it.
 func (s Side) String() string {
 	switch s {
 	case Release:
