@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The gate story of `make demo`: publish, a 4-rank run, an alias switch, a
 # replacement worker, a fence advance, rollback and a candidate kept out.
-# Usage: demo-gate.sh BIN DIR  (DIR/store is the file store; DEMO_GATE_PORT
-# picks the loopback port of the demo's single-node gate, default 7490.)
+# Usage: demo-gate.sh BIN DIR [ROOT]: DIR/store is the file store; ROOT is
+# generation 1 (default: a small synthetic release). DEMO_GATE_PORT picks
+# the loopback port of the demo's single-node gate (default 7490).
 set -euo pipefail
-bin=$1; dir=$2
+bin=$1; dir=$2; r1=${3:-}
 store=$dir/store
 port=${DEMO_GATE_PORT:-7490}
 export SHARDPROOF_GATE=http://127.0.0.1:$port
@@ -31,8 +32,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-say "two releases of the same dataset shape (synth is idempotent: same seed, same root)"
-r1=$("$bin" synth --samples 4000 --shards 8 --seed 1 --store "$store" 2>/dev/null | field root)
+say "two releases (synth is idempotent: same seed, same root)"
+if [ -z "$r1" ]; then
+	r1=$("$bin" synth --samples 4000 --shards 8 --seed 1 --store "$store" 2>/dev/null | field root)
+fi
 r2=$("$bin" synth --samples 4000 --shards 8 --seed 2 --store "$store" 2>/dev/null | field root)
 echo "generation 1 candidate $r1"
 echo "generation 2 candidate $r2"
