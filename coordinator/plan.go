@@ -69,9 +69,11 @@ type PlanOptions struct {
 }
 
 // DefaultMapTasks is the map task count for n inputs at parallelism p: one
-// task per input up to 4 tasks per worker, so a slow shard does not hold up
-// the phase and a task's memory stays that of a few shards.
-func DefaultMapTasks(n, p int) int { return max(1, min(n, max(4*p, 16))) }
+// task per input up to 256 tasks (more with a large p), since a map task
+// holds all its tuples in memory until it writes its shuffle files; beyond
+// that, tasks take a few inputs each to keep the shuffle file count
+// (map tasks × reducers) moderate.
+func DefaultMapTasks(n, p int) int { return max(1, min(n, max(4*p, 256))) }
 
 // DefaultReducers is the reducer count at parallelism p.
 func DefaultReducers(p int) int { return max(1, 2*p) }
