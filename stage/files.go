@@ -18,6 +18,7 @@ import (
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/tuplehash"
 )
 
 // StageOptions configure Stage.
@@ -123,9 +124,20 @@ func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
 			if in.cols, err = matchColumns(p, got, as); err != nil {
 				return err
 			}
-			return eachBatch(ctx, fr, p, in.cols[:1], func(rec arrow.RecordBatch) error {
+			// The sort keys, plus the values that could make a tuple or a
+			// total invalid, checked now so that bad input writes nothing.
+			keyCols := []int{in.cols[0], in.cols[3], in.cols[6]}
+			return eachBatch(ctx, fr, p, keyCols, func(rec arrow.RecordBatch) error {
 				ids := rec.Column(0).(*array.String)
+				split := rec.Column(1).(*array.String)
+				tokens := rec.Column(2).(*array.Int64)
 				for i := 0; i < ids.Len(); i++ {
+					if len(split.Value(i)) > tuplehash.MaxSplitLen {
+						return errcode.New(errcode.BadInput, "input %s: row %d: split longer than %d bytes", p, in.rows+i, tuplehash.MaxSplitLen)
+					}
+					if tokens.Value(i) < 0 {
+						return errcode.New(errcode.BadInput, "input %s: row %d: negative tokens %d", p, in.rows+i, tokens.Value(i))
+					}
 					s.ids = append(s.ids, strings.Clone(ids.Value(i)))
 				}
 				in.rows += ids.Len()

@@ -258,6 +258,10 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 	if err := os.WriteFile(partial, onlyTwo, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	longSplit := filepath.Join(dir, "longsplit.parquet")
+	os.WriteFile(longSplit, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: strings.Repeat("s", 256)}}, stage.ParquetOptions{}), 0o644)
+	negTokens := filepath.Join(dir, "negtokens.parquet")
+	os.WriteFile(negTokens, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: "train", Tokens: -1}}, stage.ParquetOptions{}), 0o644)
 	notParquet := filepath.Join(dir, "junk.parquet")
 	os.WriteFile(notParquet, []byte("PAR1 this is not parquet PAR1"), 0o644)
 
@@ -274,6 +278,8 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 		{"absent file", stage.StageOptions{Inputs: []string{filepath.Join(dir, "nope.parquet")}, Shards: 1}, errcode.BadInput, "nope.parquet"},
 		{"not parquet", stage.StageOptions{Inputs: []string{notParquet}, Shards: 1}, errcode.BadInput, "junk.parquet"},
 		{"duplicate sample", stage.StageOptions{Inputs: []string{good, dup}, Shards: 1}, errcode.BadInput, `sample_id "a" occurs more than once`},
+		{"split too long", stage.StageOptions{Inputs: []string{good, longSplit}, Shards: 1}, errcode.BadInput, "split longer than 255 bytes"},
+		{"negative tokens", stage.StageOptions{Inputs: []string{good, negTokens}, Shards: 1}, errcode.BadInput, "negative tokens -1"},
 		{"bad codec", stage.StageOptions{Inputs: []string{good}, Shards: 1, Options: stage.Options{Parquet: stage.ParquetOptions{Codec: "lz77"}}}, errcode.Usage, "lz77"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
