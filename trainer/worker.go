@@ -2,9 +2,13 @@ package trainer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -55,8 +59,13 @@ type Config struct {
 	// PollInterval is how often a ready sidecar re-reads its run to notice
 	// a reassignment, a closed permit or a failure; zero means 2 s.
 	PollInterval time.Duration
-	Metrics      *Metrics
-	Logger       *slog.Logger
+	// ReadyFile, if set, is written with the worker's Status as JSON
+	// (including the cache path of every assigned shard) whenever the
+	// worker becomes ready, and removed when it stops being ready: an init
+	// container's way to hand the trainer its file list.
+	ReadyFile string
+	Metrics   *Metrics
+	Logger    *slog.Logger
 }
 
 // Worker states, as /readyz and /status report them.
@@ -79,12 +88,22 @@ type Status struct {
 	Generation uint64            `json:"generation"`
 	Epoch      uint64            `json:"epoch"`
 	Shards     []manifest.Digest `json:"shards"`
-	Verified   int               `json:"verified"`
-	Code       string            `json:"code,omitempty"`
-	Reason     string            `json:"reason,omitempty"`
+	// Files are this rank's shards in assignment order with their cache
+	// paths: what the trainer reads.
+	Files    []File `json:"files"`
+	Verified int    `json:"verified"`
+	Code     string `json:"code,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 	// Cache is the cache directory; shard i of Shards is at
 	// Cache/sha256/<hex of Shards[i]>.
 	Cache string `json:"cache"`
+}
+
+// File is one assigned shard in the cache.
+type File struct {
+	ID     string          `json:"id"`
+	Digest manifest.Digest `json:"digest"`
+	Path   string          `json:"path"`
 }
 
 // Worker is the trainer's sidecar: it verifies its rank's shards of the
@@ -113,7 +132,7 @@ func NewWorker(cfg Config) *Worker {
 		cfg.Logger = slog.Default()
 	}
 	w := &Worker{cfg: cfg, log: cfg.Logger.With("run", cfg.Run, "rank", cfg.Rank)}
-	w.status = Status{State: StateStarting, Run: cfg.Run, Rank: cfg.Rank, Shards: []manifest.Digest{}, Cache: cfg.Cache.Dir()}
+	w.status = Status{State: StateStarting, Run: cfg.Run, Rank: cfg.Rank, Shards: []manifest.Digest{}, Files: []File{}, Cache: cfg.Cache.Dir()}
 	return w
 }
 
@@ -123,6 +142,7 @@ func (w *Worker) Status() Status {
 	defer w.mu.Unlock()
 	s := w.status
 	s.Shards = slices.Clone(s.Shards)
+	s.Files = slices.Clone(s.Files)
 	return s
 }
 
@@ -134,17 +154,59 @@ func (w *Worker) Metrics() *Metrics { return w.cfg.Metrics }
 
 func (w *Worker) set(f func(*Status)) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
+	was := w.status.State == StateReady
 	f(&w.status)
 	ready := w.status.State == StateReady
-	root := w.status.Root
-	w.mu.Unlock()
-	if !root.IsZero() {
+	if root := w.status.Root; !root.IsZero() {
 		v := 0.0
 		if ready {
 			v = 1
 		}
 		w.cfg.Metrics.Ready.WithLabelValues(root.String()).Set(v)
 	}
+	// The ready file changes under the lock, so it never lags the state.
+	if w.cfg.ReadyFile != "" && ready != was {
+		if err := w.writeReadyFile(ready); err != nil {
+			w.log.Error("ready file", "path", w.cfg.ReadyFile, "code", errcode.Of(err), "err", err)
+		}
+	}
+}
+
+// writeReadyFile writes the status to Config.ReadyFile (temp file, fsync,
+// rename) when ready, and removes it otherwise.
+func (w *Worker) writeReadyFile(ready bool) error {
+	path := w.cfg.ReadyFile
+	if !ready {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return errcode.Wrap(errcode.IO, err, "remove ready file")
+		}
+		return nil
+	}
+	b, err := json.MarshalIndent(w.status, "", "  ")
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, err, "encode status")
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "ready file")
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(b, '\n')); err != nil {
+		tmp.Close()
+		return errcode.Wrap(errcode.IO, err, "ready file")
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return errcode.Wrap(errcode.IO, err, "ready file")
+	}
+	if err := tmp.Close(); err != nil {
+		return errcode.Wrap(errcode.IO, err, "ready file")
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return errcode.Wrap(errcode.IO, err, "ready file")
+	}
+	return nil
 }
 
 // Run verifies, attests and waits at the barrier. With once it returns nil
@@ -348,7 +410,11 @@ func (w *Worker) pin(ctx context.Context, run *raftgate.Run) (*manifest.Release,
 		}
 		shards[i], digests[i] = rel.Shards[k], rel.Shards[k].Digest
 	}
-	w.set(func(s *Status) { s.Shards, s.Verified = digests, 0 })
+	files := make([]File, len(shards))
+	for i, d := range shards {
+		files[i] = File{ID: d.ID, Digest: d.Digest, Path: w.cfg.Cache.Path(d.Digest)}
+	}
+	w.set(func(s *Status) { s.Shards, s.Files, s.Verified = digests, files, 0 })
 	w.log.Info("pinned run root", "root", root.String(), "generation", run.Generation, "epoch", run.Epoch, "shards", len(shards))
 	return rel, shards, nil
 }

@@ -2,12 +2,14 @@ package trainer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -134,6 +136,8 @@ func TestFourRanksAttestAndBarrierOpens(t *testing.T) {
 	for r := range 4 {
 		ws = append(ws, e.worker("r1", r, nil, nil))
 	}
+	readyFile := filepath.Join(t.TempDir(), "ready.json")
+	ws[0].cfg.ReadyFile = readyFile
 	srv := httptest.NewServer(ws[0].Handler())
 	defer srv.Close()
 	if code, _ := get(t, srv.URL+"/readyz"); code != http.StatusServiceUnavailable {
@@ -170,6 +174,19 @@ func TestFourRanksAttestAndBarrierOpens(t *testing.T) {
 	}
 	if len(seen) != 8 {
 		t.Fatalf("ranks cover %d distinct shards, want 8", len(seen))
+	}
+	b, err := os.ReadFile(readyFile)
+	if err != nil {
+		t.Fatalf("ready file: %v", err)
+	}
+	var rf Status
+	if err := json.Unmarshal(b, &rf); err != nil || rf.State != StateReady || rf.Root != e.gen1.Root || len(rf.Files) != 2 {
+		t.Fatalf("ready file %s: %v", b, err)
+	}
+	for _, f := range rf.Files {
+		if got, _ := os.ReadFile(f.Path); manifest.Sum(got) != f.Digest {
+			t.Fatalf("ready file names %s for %s, which does not hold its bytes", f.Path, f.ID)
+		}
 	}
 	if code, body := get(t, srv.URL+"/readyz"); code != http.StatusOK || !strings.Contains(body, label) {
 		t.Fatalf("/readyz after the barrier: %d %q", code, body)
@@ -427,14 +444,21 @@ func TestSidecarFollowsPermitReassignAndCancel(t *testing.T) {
 	e.publish(e.gen1, 0)
 	e.createRun("r1", 1, 20*time.Second)
 	w := e.worker("r1", 0, nil, nil)
+	w.cfg.ReadyFile = filepath.Join(t.TempDir(), "ready.json")
 	done := make(chan error, 1)
 	go func() { done <- w.Run(e.ctx, false) }()
 	waitState(t, w, StateReady)
+	if _, err := os.Stat(w.cfg.ReadyFile); err != nil {
+		t.Fatalf("ready file while READY: %v", err)
+	}
 
 	if _, err := e.gate.AdvanceFence(e.ctx, raftgate.FenceTombstone, 10); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, w, StateBlocked)
+	if _, err := os.Stat(w.cfg.ReadyFile); !os.IsNotExist(err) {
+		t.Fatalf("ready file while BLOCKED: %v", err)
+	}
 	if st := w.Status(); st.Code != string(errcode.PermitClosed) {
 		t.Fatalf("blocked status %+v", st)
 	}

@@ -17,10 +17,10 @@ import (
 
 func init() {
 	var (
-		store, gateURL, run, cacheDir, listen string
-		rank, parallelism                     int
-		once, bytesOnly, quiet                bool
-		poll                                  time.Duration
+		store, gateURL, run, cacheDir, listen, readyFile string
+		rank, parallelism                                int
+		once, bytesOnly, quiet                           bool
+		poll                                             time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "worker --gate URL --store URL --run ID --rank K --cache DIR [--listen ADDR] [--once]",
@@ -33,6 +33,10 @@ with this rank's assigned shards read at their exact object versions
 counted) and decodes each one, attests (run, rank, root, shard digests), and
 waits at the barrier. The trainer reads shard bytes from
 DIR/sha256/<hex of the shard digest>.
+
+With --ready-file PATH it writes, while ready, a JSON file with the root,
+the epoch and every assigned shard's id, digest and cache path: what an init
+container hands to the trainer container on a shared volume.
 
 With --listen it serves /readyz (200 only while the barrier and the run's
 permit are open), /healthz, /status (JSON, including the shard list) and
@@ -62,7 +66,7 @@ failed; the rank did not attest), GATE_UNAVAILABLE.`,
 			defer g.Close()
 			cfg := trainer.Config{
 				Gate: g, Store: s, Cache: c, Run: run, Rank: rank,
-				Parallelism: parallelism, PollInterval: poll,
+				Parallelism: parallelism, PollInterval: poll, ReadyFile: readyFile,
 				Logger: cmdLogger(cmd.ErrOrStderr(), quiet).With("component", "worker"),
 			}
 			if !bytesOnly {
@@ -100,6 +104,7 @@ failed; the rank did not attest), GATE_UNAVAILABLE.`,
 	f.IntVar(&rank, "rank", 0, "this worker's rank")
 	f.StringVar(&cacheDir, "cache", "", "local cache directory (digest-addressed)")
 	f.StringVar(&listen, "listen", "", "serve /readyz, /healthz, /status and /metrics on this address, e.g. 127.0.0.1:9464")
+	f.StringVar(&readyFile, "ready-file", "", "write the status (root, epoch, each shard's cache path) as JSON here while ready; removed when not")
 	f.BoolVar(&once, "once", false, "exit 0 as soon as the barrier is open (init container)")
 	f.IntVar(&parallelism, "parallelism", 4, "shards fetched and verified at once")
 	f.DurationVar(&poll, "poll", 2*time.Second, "how often a ready sidecar re-reads its run")
