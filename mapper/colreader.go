@@ -244,15 +244,21 @@ func newColumns(s *manifest.RecordSchema) ([]crColumn, error) {
 }
 
 // readColumns decodes every row group of pf into h, batchRows rows of all
-// columns at a time. s is the schema h was made for (the file's columns
-// in order).
-func readColumns(ctx context.Context, pf *file.Reader, s *manifest.RecordSchema, h *canon.ShardHasher, each func(*tuplehash.Tuple, [32]byte) error) error {
+// columns at a time. s is the schema h was made for; leaves are the file's
+// leaf columns of its fields, in order (nil: every leaf, one per field).
+func readColumns(ctx context.Context, pf *file.Reader, s *manifest.RecordSchema, leaves []int, h *canon.ShardHasher, each func(*tuplehash.Tuple, [32]byte) error) error {
 	cols, err := newColumns(s)
 	if err != nil {
 		return err
 	}
-	if pf.MetaData().Schema.NumColumns() != len(cols) {
-		return fmt.Errorf("file has %d leaf columns, schema %d fields", pf.MetaData().Schema.NumColumns(), len(cols))
+	if leaves == nil {
+		if pf.MetaData().Schema.NumColumns() != len(cols) {
+			return fmt.Errorf("file has %d leaf columns, schema %d fields", pf.MetaData().Schema.NumColumns(), len(cols))
+		}
+		leaves = make([]int, len(cols))
+		for i := range leaves {
+			leaves[i] = i
+		}
 	}
 	view := make([]canon.Column, len(cols))
 	for i, c := range cols {
@@ -263,7 +269,7 @@ func readColumns(ctx context.Context, pf *file.Reader, s *manifest.RecordSchema,
 	for g := 0; g < pf.NumRowGroups(); g++ {
 		rg := pf.RowGroup(g)
 		for j := range cols {
-			if readers[j], err = rg.Column(j); err != nil {
+			if readers[j], err = rg.Column(leaves[j]); err != nil {
 				return fmt.Errorf("row group %d column %d: %w", g, j, err)
 			}
 			d := readers[j].Descriptor()

@@ -103,12 +103,12 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		res.fail(errcode.SchemaMismatch, "Parquet schema has no Arrow mapping: %v", err)
 		return res, nil
 	}
-	h, used, ok := d.hasher(canon.FromArrow(as, d.want), &res)
+	h, used, leaves, ok := d.hasher(pf, canon.FromArrow(as, d.want), &res)
 	if !ok {
 		return res, nil
 	}
 	if dec == DecoderColumnReader {
-		if err := readColumns(ctx, pf, used, h, each); err != nil {
+		if err := readColumns(ctx, pf, used, leaves, h, each); err != nil {
 			if errcode.Of(err) == errcode.Canceled {
 				return res, err
 			}
@@ -117,7 +117,7 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		}
 		return d.finish(pf, h, res), nil
 	}
-	rr, err := fr.GetRecordReader(ctx, nil, nil)
+	rr, err := fr.GetRecordReader(ctx, leaves, nil)
 	if err != nil {
 		res.fail(errcode.DecodeError, "record reader: %v", err)
 		return res, nil
@@ -151,37 +151,54 @@ func (d *decoding) finish(pf *file.Reader, h *canon.ShardHasher, res decodeResul
 	return res
 }
 
-// hasher returns the ShardHasher for the schema found in the file. A found
-// schema other than the wanted one is SCHEMA_MISMATCH; its records are
-// still decoded if they can form tuples, which then carry the found
-// schema's digest (the reducers report SCHEMA_MIX).
-func (d *decoding) hasher(found *manifest.RecordSchema, res *decodeResult) (*canon.ShardHasher, *manifest.RecordSchema, bool) {
+// hasher returns the ShardHasher for the schema found in the file, the
+// schema it hashes and the leaf columns to read (nil: all). A found schema
+// other than the wanted one is SCHEMA_MISMATCH; its records are still
+// decoded if they can form tuples, which then carry the found schema's
+// digest (the reducers report SCHEMA_MIX). Columns of types the canonical
+// encoding does not know are skipped then: they cannot be hashed, and the
+// shard's logical digest cannot match anyway.
+func (d *decoding) hasher(pf *file.Reader, found *manifest.RecordSchema, res *decodeResult) (*canon.ShardHasher, *manifest.RecordSchema, []int, bool) {
 	fd, err := canon.SchemaDigest(found)
 	if err != nil {
 		res.fail(errcode.SchemaMismatch, "found schema cannot be digested: %v", err)
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
 	wd, err := canon.SchemaDigest(d.want)
 	if err != nil {
 		res.fail(errcode.Internal, "wanted schema cannot be digested: %v", err)
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
 	if fd == wd {
 		h, err := canon.NewShardHasher(d.want, d.logicalSchema, d.tupleSchema)
 		if err != nil {
 			res.fail(errcode.Internal, "record schema: %v", err)
-			return nil, nil, false
+			return nil, nil, nil, false
 		}
-		return h, d.want, true
+		return h, d.want, nil, true
 	}
 	res.fail(errcode.SchemaMismatch, "recordSchema %s has fields [%s]; the file has fields [%s] (schema digest %s)",
 		wd, fieldList(d.want), fieldList(found), fd)
-	h, err := canon.NewShardHasher(found, fd, fd)
+	used := *found
+	used.Fields = nil
+	var leaves []int
+	for _, f := range found.Fields {
+		if _, ok := canon.TagOf(f.Type); !ok {
+			continue
+		}
+		leaf := pf.MetaData().Schema.ColumnIndexByName(f.Name)
+		if leaf < 0 {
+			return nil, nil, nil, false
+		}
+		used.Fields = append(used.Fields, f)
+		leaves = append(leaves, leaf)
+	}
+	h, err := canon.NewShardHasher(&used, fd, fd)
 	if err != nil {
 		// No tuple can be formed: the file contributes nothing to the diff.
-		return nil, nil, false
+		return nil, nil, nil, false
 	}
-	return h, found, true
+	return h, &used, leaves, true
 }
 
 func fieldList(s *manifest.RecordSchema) string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -267,6 +268,33 @@ func testSchemaMismatchEmitsTuplesWithFoundSchema(t *testing.T, dec mapper.Decod
 	for _, tp := range tuples {
 		if tp.SchemaDigest != od {
 			t.Fatalf("tuple schema digest %x, want the found schema %s", tp.SchemaDigest, od)
+		}
+	}
+
+	// An added column of a type record schemas cannot hold (float32) is
+	// skipped: the tuples still come out, naming the schema found.
+	scores := array.NewFloat32Builder(memory.DefaultAllocator)
+	for range rows {
+		scores.Append(0.5)
+	}
+	sc := scores.NewArray()
+	scores.Release()
+	defer sc.Release()
+	wide := array.NewRecordBatch(arrow.NewSchema(append(rec.Schema().Fields(), arrow.Field{Name: "score", Type: arrow.PrimitiveTypes.Float32}), nil),
+		append(slices.Clone(rec.Columns()), sc), rec.NumRows())
+	defer wide.Release()
+	r3, tuples3 := mapBytes(t, f, f.res.Release.Shards[0], stagetest.EncodeRecord(t, wide, stage.DefaultSchema(), stage.ParquetOptions{}))
+	if !slices.Contains(codes(r3), "SCHEMA_MISMATCH") || !r3.Decoded || len(tuples3) != len(rows) {
+		t.Fatalf("extra float32 column: codes %v decoded %v tuples %d", codes(r3), r3.Decoded, len(tuples3))
+	}
+	wantFound := canon.FromArrow(wide.Schema(), stage.DefaultSchema())
+	wd, _ := canon.SchemaDigest(wantFound)
+	if tuples3[0].SchemaDigest != wd || wd == f.res.RecordSchema {
+		t.Fatalf("tuples name schema %x, want the found schema %s", tuples3[0].SchemaDigest, wd)
+	}
+	for i, tp := range tuples3 {
+		if tp.SampleID != tuples[i].SampleID || tp.LogicalContentDigest != tuples[i].LogicalContentDigest {
+			t.Fatalf("tuple %d differs from the renamed-column shard's", i)
 		}
 	}
 
