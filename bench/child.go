@@ -230,10 +230,11 @@ type runner struct {
 	d          *Dataset
 }
 
-// clearJobs removes the store's jobs/ tree. Plans are content-addressed
-// and map/reduce tasks return at once when their commit record exists, so
-// without this every verification after the first would reuse the first
-// one's shuffle and measure nothing. The harness owns the cached store.
+// clearJobs removes the store's jobs/ tree before each verification. Each
+// verification plans with a fresh nonce, so it never reuses an earlier
+// one's commits; clearing keeps every round's shuffle writes landing in an
+// equally empty store (and the cache from growing by a shuffle per run).
+// The harness owns the cached store.
 func (r *runner) clearJobs() error {
 	if err := os.RemoveAll(filepath.Join(r.d.StoreDir, "jobs")); err != nil {
 		return errcode.Wrap(errcode.IO, err, "clear jobs")
