@@ -57,8 +57,10 @@ say "create run r1 with 4 ranks: the alias is resolved exactly once"
 "$bin" run create r1 --alias pretrain-main --world-size 4 --barrier-timeout 2m
 
 say "4 workers verify their shards into local caches, attest, wait at the barrier"
+# Ranks 0-2 are init containers; rank 0 hands its file list to the trainer.
 for k in 0 1 2; do
-	"$bin" worker -q --store "$store" --run r1 --rank $k --cache "$dir/cache$k" --once >"$dir/worker$k.out" 2>&1 &
+	"$bin" worker -q --store "$store" --run r1 --rank $k --cache "$dir/cache$k" --once \
+		--ready-file "$dir/ready$k.json" >"$dir/worker$k.out" 2>&1 &
 	pids+=($!)
 done
 # Rank 3 is a sidecar serving /readyz and /metrics.
@@ -67,7 +69,10 @@ done
 sidecar=$!
 pids+=($sidecar)
 "$bin" run wait r1 --timeout 60s
+wait "${pids[@]:1:3}"
 cat "$dir"/worker[0-2].out
+echo "rank 0's trainer reads:"
+grep '"path"' "$dir/ready0.json"
 readyz() {
 	if command -v curl >/dev/null; then
 		curl -s "http://127.0.0.1:$((port + 2))/readyz" || true

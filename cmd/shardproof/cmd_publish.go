@@ -31,16 +31,18 @@ func defaultGateURL() string {
 }
 
 // localVerifier runs verify in-process (the coordinator's local executor)
-// for publish and recheck.
-func localVerifier(s objstore.Store, parallelism int) publish.VerifyFunc {
+// for publish and recheck, showing progress on stderr as verify does.
+func localVerifier(s objstore.Store, parallelism int, stderr io.Writer) publish.VerifyFunc {
 	if parallelism <= 0 {
 		parallelism = runtime.NumCPU()
 	}
 	return func(ctx context.Context, root, tombstones, benchmark manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+		prog := newVerifyProgress(stderr)
 		out, err := coordinator.Verify(ctx, s, coordinator.Options{PlanOptions: coordinator.PlanOptions{
 			Root: root, Tombstones: tombstones, Benchmark: benchmark,
 			Parallelism: parallelism, Tool: "shardproof " + version,
-		}})
+		}, Progress: prog.update})
+		prog.finish()
 		if err != nil {
 			return nil, manifest.Digest{}, err
 		}
@@ -120,7 +122,7 @@ Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
 			}
 			g := raftgate.NewClient(gateURL)
 			defer g.Close()
-			o.Verify = localVerifier(s, parallelism)
+			o.Verify = localVerifier(s, parallelism, progressOut(cmd, quiet))
 			o.Logger = cmdLogger(cmd.ErrOrStderr(), quiet)
 			// The verifier logs through the default logger; -q quiets it too.
 			slog.SetDefault(o.Logger)
@@ -197,4 +199,12 @@ func printPublishOutcome(w io.Writer, out *publish.Outcome, asJSON, ok bool) {
 		return
 	}
 	fmt.Fprintf(w, "published %s generation %d -> %s (permit %s)\n", res.Alias, res.Generation, res.Root, res.Permit)
+}
+
+// progressOut is where verify progress goes: stderr, or nowhere with -q.
+func progressOut(cmd *cobra.Command, quiet bool) io.Writer {
+	if quiet {
+		return io.Discard
+	}
+	return cmd.ErrOrStderr()
 }

@@ -90,7 +90,7 @@ Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 				seen[d] = true
 				return dup
 			})
-			o.Verify = localVerifier(s, parallelism)
+			o.Verify = localVerifier(s, parallelism, progressOut(cmd, quiet))
 			o.Logger = cmdLogger(cmd.ErrOrStderr(), quiet)
 			// The verifier logs through the default logger; -q quiets it too.
 			slog.SetDefault(o.Logger)
