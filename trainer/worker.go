@@ -252,6 +252,11 @@ func (w *Worker) run(ctx context.Context, once bool) error {
 			}
 			attest = false
 			if once {
+				// An init container that lets the trainer start must mean
+				// the run may step and checkpoint: not with a closed permit.
+				if st := w.Status(); st.State == StateBlocked {
+					return errcode.New(errcode.PermitClosed, "run %s: barrier open but %s", w.cfg.Run, st.Reason)
+				}
 				return nil
 			}
 		}

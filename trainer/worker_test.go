@@ -607,3 +607,19 @@ func TestReassignWhileWaitingAtBarrier(t *testing.T) {
 		t.Fatalf("sidecar: %v", err)
 	}
 }
+
+// An init container does not let the trainer start on a run whose permit
+// a fence advance closed.
+func TestOnceRefusesClosedPermit(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 20*time.Second)
+	if _, err := e.gate.AdvanceFence(e.ctx, raftgate.FenceBenchmark, 3); err != nil {
+		t.Fatal(err)
+	}
+	w := e.worker("r1", 0, nil, nil)
+	wantCode(t, w.Run(e.ctx, true), errcode.PermitClosed)
+	if st := w.Status(); st.State != StateFailed || st.Code != string(errcode.PermitClosed) {
+		t.Fatalf("status %+v", st)
+	}
+}

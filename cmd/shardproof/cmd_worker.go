@@ -45,8 +45,9 @@ watching the run: a reassignment that resets this rank is verified and
 attested again; a fence advance that closes the run's permit turns /readyz
 red until a recheck renews it.
 
-Exit status: 0 barrier open (--once) or stopped by a signal; otherwise the
-code of the failure: ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED (cancelled),
+Exit status: 0 barrier open and permit open (--once) or stopped by a signal;
+otherwise the code of the failure: ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED
+(cancelled), PERMIT_CLOSED (--once: a fence advance closed the run's permit),
 DIGEST_MISMATCH / SIZE_MISMATCH / SCHEMA_MISMATCH / … (a shard of this rank
 failed; the rank did not attest), GATE_UNAVAILABLE.`,
 		Args: exactArgs(0),
