@@ -623,3 +623,35 @@ func TestOnceRefusesClosedPermit(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 }
+
+// Workers talk to a three-node gate; the leader dies while rank 0 waits
+// at the barrier. The new leader holds the attestation and the run's
+// root, and rank 1 opens the barrier through it.
+func TestLeaderLossWhileWaiting(t *testing.T) {
+	s := stagetest.Store(t)
+	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
+	c := raftgate.MakeCluster(t, 3)
+	g := c.Client()
+	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
+	e.publish(gen1, 0)
+	e.createRun("r1", 2, 30*time.Second)
+	w0 := e.worker("r1", 0, nil, nil)
+	done := make(chan error, 1)
+	go func() { done <- w0.Run(e.ctx, true) }()
+	waitState(t, w0, StateWaiting)
+	for i, n := range c.Nodes {
+		if n != nil && n.IsLeader() {
+			c.Stop(i)
+		}
+	}
+	c.Leader(10 * time.Second)
+	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
+		t.Fatalf("rank 1 after the leader change: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("rank 0 across the leader change: %v", err)
+	}
+	if st := w0.Status(); st.State != StateReady || st.Root != gen1.Root {
+		t.Fatalf("rank 0: %+v", st)
+	}
+}
