@@ -70,14 +70,17 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 	}
 	res := NewResult(o.Lo, o.Hi)
 	d := &differ{res: res, tomb: o.Tombstones, bench: o.Benchmark}
-	var rows []shuffle.Row
+	var (
+		rows []shuffle.Row
+		runs [][]shuffle.Row
+	)
 	for b := o.Lo; b < o.Hi; b++ {
 		if b%64 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, errcode.Wrap(errcode.Canceled, err, "reduce")
 			}
 		}
-		rows = rows[:0]
+		runs = runs[:0]
 		for i := range heads {
 			h := &heads[i]
 			if h.done {
@@ -87,12 +90,13 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 				return nil, errcode.New(errcode.ShuffleCorrupt, "reducer: source %d yielded bucket %d outside or behind the range at %d", i, h.bucket, b)
 			}
 			if h.bucket == b {
-				rows = append(rows, h.rows...)
+				runs = append(runs, h.rows)
 				if err := h.advance(sources[i]); err != nil {
 					return nil, err
 				}
 			}
 		}
+		rows = merge(rows[:0], runs)
 		if err := d.bucket(b, rows); err != nil {
 			return nil, err
 		}
@@ -103,6 +107,51 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// merge appends the rows of runs, each already in shuffle order (as every
+// source yields them), to dst in shuffle order: a k-way merge over a
+// binary heap of the runs' next rows, so a bucket's rows are never
+// re-sorted.
+func merge(dst []shuffle.Row, runs [][]shuffle.Row) []shuffle.Row {
+	if len(runs) == 1 {
+		return append(dst, runs[0]...)
+	}
+	h := make([][]shuffle.Row, 0, len(runs))
+	for _, r := range runs {
+		if len(r) > 0 {
+			h = append(h, r)
+		}
+	}
+	less := func(i, j int) bool { return shuffle.Compare(&h[i][0], &h[j][0]) < 0 }
+	down := func(i int) {
+		for {
+			c := 2*i + 1
+			if c >= len(h) {
+				return
+			}
+			if c+1 < len(h) && less(c+1, c) {
+				c++
+			}
+			if !less(c, i) {
+				return
+			}
+			h[i], h[c] = h[c], h[i]
+			i = c
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for len(h) > 0 {
+		dst = append(dst, h[0][0])
+		if h[0] = h[0][1:]; len(h[0]) == 0 {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		down(0)
+	}
+	return dst
 }
 
 type head struct {
@@ -138,7 +187,10 @@ func (d *differ) bucket(b uint32, rows []shuffle.Row) error {
 	if want := d.res.Lo + uint32(len(d.res.ReleaseLeaves)/32); b != want || b >= d.res.Hi {
 		return errcode.New(errcode.Internal, "reducer: bucket %d given, expected %d", b, want)
 	}
-	shuffle.Sort(rows)
+	// Rows from Reduce arrive merged; anything else is sorted here.
+	if !slices.IsSortedFunc(rows, func(a, b shuffle.Row) int { return shuffle.Compare(&a, &b) }) {
+		shuffle.Sort(rows)
+	}
 	d.rel, d.snap = d.rel[:0], d.snap[:0]
 	for i := 0; i < len(rows); {
 		j := i + 1

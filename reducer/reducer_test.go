@@ -294,3 +294,26 @@ func BenchmarkDiffBucket(b *testing.B) {
 	}
 	b.ReportMetric(float64(len(rows))*float64(b.N)/b.Elapsed().Seconds(), "tuples/s")
 }
+
+func TestMergeRuns(t *testing.T) {
+	rows, _, _, _ := scenario(t, 300)
+	for i := range rows {
+		rows[i].Bucket = 0 // one bucket, many runs
+	}
+	want := slices.Clone(rows)
+	shuffle.Sort(want)
+	for _, k := range []int{1, 2, 3, 17, 64} {
+		rng := rand.New(rand.NewPCG(uint64(k), 9))
+		runs := make([][]shuffle.Row, k)
+		for _, r := range rows {
+			i := rng.IntN(k)
+			runs[i] = append(runs[i], r)
+		}
+		for _, r := range runs {
+			shuffle.Sort(r)
+		}
+		if got := merge(nil, runs); !slices.Equal(got, want) {
+			t.Fatalf("k=%d: merge differs from a sort", k)
+		}
+	}
+}
