@@ -35,7 +35,8 @@ type Slurm struct {
 	Binary string
 	// Dir holds the task script and the array tasks' logs; it must be on
 	// a file system the compute nodes share (default: a new temporary
-	// directory, which suits a single-node cluster).
+	// directory, which suits a single-node cluster; it is kept, since it
+	// holds the logs).
 	Dir string
 	// Attempts bounds the runs of one task inside its array task
 	// (default 3).

@@ -48,7 +48,7 @@ func init() {
 	f.StringVar(&x.taskBinary, "task-binary", "", "shardproof executable the process and slurm tasks run (default: this one)")
 	f.StringVar(&x.taskStore, "task-store", "", "store URL as the tasks reach it (default: --store, made absolute)")
 	f.IntVar(&x.attempts, "task-attempts", 3, "runs of one task before it fails (process, slurm; kubernetes: --k8s-backoff-limit-per-index)")
-	f.StringVar(&x.slurmDir, "slurm-dir", "", "shared directory for the Slurm task script and logs (default: a new temp directory)")
+	f.StringVar(&x.slurmDir, "slurm-dir", "", "shared directory for the Slurm task script and logs (default: a new temp directory, kept for its logs)")
 	f.StringVar(&x.slurmPartition, "slurm-partition", "", "Slurm partition (default: the cluster's default)")
 	f.StringArrayVar(&x.slurmArgs, "slurm-arg", nil, "extra sbatch argument (repeatable), e.g. --slurm-arg=--time=30")
 	f.StringVar(&x.k8s.Emit, "emit", "", "kubernetes: write the Indexed Job YAML files to this directory")
