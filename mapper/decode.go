@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
@@ -40,6 +41,10 @@ func (d Decoder) String() string {
 // batchRows is the rows per decoded batch: bounds memory per batch
 // whatever a hostile footer claims.
 const batchRows = 8192
+
+// maxPageBytes bounds the page size a page header may declare, before
+// the reader allocates for it: 64 times the 1 MiB pages stage writes.
+const maxPageBytes = 64 << 20
 
 // maxRows bounds the rows a footer may declare per file.
 const maxRows = 1 << 32
@@ -82,7 +87,9 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	if !ok {
 		return res, nil
 	}
-	pf, err := file.NewParquetReader(bytes.NewReader(data))
+	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	props.MaxCompressedPageSize, props.MaxUncompressedPageSize = maxPageBytes, maxPageBytes
+	pf, err := file.NewParquetReader(bytes.NewReader(data), file.WithReadProps(props))
 	if err != nil {
 		res.fail(errcode.FooterCorrupt, "footer does not parse: %v", err)
 		return res, nil
