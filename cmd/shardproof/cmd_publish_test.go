@@ -139,9 +139,13 @@ func TestPublishWorkerRecheckCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	tombD := manifest.Digest(tomb)
-	if _, err := g.AdvanceFence(ctx, raftgate.FenceTombstone, 4); err != nil {
-		t.Fatal(err)
+	out, err = cli(t, "gate", "fence", "advance", "--store", dir, "--gate", node.URL(), "--tombstones", tombD.String())
+	if err != nil || !strings.Contains(out, "tombstone fence 4") || !strings.Contains(out, "closed 2 permits") {
+		t.Fatalf("fence advance: %q %v", out, err)
 	}
+	// The gate's own form still works (and a lower value is refused).
+	_, err = cli(t, "gate", "fence", "tombstone", "3", "--gate", node.URL())
+	wantExit(t, err, errcode.FenceRegression, errcode.ExitRejected)
 	_, err = g.AdmitCheckpoint(ctx, "r1", 0, gen1.Root)
 	wantExit(t, err, errcode.PermitClosed, errcode.ExitRejected)
 	// --closed finds the roots with closed permits: generation 1 (the

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -142,4 +143,78 @@ func printRecheckOutcome(w io.Writer, root manifest.Digest, out *publish.Recheck
 		verdict = string(errcode.Of(err))
 	}
 	fmt.Fprintf(w, "%s  %s  hits %v  report %s  reopened %v\n", root, verdict, out.Hits, out.ReportDigest, out.Reopened)
+}
+
+// `gate fence advance` lives here, next to recheck, because the two are
+// one workflow: advance the fence to a new document's watermark (closing
+// every permit below it), then recheck the roots that should stay usable.
+// It is added under the gate's `fence` command, registered by
+// cmd_gate.go, whose init runs first (files initialize in name order).
+func init() {
+	var fence *cobra.Command
+	for _, c := range rootCmd.Commands() {
+		if c.Name() == "gate" {
+			for _, sub := range c.Commands() {
+				if sub.Name() == "fence" {
+					fence = sub
+				}
+			}
+		}
+	}
+	if fence == nil {
+		panic("cmd_recheck.go: no gate fence command registered")
+	}
+	var store, tombstones, benchmark string
+	cmd := &cobra.Command{
+		Use:   "advance --store URL (--tombstones D | --benchmark D)",
+		Short: "Advance a fence to the watermark of a tombstone log or benchmark registry",
+		Long: `advance reads the tombstone log (--tombstones) or benchmark registry
+(--benchmark) by digest, strictly decoded, and advances the gate's fence to
+its watermark (the highest seq). Every open permit bound below it is closed:
+runs on those roots can no longer admit checkpoints, and rollbacks to them
+are refused, until 'shardproof recheck' finds zero hits at that watermark.
+
+Exit status: 0 advanced (or already there), 2 usage, 3 store or gate
+unreachable, 4 refused (FENCE_REGRESSION: the fence is already higher).`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if (tombstones == "") == (benchmark == "") {
+				return errcode.New(errcode.Usage, "%s: give exactly one of --tombstones and --benchmark", cmd.CommandPath())
+			}
+			kind, schema, flag, val := raftgate.FenceTombstone, manifest.TombstonesSchema, "--tombstones", tombstones
+			if benchmark != "" {
+				kind, schema, flag, val = raftgate.FenceBenchmark, manifest.BenchmarkSchema, "--benchmark", benchmark
+			}
+			d, err := parseOptionalDigest(cmd, flag, val)
+			if err != nil {
+				return err
+			}
+			s, err := openStore(cmd, store)
+			if err != nil {
+				return err
+			}
+			l, err := publish.LoadFenceLog(cmd.Context(), s, d, schema)
+			if err != nil {
+				return err
+			}
+			g := gateClient()
+			defer g.Close()
+			r, err := g.AdvanceFence(cmd.Context(), kind, l.Watermark())
+			if err != nil {
+				return err
+			}
+			return printResult(cmd, r, func(w io.Writer) {
+				fmt.Fprintf(w, "%s fence %d (from %s, %d entries); closed %d permits", kind, l.Watermark(), d, len(l.Entries), len(r.Closed))
+				if len(r.Closed) > 0 {
+					fmt.Fprintf(w, ": %s\nrecheck with: shardproof recheck --closed %s %s", strings.Join(r.Closed, ", "), flag, d)
+				}
+				fmt.Fprintln(w)
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&store, "store", "", "object store URL or path holding the fence document")
+	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest")
+	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest")
+	fence.AddCommand(cmd)
 }
