@@ -21,6 +21,7 @@ func init() {
 		store, root, snapshot, tombstones, benchmark string
 		mapTasks, reducers, parallelism              int
 		asJSON                                       bool
+		engine                                       executorFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "verify --store URL --root sha256:…",
@@ -32,6 +33,9 @@ and stores a content-addressed report bound to the root digest.
 Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if engine.executor != "local" {
+				return engine.run(cmd)
+			}
 			opts := coordinator.Options{PlanOptions: coordinator.PlanOptions{
 				MapTasks: mapTasks, Reducers: reducers, Parallelism: parallelism,
 				Tool: "shardproof " + version,
@@ -98,6 +102,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 	f.IntVar(&reducers, "reducers", 0, "number of reduce tasks (default: 2 × parallelism)")
 	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local executor (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
+	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)
 }
 

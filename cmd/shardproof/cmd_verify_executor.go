@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -14,8 +15,7 @@ import (
 )
 
 // executorFlags are verify's --executor and the settings of each engine.
-// They live here, apart from cmd_verify.go, and take over verify's RunE
-// only when an executor other than local is chosen.
+// verify hands its run to them when an executor other than local is chosen.
 type executorFlags struct {
 	executor   string
 	taskBinary string
@@ -30,20 +30,8 @@ type executorFlags struct {
 	k8sEnv []string
 }
 
-// This file's init runs after cmd_verify.go's (files initialize in name
-// order), so the verify command exists.
-func init() {
-	var verify *cobra.Command
-	for _, c := range rootCmd.Commands() {
-		if c.Name() == "verify" {
-			verify = c
-		}
-	}
-	if verify == nil {
-		panic("cmd_verify_executor.go: no verify command registered")
-	}
-	var x executorFlags
-	f := verify.Flags()
+// addFlags registers --executor and the engine settings on verify's flags.
+func (x *executorFlags) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&x.executor, "executor", "local", "where tasks run: local (goroutines), process (child processes), slurm (job arrays), kubernetes (Indexed Jobs)")
 	f.StringVar(&x.taskBinary, "task-binary", "", "shardproof executable the process and slurm tasks run (default: this one)")
 	f.StringVar(&x.taskStore, "task-store", "", "store URL as the tasks reach it (default: --store, made absolute)")
@@ -60,13 +48,6 @@ func init() {
 	f.IntVar(&x.k8s.Parallelism, "k8s-parallelism", 0, "kubernetes: pods of one Job at once (default: all)")
 	f.StringVar(&x.k8s.Kubectl, "kubectl", "kubectl", "kubernetes: kubectl executable (--submit)")
 	f.StringArrayVar(&x.k8sEnv, "k8s-env", nil, "kubernetes: container environment variable NAME=VALUE (repeatable)")
-	local := verify.RunE
-	verify.RunE = func(cmd *cobra.Command, args []string) error {
-		if x.executor == "local" {
-			return local(cmd, args)
-		}
-		return x.run(cmd)
-	}
 }
 
 // run is verify with an external engine: plan, run the tasks there,
