@@ -157,8 +157,15 @@ func TestPublishWorkerRecheckCLI(t *testing.T) {
 	if _, err := g.AdmitCheckpoint(ctx, "r1", 0, gen1.Root); err != nil {
 		t.Fatalf("checkpoint after recheck: %v", err)
 	}
-	// Without the new log, a publish is refused before verifying.
-	_, err = pub("--alias", "main", "--root", gen1.Root.String(), "--expect-generation", "2")
+	// Generation 1 was rechecked at the new fence: publishing it again
+	// reuses what the gate holds. A root never checked against the new
+	// log is refused before any verify work.
+	out, err = pub("--alias", "main", "--root", gen1.Root.String(), "--expect-generation", "2")
+	if err != nil || !strings.Contains(out, "stored report reused") || !strings.Contains(out, "generation 3") {
+		t.Fatalf("republish gen1: %q %v", out, err)
+	}
+	gen3 := stagetest.Synth(t, s, 600, 2, 3)
+	_, err = pub("--alias", "main", "--root", gen3.Root.String(), "--expect-generation", "3")
 	wantExit(t, err, errcode.FenceBehind, errcode.ExitRejected)
 	// Usage errors.
 	_, err = pub("--alias", "main")
