@@ -125,6 +125,10 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		}
 	}
 
+	attempts := o.Attempts
+	if attempts <= 0 {
+		attempts = 5
+	}
 	out := &Outcome{}
 	if out.Report, out.ReportDigest, err = reusable(ctx, s, g, o, st.Fences, rel.DatasetSnapshot); err != nil {
 		return nil, err
@@ -136,18 +140,22 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		if err := checkFenceDocs(ctx, s, o.Tombstones, o.Benchmark, st.Fences); err != nil {
 			return nil, err
 		}
+		// Stage the candidate first, so the gate shows it (STAGED) even
+		// when verification cannot finish.
+		if err := resend(ctx, log, "register", attempts, func() error {
+			_, err := g.Register(ctx, &raftgate.Register{Root: o.Root, Shards: shards})
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("register: %w", err)
+		}
 		log.Info("verifying", "tombstones", docName(o.Tombstones), "benchmark", docName(o.Benchmark))
 		if out.Report, out.ReportDigest, err = o.Verify(ctx, o.Root, o.Tombstones, o.Benchmark); err != nil {
-			return nil, err
+			return out, err
 		}
 	}
 	rep := out.Report
 	if rep.Root != o.Root {
 		return nil, errcode.New(errcode.BadDocument, "report %s verifies %s, not %s", out.ReportDigest, rep.Root, o.Root)
-	}
-	attempts := o.Attempts
-	if attempts <= 0 {
-		attempts = 5
 	}
 	var reg *raftgate.RecheckResult
 	err = resend(ctx, log, "register", attempts, func() (err error) {

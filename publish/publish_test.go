@@ -185,7 +185,8 @@ func TestCASRetrySameDigestIdempotentOtherDigestConflicts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("publish after a lost answer: %v", err)
 	}
-	if g.calls != 2 || g.registers != 2 || out.Result.Generation != 2 || out.Result.Root != gen2.Root {
+	// Registers: STAGED (answer lost), STAGED again, then the report.
+	if g.calls != 2 || g.registers != 3 || out.Result.Generation != 2 || out.Result.Root != gen2.Root {
 		t.Fatalf("%d publish and %d register calls, result %+v", g.calls, g.registers, out.Result)
 	}
 	al := e.alias()
@@ -468,5 +469,33 @@ func TestPublishWithStoredReport(t *testing.T) {
 	}
 	if rel, _ := e.gate.Release(e.ctx, gen1.Root); rel.Report != d1 {
 		t.Fatalf("gate holds report %s, want %s", rel.Report, d1)
+	}
+}
+
+// A verification that cannot finish (the store fails) leaves the
+// candidate STAGED and the alias where it was.
+func TestVerifyErrorLeavesCandidateStaged(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 1500, 4, 1)
+	gen2 := stagetest.Synth(t, e.store, 1500, 4, 2)
+	if _, err := e.publish(nil, e.opts(gen1.Root)); err != nil {
+		t.Fatal(err)
+	}
+	broken := &faults.ErrorOnce{Store: e.store, Method: faults.Get, Match: func(k string) bool { return k == gen2.Release.Shards[2].Digest.BlobKey() },
+		Err: errcode.New(errcode.StoreUnavailable, "injected")}
+	o := e.opts(gen2.Root)
+	o.Verify = verifier(broken)
+	_, err := e.publish(nil, o)
+	wantCode(t, err, errcode.StoreUnavailable)
+	if rel, err := e.gate.Release(e.ctx, gen2.Root); err != nil || rel.State != raftgate.ReleaseStaged {
+		t.Fatalf("candidate after a failed verify: %+v %v", rel, err)
+	}
+	if al := e.alias(); al.Generation != 1 || al.Root != gen1.Root {
+		t.Fatalf("alias moved to %d %s", al.Generation, al.Root)
+	}
+	// The store recovers (ErrorOnce fires once): the same command now
+	// publishes.
+	if out, err := e.publish(nil, o); err != nil || out.Result.Generation != 2 {
+		t.Fatalf("retry: %+v %v", out, err)
 	}
 }
