@@ -71,7 +71,9 @@ type Outcome struct {
 
 // Publish verifies opts.Root (or reuses a stored report of it), registers
 // it with the gate and moves the alias to it with a compare-and-swap on
-// the generation.
+// the generation. A candidate about to be verified is registered STAGED
+// first, so one whose verification cannot finish (store unreachable,
+// canceled) stays STAGED.
 //
 // A release that fails verification is registered INVALID and the alias
 // does not move; the error carries the first failure's code
