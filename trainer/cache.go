@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -43,6 +44,10 @@ type FillResult struct {
 	Fetched int64
 }
 
+// staleTemp is how long a temp file goes unwritten before OpenCache takes
+// it for the debris of a crashed fill.
+const staleTemp = 15 * time.Minute
+
 // OpenCache creates (if needed) and opens the cache at dir, removing temp
 // files a crashed fill left behind.
 func OpenCache(dir string) (*Cache, error) {
@@ -59,7 +64,11 @@ func OpenCache(dir string) (*Cache, error) {
 		return nil, errcode.Wrap(errcode.IO, err, "cache %s", dir)
 	}
 	for _, e := range tmp {
-		os.Remove(filepath.Join(dir, "tmp", e.Name()))
+		// Another worker sharing the directory may be writing this one
+		// right now; only a file nobody wrote to for a while is debris.
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
+			os.Remove(filepath.Join(dir, "tmp", e.Name()))
+		}
 	}
 	return &Cache{dir: dir}, nil
 }

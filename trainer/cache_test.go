@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore/faults"
@@ -103,5 +104,31 @@ func TestCacheFetchFaultsLeaveNoEntry(t *testing.T) {
 				t.Fatalf("a failed fetch left %d temp files", len(tmp))
 			}
 		})
+	}
+}
+
+// OpenCache removes the debris of a crashed fill but not a temp file
+// another worker sharing the directory is writing.
+func TestOpenCacheRemovesOnlyStaleTemps(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := OpenCache(dir); err != nil {
+		t.Fatal(err)
+	}
+	stale, live := filepath.Join(dir, "tmp", "a.1"), filepath.Join(dir, "tmp", "b.2")
+	for _, p := range []string{stale, live} {
+		if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(stale, old, old)
+	if _, err := OpenCache(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatal("stale temp file survived")
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Fatalf("live temp file removed: %v", err)
 	}
 }
