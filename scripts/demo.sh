@@ -44,3 +44,7 @@ if [ "$status" -ne 1 ] || ! grep -q '^verdict  INVALID' "$dir/invalid.out" || ! 
 	exit 1
 fi
 echo "== demo OK: the clean release is VERIFIED, the corrupted copy INVALID (exit status 1)"
+
+echo
+echo "== the gate story: publish, a 4-rank run, alias switch, recovery, fence advance, rollback, a candidate kept out"
+"$(dirname "$0")/demo-gate.sh" "$bin" "$dir" "$root"
