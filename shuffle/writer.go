@@ -18,22 +18,28 @@ import (
 // part of the bytes, so it is a format constant, not a tuning knob: changing
 // it changes every shuffle file and breaks byte-identical reruns across
 // versions.
-const BatchRows = 4096
+const BatchRows = 256
 
 // encoder is shared by every Write: EncodeAll is safe for concurrent use,
 // single-threaded (so the bytes do not depend on GOMAXPROCS) and reuses its
 // state, where a fresh encoder costs milliseconds to set up.
 var encoder = sync.OnceValue(func() *zstd.Encoder {
 	e, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest),
-		zstd.WithEncoderCRC(true), zstd.WithWindowSize(maxWindow))
+		zstd.WithEncoderCRC(true), zstd.WithWindowSize(maxWindow), zstd.WithSingleSegment(false))
 	if err != nil {
 		panic(err) // only on invalid options, which are constants
 	}
 	return e
 })
 
-// maxWindow is the zstd window: it bounds the decoder's memory.
-const maxWindow = 8 << 20
+// maxWindow is the zstd window, and single-segment frames are off: together
+// they bound what a reader holds per open file to the window plus one
+// batch, whatever the file's size. A reducer merges one file per map task,
+// so this per-file figure, times the fan-in, is its memory: with a larger
+// window (or a single-segment frame, which EncodeAll picks for inputs below
+// the window) every reader held its whole decompressed file and verify's
+// peak RSS grew with the release.
+const maxWindow = 64 << 10
 
 // Write encodes rows as one shuffle file: an uncompressed Arrow IPC stream,
 // compressed as a whole into one zstd frame. rows MUST already be in
