@@ -553,6 +553,9 @@ func (a *applier) attest(c *Attest) (any, error) {
 		err := a.fail(run, errcode.RootMismatch, "rank %d attested root %s, run root (alias %s generation %d) is %s", c.Rank, c.Root, run.Alias, run.Generation, run.Root)
 		return run.Summary(), err
 	}
+	if c.Epoch != nil && *c.Epoch != run.Epoch {
+		return run.Summary(), errcode.New(errcode.StaleEpoch, "rank %d attested for epoch %d, the run is at epoch %d", c.Rank, *c.Epoch, run.Epoch)
+	}
 	rel := a.s.Releases[run.Root.String()]
 	want := map[manifest.Digest]int{}
 	for _, i := range run.Assignment[c.Rank] {

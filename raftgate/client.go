@@ -221,6 +221,14 @@ func (c *Client) Attest(ctx context.Context, run string, rank int, root manifest
 	return &r, c.Apply(ctx, &Attest{Run: run, Rank: rank, Root: root, Shards: shards}, &r)
 }
 
+// AttestEpoch is Attest bound to the assignment epoch the worker verified
+// against: after a reassignment it fails with STALE_EPOCH and changes
+// nothing, so the worker can verify its new assignment and attest again.
+func (c *Client) AttestEpoch(ctx context.Context, run string, rank int, epoch uint64, root manifest.Digest, shards []manifest.Digest) (*RunSummary, error) {
+	var r RunSummary
+	return &r, c.Apply(ctx, &Attest{Run: run, Rank: rank, Root: root, Shards: shards, Epoch: &epoch}, &r)
+}
+
 // Reassign changes a run's assignment.
 func (c *Client) Reassign(ctx context.Context, cmd *Reassign) (*RunSummary, error) {
 	var r RunSummary

@@ -120,6 +120,11 @@ type Attest struct {
 	Rank   int               `json:"rank"`
 	Root   manifest.Digest   `json:"root"`
 	Shards []manifest.Digest `json:"shards"`
+	// Epoch, when set, is the assignment epoch the worker verified against.
+	// A reassignment since then makes the attestation STALE_EPOCH, which
+	// changes nothing, instead of failing the whole run with
+	// SHARD_NOT_ASSIGNED for shards that were the rank's a moment ago.
+	Epoch *uint64 `json:"epoch,omitempty"`
 }
 
 // CheckBarrier fails the run with BARRIER_TIMEOUT if its barrier is still

@@ -73,7 +73,9 @@
 //     The barrier deadline is now + barrierTimeoutMs (default 10 min). The
 //     same run ID with the same parameters returns the existing run; with
 //     others, ALREADY_EXISTS.
-//   - attest(run, rank, root, shards) — a root other than the run's FAILS
+//   - attest(run, rank, root, shards, epoch?) — an epoch other than the
+//     run's current assignment epoch is STALE_EPOCH and changes nothing
+//     (a reassignment landed while the worker verified); a root other than the run's FAILS
 //     the run with ROOT_MISMATCH; a shard outside the rank's assignment
 //     FAILS it with SHARD_NOT_ASSIGNED (both before step 0, both
 //     state-changing). An attestation missing assigned shards is BAD_INPUT

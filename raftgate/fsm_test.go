@@ -421,6 +421,12 @@ func TestReassignNeverReadsAlias(t *testing.T) {
 	if s.Barrier != BarrierClosed || s.Attested != 1 {
 		t.Fatalf("reassign kept %d attestations, barrier %s (rank 0 is unchanged, ranks 1,2 changed)", s.Attested, s.Barrier)
 	}
+	// An attestation made for the replaced epoch changes nothing.
+	stale := uint64(0)
+	h.reject(&Attest{Run: "job", Rank: 1, Root: r1, Shards: []manifest.Digest{s1[1], s1[3]}, Epoch: &stale}, errcode.StaleEpoch)
+	if s := h.ok(&CheckBarrier{Run: "job"}).(RunSummary); s.State == RunFailed || s.Attested != 1 {
+		t.Fatalf("a stale-epoch attestation changed the run: %+v", s)
+	}
 	// A worker that re-resolves the alias attests r2 and fails the run.
 	h.ok(&Attest{Run: "job", Rank: 1, Root: r1, Shards: []manifest.Digest{s1[1]}})
 	s = h.ok(&Attest{Run: "job", Rank: 2, Root: r1, Shards: []manifest.Digest{s1[3]}}).(RunSummary)

@@ -32,7 +32,7 @@ type Gate interface {
 	Run(ctx context.Context, id string) (*raftgate.Run, error)
 	Release(ctx context.Context, root manifest.Digest) (*raftgate.Release, error)
 	Permits(ctx context.Context) ([]*raftgate.Permit, error)
-	Attest(ctx context.Context, run string, rank int, root manifest.Digest, shards []manifest.Digest) (*raftgate.RunSummary, error)
+	AttestEpoch(ctx context.Context, run string, rank int, epoch uint64, root manifest.Digest, shards []manifest.Digest) (*raftgate.RunSummary, error)
 	WaitRun(ctx context.Context, id string) (*raftgate.RunSummary, error)
 }
 
@@ -349,7 +349,11 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 		for i, d := range shards {
 			digests[i] = d.Digest
 		}
-		sum, err := w.cfg.Gate.Attest(ctx, w.cfg.Run, w.cfg.Rank, run.Root, digests)
+		sum, err := w.cfg.Gate.AttestEpoch(ctx, w.cfg.Run, w.cfg.Rank, run.Epoch, run.Root, digests)
+		if errcode.Of(err) == errcode.StaleEpoch {
+			w.log.Info("run reassigned before the attestation landed; verifying again", "epoch", run.Epoch)
+			continue
+		}
 		if err != nil {
 			if errcode.Of(err) == errcode.RunFailed {
 				// The run failed before this attestation: report why.

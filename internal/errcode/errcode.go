@@ -92,6 +92,7 @@ var catalogue = map[Code]entry{
 	GateUnavailable:    {ExitError, "the gate cannot be reached"},
 	BarrierClosed:      {ExitRejected, "the run's barrier is not open (not every rank has attested)"},
 	StepRegression:     {ExitRejected, "a checkpoint step is lower than one already admitted"},
+	StaleEpoch:         {ExitRejected, "an attestation names an assignment epoch a reassignment has replaced; verify the new assignment and attest again"},
 
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
@@ -158,6 +159,7 @@ const (
 	GateUnavailable    Code = "GATE_UNAVAILABLE"
 	BarrierClosed      Code = "BARRIER_CLOSED"
 	StepRegression     Code = "STEP_REGRESSION"
+	StaleEpoch         Code = "STALE_EPOCH"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"
