@@ -76,20 +76,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			if asJSON {
-				b, err := manifest.Encode(out.Report)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(w, "%s\n", b)
-			} else {
-				printSummary(w, out)
-			}
-			if out.Report.Verdict != manifest.Verified {
-				return &exitError{status: errcode.ExitInvalid}
-			}
-			return nil
+			return printVerifyResult(cmd.OutOrStdout(), out, asJSON)
 		},
 	}
 	f := cmd.Flags()
@@ -215,4 +202,22 @@ func (p *verifyProgress) finish() {
 	if p.bar != nil {
 		p.bar.Finish()
 	}
+}
+
+// printVerifyResult prints the report (--json) or its summary, and turns an
+// INVALID verdict into exit status 1.
+func printVerifyResult(w io.Writer, out *coordinator.Outcome, asJSON bool) error {
+	if asJSON {
+		b, err := manifest.Encode(out.Report)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "%s\n", b)
+	} else {
+		printSummary(w, out)
+	}
+	if out.Report.Verdict != manifest.Verified {
+		return &exitError{status: errcode.ExitInvalid}
+	}
+	return nil
 }

@@ -98,20 +98,7 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	w := cmd.OutOrStdout()
-	if asJSON {
-		b, err := manifest.Encode(out.Report)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "%s\n", b)
-	} else {
-		printSummary(w, out)
-	}
-	if out.Report.Verdict != manifest.Verified {
-		return &exitError{status: errcode.ExitInvalid}
-	}
-	return nil
+	return printVerifyResult(cmd.OutOrStdout(), out, asJSON)
 }
 
 // emitOnly plans and writes the Indexed Jobs without running anything,
