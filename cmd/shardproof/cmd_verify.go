@@ -19,6 +19,7 @@ import (
 func init() {
 	var (
 		store, root, snapshot, tombstones, benchmark string
+		resume                                       string
 		mapTasks, reducers, parallelism              int
 		asJSON                                       bool
 		engine                                       executorFlags
@@ -35,6 +36,9 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if engine.executor != "local" {
 				return engine.run(cmd)
+			}
+			if resume != "" {
+				return resumeVerify(cmd, store, resume, parallelism, asJSON, root != "" || snapshot != "" || tombstones != "" || benchmark != "")
 			}
 			opts := coordinator.Options{PlanOptions: coordinator.PlanOptions{
 				MapTasks: mapTasks, Reducers: reducers, Parallelism: parallelism,
@@ -89,6 +93,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 	f.IntVar(&reducers, "reducers", 0, "number of reduce tasks (default: 2 × parallelism)")
 	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local executor (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
+	f.StringVar(&resume, "resume", "", "finish an interrupted verification: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
 	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)
 }
@@ -220,4 +225,28 @@ func printVerifyResult(w io.Writer, out *coordinator.Outcome, asJSON bool) error
 		return &exitError{status: errcode.ExitInvalid}
 	}
 	return nil
+}
+
+// resumeVerify finishes the verification planned as plan on the local
+// executor: tasks whose commit records exist are not run again, so an
+// interrupted nightly run of a large release picks up where it stopped.
+func resumeVerify(cmd *cobra.Command, store, plan string, parallelism int, asJSON, inputs bool) error {
+	if inputs {
+		return errcode.New(errcode.Usage, "verify: --resume takes the root, snapshot and fences from the plan; do not give them")
+	}
+	pd, err := manifest.ParseDigest(plan)
+	if err != nil {
+		return errcode.Wrap(errcode.Usage, err, "verify: --resume")
+	}
+	s, err := openStore(cmd, store)
+	if err != nil {
+		return err
+	}
+	prog := newVerifyProgress(cmd.ErrOrStderr())
+	out, err := coordinator.Run(cmd.Context(), s, pd, parallelism, prog.update)
+	prog.finish()
+	if err != nil {
+		return err
+	}
+	return printVerifyResult(cmd.OutOrStdout(), out, asJSON)
 }

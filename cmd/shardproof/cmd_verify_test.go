@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
@@ -84,5 +85,25 @@ func TestVerifyCLIErrors(t *testing.T) {
 		if res.status != c.status || !strings.Contains(res.stderr, "shardproof: "+string(c.code)+":") {
 			t.Errorf("%v: exit %d (want %d), stderr %q (want code %s)", c.args, res.status, c.status, res.stderr, c.code)
 		}
+	}
+}
+
+// `verify --resume PLAN` finishes a planned verification whose tasks never
+// ran (a run killed after planning), and refuses inputs beside the plan.
+func TestVerifyCLIResume(t *testing.T) {
+	r := newRelease(t)
+	_, pd, err := coordinator.NewPlan(t.Context(), r.store, coordinator.PlanOptions{Root: r.res.Root, Tool: "shardproof " + version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", pd.String(), "--json"))
+	if js.Verdict != manifest.Verified || js.Root != r.res.Root || js.Execution.Plan != pd {
+		t.Fatalf("resumed report: verdict %s root %s plan %s, want VERIFIED %s %s", js.Verdict, js.Root, js.Execution.Plan, r.res.Root, pd)
+	}
+	fresh := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--json"))
+	sameReport(t, "resume vs fresh", fresh, js)
+	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", pd.String(), "--root", r.res.Root.String())
+	if res.status != errcode.ExitUsage {
+		t.Fatalf("--resume with --root: exit %d, want %d\n%s", res.status, errcode.ExitUsage, res.stderr)
 	}
 }
