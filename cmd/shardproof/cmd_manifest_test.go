@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
-
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
@@ -22,24 +20,7 @@ import (
 func cliRun(t *testing.T, args ...string) (stdout, stderr []byte, err error) {
 	t.Helper()
 	manifestFlags.pretty = false
-	var out, errOut bytes.Buffer
-	rootCmd.SetArgs(args)
-	rootCmd.SetOut(&out)
-	rootCmd.SetErr(&errOut)
-	var setCtx func(c *cobra.Command)
-	setCtx = func(c *cobra.Command) {
-		c.SetContext(t.Context())
-		for _, sub := range c.Commands() {
-			setCtx(sub)
-		}
-	}
-	setCtx(rootCmd)
-	defer func() {
-		rootCmd.SetOut(nil)
-		rootCmd.SetErr(nil)
-	}()
-	err = rootCmd.Execute()
-	return out.Bytes(), errOut.Bytes(), err
+	return runInProcess(t, nil, args...)
 }
 
 func testRelease() *manifest.Release {
@@ -238,9 +219,8 @@ func TestManifestCheck(t *testing.T) {
 	if want := manifest.ReleaseSchema + " " + manifest.Sum(body).String() + "\n"; err != nil || string(out) != want {
 		t.Fatalf("check: %q, %v; want %q", out, err, want)
 	}
-	rootCmd.SetIn(bytes.NewReader(body))
-	out, _, err = cliRun(t, "manifest", "check", "-")
-	rootCmd.SetIn(nil)
+	manifestFlags.pretty = false
+	out, _, err = runInProcess(t, bytes.NewReader(body), "manifest", "check", "-")
 	if err != nil || !strings.HasSuffix(string(out), manifest.Sum(body).String()+"\n") {
 		t.Fatalf("check -: %q, %v", out, err)
 	}

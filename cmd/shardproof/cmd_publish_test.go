@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -23,39 +19,11 @@ import (
 // Changed) between runs of one process.
 func cli(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	cmd, _, err := rootCmd.Find(args)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if sv, ok := f.Value.(pflag.SliceValue); ok {
-			sv.Replace(nil)
-		} else {
-			f.Value.Set(f.DefValue)
-		}
-		f.Changed = false
-	})
-	var out, errOut bytes.Buffer
-	rootCmd.SetArgs(args)
-	rootCmd.SetOut(&out)
-	rootCmd.SetErr(&errOut)
-	var setCtx func(c *cobra.Command)
-	setCtx = func(c *cobra.Command) {
-		c.SetContext(t.Context())
-		for _, sub := range c.Commands() {
-			setCtx(sub)
-		}
-	}
-	setCtx(rootCmd)
-	defer func() {
-		rootCmd.SetOut(nil)
-		rootCmd.SetErr(nil)
-	}()
-	err = rootCmd.Execute()
+	out, errOut, err := runInProcess(t, nil, args...)
 	if testing.Verbose() {
-		t.Logf("shardproof %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
+		t.Logf("shardproof %s\n%s%s", strings.Join(args, " "), out, errOut)
 	}
-	return out.String(), err
+	return string(out), err
 }
 
 func wantExit(t *testing.T, err error, code errcode.Code, exit int) {

@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spf13/cobra"
-
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore/s3/s3test"
 )
@@ -19,28 +17,8 @@ import (
 func storeRun(t *testing.T, stdin io.Reader, args ...string) (string, error) {
 	t.Helper()
 	storeFlags.version, storeFlags.overwrite = "", false
-	var out, errOut bytes.Buffer
-	rootCmd.SetArgs(args)
-	rootCmd.SetIn(stdin)
-	rootCmd.SetOut(&out)
-	rootCmd.SetErr(&errOut)
-	// cobra keeps a subcommand's context from its first run; give every
-	// command this test's context.
-	var setCtx func(c *cobra.Command)
-	setCtx = func(c *cobra.Command) {
-		c.SetContext(t.Context())
-		for _, sub := range c.Commands() {
-			setCtx(sub)
-		}
-	}
-	setCtx(rootCmd)
-	defer func() {
-		rootCmd.SetIn(nil)
-		rootCmd.SetOut(nil)
-		rootCmd.SetErr(nil)
-	}()
-	err := rootCmd.Execute()
-	return out.String(), err
+	out, _, err := runInProcess(t, stdin, args...)
+	return string(out), err
 }
 
 func TestStoreCLI(t *testing.T) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/spf13/cobra"
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -26,24 +24,8 @@ func stagingRun(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	synthFlags.stagingFlags, stageFlags.stagingFlags = stagingFlags{}, stagingFlags{}
 	synthFlags.samples, synthFlags.seed, stageFlags.seed = 0, 0, 0
-	var out, errOut bytes.Buffer
-	rootCmd.SetArgs(args)
-	rootCmd.SetOut(&out)
-	rootCmd.SetErr(&errOut)
-	var setCtx func(c *cobra.Command)
-	setCtx = func(c *cobra.Command) {
-		c.SetContext(t.Context())
-		for _, sub := range c.Commands() {
-			setCtx(sub)
-		}
-	}
-	setCtx(rootCmd)
-	defer func() {
-		rootCmd.SetOut(nil)
-		rootCmd.SetErr(nil)
-	}()
-	err := rootCmd.Execute()
-	return out.String(), err
+	out, _, err := runInProcess(t, nil, args...)
+	return string(out), err
 }
 
 func objectsIn(t *testing.T, dir string) int {
