@@ -1,12 +1,9 @@
 package manifest
 
 import (
-	"go/parser"
-	"go/token"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
+
+	"github.com/shardproof/shardproof/internal/depcheck"
 )
 
 // TestImports keeps manifest below the pipeline (STYLE.md: tuplehash ←
@@ -14,29 +11,7 @@ import (
 // the error catalogue and tuplehash only. In particular no Arrow/Parquet
 // and no store: the gate decodes documents too.
 func TestImports(t *testing.T) {
-	allowed := map[string]bool{
-		"github.com/shardproof/shardproof/internal/errcode": true,
-		"github.com/shardproof/shardproof/tuplehash":        true,
-	}
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, name := range files {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, imp := range f.Imports {
-			path, _ := strconv.Unquote(imp.Path.Value)
-			first, _, _ := strings.Cut(path, "/")
-			if strings.Contains(first, ".") && !allowed[path] {
-				t.Errorf("%s imports %s", name, path)
-			}
-		}
-	}
+	depcheck.AssertImports(t,
+		"github.com/shardproof/shardproof/internal/errcode",
+		"github.com/shardproof/shardproof/tuplehash")
 }
