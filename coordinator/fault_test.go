@@ -13,6 +13,7 @@ import (
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/stage"
@@ -478,4 +479,38 @@ func TestVersionMissing(t *testing.T) {
 	want.Missing = records(res, 3)
 	want.TupleRootMismatches = 1
 	expect(t, r, want, "orderedMemberTupleRoot TUPLE_ROOT_MISMATCH", "shard-00003-of-00004 VERSION_MISSING")
+}
+
+// TestShardFailingMidwayContributesNothing: mappers stream tuples as row
+// groups decode, so a shard whose last row group is corrupt has already
+// emitted the tuples of the ones before when it fails. The map task must
+// take those back: every member of the shard is missing, none is half
+// present.
+func TestShardFailingMidwayContributesNothing(t *testing.T) {
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 6*8192, 2, 7) // 3 row groups per shard
+	data := stagetest.ShardBytes(t, s, res.Release.Shards[1])
+	footerStart := len(data) - 8 - int(binary.LittleEndian.Uint32(data[len(data)-8:]))
+	var damaged stage.Result
+	found := false
+	for back := 40; back < 8000 && !found; back += 97 {
+		cand := stagetest.ReplaceShardBytes(t, s, res, 1, stagetest.FlipBit(data, footerStart-back, 3))
+		o := mapper.Options{Store: s, Schema: cand.Schema, SchemaDigest: cand.RecordSchema}
+		emitted := 0
+		r, err := mapper.MapShardStream(t.Context(), o, mapper.Input{Desc: cand.Release.Shards[1]}, func(*mapper.Tuple) error { emitted++; return nil })
+		if err == nil && !r.Decoded && emitted > 0 {
+			damaged, found = cand, true
+		}
+	}
+	if !found {
+		t.Fatal("no bit flip in the last row group made shard 1 fail after emitting tuples")
+	}
+	r := verify(t, s, PlanOptions{Root: damaged.Root})
+	n := records(damaged, 1)
+	if r.Counts.DecodeErrors != 1 || r.Counts.Missing != n || r.Counts.Records != damaged.Release.Totals.Records-n {
+		t.Fatalf("counts %+v: want 1 decode error, all %d members of shard 1 missing, and none of its tuples counted", r.Counts, n)
+	}
+	if r.Counts.Duplicate != 0 || r.Counts.ContentSubstitution != 0 || r.Counts.Extra != 0 {
+		t.Fatalf("counts %+v: tuples of the failed shard reached the reducers", r.Counts)
+	}
 }

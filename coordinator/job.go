@@ -25,6 +25,8 @@ type Job struct {
 	Tombstones, Benchmark *manifest.FenceLog
 
 	tombSet, benchSet *reducer.Set
+
+	reducerOf []int32 // see reducerIndex
 }
 
 // Open loads the plan with the given digest and the documents it names.
@@ -38,6 +40,7 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 		return nil, wrap(err, "plan %s", planDigest)
 	}
 	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p}
+	defer func() { j.reducerOf = reducerTable(&p) }()
 	if j.Release, err = loadRelease(ctx, s, p.Root); err != nil {
 		return nil, err
 	}

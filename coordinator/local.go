@@ -86,6 +86,7 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 	}); err != nil {
 		return nil, err
 	}
+	dropParts()
 	if err := runAll(ctx, len(j.Plan.Reducers), parallelism, func(ctx context.Context, r int) error {
 		_, err := j.Reduce(ctx, r)
 		return err

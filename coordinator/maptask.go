@@ -1,11 +1,12 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
+	"runtime"
 	"sort"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
@@ -58,26 +59,20 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		}
 		return &done, nil
 	}
-	parts := make([][]shuffle.Row, len(j.Plan.Reducers))
+	set := getParts(len(j.Plan.Reducers))
+	defer putParts(set)
+	parts := set.parts
+	reducerOf := j.reducerIndex()
 	var emitErr error
-	var side shuffle.Side
+	var row shuffle.Row
 	emit := func(t *mapper.Tuple) error {
 		if uint64(t.Bucket) >= 1<<j.Plan.K {
 			emitErr = errcode.New(errcode.Internal, "mapper emitted bucket %d for k=%d", t.Bucket, j.Plan.K)
 			return emitErr
 		}
-		r := sort.Search(len(j.Plan.Reducers), func(r int) bool { return j.Plan.Reducers[r].Hi > t.Bucket })
-		parts[r] = append(parts[r], shuffle.Row{
-			Bucket:        t.Bucket,
-			Side:          side,
-			SampleID:      t.SampleID,
-			SourceID:      t.SourceID,
-			SourceVersion: t.SourceVersion,
-			ContentDigest: t.LogicalContentDigest,
-			Split:         t.Split,
-			SchemaDigest:  t.SchemaDigest,
-			TupleDigest:   t.Digest,
-		})
+		row.Bucket, row.SampleID, row.SourceID, row.SourceVersion = t.Bucket, t.SampleID, t.SourceID, t.SourceVersion
+		row.ContentDigest, row.Split, row.SchemaDigest, row.TupleDigest = t.LogicalContentDigest, t.Split, t.SchemaDigest, t.Digest
+		parts[reducerOf(t.Bucket)].Append(&row)
 		return nil
 	}
 	opts := [2]mapper.Options{
@@ -87,35 +82,44 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Snapshot.RecordSchema, K: j.Plan.K},
 	}
 	commit := &MapCommit{Schema: MapCommitSchema, Plan: j.PlanDigest, Task: i}
+	marks := make([]int, len(parts))
 	for _, in := range j.Plan.MapTasks[i] {
 		desc := j.desc(in)
-		side = shuffle.Side(in.Side)
-		res, err := mapper.MapShard(ctx, opts[in.Side], mapper.Input{Side: mapper.Side(in.Side), Index: in.Index, Desc: desc}, emit)
+		row.Side = shuffle.Side(in.Side)
+		for r := range parts {
+			marks[r] = parts[r].Len()
+		}
+		res, err := mapper.MapShardStream(ctx, opts[in.Side], mapper.Input{Side: mapper.Side(in.Side), Index: in.Index, Desc: desc}, emit)
 		if emitErr != nil {
 			return nil, emitErr
 		}
 		if err != nil {
-			return nil, wrap(err, "map task %d: %s %s", i, side, desc.ID)
+			return nil, wrap(err, "map task %d: %s %s", i, row.Side, desc.ID)
+		}
+		if !res.Decoded {
+			// A file that did not decode contributes no tuples.
+			for r := range parts {
+				parts[r].Truncate(marks[r])
+			}
 		}
 		commit.Results = append(commit.Results, res)
 		if progress != nil {
 			progress(res)
 		}
 	}
-	var buf bytes.Buffer
-	for r, rows := range parts {
-		shuffle.Sort(rows)
-		buf.Reset()
-		if err := shuffle.Write(&buf, rows); err != nil {
-			return nil, err
-		}
-		key := j.mapOutputKey(i, r)
-		v, err := putExact(ctx, j.Store, key, buf.Bytes())
+	for r := range parts {
+		rows := parts[r].Len()
+		b, err := set.enc.Encode(&parts[r])
 		if err != nil {
 			return nil, err
 		}
-		commit.Outputs = append(commit.Outputs, Output{Key: key, Version: v, Digest: manifest.Sum(buf.Bytes()), Size: int64(buf.Len()), Rows: int64(len(rows))})
-		parts[r] = nil
+		key := j.mapOutputKey(i, r)
+		v, err := putExact(ctx, j.Store, key, b)
+		if err != nil {
+			return nil, err
+		}
+		commit.Outputs = append(commit.Outputs, Output{Key: key, Version: v, Digest: manifest.Sum(b), Size: int64(len(b)), Rows: int64(rows)})
+		parts[r].Reset()
 	}
 	b, err := manifest.Encode(commit)
 	if err != nil {
@@ -126,6 +130,69 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	}
 	j.log().Debug("map task committed", "task", i, "inputs", len(commit.Results))
 	return commit, nil
+}
+
+// partSet is what a map task writes its shuffle files with: a partition
+// buffer per reducer and one encoder.
+type partSet struct {
+	parts []shuffle.Buffer
+	enc   *shuffle.Encoder
+}
+
+// partSets keeps the partition buffers of finished map tasks for the next
+// one, about one set per core: a map task's tuples are the largest
+// allocation of verify.
+var partSets = freelist.New[partSet](runtime.GOMAXPROCS(0))
+
+func getParts(n int) partSet {
+	if p, ok := partSets.Get(); ok && len(p.parts) == n {
+		return p
+	}
+	return partSet{parts: make([]shuffle.Buffer, n), enc: new(shuffle.Encoder)}
+}
+
+// dropParts lets the kept partition buffers go, once no map task is left
+// to run: the reduce phase has no use for them.
+func dropParts() {
+	for {
+		if _, ok := partSets.Get(); !ok {
+			return
+		}
+	}
+}
+
+func putParts(p partSet) {
+	for i := range p.parts {
+		p.parts[i].Reset()
+	}
+	partSets.Put(p)
+}
+
+// reducerIndex returns the function mapping a bucket of the plan's k-bit
+// space to the index of the reduce range holding it: a table lookup for
+// the usual k (see reducerTable), a binary search over the ranges above.
+func (j *Job) reducerIndex() func(uint32) int {
+	if t := j.reducerOf; len(t) == 1<<j.Plan.K {
+		return func(b uint32) int { return int(t[b]) }
+	}
+	return func(b uint32) int { return searchReducer(j.Plan, b) }
+}
+
+func searchReducer(p *Plan, b uint32) int {
+	return sort.Search(len(p.Reducers), func(r int) bool { return p.Reducers[r].Hi > b })
+}
+
+// reducerTable tabulates searchReducer for plans of at most 16 bucket
+// bits (nil above).
+func reducerTable(p *Plan) []int32 {
+	if p.K > 16 {
+		return nil
+	}
+	t := make([]int32, 1<<p.K)
+	for b := range t {
+		t[b] = int32(searchReducer(p, uint32(b)))
+	}
+	return t
 }
 
 func (j *Job) desc(in Input) manifest.Shard {

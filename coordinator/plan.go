@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"math"
 	"slices"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -68,12 +69,21 @@ type PlanOptions struct {
 	Nonce string
 }
 
-// DefaultMapTasks is the map task count for n inputs at parallelism p: one
-// task per input up to 256 tasks (more with a large p), since a map task
-// holds all its tuples in memory until it writes its shuffle files; beyond
-// that, tasks take a few inputs each to keep the shuffle file count
-// (map tasks × reducers) moderate.
-func DefaultMapTasks(n, p int) int { return max(1, min(n, max(4*p, 256))) }
+// MapTaskTuples is about how many tuples one map task takes by default. A
+// map task holds its tuples until it writes its shuffle files, so this
+// bounds a task's memory whatever the release's size; and every reducer
+// reads one file per map task at once, so it also sets the reducers'
+// fan-in (tuples / MapTaskTuples).
+const MapTaskTuples = 1 << 17
+
+// DefaultMapTasks is the map task count for n inputs holding the given
+// number of records (release and snapshot together) at parallelism p:
+// enough tasks that each takes about MapTaskTuples tuples, at least 2p
+// so every worker has work, and at most one per input.
+func DefaultMapTasks(n int, records int64, p int) int {
+	m := int(min((records+MapTaskTuples-1)/MapTaskTuples, int64(n)))
+	return max(1, min(n, max(m, 2*p)))
+}
 
 // DefaultReducers is the reducer count at parallelism p.
 func DefaultReducers(p int) int { return max(1, 2*p) }
@@ -124,7 +134,11 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 	}
 	m := o.MapTasks
 	if m <= 0 {
-		m = DefaultMapTasks(len(inputs), p)
+		var records int64
+		for _, sh := range append(slices.Clip(rel.Shards), snap.Members...) {
+			records = min(records+max(sh.Records, 0), math.MaxInt64/2)
+		}
+		m = DefaultMapTasks(len(inputs), records, p)
 	}
 	m = max(1, min(m, len(inputs)))
 	r := o.Reducers

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -116,7 +117,7 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	}
 	if dec == DecoderColumnReader {
 		if err := readColumns(ctx, pf, used, leaves, h, each); err != nil {
-			if errcode.Of(err) == errcode.Canceled {
+			if ee := (*emitError)(nil); errors.As(err, &ee) || errcode.Of(err) == errcode.Canceled {
 				return res, err
 			}
 			res.fail(errcode.DecodeError, "after %d records: %v", h.Records, err)
@@ -135,6 +136,9 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 			return res, errcode.Wrap(errcode.Canceled, err, "decode")
 		}
 		if err := h.AddBatch(rr.RecordBatch(), each); err != nil {
+			if ee := (*emitError)(nil); errors.As(err, &ee) {
+				return res, err
+			}
 			res.fail(errcode.DecodeError, "record %d: %v", h.Records, err)
 			return res, nil
 		}

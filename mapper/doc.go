@@ -9,6 +9,10 @@
 // digest, records, tokens, memberSetDigest and tuples. Data problems are
 // collected as manifest.ShardFailure values with stable codes and
 // evidence; only operational problems (store unreachable, canceled) are
-// returned as errors. Tuples of a shard are emitted only after the whole
+// returned as errors. MapShard emits a shard's tuples only after the whole
 // shard decoded, so a half-decoded shard never reaches the reducers.
+// MapShardStream, which verify's map tasks use, emits them as row groups
+// decode, without holding them, and leaves that rule to its caller: the
+// map task takes back the tuples of a file that did not decode (see
+// shuffle.Buffer.Truncate).
 package mapper

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
+	"slices"
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/tuplehash"
@@ -92,6 +96,43 @@ const MaxShardBytes = 2 << 30
 // tuple, after the whole file decoded, in stored order; the *Tuple is only
 // valid during the call. An error from emit is returned as is.
 func MapShard(ctx context.Context, o Options, in Input, emit func(*Tuple) error) (Result, error) {
+	var tuples []Tuple
+	it := newInterner()
+	res, err := MapShardStream(ctx, o, in, func(t *Tuple) error {
+		if tuples == nil {
+			tuples = make([]Tuple, 0, min(max(in.Desc.Records, 1), 1<<20))
+		}
+		c := *t
+		c.SampleID, c.SourceID, c.Split = string([]byte(t.SampleID)), it.intern(t.SourceID), it.intern(t.Split)
+		tuples = append(tuples, c)
+		return nil
+	})
+	if err != nil || !res.Decoded {
+		return res, err
+	}
+	for i := range tuples {
+		if err := ctx.Err(); err != nil {
+			return res, errcode.Wrap(errcode.Canceled, err, "map %s", in.Desc.ID)
+		}
+		if err := emit(&tuples[i]); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// emitError carries an error returned by emit through the decoder, which
+// would otherwise report it as the file's DECODE_ERROR.
+type emitError struct{ err error }
+
+func (e *emitError) Error() string { return e.err.Error() }
+
+// MapShardStream is MapShard without buffering: emit is called as records
+// decode, in stored order, and the *Tuple, strings included, is only
+// valid during the call. Unless the returned Result has Decoded set and
+// the error is nil, the caller MUST discard every tuple emitted for this
+// file: a half-decoded file never reaches the reducers.
+func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) error) (Result, error) {
 	res := Result{Side: in.Side, Index: in.Index, ShardID: in.Desc.ID}
 	fail := func(code errcode.Code, format string, args ...any) {
 		res.Failures = append(res.Failures, manifest.ShardFailure{
@@ -104,7 +145,9 @@ func MapShard(ctx context.Context, o Options, in Input, emit func(*Tuple) error)
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = MaxShardBytes
 	}
-	data, version, err := read(ctx, o, in.Desc, fail)
+	bp := getBuf()
+	defer putBuf(bp)
+	data, version, err := read(ctx, o, in.Desc, bp, fail)
 	if err != nil || data == nil {
 		logResult(res, err)
 		return res, err
@@ -127,20 +170,18 @@ func MapShard(ctx context.Context, o Options, in Input, emit func(*Tuple) error)
 			return res, err
 		}
 	}
-	var tuples []Tuple
-	it := newInterner()
+	var tp Tuple
 	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: o.SchemaDigest}
 	dr, err := d.run(ctx, data, o.Decoder, func(t *tuplehash.Tuple, dg [32]byte) error {
-		tuples = append(tuples, Tuple{
-			Tuple: tuplehash.Tuple{
-				SampleID: string([]byte(t.SampleID)), SourceID: it.intern(t.SourceID),
-				SourceVersion: t.SourceVersion, LogicalContentDigest: t.LogicalContentDigest,
-				Split: it.intern(t.Split), SchemaDigest: t.SchemaDigest,
-			},
-			Digest: dg, Bucket: tuplehash.Bucket(t.SampleID, o.K),
-		})
+		tp.Tuple, tp.Digest, tp.Bucket = *t, dg, tuplehash.Bucket(t.SampleID, o.K)
+		if err := emit(&tp); err != nil {
+			return &emitError{err}
+		}
 		return nil
 	})
+	if ee := (*emitError)(nil); errors.As(err, &ee) {
+		return res, ee.err
+	}
 	if err != nil {
 		logResult(res, err)
 		return res, err
@@ -172,14 +213,6 @@ func MapShard(ctx context.Context, o Options, in Input, emit func(*Tuple) error)
 		fail(errcode.CountMismatch, "%s", d)
 	}
 	logResult(res, nil)
-	for i := range tuples {
-		if err := ctx.Err(); err != nil {
-			return res, errcode.Wrap(errcode.Canceled, err, "map %s", in.Desc.ID)
-		}
-		if err := emit(&tuples[i]); err != nil {
-			return res, err
-		}
-	}
 	return res, nil
 }
 
@@ -193,9 +226,29 @@ func logResult(res Result, err error) {
 	}
 }
 
+// bufs holds read buffers: a shard's bytes are needed only while it is
+// mapped, and reusing them saves allocating and zeroing every file. It
+// keeps about one per core.
+var bufs = freelist.New[*[]byte](runtime.GOMAXPROCS(0) + 1)
+
+func getBuf() *[]byte {
+	if p, ok := bufs.Get(); ok {
+		return p
+	}
+	return new([]byte)
+}
+
+func putBuf(p *[]byte) {
+	// Keep ordinary shards; let an outsized one go back to the GC.
+	if cap(*p) <= 256<<20 {
+		bufs.Put(p)
+	}
+}
+
 // read returns the bytes of exactly the descriptor's version, or nil data
-// with a failure recorded when the version is absent or too large.
-func read(ctx context.Context, o Options, d manifest.Shard, fail func(errcode.Code, string, ...any)) ([]byte, objstore.Version, error) {
+// with a failure recorded when the version is absent or too large. The
+// bytes live in *buf, which read grows as needed.
+func read(ctx context.Context, o Options, d manifest.Shard, buf *[]byte, fail func(errcode.Code, string, ...any)) ([]byte, objstore.Version, error) {
 	key, v := d.Digest.BlobKey(), objstore.Version(d.ObjectVersion)
 	if v == "" {
 		fail(errcode.VersionMissing, "manifest.objectVersion is empty; refusing to read the latest version of %s", key)
@@ -224,19 +277,40 @@ func read(ctx context.Context, o Options, d manifest.Shard, fail func(errcode.Co
 	defer rc.Close()
 	// Size the buffer from Head, but read whatever the version holds (up
 	// to the cap): the evidence is the bytes, not the metadata.
-	buf := bytes.NewBuffer(make([]byte, 0, info.Size+bytes.MinRead))
-	n, err := buf.ReadFrom(io.LimitReader(rc, o.MaxBytes+1))
+	b, err := readAll(io.LimitReader(rc, o.MaxBytes+1), (*buf)[:0], int(info.Size)+1)
+	*buf = b
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, v, errcode.Wrap(errcode.Canceled, ctx.Err(), "read %s", key)
 		}
 		return nil, v, errcode.Wrap(errcode.Of(err), err, "read %s version %s", key, v)
 	}
-	if n > o.MaxBytes {
+	if int64(len(b)) > o.MaxBytes {
 		fail(errcode.SizeMismatch, "manifest.size=%d, version %s holds more than the %d-byte cap; not decoded", d.Size, v, o.MaxBytes)
 		return nil, v, nil
 	}
-	return buf.Bytes(), v, nil
+	return b, v, nil
+}
+
+// readAll appends everything r yields to b, first growing b to hold at
+// least hint bytes without zeroing memory it is about to overwrite.
+func readAll(r io.Reader, b []byte, hint int) ([]byte, error) {
+	if cap(b) < hint {
+		b = slices.Grow(b[:0], hint)
+	}
+	for {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, bytes.MinRead)
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // interner shares the few distinct sourceId and split strings of a file.

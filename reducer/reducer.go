@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -16,7 +17,8 @@ import (
 const MaxExamples = 20
 
 // Source yields the rows of one shuffle file one bucket at a time, buckets
-// strictly increasing, io.EOF at the end. *shuffle.Reader implements it.
+// strictly increasing, io.EOF at the end. The rows of a bucket need only
+// stay valid until the next call of Next. *shuffle.Reader implements it.
 type Source interface {
 	Next() (bucket uint32, rows []shuffle.Row, err error)
 }
@@ -73,6 +75,7 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 	var (
 		rows []shuffle.Row
 		runs [][]shuffle.Row
+		took []int
 	)
 	for b := o.Lo; b < o.Hi; b++ {
 		if b%64 == 0 {
@@ -80,7 +83,7 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 				return nil, errcode.Wrap(errcode.Canceled, err, "reduce")
 			}
 		}
-		runs = runs[:0]
+		runs, took = runs[:0], took[:0]
 		for i := range heads {
 			h := &heads[i]
 			if h.done {
@@ -91,14 +94,19 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 			}
 			if h.bucket == b {
 				runs = append(runs, h.rows)
-				if err := h.advance(sources[i]); err != nil {
-					return nil, err
-				}
+				took = append(took, i)
 			}
 		}
 		rows = merge(rows[:0], runs)
 		if err := d.bucket(b, rows); err != nil {
 			return nil, err
+		}
+		// Only now, with the bucket diffed, may the sources reuse the
+		// memory of its rows.
+		for _, i := range took {
+			if err := heads[i].advance(sources[i]); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for i := range heads {
@@ -314,7 +322,8 @@ func differ32(a, b []shuffle.Row, f func(*shuffle.Row) [32]byte) bool {
 }
 
 func (d *differ) example(code errcode.Code, id string) {
-	d.res.Examples[string(code)] = AddExample(d.res.Examples[string(code)], id)
+	// id aliases the source's memory: keep a copy.
+	d.res.Examples[string(code)] = AddExample(d.res.Examples[string(code)], strings.Clone(id))
 }
 
 // AddExample inserts id into the sorted list ex, keeping at most

@@ -40,6 +40,11 @@ type Reader struct {
 	last    Row
 	hasLast bool
 	err     error
+	// rows and arena (the sampleId bytes of rows) are reused by every
+	// Next; nextID holds the sampleId of the read-ahead row.
+	rows   []Row
+	arena  []byte
+	nextID []byte
 	// interned holds sourceId and split values: a handful of distinct
 	// values repeated on every row.
 	interned map[string]string
@@ -139,13 +144,16 @@ func (r *Reader) Close() {
 }
 
 // Next returns the next non-empty bucket and all its rows, in shuffle
-// order. At the end of the file it returns io.EOF. rows is freshly
-// allocated and owned by the caller.
+// order. At the end of the file it returns io.EOF. rows and the sampleId
+// strings in them belong to r and are valid until the next call of Next:
+// a reducer diffs a bucket before it asks for the next one, and nothing
+// is allocated per row.
 func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 	if r.err != nil {
 		return 0, nil, r.err
 	}
 	defer r.recoverInto(&err)
+	r.arena, r.rows = r.arena[:0], r.rows[:0]
 	if !r.hasNext {
 		ok, err := r.readRow(&r.next)
 		if err != nil || !ok {
@@ -155,10 +163,15 @@ func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 			r.err = err
 			return 0, nil, err
 		}
+	} else {
+		// The row read ahead lives in nextID; move it to the new arena.
+		r.arena = append(r.arena, r.nextID...)
+		r.next.SampleID = unsafeString(r.arena)
+		r.last.SampleID = r.next.SampleID
 	}
 	r.hasNext = false
 	bucket = r.next.Bucket
-	rows = append(rows, r.next)
+	r.rows = append(r.rows, r.next)
 	for {
 		var row Row
 		ok, err := r.readRow(&row)
@@ -167,13 +180,18 @@ func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 			return 0, nil, err
 		}
 		if !ok {
-			return bucket, rows, nil
+			return bucket, r.rows, nil
 		}
 		if row.Bucket != bucket {
+			// Keep the read-ahead row out of the arena the caller's rows
+			// alias, since the arena is reused by the next call.
+			r.nextID = append(r.nextID[:0], row.SampleID...)
+			row.SampleID = unsafeString(r.nextID)
+			r.last.SampleID = row.SampleID
 			r.next, r.hasNext = row, true
-			return bucket, rows, nil
+			return bucket, r.rows, nil
 		}
-		rows = append(rows, row)
+		r.rows = append(r.rows, row)
 	}
 }
 
@@ -192,10 +210,12 @@ func (r *Reader) readRow(dst *Row) (bool, error) {
 	}
 	c, i := &r.cols, r.pos
 	r.pos++
+	start := len(r.arena)
+	r.arena = append(r.arena, c.sample.Value(i)...)
 	*dst = Row{
 		Bucket:        c.bucket.Value(i),
 		Side:          Side(c.side.Value(i)),
-		SampleID:      strings.Clone(c.sample.Value(i)),
+		SampleID:      unsafeString(r.arena[start:]),
 		SourceID:      r.intern(c.source.Value(i)),
 		SourceVersion: c.version.Value(i),
 		Split:         r.intern(c.split.Value(i)),

@@ -171,3 +171,49 @@ func TestSortDigestsBytewise(t *testing.T) {
 		t.Fatal("SortDigests disagrees with bytewise order")
 	}
 }
+
+// TestSortDigests checks the counting sort against a plain sort, on
+// uniform digests, on digests sharing their leading bytes (the slot
+// fallback) and with duplicates, at sizes around every threshold.
+func TestSortDigests(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	gen := map[string]func(i int) [32]byte{
+		"uniform": func(int) (d [32]byte) {
+			for k := range d {
+				d[k] = byte(rng.Uint32())
+			}
+			return d
+		},
+		"sharedPrefix": func(int) (d [32]byte) {
+			d[31] = byte(rng.Uint32())
+			d[20] = byte(rng.Uint32())
+			return d
+		},
+		"duplicates": func(i int) (d [32]byte) {
+			d[0], d[9] = byte(i%3), byte(i%5)
+			return d
+		},
+	}
+	for name, g := range gen {
+		for _, n := range []int{0, 1, 2, 11, 12, 13, 64, 1000, 70000} {
+			in := make([][32]byte, n)
+			for i := range in {
+				in[i] = g(i)
+			}
+			want := slices.Clone(in)
+			slices.SortFunc(want, func(a, b [32]byte) int { return bytes.Compare(a[:], b[:]) })
+			got := slices.Clone(in)
+			SortDigests(got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s n=%d: SortDigests differs from a bytewise sort", name, n)
+			}
+			before := slices.Clone(in)
+			if MemberSetDigestOf(in) != MemberSetDigest(slices.Clone(in)) {
+				t.Fatalf("%s n=%d: MemberSetDigestOf != MemberSetDigest", name, n)
+			}
+			if !slices.Equal(in, before) {
+				t.Fatalf("%s n=%d: MemberSetDigestOf reordered its input", name, n)
+			}
+		}
+	}
+}

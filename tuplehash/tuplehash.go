@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
@@ -149,6 +150,18 @@ func Key64(sampleID string) uint64 { return xxhash.Sum64String(sampleID) }
 // tuple digests). It sorts digests in place; record order does not matter.
 func MemberSetDigest(digests [][32]byte) [32]byte {
 	SortDigests(digests)
+	return memberSetSorted(digests)
+}
+
+// MemberSetDigestOf is MemberSetDigest without reordering digests: it
+// sorts a copy.
+func MemberSetDigestOf(digests [][32]byte) [32]byte {
+	sorted := make([][32]byte, len(digests))
+	sortInto(sorted, digests)
+	return memberSetSorted(sorted)
+}
+
+func memberSetSorted(digests [][32]byte) [32]byte {
 	h := sha256.New()
 	h.Write([]byte(memberSetPrefix))
 	var n [8]byte
@@ -164,7 +177,75 @@ func MemberSetDigest(digests [][32]byte) [32]byte {
 
 // SortDigests sorts digests ascending (bytewise).
 func SortDigests(d [][32]byte) {
-	slices.SortFunc(d, func(a, b [32]byte) int { return bytes.Compare(a[:], b[:]) })
+	if len(d) <= smallSort {
+		sortSmall(d)
+		return
+	}
+	src := make([][32]byte, len(d))
+	copy(src, d)
+	sortInto(d, src)
+}
+
+// smallSort is the length up to which an insertion sort beats the rest.
+const smallSort = 12
+
+// compareDigests orders digests bytewise, comparing the first eight bytes
+// as one integer.
+func compareDigests(a, b *[32]byte) int {
+	x, y := binary.BigEndian.Uint64(a[:8]), binary.BigEndian.Uint64(b[:8])
+	if x != y {
+		if x < y {
+			return -1
+		}
+		return 1
+	}
+	return bytes.Compare(a[8:], b[8:])
+}
+
+func sortSmall(d [][32]byte) {
+	if len(d) > smallSort {
+		slices.SortFunc(d, func(a, b [32]byte) int { return compareDigests(&a, &b) })
+		return
+	}
+	for i := 1; i < len(d); i++ {
+		for j := i; j > 0 && compareDigests(&d[j], &d[j-1]) < 0; j-- {
+			d[j], d[j-1] = d[j-1], d[j]
+		}
+	}
+}
+
+// sortInto writes src, sorted, to dst (of the same length): a counting
+// sort on the leading bits scatters the digests into about four per
+// slot, then each slot is sorted on its own. Digests are uniform, so this
+// is linear; a crafted set sharing its leading bits falls back to
+// pdqsort inside its slot, never to a quadratic sort.
+func sortInto(dst, src [][32]byte) {
+	n := len(src)
+	if n <= smallSort {
+		copy(dst, src)
+		sortSmall(dst)
+		return
+	}
+	width := min(max(bits.Len(uint(n))-2, 1), 16)
+	shift := 16 - width
+	counts := make([]int, 1<<width+1)
+	for i := range src {
+		counts[int(binary.BigEndian.Uint16(src[i][:2])>>shift)+1]++
+	}
+	for i := 1; i < len(counts); i++ {
+		counts[i] += counts[i-1]
+	}
+	next := slices.Clone(counts[:len(counts)-1])
+	for i := range src {
+		k := int(binary.BigEndian.Uint16(src[i][:2]) >> shift)
+		dst[next[k]] = src[i]
+		next[k]++
+	}
+	for k := 0; k+1 < len(counts); k++ {
+		if counts[k+1]-counts[k] > 1 {
+			sortSmall(dst[counts[k]:counts[k+1]])
+		}
+	}
 }
 
 // BucketLeaf returns sha256("sp.bucket.v1\x00" ‖ u32be bucket ‖ u64be count ‖

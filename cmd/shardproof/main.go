@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -33,9 +34,34 @@ var rootCmd = &cobra.Command{
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	rootCmd.SetContext(ctx)
+	stopProfile := startProfile()
 	err := rootCmd.Execute()
+	stopProfile()
 	stop()
 	os.Exit(exitStatus(err))
+}
+
+// startProfile writes a CPU profile to $SHARDPROOF_CPUPROFILE, if set,
+// until the returned function is called (see README, Performance).
+func startProfile() func() {
+	path := os.Getenv("SHARDPROOF_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "shardproof: cpu profile: %v\n", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(os.Stderr, "shardproof: cpu profile: %v\n", err)
+		f.Close()
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
 }
 
 // exitError carries a specific exit status without printing anything more

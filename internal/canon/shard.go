@@ -137,7 +137,7 @@ func (h *ShardHasher) LogicalDigest() manifest.Digest { return h.lh.Sum() }
 
 // MemberSetDigest returns the memberSetDigest of the rows added so far.
 func (h *ShardHasher) MemberSetDigest() manifest.Digest {
-	return tuplehash.MemberSetDigest(append([][32]byte(nil), h.digests...))
+	return tuplehash.MemberSetDigestOf(h.digests)
 }
 
 // TupleDigests returns the tuple digests added so far, in stored order.

@@ -1,0 +1,306 @@
+package shuffle
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"io"
+	"math"
+	"slices"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// Buffer collects rows the way a map task produces them, column by column
+// in flat byte slices, and writes them as one shuffle file in shuffle
+// order. It holds no pointers per row, so a map task's partitions cost the
+// garbage collector nothing to scan and grow without per-row allocations;
+// the record batches are assembled from those slices directly, without
+// Arrow's array builders. A Buffer is reused across files with Reset.
+//
+// The zero value is an empty Buffer. A Buffer is not safe for concurrent
+// use.
+type Buffer struct {
+	bucket  []uint32
+	side    []uint8
+	version []int64
+	// sample, source and split are the string columns: values
+	// concatenated, with len+1 offsets.
+	sample, source, split strColumn
+	// content, schema and tuple hold 32 bytes per row.
+	content, schema, tuple []byte
+}
+
+// Encoder turns Buffers into shuffle files. It keeps the scratch memory of
+// sorting, batching and compressing from one file to the next, so a map
+// task needs one Encoder however many partitions it writes. The zero
+// value is ready to use; an Encoder is not safe for concurrent use.
+type Encoder struct {
+	order []sortKey
+	batch batchScratch
+	zw    *zstd.Encoder
+	out   bytes.Buffer
+}
+
+// strColumn is a string column: values concatenated, with len+1 offsets.
+// A Buffer never holds 4 GiB of one column: a map task's tuples are
+// bounded far below that.
+type strColumn struct {
+	offs []uint32
+	data []byte
+}
+
+func (c *strColumn) add(s string) {
+	if len(c.offs) == 0 {
+		c.offs = append(c.offs, 0)
+	}
+	c.data = append(c.data, s...)
+	if len(c.data) > math.MaxUint32 {
+		panic("shuffle: a Buffer column exceeds 4 GiB")
+	}
+	c.offs = append(c.offs, uint32(len(c.data)))
+}
+
+func (c *strColumn) value(i int) []byte { return c.data[c.offs[i]:c.offs[i+1]] }
+
+func (c *strColumn) truncate(n int) {
+	if len(c.offs) == 0 {
+		return
+	}
+	c.data = c.data[:c.offs[n]]
+	c.offs = c.offs[:n+1]
+}
+
+func (c *strColumn) reset() {
+	c.offs, c.data = c.offs[:0], c.data[:0]
+}
+
+// Len returns the number of rows in b.
+func (b *Buffer) Len() int { return len(b.bucket) }
+
+// Append copies r into b.
+func (b *Buffer) Append(r *Row) {
+	b.bucket = append(b.bucket, r.Bucket)
+	b.side = append(b.side, uint8(r.Side))
+	b.version = append(b.version, r.SourceVersion)
+	b.sample.add(r.SampleID)
+	b.source.add(r.SourceID)
+	b.split.add(r.Split)
+	b.content = append(b.content, r.ContentDigest[:]...)
+	b.schema = append(b.schema, r.SchemaDigest[:]...)
+	b.tuple = append(b.tuple, r.TupleDigest[:]...)
+}
+
+// Truncate drops every row after the first n: a map task takes back the
+// tuples of a file that turned out not to decode.
+func (b *Buffer) Truncate(n int) {
+	if n < 0 || n > b.Len() {
+		panic("shuffle: Truncate out of range")
+	}
+	b.bucket, b.side, b.version = b.bucket[:n], b.side[:n], b.version[:n]
+	b.sample.truncate(n)
+	b.source.truncate(n)
+	b.split.truncate(n)
+	b.content, b.schema, b.tuple = b.content[:32*n], b.schema[:32*n], b.tuple[:32*n]
+}
+
+// Reset empties b, keeping its memory for the next file.
+func (b *Buffer) Reset() { b.Truncate(0) }
+
+// Row returns row i (in insertion order); its strings alias b until the
+// next change to b.
+func (b *Buffer) Row(i int) Row {
+	r := Row{
+		Bucket:        b.bucket[i],
+		Side:          Side(b.side[i]),
+		SampleID:      unsafeString(b.sample.value(i)),
+		SourceID:      unsafeString(b.source.value(i)),
+		SourceVersion: b.version[i],
+		Split:         unsafeString(b.split.value(i)),
+	}
+	copy(r.ContentDigest[:], b.content[32*i:])
+	copy(r.SchemaDigest[:], b.schema[32*i:])
+	copy(r.TupleDigest[:], b.tuple[32*i:])
+	return r
+}
+
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// sortKey orders rows by bucket and the first bytes of their sampleId, so
+// almost every comparison is one integer comparison.
+type sortKey struct {
+	key uint64
+	row int
+}
+
+// compare is Compare on rows i and j of b.
+func (b *Buffer) compare(i, j int) int {
+	if c := cmp.Compare(b.bucket[i], b.bucket[j]); c != 0 {
+		return c
+	}
+	if c := bytes.Compare(b.sample.value(i), b.sample.value(j)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(b.side[i], b.side[j]); c != 0 {
+		return c
+	}
+	return bytes.Compare(b.tuple[32*i:32*i+32], b.tuple[32*j:32*j+32])
+}
+
+// sort fills e.order with the rows of b in shuffle order.
+func (e *Encoder) sort(b *Buffer) {
+	n := b.Len()
+	e.order = slices.Grow(e.order[:0], n)[:n]
+	for i := range n {
+		var prefix [4]byte
+		copy(prefix[:], b.sample.value(i))
+		e.order[i] = sortKey{key: uint64(b.bucket[i])<<32 | uint64(binary.BigEndian.Uint32(prefix[:])), row: i}
+	}
+	slices.SortFunc(e.order, func(x, y sortKey) int {
+		if x.key != y.key {
+			return cmp.Compare(x.key, y.key)
+		}
+		return b.compare(x.row, y.row)
+	})
+}
+
+// WriteTo writes b's rows, in shuffle order, as one shuffle file: the same
+// bytes Write gives for the same rows, whatever order they were appended
+// in.
+func (b *Buffer) WriteTo(w io.Writer) (int64, error) {
+	var e Encoder
+	out, err := e.Encode(b)
+	if err != nil {
+		return 0, err
+	}
+	n, err := w.Write(out)
+	if err != nil {
+		return int64(n), errcode.Wrap(errcode.IO, err, "shuffle: write")
+	}
+	return int64(n), nil
+}
+
+// Encode returns the shuffle file of b's rows, the bytes WriteTo writes.
+// They are e's own, valid until the next call of Encode. The Arrow IPC
+// stream is compressed as it is written, so only the compressed file is
+// ever held whole.
+func (e *Encoder) Encode(b *Buffer) ([]byte, error) {
+	e.sort(b)
+	e.out.Reset()
+	if e.zw == nil {
+		zw, err := newEncoder(&e.out)
+		if err != nil {
+			return nil, err
+		}
+		e.zw = zw
+	} else {
+		e.zw.Reset(&e.out)
+	}
+	if err := e.writeIPC(e.zw, b); err != nil {
+		return nil, err
+	}
+	if err := e.zw.Close(); err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "shuffle: zstd")
+	}
+	return e.out.Bytes(), nil
+}
+
+// batchScratch holds one record batch's column buffers, gathered from a
+// Buffer in shuffle order; it is reused for every batch.
+type batchScratch struct {
+	bucket                    []uint32
+	side                      []uint8
+	version                   []int64
+	sampleOffs, sourceOffs    []int32
+	splitOffs                 []int32
+	sample, source, split     []byte
+	content, schema, tupleDig []byte
+}
+
+func (e *Encoder) writeIPC(w io.Writer, b *Buffer) error {
+	iw := ipc.NewWriter(w, ipc.WithSchema(Schema), ipc.WithAllocator(memory.DefaultAllocator))
+	for start := 0; start < len(e.order); start += BatchRows {
+		rec, err := b.gather(&e.batch, e.order[start:min(start+BatchRows, len(e.order))])
+		if err != nil {
+			iw.Close()
+			return err
+		}
+		err = iw.Write(rec)
+		rec.Release()
+		if err != nil {
+			iw.Close()
+			return errcode.Wrap(errcode.IO, err, "shuffle: write batch")
+		}
+	}
+	if err := iw.Close(); err != nil {
+		return errcode.Wrap(errcode.IO, err, "shuffle: close")
+	}
+	return nil
+}
+
+// gather builds the record batch of rows, reading b's columns through the
+// row numbers in order.
+func (b *Buffer) gather(s *batchScratch, order []sortKey) (arrow.RecordBatch, error) {
+	n := len(order)
+	s.bucket, s.side, s.version = s.bucket[:0], s.side[:0], s.version[:0]
+	s.sampleOffs, s.sourceOffs, s.splitOffs = append(s.sampleOffs[:0], 0), append(s.sourceOffs[:0], 0), append(s.splitOffs[:0], 0)
+	s.sample, s.source, s.split = s.sample[:0], s.source[:0], s.split[:0]
+	s.content, s.schema, s.tupleDig = s.content[:0], s.schema[:0], s.tupleDig[:0]
+	for _, k := range order {
+		i := k.row
+		s.bucket = append(s.bucket, b.bucket[i])
+		s.side = append(s.side, b.side[i])
+		s.version = append(s.version, b.version[i])
+		s.sample = append(s.sample, b.sample.value(i)...)
+		s.source = append(s.source, b.source.value(i)...)
+		s.split = append(s.split, b.split.value(i)...)
+		if len(s.sample) > 1<<31-1 || len(s.source) > 1<<31-1 || len(s.split) > 1<<31-1 {
+			return nil, errcode.New(errcode.Internal, "shuffle: a batch's strings exceed 2 GiB")
+		}
+		s.sampleOffs = append(s.sampleOffs, int32(len(s.sample)))
+		s.sourceOffs = append(s.sourceOffs, int32(len(s.source)))
+		s.splitOffs = append(s.splitOffs, int32(len(s.split)))
+		s.content = append(s.content, b.content[32*i:32*i+32]...)
+		s.schema = append(s.schema, b.schema[32*i:32*i+32]...)
+		s.tupleDig = append(s.tupleDig, b.tuple[32*i:32*i+32]...)
+	}
+	cols := []arrow.Array{
+		fixedArray(arrow.PrimitiveTypes.Uint32, n, arrow.Uint32Traits.CastToBytes(s.bucket)),
+		fixedArray(arrow.PrimitiveTypes.Uint8, n, s.side),
+		stringArray(n, s.sampleOffs, s.sample),
+		stringArray(n, s.sourceOffs, s.source),
+		fixedArray(arrow.PrimitiveTypes.Int64, n, arrow.Int64Traits.CastToBytes(s.version)),
+		fixedArray(digestType, n, s.content),
+		stringArray(n, s.splitOffs, s.split),
+		fixedArray(digestType, n, s.schema),
+		fixedArray(digestType, n, s.tupleDig),
+	}
+	rec := array.NewRecordBatch(Schema, cols, int64(n))
+	for _, c := range cols {
+		c.Release()
+	}
+	return rec, nil
+}
+
+// fixedArray wraps values (no nulls) of a fixed-width type without copying.
+func fixedArray(t arrow.DataType, n int, values []byte) arrow.Array {
+	d := array.NewData(t, n, []*memory.Buffer{nil, memory.NewBufferBytes(values)}, nil, 0, 0)
+	defer d.Release()
+	return array.MakeFromData(d)
+}
+
+// stringArray wraps a string column (no nulls) without copying.
+func stringArray(n int, offs []int32, data []byte) arrow.Array {
+	d := array.NewData(arrow.BinaryTypes.String, n, []*memory.Buffer{
+		nil, memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(offs)), memory.NewBufferBytes(data),
+	}, nil, 0, 0)
+	defer d.Release()
+	return array.MakeFromData(d)
+}
