@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -38,6 +39,7 @@ var failureCounter = map[string]func(*manifest.Counts) *int64{
 // sampleIds, and both tuple roots are Merkle roots over all 2^K bucket
 // leaves in bucket order.
 func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest.Report, manifest.Digest, error) {
+	start := time.Now()
 	rep := &manifest.Report{
 		Schema:          manifest.ReportSchema,
 		Root:            j.Plan.Root,
@@ -169,6 +171,13 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	if exec.Seconds > 0 {
 		exec.RecordsPerSecond = float64(c.Records) / exec.Seconds
 		exec.StoredMBPerSec = float64(rep.Stats.StoredBytes) / 1e6 / exec.Seconds
+	}
+	// Stage times are known when the map tasks ran in this process (the
+	// local executor); tasks of other executors time themselves nowhere
+	// the report can see.
+	if j.clock != nil && j.clock.Read.Load() > 0 {
+		j.clock.add(&j.clock.aggregate, start)
+		exec.Stages = j.clock.seconds()
 	}
 	rep.Execution = exec
 

@@ -11,6 +11,7 @@ import (
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/shuffle"
 	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
@@ -46,12 +47,21 @@ func faulty(t *testing.T) (objstore.Store, stage.Result) {
 }
 
 // The report minus execution is byte-identical whatever the number of map
-// tasks and reducers.
+// tasks and reducers, and whether the shuffle is compressed.
 func TestReportIndependentOfPlanShape(t *testing.T) {
 	s, res := faulty(t)
 	var first []byte
-	for _, shape := range [][2]int{{1, 1}, {4, 8}, {16, 64}} {
-		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: shape[0], Reducers: shape[1]})
+	var shuffled [4]int64
+	for i, shape := range [][2]int{{1, 1}, {4, 8}, {16, 64}, {4, 8}} {
+		comp := shuffle.None
+		if i == 3 {
+			comp = shuffle.Zstd
+		}
+		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: shape[0], Reducers: shape[1], ShuffleCompression: comp})
+		shuffled[i] = r.Execution.ShuffleBytes
+		if r.Execution.Stages.Read <= 0 || r.Execution.Stages.Decode <= 0 || r.Execution.Stages.Tuples <= 0 || r.Execution.Stages.Reduce <= 0 {
+			t.Fatalf("shape %v: local execution stages not measured: %+v", shape, r.Execution.Stages)
+		}
 		if r.Verdict != manifest.Invalid || r.Counts.Missing == 0 || r.Counts.Extra != 1 || r.Counts.DecodeErrors != 1 {
 			t.Fatalf("shape %v: unexpected report counts %+v", shape, r.Counts)
 		}
@@ -64,6 +74,9 @@ func TestReportIndependentOfPlanShape(t *testing.T) {
 		} else if !bytes.Equal(first, b) {
 			t.Fatalf("shape %v: report differs from shape (1,1):\n%s\n%s", shape, first, b)
 		}
+	}
+	if shuffled[3] >= shuffled[1] {
+		t.Fatalf("zstd shuffle of %d bytes is not smaller than the plain one of %d", shuffled[3], shuffled[1])
 	}
 }
 
@@ -124,7 +137,8 @@ func TestMapTaskKilledHalfwayIsRerun(t *testing.T) {
 func TestNondeterministicRerunDetected(t *testing.T) {
 	s, res := synth(t)
 	ctx := context.Background()
-	o := PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", Nonce: "fixed"}
+	// The compression Verify picks, so both plans are the same plan.
+	o := PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", Nonce: "fixed", ShuffleCompression: shuffle.None}
 	_, pd, err := NewPlan(ctx, s, o)
 	if err != nil {
 		t.Fatal(err)

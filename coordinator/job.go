@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/reducer"
 )
@@ -27,6 +30,31 @@ type Job struct {
 	tombSet, benchSet *reducer.Set
 
 	reducerOf []int32 // see reducerIndex
+	clock     *stageClock
+}
+
+// stageClock accumulates the time this process's tasks spend per stage
+// (see manifest.StageSeconds), in nanoseconds summed over workers.
+type stageClock struct {
+	mapper.Timings
+	shuffleWrite, reduce, aggregate atomic.Int64
+}
+
+// add adds the time since start to n; c may be nil (a Job not from Open).
+func (c *stageClock) add(n *atomic.Int64, start time.Time) {
+	if c != nil {
+		n.Add(int64(time.Since(start)))
+	}
+}
+
+// seconds returns the stages measured so far.
+func (c *stageClock) seconds() manifest.StageSeconds {
+	s := func(n *atomic.Int64) float64 { return max(float64(n.Load())/1e9, 0) }
+	return manifest.StageSeconds{
+		Read: s(&c.Read), StorageDigest: s(&c.StorageDigest), Decode: s(&c.Decode),
+		ContentDigest: s(&c.ContentDigest), Tuples: s(&c.Tuples),
+		ShuffleWrite: s(&c.shuffleWrite), Reduce: s(&c.reduce), Aggregate: s(&c.aggregate),
+	}
 }
 
 // Open loads the plan with the given digest and the documents it names.
@@ -39,7 +67,7 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 	if err := decodeStrict(b, &p); err != nil {
 		return nil, wrap(err, "plan %s", planDigest)
 	}
-	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p}
+	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p, clock: new(stageClock)}
 	defer func() { j.reducerOf = reducerTable(&p) }()
 	if j.Release, err = loadRelease(ctx, s, p.Root); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sort"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/freelist"
@@ -61,6 +62,7 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	}
 	set := getParts(len(j.Plan.Reducers))
 	defer putParts(set)
+	set.enc.Compression = j.Plan.ShuffleCompression
 	parts := set.parts
 	reducerOf := j.reducerIndex()
 	var emitErr error
@@ -75,11 +77,15 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		parts[reducerOf(t.Bucket)].Append(&row)
 		return nil
 	}
+	var tm *mapper.Timings
+	if j.clock != nil {
+		tm = &j.clock.Timings
+	}
 	opts := [2]mapper.Options{
-		{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Plan.RecordSchema, K: j.Plan.K},
+		{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Plan.RecordSchema, K: j.Plan.K, Timings: tm},
 		// Member tuples name the record schema their snapshot describes: a
 		// snapshot of another schema than the release's diffs as SCHEMA_MIX.
-		{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Snapshot.RecordSchema, K: j.Plan.K},
+		{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Snapshot.RecordSchema, K: j.Plan.K, Timings: tm},
 	}
 	commit := &MapCommit{Schema: MapCommitSchema, Plan: j.PlanDigest, Task: i}
 	marks := make([]int, len(parts))
@@ -107,6 +113,8 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 			progress(res)
 		}
 	}
+	start := time.Now()
+	defer j.clock.add(&j.clock.shuffleWrite, start)
 	for r := range parts {
 		rows := parts[r].Len()
 		b, err := set.enc.Encode(&parts[r])

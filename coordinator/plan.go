@@ -8,6 +8,7 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/shuffle"
 )
 
 // PlanSchema identifies the plan document format.
@@ -35,6 +36,9 @@ type Plan struct {
 	// verification must read every byte again (the store may have rotted
 	// since), so it must never find an earlier run's commits.
 	Nonce string `json:"nonce"`
+	// ShuffleCompression is how the shuffle files are stored; empty
+	// means zstd.
+	ShuffleCompression shuffle.Compression `json:"shuffleCompression,omitempty"`
 }
 
 // Input names one shard to map: Side 0 is the release manifest's shards,
@@ -67,6 +71,9 @@ type PlanOptions struct {
 	// inputs; NewPlan draws a random one when it is empty. Set it only to
 	// re-create a known plan (tests, a resubmitted job).
 	Nonce string
+	// ShuffleCompression is how shuffle files are stored (default zstd;
+	// the CLI picks none for the local executor).
+	ShuffleCompression shuffle.Compression
 }
 
 // MapTaskTuples is about how many tuples one map task takes by default. A
@@ -151,7 +158,8 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 		Schema: PlanSchema, Root: o.Root, Snapshot: snapDigest,
 		Tombstones: o.Tombstones, Benchmark: o.Benchmark,
 		RecordSchema: rel.RecordSchema, K: k, Tool: o.Tool, Nonce: o.Nonce,
-		MapTasks: make([][]Input, m),
+		ShuffleCompression: o.ShuffleCompression,
+		MapTasks:           make([][]Input, m),
 	}
 	// Round-robin spreads release shards and snapshot members evenly.
 	for i, in := range inputs {
@@ -200,6 +208,9 @@ func (p *Plan) validate(shards, members int) error {
 	}
 	if p.K < 1 || p.K > manifest.MaxMemberPartitionK {
 		return bad("k=%d out of range", p.K)
+	}
+	if !p.ShuffleCompression.Valid() {
+		return bad("unknown shuffleCompression %q", p.ShuffleCompression)
 	}
 	if len(p.MapTasks) == 0 || len(p.Reducers) == 0 {
 		return bad("no map tasks or no reducers")

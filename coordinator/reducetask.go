@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"io"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/verifyread"
@@ -45,6 +46,7 @@ func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 		}
 		return &done, nil
 	}
+	defer j.clock.add(&j.clock.reduce, time.Now())
 	commit := &ReduceCommit{Schema: ReduceCommitSchema, Plan: j.PlanDigest, Task: r}
 	var (
 		verified []io.Reader
@@ -75,7 +77,7 @@ func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 		}
 		closers = append(closers, rc.Close)
 		vr := verifyread.New(rc, out.Key, out.Digest, out.Size)
-		rd, err := shuffle.NewReader(vr, out.Key, j.Plan.K, rng.Lo, rng.Hi)
+		rd, err := shuffle.NewReaderCompression(vr, j.Plan.ShuffleCompression, out.Key, j.Plan.K, rng.Lo, rng.Hi)
 		if err != nil {
 			return nil, err
 		}

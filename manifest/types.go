@@ -244,4 +244,33 @@ type Execution struct {
 	RecordsPerSecond float64 `json:"recordsPerSecond"`
 	StoredMBPerSec   float64 `json:"storedMBPerSecond"`
 	Started          string  `json:"started,omitempty"`
+	// Stages is where the workers spent their time; only the local
+	// executor, whose tasks run in the process that writes the report,
+	// fills it.
+	Stages StageSeconds `json:"stages,omitzero"`
+}
+
+// StageSeconds is worker time per stage of a verification, in seconds,
+// summed over the workers: with p busy workers the stages add up to about
+// p times the wall time, and for CPU-bound work they approximate CPU
+// seconds.
+type StageSeconds struct {
+	// Read is reading shard and member file bytes from the store.
+	Read float64 `json:"read"`
+	// StorageDigest is sha256 of those bytes.
+	StorageDigest float64 `json:"storageDigest"`
+	// Decode is Parquet footer checks, page decompression and decoding
+	// of every column, the content column included but not its hashing.
+	Decode float64 `json:"decode"`
+	// ContentDigest is sha256 of each content value.
+	ContentDigest float64 `json:"contentDigest"`
+	// Tuples is canonical records, logical digests, tuple digests,
+	// buckets and appending tuples to the shuffle partitions.
+	Tuples float64 `json:"tuples"`
+	// ShuffleWrite is sorting, encoding and storing shuffle files and
+	// map commit records.
+	ShuffleWrite float64 `json:"shuffleWrite"`
+	// Reduce is the reduce tasks; Aggregate is building the report.
+	Reduce    float64 `json:"reduce"`
+	Aggregate float64 `json:"aggregate"`
 }

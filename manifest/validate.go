@@ -364,6 +364,9 @@ func (r *Report) Validate() error {
 	}{
 		{float64(ex.MapTasks), "mapTasks"}, {float64(ex.Reducers), "reducers"}, {float64(ex.ShuffleBytes), "shuffleBytes"},
 		{ex.Seconds, "seconds"}, {ex.RecordsPerSecond, "recordsPerSecond"}, {ex.StoredMBPerSec, "storedMBPerSecond"},
+		{ex.Stages.Read, "stages.read"}, {ex.Stages.StorageDigest, "stages.storageDigest"}, {ex.Stages.Decode, "stages.decode"},
+		{ex.Stages.ContentDigest, "stages.contentDigest"}, {ex.Stages.Tuples, "stages.tuples"},
+		{ex.Stages.ShuffleWrite, "stages.shuffleWrite"}, {ex.Stages.Reduce, "stages.reduce"}, {ex.Stages.Aggregate, "stages.aggregate"},
 	} {
 		if c.v < 0 || math.IsNaN(c.v) || math.IsInf(c.v, 0) {
 			return errcode.New(errcode.BadCount, "execution.%s=%v", c.field, c.v)

@@ -3,6 +3,7 @@ package mapper
 import (
 	"context"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/parquet"
@@ -184,13 +185,17 @@ func (c *stringCol) Value(i int) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
-// contentCol is the content column: each value is hashed as it is read.
+// contentCol is the content column: each value is hashed as it is read,
+// a page at a time.
 type contentCol struct {
 	validity
-	digests [][32]byte
-	lens    []int
-	page    []parquet.ByteArray
-	defs    []int16
+	digests    [][32]byte
+	lens       []int
+	page       []parquet.ByteArray
+	pageDigest [][32]byte
+	defs       []int16
+	// hashNanos is the time spent hashing, for Timings.ContentDigest.
+	hashNanos int64
 }
 
 func (c *contentCol) Digest(i int) *[32]byte { return &c.digests[i] }
@@ -199,13 +204,27 @@ func (c *contentCol) Len(i int) int          { return c.lens[i] }
 func (c *contentCol) reset() { c.digests, c.lens, c.valid = c.digests[:0], c.lens[:0], c.valid[:0] }
 
 func (c *contentCol) read(r file.ColumnChunkReader, n int64, maxDef int16) error {
-	readPage, err := byteArrayPages(r, &c.page, &c.defs)
+	readValues, err := byteArrayPages(r, &c.page, &c.defs)
 	if err != nil {
 		return err
 	}
+	if c.pageDigest == nil {
+		c.pageDigest = make([][32]byte, pageValues)
+	}
+	readPage := func(max int64) (int64, int, error) {
+		lv, nv, err := readValues(max)
+		if err == nil {
+			start := time.Now()
+			for k, v := range c.page[:nv] {
+				c.pageDigest[k] = canon.ContentDigest(v)
+			}
+			c.hashNanos += int64(time.Since(start))
+		}
+		return lv, nv, err
+	}
 	return levels(n, maxDef, c.defs, readPage,
 		func(k int) {
-			c.digests = append(c.digests, canon.ContentDigest(c.page[k]))
+			c.digests = append(c.digests, c.pageDigest[k])
 			c.lens = append(c.lens, len(c.page[k]))
 			c.valid = append(c.valid, true)
 		},
@@ -246,11 +265,19 @@ func newColumns(s *manifest.RecordSchema) ([]crColumn, error) {
 // readColumns decodes every row group of pf into h, batchRows rows of all
 // columns at a time. s is the schema h was made for; leaves are the file's
 // leaf columns of its fields, in order (nil: every leaf, one per field).
-func readColumns(ctx context.Context, pf *file.Reader, s *manifest.RecordSchema, leaves []int, h *canon.ShardHasher, each func(*tuplehash.Tuple, [32]byte) error) error {
+// It adds the time spent hashing content and making tuples to d.
+func (d *decoding) readColumns(ctx context.Context, pf *file.Reader, s *manifest.RecordSchema, leaves []int, h *canon.ShardHasher, each func(*tuplehash.Tuple, [32]byte) error) error {
 	cols, err := newColumns(s)
 	if err != nil {
 		return err
 	}
+	defer func() {
+		for _, c := range cols {
+			if cc, ok := c.(*contentCol); ok {
+				d.hashNanos += cc.hashNanos
+			}
+		}
+	}()
 	if leaves == nil {
 		if pf.MetaData().Schema.NumColumns() != len(cols) {
 			return fmt.Errorf("file has %d leaf columns, schema %d fields", pf.MetaData().Schema.NumColumns(), len(cols))
@@ -272,11 +299,11 @@ func readColumns(ctx context.Context, pf *file.Reader, s *manifest.RecordSchema,
 			if readers[j], err = rg.Column(leaves[j]); err != nil {
 				return fmt.Errorf("row group %d column %d: %w", g, j, err)
 			}
-			d := readers[j].Descriptor()
-			if d.MaxRepetitionLevel() != 0 {
+			desc := readers[j].Descriptor()
+			if desc.MaxRepetitionLevel() != 0 {
 				return fmt.Errorf("row group %d column %d is repeated", g, j)
 			}
-			maxDef[j] = d.MaxDefinitionLevel()
+			maxDef[j] = desc.MaxDefinitionLevel()
 		}
 		rows := rg.NumRows()
 		for done := int64(0); done < rows; {
@@ -290,7 +317,10 @@ func readColumns(ctx context.Context, pf *file.Reader, s *manifest.RecordSchema,
 					return fmt.Errorf("row group %d column %d: %w", g, j, err)
 				}
 			}
-			if err := h.AddColumns(view, int(n), each); err != nil {
+			start := time.Now()
+			err := h.AddColumns(view, int(n), each)
+			d.tupleNanos += int64(time.Since(start))
+			if err != nil {
 				return err
 			}
 			done += n

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
@@ -68,6 +69,11 @@ type decoding struct {
 	want          *manifest.RecordSchema
 	logicalSchema manifest.Digest // bound into the logical digest
 	tupleSchema   manifest.Digest // every tuple's schemaDigest
+
+	// hashNanos and tupleNanos are the time spent hashing content values
+	// and making tuples (column-reader path; the pqarrow path counts both
+	// as tuples).
+	hashNanos, tupleNanos int64
 }
 
 func (r *decodeResult) fail(code errcode.Code, format string, args ...any) {
@@ -116,7 +122,7 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		return res, nil
 	}
 	if dec == DecoderColumnReader {
-		if err := readColumns(ctx, pf, used, leaves, h, each); err != nil {
+		if err := d.readColumns(ctx, pf, used, leaves, h, each); err != nil {
 			if ee := (*emitError)(nil); errors.As(err, &ee) || errcode.Of(err) == errcode.Canceled {
 				return res, err
 			}
@@ -135,7 +141,10 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		if err := ctx.Err(); err != nil {
 			return res, errcode.Wrap(errcode.Canceled, err, "decode")
 		}
-		if err := h.AddBatch(rr.RecordBatch(), each); err != nil {
+		start := time.Now()
+		err := h.AddBatch(rr.RecordBatch(), each)
+		d.tupleNanos += int64(time.Since(start))
+		if err != nil {
 			if ee := (*emitError)(nil); errors.As(err, &ee) {
 				return res, err
 			}

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"sync/atomic"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -58,6 +60,15 @@ type Options struct {
 	Decoder Decoder
 	// MaxBytes caps the bytes read of one file (default MaxShardBytes).
 	MaxBytes int64
+	// Timings, if non-nil, accumulates where MapShard spends its time.
+	Timings *Timings
+}
+
+// Timings accumulates the time MapShard calls spend per stage, in
+// nanoseconds summed over calls (see manifest.StageSeconds). It is safe
+// for concurrent use.
+type Timings struct {
+	Read, StorageDigest, Decode, ContentDigest, Tuples atomic.Int64
 }
 
 // Input is one file to map.
@@ -147,12 +158,20 @@ func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) 
 	}
 	bp := getBuf()
 	defer putBuf(bp)
+	tm := o.Timings
+	if tm == nil {
+		tm = new(Timings)
+	}
+	start := time.Now()
 	data, version, err := read(ctx, o, in.Desc, bp, fail)
+	tm.Read.Add(int64(time.Since(start)))
 	if err != nil || data == nil {
 		logResult(res, err)
 		return res, err
 	}
+	start = time.Now()
 	sum := sha256.Sum256(data)
+	tm.StorageDigest.Add(int64(time.Since(start)))
 	res.StorageDigest, res.StoredBytes = sum, int64(len(data))
 	if res.StoredBytes != in.Desc.Size {
 		fail(errcode.SizeMismatch, "manifest.size=%d, bytes read=%d (version %s)", in.Desc.Size, res.StoredBytes, version)
@@ -172,6 +191,7 @@ func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) 
 	}
 	var tp Tuple
 	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: o.SchemaDigest}
+	start = time.Now()
 	dr, err := d.run(ctx, data, o.Decoder, func(t *tuplehash.Tuple, dg [32]byte) error {
 		tp.Tuple, tp.Digest, tp.Bucket = *t, dg, tuplehash.Bucket(t.SampleID, o.K)
 		if err := emit(&tp); err != nil {
@@ -179,6 +199,11 @@ func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) 
 		}
 		return nil
 	})
+	// Decoding is what the run took besides hashing content and making
+	// tuples, which it timed itself.
+	tm.Decode.Add(int64(time.Since(start)) - d.hashNanos - d.tupleNanos)
+	tm.ContentDigest.Add(d.hashNanos)
+	tm.Tuples.Add(d.tupleNanos)
 	if ee := (*emitError)(nil); errors.As(err, &ee) {
 		return res, ee.err
 	}

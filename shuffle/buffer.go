@@ -43,6 +43,9 @@ type Buffer struct {
 // task needs one Encoder however many partitions it writes. The zero
 // value is ready to use; an Encoder is not safe for concurrent use.
 type Encoder struct {
+	// Compression of the files written (zero value: Zstd).
+	Compression Compression
+
 	order []sortKey
 	batch batchScratch
 	zw    *zstd.Encoder
@@ -194,6 +197,12 @@ func (b *Buffer) WriteTo(w io.Writer) (int64, error) {
 func (e *Encoder) Encode(b *Buffer) ([]byte, error) {
 	e.sort(b)
 	e.out.Reset()
+	if e.Compression == None {
+		if err := e.writeIPC(&e.out, b); err != nil {
+			return nil, err
+		}
+		return e.out.Bytes(), nil
+	}
 	if e.zw == nil {
 		zw, err := newEncoder(&e.out)
 		if err != nil {

@@ -1,6 +1,7 @@
 package shuffle
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"strings"
@@ -91,9 +92,14 @@ func (e *CorruptError) Error() string {
 // ErrorCode implements errcode.Coder.
 func (e *CorruptError) ErrorCode() errcode.Code { return errcode.ShuffleCorrupt }
 
-// NewReader starts reading the shuffle file r (named name in errors) whose
-// rows must fall in buckets [lo, hi) of a k-bit partition.
-func NewReader(r io.Reader, name string, k uint, lo, hi uint32) (rd *Reader, err error) {
+// NewReader starts reading the zstd shuffle file r (named name in errors)
+// whose rows must fall in buckets [lo, hi) of a k-bit partition.
+func NewReader(r io.Reader, name string, k uint, lo, hi uint32) (*Reader, error) {
+	return NewReaderCompression(r, Zstd, name, k, lo, hi)
+}
+
+// NewReaderCompression is NewReader for a file stored with compression c.
+func NewReaderCompression(r io.Reader, c Compression, name string, k uint, lo, hi uint32) (rd *Reader, err error) {
 	rd = &Reader{name: name, k: k, lo: lo, hi: hi}
 	defer rd.recoverInto(&err)
 	defer func() {
@@ -101,13 +107,23 @@ func NewReader(r io.Reader, name string, k uint, lo, hi uint32) (rd *Reader, err
 			rd.Close()
 		}
 	}()
-	// Concurrency 1 decodes synchronously: no goroutines per open file.
-	rd.zr, err = zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxWindow(maxWindow), zstd.WithDecoderMaxMemory(maxAlloc))
-	if err != nil {
-		return nil, rd.corrupt("zstd: %v", err)
+	var stream io.Reader
+	switch c {
+	case "", Zstd:
+		// Concurrency 1 decodes synchronously: no goroutines per open file.
+		rd.zr, err = zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+			zstd.WithDecoderMaxWindow(maxWindow), zstd.WithDecoderMaxMemory(maxAlloc))
+		if err != nil {
+			return nil, rd.corrupt("zstd: %v", err)
+		}
+		stream = zstdErrReader{rd.zr}
+	case None:
+		// A window's worth of read-ahead, as the zstd decoder holds.
+		stream = bufio.NewReaderSize(r, maxWindow)
+	default:
+		return nil, errcode.New(errcode.Usage, "shuffle: unknown compression %q", c)
 	}
-	ir, err := ipc.NewReader(zstdErrReader{rd.zr}, ipc.WithAllocator(cappedAllocator{memory.NewGoAllocator()}),
+	ir, err := ipc.NewReader(stream, ipc.WithAllocator(cappedAllocator{memory.NewGoAllocator()}),
 		ipc.WithBodySizeLimit(maxAlloc), ipc.WithMetadataSizeLimit(1<<20))
 	if err != nil {
 		return nil, rd.corrupt("open: %v", err)
@@ -133,6 +149,9 @@ func (z zstdErrReader) Read(p []byte) (int, error) {
 
 // Close releases the decoders. It does not close the underlying reader.
 func (r *Reader) Close() {
+	if r == nil {
+		return
+	}
 	if r.ipc != nil {
 		r.ipc.Release()
 		r.ipc = nil

@@ -29,6 +29,25 @@ func (s Side) String() string {
 	return "side(" + strconv.Itoa(int(s)) + ")"
 }
 
+// Compression is how a shuffle file's Arrow IPC stream is stored. A plan
+// names one for all its files.
+type Compression string
+
+// Compressions. The empty value is Zstd, the default, so plans written
+// before the choice existed keep their meaning.
+const (
+	// Zstd compresses the whole stream into one zstd frame (64 KiB
+	// window, checksum): for shuffles that cross a network.
+	Zstd Compression = "zstd"
+	// None stores the stream as is: for the local executor, whose
+	// shuffle stays in one machine's page cache, where compressing
+	// random digests costs more CPU than the bytes it saves.
+	None Compression = "none"
+)
+
+// Valid reports whether c names a compression ("" is Zstd).
+func (c Compression) Valid() bool { return c == "" || c == Zstd || c == None }
+
 // Row is one tuple in transit from a map task to a reducer: the tuple's
 // fields, its bucket, the side it came from and its tuple digest.
 type Row struct {

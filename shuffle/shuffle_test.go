@@ -252,3 +252,61 @@ func TestBufferMatchesWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestCompressionNone: a plain file holds the same rows as a zstd one,
+// and a reader told the wrong compression refuses the file as corrupt.
+func TestCompressionNone(t *testing.T) {
+	rows := makeRows(3*BatchRows + 5)
+	var b Buffer
+	for i := range rows {
+		b.Append(&rows[i])
+	}
+	zenc, penc := Encoder{Compression: Zstd}, Encoder{Compression: None}
+	z, err := zenc.Encode(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := penc.Encode(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(z, p) || len(p) <= len(z) {
+		t.Fatalf("plain file (%d bytes) is not the larger, uncompressed form of the zstd file (%d bytes)", len(p), len(z))
+	}
+	read := func(data []byte, c Compression) ([]Row, error) {
+		rd, err := NewReaderCompression(bytes.NewReader(data), c, "test", testK, 0, 1<<testK)
+		if err != nil {
+			return nil, err
+		}
+		defer rd.Close()
+		var out []Row
+		for {
+			_, rs, err := rd.Next()
+			if err == io.EOF {
+				return out, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range rs {
+				r.SampleID = strings.Clone(r.SampleID)
+				out = append(out, r)
+			}
+		}
+	}
+	got, err := read(p, None)
+	if err != nil || !slices.Equal(got, rows) {
+		t.Fatalf("plain file read back %d rows (err %v), want the %d written", len(got), err, len(rows))
+	}
+	for _, c := range []struct {
+		data []byte
+		comp Compression
+	}{{p, Zstd}, {z, None}} {
+		if _, err := read(c.data, c.comp); errcode.Of(err) != errcode.ShuffleCorrupt {
+			t.Fatalf("file read as %s: err = %v, want SHUFFLE_CORRUPT", c.comp, err)
+		}
+	}
+	if _, err := NewReaderCompression(bytes.NewReader(p), "lz4", "test", testK, 0, 1<<testK); errcode.Of(err) != errcode.Usage {
+		t.Fatalf("unknown compression: err = %v, want USAGE", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/shuffle"
 )
 
 func init() {
@@ -23,6 +24,7 @@ func init() {
 		mapTasks, reducers, parallelism              int
 		asJSON                                       bool
 		engine                                       executorFlags
+		shuffleComp                                  shuffle.Compression
 	)
 	cmd := &cobra.Command{
 		Use:   "verify --store URL --root sha256:…",
@@ -40,9 +42,12 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 			if resume != "" {
 				return resumeVerify(cmd, store, resume, parallelism, asJSON, root != "" || snapshot != "" || tombstones != "" || benchmark != "")
 			}
+			if !shuffleComp.Valid() {
+				return errcode.New(errcode.Usage, "verify: --shuffle-compression %q: want zstd or none", shuffleComp)
+			}
 			opts := coordinator.Options{PlanOptions: coordinator.PlanOptions{
 				MapTasks: mapTasks, Reducers: reducers, Parallelism: parallelism,
-				Tool: "shardproof " + version,
+				Tool: "shardproof " + version, ShuffleCompression: shuffleComp,
 			}}
 			for _, f := range []struct {
 				flag, val string
@@ -93,6 +98,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 	f.IntVar(&reducers, "reducers", 0, "number of reduce tasks (default: 2 × parallelism)")
 	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local executor (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
+	f.StringVar((*string)(&shuffleComp), "shuffle-compression", "", "shuffle files: zstd or none (default: none for the local executor, whose shuffle stays on this machine; zstd for the others)")
 	f.StringVar(&resume, "resume", "", "finish an interrupted verification: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
 	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)

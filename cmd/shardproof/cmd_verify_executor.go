@@ -12,6 +12,7 @@ import (
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/shuffle"
 )
 
 // executorFlags are verify's --executor and the settings of each engine.
@@ -142,6 +143,10 @@ func verifyOptionsFromFlags(cmd *cobra.Command) (opts coordinator.Options, store
 		opts.Parallelism = runtime.NumCPU()
 	}
 	opts.Tool = "shardproof " + version
+	comp, _ := f.GetString("shuffle-compression")
+	if opts.ShuffleCompression = shuffle.Compression(comp); !opts.ShuffleCompression.Valid() {
+		return opts, "", false, errcode.New(errcode.Usage, "verify: --shuffle-compression %q: want zstd or none", comp)
+	}
 	for _, d := range []struct {
 		flag     string
 		dst      *manifest.Digest
