@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"io"
+	"maps"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -163,5 +166,138 @@ func TestCheckCountsFlagsMismatch(t *testing.T) {
 	r.checkCounts()
 	if r.Counts.Equal || len(r.Counts.Mismatches) != 1 {
 		t.Fatalf("mismatch not flagged: %+v", r.Counts)
+	}
+}
+
+// TestVerifyStagesTable feeds a verify report carrying execution.stages
+// (hand-built, with round numbers, in the shape verify prints) through the parser and
+// summarize, and checks the stage table: verify's measured stages in
+// pipeline order, each ÷ CPUs, the ladder's zstd estimate under decode,
+// and no estimate rows the measured ones replace.
+func TestVerifyStagesTable(t *testing.T) {
+	out, err := os.ReadFile("testdata/verify-report-stages.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseVerifyReport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Verdict != "INVALID" || c.Records != 30000 || len(c.Stages) != 8 || c.Stages[stageDecode] != 1.5 {
+		t.Fatalf("parsed %+v", c)
+	}
+	r := &Result{Rounds: 3, Host: Host{CPUs: 2}, Dataset: DatasetSummary{Records: 30000}}
+	for round, scale := range []float64{1, 2, 0.5} {
+		v := c
+		v.Stages = maps.Clone(c.Stages)
+		for k := range v.Stages {
+			v.Stages[k] *= scale
+		}
+		stage := func(k string, x float64) map[string]float64 { return map[string]float64{k: x} }
+		r.Samples = append(r.Samples,
+			Sample{Tool: toolVerify, Round: round + 1, WallSeconds: 3, Child: v},
+			Sample{Tool: toolLadder, Round: round + 1, WallSeconds: 4, Child: childResult{Stages: stage(ladderZstd, 0.25), StagesCPU: stage(ladderZstd, 0.5)}},
+			Sample{Tool: toolCeiling, Round: round + 1, WallSeconds: 1, Child: childResult{Stages: stage(ceilingZstd, 0.2), StagesCPU: stage(ceilingZstd, 0.4)}},
+			Sample{Tool: toolPhases, Round: round + 1, WallSeconds: 3, Child: childResult{Stages: stage(phaseMap, 2)}})
+	}
+	r.summarize(allTools)
+	want := []struct {
+		tool, stage string
+		cpu         float64
+	}{
+		{toolVerify, "read", 0.4},
+		{toolVerify, "storage digest (sha256 of the bytes)", 0.5},
+		{toolVerify, "decompress+decode (all columns)", 1.5},
+		{toolLadder, "  of which zstd decompress (ladder estimate)", 0.5},
+		{toolVerify, "content digest (sha256 per value)", 0.26},
+		{toolVerify, "canonical encode+logical digest+tuples+partitions", 0.66},
+		{toolVerify, "shuffle write: sort+Arrow IPC+zstd+store puts+commits", 1.2},
+		{toolVerify, "reduce", 0.8},
+		{toolVerify, "aggregate+report", 0.04},
+		{toolVerify, "all stages (sum of the medians)", 5.36},
+		{toolCeiling, "ceiling: zstd decompress of the content columns", 0.4},
+	}
+	if len(r.Stages) != len(want) {
+		t.Fatalf("%d stage rows, want %d: %+v", len(r.Stages), len(want), r.Stages)
+	}
+	for i, w := range want {
+		s := r.Stages[i]
+		if s.Tool != w.tool || s.Stage != w.stage || math.Abs(s.MedianCPUSeconds-w.cpu) > 1e-9 {
+			t.Fatalf("row %d: %s %q cpu %v, want %s %q cpu %v", i, s.Tool, s.Stage, s.MedianCPUSeconds, w.tool, w.stage, w.cpu)
+		}
+		if s.Tool != toolVerify {
+			continue
+		}
+		// Medians of 1×, 2× and 0.5× are the 1× values; seconds ÷ 2 CPUs.
+		if s.Source != measuredSource || math.Abs(s.MedianSeconds-w.cpu/2) > 1e-9 || math.Abs(s.RecordsPerSecond-30000/(w.cpu/2)) > 1e-6 {
+			t.Fatalf("row %d: %+v", i, s)
+		}
+	}
+	r.Notes = runNotes(r)
+	md := r.Markdown()
+	for _, line := range []string{
+		"| decompress+decode (all columns) | 0.75 | 40000 | 1.50 | 20000 | verify --json execution.stages (worker seconds ÷ CPUs) |",
+		"| read | 0.20 | 150000 | 0.40 | 75000 | verify --json execution.stages (worker seconds ÷ CPUs) |",
+	} {
+		if !strings.Contains(md, line) {
+			t.Fatalf("markdown lacks %q:\n%s", line, md)
+		}
+	}
+	if strings.Contains(md, "map phase") || strings.Contains(md, "ladder: read+sha256") || strings.Contains(md, "is estimated") {
+		t.Fatalf("markdown keeps estimate rows that measured stages replace:\n%s", md)
+	}
+	if svg := r.SVG(); !strings.Contains(svg, ">decompress+decode (all columns)<") || !strings.Contains(svg, colorMeasured) {
+		t.Fatalf("SVG lacks the measured stages:\n%s", svg)
+	}
+}
+
+// TestVerifyStagesFallback checks that a report without execution.stages
+// (a binary older than the field) leaves the estimated breakdown in place.
+func TestVerifyStagesFallback(t *testing.T) {
+	out, err := os.ReadFile("testdata/verify-report-stages.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(out, &doc); err != nil {
+		t.Fatal(err)
+	}
+	delete(doc["execution"].(map[string]any), "stages")
+	if out, err = json.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseVerifyReport(out)
+	if err != nil || c.Stages != nil {
+		t.Fatalf("stages %v (err %v), want none", c.Stages, err)
+	}
+	r := &Result{Rounds: 1, Host: Host{CPUs: 2}, Dataset: DatasetSummary{Records: 30000}, Samples: []Sample{
+		{Tool: toolVerify, Round: 1, WallSeconds: 3, Child: c},
+		{Tool: toolLadder, Round: 1, WallSeconds: 4, Child: childResult{Stages: map[string]float64{ladderRead: 1, ladderDecode: 2, ladderContent: 2.5}}},
+	}}
+	r.summarize(allTools)
+	if r.stagesMeasured() || len(r.Stages) == 0 || r.Stages[0].Stage != "read+storage digest" || r.Stages[0].Tool != toolLadder {
+		t.Fatalf("fallback rows %+v", r.Stages)
+	}
+}
+
+// TestParseCapturedVerifyReport parses a report that `shardproof verify
+// --json` printed for the 200k bench dataset (exit status 1, INVALID):
+// every stage the harness names is present.
+func TestParseCapturedVerifyReport(t *testing.T) {
+	out, err := os.ReadFile("testdata/verify-report-captured.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseVerifyReport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Verdict != "INVALID" || c.Records != 200100 || c.Counts.Missing != 100 {
+		t.Fatalf("parsed %+v", c)
+	}
+	for _, l := range measuredStageLabels {
+		if v, ok := c.Stages[l.key]; !ok || v <= 0 {
+			t.Fatalf("stage %s = %v (present %v) in %v", l.key, v, ok, c.Stages)
+		}
 	}
 }

@@ -42,8 +42,9 @@ type childResult struct {
 	Tool string `json:"tool"`
 	// Seconds is the child's own timing of its work (no process start-up).
 	Seconds float64 `json:"seconds"`
-	// Stages holds sub-timings: the coordinator phases, or the ladder
-	// levels.
+	// Stages holds sub-timings: the coordinator phases, the ladder
+	// levels, or (verify) the report's execution.stages, in worker
+	// seconds summed over verify's workers.
 	Stages map[string]float64 `json:"stages,omitempty"`
 	// StagesCPU holds the process's user+system seconds of each stage.
 	StagesCPU map[string]float64 `json:"stagesCpu,omitempty"`
@@ -257,17 +258,12 @@ func (r *runner) run(ctx context.Context, tool string, round int) (Sample, error
 		if err != nil {
 			return s, err
 		}
-		rep, err := manifest.DecodeReport(bytes.TrimSpace(out))
+		c, err := parseVerifyReport(out)
 		if err != nil {
-			return s, fmt.Errorf("verify printed no valid report: %w", err)
+			return s, err
 		}
-		if rep.Execution.Executor != verifyExecutor {
-			return s, errcode.New(errcode.Internal, "verify ran executor %q, want %q", rep.Execution.Executor, verifyExecutor)
-		}
-		c := countsOf(&rep.Counts)
 		s.WallSeconds, s.CPUSeconds, s.MaxRSSBytes = u.wall, u.cpu, u.maxRSS
-		s.Child = childResult{Tool: tool, Seconds: rep.Execution.Seconds, Records: rep.Counts.Records,
-			Counts: &c, Verdict: rep.Verdict, LogicalBytes: rep.Stats.LogicalBytes}
+		s.Child = c
 		return s, nil
 	}
 	cmd := exec.CommandContext(ctx, r.self, childSubcmd, "-tool", tool, "-meta", r.metaPath)
@@ -280,4 +276,46 @@ func (r *runner) run(ctx context.Context, tool string, round int) (Sample, error
 	}
 	s.WallSeconds, s.CPUSeconds, s.MaxRSSBytes = u.wall, u.cpu, u.maxRSS
 	return s, nil
+}
+
+// Keys of a verification report's execution.stages, in pipeline order.
+const (
+	stageRead          = "read"
+	stageStorageDigest = "storageDigest"
+	stageDecode        = "decode"
+	stageContentDigest = "contentDigest"
+	stageTuples        = "tuples"
+	stageShuffleWrite  = "shuffleWrite"
+	stageReduce        = "reduce"
+	stageAggregate     = "aggregate"
+)
+
+// parseVerifyReport reads the report `shardproof verify --json` printed
+// into the verify tool's childResult. Stages holds the report's
+// execution.stages as printed: worker seconds per stage, summed over
+// verify's worker goroutines; it is nil for binaries that predate the
+// field, and the harness then falls back to its estimated breakdown.
+func parseVerifyReport(out []byte) (childResult, error) {
+	out = bytes.TrimSpace(out)
+	rep, err := manifest.DecodeReport(out)
+	if err != nil {
+		return childResult{}, fmt.Errorf("verify printed no valid report: %w", err)
+	}
+	if rep.Execution.Executor != verifyExecutor {
+		return childResult{}, errcode.New(errcode.Internal, "verify ran executor %q, want %q", rep.Execution.Executor, verifyExecutor)
+	}
+	// Read as a map, not through manifest's type, so that a stage the
+	// harness does not know yet still shows in the table, and an absent
+	// one is absent rather than zero.
+	var doc struct {
+		Execution struct {
+			Stages map[string]float64 `json:"stages"`
+		} `json:"execution"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return childResult{}, errcode.Wrap(errcode.Internal, err, "verify report execution.stages")
+	}
+	c := countsOf(&rep.Counts)
+	return childResult{Tool: toolVerify, Seconds: rep.Execution.Seconds, Records: rep.Counts.Records,
+		Stages: doc.Execution.Stages, Counts: &c, Verdict: rep.Verdict, LogicalBytes: rep.Stats.LogicalBytes}, nil
 }

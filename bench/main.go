@@ -285,9 +285,13 @@ func runNotes(r *Result) []string {
 		fmt.Sprintf("Every tool runs as its own child process; wall time, CPU time and peak RSS (rusage) are the parent's view of that process. Peak RSS includes a floor of %.0f MiB, the harness's own peak, which Linux carries into a vforked child at exec.", mb(r.Host.RSSFloorBytes)),
 		"The machine is shared: when the load average exceeds the CPU count, wall times are inflated for every tool alike (rounds are interleaved); records per CPU-second is the steadier comparison.",
 		"Rates divide release records, release stored bytes and release logical bytes by wall time for every tool; verify, phases and duckdb-diff also read the snapshot member files, the ceiling reads and hashes them too.",
-		"The stage breakdown is estimated: the coordinator exposes phase times only, so the stages inside a map task come from cumulative ladder loops over the same files (each level minus the one before).",
 		"The startup row is the harness binary (Go + the statically linked DuckDB) doing nothing: every harness-measured tool (phases, ladder, ceiling, duckdb-*) includes it; verify runs the shardproof binary, whose start-up is smaller.",
 		"Files are in the page cache (read once before round 1): these are CPU numbers, not disk numbers.",
+	}
+	if r.stagesMeasured() {
+		notes = append(notes, "The verify stage rows are measured by verify itself: its report's execution.stages, worker seconds per stage summed over its worker goroutines (≈ CPU seconds when CPU-bound), medians over rounds; \"median s\" is that ÷ CPUs and records/s alone is release records over it. Their sum compares with verify's CPU s in the tools table; on a loaded machine worker seconds include time a worker waited for a core, so the sum can exceed it. The zstd rows are still the harness's estimates from its ladder and ceiling loops.")
+	} else if len(r.Stages) > 0 {
+		notes = append(notes, "The stage breakdown is estimated (this verify binary's report has no execution.stages): the stages inside a map task come from cumulative ladder loops over the same files (each level minus the one before), the rest from the phases tool.")
 	}
 	return notes
 }

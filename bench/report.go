@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"html"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -69,12 +70,18 @@ type ToolStats struct {
 
 // StageStats is one stage of verify's breakdown.
 type StageStats struct {
+	// Tool is the tool whose samples the row comes from: verify for
+	// stages verify measured itself, ladder, ceiling or phases for the
+	// harness's estimates.
+	Tool  string `json:"tool"`
 	Stage string `json:"stage"`
 	// Source says how the time was obtained.
 	Source        string  `json:"source"`
 	MedianSeconds float64 `json:"medianSeconds"`
 	// RecordsPerSecond is release records over the stage's time: the rate
-	// verify would have if it did only this stage.
+	// verify would have if it did only this stage. For stages verify
+	// measured, MedianSeconds is its worker seconds ÷ the CPUs, the wall
+	// time of the stage with every core busy on it.
 	RecordsPerSecond float64 `json:"recordsPerSecond"`
 	// MedianCPUSeconds and RecordsPerCPUSecond are the same from the
 	// process's user+system time.
@@ -144,6 +151,75 @@ func rate(n float64, secs float64) float64 {
 	return n / secs
 }
 
+// measuredSource is the "how measured" of the stages verify reports.
+const measuredSource = "verify --json execution.stages (worker seconds ÷ CPUs)"
+
+// measuredStageLabels names the stages of a report's execution.stages, in
+// pipeline order.
+var measuredStageLabels = []struct{ key, label string }{
+	{stageRead, "read"},
+	{stageStorageDigest, "storage digest (sha256 of the bytes)"},
+	{stageDecode, "decompress+decode (all columns)"},
+	{stageContentDigest, "content digest (sha256 per value)"},
+	{stageTuples, "canonical encode+logical digest+tuples+partitions"},
+	{stageShuffleWrite, "shuffle write: sort+Arrow IPC+zstd+store puts+commits"},
+	{stageReduce, "reduce"},
+	{stageAggregate, "aggregate+report"},
+}
+
+// measuredStage is the median over rounds of one stage verify measured:
+// worker seconds as cpu, worker seconds ÷ CPUs as wall.
+type measuredStage struct {
+	key, label string
+	v          struct{ wall, cpu float64 }
+}
+
+// measuredStages returns the medians of the stages the verify samples
+// report, known stages in pipeline order, then any others by name. It is
+// empty when no sample reports stages (a binary older than
+// execution.stages).
+func (r *Result) measuredStages(verify []Sample) []measuredStage {
+	cpus := float64(max(1, r.Host.CPUs))
+	vals := map[string][]float64{}
+	for _, s := range verify {
+		for k, v := range s.Child.Stages {
+			vals[k] = append(vals[k], v)
+		}
+	}
+	if len(vals) == 0 {
+		return nil
+	}
+	var out []measuredStage
+	one := func(key, label string) {
+		m := measuredStage{key: key, label: label}
+		m.v.cpu = median(vals[key])
+		m.v.wall = m.v.cpu / cpus
+		out = append(out, m)
+		delete(vals, key)
+	}
+	var missing []string
+	for _, l := range measuredStageLabels {
+		if _, ok := vals[l.key]; ok {
+			one(l.key, l.label)
+		} else {
+			missing = append(missing, l.key)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(vals)) {
+		one(k, k)
+	}
+	if len(missing) > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("verify's report has no execution.stages.%s: those stages are not in the table.", strings.Join(missing, ", ")))
+	}
+	return out
+}
+
+// stagesMeasured says whether the stage table comes from verify's own
+// execution.stages rather than the harness's estimates.
+func (r *Result) stagesMeasured() bool {
+	return slices.ContainsFunc(r.Stages, func(s StageStats) bool { return s.Tool == toolVerify })
+}
+
 // summarize fills r.Tools, r.Stages, the ratios and the targets from
 // r.Samples.
 func (r *Result) summarize(order []string) {
@@ -191,34 +267,47 @@ func (r *Result) summarize(order []string) {
 	}
 	minus := func(a, b st) st { return st{max(0, a.wall-b.wall), max(0, a.cpu-b.cpu)} }
 	r.Stages = nil
-	add := func(name, source string, v st) {
-		r.Stages = append(r.Stages, StageStats{Stage: name, Source: source,
+	add := func(tool, name, source string, v st) {
+		r.Stages = append(r.Stages, StageStats{Tool: tool, Stage: name, Source: source,
 			MedianSeconds: v.wall, RecordsPerSecond: rate(float64(ds.Records), v.wall),
 			MedianCPUSeconds: v.cpu, RecordsPerCPUSecond: rate(float64(ds.Records), v.cpu)})
 	}
-	if len(by[toolLadder]) > 0 {
+	ladderZstdRow := func() {
+		add(toolLadder, "  of which zstd decompress (ladder estimate)", "ladder: thread CPU time inside arrow-go's zstd Decode during its pqarrow decode level, summed over workers (CPU s), ÷ CPUs (s)", stage(toolLadder, ladderZstd))
+	}
+	if measured := r.measuredStages(by[toolVerify]); len(measured) > 0 {
+		var total st
+		for _, m := range measured {
+			add(toolVerify, m.label, measuredSource, m.v)
+			total.wall, total.cpu = total.wall+m.v.wall, total.cpu+m.v.cpu
+			if m.key == stageDecode && len(by[toolLadder]) > 0 {
+				ladderZstdRow()
+			}
+		}
+		add(toolVerify, "all stages (sum of the medians)", measuredSource, total)
+	} else if len(by[toolLadder]) > 0 {
 		l1, l2, l3 := stage(toolLadder, ladderRead), stage(toolLadder, ladderDecode), stage(toolLadder, ladderContent)
-		add("read+storage digest", "ladder: read+sha256", l1)
-		add("decompress+decode", "ladder: +pqarrow decode of all columns, minus the level before", minus(l2, l1))
-		add("  of which zstd decompress", "ladder: thread CPU time inside arrow-go's zstd Decode, summed over workers (CPU s), ÷ CPUs (s)", stage(toolLadder, ladderZstd))
-		add("content digest", "ladder: sha256 loops over text, thread CPU time summed over workers (CPU s), ÷ CPUs (s)", stage(toolLadder, ladderHash))
+		add(toolLadder, "read+storage digest", "ladder: read+sha256", l1)
+		add(toolLadder, "decompress+decode", "ladder: +pqarrow decode of all columns, minus the level before", minus(l2, l1))
+		ladderZstdRow()
+		add(toolLadder, "content digest", "ladder: sha256 loops over text, thread CPU time summed over workers (CPU s), ÷ CPUs (s)", stage(toolLadder, ladderHash))
 		lm := stage(toolLadder, ladderMapper)
-		add("canonical encode+logical digest+tuples", "ladder: mapper.MapShard over every file (verify's code, its default column-reader decoder) minus the ladder's content level (pqarrow decoder)", minus(lm, l3))
+		add(toolLadder, "canonical encode+logical digest+tuples", "ladder: mapper.MapShard over every file (verify's code, its default column-reader decoder) minus the ladder's content level (pqarrow decoder)", minus(lm, l3))
 		if len(by[toolPhases]) > 0 {
-			add("shuffle: sort+Arrow IPC zstd files+store puts+commits", "phases: map phase minus the ladder's mapper.MapShard loop", minus(stage(toolPhases, phaseMap), lm))
+			add(toolPhases, "shuffle: sort+Arrow IPC zstd files+store puts+commits", "phases: map phase minus the ladder's mapper.MapShard loop", minus(stage(toolPhases, phaseMap), lm))
 		}
 		if l3.wall < l2.wall {
 			r.Notes = append(r.Notes, "The ladder's content level ran faster than its decode level: noise exceeds the content digest's cost at this size.")
 		}
 	}
 	if len(by[toolCeiling]) > 0 {
-		add("ceiling: zstd decompress of the content columns", "ceiling: thread CPU time inside zstd Decode, summed over workers (CPU s), ÷ CPUs (s)", stage(toolCeiling, ceilingZstd))
+		add(toolCeiling, "ceiling: zstd decompress of the content columns", "ceiling: thread CPU time inside zstd Decode, summed over workers (CPU s), ÷ CPUs (s)", stage(toolCeiling, ceilingZstd))
 	}
-	if len(by[toolPhases]) > 0 {
-		add("map phase (all of the above)", "phases: coordinator Map tasks", stage(toolPhases, phaseMap))
-		add("reduce", "phases: coordinator Reduce tasks", stage(toolPhases, phaseReduce))
+	if len(by[toolPhases]) > 0 && !r.stagesMeasured() {
+		add(toolPhases, "map phase (all of the above)", "phases: coordinator Map tasks", stage(toolPhases, phaseMap))
+		add(toolPhases, "reduce", "phases: coordinator Reduce tasks", stage(toolPhases, phaseReduce))
 		pl, ag := stage(toolPhases, phasePlan), stage(toolPhases, phaseAggregate)
-		add("plan+aggregate", "phases: NewPlan+Open, Aggregate", st{pl.wall + ag.wall, pl.cpu + ag.cpu})
+		add(toolPhases, "plan+aggregate", "phases: NewPlan+Open, Aggregate", st{pl.wall + ag.wall, pl.cpu + ag.cpu})
 	}
 	med := func(tool string, cpu bool) float64 {
 		for _, t := range r.Tools {
@@ -287,7 +376,7 @@ func (r *Result) Markdown() string {
 			t.RecordsPerSecond, t.StoredMBPerSecond, t.LogicalMBPerSecond, t.MedianCPUSeconds, t.RecordsPerCPUSecond, mb(t.PeakRSSBytes))
 	}
 	if len(r.Stages) > 0 {
-		b.WriteString("\n| verify stage | median s | records/s alone | CPU s | records/CPU-s | how measured |\n|---|---:|---:|---:|---:|---|\n")
+		b.WriteString("\n| verify stage | median s | records/s alone | CPU (worker) s | records/CPU-s | how measured |\n|---|---:|---:|---:|---:|---|\n")
 		for _, s := range r.Stages {
 			fmt.Fprintf(&b, "| %s | %.2f | %.0f | %.2f | %.0f | %s |\n", s.Stage, s.MedianSeconds, s.RecordsPerSecond, s.MedianCPUSeconds, s.RecordsPerCPUSecond, s.Source)
 		}
@@ -330,25 +419,38 @@ func (r *Result) Markdown() string {
 type bar struct {
 	label string
 	value float64
+	color string
 }
+
+// Bar colours: tools, stages verify measured, stages the harness estimated.
+const (
+	colorTool      = "#3b7dd8"
+	colorMeasured  = "#e08a2c"
+	colorEstimated = "#9a9a9a"
+)
 
 // SVG renders two bar charts by hand: records/s per tool (linear) and
 // records/s per verify stage alone (log scale, since stages differ by
-// orders of magnitude).
+// orders of magnitude), stages verify measured in one colour and the
+// harness's estimates in another.
 func (r *Result) SVG() string {
 	var tools, stages []bar
 	for _, t := range r.Tools {
 		if t.Tool == toolStartup { // a floor, not a throughput
 			continue
 		}
-		tools = append(tools, bar{t.Tool, t.RecordsPerSecond})
+		tools = append(tools, bar{t.Tool, t.RecordsPerSecond, colorTool})
 	}
 	for _, s := range r.Stages {
-		stages = append(stages, bar{s.Stage, s.RecordsPerSecond})
+		c := colorEstimated
+		if s.Tool == toolVerify {
+			c = colorMeasured
+		}
+		stages = append(stages, bar{s.Stage, s.RecordsPerSecond, c})
 	}
 	const (
-		width  = 900
-		left   = 330
+		width  = 980
+		left   = 420
 		right  = 120
 		rowH   = 26
 		titleH = 40
@@ -358,7 +460,7 @@ func (r *Result) SVG() string {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", width, h)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, h)
 	y := 0
-	section := func(title string, bars []bar, logScale bool, color string) {
+	section := func(title string, bars []bar, logScale bool) {
 		y += titleH
 		fmt.Fprintf(&b, `<text x="10" y="%d" font-weight="bold">%s</text>`+"\n", y-12, html.EscapeString(title))
 		maxV := 0.0
@@ -378,13 +480,17 @@ func (r *Result) SVG() string {
 		for _, x := range bars {
 			w := scale(x.value) * float64(width-left-right)
 			fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`, left-8, y+17, html.EscapeString(x.label))
-			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`, left, y+4, w, rowH-8, color)
+			fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`, left, y+4, w, rowH-8, x.color)
 			fmt.Fprintf(&b, `<text x="%.1f" y="%d">%s</text>`+"\n", float64(left)+w+6, y+17, humanRate(x.value))
 			y += rowH
 		}
 	}
-	section(fmt.Sprintf("records/s per tool (median of %d rounds, %d records)", r.Rounds, r.Dataset.Records), tools, false, "#3b7dd8")
-	section("records/s per verify stage if it ran alone (log scale)", stages, true, "#e08a2c")
+	section(fmt.Sprintf("records/s per tool (median of %d rounds, %d records)", r.Rounds, r.Dataset.Records), tools, false)
+	title := "records/s per verify stage alone on all CPUs (log scale; grey: harness estimate)"
+	if r.stagesMeasured() {
+		title = "records/s per verify stage alone on all CPUs (log scale; orange: measured by verify, grey: estimate)"
+	}
+	section(title, stages, true)
 	b.WriteString("</svg>\n")
 	return b.String()
 }
