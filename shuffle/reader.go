@@ -3,6 +3,7 @@ package shuffle
 import (
 	"bufio"
 	"fmt"
+	"sync"
 	"io"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/tuplehash"
 )
 
@@ -123,7 +125,7 @@ func NewReaderCompression(r io.Reader, c Compression, name string, k uint, lo, h
 	default:
 		return nil, errcode.New(errcode.Usage, "shuffle: unknown compression %q", c)
 	}
-	ir, err := ipc.NewReader(stream, ipc.WithAllocator(cappedAllocator{memory.NewGoAllocator()}),
+	ir, err := ipc.NewReader(stream, ipc.WithAllocator(&recycler{}),
 		ipc.WithBodySizeLimit(maxAlloc), ipc.WithMetadataSizeLimit(1<<20))
 	if err != nil {
 		return nil, rd.corrupt("open: %v", err)
@@ -162,6 +164,10 @@ func (r *Reader) Close() {
 	}
 }
 
+// keepRows is the largest row buffer a Reader keeps from one bucket to
+// the next.
+const keepRows = 256
+
 // Next returns the next non-empty bucket and all its rows, in shuffle
 // order. At the end of the file it returns io.EOF. rows and the sampleId
 // strings in them belong to r and are valid until the next call of Next:
@@ -172,6 +178,15 @@ func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 		return 0, nil, r.err
 	}
 	defer r.recoverInto(&err)
+	// Reuse the last bucket's memory unless it was a large one: a file
+	// can hold a few large buckets (a shard that is a contiguous hash
+	// range lands in few buckets), and hundreds of open files each
+	// keeping their largest would add up to far more than the one bucket
+	// a reducer works on.
+	if cap(r.rows) > keepRows {
+		bigRows.Put(r.rows[:0])
+		r.rows, r.arena = nil, nil
+	}
 	r.arena, r.rows = r.arena[:0], r.rows[:0]
 	if !r.hasNext {
 		ok, err := r.readRow(&r.next)
@@ -210,9 +225,21 @@ func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 			r.next, r.hasNext = row, true
 			return bucket, r.rows, nil
 		}
+		if len(r.rows) == cap(r.rows) && len(r.rows) >= keepRows {
+			// A large bucket: take a large buffer another reader gave
+			// back rather than growing a new one.
+			if b, ok := bigRows.Get(); ok && cap(b) > cap(r.rows) {
+				r.rows = append(b, r.rows...)
+			}
+		}
 		r.rows = append(r.rows, row)
 	}
 }
+
+// bigRows holds row buffers of large buckets between readers: at any
+// time a reducer works on one bucket, so a few such buffers serve every
+// file it reads.
+var bigRows = freelist.New[[]Row](16)
 
 // readRow decodes one row into dst and checks it against the previous one.
 func (r *Reader) readRow(dst *Row) (bool, error) {
@@ -324,18 +351,66 @@ func (r *Reader) recoverInto(err *error) {
 	}
 }
 
-type cappedAllocator struct{ memory.Allocator }
-
-func (a cappedAllocator) Allocate(size int) []byte {
-	if size < 0 || size > maxAlloc {
-		panic(fmt.Sprintf("allocation of %d bytes refused (cap %d)", size, maxAlloc))
-	}
-	return a.Allocator.Allocate(size)
+// recycler is a Reader's allocator. The IPC reader holds one record batch
+// at a time and releases it before decoding the next, so the buffers of
+// the last batch serve the next one: a reducer reading hundreds of files
+// at once then holds a batch's memory per file instead of allocating a
+// fresh body for every batch, which at 16M records kept the garbage
+// collector hundreds of megabytes behind. It refuses any allocation above
+// maxAlloc, so a corrupt length prefix cannot exhaust memory.
+type recycler struct {
+	mu   sync.Mutex
+	free [][]byte
 }
 
-func (a cappedAllocator) Reallocate(size int, b []byte) []byte {
+// maxFree is how many released buffers a recycler keeps: a batch has a
+// body and a few metadata buffers.
+const maxFree = 8
+
+func (a *recycler) Allocate(size int) []byte {
 	if size < 0 || size > maxAlloc {
 		panic(fmt.Sprintf("allocation of %d bytes refused (cap %d)", size, maxAlloc))
 	}
-	return a.Allocator.Reallocate(size, b)
+	a.mu.Lock()
+	for i, b := range a.free {
+		if cap(b) >= size {
+			a.free[i] = a.free[len(a.free)-1]
+			a.free = a.free[:len(a.free)-1]
+			a.mu.Unlock()
+			b = b[:size]
+			clear(b) // as fresh memory would be
+			return b
+		}
+	}
+	a.mu.Unlock()
+	// Round up, so batches of slightly different sizes share buffers.
+	c := max(size, 4096)
+	c += c / 4
+	return memory.NewGoAllocator().Allocate(c)[:size]
+}
+
+func (a *recycler) Reallocate(size int, b []byte) []byte {
+	if cap(b) >= size {
+		old := len(b)
+		b = b[:size]
+		if size > old {
+			clear(b[old:])
+		}
+		return b
+	}
+	nb := a.Allocate(size)
+	copy(nb, b)
+	a.Free(b)
+	return nb
+}
+
+func (a *recycler) Free(b []byte) {
+	if cap(b) == 0 {
+		return
+	}
+	a.mu.Lock()
+	if len(a.free) < maxFree {
+		a.free = append(a.free, b[:0])
+	}
+	a.mu.Unlock()
 }
