@@ -122,11 +122,12 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 			return nil, err
 		}
 		key := j.mapOutputKey(i, r)
-		v, err := putExact(ctx, j.Store, key, b)
+		sum := manifest.Sum(b)
+		v, err := putExactSum(ctx, j.Store, key, b, sum)
 		if err != nil {
 			return nil, err
 		}
-		commit.Outputs = append(commit.Outputs, Output{Key: key, Version: v, Digest: manifest.Sum(b), Size: int64(len(b)), Rows: int64(rows)})
+		commit.Outputs = append(commit.Outputs, Output{Key: key, Version: v, Digest: sum, Size: int64(len(b)), Rows: int64(rows)})
 		parts[r].Reset()
 	}
 	b, err := manifest.Encode(commit)
