@@ -5,12 +5,17 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: all build test test-short demo lint fuzz bench bench-scale clean deps
+.PHONY: all build build-cgozstd test test-short demo lint fuzz bench bench-scale clean deps
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/shardproof
+
+# build-cgozstd builds bin/shardproof-cgozstd, which decompresses Parquet
+# pages with the C zstd library (cgo) instead of the pure-Go decoder.
+build-cgozstd:
+	CGO_ENABLED=1 $(GO) build -tags cgozstd -ldflags "$(LDFLAGS)" -o $(BIN)-cgozstd ./cmd/shardproof
 
 # deps installs what the tests need beyond Go modules (run as root on Debian).
 deps:

@@ -3,9 +3,9 @@ package shuffle
 import (
 	"bufio"
 	"fmt"
-	"sync"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
