@@ -11,7 +11,6 @@ import (
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
-	"github.com/shardproof/shardproof/shuffle"
 )
 
 // Options configure a local verification.
@@ -37,18 +36,12 @@ type Outcome struct {
 }
 
 // Verify plans a new verification (see NewPlan) and runs it with the
-// local executor (see Run). Its shuffle files are uncompressed unless
-// o.ShuffleCompression says otherwise. It
+// local executor (see Run). It
 // returns an error only for operational problems; an INVALID release is a
 // report with that verdict.
 func Verify(ctx context.Context, s objstore.Store, o Options) (*Outcome, error) {
 	if o.Parallelism <= 0 {
 		o.Parallelism = runtime.NumCPU()
-	}
-	if o.ShuffleCompression == "" {
-		// The shuffle stays in this machine's page cache: compressing
-		// it costs more than it saves.
-		o.ShuffleCompression = shuffle.None
 	}
 	_, pd, err := NewPlan(ctx, s, o.PlanOptions)
 	if err != nil {

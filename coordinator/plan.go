@@ -71,8 +71,7 @@ type PlanOptions struct {
 	// inputs; NewPlan draws a random one when it is empty. Set it only to
 	// re-create a known plan (tests, a resubmitted job).
 	Nonce string
-	// ShuffleCompression is how shuffle files are stored (default zstd;
-	// the CLI picks none for the local executor).
+	// ShuffleCompression is how shuffle files are stored (default zstd).
 	ShuffleCompression shuffle.Compression
 }
 

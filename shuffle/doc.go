@@ -2,10 +2,14 @@
 //
 // A map task writes, for each reduce range, one file of tuple rows sorted by
 // (bucket, sampleId, side, tupleDigest): an Arrow IPC stream (record batches
-// of BatchRows rows) compressed as a whole into one zstd frame with a
-// checksum, a 64 KiB window and no single-segment flag. The bytes depend only on the rows: the same tuples always give
-// the same file, which is what lets a rerun of a map task be checked byte
-// for byte against its committed output (NONDETERMINISM).
+// of BatchRows rows), either compressed as a whole into one zstd frame with
+// a checksum, a 64 KiB window and no single-segment flag (Zstd), or stored
+// as is (None); the plan says which. A map task collects its rows in
+// Buffers (flat columns, no per-row allocation) and an Encoder sorts them
+// and assembles the record batches straight from those columns. The bytes
+// depend only on the rows: the same tuples always give the same file,
+// which is what lets a rerun of a map task be checked byte for byte against
+// its committed output (NONDETERMINISM).
 //
 // Whole-stream zstd rather than the IPC format's per-buffer body
 // compression (ipc.WithZstd): arrow-go resets a streaming zstd encoder for
@@ -14,8 +18,9 @@
 // magnitude cheaper and compresses better (one window over all columns).
 //
 // A Reader streams such a file one bucket at a time, decoding record batches
-// lazily, so a reducer holds at most one bucket, one record batch and one zstd
-// window per input file in memory.
+// lazily and reusing their buffers, so a reducer holds at most one bucket,
+// and one record batch and one zstd window (or read-ahead buffer) per input
+// file, in memory.
 // Shuffle files are read back only after their commit record names them, but
 // the reader still treats their bytes as untrusted: a corrupt or misordered
 // file is an error with code SHUFFLE_CORRUPT, never a panic.

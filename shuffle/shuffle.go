@@ -39,9 +39,9 @@ const (
 	// Zstd compresses the whole stream into one zstd frame (64 KiB
 	// window, checksum): for shuffles that cross a network.
 	Zstd Compression = "zstd"
-	// None stores the stream as is: for the local executor, whose
-	// shuffle stays in one machine's page cache, where compressing
-	// random digests costs more CPU than the bytes it saves.
+	// None stores the stream as is: about 1.8 times the bytes (two
+	// thirds of a row is random digests) for less CPU, which can pay
+	// where the shuffle stays on fast local storage.
 	None Compression = "none"
 )
 
