@@ -71,7 +71,8 @@ type PlanOptions struct {
 	// inputs; NewPlan draws a random one when it is empty. Set it only to
 	// re-create a known plan (tests, a resubmitted job).
 	Nonce string
-	// ShuffleCompression is how shuffle files are stored (default zstd).
+	// ShuffleCompression is how shuffle files are stored (default zstd;
+	// Verify, the local executor, picks none).
 	ShuffleCompression shuffle.Compression
 }
 

@@ -46,10 +46,11 @@ type Encoder struct {
 	// Compression of the files written (zero value: Zstd).
 	Compression Compression
 
-	order []sortKey
-	batch batchScratch
-	zw    *zstd.Encoder
-	out   bytes.Buffer
+	order  []sortKey
+	counts []int
+	batch  batchScratch
+	zw     *zstd.Encoder
+	out    bytes.Buffer
 }
 
 // strColumn is a string column: values concatenated, with len+1 offsets.
@@ -136,11 +137,20 @@ func (b *Buffer) Row(i int) Row {
 
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
-// sortKey orders rows by bucket and the first bytes of their sampleId, so
-// almost every comparison is one integer comparison.
+// sortKey orders the rows of one bucket by the first eight bytes of their
+// sampleId, so almost every comparison is one integer comparison.
 type sortKey struct {
 	key uint64
 	row int
+}
+
+// idPrefix is the first eight bytes of id, zero-padded: comparing
+// prefixes orders ids as bytes.Compare does, except that equal prefixes
+// need the whole ids.
+func idPrefix(id []byte) uint64 {
+	var p [8]byte
+	copy(p[:], id)
+	return binary.BigEndian.Uint64(p[:])
 }
 
 // compare is Compare on rows i and j of b.
@@ -157,21 +167,63 @@ func (b *Buffer) compare(i, j int) int {
 	return bytes.Compare(b.tuple[32*i:32*i+32], b.tuple[32*j:32*j+32])
 }
 
-// sort fills e.order with the rows of b in shuffle order.
+// sort fills e.order with the rows of b in shuffle order: a counting sort
+// by bucket (a file's buckets lie in one reducer's range, and a shard that
+// is a contiguous hash range lands in a few of them), then each bucket's
+// rows by sampleId prefix and, on ties, the whole order of Compare.
 func (e *Encoder) sort(b *Buffer) {
 	n := b.Len()
 	e.order = slices.Grow(e.order[:0], n)[:n]
-	for i := range n {
-		var prefix [4]byte
-		copy(prefix[:], b.sample.value(i))
-		e.order[i] = sortKey{key: uint64(b.bucket[i])<<32 | uint64(binary.BigEndian.Uint32(prefix[:])), row: i}
+	if n == 0 {
+		return
 	}
-	slices.SortFunc(e.order, func(x, y sortKey) int {
+	byRow := func(x, y sortKey) int {
 		if x.key != y.key {
 			return cmp.Compare(x.key, y.key)
 		}
 		return b.compare(x.row, y.row)
-	})
+	}
+	lo, hi := b.bucket[0], b.bucket[0]
+	for _, x := range b.bucket {
+		lo, hi = min(lo, x), max(hi, x)
+	}
+	span := int(hi-lo) + 1
+	if span > 4*n+1024 {
+		// Sparse buckets: a comparison sort on (bucket, prefix) is cheaper
+		// than counting over the span.
+		for i := range n {
+			e.order[i] = sortKey{key: idPrefix(b.sample.value(i)), row: i}
+		}
+		slices.SortFunc(e.order, func(x, y sortKey) int {
+			if c := cmp.Compare(b.bucket[x.row], b.bucket[y.row]); c != 0 {
+				return c
+			}
+			return byRow(x, y)
+		})
+		return
+	}
+	e.counts = slices.Grow(e.counts[:0], span+1)[:span+1]
+	clear(e.counts)
+	for _, x := range b.bucket {
+		e.counts[x-lo+1]++
+	}
+	for k := 1; k <= span; k++ {
+		e.counts[k] += e.counts[k-1]
+	}
+	for i := range n {
+		k := b.bucket[i] - lo
+		e.order[e.counts[k]] = sortKey{key: idPrefix(b.sample.value(i)), row: i}
+		e.counts[k]++
+	}
+	// counts[k] is now the end of bucket k's rows.
+	start := 0
+	for k := 0; k < span; k++ {
+		end := e.counts[k]
+		if end-start > 1 {
+			slices.SortFunc(e.order[start:end], byRow)
+		}
+		start = end
+	}
 }
 
 // WriteTo writes b's rows, in shuffle order, as one shuffle file: the same

@@ -40,8 +40,8 @@ const (
 	// window, checksum): for shuffles that cross a network.
 	Zstd Compression = "zstd"
 	// None stores the stream as is: about 1.8 times the bytes (two
-	// thirds of a row is random digests) for less CPU, which can pay
-	// where the shuffle stays on fast local storage.
+	// thirds of a row is random digests), no decoder state per open
+	// file, less CPU. For shuffles that stay on one machine.
 	None Compression = "none"
 )
 

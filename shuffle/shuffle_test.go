@@ -339,3 +339,39 @@ func BenchmarkEncode(b *testing.B) {
 		})
 	}
 }
+
+// TestEncoderSortOrder checks the Encoder's bucket-counting sort against a
+// plain sort by Compare: dense and sparse bucket ranges, sampleIds that
+// share long prefixes or are prefixes of one another, duplicates.
+func TestEncoderSortOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	ids := []string{"", "a", "ab", "ab\x00", "ab\x00c", "sample-0", "sample-00", "sample-000001", "sample-000002", "sample-1", "zzzzzzzzzzzz"}
+	for _, span := range []uint32{1, 16, 1 << 20} {
+		for _, n := range []int{1, 2, 50, 3000} {
+			rows := make([]Row, n)
+			for i := range rows {
+				r := &rows[i]
+				r.Bucket = uint32(rng.Uint64N(uint64(span))) * 3
+				r.SampleID = ids[rng.IntN(len(ids))]
+				if rng.IntN(2) == 0 {
+					r.SampleID += fmt.Sprint(rng.IntN(40))
+				}
+				r.Side = Side(rng.IntN(2))
+				r.TupleDigest[rng.IntN(32)] = byte(rng.IntN(3))
+			}
+			var b Buffer
+			for i := range rows {
+				b.Append(&rows[i])
+			}
+			var e Encoder
+			e.sort(&b)
+			want := slices.Clone(rows)
+			Sort(want)
+			for i, k := range e.order {
+				if got := b.Row(k.row); Compare(&got, &want[i]) != 0 {
+					t.Fatalf("span %d n %d: position %d holds %+v, want %+v", span, n, i, got, want[i])
+				}
+			}
+		}
+	}
+}
