@@ -211,7 +211,7 @@ func TestVerifyStagesTable(t *testing.T) {
 		{toolLadder, "  of which zstd decompress (ladder estimate)", 0.5},
 		{toolVerify, "content digest (sha256 per value)", 0.26},
 		{toolVerify, "canonical encode+logical digest+tuples+partitions", 0.66},
-		{toolVerify, "shuffle write: sort+Arrow IPC+zstd+store puts+commits", 1.2},
+		{toolVerify, "shuffle write: sort+Arrow IPC (+zstd if the plan says)+store puts+commits", 1.2},
 		{toolVerify, "reduce", 0.8},
 		{toolVerify, "aggregate+report", 0.04},
 		{toolVerify, "all stages (sum of the medians)", 5.36},

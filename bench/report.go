@@ -162,7 +162,7 @@ var measuredStageLabels = []struct{ key, label string }{
 	{stageDecode, "decompress+decode (all columns)"},
 	{stageContentDigest, "content digest (sha256 per value)"},
 	{stageTuples, "canonical encode+logical digest+tuples+partitions"},
-	{stageShuffleWrite, "shuffle write: sort+Arrow IPC+zstd+store puts+commits"},
+	{stageShuffleWrite, "shuffle write: sort+Arrow IPC (+zstd if the plan says)+store puts+commits"},
 	{stageReduce, "reduce"},
 	{stageAggregate, "aggregate+report"},
 }
