@@ -77,6 +77,7 @@ type plan struct {
 	tag      Tag
 	content  bool
 	nullable bool
+	width    int64 // fixedWidth[tag], looked up once per schema
 }
 
 // Encoder encodes rows of decoded columns as canonical records. One
@@ -109,7 +110,7 @@ func NewEncoder(s *manifest.RecordSchema) (*Encoder, error) {
 		if !ok {
 			return nil, errcode.New(errcode.BadDocument, "field %q: unknown type %q", f.Name, f.Type)
 		}
-		e.plans[i] = plan{tag: t, nullable: f.Nullable}
+		e.plans[i] = plan{tag: t, nullable: f.Nullable, width: fixedWidth[t]}
 		if s.Content != "" && f.Name == s.Content {
 			if t != TagUTF8 && t != TagBinary {
 				return nil, errcode.New(errcode.BadDocument, "content column %q has type %s", f.Name, f.Type)
@@ -185,7 +186,7 @@ func (e *Encoder) Encode(i int) Row {
 		case TagBool:
 			b = AppendBool(b, c.(BoolColumn).Value(i))
 		}
-		r.LogicalBytes += fixedWidth[p.tag]
+		r.LogicalBytes += p.width
 	}
 	e.buf = b
 	r.Record = b
