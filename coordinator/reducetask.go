@@ -77,7 +77,7 @@ func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 		}
 		closers = append(closers, rc.Close)
 		vr := verifyread.New(rc, out.Key, out.Digest, out.Size)
-		rd, err := shuffle.NewReaderCompression(vr, j.Plan.ShuffleCompression, out.Key, j.Plan.K, rng.Lo, rng.Hi)
+		rd, err := shuffle.NewReaderCompression(vr, j.Plan.ShuffleCompression, out.Size, out.Key, j.Plan.K, rng.Lo, rng.Hi)
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package shuffle
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"strings"
@@ -97,11 +98,15 @@ func (e *CorruptError) ErrorCode() errcode.Code { return errcode.ShuffleCorrupt 
 // NewReader starts reading the zstd shuffle file r (named name in errors)
 // whose rows must fall in buckets [lo, hi) of a k-bit partition.
 func NewReader(r io.Reader, name string, k uint, lo, hi uint32) (*Reader, error) {
-	return NewReaderCompression(r, Zstd, name, k, lo, hi)
+	return NewReaderCompression(r, Zstd, 0, name, k, lo, hi)
 }
 
-// NewReaderCompression is NewReader for a file stored with compression c.
-func NewReaderCompression(r io.Reader, c Compression, name string, k uint, lo, hi uint32) (rd *Reader, err error) {
+// NewReaderCompression is NewReader for a file stored with compression c
+// whose length is size (0 if unknown). The length bounds what one record
+// batch may claim before anything is allocated for it: a plain file's
+// batch cannot be longer than the file, a zstd file's not more than 64
+// times it.
+func NewReaderCompression(r io.Reader, c Compression, size int64, name string, k uint, lo, hi uint32) (rd *Reader, err error) {
 	rd = &Reader{name: name, k: k, lo: lo, hi: hi}
 	defer rd.recoverInto(&err)
 	defer func() {
@@ -110,6 +115,13 @@ func NewReaderCompression(r io.Reader, c Compression, name string, k uint, lo, h
 		}
 	}()
 	var stream io.Reader
+	limit := int64(maxAlloc)
+	switch {
+	case size > 0 && c == None:
+		limit = min(limit, size)
+	case size > 0:
+		limit = min(limit, max(1<<20, 64*size))
+	}
 	switch c {
 	case "", Zstd:
 		// Concurrency 1 decodes synchronously: no goroutines per open file.
@@ -125,8 +137,20 @@ func NewReaderCompression(r io.Reader, c Compression, name string, k uint, lo, h
 	default:
 		return nil, errcode.New(errcode.Usage, "shuffle: unknown compression %q", c)
 	}
+	// Every shuffle file starts with the same schema message. Check those
+	// bytes before arrow-go parses them: its schema decoder sizes slices
+	// from counts in the message, and a crafted count is an allocation
+	// the runtime cannot survive (not a panic one could recover).
+	head := make([]byte, len(schemaMessage()))
+	if _, err := io.ReadFull(stream, head); err != nil {
+		return nil, rd.corrupt("schema message: %v", err)
+	}
+	if !bytes.Equal(head, schemaMessage()) {
+		return nil, rd.corrupt("schema message differs from the shuffle schema's")
+	}
+	stream = io.MultiReader(bytes.NewReader(head), stream)
 	ir, err := ipc.NewReader(stream, ipc.WithAllocator(&recycler{}),
-		ipc.WithBodySizeLimit(maxAlloc), ipc.WithMetadataSizeLimit(1<<20))
+		ipc.WithBodySizeLimit(limit), ipc.WithMetadataSizeLimit(1<<20))
 	if err != nil {
 		return nil, rd.corrupt("open: %v", err)
 	}
@@ -136,6 +160,18 @@ func NewReaderCompression(r io.Reader, c Compression, name string, k uint, lo, h
 	}
 	return rd, nil
 }
+
+// schemaMessage is the encoded schema message every shuffle file begins
+// with: what an IPC stream writer emits for Schema before anything else,
+// that is an empty stream without its 8-byte end-of-stream marker.
+var schemaMessage = sync.OnceValue(func() []byte {
+	var b bytes.Buffer
+	w := ipc.NewWriter(&b, ipc.WithSchema(Schema))
+	if err := w.Close(); err != nil {
+		panic(err) // an in-memory write of a constant schema
+	}
+	return b.Bytes()[:b.Len()-8]
+})
 
 // zstdErrReader keeps the zstd decoder's error text (checksum, corrupt
 // block) in the chain the IPC reader reports.
@@ -383,9 +419,13 @@ func (a *recycler) Allocate(size int) []byte {
 		}
 	}
 	a.mu.Unlock()
-	// Round up, so batches of slightly different sizes share buffers.
-	c := max(size, 4096)
-	c += c / 4
+	// Round small buffers up, so batches of slightly different sizes
+	// share them.
+	c := size
+	if c < 1<<20 {
+		c = max(c, 4096)
+		c += c / 4
+	}
 	return memory.NewGoAllocator().Allocate(c)[:size]
 }
 

@@ -187,10 +187,31 @@ func TestCorruptBytesNeverPanic(t *testing.T) {
 func FuzzReader(f *testing.F) {
 	f.Add(encode(f, makeRows(0)))
 	f.Add(encode(f, makeRows(30)))
+	// Plain files too: the fuzzer reads every input both ways.
+	plain := func(rows []Row) []byte {
+		var b Buffer
+		for i := range rows {
+			b.Append(&rows[i])
+		}
+		e := Encoder{Compression: None}
+		out, err := e.Encode(&b)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return slices.Clone(out)
+	}
+	f.Add(plain(makeRows(0)))
+	f.Add(plain(makeRows(3*BatchRows + 1)))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _, err := readAll(b, 0, 1<<testK)
-		if err != nil && errcode.Of(err) != errcode.ShuffleCorrupt {
-			t.Fatalf("error without SHUFFLE_CORRUPT: %v", err)
+		for _, c := range []Compression{Zstd, None} {
+			rd, err := NewReaderCompression(bytes.NewReader(b), c, int64(len(b)), "fuzz", testK, 0, 1<<testK)
+			for err == nil {
+				_, _, err = rd.Next()
+			}
+			rd.Close()
+			if err != io.EOF && errcode.Of(err) != errcode.ShuffleCorrupt {
+				t.Fatalf("%s: error without SHUFFLE_CORRUPT: %v", c, err)
+			}
 		}
 	})
 }
@@ -274,7 +295,7 @@ func TestCompressionNone(t *testing.T) {
 		t.Fatalf("plain file (%d bytes) is not the larger, uncompressed form of the zstd file (%d bytes)", len(p), len(z))
 	}
 	read := func(data []byte, c Compression) ([]Row, error) {
-		rd, err := NewReaderCompression(bytes.NewReader(data), c, "test", testK, 0, 1<<testK)
+		rd, err := NewReaderCompression(bytes.NewReader(data), c, int64(len(data)), "test", testK, 0, 1<<testK)
 		if err != nil {
 			return nil, err
 		}
@@ -306,7 +327,7 @@ func TestCompressionNone(t *testing.T) {
 			t.Fatalf("file read as %s: err = %v, want SHUFFLE_CORRUPT", c.comp, err)
 		}
 	}
-	if _, err := NewReaderCompression(bytes.NewReader(p), "lz4", "test", testK, 0, 1<<testK); errcode.Of(err) != errcode.Usage {
+	if _, err := NewReaderCompression(bytes.NewReader(p), "lz4", int64(len(p)), "test", testK, 0, 1<<testK); errcode.Of(err) != errcode.Usage {
 		t.Fatalf("unknown compression: err = %v, want USAGE", err)
 	}
 }
