@@ -9,13 +9,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -47,6 +47,12 @@ const batchRows = 8192
 // maxPageBytes bounds the page size a page header may declare, before
 // the reader allocates for it: 64 times the 1 MiB pages stage writes.
 const maxPageBytes = 64 << 20
+
+// pages is the allocator of Parquet page buffers and Arrow arrays: page
+// readers allocate and release the same few buffers for every column
+// chunk, so released ones are kept for the next (a few per column per
+// worker).
+var pages = freelist.NewAllocator(32, 0)
 
 // maxRows bounds the rows a footer may declare per file.
 const maxRows = 1 << 32
@@ -94,7 +100,7 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	if !ok {
 		return res, nil
 	}
-	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	props := parquet.NewReaderProperties(pages)
 	props.MaxCompressedPageSize, props.MaxUncompressedPageSize = maxPageBytes, maxPageBytes
 	pf, err := file.NewParquetReader(bytes.NewReader(data), file.WithReadProps(props))
 	if err != nil {
@@ -107,7 +113,7 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	}
 	canon.DropStoredArrowSchema(pf)
 	phase = errcode.DecodeError
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: batchRows}, memory.DefaultAllocator)
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: batchRows}, pages)
 	if err != nil {
 		res.fail(errcode.DecodeError, "Arrow reader: %v", err)
 		return res, nil
@@ -121,6 +127,9 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	if !ok {
 		return res, nil
 	}
+	// The footer's row count, checked against maxRows, sizes the tuple
+	// digests; a lying footer costs at most a bounded reservation.
+	h.Grow(int(min(pf.NumRows(), 1<<22)))
 	if dec == DecoderColumnReader {
 		if err := d.readColumns(ctx, pf, used, leaves, h, each); err != nil {
 			if ee := (*emitError)(nil); errors.As(err, &ee) || errcode.Of(err) == errcode.Canceled {

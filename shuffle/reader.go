@@ -11,7 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -149,7 +148,7 @@ func NewReaderCompression(r io.Reader, c Compression, size int64, name string, k
 		return nil, rd.corrupt("schema message differs from the shuffle schema's")
 	}
 	stream = io.MultiReader(bytes.NewReader(head), stream)
-	ir, err := ipc.NewReader(stream, ipc.WithAllocator(&recycler{}),
+	ir, err := ipc.NewReader(stream, ipc.WithAllocator(freelist.NewAllocator(maxFree, maxAlloc)),
 		ipc.WithBodySizeLimit(limit), ipc.WithMetadataSizeLimit(1<<20))
 	if err != nil {
 		return nil, rd.corrupt("open: %v", err)
@@ -160,6 +159,15 @@ func NewReaderCompression(r io.Reader, c Compression, size int64, name string, k
 	}
 	return rd, nil
 }
+
+// maxFree is how many released buffers a Reader's allocator keeps: the
+// IPC reader holds one record batch at a time and releases it before
+// decoding the next, so the buffers of the last batch (a body and a few
+// metadata buffers) serve the next one. A reducer reading hundreds of
+// files at once then holds a batch's memory per file instead of
+// allocating a fresh body for every batch, which at 16M records kept the
+// garbage collector hundreds of megabytes behind.
+const maxFree = 8
 
 // schemaMessage is the encoded schema message every shuffle file begins
 // with: what an IPC stream writer emits for Schema before anything else,
@@ -385,72 +393,4 @@ func (r *Reader) recoverInto(err *error) {
 	if p := recover(); p != nil {
 		*err = r.corrupt("decoder panic: %v", p)
 	}
-}
-
-// recycler is a Reader's allocator. The IPC reader holds one record batch
-// at a time and releases it before decoding the next, so the buffers of
-// the last batch serve the next one: a reducer reading hundreds of files
-// at once then holds a batch's memory per file instead of allocating a
-// fresh body for every batch, which at 16M records kept the garbage
-// collector hundreds of megabytes behind. It refuses any allocation above
-// maxAlloc, so a corrupt length prefix cannot exhaust memory.
-type recycler struct {
-	mu   sync.Mutex
-	free [][]byte
-}
-
-// maxFree is how many released buffers a recycler keeps: a batch has a
-// body and a few metadata buffers.
-const maxFree = 8
-
-func (a *recycler) Allocate(size int) []byte {
-	if size < 0 || size > maxAlloc {
-		panic(fmt.Sprintf("allocation of %d bytes refused (cap %d)", size, maxAlloc))
-	}
-	a.mu.Lock()
-	for i, b := range a.free {
-		if cap(b) >= size {
-			a.free[i] = a.free[len(a.free)-1]
-			a.free = a.free[:len(a.free)-1]
-			a.mu.Unlock()
-			b = b[:size]
-			clear(b) // as fresh memory would be
-			return b
-		}
-	}
-	a.mu.Unlock()
-	// Round small buffers up, so batches of slightly different sizes
-	// share them.
-	c := size
-	if c < 1<<20 {
-		c = max(c, 4096)
-		c += c / 4
-	}
-	return memory.NewGoAllocator().Allocate(c)[:size]
-}
-
-func (a *recycler) Reallocate(size int, b []byte) []byte {
-	if cap(b) >= size {
-		old := len(b)
-		b = b[:size]
-		if size > old {
-			clear(b[old:])
-		}
-		return b
-	}
-	nb := a.Allocate(size)
-	copy(nb, b)
-	a.Free(b)
-	return nb
-}
-
-func (a *recycler) Free(b []byte) {
-	if cap(b) == 0 {
-		return
-	}
-	a.mu.Lock()
-	if len(a.free) < maxFree {
-		a.free = append(a.free, b[:0])
-	}
-	a.mu.Unlock()
 }

@@ -41,26 +41,39 @@ func main() {
 	os.Exit(exitStatus(err))
 }
 
-// startProfile writes a CPU profile to $SHARDPROOF_CPUPROFILE, if set,
-// until the returned function is called (see README, Performance).
+// startProfile writes a CPU profile to $SHARDPROOF_CPUPROFILE and, when
+// the returned function is called, a heap profile (allocations since
+// start included) to $SHARDPROOF_MEMPROFILE, if they are set (see README,
+// Performance).
 func startProfile() func() {
-	path := os.Getenv("SHARDPROOF_CPUPROFILE")
-	if path == "" {
-		return func() {}
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "shardproof: cpu profile: %v\n", err)
-		return func() {}
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		fmt.Fprintf(os.Stderr, "shardproof: cpu profile: %v\n", err)
-		f.Close()
-		return func() {}
+	cpu, mem := os.Getenv("SHARDPROOF_CPUPROFILE"), os.Getenv("SHARDPROOF_MEMPROFILE")
+	var f *os.File
+	if cpu != "" {
+		var err error
+		if f, err = os.Create(cpu); err != nil {
+			fmt.Fprintf(os.Stderr, "shardproof: cpu profile: %v\n", err)
+		} else if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "shardproof: cpu profile: %v\n", err)
+			f.Close()
+			f = nil
+		}
 	}
 	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
+		if f != nil {
+			pprof.StopCPUProfile()
+			f.Close()
+		}
+		if mem != "" {
+			m, err := os.Create(mem)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "shardproof: heap profile: %v\n", err)
+				return
+			}
+			defer m.Close()
+			if err := pprof.Lookup("allocs").WriteTo(m, 0); err != nil {
+				fmt.Fprintf(os.Stderr, "shardproof: heap profile: %v\n", err)
+			}
+		}
 	}
 }
 

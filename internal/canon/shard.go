@@ -1,6 +1,8 @@
 package canon
 
 import (
+	"slices"
+
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -131,6 +133,9 @@ func (h *ShardHasher) AddColumns(cols []Column, n int, each func(t *tuplehash.Tu
 	}
 	return nil
 }
+
+// Grow reserves room for n more rows' tuple digests.
+func (h *ShardHasher) Grow(n int) { h.digests = slices.Grow(h.digests, max(n, 0)) }
 
 // LogicalDigest returns the logical digest of the rows added so far.
 func (h *ShardHasher) LogicalDigest() manifest.Digest { return h.lh.Sum() }
