@@ -156,7 +156,10 @@ With --report, the report and the root manifest it names are read from the
 store (digest-checked, strictly decoded) and the gate records the verdict,
 the watermarks checked and the hit counts: a VERIFIED report moves the
 release to VERIFIED (or renews its permits if it was checked at newer
-fences), an INVALID one to INVALID. With only --root the release is STAGED.`,
+fences), an INVALID one to INVALID. With only --root the release is STAGED.
+
+Exit status: 0 registered, 1 the release is INVALID (recorded as such),
+2 usage, 3 error, 4 rejected, 5 indeterminate.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := gateRegisterFlags
@@ -218,7 +221,7 @@ fences), an INVALID one to INVALID. With only --root the release is STAGED.`,
 			return err
 		}
 		r := res.Release
-		return printResult(cmd, res, func(w io.Writer) {
+		if err := printResult(cmd, res, func(w io.Writer) {
 			fmt.Fprintf(w, "release %s %s (%d shards", r.Root, r.State, len(r.Shards))
 			if !r.Report.IsZero() {
 				fmt.Fprintf(w, ", report %s, tombstone %d, benchmark %d", r.Report, r.TombstoneWatermark, r.BenchmarkFence)
@@ -227,7 +230,15 @@ fences), an INVALID one to INVALID. With only --root the release is STAGED.`,
 			if len(res.Reopened) > 0 {
 				fmt.Fprintf(w, "renewed permits: %s\n", strings.Join(res.Reopened, ", "))
 			}
-		})
+		}); err != nil {
+			return err
+		}
+		if r.State == raftgate.ReleaseInvalid {
+			// Recorded, but the release can never be published: exit 1,
+			// as verify does for an INVALID verdict.
+			return &exitError{status: errcode.ExitInvalid}
+		}
+		return nil
 	},
 }
 

@@ -242,6 +242,32 @@ func TestGateCLI(t *testing.T) {
 	}
 	g("gate", "publish", "main", "sha256:nope", "--expect", "2").expect(t, errcode.ExitUsage, errcode.Usage)
 	runGateCLI(t, "gate", "status", "--gate", "http://"+freeAddr(t), "--retry", "300ms").expect(t, errcode.ExitError, errcode.GateUnavailable)
+
+	// An INVALID report is recorded, and the exit status says so, as
+	// verify's does: a script cannot mistake it for a registration that
+	// made the release publishable.
+	r = g("gate", "register", "--store", storeDir, "--report", invalidReport(t, storeDir, root).String()).expect(t, errcode.ExitInvalid, "")
+	if !strings.Contains(r.stdout, root.String()+" INVALID") {
+		t.Fatalf("register of an INVALID report: %s", r.stdout)
+	}
+	g("gate", "publish", "main", root.String(), "--expect", "2").expect(t, errcode.ExitRejected, errcode.NotVerified)
+}
+
+// invalidReport stores an INVALID report of root: one member missing.
+func invalidReport(t *testing.T, dir string, root manifest.Digest) manifest.Digest {
+	t.Helper()
+	rel := testRelease()
+	rep := &manifest.Report{
+		Schema: manifest.ReportSchema, Root: root, DatasetSnapshot: rel.DatasetSnapshot,
+		TombstoneWatermark: rel.TombstoneWatermark, BenchmarkFence: rel.BenchmarkFence, Verdict: manifest.Invalid,
+		Counts:   manifest.Counts{Shards: 2, ShardsVerified: 2, Records: 20, SnapshotRecords: 21, Missing: 1},
+		Examples: map[string][]string{string(errcode.MissingMember): {"gone"}}, Tool: "test",
+	}
+	b, err := manifest.Encode(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return putDoc(t, dir, b)
 }
 
 func TestGateServeCluster(t *testing.T) {
