@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/verifyread"
@@ -66,7 +68,40 @@ func Open(dir string) (*Store, error) {
 		root.Close()
 		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
 	}
-	return &Store{dir: dir, root: root}, nil
+	s := &Store{dir: dir, root: root}
+	s.sweepTemp(time.Now())
+	return s, nil
+}
+
+// TempMaxAge is how old a temp file must be before Open removes it. A Put
+// removes its temp file itself, whether it succeeds or fails, so a temp
+// file is left only by a process that died mid-Put; one this old belongs
+// to no Put still running.
+const TempMaxAge = 24 * time.Hour
+
+// sweepTemp removes temp files older than TempMaxAge: what crashed Puts
+// left behind would otherwise accumulate forever. It is best effort: a
+// file it cannot remove is left for the next Open.
+func (s *Store) sweepTemp(now time.Time) {
+	d, err := s.root.Open(tmpDir)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	for {
+		entries, err := d.ReadDir(256)
+		for _, e := range entries {
+			info, ierr := e.Info()
+			if ierr == nil && info.Mode().IsRegular() && now.Sub(info.ModTime()) > TempMaxAge {
+				if s.root.Remove(tmpDir+"/"+e.Name()) == nil {
+					slog.Debug("file store: removed a stale temp file", "store", s.dir, "name", e.Name(), "age", now.Sub(info.ModTime()).Round(time.Second))
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // Close releases the root directory handle.

@@ -3,12 +3,15 @@ package file_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
@@ -236,4 +239,32 @@ func BenchmarkStore(b *testing.B) {
 	}
 	defer s.Close()
 	storetest.Bench(b, s, 32<<20)
+}
+
+// Temp files a crashed Put left behind are removed by the next Open once
+// they are older than TempMaxAge; younger ones (a Put that may still be
+// running in another process) are kept.
+func TestOpenSweepsStaleTemp(t *testing.T) {
+	_, dir := openTemp(t)
+	stale, fresh := filepath.Join(dir, "@tmp", "stale"), filepath.Join(dir, "@tmp", "fresh")
+	for _, f := range []string{stale, fresh} {
+		if err := os.WriteFile(f, []byte("half-written"), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-file.TempMaxAge - time.Hour)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	s, err := file.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := os.Stat(stale); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("stale temp file still there after Open: %v", err)
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Fatalf("fresh temp file removed: %v", err)
+	}
 }
