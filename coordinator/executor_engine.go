@@ -40,13 +40,25 @@ func VerifyWith(ctx context.Context, s objstore.Store, storeURL string, o Option
 	if err != nil {
 		return nil, err
 	}
-	return RunWith(ctx, s, storeURL, pd, e)
+	return RunWithProgress(ctx, s, storeURL, pd, e, o.Progress)
 }
 
 // RunWith runs, or resumes, the job of an existing plan with e: the
 // engine runs the map and reduce tasks (those already committed return at
 // once), then the commit records are aggregated here into the report.
 func RunWith(ctx context.Context, s objstore.Store, storeURL string, pd manifest.Digest, e Engine) (*Outcome, error) {
+	return RunWithProgress(ctx, s, storeURL, pd, e, nil)
+}
+
+// ProgressInterval is how often RunWithProgress looks for new map commit
+// records.
+var ProgressInterval = time.Second
+
+// RunWithProgress is RunWith that, while the engine runs, reports every
+// input of each map task whose commit record has appeared (from one
+// goroutine, in the order the commits are found), as the local executor
+// reports each file it maps. progress may be nil.
+func RunWithProgress(ctx context.Context, s objstore.Store, storeURL string, pd manifest.Digest, e Engine, progress func(Progress)) (*Outcome, error) {
 	start := time.Now()
 	j, err := Open(ctx, s, pd)
 	if err != nil {
@@ -55,7 +67,18 @@ func RunWith(ctx context.Context, s objstore.Store, storeURL string, pd manifest
 	ref := PlanRef{Store: storeURL, Plan: pd}
 	j.log().Info("running verify tasks", "executor", e.Name(), "planURL", ref.String(),
 		"mapTasks", len(j.Plan.MapTasks), "reducers", len(j.Plan.Reducers))
-	if err := e.Run(ctx, ref, len(j.Plan.MapTasks), len(j.Plan.Reducers)); err != nil {
+	stop := func() {}
+	if progress != nil {
+		finished, watched := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(watched)
+			j.watchMaps(ctx, finished, progress)
+		}()
+		stop = func() { close(finished); <-watched }
+	}
+	err = e.Run(ctx, ref, len(j.Plan.MapTasks), len(j.Plan.Reducers))
+	stop()
+	if err != nil {
 		return nil, err
 	}
 	rep, d, err := j.Aggregate(ctx, manifest.Execution{
@@ -67,6 +90,46 @@ func RunWith(ctx context.Context, s objstore.Store, storeURL string, pd manifest
 		return nil, err
 	}
 	return &Outcome{Plan: pd, Report: rep, ReportDigest: d}, nil
+}
+
+// watchMaps polls the map commit records every ProgressInterval until
+// finished is closed (then once more, so the count ends at the total) or
+// ctx ends, calling progress for each input of every newly committed map
+// task. A commit record that cannot be read or does not match the plan is
+// skipped here: aggregation checks it for real.
+func (j *Job) watchMaps(ctx context.Context, finished <-chan struct{}, progress func(Progress)) {
+	total := len(j.Release.Shards) + len(j.Snapshot.Members)
+	seen := make([]bool, len(j.Plan.MapTasks))
+	done := 0
+	poll := func(ctx context.Context) {
+		for i := range seen {
+			if seen[i] || ctx.Err() != nil {
+				continue
+			}
+			var mc MapCommit
+			if found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &mc); err != nil || !found || j.checkMapCommit(i, &mc) != nil {
+				continue
+			}
+			seen[i] = true
+			for _, r := range mc.Results {
+				done++
+				progress(Progress{Result: r, Done: done, Total: total})
+			}
+		}
+	}
+	t := time.NewTicker(ProgressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-finished:
+			poll(ctx)
+			return
+		case <-t.C:
+			poll(ctx)
+		}
+	}
 }
 
 // Retryable reports whether a task that exited with status may succeed

@@ -95,7 +95,10 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	prog := newVerifyProgress(cmd.ErrOrStderr())
+	opts.Progress = prog.update
 	out, err := coordinator.VerifyWith(cmd.Context(), s, taskStore, opts, engine)
+	prog.finish()
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,88 @@
+package coordinator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// inProcess is an Engine that runs every task in this process, one at a
+// time, pausing between map tasks so a progress watcher sees them land.
+type inProcess struct {
+	s     objstore.Store
+	pause time.Duration
+}
+
+func (e *inProcess) Name() string { return "in-process" }
+
+func (e *inProcess) Run(ctx context.Context, ref PlanRef, maps, reduces int) error {
+	j, err := Open(ctx, e.s, ref.Plan)
+	if err != nil {
+		return err
+	}
+	for i := range maps {
+		if _, err := j.Map(ctx, i, nil); err != nil {
+			return err
+		}
+		time.Sleep(e.pause)
+	}
+	for r := range reduces {
+		if _, err := j.Reduce(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestEngineProgress: with an external engine, verify reports each map
+// task's inputs as its commit record appears, every input exactly once,
+// ending at the total, with the records the report counts.
+func TestEngineProgress(t *testing.T) {
+	s, res := synth(t)
+	old := ProgressInterval
+	ProgressInterval = 5 * time.Millisecond
+	defer func() { ProgressInterval = old }()
+	var (
+		got              []Progress
+		records, members int64
+		seen             = map[[2]int]bool{}
+	)
+	out, err := VerifyWith(t.Context(), s, "unused", Options{
+		PlanOptions: PlanOptions{Root: res.Root, MapTasks: 4, Reducers: 2, Tool: "shardproof test"},
+		Progress: func(p Progress) {
+			got = append(got, p)
+			k := [2]int{int(p.Result.Side), p.Result.Index}
+			if seen[k] {
+				t.Errorf("input %v reported twice", k)
+			}
+			seen[k] = true
+			if p.Result.Side == 0 {
+				records += p.Result.Records
+			} else {
+				members += p.Result.Records
+			}
+		},
+	}, &inProcess{s: s, pause: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := len(res.Release.Shards) + len(res.SnapshotDoc.Members)
+	if len(got) != total || got[total-1].Done != total || got[total-1].Total != total {
+		t.Fatalf("%d progress calls %+v; want %d ending at %d/%d", len(got), got, total, total, total)
+	}
+	for i, p := range got {
+		if p.Done != i+1 {
+			t.Fatalf("call %d reports Done=%d", i, p.Done)
+		}
+	}
+	if records != out.Report.Counts.Records || members != out.Report.Counts.SnapshotRecords {
+		t.Fatalf("progress counted %d release and %d snapshot records; the report %d and %d",
+			records, members, out.Report.Counts.Records, out.Report.Counts.SnapshotRecords)
+	}
+	if out.Report.Verdict != manifest.Verified || out.Report.Execution.Executor != "in-process" {
+		t.Fatalf("report %s by %s", out.Report.Verdict, out.Report.Execution.Executor)
+	}
+}
