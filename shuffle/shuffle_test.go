@@ -53,7 +53,12 @@ func encode(t testing.TB, rows []Row) []byte {
 }
 
 func readAll(b []byte, lo, hi uint32) ([]Row, []uint32, error) {
-	rd, err := NewReader(bytes.NewReader(b), "test", testK, lo, hi)
+	return readAllCompression(b, Zstd, lo, hi)
+}
+
+// readAllCompression reads a whole shuffle file stored with compression c.
+func readAllCompression(b []byte, c Compression, lo, hi uint32) ([]Row, []uint32, error) {
+	rd, err := NewReaderCompression(bytes.NewReader(b), c, int64(len(b)), "test", testK, lo, hi)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -295,25 +300,8 @@ func TestCompressionNone(t *testing.T) {
 		t.Fatalf("plain file (%d bytes) is not the larger, uncompressed form of the zstd file (%d bytes)", len(p), len(z))
 	}
 	read := func(data []byte, c Compression) ([]Row, error) {
-		rd, err := NewReaderCompression(bytes.NewReader(data), c, int64(len(data)), "test", testK, 0, 1<<testK)
-		if err != nil {
-			return nil, err
-		}
-		defer rd.Close()
-		var out []Row
-		for {
-			_, rs, err := rd.Next()
-			if err == io.EOF {
-				return out, nil
-			}
-			if err != nil {
-				return nil, err
-			}
-			for _, r := range rs {
-				r.SampleID = strings.Clone(r.SampleID)
-				out = append(out, r)
-			}
-		}
+		rows, _, err := readAllCompression(data, c, 0, 1<<testK)
+		return rows, err
 	}
 	got, err := read(p, None)
 	if err != nil || !slices.Equal(got, rows) {
