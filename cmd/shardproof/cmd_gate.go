@@ -461,8 +461,14 @@ func init() {
 	gatePermitsCmd.Flags().StringVar(&gatePermitsFlags.root, "root", "", "only permits of this root")
 	gatePermitsCmd.Flags().BoolVar(&gatePermitsFlags.open, "open", false, "only open permits")
 
-	addGateClientFlags(gateCmd.PersistentFlags())
-	gateCmd.AddCommand(gateServeCmd, gateStatusCmd, gateRegisterCmd, gatePublishCmd, gateRollbackCmd,
-		gateFenceCmd, gateRecheckCmd, gatePermitsCmd, gateHistoryCmd)
+	// The client flags go on each client command, not on `gate` itself:
+	// `gate serve` is the server and takes none of them.
+	clients := []*cobra.Command{gateStatusCmd, gateRegisterCmd, gatePublishCmd, gateRollbackCmd,
+		gateFenceCmd, gateRecheckCmd, gatePermitsCmd, gateHistoryCmd}
+	for _, c := range clients {
+		addGateClientFlags(c.PersistentFlags())
+	}
+	gateCmd.AddCommand(gateServeCmd)
+	gateCmd.AddCommand(clients...)
 	rootCmd.AddCommand(gateCmd)
 }

@@ -297,3 +297,24 @@ func TestGateServeCluster(t *testing.T) {
 		t.Fatalf("fences after failover: %+v %v\n%s", f, err, r.stdout)
 	}
 }
+
+// `gate serve` is the server: the client flags of the other gate commands
+// are not its flags, so they are neither listed nor accepted.
+func TestGateServeTakesNoClientFlags(t *testing.T) {
+	// An unusable --http-addr makes a serve that got past its flags fail
+	// at once instead of serving.
+	_, _, err := runInProcess(t, nil, "gate", "serve", "--retry", "1s", "--data", t.TempDir(), "--http-addr", "256.0.0.1:1")
+	if errcode.Of(err) != errcode.Usage || !strings.Contains(err.Error(), "unknown flag: --retry") {
+		t.Fatalf("gate serve --retry: %v, want a USAGE error for an unknown flag", err)
+	}
+	out, _, err := runInProcess(t, nil, "gate", "serve", "--help")
+	if err != nil || strings.Contains(string(out), "--gate") || !strings.Contains(string(out), "--http-addr") {
+		t.Fatalf("gate serve --help (%v):\n%s", err, out)
+	}
+	for _, c := range [][]string{{"gate", "status", "--help"}, {"gate", "fence", "advance", "--help"}} {
+		out, _, err := runInProcess(t, nil, c...)
+		if err != nil || !strings.Contains(string(out), "--gate") {
+			t.Fatalf("%v lists no --gate (%v):\n%s", c, err, out)
+		}
+	}
+}
