@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -175,14 +176,7 @@ func TestCheckCountsFlagsMismatch(t *testing.T) {
 // pipeline order, each ÷ CPUs, the ladder's zstd estimate under decode,
 // and no estimate rows the measured ones replace.
 func TestVerifyStagesTable(t *testing.T) {
-	out, err := os.ReadFile("testdata/verify-report-stages.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := parseVerifyReport(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := parseTestdataReport(t, "verify-report-stages.json")
 	if c.Verdict != "INVALID" || c.Records != 30000 || len(c.Stages) != 8 || c.Stages[stageDecode] != 1.5 {
 		t.Fatalf("parsed %+v", c)
 	}
@@ -284,14 +278,7 @@ func TestVerifyStagesFallback(t *testing.T) {
 // --json` printed for the 200k bench dataset (exit status 1, INVALID):
 // every stage the harness names is present.
 func TestParseCapturedVerifyReport(t *testing.T) {
-	out, err := os.ReadFile("testdata/verify-report-captured.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := parseVerifyReport(out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := parseTestdataReport(t, "verify-report-captured.json")
 	if c.Verdict != "INVALID" || c.Records != 200100 || c.Counts.Missing != 100 {
 		t.Fatalf("parsed %+v", c)
 	}
@@ -300,4 +287,18 @@ func TestParseCapturedVerifyReport(t *testing.T) {
 			t.Fatalf("stage %s = %v (present %v) in %v", l.key, v, ok, c.Stages)
 		}
 	}
+}
+
+// parseTestdataReport parses testdata/name as verify's --json output.
+func parseTestdataReport(t *testing.T, name string) childResult {
+	t.Helper()
+	out, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := parseVerifyReport(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
