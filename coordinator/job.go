@@ -29,8 +29,7 @@ type Job struct {
 
 	tombSet, benchSet *reducer.Set
 
-	reducerOf []int32 // see reducerIndex
-	clock     *stageClock
+	clock *stageClock
 }
 
 // stageClock accumulates the time this process's tasks spend per stage
@@ -68,7 +67,6 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 		return nil, wrap(err, "plan %s", planDigest)
 	}
 	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p, clock: new(stageClock)}
-	defer func() { j.reducerOf = reducerTable(&p) }()
 	if j.Release, err = loadRelease(ctx, s, p.Root); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"runtime"
-	"sort"
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -60,21 +59,21 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		}
 		return &done, nil
 	}
-	set := getParts(len(j.Plan.Reducers))
+	set := getParts()
 	defer putParts(set)
 	set.enc.Compression = j.Plan.ShuffleCompression
-	parts := set.parts
-	reducerOf := j.reducerIndex()
+	buf := set.buf
+	nb := uint64(1) << j.Plan.K
 	var emitErr error
 	var row shuffle.Row
 	emit := func(t *mapper.Tuple) error {
-		if uint64(t.Bucket) >= 1<<j.Plan.K {
+		if uint64(t.Bucket) >= nb {
 			emitErr = errcode.New(errcode.Internal, "mapper emitted bucket %d for k=%d", t.Bucket, j.Plan.K)
 			return emitErr
 		}
 		row.Bucket, row.SampleID, row.SourceID, row.SourceVersion = t.Bucket, t.SampleID, t.SourceID, t.SourceVersion
 		row.ContentDigest, row.Split, row.SchemaDigest, row.TupleDigest = t.LogicalContentDigest, t.Split, t.SchemaDigest, t.Digest
-		parts[reducerOf(t.Bucket)].Append(&row)
+		buf.Append(&row)
 		return nil
 	}
 	var tm *mapper.Timings
@@ -88,13 +87,10 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Snapshot.RecordSchema, K: j.Plan.K, Timings: tm},
 	}
 	commit := &MapCommit{Schema: MapCommitSchema, Plan: j.PlanDigest, Task: i}
-	marks := make([]int, len(parts))
 	for _, in := range j.Plan.MapTasks[i] {
 		desc := j.desc(in)
 		row.Side = shuffle.Side(in.Side)
-		for r := range parts {
-			marks[r] = parts[r].Len()
-		}
+		mark := buf.Len()
 		res, err := mapper.MapShardStream(ctx, opts[in.Side], mapper.Input{Side: mapper.Side(in.Side), Index: in.Index, Desc: desc}, emit)
 		if emitErr != nil {
 			return nil, emitErr
@@ -104,9 +100,7 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		}
 		if !res.Decoded {
 			// A file that did not decode contributes no tuples.
-			for r := range parts {
-				parts[r].Truncate(marks[r])
-			}
+			buf.Truncate(mark)
 		}
 		commit.Results = append(commit.Results, res)
 		if progress != nil {
@@ -115,20 +109,22 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	}
 	start := time.Now()
 	defer j.clock.add(&j.clock.shuffleWrite, start)
-	for r := range parts {
-		rows := parts[r].Len()
-		b, err := set.enc.Encode(&parts[r])
-		if err != nil {
-			return nil, err
-		}
+	ends := make([]uint32, len(j.Plan.Reducers))
+	for r, br := range j.Plan.Reducers {
+		ends[r] = br.Hi
+	}
+	err := set.enc.EncodeRanges(buf, ends, func(r int, b []byte, rows int) error {
 		key := j.mapOutputKey(i, r)
 		sum := manifest.Sum(b)
 		v, err := putExactSum(ctx, j.Store, key, b, sum)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		commit.Outputs = append(commit.Outputs, Output{Key: key, Version: v, Digest: sum, Size: int64(len(b)), Rows: int64(rows)})
-		parts[r].Reset()
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	b, err := manifest.Encode(commit)
 	if err != nil {
@@ -141,27 +137,27 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	return commit, nil
 }
 
-// partSet is what a map task writes its shuffle files with: a partition
-// buffer per reducer and one encoder.
+// partSet is what a map task writes its shuffle files with: one buffer
+// for all its tuples and one encoder, which splits them by reduce range.
 type partSet struct {
-	parts []shuffle.Buffer
-	enc   *shuffle.Encoder
+	buf *shuffle.Buffer
+	enc *shuffle.Encoder
 }
 
-// partSets keeps the partition buffers of finished map tasks for the next
-// one, about one set per core: a map task's tuples are the largest
-// allocation of verify.
+// partSets keeps the buffers of finished map tasks for the next one,
+// about one set per core: a map task's tuples are the largest allocation
+// of verify.
 var partSets = freelist.New[partSet](runtime.GOMAXPROCS(0))
 
-func getParts(n int) partSet {
-	if p, ok := partSets.Get(); ok && len(p.parts) == n {
+func getParts() partSet {
+	if p, ok := partSets.Get(); ok {
 		return p
 	}
-	return partSet{parts: make([]shuffle.Buffer, n), enc: new(shuffle.Encoder)}
+	return partSet{buf: new(shuffle.Buffer), enc: new(shuffle.Encoder)}
 }
 
-// dropParts lets the kept partition buffers go, once no map task is left
-// to run: the reduce phase has no use for them.
+// dropParts lets the kept buffers go, once no map task is left to run:
+// the reduce phase has no use for them.
 func dropParts() {
 	for {
 		if _, ok := partSets.Get(); !ok {
@@ -171,37 +167,8 @@ func dropParts() {
 }
 
 func putParts(p partSet) {
-	for i := range p.parts {
-		p.parts[i].Reset()
-	}
+	p.buf.Reset()
 	partSets.Put(p)
-}
-
-// reducerIndex returns the function mapping a bucket of the plan's k-bit
-// space to the index of the reduce range holding it: a table lookup for
-// the usual k (see reducerTable), a binary search over the ranges above.
-func (j *Job) reducerIndex() func(uint32) int {
-	if t := j.reducerOf; len(t) == 1<<j.Plan.K {
-		return func(b uint32) int { return int(t[b]) }
-	}
-	return func(b uint32) int { return searchReducer(j.Plan, b) }
-}
-
-func searchReducer(p *Plan, b uint32) int {
-	return sort.Search(len(p.Reducers), func(r int) bool { return p.Reducers[r].Hi > b })
-}
-
-// reducerTable tabulates searchReducer for plans of at most 16 bucket
-// bits (nil above).
-func reducerTable(p *Plan) []int32 {
-	if p.K > 16 {
-		return nil
-	}
-	t := make([]int32, 1<<p.K)
-	for b := range t {
-		t[b] = int32(searchReducer(p, uint32(b)))
-	}
-	return t
 }
 
 func (j *Job) desc(in Input) manifest.Shard {

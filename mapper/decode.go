@@ -16,6 +16,7 @@ import (
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/freelist"
+	"github.com/shardproof/shardproof/internal/mmapfile"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -54,6 +55,10 @@ const maxPageBytes = 64 << 20
 // worker).
 var pages = freelist.NewAllocator(32, 0)
 
+// streamBuffer is the read buffer of one column chunk's page stream (see
+// decoding.run): big enough for any page header.
+const streamBuffer = 32 << 10
+
 // maxRows bounds the rows a footer may declare per file.
 const maxRows = 1 << 32
 
@@ -75,6 +80,9 @@ type decoding struct {
 	want          *manifest.RecordSchema
 	logicalSchema manifest.Digest // bound into the logical digest
 	tupleSchema   manifest.Digest // every tuple's schemaDigest
+	// mapping, if non-nil, holds the data being decoded: a fault inside
+	// it is the file shrinking under verify, an I/O error, not bad bytes.
+	mapping *mmapfile.Mapping
 
 	// hashNanos and tupleNanos are the time spent hashing content values
 	// and making tuples (column-reader path; the pqarrow path counts both
@@ -93,6 +101,10 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	defer func() {
 		if p := recover(); p != nil {
 			res.decoded = false
+			if d.mapping.Fault(p) {
+				err = errMapFault
+				return
+			}
 			res.fail(phase, "panic while decoding: %v", p)
 		}
 	}()
@@ -102,6 +114,12 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	}
 	props := parquet.NewReaderProperties(pages)
 	props.MaxCompressedPageSize, props.MaxUncompressedPageSize = maxPageBytes, maxPageBytes
+	// Unbuffered, arrow-go copies each whole column chunk out of data
+	// into a fresh allocation before reading its pages: a second copy of
+	// every stored byte, and most of verify's garbage. Buffered, a page
+	// header passes through a small buffer and the page body is read
+	// straight from data into the page reader's own (recycled) buffer.
+	props.BufferedStreamEnabled, props.BufferSize = true, streamBuffer
 	pf, err := file.NewParquetReader(bytes.NewReader(data), file.WithReadProps(props))
 	if err != nil {
 		res.fail(errcode.FooterCorrupt, "footer does not parse: %v", err)

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/freelist"
+	"github.com/shardproof/shardproof/internal/mmapfile"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/tuplehash"
@@ -62,6 +65,9 @@ type Options struct {
 	MaxBytes int64
 	// Timings, if non-nil, accumulates where MapShard spends its time.
 	Timings *Timings
+	// NoMap reads files into memory even when the store hands out an
+	// *os.File, which is otherwise mapped (see read).
+	NoMap bool
 }
 
 // Timings accumulates the time MapShard calls spend per stage, in
@@ -163,15 +169,26 @@ func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) 
 		tm = new(Timings)
 	}
 	start := time.Now()
-	data, version, err := read(ctx, o, in.Desc, bp, fail)
+	data, mapping, version, err := read(ctx, o, in.Desc, bp, fail)
 	tm.Read.Add(int64(time.Since(start)))
 	if err != nil || data == nil {
 		logResult(res, err)
 		return res, err
 	}
+	if mapping != nil {
+		defer mapping.Close()
+		// A file truncated while mapped faults on its lost pages: make
+		// that a recoverable panic (see hashMapped and decoding.run).
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	}
 	start = time.Now()
-	sum := sha256.Sum256(data)
+	sum, err := hashMapped(data, mapping)
 	tm.StorageDigest.Add(int64(time.Since(start)))
+	if err != nil {
+		err = errcode.Wrap(errcode.IO, err, "read %s version %s", in.Desc.Digest.BlobKey(), version)
+		logResult(res, err)
+		return res, err
+	}
 	res.StorageDigest, res.StoredBytes = sum, int64(len(data))
 	if res.StoredBytes != in.Desc.Size {
 		fail(errcode.SizeMismatch, "manifest.size=%d, bytes read=%d (version %s)", in.Desc.Size, res.StoredBytes, version)
@@ -190,7 +207,7 @@ func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) 
 		}
 	}
 	var tp Tuple
-	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: o.SchemaDigest}
+	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: o.SchemaDigest, mapping: mapping}
 	start = time.Now()
 	dr, err := d.run(ctx, data, o.Decoder, func(t *tuplehash.Tuple, dg [32]byte) error {
 		tp.Tuple, tp.Digest, tp.Bucket = *t, dg, tuplehash.Bucket(t.SampleID, o.K)
@@ -206,6 +223,9 @@ func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) 
 	tm.Tuples.Add(d.tupleNanos)
 	if ee := (*emitError)(nil); errors.As(err, &ee) {
 		return res, ee.err
+	}
+	if errors.Is(err, errMapFault) {
+		err = errcode.Wrap(errcode.IO, err, "decode %s version %s", in.Desc.Digest.BlobKey(), version)
 	}
 	if err != nil {
 		logResult(res, err)
@@ -270,51 +290,92 @@ func putBuf(p *[]byte) {
 	}
 }
 
+// errMapFault is a memory fault inside a mapped file: it shrank while
+// verify read it.
+var errMapFault = errors.New("mapped file changed size while being read")
+
+// hashMapped returns sha256 of data, or errMapFault if data is mapped
+// and faults (see MapShardStream).
+func hashMapped(data []byte, m *mmapfile.Mapping) (sum [32]byte, err error) {
+	if m != nil {
+		defer func() {
+			if p := recover(); p != nil {
+				if !m.Fault(p) {
+					panic(p)
+				}
+				err = errMapFault
+			}
+		}()
+	}
+	return sha256.Sum256(data), nil
+}
+
 // read returns the bytes of exactly the descriptor's version, or nil data
-// with a failure recorded when the version is absent or too large. The
-// bytes live in *buf, which read grows as needed.
-func read(ctx context.Context, o Options, d manifest.Shard, buf *[]byte, fail func(errcode.Code, string, ...any)) ([]byte, objstore.Version, error) {
+// with a failure recorded when the version is absent or too large. When
+// the store hands out an *os.File (the file store) the bytes are mapped,
+// and the caller must close the returned mapping after its last use of
+// them; otherwise they live in *buf, which read grows as needed.
+func read(ctx context.Context, o Options, d manifest.Shard, buf *[]byte, fail func(errcode.Code, string, ...any)) ([]byte, *mmapfile.Mapping, objstore.Version, error) {
 	key, v := d.Digest.BlobKey(), objstore.Version(d.ObjectVersion)
 	if v == "" {
 		fail(errcode.VersionMissing, "manifest.objectVersion is empty; refusing to read the latest version of %s", key)
-		return nil, v, nil
+		return nil, nil, v, nil
 	}
 	info, err := o.Store.Head(ctx, key, v)
 	if objstore.IsNotExist(err) {
 		fail(errcode.VersionMissing, "store has no version %s of %s", v, key)
-		return nil, v, nil
+		return nil, nil, v, nil
 	}
 	if err != nil {
-		return nil, v, err
+		return nil, nil, v, err
+	}
+	tooLarge := func(size int64) {
+		fail(errcode.SizeMismatch, "manifest.size=%d, store size=%d exceeds the %d-byte cap (version %s); not read", d.Size, size, o.MaxBytes, v)
 	}
 	if info.Size > o.MaxBytes {
-		fail(errcode.SizeMismatch, "manifest.size=%d, store size=%d exceeds the %d-byte cap (version %s); not read", d.Size, info.Size, o.MaxBytes, v)
-		return nil, v, nil
+		tooLarge(info.Size)
+		return nil, nil, v, nil
 	}
 	rc, err := o.Store.Get(ctx, key, v)
 	if objstore.IsNotExist(err) {
 		fail(errcode.VersionMissing, "store has no version %s of %s", v, key)
-		return nil, v, nil
+		return nil, nil, v, nil
 	}
 	if err != nil {
-		return nil, v, err
+		return nil, nil, v, err
 	}
 	defer rc.Close()
+	if f, ok := rc.(*os.File); ok && !o.NoMap {
+		// The evidence is the bytes, not the metadata: map what the
+		// open file holds now.
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, nil, v, errcode.Wrap(errcode.IO, err, "read %s version %s", key, v)
+		}
+		if fi.Size() > o.MaxBytes {
+			tooLarge(fi.Size())
+			return nil, nil, v, nil
+		}
+		if m, err := mmapfile.Map(f, fi.Size()); err == nil {
+			return m.Bytes(), m, v, nil
+		}
+		// Not mappable (a platform or file system without mmap): read it.
+	}
 	// Size the buffer from Head, but read whatever the version holds (up
 	// to the cap): the evidence is the bytes, not the metadata.
 	b, err := readAll(io.LimitReader(rc, o.MaxBytes+1), (*buf)[:0], int(info.Size)+1)
 	*buf = b
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, v, errcode.Wrap(errcode.Canceled, ctx.Err(), "read %s", key)
+			return nil, nil, v, errcode.Wrap(errcode.Canceled, ctx.Err(), "read %s", key)
 		}
-		return nil, v, errcode.Wrap(errcode.Of(err), err, "read %s version %s", key, v)
+		return nil, nil, v, errcode.Wrap(errcode.Of(err), err, "read %s version %s", key, v)
 	}
 	if int64(len(b)) > o.MaxBytes {
 		fail(errcode.SizeMismatch, "manifest.size=%d, version %s holds more than the %d-byte cap; not decoded", d.Size, v, o.MaxBytes)
-		return nil, v, nil
+		return nil, nil, v, nil
 	}
-	return b, v, nil
+	return b, nil, v, nil
 }
 
 // readAll appends everything r yields to b, first growing b to hold at

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"slices"
+	"sort"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -248,9 +249,46 @@ func (b *Buffer) WriteTo(w io.Writer) (int64, error) {
 // ever held whole.
 func (e *Encoder) Encode(b *Buffer) ([]byte, error) {
 	e.sort(b)
+	return e.encode(b, e.order)
+}
+
+// EncodeRanges writes one shuffle file per bucket range from a single
+// Buffer: file r holds the rows whose bucket is below ends[r] and not
+// below ends[r-1] (0 for r = 0), the bytes Encode gives for a Buffer of
+// just those rows. ends must be ascending, and every row's bucket below
+// the last end. A map task keeps all its tuples in one Buffer and sorts
+// them once, rather than one Buffer per reducer, each of which grew to a
+// whole task's tuples in turn (a shard that is a contiguous hash range
+// sends all its tuples to one reducer). write is called for every r, in
+// order, with bytes valid only during the call.
+func (e *Encoder) EncodeRanges(b *Buffer, ends []uint32, write func(r int, file []byte, rows int) error) error {
+	e.sort(b)
+	start := 0
+	for r, end := range ends {
+		if r > 0 && end < ends[r-1] {
+			return errcode.New(errcode.Internal, "shuffle: bucket range ends not ascending at %d", r)
+		}
+		n := start + sort.Search(len(e.order)-start, func(i int) bool { return b.bucket[e.order[start+i].row] >= end })
+		out, err := e.encode(b, e.order[start:n])
+		if err != nil {
+			return err
+		}
+		if err := write(r, out, n-start); err != nil {
+			return err
+		}
+		start = n
+	}
+	if start != len(e.order) {
+		return errcode.New(errcode.Internal, "shuffle: %d rows at or above the last bucket range end %d", len(e.order)-start, ends[len(ends)-1])
+	}
+	return nil
+}
+
+// encode writes the rows of b listed in order, already in shuffle order.
+func (e *Encoder) encode(b *Buffer, order []sortKey) ([]byte, error) {
 	e.out.Reset()
 	if e.Compression == None {
-		if err := e.writeIPC(&e.out, b); err != nil {
+		if err := e.writeIPC(&e.out, b, order); err != nil {
 			return nil, err
 		}
 		return e.out.Bytes(), nil
@@ -264,7 +302,7 @@ func (e *Encoder) Encode(b *Buffer) ([]byte, error) {
 	} else {
 		e.zw.Reset(&e.out)
 	}
-	if err := e.writeIPC(e.zw, b); err != nil {
+	if err := e.writeIPC(e.zw, b, order); err != nil {
 		return nil, err
 	}
 	if err := e.zw.Close(); err != nil {
@@ -285,10 +323,10 @@ type batchScratch struct {
 	content, schema, tupleDig []byte
 }
 
-func (e *Encoder) writeIPC(w io.Writer, b *Buffer) error {
+func (e *Encoder) writeIPC(w io.Writer, b *Buffer, order []sortKey) error {
 	iw := ipc.NewWriter(w, ipc.WithSchema(Schema), ipc.WithAllocator(memory.DefaultAllocator))
-	for start := 0; start < len(e.order); start += BatchRows {
-		rec, err := b.gather(&e.batch, e.order[start:min(start+BatchRows, len(e.order))])
+	for start := 0; start < len(order); start += BatchRows {
+		rec, err := b.gather(&e.batch, order[start:min(start+BatchRows, len(order))])
 		if err != nil {
 			iw.Close()
 			return err

@@ -231,6 +231,12 @@ func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 		bigRows.Put(r.rows[:0])
 		r.rows, r.arena = nil, nil
 	}
+	if r.rows == nil {
+		// Start from a large buffer if one is free: buckets above
+		// keepRows rows are common (about 500 a bucket at 1M records),
+		// and growing each from nothing was most of a reducer's garbage.
+		r.rows, _ = bigRows.Get()
+	}
 	r.arena, r.rows = r.arena[:0], r.rows[:0]
 	if !r.hasNext {
 		ok, err := r.readRow(&r.next)
@@ -283,7 +289,7 @@ func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 // bigRows holds row buffers of large buckets between readers: at any
 // time a reducer works on one bucket, so a few such buffers serve every
 // file it reads.
-var bigRows = freelist.New[[]Row](16)
+var bigRows = freelist.New[[]Row](64)
 
 // readRow decodes one row into dst and checks it against the previous one.
 func (r *Reader) readRow(dst *Row) (bool, error) {

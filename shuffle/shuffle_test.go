@@ -279,6 +279,59 @@ func TestBufferMatchesWrite(t *testing.T) {
 	}
 }
 
+// TestEncodeRanges: one Buffer split by bucket range gives, for each
+// range, exactly the file Encode gives for a Buffer of that range's rows,
+// empty ranges included; rows beyond the last range are refused.
+func TestEncodeRanges(t *testing.T) {
+	rows := makeRows(3*BatchRows + 17)
+	var all Buffer
+	perm := rand.New(rand.NewPCG(7, 7)).Perm(len(rows))
+	for _, i := range perm {
+		all.Append(&rows[i])
+	}
+	// Uneven ranges, one of them empty.
+	ends := []uint32{3, 3, 100, 101, 1 << testK}
+	for _, c := range []Compression{None, Zstd} {
+		enc := Encoder{Compression: c}
+		var got [][]byte
+		var gotRows []int
+		err := enc.EncodeRanges(&all, ends, func(r int, b []byte, n int) error {
+			if r != len(got) {
+				t.Fatalf("write called for range %d, want %d", r, len(got))
+			}
+			got, gotRows = append(got, bytes.Clone(b)), append(gotRows, n)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo := uint32(0)
+		for r, hi := range ends {
+			var part Buffer
+			for i := range rows {
+				if rows[i].Bucket >= lo && rows[i].Bucket < hi {
+					part.Append(&rows[i])
+				}
+			}
+			want, err := (&Encoder{Compression: c}).Encode(&part)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[r], want) || gotRows[r] != part.Len() {
+				t.Fatalf("%s: range %d [%d, %d): %d bytes, %d rows; Encode of its rows gives %d bytes, %d rows", c, r, lo, hi, len(got[r]), gotRows[r], len(want), part.Len())
+			}
+			lo = hi
+		}
+		if gotRows[1] != 0 {
+			t.Fatalf("%s: the empty range [3, 3) got %d rows", c, gotRows[1])
+		}
+	}
+	var enc Encoder
+	if err := enc.EncodeRanges(&all, []uint32{100}, func(int, []byte, int) error { return nil }); errcode.Of(err) != errcode.Internal {
+		t.Fatalf("rows above the last range end: err %v, want INTERNAL", err)
+	}
+}
+
 // TestCompressionNone: a plain file holds the same rows as a zstd one,
 // and a reader told the wrong compression refuses the file as corrupt.
 func TestCompressionNone(t *testing.T) {

@@ -1,0 +1,5 @@
+package mmapfile
+
+import "syscall"
+
+const populate = syscall.MAP_POPULATE
