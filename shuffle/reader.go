@@ -48,6 +48,9 @@ type Reader struct {
 	rows   []Row
 	arena  []byte
 	nextID []byte
+	// small is the reader's own buffer of at most keepRows rows, which
+	// rows returns to after a large bucket borrowed one from bigRows.
+	small []Row
 	// interned holds sourceId and split values: a handful of distinct
 	// values repeated on every row.
 	interned map[string]string
@@ -229,13 +232,9 @@ func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 	// a reducer works on.
 	if cap(r.rows) > keepRows {
 		bigRows.Put(r.rows[:0])
-		r.rows, r.arena = nil, nil
-	}
-	if r.rows == nil {
-		// Start from a large buffer if one is free: buckets above
-		// keepRows rows are common (about 500 a bucket at 1M records),
-		// and growing each from nothing was most of a reducer's garbage.
-		r.rows, _ = bigRows.Get()
+		// Back to the reader's own small buffer, rather than growing a
+		// new one from nothing for every bucket.
+		r.rows, r.arena = r.small, nil
 	}
 	r.arena, r.rows = r.arena[:0], r.rows[:0]
 	if !r.hasNext {
@@ -276,6 +275,9 @@ func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 			return bucket, r.rows, nil
 		}
 		if len(r.rows) == cap(r.rows) && len(r.rows) >= keepRows {
+			if cap(r.rows) <= keepRows {
+				r.small = r.rows[:0]
+			}
 			// A large bucket: take a large buffer another reader gave
 			// back rather than growing a new one.
 			if b, ok := bigRows.Get(); ok && cap(b) > cap(r.rows) {
@@ -289,7 +291,7 @@ func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 // bigRows holds row buffers of large buckets between readers: at any
 // time a reducer works on one bucket, so a few such buffers serve every
 // file it reads.
-var bigRows = freelist.New[[]Row](64)
+var bigRows = freelist.New[[]Row](16)
 
 // readRow decodes one row into dst and checks it against the previous one.
 func (r *Reader) readRow(dst *Row) (bool, error) {

@@ -437,3 +437,42 @@ func TestEncoderSortOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestReaderKeepsLargeBuffersShared: a reader returns to its own small
+// row buffer after a large bucket, so hundreds of open readers (one per
+// map task at 16M records) do not each keep a large one between buckets.
+func TestReaderKeepsLargeBuffersShared(t *testing.T) {
+	const k = 2 // four buckets of ~1000 rows each
+	var b Buffer
+	for i := range 4000 {
+		id := fmt.Sprintf("s-%05d", i)
+		r := Row{Bucket: tuplehash.Bucket(id, k), SampleID: id, SourceID: "src", Split: "train"}
+		// Buckets 1 and 3 keep only a few rows.
+		if r.Bucket%2 == 1 && i%200 != 0 {
+			continue
+		}
+		r.TupleDigest = sha256.Sum256([]byte(id))
+		b.Append(&r)
+	}
+	file, err := (&Encoder{Compression: None}).Encode(&b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := NewReaderCompression(bytes.NewReader(file), None, int64(len(file)), "test", k, 0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	for want := range uint32(4) {
+		bucket, rows, err := rd.Next()
+		if err != nil || bucket != want {
+			t.Fatalf("Next: bucket %d, err %v; want bucket %d", bucket, err, want)
+		}
+		if large := len(rows) > keepRows; large != (want%2 == 0) {
+			t.Fatalf("bucket %d has %d rows", bucket, len(rows))
+		}
+		if len(rows) <= keepRows && cap(rd.rows) > keepRows {
+			t.Fatalf("bucket %d (%d rows) is held in a %d-row buffer; a reader keeps at most %d between large buckets", bucket, len(rows), cap(rd.rows), keepRows)
+		}
+	}
+}
