@@ -38,8 +38,8 @@ type Params struct {
 
 // Key names the cache directory of p.
 func (p Params) Key() string {
-	return fmt.Sprintf("n%d-s%d-seed%d-drift%dx%d-%s-ser%s", p.Samples, p.Shards, p.Seed,
-		p.DriftShards, p.DriftPerClass, datasetVersion, stage.SerializerVersion)
+	return fmt.Sprintf("n%d-s%d-seed%d-drift%dx%d-%s-ser%s-syn%s", p.Samples, p.Shards, p.Seed,
+		p.DriftShards, p.DriftPerClass, datasetVersion, stage.SerializerVersion, stage.SynthVersion)
 }
 
 // File is one Parquet file exported from the store for the tools that read
