@@ -152,8 +152,13 @@ func TestSummarizeRatiosAndOutputs(t *testing.T) {
 			t.Fatalf("SVG is not well-formed XML: %v", err)
 		}
 	}
-	if md := r.Markdown(); !strings.Contains(md, "ratioVerifyOverDuckdbDiff **2.50**") {
-		t.Fatalf("markdown lacks the ratio:\n%s", md)
+	if md := r.Markdown(); !strings.Contains(md, "ratioVerifyOverDuckdbDiff **2.50**") ||
+		!strings.Contains(md, "verify/DuckDB diff 3.00, 4.00, 1.67; verify/ceiling 0.50, 0.50, 0.27") {
+		t.Fatalf("markdown lacks the ratios:\n%s", md)
+	}
+	// Per round: DuckDB 6/2, 4/1, 5/3; ceiling 1/2, 0.5/1, 0.8/3.
+	if got := r.RoundRatiosVerifyOverDuckdbDiff; len(got) != 3 || got[0] != 3 || got[1] != 4 || math.Abs(got[2]-5.0/3) > 1e-9 {
+		t.Fatalf("roundRatiosVerifyOverDuckdbDiff %v, want [3 4 1.67]", got)
 	}
 }
 

@@ -124,12 +124,39 @@ type Result struct {
 	RatioVerifyOverDuckdbScan float64        `json:"ratioVerifyOverDuckdbScan"`
 	// The CPU ratios compare records per CPU-second (medians): what the
 	// tools would do on an idle machine if they scaled to every core.
-	RatioVerifyOverDuckdbDiffCPU float64     `json:"ratioVerifyOverDuckdbDiffCpu"`
-	RatioVerifyOverCeilingCPU    float64     `json:"ratioVerifyOverCeilingCpu"`
-	Targets                      []Target    `json:"targets"`
-	Counts                       CountsCheck `json:"counts"`
-	Notes                        []string    `json:"notes"`
-	Samples                      []Sample    `json:"samples"`
+	RatioVerifyOverDuckdbDiffCPU float64 `json:"ratioVerifyOverDuckdbDiffCpu"`
+	RatioVerifyOverCeilingCPU    float64 `json:"ratioVerifyOverCeilingCpu"`
+	// The round ratios compare each round's wall times: tools of one
+	// round ran minutes apart at most, so a slow spell of a shared
+	// machine moves both sides of a round's ratio, where it may move
+	// only one tool's median.
+	RoundRatiosVerifyOverDuckdbDiff []float64   `json:"roundRatiosVerifyOverDuckdbDiff"`
+	RoundRatiosVerifyOverCeiling    []float64   `json:"roundRatiosVerifyOverCeiling"`
+	Targets                         []Target    `json:"targets"`
+	Counts                          CountsCheck `json:"counts"`
+	Notes                           []string    `json:"notes"`
+	Samples                         []Sample    `json:"samples"`
+}
+
+// roundRatios returns, for every round in which both verify and other
+// ran, other's wall time over verify's (verify's records/s over other's),
+// in round order.
+func (r *Result) roundRatios(other string) []float64 {
+	wall := map[string]map[int]float64{toolVerify: {}, other: {}}
+	for _, s := range r.Samples {
+		if m, ok := wall[s.Tool]; ok && s.WallSeconds > 0 {
+			m[s.Round] = s.WallSeconds
+		}
+	}
+	var out []float64
+	for round := 1; round <= r.Rounds; round++ {
+		v, vok := wall[toolVerify][round]
+		o, ook := wall[other][round]
+		if vok && ook {
+			out = append(out, o/v)
+		}
+	}
+	return out
 }
 
 func median(xs []float64) float64 {
@@ -332,6 +359,8 @@ func (r *Result) summarize(order []string) {
 	r.RatioVerifyOverDuckdbScan = ratio(toolDuckScan, false)
 	r.RatioVerifyOverDuckdbDiffCPU = ratio(toolDuckDiff, true)
 	r.RatioVerifyOverCeilingCPU = ratio(toolCeiling, true)
+	r.RoundRatiosVerifyOverDuckdbDiff = r.roundRatios(toolDuckDiff)
+	r.RoundRatiosVerifyOverCeiling = r.roundRatios(toolCeiling)
 	r.Targets = []Target{
 		{Name: "verify records/s over DuckDB diff records/s", Value: r.RatioVerifyOverDuckdbDiff, Want: ">= 3", Met: r.RatioVerifyOverDuckdbDiff >= 3},
 		{Name: "verify records/s over ceiling records/s", Value: r.RatioVerifyOverCeiling, Want: ">= 0.85", Met: r.RatioVerifyOverCeiling >= 0.85},
@@ -383,6 +412,10 @@ func (r *Result) Markdown() string {
 	}
 	fmt.Fprintf(&b, "\nratioVerifyOverDuckdbDiff **%.2f**, ratioVerifyOverCeiling **%.2f**, verify/DuckDB scan %.2f (records/s, medians); per CPU-second: verify/DuckDB diff %.2f, verify/ceiling %.2f.\n\n",
 		r.RatioVerifyOverDuckdbDiff, r.RatioVerifyOverCeiling, r.RatioVerifyOverDuckdbScan, r.RatioVerifyOverDuckdbDiffCPU, r.RatioVerifyOverCeilingCPU)
+	if len(r.RoundRatiosVerifyOverDuckdbDiff) > 0 || len(r.RoundRatiosVerifyOverCeiling) > 0 {
+		fmt.Fprintf(&b, "Round by round (wall times of the same round): verify/DuckDB diff %s; verify/ceiling %s.\n\n",
+			joinRatios(r.RoundRatiosVerifyOverDuckdbDiff), joinRatios(r.RoundRatiosVerifyOverCeiling))
+	}
 	b.WriteString("| target | value | want | met |\n|---|---:|---|---|\n")
 	for _, t := range r.Targets {
 		fmt.Fprintf(&b, "| %s | %.2f | %s | %v |\n", t.Name, t.Value, t.Want, t.Met)
@@ -508,4 +541,16 @@ func humanRate(v float64) string {
 // sortSamples orders samples by round, then tool, for stable output.
 func sortSamples(ss []Sample) {
 	slices.SortStableFunc(ss, func(a, b Sample) int { return cmp.Compare(a.Round, b.Round) })
+}
+
+// joinRatios formats ratios as "1.23, 0.98" ("—" for none).
+func joinRatios(xs []float64) string {
+	if len(xs) == 0 {
+		return "—"
+	}
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(parts, ", ")
 }
