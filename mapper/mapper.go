@@ -169,7 +169,8 @@ func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) 
 		tm = new(Timings)
 	}
 	start := time.Now()
-	data, mapping, version, err := read(ctx, o, in.Desc, bp, fail)
+	f, err := read(ctx, o, in.Desc, bp, fail)
+	data, mapping, version, sum := f.data, f.mapping, f.version, f.sum
 	tm.Read.Add(int64(time.Since(start)))
 	if err != nil || data == nil {
 		logResult(res, err)
@@ -181,13 +182,15 @@ func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) 
 		// that a recoverable panic (see hashMapped and decoding.run).
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	}
-	start = time.Now()
-	sum, err := hashMapped(data, mapping)
-	tm.StorageDigest.Add(int64(time.Since(start)))
-	if err != nil {
-		err = errcode.Wrap(errcode.IO, err, "read %s version %s", in.Desc.Digest.BlobKey(), version)
-		logResult(res, err)
-		return res, err
+	if !f.summed {
+		start = time.Now()
+		sum, err = hashMapped(data, mapping)
+		tm.StorageDigest.Add(int64(time.Since(start)))
+		if err != nil {
+			err = errcode.Wrap(errcode.IO, err, "read %s version %s", in.Desc.Digest.BlobKey(), version)
+			logResult(res, err)
+			return res, err
+		}
 	}
 	res.StorageDigest, res.StoredBytes = sum, int64(len(data))
 	if res.StoredBytes != in.Desc.Size {
@@ -310,72 +313,89 @@ func hashMapped(data []byte, m *mmapfile.Mapping) (sum [32]byte, err error) {
 	return sha256.Sum256(data), nil
 }
 
+// fileBytes is one file version as read: its bytes, mapped or in a
+// buffer, and their sha256 when it was computed while reading.
+type fileBytes struct {
+	data    []byte
+	mapping *mmapfile.Mapping
+	version objstore.Version
+	sum     [32]byte
+	summed  bool
+}
+
 // read returns the bytes of exactly the descriptor's version, or nil data
 // with a failure recorded when the version is absent or too large. When
 // the store hands out an *os.File (the file store) the bytes are mapped,
 // and the caller must close the returned mapping after its last use of
-// them; otherwise they live in *buf, which read grows as needed.
-func read(ctx context.Context, o Options, d manifest.Shard, buf *[]byte, fail func(errcode.Code, string, ...any)) ([]byte, *mmapfile.Mapping, objstore.Version, error) {
+// them. Otherwise (S3) they are read into *buf, which read grows as
+// needed, and hashed as they arrive, so the storage digest costs nothing
+// beyond waiting for the network.
+func read(ctx context.Context, o Options, d manifest.Shard, buf *[]byte, fail func(errcode.Code, string, ...any)) (fileBytes, error) {
 	key, v := d.Digest.BlobKey(), objstore.Version(d.ObjectVersion)
+	f := fileBytes{version: v}
 	if v == "" {
 		fail(errcode.VersionMissing, "manifest.objectVersion is empty; refusing to read the latest version of %s", key)
-		return nil, nil, v, nil
+		return f, nil
 	}
 	info, err := o.Store.Head(ctx, key, v)
 	if objstore.IsNotExist(err) {
 		fail(errcode.VersionMissing, "store has no version %s of %s", v, key)
-		return nil, nil, v, nil
+		return f, nil
 	}
 	if err != nil {
-		return nil, nil, v, err
+		return f, err
 	}
 	tooLarge := func(size int64) {
 		fail(errcode.SizeMismatch, "manifest.size=%d, store size=%d exceeds the %d-byte cap (version %s); not read", d.Size, size, o.MaxBytes, v)
 	}
 	if info.Size > o.MaxBytes {
 		tooLarge(info.Size)
-		return nil, nil, v, nil
+		return f, nil
 	}
 	rc, err := o.Store.Get(ctx, key, v)
 	if objstore.IsNotExist(err) {
 		fail(errcode.VersionMissing, "store has no version %s of %s", v, key)
-		return nil, nil, v, nil
+		return f, nil
 	}
 	if err != nil {
-		return nil, nil, v, err
+		return f, err
 	}
 	defer rc.Close()
-	if f, ok := rc.(*os.File); ok && !o.NoMap {
+	if file, ok := rc.(*os.File); ok && !o.NoMap {
 		// The evidence is the bytes, not the metadata: map what the
 		// open file holds now.
-		fi, err := f.Stat()
+		fi, err := file.Stat()
 		if err != nil {
-			return nil, nil, v, errcode.Wrap(errcode.IO, err, "read %s version %s", key, v)
+			return f, errcode.Wrap(errcode.IO, err, "read %s version %s", key, v)
 		}
 		if fi.Size() > o.MaxBytes {
 			tooLarge(fi.Size())
-			return nil, nil, v, nil
+			return f, nil
 		}
-		if m, err := mmapfile.Map(f, fi.Size()); err == nil {
-			return m.Bytes(), m, v, nil
+		if m, err := mmapfile.Map(file, fi.Size()); err == nil {
+			f.data, f.mapping = m.Bytes(), m
+			return f, nil
 		}
 		// Not mappable (a platform or file system without mmap): read it.
 	}
 	// Size the buffer from Head, but read whatever the version holds (up
 	// to the cap): the evidence is the bytes, not the metadata.
-	b, err := readAll(io.LimitReader(rc, o.MaxBytes+1), (*buf)[:0], int(info.Size)+1)
+	h := sha256.New()
+	b, err := readAll(io.TeeReader(io.LimitReader(rc, o.MaxBytes+1), h), (*buf)[:0], int(info.Size)+1)
 	*buf = b
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, nil, v, errcode.Wrap(errcode.Canceled, ctx.Err(), "read %s", key)
+			return f, errcode.Wrap(errcode.Canceled, ctx.Err(), "read %s", key)
 		}
-		return nil, nil, v, errcode.Wrap(errcode.Of(err), err, "read %s version %s", key, v)
+		return f, errcode.Wrap(errcode.Of(err), err, "read %s version %s", key, v)
 	}
 	if int64(len(b)) > o.MaxBytes {
 		fail(errcode.SizeMismatch, "manifest.size=%d, version %s holds more than the %d-byte cap; not decoded", d.Size, v, o.MaxBytes)
-		return nil, nil, v, nil
+		return f, nil
 	}
-	return b, nil, v, nil
+	f.data, f.summed = b, true
+	h.Sum(f.sum[:0])
+	return f, nil
 }
 
 // readAll appends everything r yields to b, first growing b to hold at
