@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -41,12 +42,23 @@ func main() {
 	os.Exit(exitStatus(err))
 }
 
-// startProfile writes a CPU profile to $SHARDPROOF_CPUPROFILE and, when
-// the returned function is called, a heap profile (allocations since
-// start included) to $SHARDPROOF_MEMPROFILE, if they are set (see README,
-// Performance).
+// startProfile writes a CPU profile to $SHARDPROOF_CPUPROFILE, an
+// execution trace to $SHARDPROOF_TRACE and, when the returned function is
+// called, a heap profile (allocations since start included) to
+// $SHARDPROOF_MEMPROFILE, if they are set (see README, Performance).
 func startProfile() func() {
 	cpu, mem := os.Getenv("SHARDPROOF_CPUPROFILE"), os.Getenv("SHARDPROOF_MEMPROFILE")
+	var tf *os.File
+	if name := os.Getenv("SHARDPROOF_TRACE"); name != "" {
+		var err error
+		if tf, err = os.Create(name); err != nil {
+			fmt.Fprintf(os.Stderr, "shardproof: trace: %v\n", err)
+		} else if err := trace.Start(tf); err != nil {
+			fmt.Fprintf(os.Stderr, "shardproof: trace: %v\n", err)
+			tf.Close()
+			tf = nil
+		}
+	}
 	var f *os.File
 	if cpu != "" {
 		var err error
@@ -59,6 +71,10 @@ func startProfile() func() {
 		}
 	}
 	return func() {
+		if tf != nil {
+			trace.Stop()
+			tf.Close()
+		}
 		if f != nil {
 			pprof.StopCPUProfile()
 			f.Close()
