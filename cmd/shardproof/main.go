@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -47,29 +48,9 @@ func main() {
 // called, a heap profile (allocations since start included) to
 // $SHARDPROOF_MEMPROFILE, if they are set (see README, Performance).
 func startProfile() func() {
-	cpu, mem := os.Getenv("SHARDPROOF_CPUPROFILE"), os.Getenv("SHARDPROOF_MEMPROFILE")
-	var tf *os.File
-	if name := os.Getenv("SHARDPROOF_TRACE"); name != "" {
-		var err error
-		if tf, err = os.Create(name); err != nil {
-			fmt.Fprintf(os.Stderr, "shardproof: trace: %v\n", err)
-		} else if err := trace.Start(tf); err != nil {
-			fmt.Fprintf(os.Stderr, "shardproof: trace: %v\n", err)
-			tf.Close()
-			tf = nil
-		}
-	}
-	var f *os.File
-	if cpu != "" {
-		var err error
-		if f, err = os.Create(cpu); err != nil {
-			fmt.Fprintf(os.Stderr, "shardproof: cpu profile: %v\n", err)
-		} else if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(os.Stderr, "shardproof: cpu profile: %v\n", err)
-			f.Close()
-			f = nil
-		}
-	}
+	tf := startRecording("SHARDPROOF_TRACE", "trace", trace.Start)
+	f := startRecording("SHARDPROOF_CPUPROFILE", "cpu profile", pprof.StartCPUProfile)
+	mem := os.Getenv("SHARDPROOF_MEMPROFILE")
 	return func() {
 		if tf != nil {
 			trace.Stop()
@@ -91,6 +72,26 @@ func startProfile() func() {
 			}
 		}
 	}
+}
+
+// startRecording creates the file $env names, if set, and starts writing
+// to it; it returns nil (after saying why on stderr) when there is none.
+func startRecording(env, what string, start func(io.Writer) error) *os.File {
+	name := os.Getenv(env)
+	if name == "" {
+		return nil
+	}
+	f, err := os.Create(name)
+	if err == nil {
+		if err = start(f); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "shardproof: %s: %v\n", what, err)
+		return nil
+	}
+	return f
 }
 
 // exitError carries a specific exit status without printing anything more
