@@ -35,8 +35,15 @@ type Buffer struct {
 	// sample, source and split are the string columns: values
 	// concatenated, with len+1 offsets.
 	sample, source, split strColumn
-	// content, schema and tuple hold 32 bytes per row.
-	content, schema, tuple []byte
+	// content and tuple hold 32 bytes per row.
+	content, tuple []byte
+	// schema holds each row's index into schemas, the distinct schema
+	// digests in the order they were first appended: a map task's tuples
+	// name one or two (the release's record schema and its snapshot's),
+	// more only when shards of another schema are mixed in.
+	schema    []int32
+	schemas   [][32]byte
+	schemaIdx map[[32]byte]int32 // over schemas, once they are many
 }
 
 // Encoder turns Buffers into shuffle files. It keeps the scratch memory of
@@ -50,6 +57,7 @@ type Encoder struct {
 	order  []sortKey
 	counts []int
 	batch  batchScratch
+	dict   fileDict
 	zw     *zstd.Encoder
 	out    bytes.Buffer
 }
@@ -99,8 +107,44 @@ func (b *Buffer) Append(r *Row) {
 	b.source.add(r.SourceID)
 	b.split.add(r.Split)
 	b.content = append(b.content, r.ContentDigest[:]...)
-	b.schema = append(b.schema, r.SchemaDigest[:]...)
+	b.schema = append(b.schema, b.schemaIndex(&r.SchemaDigest))
 	b.tuple = append(b.tuple, r.TupleDigest[:]...)
+}
+
+// manySchemas is the number of distinct schema digests beyond which a
+// Buffer looks them up in a map rather than scanning them.
+const manySchemas = 8
+
+// schemaIndex returns d's index in b.schemas, adding it if it is new.
+func (b *Buffer) schemaIndex(d *[32]byte) int32 {
+	if n := len(b.schema); n > 0 && b.schemas[b.schema[n-1]] == *d {
+		return b.schema[n-1] // the common case: the previous row's
+	}
+	if b.schemaIdx != nil {
+		if i, ok := b.schemaIdx[*d]; ok {
+			return i
+		}
+	} else {
+		for i := range b.schemas {
+			if b.schemas[i] == *d {
+				return int32(i)
+			}
+		}
+	}
+	if len(b.schemas) >= math.MaxInt32 {
+		panic("shuffle: a Buffer holds 2^31 schema digests")
+	}
+	i := int32(len(b.schemas))
+	b.schemas = append(b.schemas, *d)
+	if b.schemaIdx != nil {
+		b.schemaIdx[*d] = i
+	} else if len(b.schemas) > manySchemas {
+		b.schemaIdx = make(map[[32]byte]int32, 2*len(b.schemas))
+		for k, s := range b.schemas {
+			b.schemaIdx[s] = int32(k)
+		}
+	}
+	return i
 }
 
 // Truncate drops every row after the first n: a map task takes back the
@@ -113,11 +157,14 @@ func (b *Buffer) Truncate(n int) {
 	b.sample.truncate(n)
 	b.source.truncate(n)
 	b.split.truncate(n)
-	b.content, b.schema, b.tuple = b.content[:32*n], b.schema[:32*n], b.tuple[:32*n]
+	b.content, b.tuple, b.schema = b.content[:32*n], b.tuple[:32*n], b.schema[:n]
 }
 
 // Reset empties b, keeping its memory for the next file.
-func (b *Buffer) Reset() { b.Truncate(0) }
+func (b *Buffer) Reset() {
+	b.Truncate(0)
+	b.schemas, b.schemaIdx = b.schemas[:0], nil
+}
 
 // Row returns row i (in insertion order); its strings alias b until the
 // next change to b.
@@ -131,7 +178,7 @@ func (b *Buffer) Row(i int) Row {
 		Split:         unsafeString(b.split.value(i)),
 	}
 	copy(r.ContentDigest[:], b.content[32*i:])
-	copy(r.SchemaDigest[:], b.schema[32*i:])
+	r.SchemaDigest = b.schemas[b.schema[i]]
 	copy(r.TupleDigest[:], b.tuple[32*i:])
 	return r
 }
@@ -314,19 +361,53 @@ func (e *Encoder) encode(b *Buffer, order []sortKey) ([]byte, error) {
 // batchScratch holds one record batch's column buffers, gathered from a
 // Buffer in shuffle order; it is reused for every batch.
 type batchScratch struct {
-	bucket                    []uint32
-	side                      []uint8
-	version                   []int64
-	sampleOffs, sourceOffs    []int32
-	splitOffs                 []int32
-	sample, source, split     []byte
-	content, schema, tupleDig []byte
+	bucket                 []uint32
+	side                   []uint8
+	version                []int64
+	sampleOffs, sourceOffs []int32
+	splitOffs              []int32
+	sample, source, split  []byte
+	content, tupleDig      []byte
+	schema                 []int32
+}
+
+// fileDict is the dictionary of one file's schemaDigest column: the
+// distinct digests its rows name, in ascending order, so a file's bytes
+// depend only on its rows.
+type fileDict struct {
+	of     []int32 // a Buffer's schema index → index in the dictionary
+	used   []int32 // the Buffer's schema indices the file's rows name
+	bytes  []byte
+	values arrow.Array // FixedSizeBinary(32) over bytes
+}
+
+func (d *fileDict) build(b *Buffer, order []sortKey) {
+	d.of = slices.Grow(d.of[:0], len(b.schemas))[:len(b.schemas)]
+	for i := range d.of {
+		d.of[i] = -1
+	}
+	d.used = d.used[:0]
+	for _, k := range order {
+		if x := b.schema[k.row]; d.of[x] < 0 {
+			d.of[x] = 0
+			d.used = append(d.used, x)
+		}
+	}
+	slices.SortFunc(d.used, func(x, y int32) int { return bytes.Compare(b.schemas[x][:], b.schemas[y][:]) })
+	d.bytes = d.bytes[:0]
+	for j, x := range d.used {
+		d.of[x] = int32(j)
+		d.bytes = append(d.bytes, b.schemas[x][:]...)
+	}
+	d.values = fixedArray(digestType, len(d.used), d.bytes)
 }
 
 func (e *Encoder) writeIPC(w io.Writer, b *Buffer, order []sortKey) error {
+	e.dict.build(b, order)
+	defer e.dict.values.Release()
 	iw := ipc.NewWriter(w, ipc.WithSchema(Schema), ipc.WithAllocator(memory.DefaultAllocator))
 	for start := 0; start < len(order); start += BatchRows {
-		rec, err := b.gather(&e.batch, order[start:min(start+BatchRows, len(order))])
+		rec, err := b.gather(&e.batch, &e.dict, order[start:min(start+BatchRows, len(order))])
 		if err != nil {
 			iw.Close()
 			return err
@@ -346,12 +427,12 @@ func (e *Encoder) writeIPC(w io.Writer, b *Buffer, order []sortKey) error {
 
 // gather builds the record batch of rows, reading b's columns through the
 // row numbers in order.
-func (b *Buffer) gather(s *batchScratch, order []sortKey) (arrow.RecordBatch, error) {
+func (b *Buffer) gather(s *batchScratch, dict *fileDict, order []sortKey) (arrow.RecordBatch, error) {
 	n := len(order)
 	s.bucket, s.side, s.version = s.bucket[:0], s.side[:0], s.version[:0]
 	s.sampleOffs, s.sourceOffs, s.splitOffs = append(s.sampleOffs[:0], 0), append(s.sourceOffs[:0], 0), append(s.splitOffs[:0], 0)
 	s.sample, s.source, s.split = s.sample[:0], s.source[:0], s.split[:0]
-	s.content, s.schema, s.tupleDig = s.content[:0], s.schema[:0], s.tupleDig[:0]
+	s.content, s.tupleDig, s.schema = s.content[:0], s.tupleDig[:0], s.schema[:0]
 	for _, k := range order {
 		i := k.row
 		s.bucket = append(s.bucket, b.bucket[i])
@@ -367,9 +448,11 @@ func (b *Buffer) gather(s *batchScratch, order []sortKey) (arrow.RecordBatch, er
 		s.sourceOffs = append(s.sourceOffs, int32(len(s.source)))
 		s.splitOffs = append(s.splitOffs, int32(len(s.split)))
 		s.content = append(s.content, b.content[32*i:32*i+32]...)
-		s.schema = append(s.schema, b.schema[32*i:32*i+32]...)
+		s.schema = append(s.schema, dict.of[b.schema[i]])
 		s.tupleDig = append(s.tupleDig, b.tuple[32*i:32*i+32]...)
 	}
+	schemaIdx := fixedArray(arrow.PrimitiveTypes.Int32, n, arrow.Int32Traits.CastToBytes(s.schema))
+	defer schemaIdx.Release()
 	cols := []arrow.Array{
 		fixedArray(arrow.PrimitiveTypes.Uint32, n, arrow.Uint32Traits.CastToBytes(s.bucket)),
 		fixedArray(arrow.PrimitiveTypes.Uint8, n, s.side),
@@ -378,7 +461,7 @@ func (b *Buffer) gather(s *batchScratch, order []sortKey) (arrow.RecordBatch, er
 		fixedArray(arrow.PrimitiveTypes.Int64, n, arrow.Int64Traits.CastToBytes(s.version)),
 		fixedArray(digestType, n, s.content),
 		stringArray(n, s.splitOffs, s.split),
-		fixedArray(digestType, n, s.schema),
+		array.NewDictionaryArray(schemaDictType, schemaIdx, dict.values),
 		fixedArray(digestType, n, s.tupleDig),
 	}
 	rec := array.NewRecordBatch(Schema, cols, int64(n))

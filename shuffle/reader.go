@@ -75,11 +75,14 @@ func (r *Reader) intern(b string) string {
 }
 
 type columns struct {
-	bucket                  *array.Uint32
-	side                    *array.Uint8
-	sample, source, split   *array.String
-	version                 *array.Int64
-	content, schema, digest *array.FixedSizeBinary
+	bucket                *array.Uint32
+	side                  *array.Uint8
+	sample, source, split *array.String
+	version               *array.Int64
+	content, digest       *array.FixedSizeBinary
+	// schema is the schemaDigest column's indices, schemas its dictionary.
+	schema  *array.Int32
+	schemas *array.FixedSizeBinary
 }
 
 // CorruptError reports a shuffle file that cannot be decoded or breaks the
@@ -319,7 +322,7 @@ func (r *Reader) readRow(dst *Row) (bool, error) {
 		Split:         r.intern(c.split.Value(i)),
 	}
 	copy(dst.ContentDigest[:], c.content.Value(i))
-	copy(dst.SchemaDigest[:], c.schema.Value(i))
+	copy(dst.SchemaDigest[:], c.schemas.Value(int(c.schema.Value(i))))
 	copy(dst.TupleDigest[:], c.digest.Value(i))
 	if dst.Side > Snapshot {
 		return false, r.corrupt("row has side %d", dst.Side)
@@ -359,7 +362,12 @@ func (r *Reader) bind(rec arrow.RecordBatch) error {
 	r.cols.version, ok[4] = rec.Column(4).(*array.Int64)
 	r.cols.content, ok[5] = rec.Column(5).(*array.FixedSizeBinary)
 	r.cols.split, ok[6] = rec.Column(6).(*array.String)
-	r.cols.schema, ok[7] = rec.Column(7).(*array.FixedSizeBinary)
+	if d, isDict := rec.Column(7).(*array.Dictionary); isDict {
+		r.cols.schema, ok[7] = d.Indices().(*array.Int32)
+		if ok[7] {
+			r.cols.schemas, ok[7] = d.Dictionary().(*array.FixedSizeBinary)
+		}
+	}
 	r.cols.digest, ok[8] = rec.Column(8).(*array.FixedSizeBinary)
 	for i, good := range ok {
 		if !good {
@@ -369,6 +377,16 @@ func (r *Reader) bind(rec arrow.RecordBatch) error {
 	for _, s := range []*array.String{r.cols.sample, r.cols.source, r.cols.split} {
 		if err := checkOffsets(s); err != nil {
 			return r.corrupt("%v", err)
+		}
+	}
+	// The dictionary's width is the schema's (checked as bytes); its
+	// values must be present and every index must name one.
+	if r.cols.schemas.NullN() != 0 {
+		return r.corrupt("schemaDigest dictionary has nulls")
+	}
+	for i, x := range r.cols.schema.Int32Values() {
+		if x < 0 || int(x) >= r.cols.schemas.Len() {
+			return r.corrupt("row %d names schemaDigest %d of a dictionary of %d", i, x, r.cols.schemas.Len())
 		}
 	}
 	r.pos, r.n = 0, n

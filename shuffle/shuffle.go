@@ -97,6 +97,11 @@ const (
 
 var digestType = &arrow.FixedSizeBinaryType{ByteWidth: 32}
 
+// schemaDictType is the schemaDigest column's type: a file's rows name
+// one or two distinct digests, so each is stored once, in the file's
+// dictionary (ascending), and a row holds its index.
+var schemaDictType = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: digestType}
+
 // Schema is the Arrow schema of a shuffle file. Every column is non-null.
 var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: ColBucket, Type: arrow.PrimitiveTypes.Uint32},
@@ -106,6 +111,6 @@ var Schema = arrow.NewSchema([]arrow.Field{
 	{Name: ColSourceVersion, Type: arrow.PrimitiveTypes.Int64},
 	{Name: ColContentDigest, Type: digestType},
 	{Name: ColSplit, Type: arrow.BinaryTypes.String},
-	{Name: ColSchemaDigest, Type: digestType},
+	{Name: ColSchemaDigest, Type: schemaDictType},
 	{Name: ColTupleDigest, Type: digestType},
 }, nil)

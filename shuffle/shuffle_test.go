@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -34,7 +35,12 @@ func makeRows(n int) []Row {
 				Split:         []string{"train", "val"}[i%2],
 			}
 			r.ContentDigest = sha256.Sum256([]byte(id))
+			// Most tuples name one schema; a mixed-in few name twelve
+			// others, more than a Buffer scans before it keeps a map.
 			r.SchemaDigest = sha256.Sum256([]byte("schema"))
+			if i%5 == 4 {
+				r.SchemaDigest = sha256.Sum256(fmt.Appendf(nil, "schema %d", i%12))
+			}
 			r.TupleDigest = sha256.Sum256(append([]byte(id), byte(side)))
 			rows = append(rows, r)
 		}
@@ -154,6 +160,51 @@ func TestReaderRejectsOutOfRange(t *testing.T) {
 	}
 }
 
+// TestReaderRejectsBadSchemaIndex forges files whose schemaDigest indices
+// point outside the file's dictionary: the reader refuses them as corrupt
+// rather than index out of range. The same forgery with a valid index
+// reads back, so the test exercises the index check, not the forging.
+func TestReaderRejectsBadSchemaIndex(t *testing.T) {
+	rows := makeRows(10)
+	var b Buffer
+	for i := range rows {
+		b.Append(&rows[i])
+	}
+	var e Encoder
+	e.sort(&b)
+	for _, idx := range []int32{0, 1, -1, 1 << 30} {
+		d := fileDict{of: make([]int32, len(b.schemas)), bytes: bytes.Clone(b.schemas[0][:])}
+		for i := range d.of {
+			d.of[i] = idx
+		}
+		d.values = fixedArray(digestType, 1, d.bytes)
+		rec, err := b.gather(&e.batch, &d, e.order)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		iw := ipc.NewWriter(&out, ipc.WithSchema(Schema))
+		if err := iw.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		if err := iw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		d.values.Release()
+		got, _, err := readAllCompression(out.Bytes(), None, 0, 1<<testK)
+		if idx == 0 {
+			if err != nil || len(got) != len(rows) || got[0].SchemaDigest != b.schemas[0] {
+				t.Fatalf("index 0: %d rows, err %v", len(got), err)
+			}
+			continue
+		}
+		if errcode.Of(err) != errcode.ShuffleCorrupt || !strings.Contains(err.Error(), "schemaDigest") {
+			t.Fatalf("index %d: err = %v, want SHUFFLE_CORRUPT naming schemaDigest", idx, err)
+		}
+	}
+}
+
 func TestReaderRejectsWrongBucket(t *testing.T) {
 	rows := makeRows(50)
 	rows[3].Bucket = (rows[3].Bucket + 1) % (1 << testK)
@@ -252,6 +303,9 @@ func TestBufferMatchesWrite(t *testing.T) {
 				junk := makeRows(3)
 				for k := range junk {
 					junk[k].SampleID += "-junk"
+					// A schema no kept row names: the file's
+					// dictionary must not hold it.
+					junk[k].SchemaDigest = sha256.Sum256([]byte("junk schema"))
 					b.Append(&junk[k])
 				}
 				b.Truncate(mark)
