@@ -155,3 +155,59 @@ func TestNondeterministicRerunDetected(t *testing.T) {
 		t.Fatalf("err = %v, want NONDETERMINISM", err)
 	}
 }
+
+// RemoveJob deletes a finished job's scratch and nothing else; an
+// interrupted removal has already taken the reduce commit records, so no
+// reduce commit is left naming shuffle files that are gone.
+func TestRemoveJob(t *testing.T) {
+	s, res := synth(t)
+	ctx := context.Background()
+	keys := func(prefix string) int {
+		page, err := s.List(ctx, prefix, "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(page.Objects)
+	}
+	run := func(nonce string) *Outcome {
+		out, err := Verify(ctx, s, Options{PlanOptions: PlanOptions{Root: res.Root, Reducers: 3, Tool: "shardproof test", Nonce: nonce}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	a, b := run("a"), run("b")
+	pa := "jobs/" + a.Plan.Hex() + "/"
+	if keys(pa+"reduce/") != 3 || keys(pa+"map/") == 0 {
+		t.Fatalf("before removal: %d reduce and %d map keys", keys(pa+"reduce/"), keys(pa+"map/"))
+	}
+	kill := errors.New("killed")
+	broken := &faults.ErrorOnce{Store: s, Method: faults.DeletePrefix, Err: kill,
+		Match: func(p string) bool { return strings.HasSuffix(p, "/map/") }}
+	if err := RemoveJob(ctx, broken, a.Plan); !errors.Is(err, kill) {
+		t.Fatalf("RemoveJob under a failing delete: err = %v", err)
+	}
+	if keys(pa+"reduce/") != 0 || keys(pa+"map/") == 0 {
+		t.Fatalf("interrupted removal: %d reduce and %d map keys left, want 0 and some", keys(pa+"reduce/"), keys(pa+"map/"))
+	}
+	if err := RemoveJob(ctx, broken, a.Plan); err != nil {
+		t.Fatal(err)
+	}
+	if n := keys(pa); n != 0 {
+		t.Fatalf("%d keys left under %s", n, pa)
+	}
+	if n := keys("jobs/" + b.Plan.Hex() + "/"); n == 0 {
+		t.Fatal("removing one job removed another")
+	}
+	// The plan and the report are blobs: they stay.
+	for _, d := range []manifest.Digest{a.Plan, a.ReportDigest} {
+		if _, _, err := objstore.ReadBlob(ctx, s, d, manifest.MaxDocumentSize); err != nil {
+			t.Fatalf("blob %s after RemoveJob: %v", d, err)
+		}
+	}
+	var plain struct{ objstore.Store }
+	plain.Store = s
+	if err := RemoveJob(ctx, plain, b.Plan); errcode.Of(err) != errcode.Usage {
+		t.Fatalf("store without Deleter: err = %v, want USAGE", err)
+	}
+}

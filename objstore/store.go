@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -37,6 +38,29 @@ type Store interface {
 	Get(ctx context.Context, key string, version Version) (io.ReadCloser, error)
 	Head(ctx context.Context, key string, version Version) (ObjectInfo, error)
 	List(ctx context.Context, prefix, after string, limit int) (ListPage, error)
+}
+
+// Deleter is implemented by stores that can remove keys with every one of
+// their versions. shardproof deletes only scratch: the jobs/<plan>/ tree
+// of a verification whose report is stored. Content-addressed blobs are
+// never deleted.
+type Deleter interface {
+	// DeletePrefix removes every version of every key under prefix, which
+	// must be a valid prefix ending in "/" (so "jobs/a/" never touches
+	// "jobs/ab"). A prefix with no keys is not an error. Keys created
+	// under prefix while it runs may survive it.
+	DeletePrefix(ctx context.Context, prefix string) error
+}
+
+// ValidateDeletePrefix checks a DeletePrefix argument.
+func ValidateDeletePrefix(prefix string) error {
+	if !strings.HasSuffix(prefix, "/") || len(prefix) < 2 {
+		return errcode.New(errcode.BadKey, "delete prefix %q: want a non-empty prefix ending in /", prefix)
+	}
+	if err := ValidateKey(strings.TrimSuffix(prefix, "/")); err != nil {
+		return errcode.Wrap(errcode.BadKey, err, "delete prefix %q", prefix)
+	}
+	return nil
 }
 
 // Version is an opaque, immutable version id issued by a Store.

@@ -31,7 +31,8 @@ func defaultGateURL() string {
 }
 
 // localVerifier runs verify in-process (the coordinator's local executor)
-// for publish and recheck, showing progress on stderr as verify does.
+// for publish and recheck, showing progress on stderr as verify does, and
+// deletes the job's scratch once the report is stored, as verify does.
 func localVerifier(s objstore.Store, parallelism int, stderr io.Writer) publish.VerifyFunc {
 	if parallelism <= 0 {
 		parallelism = runtime.NumCPU()
@@ -45,6 +46,9 @@ func localVerifier(s objstore.Store, parallelism int, stderr io.Writer) publish.
 		prog.finish()
 		if err != nil {
 			return nil, manifest.Digest{}, err
+		}
+		if err := coordinator.RemoveJob(ctx, s, out.Plan); err != nil {
+			slog.Warn("job scratch not removed", "plan", out.Plan.String(), "code", string(errcode.Of(err)), "err", err)
 		}
 		return out.Report, out.ReportDigest, nil
 	}

@@ -63,6 +63,10 @@ func TestPublishWorkerRecheckCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, "published main generation 1 -> "+gen1.Root.String()) {
 		t.Fatalf("publish gen1: %q %v", out, err)
 	}
+	// Its verification's shuffle files and commit records are gone.
+	if page, err := s.List(ctx, "jobs/", "", 10); err != nil || len(page.Objects) != 0 {
+		t.Fatalf("publish left job scratch: %+v %v", page.Objects, err)
+	}
 	// A stale CAS lost generation 1 to another root; one from the future
 	// names a generation that does not exist.
 	_, err = pub("--alias", "main", "--root", gen2.Root.String(), "--expect-generation", "0")

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/shuffle"
 )
 
@@ -85,7 +87,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 			if err != nil {
 				return err
 			}
-			return printVerifyResult(cmd.OutOrStdout(), out, asJSON)
+			return finishVerify(cmd, s, out, asJSON)
 		},
 	}
 	f := cmd.Flags()
@@ -99,6 +101,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local executor (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
 	f.StringVar((*string)(&shuffleComp), "shuffle-compression", "", "shuffle files: zstd or none (default: none for the local executor, whose reducers would otherwise hold a zstd decoder per map task; zstd for the others)")
+	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store) after the report is stored; by default they are deleted")
 	f.StringVar(&resume, "resume", "", "finish an interrupted verification: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
 	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)
@@ -215,6 +218,18 @@ func (p *verifyProgress) finish() {
 	}
 }
 
+// finishVerify removes the job's scratch, unless --keep-job, and prints
+// the result. The report is stored by then, so a removal that fails is
+// logged, with its code, and does not change the outcome.
+func finishVerify(cmd *cobra.Command, s objstore.Store, out *coordinator.Outcome, asJSON bool) error {
+	if keep, _ := cmd.Flags().GetBool("keep-job"); !keep {
+		if err := coordinator.RemoveJob(cmd.Context(), s, out.Plan); err != nil {
+			slog.Warn("job scratch not removed", "plan", out.Plan.String(), "code", string(errcode.Of(err)), "err", err)
+		}
+	}
+	return printVerifyResult(cmd.OutOrStdout(), out, asJSON)
+}
+
 // printVerifyResult prints the report (--json) or its summary, and turns an
 // INVALID verdict into exit status 1.
 func printVerifyResult(w io.Writer, out *coordinator.Outcome, asJSON bool) error {
@@ -254,5 +269,5 @@ func resumeVerify(cmd *cobra.Command, store, plan string, parallelism int, asJSO
 	if err != nil {
 		return err
 	}
-	return printVerifyResult(cmd.OutOrStdout(), out, asJSON)
+	return finishVerify(cmd, s, out, asJSON)
 }

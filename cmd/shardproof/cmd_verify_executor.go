@@ -102,7 +102,7 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	return printVerifyResult(cmd.OutOrStdout(), out, asJSON)
+	return finishVerify(cmd, s, out, asJSON)
 }
 
 // emitOnly plans and writes the Indexed Jobs without running anything,

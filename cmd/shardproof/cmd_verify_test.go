@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -44,6 +46,52 @@ func TestVerifyCLIClean(t *testing.T) {
 	}
 	js := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--json", "--map-tasks", "1", "--reducers", "3"))
 	sameReport(t, "verify --json", stored, js)
+}
+
+// verify deletes its job's shuffle files and commit records once the
+// report is stored, and keeps them with --keep-job.
+func TestVerifyCLIRemovesJob(t *testing.T) {
+	r := newRelease(t)
+	jobKeys := func(pd manifest.Digest) []string {
+		page, err := r.store.List(t.Context(), "jobs/"+pd.Hex()+"/", "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, o := range page.Objects {
+			keys = append(keys, o.Key)
+		}
+		return keys
+	}
+	kept := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--json", "--keep-job", "--reducers", "2"))
+	keys := jobKeys(kept.Execution.Plan)
+	var commits, outputs int
+	for _, k := range keys {
+		switch {
+		case strings.HasSuffix(k, "/commit.json"):
+			commits++
+		case strings.HasSuffix(k, ".arrow"):
+			outputs++
+		}
+	}
+	if commits != kept.Execution.MapTasks+2 || outputs != 2*kept.Execution.MapTasks {
+		t.Fatalf("--keep-job kept %d commit records and %d shuffle files (%d map tasks, 2 reducers): %q", commits, outputs, kept.Execution.MapTasks, keys)
+	}
+	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--json")
+	removed := cliReport(t, res)
+	if keys := jobKeys(removed.Execution.Plan); len(keys) != 0 {
+		t.Fatalf("after verify, its job still holds %q", keys)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "jobs", removed.Execution.Plan.Hex())); !os.IsNotExist(err) {
+		t.Fatalf("job directory left behind: %v", err)
+	}
+	if len(jobKeys(kept.Execution.Plan)) != len(keys) {
+		t.Fatal("removing one job touched another")
+	}
+	sameReport(t, "kept vs removed", kept, removed)
+	if strings.Contains(res.stderr, "not removed") {
+		t.Fatalf("stderr: %s", res.stderr)
+	}
 }
 
 // An INVALID release: exit 1, and the summary lists each non-zero count

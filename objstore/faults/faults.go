@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
 )
 
@@ -80,6 +81,8 @@ const (
 	Get  Method = "Get"
 	Head Method = "Head"
 	List Method = "List"
+	// DeletePrefix is objstore.Deleter's method.
+	DeletePrefix Method = "DeletePrefix"
 )
 
 // ErrorOnce fails the first call of Method whose key (for List: prefix) is
@@ -214,4 +217,17 @@ func (s *StaleList) List(ctx context.Context, prefix, after string, limit int) (
 		page.Objects = append(page.Objects, o)
 	}
 	return page, nil
+}
+
+// DeletePrefix implements objstore.Deleter, passing through to the wrapped
+// store, which must implement it.
+func (e *ErrorOnce) DeletePrefix(ctx context.Context, prefix string) error {
+	if e.fire(DeletePrefix, prefix) {
+		return e.Err
+	}
+	d, ok := e.Store.(objstore.Deleter)
+	if !ok {
+		return errcode.New(errcode.Internal, "faults: %T cannot delete", e.Store)
+	}
+	return d.DeletePrefix(ctx, prefix)
 }

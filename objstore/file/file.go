@@ -426,6 +426,31 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 	return page, nil
 }
 
+// DeletePrefix implements objstore.Deleter: it removes the directory
+// tree of prefix, then whichever of its parents that leaves empty. The
+// removal is not fsynced: what is deleted is scratch, and a crash that
+// brings part of it back loses nothing.
+func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
+	if err := objstore.ValidateDeletePrefix(prefix); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return errcode.Wrap(errcode.Canceled, err, "delete %s", prefix)
+	}
+	dir := strings.TrimSuffix(prefix, "/")
+	if err := s.root.RemoveAll(dir); err != nil {
+		return s.ioErr(err, "delete %s", prefix)
+	}
+	// A parent another key still uses is not empty: Remove fails and the
+	// pruning stops there.
+	for p := path.Dir(dir); p != "."; p = path.Dir(p) {
+		if s.root.Remove(p) != nil {
+			break
+		}
+	}
+	return nil
+}
+
 func (s *Store) ioErr(err error, format string, args ...any) error {
 	return errcode.Wrap(errcode.IO, err, "file store %s: %s", s.dir, fmt.Sprintf(format, args...))
 }

@@ -449,6 +449,49 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 	return page, nil
 }
 
+// DeletePrefix implements objstore.Deleter: it lists every version and
+// delete marker under prefix and deletes them by version id, a page (up
+// to 1,000) at a time, so the bucket keeps nothing of them.
+func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
+	if err := objstore.ValidateDeletePrefix(prefix); err != nil {
+		return err
+	}
+	in := &awss3.ListObjectVersionsInput{Bucket: aws.String(s.bucket), Prefix: aws.String(s.base + prefix)}
+	for {
+		out, err := s.client.ListObjectVersions(ctx, in)
+		if err != nil {
+			return s.mapErr(ctx, err, "list versions", prefix, "")
+		}
+		var ids []types.ObjectIdentifier
+		for _, v := range out.Versions {
+			ids = append(ids, types.ObjectIdentifier{Key: v.Key, VersionId: v.VersionId})
+		}
+		for _, m := range out.DeleteMarkers {
+			ids = append(ids, types.ObjectIdentifier{Key: m.Key, VersionId: m.VersionId})
+		}
+		for len(ids) > 0 {
+			n := min(len(ids), 1000)
+			del, err := s.client.DeleteObjects(ctx, &awss3.DeleteObjectsInput{
+				Bucket: aws.String(s.bucket),
+				Delete: &types.Delete{Objects: ids[:n], Quiet: aws.Bool(true)},
+			})
+			if err != nil {
+				return s.mapErr(ctx, err, "delete", prefix, "")
+			}
+			if len(del.Errors) > 0 {
+				e := del.Errors[0]
+				return errcode.New(errcode.IO, "s3 delete %s: %d of %d versions not deleted, first %s version %s: %s %s",
+					prefix, len(del.Errors), n, aws.ToString(e.Key), aws.ToString(e.VersionId), aws.ToString(e.Code), aws.ToString(e.Message))
+			}
+			ids = ids[n:]
+		}
+		if !aws.ToBool(out.IsTruncated) {
+			return nil
+		}
+		in.KeyMarker, in.VersionIdMarker = out.NextKeyMarker, out.NextVersionIdMarker
+	}
+}
+
 func (s *Store) notExist(key string, v objstore.Version) error {
 	if v == "" {
 		return fmt.Errorf("s3://%s/%s%s: %w", s.bucket, s.base, key, objstore.ErrNotExist)

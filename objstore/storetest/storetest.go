@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) objstore.Store) {
 		{"LargeBody", testLargeBody},
 		{"SHA256Option", testSHA256Option},
 		{"Canceled", testCanceled},
+		{"DeletePrefix", testDeletePrefix},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, open(t)) })
 	}
@@ -320,6 +321,62 @@ func testListPrefix(t *testing.T, s objstore.Store) {
 		if !slices.Equal(got, tc.want) || page.Next != "" {
 			t.Fatalf("List(%q) = %q next %q, want %q", tc.prefix, got, page.Next, tc.want)
 		}
+	}
+}
+
+// testDeletePrefix: every real store can delete scratch (objstore.Deleter):
+// all versions of the keys under the prefix go, nothing beside it does,
+// and a deleted key can be created afresh.
+func testDeletePrefix(t *testing.T, s objstore.Store) {
+	d, ok := s.(objstore.Deleter)
+	if !ok {
+		t.Fatalf("%T does not implement objstore.Deleter", s)
+	}
+	keep := []string{"blobs/k", "jobs/ab", "jobs/b/x"}
+	for _, k := range append([]string{"jobs/a/x", "jobs/a/y/z"}, keep...) {
+		put(t, s, k, []byte(k), objstore.PutOptions{})
+	}
+	v1 := put(t, s, "jobs/a/x", []byte("second version"), objstore.PutOptions{})
+	v0 := put(t, s, "jobs/a/y/z", []byte("second version"), objstore.PutOptions{})
+	if err := d.DeletePrefix(t.Context(), "jobs/a/"); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.List(t.Context(), "", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, o := range page.Objects {
+		got = append(got, o.Key)
+	}
+	if !slices.Equal(got, keep) {
+		t.Fatalf("after DeletePrefix(jobs/a/): keys %q, want %q", got, keep)
+	}
+	for _, k := range keep {
+		if b := get(t, s, k, ""); string(b) != k {
+			t.Fatalf("%s reads %q after deleting a neighbour", k, b)
+		}
+	}
+	for _, kv := range []struct {
+		key string
+		v   objstore.Version
+	}{{"jobs/a/x", ""}, {"jobs/a/x", v1}, {"jobs/a/y/z", v0}} {
+		_, err := s.Get(t.Context(), kv.key, kv.v)
+		wantCode(t, err, errcode.NotFound, "get of a deleted version")
+	}
+	// No version, delete marker or directory is left to block a create.
+	put(t, s, "jobs/a/x", []byte("again"), objstore.PutOptions{IfNoneMatch: true})
+	if b := get(t, s, "jobs/a/x", ""); string(b) != "again" {
+		t.Fatalf("recreated key reads %q", b)
+	}
+	if err := d.DeletePrefix(t.Context(), "nothing/here/"); err != nil {
+		t.Fatalf("DeletePrefix of an empty prefix: %v", err)
+	}
+	for _, bad := range []string{"", "/", "jobs", "jobs/a", "../jobs/", "/jobs/"} {
+		wantCode(t, d.DeletePrefix(t.Context(), bad), errcode.BadKey, "DeletePrefix("+bad+")")
+	}
+	if b := get(t, s, "jobs/a/x", ""); string(b) != "again" {
+		t.Fatalf("a refused DeletePrefix changed the store: jobs/a/x reads %q", b)
 	}
 }
 
