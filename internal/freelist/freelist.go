@@ -84,13 +84,12 @@ func (a *Allocator) Allocate(size int) []byte {
 		return b
 	}
 	a.mu.Unlock()
-	// Round small buffers up, so requests of slightly different sizes
-	// share them.
-	c := size
-	if c < 1<<20 {
-		c = max(c, 4096)
-		c += c / 4
-	}
+	// Round buffers up, so requests of slightly different sizes share
+	// them, and a buffer grown a little (arrow-go's page reader resizes
+	// its decompression buffer to every page) stays where it is:
+	// Reallocate within the capacity neither allocates nor copies.
+	c := max(size, 4096)
+	c += c / 4
 	return memory.NewGoAllocator().Allocate(c)[:size]
 }
 
