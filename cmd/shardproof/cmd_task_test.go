@@ -400,4 +400,10 @@ func TestVerifyProcessExecutorS3(t *testing.T) {
 	if got.Execution.ShuffleBytes == 0 {
 		t.Error("no shuffle bytes recorded")
 	}
+	// The job's shuffle files and commit records are deleted from the
+	// bucket once the report is stored.
+	page, err := s.List(t.Context(), "jobs/"+got.Execution.Plan.Hex()+"/", "", 100)
+	if err != nil || len(page.Objects) != 0 {
+		t.Fatalf("job scratch left in S3: %d keys, err %v", len(page.Objects), err)
+	}
 }
