@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -105,6 +106,50 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 func (j *Job) prefix() string { return jobPrefix(j.PlanDigest) }
 
 func jobPrefix(pd manifest.Digest) string { return "jobs/" + pd.Hex() + "/" }
+
+// JobScratch describes what one job has left in a store under
+// jobs/<plan>/: a verification that was interrupted and never resumed,
+// or one run with --keep-job.
+type JobScratch struct {
+	Plan    manifest.Digest
+	Objects int
+	Bytes   int64
+	// Newest is when the most recent of its objects was written.
+	Newest time.Time
+}
+
+// ListJobs lists the jobs that have scratch in s, in plan order. Keys
+// under jobs/ that no job of shardproof's would write are not listed.
+func ListJobs(ctx context.Context, s objstore.Store) ([]JobScratch, error) {
+	var jobs []JobScratch
+	after := ""
+	for {
+		page, err := s.List(ctx, "jobs/", after, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range page.Objects {
+			hex, _, ok := strings.Cut(strings.TrimPrefix(o.Key, "jobs/"), "/")
+			pd, err := manifest.ParseDigest("sha256:" + hex)
+			if !ok || err != nil {
+				continue
+			}
+			if len(jobs) == 0 || jobs[len(jobs)-1].Plan != pd {
+				jobs = append(jobs, JobScratch{Plan: pd})
+			}
+			j := &jobs[len(jobs)-1]
+			j.Objects++
+			j.Bytes += o.Size
+			if o.Modified.After(j.Newest) {
+				j.Newest = o.Modified
+			}
+		}
+		if page.Next == "" {
+			return jobs, nil
+		}
+		after = page.Next
+	}
+}
 
 // RemoveJob deletes the scratch of plan pd's job, its shuffle files and
 // task commit records (jobs/<plan>/), which nothing needs once the report

@@ -4,20 +4,22 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
 	_ "github.com/shardproof/shardproof/objstore/s3" // s3://bucket/prefix
 )
 
-// store ls|get|put: raw access to the object store, like `crane blob` or
+// store ls|get|put|prune-jobs: raw access to the object store, like `crane blob` or
 // `restic cat`. It bypasses digests on purpose (get prints whatever a version
 // holds), so it is a debugging and scripting tool, not a verifier.
 var storeCmd = &cobra.Command{
 	Use:   "store",
-	Short: "List, read and write raw objects in a store",
+	Short: "List, read and write raw objects in a store; prune abandoned job scratch",
 	Long: `List, read and write raw objects in a store.
 
 The store is a directory (a plain path or file:///abs/path) or an S3 bucket
@@ -137,10 +139,63 @@ stay readable with get --version.`,
 	},
 }
 
+var pruneFlags struct {
+	olderThan time.Duration
+	dryRun    bool
+}
+
+var storePruneJobsCmd = &cobra.Command{
+	Use:   "prune-jobs",
+	Short: "Delete the scratch (jobs/<plan>/) of verifications abandoned long enough ago",
+	Long: `verify deletes its job's shuffle files and task commit records once the
+report is stored. A verification that was interrupted and never resumed
+(verify --resume PLAN), or one run with --keep-job, leaves them behind.
+prune-jobs deletes every job whose newest object is older than
+--older-than (default 24h, so a verification still running is left
+alone), reduce commit records first. Each job is printed with its object
+count and bytes; --dry-run only prints.`,
+	Args: exactArgs(0),
+	RunE: func(cmd *cobra.Command, _ []string) error {
+		if pruneFlags.olderThan < 0 {
+			return errcode.New(errcode.Usage, "%s: --older-than must not be negative", cmd.CommandPath())
+		}
+		s, err := openStore(cmd, storeFlags.url)
+		if err != nil {
+			return err
+		}
+		jobs, err := coordinator.ListJobs(cmd.Context(), s)
+		if err != nil {
+			return err
+		}
+		cutoff := time.Now().Add(-pruneFlags.olderThan)
+		out := cmd.OutOrStdout()
+		for _, j := range jobs {
+			verb := "kept"
+			switch {
+			case !j.Newest.Before(cutoff):
+			case pruneFlags.dryRun:
+				verb = "would delete"
+			default:
+				if err := coordinator.RemoveJob(cmd.Context(), s, j.Plan); err != nil {
+					return err
+				}
+				verb = "deleted"
+			}
+			if _, err := fmt.Fprintf(out, "%s\tjobs/%s/\t%d objects\t%d bytes\tnewest %s\n",
+				verb, j.Plan.Hex(), j.Objects, j.Bytes, j.Newest.UTC().Format(time.RFC3339)); err != nil {
+				return errcode.Wrap(errcode.IO, err, "write listing")
+			}
+		}
+		return nil
+	},
+}
+
 func init() {
+	storePruneJobsCmd.Flags().DurationVar(&pruneFlags.olderThan, "older-than", 24*time.Hour, "delete jobs whose newest object is older than this")
+	storePruneJobsCmd.Flags().BoolVar(&pruneFlags.dryRun, "dry-run", false, "print what would be deleted and delete nothing")
 	storeCmd.PersistentFlags().StringVar(&storeFlags.url, "store", os.Getenv("SHARDPROOF_STORE"), "store URL or path")
 	storeGetCmd.Flags().StringVar(&storeFlags.version, "version", "", "read this version instead of the latest")
 	storePutCmd.Flags().BoolVar(&storeFlags.overwrite, "overwrite", false, "add a new version even if KEY exists")
-	storeCmd.AddCommand(storeLsCmd, storeGetCmd, storePutCmd)
+	storeCmd.AddCommand(storeLsCmd, storeGetCmd, storePutCmd, storePruneJobsCmd)
 	rootCmd.AddCommand(storeCmd)
 }

@@ -8,8 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/s3/s3test"
 )
 
@@ -17,6 +20,7 @@ import (
 func storeRun(t *testing.T, stdin io.Reader, args ...string) (string, error) {
 	t.Helper()
 	storeFlags.version, storeFlags.overwrite = "", false
+	pruneFlags.olderThan, pruneFlags.dryRun = 24*time.Hour, false
 	out, _, err := runInProcess(t, stdin, args...)
 	return string(out), err
 }
@@ -66,6 +70,68 @@ func TestStoreCLI(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	if err != nil || len(lines) != 1204 || lines[0] != "docs/a\tv2\t6" || lines[1203] != "many/1202\tv1\t1" {
 		t.Fatalf("ls: %d lines, first %q, %v", len(lines), lines[0], err)
+	}
+}
+
+// store prune-jobs deletes the scratch of jobs whose newest object is
+// older than --older-than, keeps the rest and keys that are not a job's,
+// and with --dry-run deletes nothing.
+func TestStorePruneJobsCLI(t *testing.T) {
+	r := newRelease(t)
+	var plans []string
+	for range 2 {
+		rep := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--json", "--keep-job"))
+		plans = append(plans, rep.Execution.Plan.Hex())
+	}
+	old, fresh := plans[0], plans[1]
+	past := time.Now().Add(-48 * time.Hour)
+	err := filepath.WalkDir(filepath.Join(r.dir, "jobs", old), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(p, past, past)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.store.Put(t.Context(), "jobs/not-a-plan/x", strings.NewReader("x"), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(plan string) int {
+		page, err := r.store.List(t.Context(), "jobs/"+plan+"/", "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(page.Objects)
+	}
+	nOld, nFresh := keys(old), keys(fresh)
+	if nOld == 0 || nFresh == 0 {
+		t.Fatalf("--keep-job kept %d and %d objects", nOld, nFresh)
+	}
+	out, err := storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--dry-run")
+	if err != nil || !strings.Contains(out, "would delete\tjobs/"+old+"/\t"+fmt.Sprint(nOld)+" objects") ||
+		!strings.Contains(out, "kept\tjobs/"+fresh+"/") || strings.Contains(out, "not-a-plan") {
+		t.Fatalf("--dry-run: %q, %v", out, err)
+	}
+	if keys(old) != nOld {
+		t.Fatal("--dry-run deleted")
+	}
+	out, err = storeRun(t, nil, "store", "prune-jobs", "--store", r.dir)
+	if err != nil || !strings.Contains(out, "deleted\tjobs/"+old+"/") || !strings.Contains(out, "kept\tjobs/"+fresh+"/") {
+		t.Fatalf("prune-jobs: %q, %v", out, err)
+	}
+	if keys(old) != 0 || keys(fresh) != nFresh || keys("not-a-plan") != 1 {
+		t.Fatalf("after prune-jobs: %d, %d and %d objects", keys(old), keys(fresh), keys("not-a-plan"))
+	}
+	if _, err := storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than", "0s"); err != nil {
+		t.Fatal(err)
+	}
+	if jobs, err := coordinator.ListJobs(t.Context(), r.store); err != nil || len(jobs) != 0 || keys("not-a-plan") != 1 {
+		t.Fatalf("--older-than 0s left %+v (%v)", jobs, err)
+	}
+	_, err = storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than=-1h")
+	if errcode.Of(err) != errcode.Usage {
+		t.Fatalf("negative --older-than: %v", err)
 	}
 }
 
