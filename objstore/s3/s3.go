@@ -123,6 +123,9 @@ type Store struct {
 	bucket    string
 	base      string // Prefix + "/" or ""
 	threshold int64
+	// versionsPage, if > 0, is the page size DeletePrefix asks
+	// ListObjectVersions for (tests; the server's default is 1,000).
+	versionsPage int32
 }
 
 var _ objstore.Store = (*Store)(nil)
@@ -449,14 +452,21 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 	return page, nil
 }
 
-// DeletePrefix implements objstore.Deleter: it lists every version and
-// delete marker under prefix and deletes them by version id, a page (up
-// to 1,000) at a time, so the bucket keeps nothing of them.
+// DeletePrefix implements objstore.Deleter: it lists the versions and
+// delete markers under prefix a page (up to 1,000) at a time and deletes
+// them by version id, so the bucket keeps nothing of them. Every listing
+// starts from the beginning of what is left: a marker naming a version
+// just deleted is not a position every server can resume from (versitygw
+// skipped versions after one).
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 	if err := objstore.ValidateDeletePrefix(prefix); err != nil {
 		return err
 	}
 	in := &awss3.ListObjectVersionsInput{Bucket: aws.String(s.bucket), Prefix: aws.String(s.base + prefix)}
+	if s.versionsPage > 0 {
+		in.MaxKeys = aws.Int32(s.versionsPage)
+	}
+	var last types.ObjectIdentifier
 	for {
 		out, err := s.client.ListObjectVersions(ctx, in)
 		if err != nil {
@@ -469,6 +479,15 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 		for _, m := range out.DeleteMarkers {
 			ids = append(ids, types.ObjectIdentifier{Key: m.Key, VersionId: m.VersionId})
 		}
+		if len(ids) == 0 {
+			return nil
+		}
+		if first := ids[0]; aws.ToString(first.Key) == aws.ToString(last.Key) && aws.ToString(first.VersionId) == aws.ToString(last.VersionId) {
+			// Deleted, yet listed again: stop rather than loop.
+			return errcode.New(errcode.IO, "s3 delete %s: %s version %s is still listed after its deletion succeeded",
+				prefix, aws.ToString(first.Key), aws.ToString(first.VersionId))
+		}
+		last = ids[0]
 		for len(ids) > 0 {
 			n := min(len(ids), 1000)
 			del, err := s.client.DeleteObjects(ctx, &awss3.DeleteObjectsInput{
@@ -485,10 +504,6 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 			}
 			ids = ids[n:]
 		}
-		if !aws.ToBool(out.IsTruncated) {
-			return nil
-		}
-		in.KeyMarker, in.VersionIdMarker = out.NextKeyMarker, out.NextVersionIdMarker
 	}
 }
 
