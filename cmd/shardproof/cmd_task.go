@@ -18,6 +18,7 @@ func init() {
 		store, plan string
 		index       int
 		wait        time.Duration
+		keepJob     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "task map|reduce|aggregate --plan <store URL>#sha256:… [--index N]",
@@ -31,7 +32,9 @@ The plan URL is "<store URL>#sha256:<plan digest>"; alternatively give
 --store URL and --plan sha256:<plan digest>. The index comes from --index,
 else from JOB_COMPLETION_INDEX (Kubernetes Indexed Job), SLURM_ARRAY_TASK_ID
 (Slurm job array) or AWS_BATCH_JOB_ARRAY_INDEX. aggregate has one task
-(index 0, the default); it stores the report and prints its digest.
+(index 0, the default); it stores the report, prints its digest and then
+deletes the job's shuffle files and task commit records (--keep-job keeps
+them).
 
 A task whose commit record exists succeeds at once. A rerun that finds an
 output already present checks it is byte-identical (else NONDETERMINISM).
@@ -92,6 +95,11 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 			if err != nil {
 				return err
 			}
+			if !keepJob {
+				if err := coordinator.RemoveJob(ctx, s, ref.Plan); err != nil {
+					slog.Warn("job scratch not removed", "plan", ref.Plan.String(), "code", string(errcode.Of(err)), "err", err)
+				}
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "verdict %s\nreport %s\n", rep.Verdict, d)
 			return nil
 		},
@@ -100,6 +108,7 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 	f.StringVar(&plan, "plan", "", `plan URL "<store URL>#sha256:…", or "sha256:…" with --store`)
 	f.StringVar(&store, "store", "", "object store URL or path (when --plan is a bare digest)")
 	f.IntVar(&index, "index", -1, "task index (default: from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or AWS_BATCH_JOB_ARRAY_INDEX)")
+	f.BoolVar(&keepJob, "keep-job", false, "aggregate: keep the job's shuffle files and task commit records once the report is stored")
 	f.DurationVar(&wait, "wait", 0, "wait up to this long for the earlier phase's commit records (reduce, aggregate)")
 	rootCmd.AddCommand(cmd)
 }

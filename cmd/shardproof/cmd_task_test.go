@@ -339,6 +339,10 @@ func TestConcurrentDuplicateTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameReport(t, "duplicates", want, got)
+	// The aggregate deleted the job's scratch once the report was stored.
+	if page, err := r.store.List(t.Context(), "jobs/"+j.PlanDigest.Hex()+"/", "", 10); err != nil || len(page.Objects) != 0 {
+		t.Fatalf("after task aggregate: %d job keys left, err %v", len(page.Objects), err)
+	}
 }
 
 // TestTaskContract covers the task command's argument rules.
