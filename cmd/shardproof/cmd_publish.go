@@ -47,9 +47,7 @@ func localVerifier(s objstore.Store, parallelism int, stderr io.Writer) publish.
 		if err != nil {
 			return nil, manifest.Digest{}, err
 		}
-		if err := coordinator.RemoveJob(ctx, s, out.Plan); err != nil {
-			slog.Warn("job scratch not removed", "plan", out.Plan.String(), "code", string(errcode.Of(err)), "err", err)
-		}
+		removeJob(ctx, s, out.Plan)
 		return out.Report, out.ReportDigest, nil
 	}
 }

@@ -96,9 +96,7 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 				return err
 			}
 			if !keepJob {
-				if err := coordinator.RemoveJob(ctx, s, ref.Plan); err != nil {
-					slog.Warn("job scratch not removed", "plan", ref.Plan.String(), "code", string(errcode.Of(err)), "err", err)
-				}
+				removeJob(ctx, s, ref.Plan)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "verdict %s\nreport %s\n", rep.Verdict, d)
 			return nil

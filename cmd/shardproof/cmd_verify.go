@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -223,11 +224,18 @@ func (p *verifyProgress) finish() {
 // logged, with its code, and does not change the outcome.
 func finishVerify(cmd *cobra.Command, s objstore.Store, out *coordinator.Outcome, asJSON bool) error {
 	if keep, _ := cmd.Flags().GetBool("keep-job"); !keep {
-		if err := coordinator.RemoveJob(cmd.Context(), s, out.Plan); err != nil {
-			slog.Warn("job scratch not removed", "plan", out.Plan.String(), "code", string(errcode.Of(err)), "err", err)
-		}
+		removeJob(cmd.Context(), s, out.Plan)
 	}
 	return printVerifyResult(cmd.OutOrStdout(), out, asJSON)
+}
+
+// removeJob deletes plan's job scratch once its report is stored. The
+// verdict stands either way, so a failure is logged with its code, not
+// returned.
+func removeJob(ctx context.Context, s objstore.Store, plan manifest.Digest) {
+	if err := coordinator.RemoveJob(ctx, s, plan); err != nil {
+		slog.Warn("job scratch not removed", "plan", plan.String(), "code", string(errcode.Of(err)), "err", err)
+	}
 }
 
 // printVerifyResult prints the report (--json) or its summary, and turns an
