@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/reducer"
 	"github.com/shardproof/shardproof/tuplehash"
@@ -59,6 +60,35 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	c := &rep.Counts
 	c.Shards = int64(len(j.Release.Shards))
 	failedShard := make([]bool, len(j.Release.Shards))
+	// addResults counts the failures of mapped files, release shards
+	// (from map tasks) and snapshot members (from map or reduce tasks).
+	addResults := func(results []mapper.Result) error {
+		for _, res := range results {
+			if res.Side == 0 {
+				rep.Stats.StoredBytes += res.StoredBytes
+				rep.Stats.LogicalBytes += res.LogicalBytes
+			}
+			counted := map[*int64]bool{}
+			for _, f := range res.Failures {
+				counter := failureCounter[f.Code]
+				if counter == nil {
+					return errcode.New(errcode.Internal, "mapper reported unknown failure code %q for %s", f.Code, f.Shard)
+				}
+				// A counter counts files: a shard whose tokens and member
+				// set both differ is one COUNT_MISMATCH with two entries,
+				// and FOOTER_CORRUPT with DECODE_ERROR one decode error.
+				if n := counter(c); !counted[n] {
+					counted[n] = true
+					*n++
+				}
+				if res.Side == 0 {
+					failedShard[res.Index] = true
+				}
+				rep.Failures = append(rep.Failures, f)
+			}
+		}
+		return nil
+	}
 	for i := range j.Plan.MapTasks {
 		var mc MapCommit
 		found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &mc)
@@ -74,41 +104,15 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 		for _, o := range mc.Outputs {
 			exec.ShuffleBytes += o.Size
 		}
-		for _, res := range mc.Results {
-			if res.Side == 0 {
-				rep.Stats.StoredBytes += res.StoredBytes
-				rep.Stats.LogicalBytes += res.LogicalBytes
-			}
-			counted := map[*int64]bool{}
-			for _, f := range res.Failures {
-				counter := failureCounter[f.Code]
-				if counter == nil {
-					return nil, manifest.Digest{}, errcode.New(errcode.Internal, "mapper reported unknown failure code %q for %s", f.Code, f.Shard)
-				}
-				// A counter counts files: a shard whose tokens and member
-				// set both differ is one COUNT_MISMATCH with two entries,
-				// and FOOTER_CORRUPT with DECODE_ERROR one decode error.
-				if n := counter(c); !counted[n] {
-					counted[n] = true
-					*n++
-				}
-				if res.Side == 0 {
-					failedShard[res.Index] = true
-				}
-				rep.Failures = append(rep.Failures, f)
-			}
-		}
-	}
-	for _, failed := range failedShard {
-		if !failed {
-			c.ShardsVerified++
+		if err := addResults(mc.Results); err != nil {
+			return nil, manifest.Digest{}, err
 		}
 	}
 	nb := 1 << j.Plan.K
 	relLeaves := make([][32]byte, 0, nb)
 	snapLeaves := make([][32]byte, 0, nb)
 	merged := reducer.NewResult(0, uint32(nb))
-	for r, rng := range j.Plan.Reducers {
+	for r := range j.Plan.Reducers {
 		var rc ReduceCommit
 		found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &rc)
 		if err != nil {
@@ -117,15 +121,20 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 		if !found {
 			return nil, manifest.Digest{}, errcode.New(errcode.TaskNotReady, "aggregate: reduce task %d has not committed", r)
 		}
-		if rc.Result == nil || rc.Plan != j.PlanDigest || rc.Task != r {
-			return nil, manifest.Digest{}, errcode.New(errcode.ShuffleCorrupt, "%s does not match the plan", j.reduceCommitKey(r))
+		if err := j.checkReduceCommit(r, &rc); err != nil {
+			return nil, manifest.Digest{}, err
 		}
-		if err := rc.Result.Validate(rng.Lo, rng.Hi); err != nil {
+		if err := addResults(rc.Members); err != nil {
 			return nil, manifest.Digest{}, err
 		}
 		merged.Merge(rc.Result)
 		relLeaves = appendLeaves(relLeaves, rc.Result.ReleaseLeaves)
 		snapLeaves = appendLeaves(snapLeaves, rc.Result.SnapshotLeaves)
+	}
+	for _, failed := range failedShard {
+		if !failed {
+			c.ShardsVerified++
+		}
 	}
 	reducer.AddCounts(c, &merged.Counts)
 	rep.Examples = merged.Examples

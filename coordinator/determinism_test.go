@@ -47,36 +47,56 @@ func faulty(t *testing.T) (objstore.Store, stage.Result) {
 }
 
 // The report minus execution is byte-identical whatever the number of map
-// tasks and reducers, and whether the shuffle is compressed.
+// tasks and reducers, whether the shuffle is compressed, and whether the
+// snapshot members are mapped and shuffled or read by the reducers.
 func TestReportIndependentOfPlanShape(t *testing.T) {
 	s, res := faulty(t)
+	members := len(res.SnapshotDoc.Members)
 	var first []byte
-	var shuffled [4]int64
-	for i, shape := range [][2]int{{1, 1}, {4, 8}, {16, 64}, {4, 8}} {
-		comp := shuffle.None
-		if i == 3 {
-			comp = shuffle.Zstd
-		}
-		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: shape[0], Reducers: shape[1], ShuffleCompression: comp})
+	var shuffled [6]int64
+	for i, c := range []struct {
+		maps, reducers int
+		comp           shuffle.Compression
+		mapMembers     bool
+	}{
+		{1, 1, shuffle.None, false},
+		{4, 8, shuffle.None, false},
+		{16, 64, shuffle.None, false},
+		{4, 8, shuffle.Zstd, false},
+		{4, 8, shuffle.None, true},
+		{16, 64, shuffle.None, true},
+	} {
+		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: c.maps, Reducers: c.reducers, ShuffleCompression: c.comp, MapMembers: c.mapMembers})
 		shuffled[i] = r.Execution.ShuffleBytes
 		if r.Execution.Stages.Read <= 0 || r.Execution.Stages.Decode <= 0 || r.Execution.Stages.Tuples <= 0 || r.Execution.Stages.Reduce <= 0 {
-			t.Fatalf("shape %v: local execution stages not measured: %+v", shape, r.Execution.Stages)
+			t.Fatalf("case %+v: local execution stages not measured: %+v", c, r.Execution.Stages)
 		}
 		if r.Verdict != manifest.Invalid || r.Counts.Missing == 0 || r.Counts.Extra != 1 || r.Counts.DecodeErrors != 1 {
-			t.Fatalf("shape %v: unexpected report counts %+v", shape, r.Counts)
+			t.Fatalf("case %+v: unexpected report counts %+v", c, r.Counts)
 		}
-		if r.Execution.MapTasks != shape[0] || r.Execution.Reducers != shape[1] {
-			t.Fatalf("shape %v ran as %d×%d", shape, r.Execution.MapTasks, r.Execution.Reducers)
+		// Reducers read members themselves unless told to map them, and
+		// then a cut never splits a member.
+		wantMaps, wantReducers := c.maps, c.reducers
+		if !c.mapMembers {
+			wantMaps, wantReducers = min(c.maps, len(res.Release.Shards)), min(c.reducers, members)
+		}
+		if r.Execution.MapTasks != wantMaps || r.Execution.Reducers != wantReducers {
+			t.Fatalf("case %+v ran as %d×%d, want %d×%d", c, r.Execution.MapTasks, r.Execution.Reducers, wantMaps, wantReducers)
 		}
 		b := withoutExecution(t, r)
 		if first == nil {
 			first = b
 		} else if !bytes.Equal(first, b) {
-			t.Fatalf("shape %v: report differs from shape (1,1):\n%s\n%s", shape, first, b)
+			t.Fatalf("case %+v: report differs from the first case's:\n%s\n%s", c, first, b)
 		}
 	}
 	if shuffled[3] >= shuffled[1] {
 		t.Fatalf("zstd shuffle of %d bytes is not smaller than the plain one of %d", shuffled[3], shuffled[1])
+	}
+	// Members read by reducers never enter the shuffle: it holds about
+	// half the tuples.
+	if shuffled[1] >= shuffled[4]*6/10 {
+		t.Fatalf("shuffle with members read by reducers is %d bytes, with members mapped %d", shuffled[1], shuffled[4])
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
 )
 
@@ -92,29 +93,45 @@ func RunWithProgress(ctx context.Context, s objstore.Store, storeURL string, pd 
 	return &Outcome{Plan: pd, Report: rep, ReportDigest: d}, nil
 }
 
-// watchMaps polls the map commit records every ProgressInterval until
+// watchMaps polls the task commit records every ProgressInterval until
 // finished is closed (then once more, so the count ends at the total) or
 // ctx ends, calling progress for each input of every newly committed map
-// task. A commit record that cannot be read or does not match the plan is
+// task and each snapshot member of every newly committed reduce task. A
+// commit record that cannot be read or does not match the plan is
 // skipped here: aggregation checks it for real.
 func (j *Job) watchMaps(ctx context.Context, finished <-chan struct{}, progress func(Progress)) {
 	total := len(j.Release.Shards) + len(j.Snapshot.Members)
-	seen := make([]bool, len(j.Plan.MapTasks))
+	seenMap := make([]bool, len(j.Plan.MapTasks))
+	seenReduce := make([]bool, len(j.Plan.Reducers))
 	done := 0
+	report := func(rs []mapper.Result) {
+		for _, r := range rs {
+			done++
+			progress(Progress{Result: r, Done: done, Total: total})
+		}
+	}
 	poll := func(ctx context.Context) {
-		for i := range seen {
-			if seen[i] || ctx.Err() != nil {
+		for i := range seenMap {
+			if seenMap[i] || ctx.Err() != nil {
 				continue
 			}
 			var mc MapCommit
 			if found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &mc); err != nil || !found || j.checkMapCommit(i, &mc) != nil {
 				continue
 			}
-			seen[i] = true
-			for _, r := range mc.Results {
-				done++
-				progress(Progress{Result: r, Done: done, Total: total})
+			seenMap[i] = true
+			report(mc.Results)
+		}
+		for r := range seenReduce {
+			if seenReduce[r] || len(j.Plan.Reducers[r].Members) == 0 || ctx.Err() != nil {
+				continue
 			}
+			var rc ReduceCommit
+			if found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &rc); err != nil || !found || j.checkReduceCommit(r, &rc) != nil {
+				continue
+			}
+			seenReduce[r] = true
+			report(rc.Members)
 		}
 	}
 	t := time.NewTicker(ProgressInterval)

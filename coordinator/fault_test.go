@@ -1,10 +1,12 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -411,23 +413,67 @@ func TestReverifyAfterRotReadsAgain(t *testing.T) {
 // A snapshot member file that rotted is a failure on the snapshot side:
 // the release's shards all verify, but the diff has lost that member
 // file's tuples, so its members show up as extra and the snapshot's
-// recomputed root no longer matches its manifest.
+// recomputed root no longer matches its manifest. The same whether a
+// reducer reads the member or a map task shuffles it.
 func TestSnapshotMemberCorrupted(t *testing.T) {
 	s, res := synth(t)
 	m := res.SnapshotDoc.Members[0]
 	key := m.Digest.BlobKey()
 	rotted := &faults.BitFlip{Store: s, Match: func(k string) bool { return k == key }, Offset: m.Size - 10, Bit: 3}
-	r := verify(t, rotted, PlanOptions{Root: res.Root})
-	want := clean(res)
-	want.SnapshotRecords -= m.Records
-	want.DigestFailures = 1
-	want.DecodeErrors = 1
-	want.Extra = m.Records
-	want.TupleRootMismatches = 1
-	expect(t, r, want, m.ID+" DIGEST_MISMATCH", m.ID+" FOOTER_CORRUPT", "tupleRoot TUPLE_ROOT_MISMATCH")
-	for _, f := range r.Failures {
-		if f.Shard == m.ID && f.Side != "snapshot" {
-			t.Errorf("member failure on side %q", f.Side)
+	for _, mapMembers := range []bool{false, true} {
+		r := verify(t, rotted, PlanOptions{Root: res.Root, MapMembers: mapMembers})
+		want := clean(res)
+		want.SnapshotRecords -= m.Records
+		want.DigestFailures = 1
+		want.DecodeErrors = 1
+		want.Extra = m.Records
+		want.TupleRootMismatches = 1
+		expect(t, r, want, m.ID+" DIGEST_MISMATCH", m.ID+" FOOTER_CORRUPT", "tupleRoot TUPLE_ROOT_MISMATCH")
+		for _, f := range r.Failures {
+			if f.Shard == m.ID && f.Side != "snapshot" {
+				t.Errorf("member failure on side %q", f.Side)
+			}
+		}
+	}
+}
+
+// A snapshot whose members declare bucket ranges their tuples do not keep
+// (here two members' ranges swapped: still disjoint, so the document is
+// valid) fails those members with COUNT_MISMATCH, and their tuples do not
+// count, whether reducers read the members for their declared ranges or
+// map tasks shuffle them.
+func TestSnapshotMemberBucketsLie(t *testing.T) {
+	s, res := synth(t)
+	snap := *res.SnapshotDoc
+	snap.Members = slices.Clone(snap.Members)
+	a, b := snap.Members[0], snap.Members[1]
+	snap.Members[0].Buckets, snap.Members[1].Buckets = b.Buckets, a.Buckets
+	enc, err := manifest.Encode(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd, _, _, err := objstore.PutBlob(context.Background(), s, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []byte
+	for _, mapMembers := range []bool{false, true} {
+		r := verify(t, s, PlanOptions{Root: res.Root, Snapshot: sd, MapMembers: mapMembers})
+		want := clean(res)
+		want.SnapshotRecords -= a.Records + b.Records
+		want.CountMismatches = 2
+		want.Extra = a.Records + b.Records
+		want.TupleRootMismatches = 1
+		expect(t, r, want, a.ID+" COUNT_MISMATCH", b.ID+" COUNT_MISMATCH", "tupleRoot TUPLE_ROOT_MISMATCH")
+		for _, f := range r.Failures {
+			if f.Code == "COUNT_MISMATCH" && !strings.Contains(f.Detail, "manifest.buckets=") {
+				t.Errorf("%s: detail %q does not name the declared buckets", f.Shard, f.Detail)
+			}
+		}
+		if b := withoutExecution(t, r); first == nil {
+			first = b
+		} else if !bytes.Equal(first, b) {
+			t.Fatalf("mapped members give another report:\n%s\n%s", first, b)
 		}
 	}
 }

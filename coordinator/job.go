@@ -85,7 +85,7 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 	} else if k != p.K {
 		return nil, errcode.New(errcode.BadDocument, "plan %s: k=%d, the release partitions with k=%d", planDigest, p.K, k)
 	}
-	if err := p.validate(len(j.Release.Shards), len(j.Snapshot.Members)); err != nil {
+	if err := p.validate(len(j.Release.Shards), j.Snapshot.Members); err != nil {
 		return nil, wrap(err, "plan %s", planDigest)
 	}
 	if !p.Tombstones.IsZero() {

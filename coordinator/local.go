@@ -98,7 +98,7 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 	}
 	dropParts()
 	if err := runAll(ctx, len(j.Plan.Reducers), parallelism, func(ctx context.Context, r int) error {
-		_, err := j.Reduce(ctx, r)
+		_, err := j.reduce(ctx, r, mapped)
 		return err
 	}); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"math"
 	"slices"
@@ -25,8 +26,9 @@ type Plan struct {
 	Benchmark    manifest.Digest `json:"benchmark,omitzero"`
 	RecordSchema manifest.Digest `json:"recordSchema"`
 	K            uint            `json:"k"`
-	// MapTasks lists, per map task, the inputs it maps. Together they
-	// cover every release shard and every snapshot member exactly once.
+	// MapTasks lists, per map task, the inputs it maps. Together with the
+	// reducers' Members they cover every release shard and every snapshot
+	// member exactly once.
 	MapTasks [][]Input `json:"mapTasks"`
 	// Reducers are contiguous bucket ranges covering [0, 2^K) in order.
 	Reducers []BucketRange `json:"reducers"`
@@ -52,6 +54,10 @@ type Input struct {
 type BucketRange struct {
 	Lo uint32 `json:"lo"`
 	Hi uint32 `json:"hi"`
+	// Members lists, in bucket order, the snapshot members this reducer
+	// reads itself: members whose declared bucket ranges lie inside
+	// [Lo, Hi). Their tuples never enter the shuffle.
+	Members []int `json:"members,omitempty"`
 }
 
 // PlanOptions choose what to verify and how to split the work.
@@ -74,6 +80,9 @@ type PlanOptions struct {
 	// ShuffleCompression is how shuffle files are stored (default zstd;
 	// Verify, the local executor, picks none).
 	ShuffleCompression shuffle.Compression
+	// MapMembers maps every snapshot member in map tasks, even those whose
+	// declared bucket ranges would let reducers read them directly.
+	MapMembers bool
 }
 
 // MapTaskTuples is about how many tuples one map task takes by default. A
@@ -132,19 +141,28 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 		}
 	}
 	p := max(1, o.Parallelism)
+	var ranged []int
+	if !o.MapMembers {
+		ranged = rangedMembers(snap.Members)
+	}
+	inReduce := make([]bool, len(snap.Members))
+	for _, i := range ranged {
+		inReduce[i] = true
+	}
 	inputs := make([]Input, 0, len(rel.Shards)+len(snap.Members))
+	var records int64
 	for i := range rel.Shards {
 		inputs = append(inputs, Input{Side: 0, Index: i})
+		records = min(records+max(rel.Shards[i].Records, 0), math.MaxInt64/2)
 	}
 	for i := range snap.Members {
-		inputs = append(inputs, Input{Side: 1, Index: i})
+		if !inReduce[i] {
+			inputs = append(inputs, Input{Side: 1, Index: i})
+			records = min(records+max(snap.Members[i].Records, 0), math.MaxInt64/2)
+		}
 	}
 	m := o.MapTasks
 	if m <= 0 {
-		var records int64
-		for _, sh := range append(slices.Clip(rel.Shards), snap.Members...) {
-			records = min(records+max(sh.Records, 0), math.MaxInt64/2)
-		}
 		m = DefaultMapTasks(len(inputs), records, p)
 	}
 	m = max(1, min(m, len(inputs)))
@@ -165,12 +183,7 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 	for i, in := range inputs {
 		plan.MapTasks[i%m] = append(plan.MapTasks[i%m], in)
 	}
-	for j := range r {
-		plan.Reducers = append(plan.Reducers, BucketRange{
-			Lo: uint32(uint64(j) * nb / uint64(r)),
-			Hi: uint32(uint64(j+1) * nb / uint64(r)),
-		})
-	}
+	plan.Reducers = reducerRanges(nb, r, snap.Members, ranged)
 	b, err := manifest.Encode(plan)
 	if err != nil {
 		return nil, manifest.Digest{}, err
@@ -180,6 +193,65 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 		return nil, manifest.Digest{}, err
 	}
 	return plan, d, nil
+}
+
+// rangedMembers returns the snapshot members that declare a bucket range,
+// in bucket order (an empty range before a non-empty one at the same lo).
+// A validated snapshot's declared ranges are disjoint.
+func rangedMembers(members []manifest.Shard) []int {
+	var idx []int
+	for i := range members {
+		if members[i].Buckets != nil {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		x, y := members[a].Buckets, members[b].Buckets
+		return cmp.Or(cmp.Compare(x.Lo, y.Lo), cmp.Compare(x.Hi, y.Hi))
+	})
+	return idx
+}
+
+// reducerRanges splits [0, nb) into at most r contiguous ranges and hands
+// each ranged member to the range holding its declared buckets. A cut
+// never falls strictly inside a member's range: each cut is the even one
+// (j·nb/r) moved to the nearer end of the member straddling it, so fewer
+// than r ranges come out only when members are fewer than reducers.
+func reducerRanges(nb uint64, r int, members []manifest.Shard, ranged []int) []BucketRange {
+	cuts := []uint64{0}
+	for j := 1; j < r; j++ {
+		c := uint64(j) * nb / uint64(r)
+		for _, i := range ranged {
+			b := members[i].Buckets
+			if uint64(b.Lo) < c && c < uint64(b.Hi) {
+				if c-uint64(b.Lo) <= uint64(b.Hi)-c {
+					c = uint64(b.Lo)
+				} else {
+					c = uint64(b.Hi)
+				}
+				break
+			}
+		}
+		if c > cuts[len(cuts)-1] && c < nb {
+			cuts = append(cuts, c)
+		}
+	}
+	cuts = append(cuts, nb)
+	rs := make([]BucketRange, len(cuts)-1)
+	for j := range rs {
+		rs[j] = BucketRange{Lo: uint32(cuts[j]), Hi: uint32(cuts[j+1])}
+	}
+	j := 0
+	for _, i := range ranged {
+		b := members[i].Buckets
+		// An empty range at lo belongs with bucket lo (or the last
+		// reducer, at the end of the space).
+		for j < len(rs)-1 && uint64(b.Lo) >= uint64(rs[j].Hi) {
+			j++
+		}
+		rs[j].Members = append(rs[j].Members, i)
+	}
+	return rs
 }
 
 func partitionK(rel *manifest.Release, snap *manifest.Snapshot) (uint, error) {
@@ -199,7 +271,7 @@ func partitionK(rel *manifest.Release, snap *manifest.Snapshot) (uint, error) {
 
 // validate checks a plan read back from the store against the documents it
 // names, so a task never indexes outside them.
-func (p *Plan) validate(shards, members int) error {
+func (p *Plan) validate(shards int, members []manifest.Shard) error {
 	bad := func(format string, args ...any) error {
 		return errcode.New(errcode.BadDocument, "plan: "+format, args...)
 	}
@@ -215,7 +287,7 @@ func (p *Plan) validate(shards, members int) error {
 	if len(p.MapTasks) == 0 || len(p.Reducers) == 0 {
 		return bad("no map tasks or no reducers")
 	}
-	seen := [2][]bool{make([]bool, shards), make([]bool, members)}
+	seen := [2][]bool{make([]bool, shards), make([]bool, len(members))}
 	for _, task := range p.MapTasks {
 		for _, in := range task {
 			if in.Side > 1 || in.Index < 0 || in.Index >= len(seen[in.Side]) || seen[in.Side][in.Index] {
@@ -224,17 +296,31 @@ func (p *Plan) validate(shards, members int) error {
 			seen[in.Side][in.Index] = true
 		}
 	}
-	for side := range seen {
-		if i := slices.Index(seen[side], false); i >= 0 {
-			return bad("input (side %d, index %d) is in no map task", side, i)
-		}
-	}
 	next := uint32(0)
 	for _, r := range p.Reducers {
 		if r.Lo != next || r.Hi <= r.Lo {
 			return bad("reducer range [%d, %d) does not continue at %d", r.Lo, r.Hi, next)
 		}
 		next = r.Hi
+		lo := r.Lo
+		for _, i := range r.Members {
+			if i < 0 || i >= len(members) || seen[1][i] {
+				return bad("reducer [%d, %d): member %d is out of range or listed twice", r.Lo, r.Hi, i)
+			}
+			seen[1][i] = true
+			// Inside the range and in bucket order; an empty range sits at
+			// a bucket of the range, or at the end of the last one.
+			b := members[i].Buckets
+			if b == nil || b.Lo < lo || b.Hi > r.Hi || b.Lo == r.Hi && uint64(r.Hi) != uint64(1)<<p.K {
+				return bad("reducer [%d, %d): member %d does not declare buckets inside the range, after the previous member's", r.Lo, r.Hi, i)
+			}
+			lo = b.Lo
+		}
+	}
+	for side := range seen {
+		if i := slices.Index(seen[side], false); i >= 0 {
+			return bad("input (side %d, index %d) is in no map task or reducer", side, i)
+		}
 	}
 	if uint64(next) != 1<<p.K {
 		return bad("reducer ranges end at %d, not %d", next, uint64(1)<<p.K)

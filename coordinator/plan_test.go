@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -31,6 +32,22 @@ func TestOpenRejectsInconsistentPlans(t *testing.T) {
 		"short range":        func(p *Plan) { p.Reducers[3].Hi-- },
 		"k differs":          func(p *Plan) { p.K = 11 },
 		"schema":             func(p *Plan) { p.Schema = "training.verify.plan.v0" },
+		"member mapped and reduced": func(p *Plan) {
+			p.MapTasks[0] = append(p.MapTasks[0], Input{Side: 1, Index: p.Reducers[0].Members[0]})
+		},
+		"member missing": func(p *Plan) { p.Reducers[0].Members = p.Reducers[0].Members[1:] },
+		"member twice":   func(p *Plan) { p.Reducers[1].Members = append(p.Reducers[1].Members, p.Reducers[0].Members[0]) },
+		"member outside its reducer": func(p *Plan) {
+			last := len(p.Reducers) - 1
+			p.Reducers[last].Members = append([]int{p.Reducers[0].Members[0]}, p.Reducers[last].Members...)
+			p.Reducers[0].Members = p.Reducers[0].Members[1:]
+		},
+		"members out of order": func(p *Plan) {
+			// Reducers 0 and 1 made one, reading their members in reverse.
+			p.Reducers[0].Hi = p.Reducers[1].Hi
+			p.Reducers[0].Members = append(slices.Clone(p.Reducers[1].Members), p.Reducers[0].Members...)
+			p.Reducers = slices.Delete(p.Reducers, 1, 2)
+		},
 	} {
 		p := *good
 		p.MapTasks = make([][]Input, len(good.MapTasks))
@@ -38,6 +55,9 @@ func TestOpenRejectsInconsistentPlans(t *testing.T) {
 			p.MapTasks[i] = append([]Input(nil), good.MapTasks[i]...)
 		}
 		p.Reducers = append([]BucketRange(nil), good.Reducers...)
+		for i := range p.Reducers {
+			p.Reducers[i].Members = slices.Clone(p.Reducers[i].Members)
+		}
 		edit(&p)
 		b, err := manifest.Encode(&p)
 		if err != nil {
@@ -72,11 +92,68 @@ func TestPlanDigest(t *testing.T) {
 	if err != nil || c == a {
 		t.Fatalf("fresh nonce: plan %s (first %s), err %v", c, a, err)
 	}
-	p, _, err := NewPlan(ctx, s, PlanOptions{Root: res.Root, MapTasks: 1000, Reducers: 1 << 20})
+	p, _, err := NewPlan(ctx, s, PlanOptions{Root: res.Root, MapTasks: 1000, Reducers: 1 << 20, MapMembers: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if inputs := len(res.Release.Shards) + len(res.SnapshotDoc.Members); len(p.MapTasks) != inputs || len(p.Reducers) != 1<<p.K {
 		t.Fatalf("caps: %d map tasks for %d inputs, %d reducers for k=%d", len(p.MapTasks), inputs, len(p.Reducers), p.K)
+	}
+}
+
+// Members that declare bucket ranges go to the reducer whose range holds
+// them, cuts fall only between members, and map tasks take the rest.
+func TestPlanMembersInReducers(t *testing.T) {
+	s, res := synth(t)
+	ctx := context.Background()
+	members := res.SnapshotDoc.Members
+	if len(members) < 3 {
+		t.Fatalf("fixture has %d members; the test needs 3 or more", len(members))
+	}
+	for _, r := range []int{1, 2, 3, 4, 1 << 20} {
+		p, _, err := NewPlan(ctx, s, PlanOptions{Root: res.Root, MapTasks: 1000, Reducers: r, Nonce: "n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.validate(len(res.Release.Shards), members); err != nil {
+			t.Fatalf("r=%d: %v", r, err)
+		}
+		for _, task := range p.MapTasks {
+			for _, in := range task {
+				if in.Side != 0 {
+					t.Fatalf("r=%d: map task holds member %d", r, in.Index)
+				}
+			}
+		}
+		if got := len(p.MapTasks); got != len(res.Release.Shards) {
+			t.Fatalf("r=%d: %d map tasks for %d release shards", r, got, len(res.Release.Shards))
+		}
+		seen := 0
+		for _, br := range p.Reducers {
+			for _, i := range br.Members {
+				b := members[i].Buckets
+				if b.Lo < br.Lo || b.Hi > br.Hi {
+					t.Fatalf("r=%d: member %d [%d, %d) in reducer [%d, %d)", r, i, b.Lo, b.Hi, br.Lo, br.Hi)
+				}
+				seen++
+			}
+		}
+		if seen != len(members) {
+			t.Fatalf("r=%d: reducers read %d of %d members", r, seen, len(members))
+		}
+		// As many reducers as asked for, but never more than members:
+		// a cut inside a member moves to its nearer end.
+		if want := min(r, len(members)); len(p.Reducers) != want {
+			t.Fatalf("r=%d: %d reducers, want %d", r, len(p.Reducers), want)
+		}
+	}
+	p, _, err := NewPlan(ctx, s, PlanOptions{Root: res.Root, Reducers: 4, MapMembers: true, Nonce: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, br := range p.Reducers {
+		if len(br.Members) > 0 {
+			t.Fatalf("MapMembers: reducer [%d, %d) reads members %v", br.Lo, br.Hi, br.Members)
+		}
 	}
 }

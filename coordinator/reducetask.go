@@ -8,6 +8,7 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/verifyread"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/reducer"
 	"github.com/shardproof/shardproof/shuffle"
 )
@@ -22,7 +23,10 @@ type ReduceCommit struct {
 	Plan   manifest.Digest `json:"plan"`
 	Task   int             `json:"task"`
 	Inputs []Output        `json:"inputs"`
-	Result *reducer.Result `json:"result"`
+	// Members holds the mapper's figures and failures for each snapshot
+	// member the reducer read itself, in the plan's order.
+	Members []mapper.Result `json:"members,omitempty"`
+	Result  *reducer.Result `json:"result"`
 }
 
 // Reduce runs reduce task r. Every map task must have committed (else
@@ -30,6 +34,12 @@ type ReduceCommit struct {
 // version, verifying their digests, and commits its result. If its commit
 // record already exists, Reduce returns it.
 func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
+	return j.reduce(ctx, r, nil)
+}
+
+// reduce is Reduce; progress, if non-nil, is called after each snapshot
+// member the task reads itself.
+func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (*ReduceCommit, error) {
 	if r < 0 || r >= len(j.Plan.Reducers) {
 		return nil, errcode.New(errcode.Usage, "reduce task %d out of range [0, %d)", r, len(j.Plan.Reducers))
 	}
@@ -38,15 +48,17 @@ func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 	if found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &done); err != nil {
 		return nil, err
 	} else if found {
-		if done.Schema != ReduceCommitSchema || done.Plan != j.PlanDigest || done.Task != r || done.Result == nil {
-			return nil, errcode.New(errcode.ShuffleCorrupt, "%s does not match the plan", j.reduceCommitKey(r))
-		}
-		if err := done.Result.Validate(rng.Lo, rng.Hi); err != nil {
+		if err := j.checkReduceCommit(r, &done); err != nil {
 			return nil, err
+		}
+		if progress != nil {
+			for _, res := range done.Members {
+				progress(res)
+			}
 		}
 		return &done, nil
 	}
-	defer j.clock.add(&j.clock.reduce, time.Now())
+	start := time.Now()
 	commit := &ReduceCommit{Schema: ReduceCommitSchema, Plan: j.PlanDigest, Task: r}
 	var (
 		verified []io.Reader
@@ -86,11 +98,32 @@ func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 		sources = append(sources, rd)
 		commit.Inputs = append(commit.Inputs, out)
 	}
+	var members *memberSource
+	if len(rng.Members) > 0 {
+		var tm *mapper.Timings
+		if j.clock != nil {
+			tm = &j.clock.Timings
+		}
+		// Member tuples name the record schema their snapshot describes,
+		// as in a map task.
+		o := mapper.Options{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Snapshot.RecordSchema, K: j.Plan.K, Timings: tm}
+		members = newMemberSource(ctx, o, j.Snapshot.Members, rng.Members, progress)
+		sources = append(sources, members)
+	}
 	res, err := reducer.Reduce(ctx, reducer.Options{
 		K: j.Plan.K, Lo: rng.Lo, Hi: rng.Hi, Tombstones: j.tombSet, Benchmark: j.benchSet,
 	}, sources)
+	if members != nil {
+		// Mapping members is timed as map stages; the rest is reducing.
+		commit.Members = members.results
+		start = start.Add(time.Duration(members.mapNanos))
+	}
+	j.clock.add(&j.clock.reduce, start)
 	if err != nil {
 		return nil, wrap(err, "reduce task %d", r)
+	}
+	if len(commit.Members) != len(rng.Members) {
+		return nil, errcode.New(errcode.Internal, "reduce task %d read %d of its %d snapshot members", r, len(commit.Members), len(rng.Members))
 	}
 	// Nothing read is trusted until each file's bytes hashed to its
 	// committed digest: drain what the IPC reader left after end-of-stream.
@@ -110,4 +143,28 @@ func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 	j.log().Debug("reduce task committed", "task", r, "lo", rng.Lo, "hi", rng.Hi,
 		"releaseTuples", res.Counts.Records, "snapshotTuples", res.Counts.SnapshotRecords)
 	return commit, nil
+}
+
+// checkReduceCommit checks a reduce commit record read back from the
+// store against the plan.
+func (j *Job) checkReduceCommit(r int, c *ReduceCommit) error {
+	bad := func(format string, args ...any) error {
+		return errcode.New(errcode.ShuffleCorrupt, "%s: "+format, append([]any{j.reduceCommitKey(r)}, args...)...)
+	}
+	if c.Schema != ReduceCommitSchema || c.Plan != j.PlanDigest || c.Task != r || c.Result == nil {
+		return bad("schema %q, plan %s, task %d do not match, or no result", c.Schema, c.Plan, c.Task)
+	}
+	rng := j.Plan.Reducers[r]
+	if err := c.Result.Validate(rng.Lo, rng.Hi); err != nil {
+		return err
+	}
+	if len(c.Members) != len(rng.Members) {
+		return bad("%d member results for %d members", len(c.Members), len(rng.Members))
+	}
+	for k, m := range c.Members {
+		if m.Side != mapper.SideSnapshot || m.Index != rng.Members[k] {
+			return bad("member result %d is (side %d, index %d), plan says (side 1, index %d)", k, m.Side, m.Index, rng.Members[k])
+		}
+	}
+	return nil
 }

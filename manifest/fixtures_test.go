@@ -65,6 +65,18 @@ func validSnapshot() *Snapshot {
 	}
 }
 
+// rangedSnapshot declares bucket ranges on its members: adjacent ones,
+// an empty one inside another's span, and one member without a range.
+func rangedSnapshot() *Snapshot {
+	members := validShards(4)
+	members[0].Buckets = &BucketRange{Lo: 0, Hi: 10}
+	members[1].Buckets = &BucketRange{Lo: 10, Hi: 1 << 16}
+	members[2].Buckets = &BucketRange{Lo: 5, Hi: 5}
+	s := validSnapshot()
+	s.Members, s.Totals = members, totalsOf(members)
+	return s
+}
+
 func validFenceLog(schema string) *FenceLog {
 	return &FenceLog{Schema: schema, Entries: []FenceEntry{
 		{Seq: 1, SampleID: "doc-1"},
@@ -139,6 +151,7 @@ func docCases() []docCase {
 	return []docCase{
 		{"release", validRelease(), func(b []byte) (Validator, error) { return DecodeRelease(b) }},
 		{"snapshot", validSnapshot(), func(b []byte) (Validator, error) { return DecodeSnapshot(b) }},
+		{"snapshotBuckets", rangedSnapshot(), func(b []byte) (Validator, error) { return DecodeSnapshot(b) }},
 		{"tombstones", validFenceLog(TombstonesSchema), func(b []byte) (Validator, error) { return DecodeFenceLog(b, TombstonesSchema) }},
 		{"benchmark", validFenceLog(BenchmarkSchema), func(b []byte) (Validator, error) { return DecodeFenceLog(b, BenchmarkSchema) }},
 		{"recordSchema", validRecordSchema(), func(b []byte) (Validator, error) { return DecodeRecordSchema(b) }},

@@ -28,6 +28,7 @@ func TestRejectStruct(t *testing.T) {
 		{"no shards", func(r *Release) { r.Shards = nil; r.Totals = Totals{} }, errcode.BadDocument},
 		{"empty shards", func(r *Release) { r.Shards = []Shard{}; r.Totals = Totals{} }, errcode.BadDocument},
 		{"duplicate shard id", func(r *Release) { r.Shards[2].ID = r.Shards[0].ID }, errcode.BadDocument},
+		{"buckets on a release shard", func(r *Release) { r.Shards[1].Buckets = &BucketRange{Lo: 0, Hi: 1} }, errcode.BadDocument},
 		{"empty shard id", func(r *Release) { r.Shards[1].ID = "" }, errcode.BadDocument},
 		{"bad mediaType", func(r *Release) { r.Shards[1].MediaType = "application/octet-stream" }, errcode.BadDocument},
 		{"empty mediaType", func(r *Release) { r.Shards[1].MediaType = "" }, errcode.BadDocument},
@@ -77,6 +78,12 @@ func TestRejectStruct(t *testing.T) {
 		{"duplicate member id", func(s *Snapshot) { s.Members[1].ID = s.Members[0].ID }, errcode.BadDocument},
 		{"negative size", func(s *Snapshot) { s.Members[1].Size = -1 }, errcode.BadCount},
 		{"totals.records", func(s *Snapshot) { s.Totals.Records = 1 }, errcode.TotalsMismatch},
+		{"buckets lo > hi", func(s *Snapshot) { s.Members[0].Buckets = &BucketRange{Lo: 5, Hi: 4} }, errcode.BadDocument},
+		{"buckets beyond 2^k", func(s *Snapshot) { s.Members[1].Buckets = &BucketRange{Lo: 1 << 15, Hi: 1<<16 + 1} }, errcode.BadDocument},
+		{"buckets overlap", func(s *Snapshot) {
+			s.Members[0].Buckets = &BucketRange{Lo: 10, Hi: 20}
+			s.Members[1].Buckets = &BucketRange{Lo: 0, Hi: 11}
+		}, errcode.BadDocument},
 	}
 	for _, c := range snapshot {
 		t.Run("snapshot/"+c.name, func(t *testing.T) {

@@ -244,6 +244,10 @@ func (s *scanner) value(t reflect.Type, at *location, depth int) error {
 		return s.literal("null", at)
 	}
 	switch kind {
+	case reflect.Pointer:
+		// An optional object: present means the object itself (null is
+		// not a spelling of absent).
+		return s.value(t.Elem(), at, depth)
 	case reflect.Slice:
 		if c != '[' {
 			return wrongType(at, "an array", c)

@@ -54,6 +54,17 @@ type Shard struct {
 	Records         int64  `json:"records"`
 	Tokens          int64  `json:"tokens"`
 	MemberSetDigest Digest `json:"memberSetDigest"`
+	// Buckets, on a snapshot member only, declares that every tuple of the
+	// file lies in buckets [Lo, Hi). Declared ranges of one snapshot are
+	// disjoint, so verify's reducers can read such members themselves
+	// instead of shuffling their tuples. Absent on release shards.
+	Buckets *BucketRange `json:"buckets,omitempty"`
+}
+
+// BucketRange is the half-open bucket range [Lo, Hi).
+type BucketRange struct {
+	Lo uint32 `json:"lo"`
+	Hi uint32 `json:"hi"`
 }
 
 // Totals must equal the sums over the document's shards or members.

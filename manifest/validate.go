@@ -116,7 +116,15 @@ func (r *Release) Validate() error {
 	if _, err := parseMemberPartition(r.Build.MemberPartition, "build.memberPartition"); err != nil {
 		return err
 	}
-	return validateShards(r.Shards, r.Totals, "shards")
+	if err := validateShards(r.Shards, r.Totals, "shards"); err != nil {
+		return err
+	}
+	for i := range r.Shards {
+		if r.Shards[i].Buckets != nil {
+			return errcode.New(errcode.BadDocument, "shards[%d].buckets: only snapshot members declare bucket ranges", i)
+		}
+	}
+	return nil
 }
 
 // Validate checks s against training.dataset.snapshot.v1.
@@ -130,10 +138,44 @@ func (s *Snapshot) Validate() error {
 	if err := required(s.TupleRoot, "tupleRoot"); err != nil {
 		return err
 	}
-	if _, err := ParseMemberPartition(s.MemberPartition); err != nil {
+	k, err := ParseMemberPartition(s.MemberPartition)
+	if err != nil {
 		return err
 	}
-	return validateShards(s.Members, s.Totals, "members")
+	if err := validateShards(s.Members, s.Totals, "members"); err != nil {
+		return err
+	}
+	return validateBuckets(s.Members, k)
+}
+
+// validateBuckets checks the members' declared bucket ranges: each within
+// [0, 2^k) with lo <= hi, and no two sharing a bucket.
+func validateBuckets(members []Shard, k uint) error {
+	type ranged struct {
+		r BucketRange
+		i int
+	}
+	var rs []ranged
+	for i := range members {
+		b := members[i].Buckets
+		if b == nil {
+			continue
+		}
+		if b.Lo > b.Hi || uint64(b.Hi) > 1<<k {
+			return errcode.New(errcode.BadDocument, "members[%d].buckets [%d, %d) is not a range within [0, %d)", i, b.Lo, b.Hi, uint64(1)<<k)
+		}
+		if b.Lo < b.Hi {
+			rs = append(rs, ranged{*b, i})
+		}
+	}
+	slices.SortFunc(rs, func(a, b ranged) int { return cmp.Compare(a.r.Lo, b.r.Lo) })
+	for j := 1; j < len(rs); j++ {
+		if rs[j].r.Lo < rs[j-1].r.Hi {
+			return errcode.New(errcode.BadDocument, "members[%d].buckets [%d, %d) overlaps members[%d].buckets [%d, %d)",
+				rs[j].i, rs[j].r.Lo, rs[j].r.Hi, rs[j-1].i, rs[j-1].r.Lo, rs[j-1].r.Hi)
+		}
+	}
+	return nil
 }
 
 // validateShards checks descriptors and that totals add up over them.

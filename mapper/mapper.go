@@ -209,11 +209,22 @@ func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) 
 			return res, err
 		}
 	}
-	var tp Tuple
+	var (
+		tp      Tuple
+		outside int64
+		first   uint32
+	)
+	rng := in.Desc.Buckets
 	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: o.SchemaDigest, mapping: mapping}
 	start = time.Now()
 	dr, err := d.run(ctx, data, o.Decoder, func(t *tuplehash.Tuple, dg [32]byte) error {
 		tp.Tuple, tp.Digest, tp.Bucket = *t, dg, tuplehash.Bucket(t.SampleID, o.K)
+		if rng != nil && (tp.Bucket < rng.Lo || tp.Bucket >= rng.Hi) {
+			if outside == 0 {
+				first = tp.Bucket
+			}
+			outside++
+		}
 		if err := emit(&tp); err != nil {
 			return &emitError{err}
 		}
@@ -256,6 +267,12 @@ func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) 
 	}
 	if res.MemberSetDigest != in.Desc.MemberSetDigest {
 		diffs = append(diffs, fmt.Sprintf("manifest.memberSetDigest=%s, recomputed=%s", in.Desc.MemberSetDigest, res.MemberSetDigest))
+	}
+	if outside > 0 {
+		diffs = append(diffs, fmt.Sprintf("manifest.buckets=[%d, %d), but %d decoded tuples lie outside it (the first in bucket %d)", rng.Lo, rng.Hi, outside, first))
+		// Reducers may read a member for its declared range alone: one
+		// that breaks it contributes no tuples, however it is read.
+		res.Decoded = false
 	}
 	for _, d := range diffs {
 		fail(errcode.CountMismatch, "%s", d)

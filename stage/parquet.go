@@ -23,7 +23,7 @@ const Serializer = "shardproof-stage"
 
 // SerializerVersion changes whenever the bytes written for the same rows
 // and options change.
-const SerializerVersion = "1"
+const SerializerVersion = "2"
 
 // ParquetOptions fix every writer property that influences the bytes.
 type ParquetOptions struct {

@@ -382,7 +382,7 @@ func (w *writer) writeMembers(all []memberTuple, m int) (*manifest.Snapshot, err
 	nb := uint64(1) << tuplehash.DefaultK
 	lo := 0
 	for j := range m {
-		hiBucket := uint32(uint64(j+1) * nb / uint64(m))
+		loBucket, hiBucket := uint32(uint64(j)*nb/uint64(m)), uint32(uint64(j+1)*nb/uint64(m))
 		hi := lo
 		for hi < len(all) && all[hi].bucket < hiBucket {
 			hi++
@@ -402,6 +402,8 @@ func (w *writer) writeMembers(all []memberTuple, m int) (*manifest.Snapshot, err
 		if err != nil {
 			return nil, err
 		}
+		// Declared so verify's reducers can read the member themselves.
+		snap.Members[j].Buckets = &manifest.BucketRange{Lo: loBucket, Hi: hiBucket}
 		lo = hi
 	}
 	snap.Totals = TotalsOf(snap.Members)

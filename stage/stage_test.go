@@ -106,11 +106,20 @@ func TestSynthDescriptorsMatchStoredBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer rec.Release()
-		got, err := stage.Describe(rec, schema, rel.RecordSchema, nil)
+		var outside int
+		got, err := stage.Describe(rec, schema, rel.RecordSchema, func(tp *tuplehash.Tuple, _ [32]byte) error {
+			if b := tuplehash.Bucket(tp.SampleID, tuplehash.DefaultK); d.Buckets != nil && (b < d.Buckets.Lo || b >= d.Buckets.Hi) {
+				outside++
+			}
+			return nil
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		got.ID, got.Digest, got.Size, got.ObjectVersion = d.ID, d.Digest, d.Size, d.ObjectVersion
+		if outside > 0 {
+			t.Fatalf("%s: %d tuples outside the declared buckets %+v", d.ID, outside, *d.Buckets)
+		}
+		got.ID, got.Digest, got.Size, got.ObjectVersion, got.Buckets = d.ID, d.Digest, d.Size, d.ObjectVersion, d.Buckets
 		if got != d {
 			t.Fatalf("%s: recomputed %+v\ndescriptor %+v", d.ID, got, d)
 		}
@@ -137,11 +146,20 @@ func TestSynthDescriptorsMatchStoredBytes(t *testing.T) {
 		t.Errorf("%d of 4000 train rows, want ~90%%", splits)
 	}
 	stored = 0
+	next := uint32(0)
 	for _, d := range snap.Members {
 		if d.Tokens != 0 {
 			t.Fatalf("member %s has tokens %d", d.ID, d.Tokens)
 		}
+		// Members declare contiguous ranges that tile the bucket space.
+		if d.Buckets == nil || d.Buckets.Lo != next || d.Buckets.Hi <= d.Buckets.Lo {
+			t.Fatalf("member %s declares buckets %v, want a range from %d", d.ID, d.Buckets, next)
+		}
+		next = d.Buckets.Hi
 		check(d, memberSchema())
+	}
+	if next != 1<<tuplehash.DefaultK {
+		t.Fatalf("member ranges end at %d, want %d", next, 1<<tuplehash.DefaultK)
 	}
 
 	// The tuple roots: the release's tuples are exactly the snapshot's.
@@ -311,7 +329,7 @@ func TestSynthCanceled(t *testing.T) {
 // SerializerVersion (or this constant and SynthVersion, for the
 // generator) must change too.
 func TestSynthGoldenRoot(t *testing.T) {
-	const want = "sha256:797640514c5953d1dc5abcd75f760a762daf9c16204b0740725e2707cb52e38f"
+	const want = "sha256:fe1123f58f1dd3a6567869d85fada9da5cd322700fc057715863e1a731176d95"
 	res := stagetest.Synth(t, stagetest.Store(t), 500, 2, 1)
 	if got := res.Root.String(); got != want {
 		t.Fatalf("synth(500, 2, seed 1) root %s, frozen %s", got, want)

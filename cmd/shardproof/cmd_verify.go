@@ -25,7 +25,7 @@ func init() {
 		store, root, snapshot, tombstones, benchmark string
 		resume                                       string
 		mapTasks, reducers, parallelism              int
-		asJSON                                       bool
+		asJSON, mapMembers                           bool
 		engine                                       executorFlags
 		shuffleComp                                  shuffle.Compression
 	)
@@ -51,6 +51,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 			opts := coordinator.Options{PlanOptions: coordinator.PlanOptions{
 				MapTasks: mapTasks, Reducers: reducers, Parallelism: parallelism,
 				Tool: "shardproof " + version, ShuffleCompression: shuffleComp,
+				MapMembers: mapMembers,
 			}}
 			for _, f := range []struct {
 				flag, val string
@@ -102,6 +103,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local executor (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
 	f.StringVar((*string)(&shuffleComp), "shuffle-compression", "", "shuffle files: zstd or none (default: none for the local executor, whose reducers would otherwise hold a zstd decoder per map task; zstd for the others)")
+	f.BoolVar(&mapMembers, "map-members", false, "map every snapshot member in map tasks and shuffle its tuples, even members whose declared bucket ranges let reducers read them directly (the default)")
 	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store) after the report is stored; by default they are deleted")
 	f.StringVar(&resume, "resume", "", "finish an interrupted verification: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
 	engine.addFlags(f)

@@ -146,6 +146,7 @@ func verifyOptionsFromFlags(cmd *cobra.Command) (opts coordinator.Options, store
 		opts.Parallelism = runtime.NumCPU()
 	}
 	opts.Tool = "shardproof " + version
+	opts.MapMembers, _ = f.GetBool("map-members")
 	comp, _ := f.GetString("shuffle-compression")
 	if opts.ShuffleCompression = shuffle.Compression(comp); !opts.ShuffleCompression.Valid() {
 		return opts, "", false, errcode.New(errcode.Usage, "verify: --shuffle-compression %q: want zstd or none", comp)

@@ -1,0 +1,126 @@
+package coordinator
+
+import (
+	"context"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
+	"github.com/shardproof/shardproof/shuffle"
+)
+
+// memberSource is a reducer.Source over the snapshot members a reducer
+// reads itself (BucketRange.Members). A member declares that its tuples
+// lie in buckets [lo, hi), and declared ranges are disjoint, so its tuples
+// are already the snapshot side of a bucket range: the source maps one
+// member at a time (every check the map side would make), puts its tuples
+// in shuffle order and hands them out bucket by bucket, never through a
+// shuffle file. A member that does not decode contributes no tuples, as
+// in a map task; nor does one holding a tuple outside its declared range
+// (the mapper reports that member's COUNT_MISMATCH).
+type memberSource struct {
+	ctx     context.Context
+	opts    mapper.Options
+	members []manifest.Shard
+	todo    []int
+	// results holds the mapper's figures for each member read, in order.
+	results  []mapper.Result
+	progress func(mapper.Result)
+	// mapNanos is the time spent mapping members, which the mapper's
+	// timings already count.
+	mapNanos int64
+
+	rows   []shuffle.Row
+	pos    int
+	ids    []byte
+	ends   []int
+	intern map[string]string
+}
+
+func newMemberSource(ctx context.Context, opts mapper.Options, members []manifest.Shard, todo []int, progress func(mapper.Result)) *memberSource {
+	return &memberSource{ctx: ctx, opts: opts, members: members, todo: todo, progress: progress, intern: map[string]string{}}
+}
+
+// Next implements reducer.Source.
+func (s *memberSource) Next() (uint32, []shuffle.Row, error) {
+	for s.pos >= len(s.rows) {
+		if len(s.todo) == 0 {
+			return 0, nil, io.EOF
+		}
+		i := s.todo[0]
+		s.todo = s.todo[1:]
+		if err := s.load(i); err != nil {
+			return 0, nil, err
+		}
+	}
+	b := s.rows[s.pos].Bucket
+	end := s.pos + 1
+	for end < len(s.rows) && s.rows[end].Bucket == b {
+		end++
+	}
+	rows := s.rows[s.pos:end]
+	s.pos = end
+	return b, rows, nil
+}
+
+// load maps member i into s.rows, sorted into shuffle order.
+func (s *memberSource) load(i int) error {
+	desc := s.members[i]
+	s.rows, s.pos, s.ids, s.ends = s.rows[:0], 0, s.ids[:0], s.ends[:0]
+	clear(s.intern)
+	start := time.Now()
+	res, err := mapper.MapShardStream(s.ctx, s.opts, mapper.Input{Side: mapper.SideSnapshot, Index: i, Desc: desc}, func(t *mapper.Tuple) error {
+		// The tuple's strings are the decoder's: keep the sampleId's
+		// bytes and share the few distinct sourceIds and splits.
+		s.ids = append(s.ids, t.SampleID...)
+		s.ends = append(s.ends, len(s.ids))
+		s.rows = append(s.rows, shuffle.Row{
+			Bucket: t.Bucket, Side: shuffle.Snapshot,
+			SourceID: s.str(t.SourceID), SourceVersion: t.SourceVersion,
+			ContentDigest: t.LogicalContentDigest, Split: s.str(t.Split),
+			SchemaDigest: t.SchemaDigest, TupleDigest: t.Digest,
+		})
+		return nil
+	})
+	s.mapNanos += int64(time.Since(start))
+	if err != nil {
+		return wrap(err, "snapshot member %s", desc.ID)
+	}
+	s.results = append(s.results, res)
+	if s.progress != nil {
+		s.progress(res)
+	}
+	if !res.Decoded {
+		s.rows = s.rows[:0]
+		return nil
+	}
+	all := string(s.ids)
+	lo := 0
+	for k := range s.rows {
+		s.rows[k].SampleID = all[lo:s.ends[k]]
+		lo = s.ends[k]
+	}
+	// Writers sort members by (bucket, sampleId, tuple digest), which is
+	// shuffle order for one side: then this is one pass.
+	if !slices.IsSortedFunc(s.rows, func(a, b shuffle.Row) int { return shuffle.Compare(&a, &b) }) {
+		shuffle.Sort(s.rows)
+	}
+	return nil
+}
+
+// maxInterned bounds the strings one member shares: a dataset whose
+// sourceIds are all distinct gains nothing from sharing them.
+const maxInterned = 4096
+
+func (s *memberSource) str(v string) string {
+	if c, ok := s.intern[v]; ok {
+		return c
+	}
+	c := string([]byte(v))
+	if len(s.intern) < maxInterned {
+		s.intern[c] = c
+	}
+	return c
+}
