@@ -66,7 +66,9 @@ func TestReportIndependentOfPlanShape(t *testing.T) {
 		{4, 8, shuffle.None, true},
 		{16, 64, shuffle.None, true},
 	} {
-		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: c.maps, Reducers: c.reducers, ShuffleCompression: c.comp, MapMembers: c.mapMembers})
+		// Parallelism 2 whatever the machine: with more cores than
+		// members, the planner would map the members.
+		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: c.maps, Reducers: c.reducers, ShuffleCompression: c.comp, MapMembers: c.mapMembers, Parallelism: 2})
 		shuffled[i] = r.Execution.ShuffleBytes
 		if r.Execution.Stages.Read <= 0 || r.Execution.Stages.Decode <= 0 || r.Execution.Stages.Tuples <= 0 || r.Execution.Stages.Reduce <= 0 {
 			t.Fatalf("case %+v: local execution stages not measured: %+v", c, r.Execution.Stages)

@@ -141,9 +141,21 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 		}
 	}
 	p := max(1, o.Parallelism)
+	r := o.Reducers
+	if r <= 0 {
+		r = DefaultReducers(p)
+	}
+	nb := uint64(1) << k
+	r = int(min(uint64(r), nb))
 	var ranged []int
 	if !o.MapMembers {
 		ranged = rangedMembers(snap.Members)
+		// Cuts between members only: a snapshot of fewer members than
+		// cores would leave cores idle in the reduce phase, and then
+		// mapping the members is faster.
+		if len(reducerRanges(nb, r, snap.Members, ranged)) < min(r, p) {
+			ranged = nil
+		}
 	}
 	inReduce := make([]bool, len(snap.Members))
 	for _, i := range ranged {
@@ -166,12 +178,6 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 		m = DefaultMapTasks(len(inputs), records, p)
 	}
 	m = max(1, min(m, len(inputs)))
-	r := o.Reducers
-	if r <= 0 {
-		r = DefaultReducers(p)
-	}
-	nb := uint64(1) << k
-	r = int(min(uint64(r), nb))
 	plan := &Plan{
 		Schema: PlanSchema, Root: o.Root, Snapshot: snapDigest,
 		Tombstones: o.Tombstones, Benchmark: o.Benchmark,

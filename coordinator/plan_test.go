@@ -147,13 +147,26 @@ func TestPlanMembersInReducers(t *testing.T) {
 			t.Fatalf("r=%d: %d reducers, want %d", r, len(p.Reducers), want)
 		}
 	}
-	p, _, err := NewPlan(ctx, s, PlanOptions{Root: res.Root, Reducers: 4, MapMembers: true, Nonce: "n"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, br := range p.Reducers {
-		if len(br.Members) > 0 {
-			t.Fatalf("MapMembers: reducer [%d, %d) reads members %v", br.Lo, br.Hi, br.Members)
+	// Told to map members, or given more cores than members (the reduce
+	// phase would leave cores idle), the planner maps them.
+	for _, o := range []PlanOptions{
+		{Root: res.Root, Reducers: 4, MapMembers: true, Nonce: "n"},
+		{Root: res.Root, Parallelism: len(members) + 1, Nonce: "n"},
+	} {
+		p, _, err := NewPlan(ctx, s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, br := range p.Reducers {
+			if len(br.Members) > 0 {
+				t.Fatalf("%+v: reducer [%d, %d) reads members %v", o, br.Lo, br.Hi, br.Members)
+			}
+		}
+		if want := min(o.Reducers, 1<<p.K); o.Reducers > 0 && len(p.Reducers) != want {
+			t.Fatalf("%+v: %d reducers, want %d", o, len(p.Reducers), want)
+		}
+		if len(p.Reducers) < 4 {
+			t.Fatalf("%+v: %d reducers", o, len(p.Reducers))
 		}
 	}
 }
