@@ -211,7 +211,7 @@ func TestVerifyStagesTable(t *testing.T) {
 		{toolVerify, "content digest (sha256 per value)", 0.26},
 		{toolVerify, "canonical encode+logical digest+tuples+partitions", 0.66},
 		{toolVerify, "shuffle write: sort+Arrow IPC (+zstd if the plan says)+store puts+commits", 1.2},
-		{toolVerify, "reduce", 0.8},
+		{toolVerify, "reduce: merge+diff+bucket leaves (snapshot members the reducers read count in the rows above)", 0.8},
 		{toolVerify, "aggregate+report", 0.04},
 		{toolVerify, "all stages (sum of the medians)", 5.36},
 		{toolCeiling, "ceiling: zstd decompress of the content columns", 0.4},

@@ -190,7 +190,7 @@ var measuredStageLabels = []struct{ key, label string }{
 	{stageContentDigest, "content digest (sha256 per value)"},
 	{stageTuples, "canonical encode+logical digest+tuples+partitions"},
 	{stageShuffleWrite, "shuffle write: sort+Arrow IPC (+zstd if the plan says)+store puts+commits"},
-	{stageReduce, "reduce"},
+	{stageReduce, "reduce: merge+diff+bucket leaves (snapshot members the reducers read count in the rows above)"},
 	{stageAggregate, "aggregate+report"},
 }
 

@@ -154,7 +154,7 @@ func ListJobs(ctx context.Context, s objstore.Store) ([]JobScratch, error) {
 // RemoveJob deletes the scratch of plan pd's job, its shuffle files and
 // task commit records (jobs/<plan>/), which nothing needs once the report
 // is stored: a nightly verification would otherwise leave them behind,
-// about 230 MB per million records with plain shuffle files. Reduce
+// about 117 MB per million release records with plain shuffle files. Reduce
 // commit records go first and map tasks' files after, so an interrupted
 // removal never leaves a reduce commit naming deleted inputs. The plan
 // and the report, content-addressed blobs, stay. s must implement
