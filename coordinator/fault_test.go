@@ -560,3 +560,67 @@ func TestShardFailingMidwayContributesNothing(t *testing.T) {
 		t.Fatalf("counts %+v: tuples of the failed shard reached the reducers", r.Counts)
 	}
 }
+
+// A member written by another writer may keep its declared bucket range
+// but not stage's order: its tuples still diff correctly when a reducer
+// reads it (the reducer puts them in shuffle order itself).
+func TestSnapshotMemberUnsorted(t *testing.T) {
+	s, res := synth(t)
+	ctx := context.Background()
+	snap := *res.SnapshotDoc
+	snap.Members = slices.Clone(snap.Members)
+	m := snap.Members[1]
+	rec, err := stage.DecodeParquet(ctx, stagetest.ShardBytes(t, s, m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Release()
+	b := array.NewRecordBuilder(memory.DefaultAllocator, rec.Schema())
+	defer b.Release()
+	for i := int(rec.NumRows()) - 1; i >= 0; i-- {
+		for c := range int(rec.NumCols()) {
+			switch col := rec.Column(c).(type) {
+			case *array.String:
+				b.Field(c).(*array.StringBuilder).Append(col.Value(i))
+			case *array.Int64:
+				b.Field(c).(*array.Int64Builder).Append(col.Value(i))
+			case *array.Binary:
+				b.Field(c).(*array.BinaryBuilder).Append(col.Value(i))
+			default:
+				t.Fatalf("member column %d is %T", c, col)
+			}
+		}
+	}
+	rev := b.NewRecordBatch()
+	defer rev.Release()
+	desc := stagetest.WriteShard(t, s, m.ID, rev, canon.SnapshotMemberSchema(), snap.RecordSchema, stage.ParquetOptions{})
+	if desc.Digest == m.Digest || desc.MemberSetDigest != m.MemberSetDigest {
+		t.Fatalf("reversed member: digest %s (was %s), memberSetDigest %s (was %s)", desc.Digest, m.Digest, desc.MemberSetDigest, m.MemberSetDigest)
+	}
+	desc.Buckets = m.Buckets
+	snap.Members[1] = desc
+	enc, err := manifest.Encode(&snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd, _, _, err := objstore.PutBlob(ctx, s, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := NewPlan(ctx, s, PlanOptions{Root: res.Root, Snapshot: sd, Parallelism: 2, Nonce: "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inReducer := false
+	for _, br := range p.Reducers {
+		inReducer = inReducer || slices.Contains(br.Members, 1)
+	}
+	if !inReducer {
+		t.Fatalf("member 1 is not read by a reducer: %+v", p.Reducers)
+	}
+	r := verify(t, s, PlanOptions{Root: res.Root, Snapshot: sd, Parallelism: 2})
+	expect(t, r, clean(res))
+	if r.SnapshotTupleRoot != res.SnapshotDoc.TupleRoot {
+		t.Fatalf("snapshot root %s, want %s", r.SnapshotTupleRoot, res.SnapshotDoc.TupleRoot)
+	}
+}
