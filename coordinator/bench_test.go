@@ -19,7 +19,7 @@ import (
 // regenerates and encodes every shard, which at millions of samples costs
 // minutes.
 func benchRelease(ctx context.Context, s *file.Store, dir string, samples, shards int) (manifest.Digest, error) {
-	memo := filepath.Join(dir, fmt.Sprintf("bench-root-%d-%d", samples, shards))
+	memo := filepath.Join(dir, fmt.Sprintf("bench-root-%d-%d-ser%s", samples, shards, stage.SerializerVersion))
 	if b, err := os.ReadFile(memo); err == nil {
 		return manifest.ParseDigest(strings.TrimSpace(string(b)))
 	}
@@ -53,6 +53,10 @@ func envInt(b *testing.B, name string, def int) int {
 //	                           (synth is idempotent), e.g. for 8M samples
 //	SHARDPROOF_BENCH_MAP_TASKS, SHARDPROOF_BENCH_REDUCERS, SHARDPROOF_BENCH_PARALLELISM
 //	                           plan shape (default: verify's defaults)
+//	SHARDPROOF_BENCH_MAP_MEMBERS=1
+//	                           map and shuffle the snapshot members (verify
+//	                           --map-members) instead of letting reducers
+//	                           read them
 //
 // Example: SHARDPROOF_BENCH_SAMPLES=2000000 go test -run '^$' -bench Verify -benchtime 1x ./coordinator
 func BenchmarkVerify(b *testing.B) {
@@ -77,6 +81,7 @@ func BenchmarkVerify(b *testing.B) {
 		MapTasks:    envInt(b, "SHARDPROOF_BENCH_MAP_TASKS", 0),
 		Reducers:    envInt(b, "SHARDPROOF_BENCH_REDUCERS", 0),
 		Parallelism: envInt(b, "SHARDPROOF_BENCH_PARALLELISM", 0),
+		MapMembers:  envInt(b, "SHARDPROOF_BENCH_MAP_MEMBERS", 0) == 1,
 		Tool:        "shardproof bench",
 	}}
 	b.ResetTimer()
