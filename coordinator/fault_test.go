@@ -351,7 +351,14 @@ func TestSchemaMixedIn(t *testing.T) {
 
 func putFenceLog(t *testing.T, s objstore.Store, schema string, entries ...manifest.FenceEntry) manifest.Digest {
 	t.Helper()
-	b, err := manifest.Encode(&manifest.FenceLog{Schema: schema, Entries: entries})
+	return putDoc(t, s, &manifest.FenceLog{Schema: schema, Entries: entries})
+}
+
+// putDoc stores a document (valid or not: plans and snapshots are edited
+// by tests) as a blob and returns its digest.
+func putDoc(t *testing.T, s objstore.Store, v any) manifest.Digest {
+	t.Helper()
+	b, err := manifest.Encode(v)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,14 +455,7 @@ func TestSnapshotMemberBucketsLie(t *testing.T) {
 	snap.Members = slices.Clone(snap.Members)
 	a, b := snap.Members[0], snap.Members[1]
 	snap.Members[0].Buckets, snap.Members[1].Buckets = b.Buckets, a.Buckets
-	enc, err := manifest.Encode(&snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sd, _, _, err := objstore.PutBlob(context.Background(), s, enc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sd := putDoc(t, s, &snap)
 	var first []byte
 	for _, mapMembers := range []bool{false, true} {
 		r := verify(t, s, PlanOptions{Root: res.Root, Snapshot: sd, MapMembers: mapMembers})
@@ -485,14 +485,7 @@ func TestSnapshotOfAnotherSchema(t *testing.T) {
 	s, res := synth(t)
 	snap := *res.SnapshotDoc
 	snap.RecordSchema = sha256.Sum256([]byte("another record schema"))
-	b, err := manifest.Encode(&snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sd, _, _, err := objstore.PutBlob(context.Background(), s, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sd := putDoc(t, s, &snap)
 	r := verify(t, s, PlanOptions{Root: res.Root, Snapshot: sd})
 	want := clean(res)
 	want.SchemaMix = want.Records
@@ -599,14 +592,7 @@ func TestSnapshotMemberUnsorted(t *testing.T) {
 	}
 	desc.Buckets = m.Buckets
 	snap.Members[1] = desc
-	enc, err := manifest.Encode(&snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sd, _, _, err := objstore.PutBlob(ctx, s, enc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sd := putDoc(t, s, &snap)
 	p, _, err := NewPlan(ctx, s, PlanOptions{Root: res.Root, Snapshot: sd, Parallelism: 2, Nonce: "n"})
 	if err != nil {
 		t.Fatal(err)

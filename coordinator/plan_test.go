@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
-	"github.com/shardproof/shardproof/manifest"
-	"github.com/shardproof/shardproof/objstore"
 )
 
 // A plan is untrusted input to every task process: one that leaves an
@@ -59,14 +57,7 @@ func TestOpenRejectsInconsistentPlans(t *testing.T) {
 			p.Reducers[i].Members = slices.Clone(p.Reducers[i].Members)
 		}
 		edit(&p)
-		b, err := manifest.Encode(&p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, _, _, err := objstore.PutBlob(ctx, s, b)
-		if err != nil {
-			t.Fatal(err)
-		}
+		d := putDoc(t, s, &p)
 		if _, err := Open(ctx, s, d); errcode.Of(err) != errcode.BadDocument {
 			t.Errorf("%s: Open err = %v, want BAD_DOCUMENT", name, err)
 		}
@@ -182,14 +173,7 @@ func TestPlanUndeclaredMembersAreMapped(t *testing.T) {
 	for i := range snap.Members {
 		snap.Members[i].Buckets = nil
 	}
-	b, err := manifest.Encode(&snap)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sd, _, _, err := objstore.PutBlob(ctx, s, b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sd := putDoc(t, s, &snap)
 	p, _, err := NewPlan(ctx, s, PlanOptions{Root: res.Root, Snapshot: sd, Reducers: 3, Nonce: "n"})
 	if err != nil {
 		t.Fatal(err)
