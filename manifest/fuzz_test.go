@@ -59,7 +59,7 @@ func FuzzDecodeRelease(f *testing.F) {
 }
 
 func FuzzDecodeSnapshot(f *testing.F) {
-	fuzzDecoder(f, [][]byte{mustEncode(f, validSnapshot())}, DecodeSnapshot)
+	fuzzDecoder(f, [][]byte{mustEncode(f, validSnapshot()), mustEncode(f, rangedSnapshot())}, DecodeSnapshot)
 }
 
 func FuzzDecodeFenceLog(f *testing.F) {
