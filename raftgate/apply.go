@@ -106,6 +106,9 @@ func (a *applier) register(c *Register) (any, error) {
 	if rel == nil {
 		rel = &Release{Root: c.Root, State: ReleaseStaged, Shards: slices.Clone(c.Shards), Registered: a.now}
 		a.s.Releases[key] = rel
+	} else if rel.Pruned {
+		// The root names the manifest, and so its shards: take them back.
+		rel.Shards, rel.Pruned = slices.Clone(c.Shards), false
 	} else if !slices.Equal(rel.Shards, c.Shards) {
 		return nil, errcode.New(errcode.AlreadyExists, "release %s is registered with %d other shards", c.Root, len(rel.Shards))
 	}
@@ -675,6 +678,61 @@ func (a *applier) cancelRun(c *CancelRun) (any, error) {
 		p.State, p.Changed, p.Reason = PermitReleased, a.now, "run cancelled"
 	}
 	return run.Summary(), nil
+}
+
+// ---- retention ----
+
+// PruneResult lists what a prune command removed, each list sorted.
+type PruneResult struct {
+	Runs    []string `json:"runs"`
+	Permits []string `json:"permits"`
+	// Releases are the roots whose shard lists were dropped.
+	Releases []string `json:"releases"`
+}
+
+func (a *applier) prune(c *Prune) (any, error) {
+	if c.OlderThanMs < 0 {
+		return nil, errcode.New(errcode.BadInput, "prune: olderThanMs %d is negative", c.OlderThanMs)
+	}
+	cutoff := a.now - c.OlderThanMs
+	res := PruneResult{Runs: []string{}, Permits: []string{}, Releases: []string{}}
+	for _, id := range sortedKeys(a.s.Runs) {
+		if r := a.s.Runs[id]; (r.State == RunFailed || r.State == RunCancelled) && r.Created < cutoff {
+			delete(a.s.Runs, id)
+			res.Runs = append(res.Runs, id)
+		}
+	}
+	// What stays reachable: every permit an alias's history or a
+	// remaining run names, every root in a rollback window or pinned by a
+	// remaining run.
+	permits, roots := map[string]bool{}, map[string]bool{}
+	for _, al := range a.s.Aliases {
+		for _, h := range al.History {
+			permits[h.Permit] = true
+		}
+		for _, h := range al.History[max(0, len(al.History)-al.Retain):] {
+			roots[h.Root.String()] = true
+		}
+	}
+	for _, r := range a.s.Runs {
+		permits[r.Permit] = true
+		roots[r.Root.String()] = true
+	}
+	for _, id := range sortedKeys(a.s.Permits) {
+		if p := a.s.Permits[id]; p.State != PermitOpen && !permits[id] && p.Changed < cutoff {
+			delete(a.s.Permits, id)
+			res.Permits = append(res.Permits, id)
+		}
+	}
+	for _, k := range sortedKeys(a.s.Releases) {
+		rel := a.s.Releases[k]
+		if rel.Pruned || roots[k] || rel.Registered >= cutoff || rel.State != ReleaseRetired && rel.State != ReleaseInvalid {
+			continue
+		}
+		rel.Shards, rel.Pruned = []manifest.Digest{}, true
+		res.Releases = append(res.Releases, k)
+	}
+	return res, nil
 }
 
 // ---- membership ----

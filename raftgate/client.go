@@ -247,6 +247,14 @@ func (c *Client) CancelRun(ctx context.Context, run, reason string) (*RunSummary
 	return &r, c.Apply(ctx, &CancelRun{Run: run, Reason: reason}, &r)
 }
 
+// Prune drops ended runs created more than olderThan ago, the closed
+// permits nothing names any more and the shard lists of unreachable
+// releases (see Prune).
+func (c *Client) Prune(ctx context.Context, olderThan time.Duration) (*PruneResult, error) {
+	var r PruneResult
+	return &r, c.Apply(ctx, &Prune{OlderThanMs: olderThan.Milliseconds()}, &r)
+}
+
 // State reads the whole state (linearizable).
 func (c *Client) State(ctx context.Context) (*State, error) {
 	s := NewState()

@@ -23,6 +23,7 @@ const (
 	CmdAdmitCheckpoint = "admitCheckpoint"
 	CmdCancelRun       = "cancelRun"
 	CmdJoin            = "join"
+	CmdPrune           = "prune"
 )
 
 // MaxCommandSize caps one encoded command (a register of a release with
@@ -160,6 +161,17 @@ type CancelRun struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Prune drops what a long-lived gate no longer needs: runs that ended
+// (FAILED or CANCELLED) and were created more than OlderThanMs before the
+// command, the closed permits nothing names any more, and the shard lists
+// of releases no alias and no remaining run can reach (RETIRED, or INVALID
+// outside every rollback window). Release records and alias histories
+// stay.
+type Prune struct {
+	Header
+	OlderThanMs int64 `json:"olderThanMs"`
+}
+
 // Join records a node's addresses.
 type Join struct {
 	Header
@@ -195,6 +207,8 @@ func newCommand(typ string) Command {
 		return &CancelRun{}
 	case CmdJoin:
 		return &Join{}
+	case CmdPrune:
+		return &Prune{}
 	}
 	return nil
 }
@@ -266,6 +280,8 @@ func commandType(c Command) string {
 		return CmdCancelRun
 	case *Join:
 		return CmdJoin
+	case *Prune:
+		return CmdPrune
 	}
 	return ""
 }

@@ -95,6 +95,14 @@
 //     with the barrier open (BARRIER_CLOSED), steps never go back
 //     (STEP_REGRESSION; the same step again is a no-op).
 //   - cancelRun(run) — CANCELLED, permit RELEASED; idempotent.
+//   - prune(olderThanMs) — with cutoff = now − olderThanMs: deletes runs
+//     that ended (FAILED or CANCELLED) and were created before the cutoff;
+//     then deletes the non-OPEN permits changed before it that no alias
+//     history and no remaining run names; then drops the shard lists of
+//     releases registered before it that are RETIRED, or INVALID, and that
+//     no rollback window and no remaining run holds (the release is marked
+//     pruned; a register of the same root takes its shards back). Release
+//     records and alias histories stay. Idempotent.
 //   - join(id, raftAddr, httpAddr) — records a member's addresses so
 //     followers can forward to the leader's HTTP API.
 //
@@ -112,7 +120,10 @@
 // leaves the window and no alias's window holds its root any more, the
 // root becomes RETIRED and can be neither published nor rolled back to.
 // Alias history is kept whole (it is small) so `gate history` and
-// idempotent retries can see every generation.
+// idempotent retries can see every generation. What grows with every
+// release and run (shard lists, per-rank attestations) is what prune
+// removes once nothing can use it: a gate embedded for years would
+// otherwise snapshot every nightly release's shard list forever.
 //
 // # Permits
 //

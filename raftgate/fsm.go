@@ -92,6 +92,8 @@ func (f *FSM) ApplyCommand(c Command) *Result {
 		v, err = a.cancelRun(c)
 	case *Join:
 		v, err = a.join(c)
+	case *Prune:
+		v, err = a.prune(c)
 	default:
 		err = errcode.New(errcode.BadDocument, "unknown command %T", c)
 	}

@@ -576,9 +576,12 @@ func script(t testing.TB, seed uint64, n int) [][]byte {
 			}
 			emit(&AdmitCheckpoint{Header: h, Run: runID, Step: int64(rng.IntN(10)), Root: r})
 		default:
-			if rng.IntN(2) == 0 {
+			switch rng.IntN(9) {
+			case 0:
+				emit(&Prune{Header: h, OlderThanMs: int64(rng.IntN(20_000))})
+			case 1, 2, 3, 4:
 				emit(&CheckBarrier{Header: h, Run: runID})
-			} else {
+			default:
 				emit(&CancelRun{Header: h, Run: runID})
 			}
 		}
@@ -589,7 +592,7 @@ func script(t testing.TB, seed uint64, n int) [][]byte {
 func TestDeterministicSnapshots(t *testing.T) {
 	log := script(t, 7, 3000)
 	a, b := NewFSM(), NewFSM()
-	accepted := 0
+	accepted, prunedRuns, prunedReleases := 0, 0, 0
 	codes := map[errcode.Code]int{}
 	for _, e := range log {
 		ra, rb := a.ApplyBytes(e), b.ApplyBytes(e)
@@ -598,6 +601,10 @@ func TestDeterministicSnapshots(t *testing.T) {
 		}
 		if ra.Err == nil {
 			accepted++
+		}
+		if pr, ok := ra.Value.(PruneResult); ok {
+			prunedRuns += len(pr.Runs)
+			prunedReleases += len(pr.Releases)
 		}
 		codes[errcode.Of(ra.Err)]++
 	}
@@ -617,8 +624,9 @@ func TestDeterministicSnapshots(t *testing.T) {
 			opened++
 		}
 	}
-	if accepted < len(log)/5 || len(st.Aliases) < 2 || opened == 0 || st.Aliases["a"].Generation < 5 {
-		t.Fatalf("script too weak: %d of %d accepted, %d aliases, %d runs opened their barrier; codes %v", accepted, len(log), len(st.Aliases), opened, codes)
+	if accepted < len(log)/5 || len(st.Aliases) < 2 || opened == 0 || st.Aliases["a"].Generation < 5 || prunedRuns == 0 || prunedReleases == 0 {
+		t.Fatalf("script too weak: %d of %d accepted, %d aliases, %d runs opened their barrier, pruned %d runs and %d releases; codes %v",
+			accepted, len(log), len(st.Aliases), opened, prunedRuns, prunedReleases, codes)
 	}
 
 	snap, err := a.Snapshot()

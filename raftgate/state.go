@@ -97,6 +97,9 @@ type Release struct {
 	BenchmarkHits      int64           `json:"benchmarkHits"`
 	Rechecks           []Recheck       `json:"rechecks,omitempty"`
 	Registered         int64           `json:"registered"`
+	// Pruned says a prune command dropped Shards: the release is RETIRED
+	// or INVALID, and nothing can publish, roll back to or run it again.
+	Pruned bool `json:"pruned,omitempty"`
 }
 
 // Recheck records one fence recheck of a release.
@@ -263,6 +266,9 @@ func (s *State) Validate() error {
 		default:
 			return fmt.Errorf("release %s: bad state %q", k, r.State)
 		}
+		if r.Pruned && (len(r.Shards) != 0 || r.State != ReleaseRetired && r.State != ReleaseInvalid) {
+			return fmt.Errorf("release %s: pruned with %d shards in state %s", k, len(r.Shards), r.State)
+		}
 	}
 	for k, a := range s.Aliases {
 		if a == nil || a.Name != k {
@@ -283,6 +289,11 @@ func (s *State) Validate() error {
 			}
 			if s.Permits[h.Permit] == nil {
 				return fmt.Errorf("alias %s: generation %d names unknown permit %s", k, h.Generation, h.Permit)
+			}
+		}
+		for _, h := range a.History[max(0, len(a.History)-a.Retain):] {
+			if s.Releases[h.Root.String()].Pruned {
+				return fmt.Errorf("alias %s: generation %d in the rollback window names pruned root %s", k, h.Generation, h.Root)
 			}
 		}
 		if a.Root != a.History[len(a.History)-1].Root || a.Permit != a.History[len(a.History)-1].Permit {
@@ -313,8 +324,8 @@ func (s *State) Validate() error {
 			return fmt.Errorf("run %s: key/id mismatch", k)
 		}
 		rel := s.Releases[r.Root.String()]
-		if rel == nil {
-			return fmt.Errorf("run %s: unknown root", k)
+		if rel == nil || rel.Pruned {
+			return fmt.Errorf("run %s: unknown or pruned root", k)
 		}
 		if s.Permits[r.Permit] == nil {
 			return fmt.Errorf("run %s: unknown permit", k)

@@ -338,6 +338,35 @@ var gateFenceCmd = &cobra.Command{
 	},
 }
 
+var gatePruneFlags struct{ olderThan time.Duration }
+
+var gatePruneCmd = &cobra.Command{
+	Use:   "prune [--older-than 720h]",
+	Short: "Drop ended runs, closed permits nothing names, and the shard lists of releases no alias or run can reach",
+	Long: `prune keeps a long-lived gate's state, and so its Raft snapshots, from
+growing with every nightly release: it deletes runs that ended (FAILED or
+CANCELLED) and were created more than --older-than ago, the closed permits
+no alias history or remaining run names, and the shard lists of releases
+registered more than --older-than ago that are RETIRED, or INVALID outside
+every rollback window, and that no remaining run pins. Release records,
+alias histories and open permits stay. It is one linearizable command.`,
+	Args: exactArgs(0),
+	RunE: func(cmd *cobra.Command, _ []string) error {
+		if gatePruneFlags.olderThan < 0 {
+			return errcode.New(errcode.Usage, "%s: --older-than %s is negative", cmd.CommandPath(), gatePruneFlags.olderThan)
+		}
+		c := gateClient()
+		defer c.Close()
+		r, err := c.Prune(cmd.Context(), gatePruneFlags.olderThan)
+		if err != nil {
+			return err
+		}
+		return printResult(cmd, r, func(w io.Writer) {
+			fmt.Fprintf(w, "pruned %d runs, %d permits, the shard lists of %d releases\n", len(r.Runs), len(r.Permits), len(r.Releases))
+		})
+	},
+}
+
 var gateRecheckFlags struct {
 	kind, report string
 	value        uint64
@@ -458,13 +487,14 @@ func init() {
 	f.StringVar(&gateRecheckFlags.report, "report", "", "digest of the recheck report")
 	f.Int64Var(&gateRecheckFlags.hits, "hits", 0, "items of the fence found in the release")
 
+	gatePruneCmd.Flags().DurationVar(&gatePruneFlags.olderThan, "older-than", 30*24*time.Hour, "prune only what was created, closed or registered longer ago than this")
 	gatePermitsCmd.Flags().StringVar(&gatePermitsFlags.root, "root", "", "only permits of this root")
 	gatePermitsCmd.Flags().BoolVar(&gatePermitsFlags.open, "open", false, "only open permits")
 
 	// The client flags go on each client command, not on `gate` itself:
 	// `gate serve` is the server and takes none of them.
 	clients := []*cobra.Command{gateStatusCmd, gateRegisterCmd, gatePublishCmd, gateRollbackCmd,
-		gateFenceCmd, gateRecheckCmd, gatePermitsCmd, gateHistoryCmd}
+		gateFenceCmd, gateRecheckCmd, gatePermitsCmd, gateHistoryCmd, gatePruneCmd}
 	for _, c := range clients {
 		addGateClientFlags(c.PersistentFlags())
 	}

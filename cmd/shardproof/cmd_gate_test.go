@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -251,6 +252,21 @@ func TestGateCLI(t *testing.T) {
 		t.Fatalf("register of an INVALID report: %s", r.stdout)
 	}
 	g("gate", "publish", "main", root.String(), "--expect", "2").expect(t, errcode.ExitRejected, errcode.NotVerified)
+
+	// prune drops the failed run and its permit; the running run, the
+	// alias's permits and its current (now INVALID) root stay.
+	g("gate", "prune", "--older-than", "-1s").expect(t, errcode.ExitUsage, errcode.Usage)
+	r = g("gate", "prune").expect(t, 0, "")
+	if !strings.Contains(r.stdout, "pruned 0 runs, 0 permits, the shard lists of 0 releases") {
+		t.Fatalf("prune with the default 30 days: %s", r.stdout)
+	}
+	r = g("gate", "prune", "--older-than", "0s", "--json").expect(t, 0, "")
+	var pruned raftgate.PruneResult
+	if err := json.Unmarshal([]byte(r.stdout), &pruned); err != nil || !slices.Equal(pruned.Runs, []string{"job2"}) || len(pruned.Permits) != 1 || len(pruned.Releases) != 0 {
+		t.Fatalf("prune --json: %+v %v\n%s", pruned, err, r.stdout)
+	}
+	g("run", "show", "job").expect(t, 0, "")
+	g("run", "show", "job2").expect(t, errcode.ExitRejected, errcode.UnknownRun)
 }
 
 // invalidReport stores an INVALID report of root: one member missing.
