@@ -102,7 +102,9 @@
 //     releases registered before it that are RETIRED, or INVALID, and that
 //     no rollback window and no remaining run holds (the release is marked
 //     pruned; a register of the same root takes its shards back). Release
-//     records and alias histories stay. Idempotent.
+//     records and alias histories stay. Idempotent. With
+//     Config.PruneOlderThan the leader proposes it every PruneInterval
+//     (`gate serve --auto-prune`).
 //   - join(id, raftAddr, httpAddr) — records a member's addresses so
 //     followers can forward to the leader's HTTP API.
 //

@@ -87,6 +87,13 @@ type Config struct {
 	// SweepInterval is how often the leader fails runs whose barrier
 	// deadline passed; zero means 250 ms.
 	SweepInterval time.Duration
+	// PruneOlderThan, if positive, makes the leader propose a prune
+	// command (see Prune) with this age every PruneInterval, so a gate
+	// that runs for years needs no cron job to stay small. Zero means
+	// never.
+	PruneOlderThan time.Duration
+	// PruneInterval is how often the leader prunes; zero means an hour.
+	PruneInterval time.Duration
 }
 
 // Node is one gate server: a Raft member with its FSM and HTTP API.
@@ -125,6 +132,9 @@ func NewNode(cfg Config) *Node {
 	}
 	if cfg.SweepInterval == 0 {
 		cfg.SweepInterval = 250 * time.Millisecond
+	}
+	if cfg.PruneInterval == 0 {
+		cfg.PruneInterval = time.Hour
 	}
 	n := &Node{
 		cfg:  cfg,
@@ -386,12 +396,13 @@ func (n *Node) leaderHTTP() string {
 }
 
 // leaderLoop runs the leader's housekeeping: it records this node's
-// addresses in the state and fails runs whose barrier deadline passed.
-// The deadline decision itself happens in Apply, from the timestamp the
-// checkBarrier command carries.
+// addresses in the state, fails runs whose barrier deadline passed, and
+// prunes (Config.PruneOlderThan). The deadline and age decisions
+// themselves happen in Apply, from the timestamp the command carries.
 func (n *Node) leaderLoop() {
 	t := time.NewTicker(n.cfg.SweepInterval)
 	defer t.Stop()
+	var lastPrune time.Time // zero: prune soon after becoming leader
 	for {
 		select {
 		case <-n.stop:
@@ -399,7 +410,20 @@ func (n *Node) leaderLoop() {
 		case <-t.C:
 		}
 		if !n.IsLeader() {
+			lastPrune = time.Time{}
 			continue
+		}
+		if n.cfg.PruneOlderThan > 0 && time.Since(lastPrune) >= n.cfg.PruneInterval {
+			lastPrune = time.Now()
+			res, err := n.Apply(&Prune{OlderThanMs: n.cfg.PruneOlderThan.Milliseconds()})
+			if err == nil && res.Err != nil {
+				err = res.Err
+			}
+			if err != nil {
+				n.log.Warn("prune", "code", errcode.Of(err), "err", err)
+			} else if r, ok := res.Value.(PruneResult); ok && len(r.Runs)+len(r.Permits)+len(r.Releases) > 0 {
+				n.log.Info("pruned", "runs", len(r.Runs), "permits", len(r.Permits), "releases", len(r.Releases))
+			}
 		}
 		var self *NodeInfo
 		var overdue []string

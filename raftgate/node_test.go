@@ -443,3 +443,41 @@ func TestLeaderLostMidCommitIsIndeterminate(t *testing.T) {
 		t.Fatalf("retry after indeterminate: %+v %v", r, err)
 	}
 }
+
+// With PruneOlderThan set, the leader prunes by itself: a cancelled run
+// disappears without anyone sending a prune command.
+func TestLeaderPrunes(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	cfg := TestConfig(t.TempDir(), "solo")
+	cfg.PruneOlderThan, cfg.PruneInterval = time.Millisecond, 50*time.Millisecond
+	n := StartTestNode(t, cfg)
+	cl := NewClient(n.URL())
+	defer cl.Close()
+	root := registerVerified(t, ctx, cl, "r", 2, 0, 0)
+	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "job", Alias: "main", WorldSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CancelRun(ctx, "job", "done"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		s, err := cl.State(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Runs["job"] == nil {
+			if s.Aliases["main"] == nil || s.Releases[root.String()].Pruned {
+				t.Fatalf("prune took what the alias holds: %+v", s.Aliases["main"])
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the leader never pruned the cancelled run")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

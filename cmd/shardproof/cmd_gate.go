@@ -83,6 +83,7 @@ var gateServeFlags struct {
 	data, id, raftAddr, httpAddr, join string
 	raftAdvertise, httpAdvertise       string
 	bootstrap                          bool
+	autoPrune                          time.Duration
 }
 
 var gateServeCmd = &cobra.Command{
@@ -105,11 +106,15 @@ in DIR/snapshots.`,
 		if f.bootstrap && f.join != "" {
 			return errcode.New(errcode.Usage, "%s: --bootstrap and --join exclude each other", cmd.CommandPath())
 		}
+		if f.autoPrune < 0 {
+			return errcode.New(errcode.Usage, "%s: --auto-prune %s is negative", cmd.CommandPath(), f.autoPrune)
+		}
 		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 		n := raftgate.NewNode(raftgate.Config{
 			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join,
 			RaftAdvertise: f.raftAdvertise, HTTPAdvertise: f.httpAdvertise,
 			Logger: logger, RaftLog: cmd.ErrOrStderr(),
+			PruneOlderThan: f.autoPrune,
 		})
 		if err := n.Start(cmd.Context()); err != nil {
 			return err
@@ -471,6 +476,7 @@ func init() {
 	f.StringVar(&gateServeFlags.httpAdvertise, "http-advertise", "", "HTTP address other members forward to, if not --http-addr")
 	f.StringVar(&gateServeFlags.join, "join", "", "HTTP address of a running member to join (first start only)")
 	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "bootstrap a new cluster of this node (the default without --join)")
+	f.DurationVar(&gateServeFlags.autoPrune, "auto-prune", 0, "while leader, run `gate prune --older-than` with this age every hour (0: never)")
 
 	f = gateRegisterCmd.Flags()
 	f.StringVar(&gateRegisterFlags.store, "store", "", "object store URL or path")
