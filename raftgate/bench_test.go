@@ -3,7 +3,9 @@ package raftgate
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -241,4 +243,55 @@ func BenchmarkBarrier4096(b *testing.B) {
 	}
 	b.ReportMetric(float64(toAnswer.Microseconds())/1000/float64(b.N), "ms-to-open")
 	b.ReportMetric(float64(toWaiter.Microseconds())/1000/float64(b.N), "ms-to-waiter")
+}
+
+// BenchmarkPruneYear measures what prune saves a gate that published one
+// release a night for a year (SHARDPROOF_BENCH_NIGHTS, default 365) of
+// SHARDPROOF_BENCH_RELEASE_SHARDS shards each (default 2,000), with the
+// default rollback window, one cancelled run per night: the snapshot
+// size before and after one prune, and the time of that prune.
+//
+//	go test ./raftgate -run '^$' -bench PruneYear -benchtime 1x
+func BenchmarkPruneYear(b *testing.B) {
+	nights := benchEnv(b, "SHARDPROOF_BENCH_NIGHTS", 365)
+	shards := benchEnv(b, "SHARDPROOF_BENCH_RELEASE_SHARDS", 2000)
+	var before, after int
+	for range b.N {
+		b.StopTimer()
+		h := newHarness(b)
+		for i := range nights {
+			label := fmt.Sprintf("night-%d", i)
+			root := h.verified(label, shards, 0, 0)
+			h.ok(&Publish{Alias: "main", Root: root, ExpectedGeneration: uint64(i)})
+			run := fmt.Sprintf("run-%d", i)
+			h.ok(&CreateRun{Run: run, Alias: "main", WorldSize: 8})
+			h.ok(&CancelRun{Run: run})
+			h.now += 24 * 3600 * 1000
+		}
+		enc, _ := EncodeState(h.state())
+		before = len(enc)
+		b.StartTimer()
+		res := h.ok(&Prune{OlderThanMs: 30 * 24 * 3600 * 1000}).(PruneResult)
+		b.StopTimer()
+		enc, _ = EncodeState(h.state())
+		after = len(enc)
+		if len(res.Releases) == 0 || len(res.Runs) == 0 {
+			b.Fatalf("nothing pruned: %+v", res)
+		}
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(before)/1e6, "stateMB-before")
+	b.ReportMetric(float64(after)/1e6, "stateMB-after")
+}
+
+func benchEnv(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
 }
