@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"sort"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -224,18 +225,25 @@ func rangedMembers(members []manifest.Shard) []int {
 // (j·nb/r) moved to the nearer end of the member straddling it, so fewer
 // than r ranges come out only when members are fewer than reducers.
 func reducerRanges(nb uint64, r int, members []manifest.Shard, ranged []int) []BucketRange {
+	// Non-empty declared ranges are disjoint (an empty one may sit inside
+	// another), so among them, sorted, only the last one starting below a
+	// cut can straddle it.
+	var spans []*manifest.BucketRange
+	for _, i := range ranged {
+		if b := members[i].Buckets; b.Lo < b.Hi {
+			spans = append(spans, b)
+		}
+	}
 	cuts := []uint64{0}
 	for j := 1; j < r; j++ {
 		c := uint64(j) * nb / uint64(r)
-		for _, i := range ranged {
-			b := members[i].Buckets
-			if uint64(b.Lo) < c && c < uint64(b.Hi) {
+		if k := sort.Search(len(spans), func(x int) bool { return uint64(spans[x].Lo) >= c }) - 1; k >= 0 {
+			if b := spans[k]; c < uint64(b.Hi) {
 				if c-uint64(b.Lo) <= uint64(b.Hi)-c {
 					c = uint64(b.Lo)
 				} else {
 					c = uint64(b.Hi)
 				}
-				break
 			}
 		}
 		if c > cuts[len(cuts)-1] && c < nb {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
 )
 
 // A plan is untrusted input to every task process: one that leaves an
@@ -197,5 +198,47 @@ func TestPlanUndeclaredMembersAreMapped(t *testing.T) {
 	r := verify(t, s, PlanOptions{Root: res.Root, Snapshot: sd})
 	if want := clean(res); r.Counts != want || r.SnapshotTupleRoot != res.SnapshotDoc.TupleRoot {
 		t.Fatalf("counts %+v (want %+v), snapshot root %s", r.Counts, want, r.SnapshotTupleRoot)
+	}
+}
+
+// Cuts never fall inside a member's declared range, also when an empty
+// range sits inside another member's and when members leave gaps.
+func TestReducerRangesRespectMembers(t *testing.T) {
+	br := func(lo, hi uint32) *manifest.BucketRange { return &manifest.BucketRange{Lo: lo, Hi: hi} }
+	members := []manifest.Shard{
+		{Buckets: br(0, 100)},
+		{Buckets: br(50, 50)}, // empty, inside member 0's range
+		{Buckets: br(130, 250)},
+		{},                      // no declaration: mapped
+		{Buckets: br(256, 256)}, // empty, at the end of the space
+	}
+	ranged := rangedMembers(members)
+	if !slices.Equal(ranged, []int{0, 1, 2, 4}) {
+		t.Fatalf("ranged %v", ranged)
+	}
+	for r := 1; r <= 256; r++ {
+		rs := reducerRanges(256, r, members, ranged)
+		if rs[0].Lo != 0 || rs[len(rs)-1].Hi != 256 || len(rs) > r {
+			t.Fatalf("r=%d: %+v", r, rs)
+		}
+		where := map[int]int{}
+		for j, x := range rs {
+			if j > 0 && x.Lo != rs[j-1].Hi {
+				t.Fatalf("r=%d: gap or overlap %+v", r, rs)
+			}
+			for _, i := range x.Members {
+				where[i] = j
+				if b := members[i].Buckets; b.Lo < x.Lo || b.Hi > x.Hi {
+					t.Fatalf("r=%d: member %d [%d, %d) in reducer [%d, %d)", r, i, b.Lo, b.Hi, x.Lo, x.Hi)
+				}
+			}
+		}
+		if len(where) != 4 || where[1] != where[0] || where[4] != len(rs)-1 {
+			t.Fatalf("r=%d: members placed %v in %+v", r, where, rs)
+		}
+		p := &Plan{Schema: PlanSchema, K: 8, MapTasks: [][]Input{{{Side: 1, Index: 3}}}, Reducers: rs}
+		if err := p.validate(0, members); err != nil {
+			t.Fatalf("r=%d: %v", r, err)
+		}
 	}
 }
