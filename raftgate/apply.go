@@ -523,7 +523,7 @@ func (a *applier) liveRun(id string) (*Run, error) {
 // fail fails run with code and returns the matching error.
 func (a *applier) fail(run *Run, code errcode.Code, format string, args ...any) error {
 	msg := fmt.Sprintf(format, args...)
-	run.State, run.Barrier, run.FailCode, run.FailReason = RunFailed, BarrierClosed, string(code), msg
+	run.State, run.Barrier, run.FailCode, run.FailReason, run.Ended = RunFailed, BarrierClosed, string(code), msg, a.now
 	if p := a.s.Permits[run.Permit]; p.State == PermitOpen || p.State == PermitClosed {
 		p.State, p.Changed, p.Reason = PermitReleased, a.now, "run failed: "+string(code)
 	}
@@ -673,7 +673,7 @@ func (a *applier) cancelRun(c *CancelRun) (any, error) {
 	if run.State == RunFailed || run.State == RunCancelled {
 		return run.Summary(), nil
 	}
-	run.State, run.Barrier, run.FailCode, run.FailReason = RunCancelled, BarrierClosed, string(errcode.Canceled), truncate(c.Reason)
+	run.State, run.Barrier, run.FailCode, run.FailReason, run.Ended = RunCancelled, BarrierClosed, string(errcode.Canceled), truncate(c.Reason), a.now
 	if p := a.s.Permits[run.Permit]; p.State == PermitOpen || p.State == PermitClosed {
 		p.State, p.Changed, p.Reason = PermitReleased, a.now, "run cancelled"
 	}
@@ -697,7 +697,8 @@ func (a *applier) prune(c *Prune) (any, error) {
 	cutoff := a.now - c.OlderThanMs
 	res := PruneResult{Runs: []string{}, Permits: []string{}, Releases: []string{}}
 	for _, id := range sortedKeys(a.s.Runs) {
-		if r := a.s.Runs[id]; (r.State == RunFailed || r.State == RunCancelled) && r.Created < cutoff {
+		// Runs that ended before this field existed have Ended 0.
+		if r := a.s.Runs[id]; (r.State == RunFailed || r.State == RunCancelled) && max(r.Ended, r.Created) < cutoff {
 			delete(a.s.Runs, id)
 			res.Runs = append(res.Runs, id)
 		}

@@ -247,7 +247,7 @@ func (c *Client) CancelRun(ctx context.Context, run, reason string) (*RunSummary
 	return &r, c.Apply(ctx, &CancelRun{Run: run, Reason: reason}, &r)
 }
 
-// Prune drops ended runs created more than olderThan ago, the closed
+// Prune drops runs that ended more than olderThan ago, the closed
 // permits nothing names any more and the shard lists of unreachable
 // releases (see Prune).
 func (c *Client) Prune(ctx context.Context, olderThan time.Duration) (*PruneResult, error) {

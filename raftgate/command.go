@@ -162,8 +162,8 @@ type CancelRun struct {
 }
 
 // Prune drops what a long-lived gate no longer needs: runs that ended
-// (FAILED or CANCELLED) and were created more than OlderThanMs before the
-// command, the closed permits nothing names any more, and the shard lists
+// (FAILED or CANCELLED) more than OlderThanMs before the command, the
+// closed permits nothing names any more, and the shard lists
 // of releases no alias and no remaining run can reach (RETIRED, or INVALID
 // outside every rollback window). Release records and alias histories
 // stay.

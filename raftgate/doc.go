@@ -96,7 +96,7 @@
 //     (STEP_REGRESSION; the same step again is a no-op).
 //   - cancelRun(run) — CANCELLED, permit RELEASED; idempotent.
 //   - prune(olderThanMs) — with cutoff = now − olderThanMs: deletes runs
-//     that ended (FAILED or CANCELLED) and were created before the cutoff;
+//     that ended (FAILED or CANCELLED) before the cutoff;
 //     then deletes the non-OPEN permits changed before it that no alias
 //     history and no remaining run names; then drops the shard lists of
 //     releases registered before it that are RETIRED, or INVALID, and that

@@ -30,7 +30,9 @@ func TestPrune(t *testing.T) {
 	old := h.ok(&CreateRun{Run: "old", Alias: "main", WorldSize: 1}).(RunSummary)
 	h.ok(&CancelRun{Run: "old", Reason: "done"})
 	live := h.ok(&CreateRun{Run: "live", Alias: "main", WorldSize: 1}).(RunSummary)
+	h.ok(&CreateRun{Run: "long", Alias: "main", WorldSize: 1}) // created early, ends late
 	h.now += 10_000
+	h.ok(&CancelRun{Run: "long"})
 	late := h.verified("late", 2, 0, 0) // registered after the cutoff below
 	h.ok(&Publish{Alias: "other", Root: late, Retain: 1})
 	h.ok(&Publish{Alias: "other", Root: c, ExpectedGeneration: 1}) // late retires
@@ -46,7 +48,7 @@ func TestPrune(t *testing.T) {
 
 	res := h.ok(&Prune{OlderThanMs: 5_000}).(PruneResult)
 	if !slices.Equal(res.Runs, []string{"old"}) {
-		t.Fatalf("pruned runs %v, want [old] (live is live, recent is recent)", res.Runs)
+		t.Fatalf("pruned runs %v, want [old] (live is live, recent and long ended recently)", res.Runs)
 	}
 	if !slices.Equal(res.Permits, []string{old.Permit}) {
 		t.Fatalf("pruned permits %v, want the old run's %s", res.Permits, old.Permit)
@@ -55,7 +57,7 @@ func TestPrune(t *testing.T) {
 		t.Fatalf("pruned releases %v, want %v", res.Releases, sorted(want))
 	}
 	s := h.state()
-	if s.Runs["old"] != nil || s.Runs["live"] == nil || s.Runs["recent"] == nil || s.Permits[live.Permit] == nil {
+	if s.Runs["old"] != nil || s.Runs["live"] == nil || s.Runs["recent"] == nil || s.Runs["long"] == nil || s.Permits[live.Permit] == nil {
 		t.Fatalf("runs after prune: %v", slices.Sorted(maps.Keys(s.Runs)))
 	}
 	for _, r := range []manifest.Digest{a, b, bad} {

@@ -210,6 +210,8 @@ type Run struct {
 	// Step is the last admitted checkpoint step, -1 before the first.
 	Step        int64 `json:"step"`
 	Checkpoints int64 `json:"checkpoints"`
+	// Ended is when the run FAILED or was CANCELLED (0 while it lives).
+	Ended int64 `json:"ended,omitempty"`
 }
 
 // Attestation is one rank's claim that it verified its assigned shards of

@@ -350,7 +350,7 @@ var gatePruneCmd = &cobra.Command{
 	Short: "Drop ended runs, closed permits nothing names, and the shard lists of releases no alias or run can reach",
 	Long: `prune keeps a long-lived gate's state, and so its Raft snapshots, from
 growing with every nightly release: it deletes runs that ended (FAILED or
-CANCELLED) and were created more than --older-than ago, the closed permits
+CANCELLED) more than --older-than ago, the closed permits
 no alias history or remaining run names, and the shard lists of releases
 registered more than --older-than ago that are RETIRED, or INVALID outside
 every rollback window, and that no remaining run pins. Release records,
