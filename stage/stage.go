@@ -281,24 +281,14 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 	}
 
 	// The snapshot: member files partition the tuples by contiguous bucket
-	// ranges, each sorted by (bucket, sampleId).
-	all := slices.Concat(tuples...)
+	// ranges, each sorted by (bucket, sampleId, tuple digest). Tuples move
+	// from their shard's list to their member's, each shard's list let go
+	// as soon as it is moved, so they are held once, not twice.
+	snap, err := w.writeMembers(partitionMembers(tuples, members))
 	tuples = nil
-	slices.SortFunc(all, func(a, b memberTuple) int {
-		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.t.SampleID, b.t.SampleID), bytes.Compare(a.digest[:], b.digest[:]))
-	})
-	acc := tuplehash.NewAccumulator(tuplehash.DefaultK)
-	for i := range all {
-		if err := acc.Add(&all[i].t); err != nil {
-			return Result{}, errcode.Wrap(errcode.BadInput, err, "tuple")
-		}
-	}
-	unbound := manifest.Digest(acc.Root())
-	snap, err := w.writeMembers(all, members)
 	if err != nil {
 		return Result{}, err
 	}
-	snap.TupleRoot = unbound
 	snapBytes, err := manifest.Encode(snap)
 	if err != nil {
 		return Result{}, err
@@ -326,7 +316,7 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 			MemberPartition:      MemberPartition,
 		},
 		Shards:                 shards,
-		OrderedMemberTupleRoot: tuplehash.BindRoot(unbound, snapDigest, o.TombstoneWatermark, o.BenchmarkFence),
+		OrderedMemberTupleRoot: tuplehash.BindRoot(snap.TupleRoot, snapDigest, o.TombstoneWatermark, o.BenchmarkFence),
 	}
 	rel.Totals = TotalsOf(shards)
 	root, err := w.putRelease(rel)
@@ -365,9 +355,46 @@ func cloneTuple(t *tuplehash.Tuple) tuplehash.Tuple {
 	return c
 }
 
-// writeMembers writes the snapshot member files for sorted tuples and
-// returns the snapshot document without its tuple root.
-func (w *writer) writeMembers(all []memberTuple, m int) (*manifest.Snapshot, error) {
+// memberRange returns the buckets [lo, hi) of member j of m.
+func memberRange(j, m int) (lo, hi uint32) {
+	nb := uint64(1) << tuplehash.DefaultK
+	return uint32(uint64(j) * nb / uint64(m)), uint32(uint64(j+1) * nb / uint64(m))
+}
+
+// memberOf returns the member of m whose range holds bucket b: the j with
+// j·2^k/m <= b < (j+1)·2^k/m.
+func memberOf(b uint32, m int) int {
+	nb := uint64(1) << tuplehash.DefaultK
+	return int((uint64(b+1)*uint64(m)+nb-1)/nb) - 1
+}
+
+// partitionMembers moves the shards' tuples into m member lists, each
+// allocated at its final size, and empties the shard lists as it goes.
+func partitionMembers(shards [][]memberTuple, m int) [][]memberTuple {
+	counts := make([]int, m)
+	for _, ts := range shards {
+		for i := range ts {
+			counts[memberOf(ts[i].bucket, m)]++
+		}
+	}
+	out := make([][]memberTuple, m)
+	for j := range out {
+		out[j] = make([]memberTuple, 0, counts[j])
+	}
+	for s, ts := range shards {
+		for i := range ts {
+			j := memberOf(ts[i].bucket, m)
+			out[j] = append(out[j], ts[i])
+		}
+		shards[s] = nil
+	}
+	return out
+}
+
+// writeMembers sorts and writes each member's tuples, letting each list
+// go once written, and returns the snapshot document with its tuple root.
+func (w *writer) writeMembers(byMember [][]memberTuple) (*manifest.Snapshot, error) {
+	m := len(byMember)
 	ms := canon.SnapshotMemberSchema()
 	as, err := canon.ArrowSchema(ms)
 	if err != nil {
@@ -379,22 +406,27 @@ func (w *writer) writeMembers(all []memberTuple, m int) (*manifest.Snapshot, err
 		MemberPartition: MemberPartition,
 		Members:         make([]manifest.Shard, m),
 	}
-	nb := uint64(1) << tuplehash.DefaultK
-	lo := 0
-	for j := range m {
-		loBucket, hiBucket := uint32(uint64(j)*nb/uint64(m)), uint32(uint64(j+1)*nb/uint64(m))
-		hi := lo
-		for hi < len(all) && all[hi].bucket < hiBucket {
-			hi++
+	acc := tuplehash.NewAccumulator(tuplehash.DefaultK)
+	for j, ts := range byMember {
+		slices.SortFunc(ts, func(a, b memberTuple) int {
+			return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.t.SampleID, b.t.SampleID), bytes.Compare(a.digest[:], b.digest[:]))
+		})
+		// Members in order, each sorted: the accumulator sees every
+		// tuple in bucket order.
+		for i := range ts {
+			if err := acc.Add(&ts[i].t); err != nil {
+				return nil, errcode.Wrap(errcode.BadInput, err, "tuple")
+			}
 		}
 		b := array.NewRecordBuilder(memory.DefaultAllocator, as)
-		for _, t := range all[lo:hi] {
+		for _, t := range ts {
 			b.Field(0).(*array.StringBuilder).Append(t.t.SampleID)
 			b.Field(1).(*array.StringBuilder).Append(t.t.SourceID)
 			b.Field(2).(*array.Int64Builder).Append(t.t.SourceVersion)
 			b.Field(3).(*array.StringBuilder).Append(t.t.Split)
 			b.Field(4).(*array.BinaryBuilder).Append(t.t.LogicalContentDigest[:])
 		}
+		byMember[j] = nil
 		rec := b.NewRecordBatch()
 		b.Release()
 		snap.Members[j], err = w.writeFile(MemberID(j, m), rec, ms, w.sd, nil)
@@ -403,9 +435,10 @@ func (w *writer) writeMembers(all []memberTuple, m int) (*manifest.Snapshot, err
 			return nil, err
 		}
 		// Declared so verify's reducers can read the member themselves.
-		snap.Members[j].Buckets = &manifest.BucketRange{Lo: loBucket, Hi: hiBucket}
-		lo = hi
+		lo, hi := memberRange(j, m)
+		snap.Members[j].Buckets = &manifest.BucketRange{Lo: lo, Hi: hi}
 	}
+	snap.TupleRoot = manifest.Digest(acc.Root())
 	snap.Totals = TotalsOf(snap.Members)
 	return snap, nil
 }
