@@ -6,9 +6,3 @@ func SetMaxOpenSpools(n int) (restore func()) {
 	maxOpenSpools = n
 	return func() { maxOpenSpools = old }
 }
-
-// MemberOf and MemberRange expose the member partition to tests.
-var (
-	MemberOf    = memberOf
-	MemberRange = memberRange
-)

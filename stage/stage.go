@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"sort"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -265,9 +266,9 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 			}
 			rec := b.NewRecordBatch()
 			defer rec.Release()
-			ts := make([]memberTuple, 0, hi-lo)
+			ts, it := make([]memberTuple, 0, hi-lo), interner{}
 			shards[i], errs[i] = w.writeFile(ShardID(i, o.Shards), rec, s, w.sd, func(t *tuplehash.Tuple, d [32]byte) error {
-				ts = append(ts, memberTuple{t: cloneTuple(t), digest: d, bucket: tuplehash.Bucket(t.SampleID, tuplehash.DefaultK)})
+				ts = append(ts, memberTuple{t: it.clone(t), digest: d, bucket: tuplehash.Bucket(t.SampleID, tuplehash.DefaultK)})
 				return nil
 			})
 			tuples[i] = ts
@@ -281,10 +282,8 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 	}
 
 	// The snapshot: member files partition the tuples by contiguous bucket
-	// ranges, each sorted by (bucket, sampleId, tuple digest). Tuples move
-	// from their shard's list to their member's, each shard's list let go
-	// as soon as it is moved, so they are held once, not twice.
-	snap, err := w.writeMembers(partitionMembers(tuples, members))
+	// ranges, each sorted by (bucket, sampleId, tuple digest).
+	snap, err := w.writeMembers(tuples, members)
 	tuples = nil
 	if err != nil {
 		return Result{}, err
@@ -347,11 +346,29 @@ func TotalsOf(ds []manifest.Shard) manifest.Totals {
 	return t
 }
 
-func cloneTuple(t *tuplehash.Tuple) tuplehash.Tuple {
+// interner copies tuples out of a decoder's memory, sharing the few
+// distinct sourceIds and splits of a shard instead of copying them per
+// tuple (up to maxInterned of each; beyond that they are copied).
+type interner map[string]string
+
+const maxInterned = 4096
+
+func (it interner) str(s string) string {
+	if v, ok := it[s]; ok {
+		return v
+	}
+	v := string([]byte(s))
+	if len(it) < maxInterned {
+		it[v] = v
+	}
+	return v
+}
+
+func (it interner) clone(t *tuplehash.Tuple) tuplehash.Tuple {
 	c := *t
 	c.SampleID = string([]byte(t.SampleID))
-	c.SourceID = string([]byte(t.SourceID))
-	c.Split = string([]byte(t.Split))
+	c.SourceID = it.str(t.SourceID)
+	c.Split = it.str(t.Split)
 	return c
 }
 
@@ -361,40 +378,22 @@ func memberRange(j, m int) (lo, hi uint32) {
 	return uint32(uint64(j) * nb / uint64(m)), uint32(uint64(j+1) * nb / uint64(m))
 }
 
-// memberOf returns the member of m whose range holds bucket b: the j with
-// j·2^k/m <= b < (j+1)·2^k/m.
-func memberOf(b uint32, m int) int {
-	nb := uint64(1) << tuplehash.DefaultK
-	return int((uint64(b+1)*uint64(m)+nb-1)/nb) - 1
+// tupleOrder is the order of a member file's tuples: bucket, sampleId,
+// tuple digest.
+func tupleOrder(a, b memberTuple) int {
+	return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.t.SampleID, b.t.SampleID), bytes.Compare(a.digest[:], b.digest[:]))
 }
 
-// partitionMembers moves the shards' tuples into m member lists, each
-// allocated at its final size, and empties the shard lists as it goes.
-func partitionMembers(shards [][]memberTuple, m int) [][]memberTuple {
-	counts := make([]int, m)
+// writeMembers writes m member files from the shards' tuples and returns
+// the snapshot document with its tuple root. Each shard's list is sorted
+// in place, and each member gathers its bucket range from every list into
+// one reused buffer: the tuples are held once, plus one member's worth.
+func (w *writer) writeMembers(shards [][]memberTuple, m int) (*manifest.Snapshot, error) {
 	for _, ts := range shards {
-		for i := range ts {
-			counts[memberOf(ts[i].bucket, m)]++
-		}
+		slices.SortFunc(ts, tupleOrder)
 	}
-	out := make([][]memberTuple, m)
-	for j := range out {
-		out[j] = make([]memberTuple, 0, counts[j])
-	}
-	for s, ts := range shards {
-		for i := range ts {
-			j := memberOf(ts[i].bucket, m)
-			out[j] = append(out[j], ts[i])
-		}
-		shards[s] = nil
-	}
-	return out
-}
-
-// writeMembers sorts and writes each member's tuples, letting each list
-// go once written, and returns the snapshot document with its tuple root.
-func (w *writer) writeMembers(byMember [][]memberTuple) (*manifest.Snapshot, error) {
-	m := len(byMember)
+	pos := make([]int, len(shards))
+	var buf []memberTuple
 	ms := canon.SnapshotMemberSchema()
 	as, err := canon.ArrowSchema(ms)
 	if err != nil {
@@ -407,10 +406,16 @@ func (w *writer) writeMembers(byMember [][]memberTuple) (*manifest.Snapshot, err
 		Members:         make([]manifest.Shard, m),
 	}
 	acc := tuplehash.NewAccumulator(tuplehash.DefaultK)
-	for j, ts := range byMember {
-		slices.SortFunc(ts, func(a, b memberTuple) int {
-			return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.t.SampleID, b.t.SampleID), bytes.Compare(a.digest[:], b.digest[:]))
-		})
+	for j := range m {
+		lo, hi := memberRange(j, m)
+		buf = buf[:0]
+		for k, ts := range shards {
+			n := sort.Search(len(ts)-pos[k], func(x int) bool { return ts[pos[k]+x].bucket >= hi })
+			buf = append(buf, ts[pos[k]:pos[k]+n]...)
+			pos[k] += n
+		}
+		ts := buf
+		slices.SortFunc(ts, tupleOrder)
 		// Members in order, each sorted: the accumulator sees every
 		// tuple in bucket order.
 		for i := range ts {
@@ -426,7 +431,6 @@ func (w *writer) writeMembers(byMember [][]memberTuple) (*manifest.Snapshot, err
 			b.Field(3).(*array.StringBuilder).Append(t.t.Split)
 			b.Field(4).(*array.BinaryBuilder).Append(t.t.LogicalContentDigest[:])
 		}
-		byMember[j] = nil
 		rec := b.NewRecordBatch()
 		b.Release()
 		snap.Members[j], err = w.writeFile(MemberID(j, m), rec, ms, w.sd, nil)
@@ -435,7 +439,6 @@ func (w *writer) writeMembers(byMember [][]memberTuple) (*manifest.Snapshot, err
 			return nil, err
 		}
 		// Declared so verify's reducers can read the member themselves.
-		lo, hi := memberRange(j, m)
 		snap.Members[j].Buckets = &manifest.BucketRange{Lo: lo, Hi: hi}
 	}
 	snap.TupleRoot = manifest.Digest(acc.Root())

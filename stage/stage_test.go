@@ -335,18 +335,3 @@ func TestSynthGoldenRoot(t *testing.T) {
 		t.Fatalf("synth(500, 2, seed 1) root %s, frozen %s", got, want)
 	}
 }
-
-// Every bucket belongs to exactly the member whose declared range holds
-// it, for member counts below, at and above the number of buckets.
-func TestMemberOf(t *testing.T) {
-	nb := uint32(1) << tuplehash.DefaultK
-	for _, m := range []int{1, 2, 3, 7, 30, 488, 4095, 4096, 4097, 10000} {
-		for b := uint32(0); b < nb; b++ {
-			j := stage.MemberOf(b, m)
-			lo, hi := stage.MemberRange(j, m)
-			if j < 0 || j >= m || b < lo || b >= hi {
-				t.Fatalf("m=%d: bucket %d → member %d [%d, %d)", m, b, j, lo, hi)
-			}
-		}
-	}
-}
