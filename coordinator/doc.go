@@ -2,7 +2,10 @@
 // over the object store: it writes a content-addressed plan, runs map tasks
 // (shards → sorted shuffle files), reduce tasks (bucket ranges → diff
 // results) and the aggregation (results → report), and stores the report
-// content-addressed and bound to the root digest.
+// content-addressed and bound to the root digest. Snapshot members that
+// declare their bucket ranges are read by the reduce task whose range
+// holds them (a memberSource), not mapped: a snapshot is already
+// partitioned by bucket, so only release tuples go through the shuffle.
 //
 // Every task is identified by (planDigest, kind, index) and reads all its
 // inputs from the store by digest and exact version, so any engine can run
@@ -13,9 +16,10 @@
 //
 //	map/<i>/r<j>.arrow    shuffle file of map task i for reduce range j
 //	map/<i>/commit.json   map task i's outputs (digest, size, version) and per-shard results
-//	reduce/<j>/commit.json reduce task j's inputs and its reducer.Result
+//	reduce/<j>/commit.json reduce task j's inputs, its reducer.Result and the results of the members it read
 //
 // The local executor (Verify) runs the tasks on goroutines. The report is
 // byte-identical, apart from its execution section, whatever the number of
-// map tasks, reducers or retries.
+// map tasks, reducers or retries, and whether members are mapped or read
+// by reducers.
 package coordinator
