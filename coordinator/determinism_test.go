@@ -233,3 +233,66 @@ func TestRemoveJob(t *testing.T) {
 		t.Fatalf("store without Deleter: err = %v, want USAGE", err)
 	}
 }
+
+// A reduce task that reads snapshot members and dies before its commit
+// record is rerun from scratch; one that committed is reused, and Run
+// still reports every member once (from the commit record) and gives the
+// report an undisturbed run gives.
+func TestReduceWithMembersKilledIsRerun(t *testing.T) {
+	s, res := faulty(t)
+	ctx := context.Background()
+	o := PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 4, Parallelism: 2, Tool: "shardproof test", Nonce: "killed-reduce"}
+	plan, pd, err := NewPlan(ctx, s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan.Reducers[0].Members) == 0 || len(plan.Reducers[1].Members) == 0 {
+		t.Fatalf("reducers 0 and 1 read no members: %+v", plan.Reducers)
+	}
+	j, err := Open(ctx, s, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range plan.MapTasks {
+		if _, err := j.Map(ctx, i, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := j.Reduce(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	// Reduce task 1 dies writing its commit record, after reading its
+	// members.
+	kill := errors.New("killed")
+	broken := &faults.ErrorOnce{Store: s, Method: faults.Put, Err: kill,
+		Match: func(key string) bool { return strings.HasSuffix(key, "/reduce/1/commit.json") }}
+	jb, err := Open(ctx, broken, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jb.Reduce(ctx, 1); !errors.Is(err, kill) {
+		t.Fatalf("reduce task 1: err = %v, want the injected failure", err)
+	}
+	seen := map[[2]int]int{}
+	var last Progress
+	out, err := Run(ctx, s, pd, 2, func(p Progress) {
+		seen[[2]int{int(p.Result.Side), p.Result.Index}]++
+		last = p
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := len(res.Release.Shards) + len(res.SnapshotDoc.Members)
+	if len(seen) != total || last.Done != total || last.Total != total {
+		t.Fatalf("progress saw %d inputs, ended at %d/%d; want %d", len(seen), last.Done, last.Total, total)
+	}
+	for k, n := range seen {
+		if n != 1 {
+			t.Fatalf("input %v reported %d times", k, n)
+		}
+	}
+	fresh := verify(t, s, PlanOptions{Root: res.Root, Parallelism: 2})
+	if a, b := withoutExecution(t, fresh), withoutExecution(t, out.Report); !bytes.Equal(a, b) {
+		t.Fatalf("resumed report differs:\n%s\n%s", a, b)
+	}
+}
