@@ -31,8 +31,9 @@ type ReduceCommit struct {
 
 // Reduce runs reduce task r. Every map task must have committed (else
 // TASK_NOT_READY); the task reads exactly the committed shuffle files, by
-// version, verifying their digests, and commits its result. If its commit
-// record already exists, Reduce returns it.
+// version, verifying their digests, maps the snapshot members the plan
+// gives it (see memberSource), and commits its result with the members'
+// results. If its commit record already exists, Reduce returns it.
 func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 	return j.reduce(ctx, r, nil)
 }
