@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: all build build-cgozstd test test-short demo lint fuzz bench bench-scale clean deps
+.PHONY: all build build-cgozstd test test-short demo lint fuzz chaos bench bench-scale clean deps
 
 all: build
 
@@ -36,6 +36,15 @@ lint:
 FUZZTIME ?= 30s
 fuzz:
 	@./scripts/fuzz.sh $(FUZZTIME)
+
+# chaos runs the gate's chaos test for CHAOS_TIME: three `gate serve`
+# processes, SIGKILLed, restarted and SIGSTOPped under concurrent clients,
+# the history checked for linearizability with porcupine (a 12 s smoke of
+# it runs in `make test`). A failing history is drawn to chaos-out/.
+CHAOS_TIME ?= 3m
+chaos:
+	@mkdir -p chaos-out
+	SHARDPROOF_CHAOS_TIME=$(CHAOS_TIME) SHARDPROOF_CHAOS_DIR=$(CURDIR)/chaos-out $(GO) test -count=1 -timeout 0 -run '^TestGateChaos$$' -v ./cmd/shardproof
 
 # bench runs the benchmark harness, its own Go module (bench/README.md);
 # never part of `make test`. BENCH_SHARDS=0 means samples / 32768.

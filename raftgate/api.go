@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
 )
 
 // forwardedHeader marks a request a follower forwarded to the leader; a
@@ -51,6 +53,13 @@ type Status struct {
 	Releases     int         `json:"releases"`
 	Runs         int         `json:"runs"`
 	Nodes        []*NodeInfo `json:"nodes"`
+	// StateIndex and StateDigest are set when the request asks for them
+	// (?digest=1): the sha256 of this member's state and the log index of
+	// the last command it reflects (0: none applied since start-up or the
+	// last snapshot restore). Members at the same non-zero index must
+	// agree on the digest.
+	StateIndex  uint64           `json:"stateIndex,omitempty"`
+	StateDigest *manifest.Digest `json:"stateDigest,omitempty"`
 }
 
 // handler routes the API:
@@ -63,7 +72,7 @@ type Status struct {
 //	GET  /v1/permits           every permit, sorted by id (linearizable)
 //	GET  /v1/runs/{id}         one run with its tables (linearizable)
 //	GET  /v1/runs/{id}/wait    long-poll until the barrier opens or the run fails (?timeout=ms)
-//	GET  /v1/status            this node's view (local)
+//	GET  /v1/status            this node's view (local; ?digest=1 adds its state digest)
 //	GET  /metrics              Prometheus metrics of this node
 //	GET  /healthz, /readyz     liveness; readiness = a leader is known and the FSM caught up
 func (n *Node) handler() http.Handler {
@@ -336,6 +345,14 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 			st.Nodes = append(st.Nodes, &ni)
 		}
 	})
+	if r.URL.Query().Get("digest") == "1" {
+		idx, d, err := n.fsm.Digest()
+		if err != nil {
+			writeError(w, err, nil)
+			return
+		}
+		st.StateIndex, st.StateDigest = idx, &d
+	}
 	writeJSON(w, http.StatusOK, st)
 }
 
@@ -353,9 +370,10 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 		writeError(w, errcode.New(errcode.NotLeader, "node %s is not the leader and knows no leader", n.cfg.ID), nil)
 		return
 	}
-	var wrote bool
+	// WroteRequest runs on the transport's goroutine.
+	var wrote atomic.Bool
 	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(httptrace.WroteRequestInfo) { wrote = true },
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})
 	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+leader+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
@@ -366,7 +384,7 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := n.hc.Do(req)
 	if err != nil {
-		if wrote && r.Method == http.MethodPost {
+		if wrote.Load() && r.Method == http.MethodPost {
 			writeError(w, errcode.Wrap(errcode.Indeterminate, err, "forwarded to leader %s, connection lost", leader), nil)
 		} else {
 			writeError(w, errcode.Wrap(errcode.NotLeader, err, "leader %s unreachable", leader), nil)

@@ -30,7 +30,9 @@ import (
 // ErrIndeterminate)). Retrying such a write is safe: publish and rollback
 // with the same (alias, expected generation, root) return the original
 // result, createRun with the same parameters returns the same run, and
-// attest, checkpoint, cancel and fence commands are idempotent.
+// attest, checkpoint, cancel and fence commands are idempotent (a fence
+// advance retried after another client moved the fence past its value
+// answers FENCE_REGRESSION, applied before or not).
 type Client struct {
 	// Endpoints are base URLs of gate nodes, tried in turn.
 	Endpoints []string
@@ -289,6 +291,13 @@ func (c *Client) Run(ctx context.Context, id string) (*Run, error) {
 func (c *Client) Status(ctx context.Context) (*Status, error) {
 	var s Status
 	return &s, c.do(ctx, http.MethodGet, "/v1/status", nil, &s)
+}
+
+// StatusDigest is Status with the node's state digest and the log index
+// it reflects (Status.StateIndex, Status.StateDigest).
+func (c *Client) StatusDigest(ctx context.Context) (*Status, error) {
+	var s Status
+	return &s, c.do(ctx, http.MethodGet, "/v1/status?digest=1", nil, &s)
 }
 
 // WaitRun waits until the run's barrier opens (nil error), the run fails

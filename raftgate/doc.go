@@ -144,7 +144,7 @@
 // HTTP/JSON API: POST /v1/commands (a command envelope), POST /v1/join,
 // GET /v1/state, /v1/aliases/{name}, /v1/releases/{root}, /v1/permits,
 // /v1/runs/{id}, /v1/runs/{id}/wait?timeout=ms (long poll), /v1/status
-// (the node's own view), /metrics, /healthz and /readyz. Errors are
+// (the node's own view; ?digest=1 adds its state digest), /metrics, /healthz and /readyz. Errors are
 // {"error":{"code","message"}} with 409 for rejections, 400 for bad input,
 // 404 for unknown names, 503 NOT_LEADER/GATE_UNAVAILABLE, 504
 // INDETERMINATE. A node with no state
@@ -161,7 +161,18 @@
 // Every command is safe to retry with the same arguments (see publish
 // idempotence above; createRun, attest, checkpoint, cancel and fence
 // commands are idempotent by construction), so the answer to INDETERMINATE
-// is to send the same command again.
+// is to send the same command again. One answer of a retry needs reading:
+// advanceFence(v) retried after INDETERMINATE answers FENCE_REGRESSION if
+// the fence has meanwhile moved past v, whether or not the first attempt
+// was applied; either way the fence is at or above v.
+//
+// /v1/status?digest=1 (`gate status --digest`) adds the sha256 of the
+// member's state and the log index of the last command it reflects:
+// members at the same index must report the same digest. The chaos test
+// (cmd/shardproof, `make chaos`) runs three `gate serve` processes under
+// SIGKILL, restart and SIGSTOP of the leader with concurrent clients,
+// checks the history with porcupine against a model of the commands above,
+// and ends by comparing the members' digests.
 //
 // # Snapshots
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
 )
 
 // Result is what Apply returns for one command: a view of the state it
@@ -30,6 +31,10 @@ type Result struct {
 type FSM struct {
 	mu    sync.RWMutex
 	state *State
+	// index is the Raft log index of the last command applied, 0 before
+	// the first and after a restore (a snapshot's index is not passed to
+	// the FSM): replicas with the same non-zero index hold the same state.
+	index uint64
 	// changed is closed and replaced after every apply and restore, so
 	// waiters (run wait) learn about changes without polling.
 	changed chan struct{}
@@ -47,23 +52,36 @@ func (f *FSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
-	return f.ApplyBytes(l.Data)
+	return f.applyBytes(l.Data, l.Index)
 }
 
 // ApplyBytes decodes and applies one encoded command.
-func (f *FSM) ApplyBytes(data []byte) *Result {
+func (f *FSM) ApplyBytes(data []byte) *Result { return f.applyBytes(data, 0) }
+
+func (f *FSM) applyBytes(data []byte, index uint64) *Result {
 	c, err := DecodeCommand(data)
 	if err != nil {
+		if index > 0 {
+			f.mu.Lock()
+			f.index = index
+			f.mu.Unlock()
+		}
 		return &Result{Err: err}
 	}
-	return f.ApplyCommand(c)
+	return f.apply(c, index)
 }
 
 // ApplyCommand applies one decoded command.
-func (f *FSM) ApplyCommand(c Command) *Result {
+func (f *FSM) ApplyCommand(c Command) *Result { return f.apply(c, 0) }
+
+// apply applies c, the command at log index (0: not from the log).
+func (f *FSM) apply(c Command, index uint64) *Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	defer f.notify()
+	if index > 0 {
+		f.index = index
+	}
 	a := applier{s: f.state, now: c.header().Now}
 	var v any
 	var err error
@@ -121,6 +139,21 @@ func (f *FSM) Changed() <-chan struct{} {
 	return f.changed
 }
 
+// Digest returns the sha256 of the state's snapshot bytes and the log
+// index of the last command it reflects (0 if unknown: nothing applied
+// since start-up or a restore). Replicas that report the same non-zero
+// index must report the same digest; `gate status --digest` shows both so
+// an operator can compare members.
+func (f *FSM) Digest() (index uint64, d manifest.Digest, err error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	b, err := EncodeState(f.state)
+	if err != nil {
+		return 0, manifest.Digest{}, err
+	}
+	return f.index, manifest.Sum(b), nil
+}
+
 // Snapshot implements raft.FSM. The state is encoded here, under the lock,
 // because Persist runs concurrently with later Applies.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
@@ -164,7 +197,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.state = s
+	f.state, f.index = s, 0
 	f.notify()
 	return nil
 }

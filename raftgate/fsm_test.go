@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 )
@@ -735,5 +737,52 @@ func TestRejectionTable(t *testing.T) {
 		if !bytes.Equal(b1, b2) {
 			t.Errorf("%s: a rejection changed the state", tc.name)
 		}
+	}
+}
+
+// Digest names the state and the log index of the last command applied:
+// equal logs give equal (index, digest) pairs, a restore forgets the index
+// (the snapshot's is not passed to the FSM) but not the state.
+func TestDigestFollowsLog(t *testing.T) {
+	log := script(t, 9, 200)
+	a, b := NewFSM(), NewFSM()
+	if idx, _, err := a.Digest(); err != nil || idx != 0 {
+		t.Fatalf("fresh FSM: index %d, %v", idx, err)
+	}
+	var mid manifest.Digest
+	for i, e := range log {
+		l := &raft.Log{Index: uint64(10 + i), Type: raft.LogCommand, Data: e}
+		a.Apply(l)
+		b.Apply(l)
+		if i == len(log)/2 {
+			_, mid, _ = a.Digest()
+		}
+	}
+	ia, da, err := a.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, db, _ := b.Digest()
+	if ia != uint64(10+len(log)-1) || ia != ib || da != db {
+		t.Fatalf("replicas: (%d, %s) and (%d, %s), want index %d and equal digests", ia, da, ib, db, 10+len(log)-1)
+	}
+	if da == mid {
+		t.Fatal("the digest did not change over half the log")
+	}
+	sa, _ := a.Encode()
+	if da != manifest.Sum(sa) {
+		t.Fatal("the digest is not the sha256 of the snapshot bytes")
+	}
+	// A non-command entry (a configuration change) is not the FSM's.
+	a.Apply(&raft.Log{Index: 999, Type: raft.LogConfiguration})
+	if i, _, _ := a.Digest(); i != ia {
+		t.Fatalf("a configuration entry moved the index to %d", i)
+	}
+	c := NewFSM()
+	if err := c.Restore(io.NopCloser(bytes.NewReader(sa))); err != nil {
+		t.Fatal(err)
+	}
+	if ic, dc, _ := c.Digest(); ic != 0 || dc != da {
+		t.Fatalf("restored: (%d, %s), want (0, %s)", ic, dc, da)
 	}
 }

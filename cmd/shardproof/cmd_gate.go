@@ -125,20 +125,36 @@ in DIR/snapshots.`,
 	},
 }
 
+var gateStatusDigest bool
+
 var gateStatusCmd = &cobra.Command{
 	Use:   "status",
 	Short: "Show a gate node's view: role, leader, indexes, fences",
-	Args:  exactArgs(0),
+	Long: `Show one gate node's own view (not forwarded to the leader): its role,
+term and leader, its log indexes, the fences and the size of its state.
+
+--digest adds the sha256 of the node's state and the log index of the last
+command it reflects: members reporting the same index must report the same
+digest, so comparing them checks that the replicas agree. The index is 0
+until the node applies a command after start-up or a snapshot restore.`,
+	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()
 		defer c.Close()
-		st, err := c.Status(cmd.Context())
+		status := c.Status
+		if gateStatusDigest {
+			status = c.StatusDigest
+		}
+		st, err := status(cmd.Context())
 		if err != nil {
 			return err
 		}
 		return printResult(cmd, st, func(w io.Writer) {
 			fmt.Fprintf(w, "node %s: %s, term %d, leader %s (%s)\n", st.ID, st.RaftState, st.Term, st.Leader, st.LeaderHTTP)
 			fmt.Fprintf(w, "log: last %d, committed %d, applied %d\n", st.LastIndex, st.CommitIndex, st.AppliedIndex)
+			if st.StateDigest != nil {
+				fmt.Fprintf(w, "state: %s at command index %d\n", st.StateDigest, st.StateIndex)
+			}
 			fmt.Fprintf(w, "fences: tombstone %d, benchmark %d\n", st.Fences.Tombstone, st.Fences.Benchmark)
 			fmt.Fprintf(w, "%d aliases, %d releases, %d runs\n", st.Aliases, st.Releases, st.Runs)
 			for _, n := range st.Nodes {
@@ -494,6 +510,7 @@ func init() {
 	f.Int64Var(&gateRecheckFlags.hits, "hits", 0, "items of the fence found in the release")
 
 	gatePruneCmd.Flags().DurationVar(&gatePruneFlags.olderThan, "older-than", 30*24*time.Hour, "prune only what was created, closed or registered longer ago than this")
+	gateStatusCmd.Flags().BoolVar(&gateStatusDigest, "digest", false, "also show the sha256 of the node's state and the command index it reflects")
 	gatePermitsCmd.Flags().StringVar(&gatePermitsFlags.root, "root", "", "only permits of this root")
 	gatePermitsCmd.Flags().BoolVar(&gatePermitsFlags.open, "open", false, "only open permits")
 

@@ -304,6 +304,27 @@ func TestGateServeCluster(t *testing.T) {
 	}
 	// A write sent to a follower is forwarded to the leader.
 	runGateCLI(t, "gate", "fence", "tombstone", "5", "--gate", third).expect(t, 0, "")
+	// Members that applied the same commands report the same state.
+	digestOf := func(url string) string {
+		r := runGateCLI(t, "gate", "status", "--digest", "--gate", url).expect(t, 0, "")
+		for _, line := range strings.Split(r.stdout, "\n") {
+			if strings.HasPrefix(line, "state: sha256:") {
+				return line
+			}
+		}
+		t.Fatalf("status --digest of %s names no state:\n%s", url, r.stdout)
+		return ""
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		a, b, c := digestOf(first), digestOf(second), digestOf(third)
+		if a == b && b == c {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("members disagree:\n%s\n%s\n%s", a, b, c)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	// Stop the leader; a client that knows every member carries on.
 	stopFirst()
 	runGateCLI(t, "gate", "fence", "benchmark", "7", "--gate", all).expect(t, 0, "")

@@ -1,0 +1,764 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+// The gate chaos test: three `shardproof gate serve` processes (real Raft
+// over TCP, raft-boltdb on disk) take publications, rollbacks, fence
+// advances, run creations and linearizable reads from concurrent clients
+// while a nemesis SIGKILLs members and restarts them from their data
+// directories, and SIGSTOPs the leader and resumes it after a new one was
+// elected. Every client records when it called and when it got its answer;
+// porcupine then checks that history against gateModel. A write whose
+// outcome the gate called INDETERMINATE is retried with the same
+// parameters, as the client's contract says is safe, until it gets a
+// definite answer; every attempt is an operation of the history.
+//
+// `make test` runs it for chaosSmoke; `make chaos` for CHAOS_TIME
+// (SHARDPROOF_CHAOS_TIME), with the history's visualization written to
+// SHARDPROOF_CHAOS_DIR when the check fails.
+
+var chaosAliases = []string{"chaos-a", "chaos-b"}
+
+const (
+	// chaosRoots are registered before the history starts, out of a pool
+	// of chaosPool the clients register more from.
+	chaosRoots  = 5
+	chaosPool   = 4096
+	chaosRetain = 2
+	// chaosSmoke is the duration inside `make test`.
+	chaosSmoke = 12 * time.Second
+	// chaosWatermark is what the releases were checked at: no fence
+	// advance of the test reaches it, so permits stay open.
+	chaosWatermark = 1 << 40
+)
+
+// chaosNode is one `gate serve` child process.
+type chaosNode struct {
+	id, dir, httpAddr, raftAddr, join string
+	logPath                           string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{}
+	paused bool
+}
+
+func (n *chaosNode) url() string { return "http://" + n.httpAddr }
+
+// start launches the process; join is passed on the first start only.
+func (n *chaosNode) start(t *testing.T, first bool) {
+	t.Helper()
+	args := []string{"gate", "serve", "--data", n.dir, "--id", n.id, "--http-addr", n.httpAddr, "--raft-addr", n.raftAddr}
+	if first && n.join != "" {
+		args = append(args, "--join", n.join)
+	}
+	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(logf, "=== start %s\n", time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = cliEnv()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); logf.Close(); close(done) }()
+	n.mu.Lock()
+	n.cmd, n.done, n.paused = cmd, done, false
+	n.mu.Unlock()
+}
+
+// running reports whether the process is alive and not stopped.
+func (n *chaosNode) running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.paused {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (n *chaosNode) signal(sig syscall.Signal) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		n.cmd.Process.Signal(sig)
+		switch sig {
+		case syscall.SIGSTOP:
+			n.paused = true
+		case syscall.SIGCONT:
+			n.paused = false
+		}
+	}
+}
+
+// kill SIGKILLs the process and waits for it to be gone.
+func (n *chaosNode) kill() {
+	n.signal(syscall.SIGKILL)
+	n.mu.Lock()
+	done := n.done
+	n.cmd, n.paused = nil, false
+	n.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// stop ends the process with SIGINT (SIGKILL if it does not exit).
+func (n *chaosNode) stop() {
+	n.signal(syscall.SIGCONT)
+	n.signal(syscall.SIGINT)
+	n.mu.Lock()
+	done := n.done
+	n.mu.Unlock()
+	if done == nil {
+		return
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		n.kill()
+	}
+}
+
+func (n *chaosNode) status(ctx context.Context, digest bool) (*raftgate.Status, error) {
+	c := raftgate.NewClient(n.url())
+	defer c.Close()
+	c.RetryFor = time.Millisecond
+	if digest {
+		return c.StatusDigest(ctx)
+	}
+	return c.Status(ctx)
+}
+
+// chaosCluster is the three processes.
+type chaosCluster struct {
+	t     *testing.T
+	nodes []*chaosNode
+}
+
+func startChaosCluster(t *testing.T) *chaosCluster {
+	t.Helper()
+	dir := t.TempDir()
+	c := &chaosCluster{t: t}
+	for i := range 3 {
+		n := &chaosNode{
+			id: fmt.Sprintf("n%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+			httpAddr: freeAddr(t), raftAddr: freeAddr(t),
+			logPath: filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
+		}
+		if i > 0 {
+			n.join = c.nodes[0].httpAddr
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	t.Cleanup(func() {
+		for _, n := range c.nodes {
+			n.stop()
+		}
+		if t.Failed() {
+			for _, n := range c.nodes {
+				b, _ := os.ReadFile(n.logPath)
+				t.Logf("log of %s (last 3000 bytes):\n%s", n.id, tail(string(b), 3000))
+			}
+		}
+	})
+	for i, n := range c.nodes {
+		n.start(t, true)
+		c.waitReady(n, 20*time.Second)
+		if i == 0 {
+			c.leader(20 * time.Second)
+		}
+	}
+	// Every member known to the leader's state.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, err := c.leader(20*time.Second).status(t.Context(), false)
+		if err == nil && len(st.Nodes) == 3 {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster did not form: %+v %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func (c *chaosCluster) urls() string {
+	var u []string
+	for _, n := range c.nodes {
+		u = append(u, n.url())
+	}
+	return strings.Join(u, ",")
+}
+
+func (c *chaosCluster) waitReady(n *chaosNode, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := readyClient.Get(n.url() + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s not ready within %s: %v", n.id, timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var readyClient = &http.Client{Timeout: 2 * time.Second}
+
+// leader returns the running member that says it leads, with the highest
+// term, waiting up to timeout for one.
+func (c *chaosCluster) leader(timeout time.Duration) *chaosNode {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var best *chaosNode
+		var term uint64
+		for _, n := range c.nodes {
+			if !n.running() {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(c.t.Context(), time.Second)
+			st, err := n.status(ctx, false)
+			cancel()
+			if err == nil && st.RaftState == "Leader" && st.Term >= term {
+				best, term = n, st.Term
+			}
+		}
+		if best != nil {
+			return best
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no leader within %s", timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// chaosDuration is SHARDPROOF_CHAOS_TIME, or chaosSmoke.
+func chaosDuration(t *testing.T) time.Duration {
+	v := os.Getenv("SHARDPROOF_CHAOS_TIME")
+	if v == "" {
+		return chaosSmoke
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("SHARDPROOF_CHAOS_TIME=%q: want a positive duration", v)
+	}
+	return d
+}
+
+// chaosHistory collects operations from every client.
+type chaosHistory struct {
+	start time.Time
+	mu    sync.Mutex
+	ops   []porcupine.Operation
+	// counts of definite answers by kind and code, for the log and the
+	// test's own sanity checks.
+	counts map[string]int
+	// unexpected holds answers no operation of the test may get.
+	unexpected []string
+}
+
+func (h *chaosHistory) fail(op modelOp, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.unexpected = append(h.unexpected, fmt.Sprintf("%s: %v", describeOp(op), err))
+}
+
+func (h *chaosHistory) now() int64 { return int64(time.Since(h.start)) }
+
+func (h *chaosHistory) add(client int, op modelOp, out modelOut, call, ret int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: op, Call: call, Output: out, Return: ret})
+	k := op.kind + " " + describeCode(out)
+	if op.retried {
+		k += " after INDETERMINATE"
+	}
+	h.counts[k]++
+}
+
+func describeCode(out modelOut) string {
+	switch {
+	case out.unknown:
+		return "unknown"
+	case out.code == "":
+		return "ok"
+	}
+	return string(out.code)
+}
+
+func TestGateChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three gate servers under faults")
+	}
+	d := chaosDuration(t)
+	c := startChaosCluster(t)
+
+	// The releases: the first chaosRoots VERIFIED before the history
+	// starts.
+	roots := make([]manifest.Digest, chaosPool)
+	rootIndex := map[manifest.Digest]int{}
+	for i := range roots {
+		roots[i] = manifest.Sum([]byte(fmt.Sprintf("chaos root %d", i)))
+		rootIndex[roots[i]] = i
+	}
+	admin := raftgate.NewClient(c.urls())
+	defer admin.Close()
+	for i := range chaosRoots {
+		if _, err := admin.Register(t.Context(), chaosRegister(roots, i, 0)); err != nil {
+			t.Fatalf("register root %d: %v", i, err)
+		}
+	}
+	var registered atomic.Int64 // roots [0, registered) may be registered
+	registered.Store(chaosRoots)
+
+	h := &chaosHistory{start: time.Now(), counts: map[string]int{}}
+	ctx, stopClients := context.WithCancel(t.Context())
+	// Writes left indeterminate may retry until this much after the end.
+	retryUntil := time.Now().Add(d + 20*time.Second)
+	var wg sync.WaitGroup
+	const clients = 4
+	for id := range clients {
+		wg.Go(func() { chaosClient(ctx, id, c.urls(), roots, rootIndex, &registered, h, retryUntil) })
+	}
+
+	// The nemesis: one fault at a time, healed before the next.
+	var kills, leaderKills, pauses atomic.Int32
+	leaders := map[string]bool{}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	end := time.Now().Add(d)
+	time.Sleep(time.Second) // a fault-free start
+	for time.Now().Before(end) {
+		l := c.leader(30 * time.Second)
+		leaders[l.id] = true
+		switch x := rng.IntN(10); {
+		case x < 4: // any member, crashed
+			n := c.nodes[rng.IntN(len(c.nodes))]
+			if n == l {
+				leaderKills.Add(1)
+			}
+			n.kill()
+			kills.Add(1)
+			time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+			n.start(t, false)
+		case x < 7: // the leader, crashed
+			l.kill()
+			kills.Add(1)
+			leaderKills.Add(1)
+			time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
+			l.start(t, false)
+		default: // the leader, paused until another is elected
+			l.signal(syscall.SIGSTOP)
+			pauses.Add(1)
+			time.Sleep(time.Duration(1500+rng.IntN(1500)) * time.Millisecond)
+			l.signal(syscall.SIGCONT)
+		}
+		for _, n := range c.nodes {
+			c.waitReady(n, 30*time.Second)
+		}
+		time.Sleep(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
+	}
+	stopClients()
+	wg.Wait()
+
+	// Healed: every member applies a last command and must then hold a
+	// byte-identical state.
+	final := uint64(time.Since(h.start)) // above any value the clients used
+	if _, err := admin.AdvanceFence(t.Context(), raftgate.FenceTombstone, final); err != nil {
+		t.Fatalf("final fence advance: %v", err)
+	}
+	c.checkConverged(30 * time.Second)
+
+	h.mu.Lock()
+	ops := h.ops
+	h.mu.Unlock()
+	t.Logf("%s of chaos: %d operations, %d kills (%d of the leader), %d leader pauses, leaders %v; answers %v",
+		d, len(ops), kills.Load(), leaderKills.Load(), pauses.Load(), keys(leaders), h.counts)
+
+	if len(h.unexpected) > 0 {
+		t.Fatalf("%d answers outside the gate's contract, e.g. %s", len(h.unexpected), h.unexpected[0])
+	}
+	model := gatePorcupine(chaosRoots, chaosPool, len(chaosAliases))
+	checkStart := time.Now()
+	res, info := porcupine.CheckOperationsVerbose(model, ops, 5*time.Minute)
+	t.Logf("porcupine: %s in %s", res, time.Since(checkStart).Round(time.Millisecond))
+	if res != porcupine.Ok {
+		path := filepath.Join(t.TempDir(), "history.html")
+		if dir := os.Getenv("SHARDPROOF_CHAOS_DIR"); dir != "" {
+			path = filepath.Join(dir, "gate-chaos-history.html")
+		}
+		if err := porcupine.VisualizePath(model, info, path); err != nil {
+			t.Logf("visualize: %v", err)
+		}
+		t.Fatalf("history of %d operations is %s, not linearizable (visualization: %s)\n%s", len(ops), res, path, explainIllegal(info, ops))
+	}
+	// The checker must refuse the same history with one stale read added:
+	// after the last acknowledged publication, a read that misses it.
+	if stale, ok := withStaleRead(ops, clients); !ok {
+		t.Fatal("no acknowledged publication in the history to read stale")
+	} else if porcupine.CheckOperations(model, stale) {
+		t.Fatal("the checker accepted a stale read")
+	}
+	// The test only means something if faults happened and the gate did
+	// work through them.
+	if kills.Load()+pauses.Load() == 0 {
+		t.Fatal("the nemesis injected no fault")
+	}
+	if h.counts["publish ok"]+h.counts["rollback ok"] < 5 || h.counts["readAlias ok"] < 5 {
+		t.Fatalf("too little progress under faults: %v", h.counts)
+	}
+}
+
+// explainIllegal names the first operation (by call time) that the
+// longest partial linearization could not place, and the operations it
+// placed last.
+func explainIllegal(info porcupine.LinearizationInfo, ops []porcupine.Operation) string {
+	var best []int
+	for _, part := range info.PartialLinearizations() {
+		for _, l := range part {
+			if len(l) > len(best) {
+				best = l
+			}
+		}
+	}
+	placed := make([]bool, len(ops))
+	for _, i := range best {
+		placed[i] = true
+	}
+	line := func(i int) string {
+		o := ops[i]
+		ret := "∞"
+		if o.Return != math.MaxInt64 {
+			ret = fmt.Sprintf("%.6f", float64(o.Return)/1e9)
+		}
+		return fmt.Sprintf("  #%d client %d [%.6f s, %s s] %s → %s\n", i, o.ClientId, float64(o.Call)/1e9, ret,
+			describeOp(o.Input.(modelOp)), describeOut(o.Input.(modelOp), o.Output.(modelOut)))
+	}
+	var b strings.Builder
+	var unplaced []int
+	for i := range ops {
+		if !placed[i] {
+			unplaced = append(unplaced, i)
+		}
+	}
+	slices.SortFunc(unplaced, func(x, y int) int { return cmp.Compare(ops[x].Call, ops[y].Call) })
+	fmt.Fprintf(&b, "%d of %d operations placed; the first not placed:\n", len(best), len(ops))
+	for _, i := range unplaced[:min(3, len(unplaced))] {
+		b.WriteString(line(i))
+	}
+	b.WriteString("the last placed, in linearization order:\n")
+	for _, i := range best[max(0, len(best)-12):] {
+		b.WriteString(line(i))
+	}
+	return b.String()
+}
+
+// withStaleRead returns ops plus a read that starts after the last
+// acknowledged publication or rollback returned and answers the generation
+// before it.
+func withStaleRead(ops []porcupine.Operation, client int) ([]porcupine.Operation, bool) {
+	last := -1
+	for i, o := range ops {
+		in, out := o.Input.(modelOp), o.Output.(modelOut)
+		if (in.kind == "publish" || in.kind == "rollback") && !out.unknown && out.code == "" && out.gen > 1 &&
+			(last < 0 || o.Return > ops[last].Return) {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil, false
+	}
+	p := ops[last]
+	in, out := p.Input.(modelOp), p.Output.(modelOut)
+	read := porcupine.Operation{ClientId: client, Input: modelOp{kind: "readAlias", alias: in.alias},
+		Output: modelOut{gen: out.gen - 1, root: out.root}, Call: p.Return + 1, Return: p.Return + 2}
+	return append(slices.Clip(ops), read), true
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// checkConverged waits until every member reports the same command index
+// and requires the same state digest there.
+func (c *chaosCluster) checkConverged(timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var sts []*raftgate.Status
+		for _, n := range c.nodes {
+			st, err := n.status(c.t.Context(), true)
+			if err != nil {
+				break
+			}
+			sts = append(sts, st)
+		}
+		if len(sts) == len(c.nodes) && sts[0].StateIndex > 0 {
+			same := true
+			for _, st := range sts[1:] {
+				same = same && st.StateIndex == sts[0].StateIndex
+			}
+			if same {
+				for _, st := range sts[1:] {
+					if *st.StateDigest != *sts[0].StateDigest {
+						c.t.Fatalf("members disagree at command index %d: %s has %s, %s has %s",
+							st.StateIndex, sts[0].ID, sts[0].StateDigest, st.ID, st.StateDigest)
+					}
+				}
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("members did not reach the same command index within %s", timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// chaosRegister is the register command of root i with a VERIFIED report;
+// report tells reports of the same root apart.
+func chaosRegister(roots []manifest.Digest, i, report int) *raftgate.Register {
+	return &raftgate.Register{
+		Root: roots[i], Shards: []manifest.Digest{manifest.Sum([]byte(fmt.Sprintf("chaos shard %d", i)))},
+		Report: &raftgate.ReportSummary{
+			Digest: manifest.Sum([]byte(fmt.Sprintf("chaos report %d.%d", i, report))), Verdict: manifest.Verified,
+			DatasetSnapshot:    manifest.Sum([]byte("chaos snapshot")),
+			TombstoneWatermark: chaosWatermark, BenchmarkFence: chaosWatermark,
+		},
+	}
+}
+
+// chaosClient runs operations until ctx ends.
+func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Digest, rootIndex map[manifest.Digest]int, registered *atomic.Int64, h *chaosHistory, retryUntil time.Time) {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(id)))
+	cl := raftgate.NewClient(urls)
+	defer cl.Close()
+	cl.RetryFor = 3 * time.Second
+	seen := make([]uint64, len(chaosAliases)) // the last generation this client saw
+	fence := uint64(0)
+	runs := 0
+	attempt := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 4*time.Second)
+	}
+	// pick is a recent root, sometimes one nobody registered yet.
+	pick := func() int {
+		k := int(registered.Load())
+		if k < len(roots) && rng.IntN(20) == 0 {
+			return k
+		}
+		return k - 1 - rng.IntN(min(k, 6))
+	}
+	reports := 0
+	for ctx.Err() == nil {
+		a := rng.IntN(len(chaosAliases))
+		var op modelOp
+		switch x := rng.IntN(100); {
+		case x < 5:
+			if k := registered.Load(); k < int64(len(roots)) && rng.IntN(4) != 0 {
+				op = modelOp{kind: "register", root: int(registered.Add(1) - 1)}
+			} else {
+				op = modelOp{kind: "register", root: pick()} // again, with a newer report
+			}
+		case x < 30:
+			op = modelOp{kind: "readAlias", alias: a}
+		case x < 60:
+			expect := seen[a]
+			if expect > 0 && rng.IntN(8) == 0 {
+				expect-- // stale on purpose: the idempotence and conflict rules
+			}
+			op = modelOp{kind: "publish", alias: a, root: pick(), expect: expect, retain: chaosRetain}
+		case x < 72:
+			op = modelOp{kind: "rollback", alias: a, root: pick(), expect: seen[a]}
+		case x < 84:
+			op = modelOp{kind: "createRun", alias: a}
+		case x < 94:
+			v := fence + uint64(rng.IntN(4))
+			if v > 0 && rng.IntN(6) == 0 {
+				v-- // sometimes behind: FENCE_REGRESSION
+			}
+			op = modelOp{kind: "fence", fence: rng.IntN(2), value: v}
+		default:
+			op = modelOp{kind: "readFences"}
+		}
+		runID := fmt.Sprintf("chaos-%d-%d", id, runs)
+		if op.kind == "createRun" {
+			runs++
+		}
+		reg := chaosRegister(roots, op.root, id<<32|reports)
+		if op.kind == "register" {
+			reports++
+		}
+		if op.kind == "createRun" {
+			op.run = id<<20 | runs
+		}
+		// Attempts whose outcome is unknown: each is an operation of its
+		// own, which may have taken effect at any time up to the answer
+		// of the attempt that finally got a definite one (a repeat of an
+		// applied command changes nothing, so its fate is sealed by then).
+		var pending []porcupine.Operation
+		var out modelOut
+		var err error
+		var call int64
+		for {
+			call = h.now()
+			actx, cancel := attempt()
+			out, err = chaosDo(actx, cl, op, runID, reg, roots, rootIndex)
+			cancel()
+			unreachable := err != nil && (errcode.Of(err) == errcode.GateUnavailable || errcode.Of(err) == errcode.Canceled)
+			if !errors.Is(err, raftgate.ErrIndeterminate) && !(unreachable && len(pending) > 0) {
+				break
+			}
+			if errors.Is(err, raftgate.ErrIndeterminate) {
+				if op.kind == "createRun" && !op.tracked {
+					op.tracked = true
+					for k := range pending {
+						pending[k].Input = op
+					}
+				}
+				pending = append(pending, porcupine.Operation{ClientId: id, Input: op, Call: call, Output: modelOut{unknown: true}})
+			}
+			// The same command again, as the client's contract allows.
+			op.retried = true
+			if time.Now().After(retryUntil) {
+				for _, p := range pending {
+					h.add(p.ClientId, p.Input.(modelOp), p.Output.(modelOut), p.Call, math.MaxInt64)
+				}
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		ret := h.now()
+		for _, p := range pending {
+			h.add(p.ClientId, p.Input.(modelOp), p.Output.(modelOut), p.Call, ret)
+		}
+		if err != nil {
+			if c := errcode.Of(err); c != errcode.GateUnavailable && c != errcode.Canceled {
+				h.fail(op, err)
+			}
+			// A definite failure to reach the gate (GATE_UNAVAILABLE,
+			// CANCELED after retryable attempts): nothing was applied, so
+			// the operation is not part of the history.
+			continue
+		}
+		h.add(id, op, out, call, ret)
+		switch {
+		case out.code != "":
+		case op.kind == "readAlias" || op.kind == "publish" || op.kind == "rollback" || op.kind == "createRun":
+			seen[op.alias] = max(seen[op.alias], out.gen)
+		case op.kind == "fence" || op.kind == "readFences":
+			fence = max(fence, out.fences[0], out.fences[1])
+		}
+	}
+}
+
+// chaosDo sends op once. err is nil when the gate answered definitely,
+// with success or a coded rejection (out.code).
+func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, runID string, reg *raftgate.Register, roots []manifest.Digest, rootIndex map[manifest.Digest]int) (modelOut, error) {
+	alias := chaosAliases[op.alias]
+	root := func(d manifest.Digest) int {
+		if i, ok := rootIndex[d]; ok {
+			return i
+		}
+		return -1 // no root of the test: the model accepts no such answer
+	}
+	var out modelOut
+	var err error
+	switch op.kind {
+	case "register":
+		var r *raftgate.RecheckResult
+		if r, err = cl.Register(ctx, reg); err == nil {
+			out.state = map[string]byte{raftgate.ReleaseVerified: 'V', raftgate.ReleasePublished: 'P', raftgate.ReleaseRetired: 'R'}[r.Release.State]
+		}
+	case "readAlias":
+		var al *raftgate.Alias
+		if al, err = cl.Alias(ctx, alias); err == nil {
+			out.gen, out.root = al.Generation, root(al.Root)
+		}
+	case "publish":
+		var r *raftgate.PublishResult
+		if r, err = cl.Publish(ctx, alias, roots[op.root], op.expect, op.retain); err == nil {
+			out.gen, out.root = r.Generation, root(r.Root)
+		}
+	case "rollback":
+		var r *raftgate.PublishResult
+		if r, err = cl.Rollback(ctx, alias, roots[op.root], op.expect); err == nil {
+			out.gen, out.root = r.Generation, root(r.Root)
+		}
+	case "createRun":
+		var r *raftgate.RunSummary
+		if r, err = cl.CreateRun(ctx, &raftgate.CreateRun{Run: runID, Alias: alias, WorldSize: 1, BarrierTimeoutMs: 24 * 3600 * 1000}); err == nil {
+			out.gen, out.root = r.Generation, root(r.Root)
+		}
+	case "fence":
+		kind := []string{raftgate.FenceTombstone, raftgate.FenceBenchmark}[op.fence]
+		var r *raftgate.FenceResult
+		if r, err = cl.AdvanceFence(ctx, kind, op.value); err == nil {
+			out.fences = [2]uint64{r.Fences.Tombstone, r.Fences.Benchmark}
+		}
+	case "readFences":
+		var s *raftgate.State
+		if s, err = cl.State(ctx); err == nil {
+			out.fences = [2]uint64{s.Fences.Tombstone, s.Fences.Benchmark}
+		}
+	}
+	if err == nil {
+		return out, nil
+	}
+	switch code := errcode.Of(err); code {
+	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.PublishConflict, errcode.GenerationConflict, errcode.NotVerified,
+		errcode.RollbackIneligible, errcode.FenceRegression:
+		return modelOut{code: code}, nil
+	}
+	return modelOut{}, err
+}

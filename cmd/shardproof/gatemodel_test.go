@@ -1,0 +1,435 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// gateModel is a sequential specification of the part of the gate the
+// chaos test drives, written from raftgate's package documentation and
+// DESIGN.md rather than from its code: aliases with generations, history
+// and a rollback window; releases VERIFIED → PUBLISHED → RETIRED; the two
+// fences; a run pinning the alias's (generation, root). porcupine checks a
+// recorded history against it: a history is linearizable if some order of
+// its operations, each placed between its call and its return, is a
+// sequence the model accepts.
+//
+// Releases are registered VERIFIED (some before the history starts, more
+// during it, as retirement uses them up), checked at watermarks no fence
+// advance of the test reaches, so permits never close and fences never
+// stand in a publication's way.
+
+// modelOp is one operation's input.
+type modelOp struct {
+	kind    string // register, publish, rollback, fence, createRun, readAlias, readFences
+	alias   int    // index into chaosAliases
+	root    int    // index into the test's roots
+	expect  uint64 // expected generation
+	retain  int    // publish: the rollback window of a new alias
+	fence   int    // 0 tombstone, 1 benchmark
+	value   uint64 // fence value
+	// retried: an attempt after an INDETERMINATE one, with the same
+	// arguments. Each attempt is an operation of its own: an
+	// indeterminate one has an unknown answer and may or may not have
+	// taken effect, and the gate answers a repeat of an applied command
+	// as the model's step does (the original result, a no-op).
+	retried bool
+	// run names a createRun's run; tracked: an attempt of it was
+	// INDETERMINATE, so the model remembers what it pinned, which a
+	// retry must get back.
+	run     int
+	tracked bool
+}
+
+// modelOut is one operation's answer. unknown: no attempt of it got a
+// definite answer before the history ended (it may or may not have taken
+// effect).
+type modelOut struct {
+	unknown bool
+	code    errcode.Code // "" for success
+	gen     uint64       // publish, rollback, createRun, readAlias
+	root    int          // idem
+	fences  [2]uint64    // fence, readFences
+	state   byte         // register: the release's state after it
+}
+
+// modelAlias is one generation of an alias, linked to the one before: a
+// persistent list, so states share their histories.
+type modelAlias struct {
+	gen    uint64
+	root   int
+	kind   byte // 'p' publish, 'r' rollback
+	retain int
+	prev   *modelAlias
+}
+
+// entry returns generation g of the alias, or nil.
+func (a *modelAlias) entry(g uint64) *modelAlias {
+	for ; a != nil; a = a.prev {
+		if a.gen == g {
+			return a
+		}
+		if a.gen < g {
+			return nil
+		}
+	}
+	return nil
+}
+
+// inWindow reports whether root is among the last retain generations.
+func (a *modelAlias) inWindow(root int) bool {
+	n := a.retain
+	for e := a; e != nil && n > 0; e, n = e.prev, n-1 {
+		if e.root == root {
+			return true
+		}
+	}
+	return false
+}
+
+type modelState struct {
+	fences  [2]uint64
+	rels    string // one letter per root: U unknown, V verified, P published, R retired
+	aliases []*modelAlias
+	runs    *modelRun // the tracked runs
+}
+
+// modelRun is a tracked run and what it pinned, in a persistent list.
+type modelRun struct {
+	id, gen, root int
+	next          *modelRun
+}
+
+func (r *modelRun) find(id int) *modelRun {
+	for ; r != nil; r = r.next {
+		if r.id == id {
+			return r
+		}
+	}
+	return nil
+}
+
+// newModelState is the state with roots registered VERIFIED out of a
+// pool of pool roots.
+func newModelState(roots, pool, aliases int) modelState {
+	return modelState{rels: strings.Repeat("V", roots) + strings.Repeat("U", pool-roots), aliases: make([]*modelAlias, aliases)}
+}
+
+func (s modelState) withRel(root int, state byte) modelState {
+	b := []byte(s.rels)
+	b[root] = state
+	s.rels = string(b)
+	return s
+}
+
+// advance is raftgate's advance: a new generation, the root PUBLISHED, and
+// the generation that left the window may retire its root.
+func (s modelState) advance(a int, kind byte, root, retain int) (modelState, *modelAlias) {
+	old := s.aliases[a]
+	e := &modelAlias{gen: 1, root: root, kind: kind, retain: retain}
+	if old != nil {
+		e.gen, e.retain, e.prev = old.gen+1, old.retain, old
+	}
+	s.aliases = append([]*modelAlias(nil), s.aliases...)
+	s.aliases[a] = e
+	s = s.withRel(root, 'P')
+	if out := e.entry(e.gen - uint64(e.retain)); out != nil && s.rels[out.root] == 'P' {
+		kept := false
+		for _, al := range s.aliases {
+			if al != nil && al.inWindow(out.root) {
+				kept = true
+			}
+		}
+		if !kept {
+			s = s.withRel(out.root, 'R')
+		}
+	}
+	return s, e
+}
+
+// retried is raftgate's idempotence rule for publish and rollback with an
+// expected generation the alias has passed.
+func retried(al *modelAlias, kind byte, root int, expect uint64) (ok bool, gen uint64, code errcode.Code) {
+	h := al.entry(expect + 1)
+	if h.root == root && h.kind == kind {
+		return true, h.gen, ""
+	}
+	if h.gen == al.gen {
+		return false, 0, errcode.PublishConflict
+	}
+	return false, 0, errcode.GenerationConflict
+}
+
+// step applies op to s and returns the new state and the answer the gate
+// must give.
+func (s modelState) step(op modelOp) (modelState, modelOut) {
+	fail := func(c errcode.Code) (modelState, modelOut) { return s, modelOut{code: c} }
+	switch op.kind {
+	case "register":
+		if s.rels[op.root] == 'U' {
+			s = s.withRel(op.root, 'V')
+		}
+		return s, modelOut{state: s.rels[op.root]}
+	case "publish", "rollback":
+		kind := byte('p')
+		if op.kind == "rollback" {
+			kind = 'r'
+		}
+		al := s.aliases[op.alias]
+		if al == nil {
+			if op.kind == "rollback" || op.expect != 0 {
+				return fail(errcode.UnknownAlias)
+			}
+		} else {
+			if op.expect < al.gen {
+				ok, gen, code := retried(al, kind, op.root, op.expect)
+				if !ok {
+					return fail(code)
+				}
+				return s, modelOut{gen: gen, root: op.root}
+			}
+			if op.expect != al.gen {
+				return fail(errcode.GenerationConflict)
+			}
+		}
+		if kind == 'p' {
+			switch s.rels[op.root] {
+			case 'U':
+				return fail(errcode.UnknownRelease)
+			case 'R':
+				return fail(errcode.NotVerified)
+			}
+		} else if op.root == al.root || !al.inWindow(op.root) || s.rels[op.root] != 'P' {
+			return fail(errcode.RollbackIneligible)
+		}
+		ns, e := s.advance(op.alias, kind, op.root, op.retain)
+		return ns, modelOut{gen: e.gen, root: e.root}
+	case "fence":
+		cur := s.fences[op.fence]
+		if op.value < cur {
+			return fail(errcode.FenceRegression)
+		}
+		s.fences[op.fence] = op.value
+		return s, modelOut{fences: s.fences}
+	case "createRun", "readAlias":
+		if op.tracked {
+			if r := s.runs.find(op.run); r != nil {
+				return s, modelOut{gen: uint64(r.gen), root: r.root}
+			}
+		}
+		al := s.aliases[op.alias]
+		if al == nil {
+			return fail(errcode.UnknownAlias)
+		}
+		if op.tracked {
+			s.runs = &modelRun{id: op.run, gen: int(al.gen), root: al.root, next: s.runs}
+		}
+		return s, modelOut{gen: al.gen, root: al.root}
+	case "readFences":
+		return s, modelOut{fences: s.fences}
+	}
+	panic("gate model: unknown operation " + op.kind)
+}
+
+// gatePorcupine is the model for porcupine. An unknown answer may or may
+// not have taken effect.
+func gatePorcupine(roots, pool, aliases int) porcupine.Model {
+	nm := porcupine.NondeterministicModel{
+		Init: func() []any { return []any{newModelState(roots, pool, aliases)} },
+		Step: func(state, input, output any) []any {
+			s, op, out := state.(modelState), input.(modelOp), output.(modelOut)
+			ns, want := s.step(op)
+			if out.unknown {
+				return []any{s, ns}
+			}
+			if out != want {
+				return nil
+			}
+			return []any{ns}
+		},
+		Equal: func(a, b any) bool { return modelEqual(a.(modelState), b.(modelState)) },
+		DescribeOperation: func(input, output any) string {
+			op, out := input.(modelOp), output.(modelOut)
+			return fmt.Sprintf("%s → %s", describeOp(op), describeOut(op, out))
+		},
+		DescribeState: func(state any) string { return describeState(state.(modelState)) },
+	}
+	return nm.ToModel()
+}
+
+func modelEqual(a, b modelState) bool {
+	if a.fences != b.fences || a.rels != b.rels {
+		return false
+	}
+	for x, y := a.runs, b.runs; x != y; x, y = x.next, y.next {
+		if x == nil || y == nil || *x != *y {
+			return false
+		}
+	}
+	for i := range a.aliases {
+		x, y := a.aliases[i], b.aliases[i]
+		for x != y {
+			if x == nil || y == nil || x.gen != y.gen || x.root != y.root || x.kind != y.kind || x.retain != y.retain {
+				return false
+			}
+			x, y = x.prev, y.prev
+		}
+	}
+	return true
+}
+
+func describeOp(op modelOp) string {
+	r := ""
+	if op.retried {
+		r = " (retried)"
+	}
+	switch op.kind {
+	case "publish", "rollback":
+		return fmt.Sprintf("%s(%s, r%d, expect %d)%s", op.kind, chaosAliases[op.alias], op.root, op.expect, r)
+	case "fence":
+		return fmt.Sprintf("fence(%s, %d)%s", []string{"tombstone", "benchmark"}[op.fence], op.value, r)
+	case "createRun", "readAlias":
+		return fmt.Sprintf("%s(%s)%s", op.kind, chaosAliases[op.alias], r)
+	case "register":
+		return fmt.Sprintf("register(r%d)%s", op.root, r)
+	}
+	return op.kind + "()"
+}
+
+func describeOut(op modelOp, out modelOut) string {
+	switch {
+	case out.unknown:
+		return "unknown"
+	case out.code != "":
+		return string(out.code)
+	case op.kind == "fence" || op.kind == "readFences":
+		return fmt.Sprintf("tombstone %d, benchmark %d", out.fences[0], out.fences[1])
+	case op.kind == "register":
+		return string(out.state)
+	}
+	return fmt.Sprintf("generation %d = r%d", out.gen, out.root)
+}
+
+func describeState(s modelState) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "fences %v, releases %s", s.fences, strings.TrimRight(s.rels, "U"))
+	for i, al := range s.aliases {
+		if al != nil {
+			fmt.Fprintf(&b, ", %s g%d=r%d", chaosAliases[i], al.gen, al.root)
+		}
+	}
+	return b.String()
+}
+
+// The model itself, on small histories written by hand: what it must
+// accept and what it must refuse. A checker that accepted everything
+// would pass the chaos test whatever the gate did.
+func TestGateModel(t *testing.T) {
+	pub := func(alias, root int, expect uint64) modelOp {
+		return modelOp{kind: "publish", alias: alias, root: root, expect: expect, retain: 2}
+	}
+	read := modelOp{kind: "readAlias"}
+	op := func(client int, in modelOp, out modelOut, call, ret int64) porcupine.Operation {
+		return porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret}
+	}
+	cases := []struct {
+		name string
+		ok   bool
+		h    []porcupine.Operation
+	}{
+		{"read after publish sees it", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
+			op(1, read, modelOut{gen: 1, root: 1}, 11, 20),
+		}},
+		{"stale read after an acknowledged publish", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
+			op(1, read, modelOut{code: errcode.UnknownAlias}, 11, 20),
+		}},
+		{"concurrent read may miss it", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
+			op(1, read, modelOut{code: errcode.UnknownAlias}, 5, 20),
+		}},
+		{"two publishes of one generation both succeed", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
+			op(1, pub(0, 2, 0), modelOut{gen: 1, root: 2}, 0, 10),
+		}},
+		{"the loser of a race is PUBLISH_CONFLICT", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
+			op(1, pub(0, 2, 0), modelOut{code: errcode.PublishConflict}, 0, 10),
+		}},
+		{"a retried publish returns the original result", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
+			op(1, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 11, 20),
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 21, 30),
+		}},
+		{"a root that left every window is retired", true, []porcupine.Operation{
+			op(0, pub(0, 0, 0), modelOut{gen: 1, root: 0}, 0, 1),
+			op(0, pub(0, 1, 1), modelOut{gen: 2, root: 1}, 2, 3),
+			op(0, pub(0, 2, 2), modelOut{gen: 3, root: 2}, 4, 5),
+			op(0, pub(0, 0, 3), modelOut{code: errcode.NotVerified}, 6, 7),
+			op(0, modelOp{kind: "register", root: 0}, modelOut{state: 'R'}, 8, 9),
+		}},
+		{"a fence never moves back", false, []porcupine.Operation{
+			op(0, modelOp{kind: "fence", value: 5}, modelOut{fences: [2]uint64{5, 0}}, 0, 10),
+			op(1, modelOp{kind: "fence", value: 3}, modelOut{fences: [2]uint64{3, 0}}, 11, 20),
+		}},
+		{"a repeated advance answers FENCE_REGRESSION once the fence moved past it", true, []porcupine.Operation{
+			op(0, modelOp{kind: "fence", value: 5}, modelOut{unknown: true}, 0, 30),
+			op(1, modelOp{kind: "readFences"}, modelOut{fences: [2]uint64{5, 0}}, 5, 10),
+			op(1, modelOp{kind: "fence", value: 7}, modelOut{fences: [2]uint64{7, 0}}, 11, 20),
+			op(0, modelOp{kind: "fence", value: 5, retried: true}, modelOut{code: errcode.FenceRegression}, 25, 30),
+		}},
+		{"a repeated register answers the state a publication gave the release since", true, []porcupine.Operation{
+			op(0, modelOp{kind: "register", root: 3}, modelOut{unknown: true}, 0, 30),
+			op(1, pub(0, 3, 0), modelOut{gen: 1, root: 3}, 5, 10),
+			op(0, modelOp{kind: "register", root: 3, retried: true}, modelOut{state: 'P'}, 20, 30),
+		}},
+		{"a register answered once is not retried", false, []porcupine.Operation{
+			op(0, modelOp{kind: "register", root: 3}, modelOut{state: 'P'}, 0, 30),
+			op(1, pub(0, 3, 0), modelOut{gen: 1, root: 3}, 5, 10),
+		}},
+		{"a repeated createRun gets the run its first attempt pinned", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(1, modelOp{kind: "createRun", run: 7, tracked: true}, modelOut{unknown: true}, 2, 30),
+			op(0, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 10, 11),
+			op(1, modelOp{kind: "createRun", run: 7, tracked: true, retried: true}, modelOut{gen: 1, root: 1}, 20, 30),
+		}},
+		{"a tracked run is pinned once", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(1, modelOp{kind: "createRun", run: 7, tracked: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 10, 11),
+			op(1, modelOp{kind: "createRun", run: 7, tracked: true, retried: true}, modelOut{gen: 2, root: 2}, 20, 30),
+		}},
+		{"a run pins the alias as it was", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
+			op(0, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 11, 20),
+			op(1, modelOp{kind: "createRun"}, modelOut{gen: 1, root: 1}, 21, 30),
+		}},
+		{"an unknown outcome may have happened", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{unknown: true}, 0, math.MaxInt64),
+			op(1, read, modelOut{gen: 1, root: 1}, 11, 20),
+		}},
+		{"or not", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{unknown: true}, 0, math.MaxInt64),
+			op(1, read, modelOut{code: errcode.UnknownAlias}, 11, 20),
+		}},
+	}
+	model := gatePorcupine(3, 4, len(chaosAliases))
+	for _, c := range cases {
+		if got := porcupine.CheckOperations(model, c.h); got != c.ok {
+			t.Errorf("%s: linearizable %v, want %v", c.name, got, c.ok)
+		}
+	}
+	// A failing history's explanation names the operation that could
+	// not be placed.
+	_, info := porcupine.CheckOperationsVerbose(model, cases[1].h, 0)
+	if got := explainIllegal(info, cases[1].h); !strings.Contains(got, "the first not placed:\n  #1 client 1") {
+		t.Errorf("explanation of a stale read:\n%s", got)
+	}
+}
