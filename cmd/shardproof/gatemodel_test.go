@@ -27,13 +27,13 @@ import (
 
 // modelOp is one operation's input.
 type modelOp struct {
-	kind    string // register, publish, rollback, fence, createRun, readAlias, readFences
-	alias   int    // index into chaosAliases
-	root    int    // index into the test's roots
-	expect  uint64 // expected generation
-	retain  int    // publish: the rollback window of a new alias
-	fence   int    // 0 tombstone, 1 benchmark
-	value   uint64 // fence value
+	kind   string // register, publish, rollback, fence, createRun, readAlias, readFences
+	alias  int    // index into chaosAliases
+	root   int    // index into the test's roots
+	expect uint64 // expected generation
+	retain int    // publish: the rollback window of a new alias
+	fence  int    // 0 tombstone, 1 benchmark
+	value  uint64 // fence value
 	// retried: an attempt after an INDETERMINATE one, with the same
 	// arguments. Each attempt is an operation of its own: an
 	// indeterminate one has an unknown answer and may or may not have
