@@ -446,6 +446,13 @@ func TestGateChaos(t *testing.T) {
 	} else if porcupine.CheckOperations(model, stale) {
 		t.Fatal("the checker accepted a stale read")
 	}
+	// Under -race the members are race-enabled too: a race they report
+	// fails the test.
+	for _, n := range c.nodes {
+		if b, _ := os.ReadFile(n.logPath); strings.Contains(string(b), "DATA RACE") {
+			t.Fatalf("%s reported a data race:\n%s", n.id, tail(string(b), 6000))
+		}
+	}
 	// The test only means something if faults happened and the gate did
 	// work through them.
 	if kills.Load()+pauses.Load() == 0 {
