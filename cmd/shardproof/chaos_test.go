@@ -411,8 +411,15 @@ func TestGateChaos(t *testing.T) {
 	// Healed: every member applies a last command and must then hold a
 	// byte-identical state.
 	final := uint64(time.Since(h.start)) // above any value the clients used
-	if _, err := admin.AdvanceFence(t.Context(), raftgate.FenceTombstone, final); err != nil {
-		t.Fatalf("final fence advance: %v", err)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, err := admin.AdvanceFence(t.Context(), raftgate.FenceTombstone, final)
+		if err == nil {
+			break
+		}
+		// A resumed member may still cost an election: retrying is safe.
+		if !errors.Is(err, raftgate.ErrIndeterminate) && errcode.Of(err) != errcode.GateUnavailable || time.Now().After(deadline) {
+			t.Fatalf("final fence advance: %v", err)
+		}
 	}
 	c.checkConverged(30 * time.Second)
 
