@@ -5,7 +5,7 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 DEMO_DIR ?= $(CURDIR)/.demo
 
-.PHONY: all build build-cgozstd test test-short demo lint fuzz chaos bench bench-scale clean deps
+.PHONY: all build build-cgozstd test demo lint fuzz chaos bench bench-scale clean deps
 
 all: build
 

@@ -138,6 +138,10 @@ func httpStatus(c errcode.Code) int {
 		return http.StatusGatewayTimeout
 	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun:
 		return http.StatusNotFound
+	case errcode.TombstoneHit, errcode.BenchmarkHit:
+		// A recheck that found hits: a rejection that changed state (the
+		// release is INVALID now), not bad input.
+		return http.StatusConflict
 	}
 	switch c.Exit() {
 	case errcode.ExitRejected:

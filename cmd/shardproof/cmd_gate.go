@@ -28,9 +28,10 @@ generations, the tombstone/benchmark fences, release states, permits and
 training runs.
 
 Client commands take --gate URL[,URL…] (default $SHARDPROOF_GATE or
-` + raftgate.DefaultGateURL + `). Exit status: 0 done, 2 usage, 3 gate
-unreachable, 4 the gate refused (the code says why), 5 outcome unknown —
-retrying the same command is safe.`,
+` + raftgate.DefaultGateURL + `). Exit status: 0 done, 1 the release is
+INVALID (register with an INVALID report, recheck with hits), 2 usage, 3
+gate unreachable, 4 the gate refused (the code says why), 5 outcome
+unknown — retrying the same command is safe.`,
 }
 
 // gateClientFlags are shared by the gate and run client commands.
@@ -492,7 +493,7 @@ func init() {
 	f.StringVar(&gateServeFlags.httpAdvertise, "http-advertise", "", "HTTP address other members forward to, if not --http-addr")
 	f.StringVar(&gateServeFlags.join, "join", "", "HTTP address of a running member to join (first start only)")
 	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "bootstrap a new cluster of this node (the default without --join)")
-	f.DurationVar(&gateServeFlags.autoPrune, "auto-prune", 0, "while leader, run `gate prune --older-than` with this age every hour (0: never)")
+	f.DurationVar(&gateServeFlags.autoPrune, "auto-prune", 0, "while leader, run 'gate prune --older-than' with this age every hour (0: never)")
 
 	f = gateRegisterCmd.Flags()
 	f.StringVar(&gateRegisterFlags.store, "store", "", "object store URL or path")

@@ -40,6 +40,11 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if engine.executor != "local" {
+				if resume != "" {
+					// The engines rerun a plan's uncommitted tasks
+					// themselves (Slurm requeue, Kubernetes backoff).
+					return errcode.New(errcode.Usage, "verify: --resume works with --executor local; %s reruns failed tasks itself", engine.executor)
+				}
 				return engine.run(cmd)
 			}
 			if resume != "" {
@@ -100,12 +105,12 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest to check against")
 	f.IntVar(&mapTasks, "map-tasks", 0, "number of map tasks (default: derived from inputs and parallelism)")
 	f.IntVar(&reducers, "reducers", 0, "number of reduce tasks (default: 2 × parallelism)")
-	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local executor (default: number of CPUs)")
+	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local and process executors; the default map-task and reducer counts derive from it (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
 	f.StringVar((*string)(&shuffleComp), "shuffle-compression", "", "shuffle files: zstd or none (default: none for the local executor, whose reducers would otherwise hold a zstd decoder per map task; zstd for the others)")
 	f.BoolVar(&mapMembers, "map-members", false, "map every snapshot member in map tasks and shuffle its tuples, even members whose declared bucket ranges let reducers read them directly (the default)")
 	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store) after the report is stored; by default they are deleted")
-	f.StringVar(&resume, "resume", "", "finish an interrupted verification: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
+	f.StringVar(&resume, "resume", "", "finish an interrupted local verification: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
 	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)
 }

@@ -124,6 +124,29 @@ func init() {
 	rootCmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return errcode.Wrap(errcode.Usage, err, "%s", c.CommandPath())
 	})
+	// Runs after every cmd_*.go init (files initialize in name order), so
+	// every command is registered.
+	requireSubcommand(rootCmd)
+}
+
+// requireSubcommand makes every command that only groups others (the root,
+// gate, run, store, manifest) print its help when called alone and refuse
+// an unknown subcommand with USAGE, where cobra would exit 0 after the
+// help or with an uncoded error.
+func requireSubcommand(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		requireSubcommand(sub)
+	}
+	if !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return errcode.New(errcode.Usage, "unknown command %q for %q (see %s --help)", args[0], cmd.CommandPath(), cmd.CommandPath())
+		}
+		return nil
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 }
 
 // openStore opens --store.
