@@ -13,6 +13,11 @@
 // pure function of the rows and the options, so staging the same rows twice
 // yields the same root digest and writes nothing new.
 //
+// Memory: the sort holds 16 bytes per row (its hash and index); each
+// worker holds one shard's rows; each release shard's tuples go to a spill
+// file per snapshot member in TempDir, and each member file reads back and
+// sorts only its own, so the tuples are never all in memory.
+//
 // Synth generates a realistic synthetic dataset from a seed and stages it
 // without source files; Stage reads source Parquet files.
 package stage

@@ -30,7 +30,8 @@ type StageOptions struct {
 	Shards int
 	// Seed is the sort seed recorded in build.sortSeed.
 	Seed uint64
-	// TempDir holds the spool files (default os.TempDir()).
+	// TempDir holds the spool files of the rows and of the snapshot's
+	// tuples (default os.TempDir()).
 	TempDir string
 	// Options are the common staging settings (Shards is taken from above).
 	Options
@@ -58,7 +59,7 @@ func Stage(ctx context.Context, store objstore.Store, o StageOptions) (Result, e
 	}
 	defer src.close()
 	src.tempDir = o.TempDir
-	return run(ctx, store, DefaultSchema(), src, o.Seed, opts)
+	return run(ctx, store, DefaultSchema(), src, o.Seed, o.TempDir, opts)
 }
 
 // input is one checked source file.

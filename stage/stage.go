@@ -6,7 +6,6 @@ import (
 	"context"
 	"log/slog"
 	"slices"
-	"sort"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -76,13 +75,14 @@ type partitioner interface {
 }
 
 // sortOrder returns the row indices in staging order and rejects
-// duplicate sampleIds (a snapshot holds each member exactly once).
+// duplicate sampleIds (a snapshot holds each member exactly once). It
+// holds 16 bytes per row: the hash and the index, with sampleIds
+// fetched again only to order rows whose hashes are equal.
 func sortOrder(ctx context.Context, src source, seed uint64) ([]int, error) {
 	n := src.Len()
 	type key struct {
-		h  uint64
-		id string
-		i  int
+		h uint64
+		i int
 	}
 	keys := make([]key, n)
 	d := xxhash.NewWithSeed(seed)
@@ -90,20 +90,30 @@ func sortOrder(ctx context.Context, src source, seed uint64) ([]int, error) {
 		if i%65536 == 0 && ctx.Err() != nil {
 			return nil, errcode.Wrap(errcode.Canceled, ctx.Err(), "sort")
 		}
-		id := src.SampleID(i)
 		d.ResetWithSeed(seed)
-		d.WriteString(id)
-		keys[i] = key{d.Sum64(), id, i}
+		d.WriteString(src.SampleID(i))
+		keys[i] = key{d.Sum64(), i}
 	}
-	slices.SortFunc(keys, func(a, b key) int {
-		return cmp.Or(cmp.Compare(a.h, b.h), cmp.Compare(a.id, b.id))
-	})
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.h, b.h), cmp.Compare(a.i, b.i)) })
 	order := make([]int, n)
-	for j, k := range keys {
-		if j > 0 && keys[j-1].id == k.id {
-			return nil, errcode.New(errcode.BadInput, "sample_id %q occurs more than once in the input", k.id)
+	for j := 0; j < n; {
+		k := j + 1
+		for k < n && keys[k].h == keys[j].h {
+			k++
 		}
-		order[j] = k.i
+		if k-j > 1 {
+			// Equal hashes (rare, and every duplicate sampleId): by id.
+			run := keys[j:k]
+			slices.SortFunc(run, func(a, b key) int { return cmp.Compare(src.SampleID(a.i), src.SampleID(b.i)) })
+			for x := 1; x < len(run); x++ {
+				if id := src.SampleID(run[x].i); id == src.SampleID(run[x-1].i) {
+					return nil, errcode.New(errcode.BadInput, "sample_id %q occurs more than once in the input", id)
+				}
+			}
+		}
+		for ; j < k; j++ {
+			order[j] = keys[j].i
+		}
 	}
 	return order, nil
 }
@@ -197,7 +207,7 @@ func Describe(rec arrow.RecordBatch, s *manifest.RecordSchema, tupleSchema manif
 }
 
 // run stages src with the record schema s.
-func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, src source, seed uint64, o Options) (Result, error) {
+func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, src source, seed uint64, tempDir string, o Options) (Result, error) {
 	if o.Shards < 1 {
 		return Result{}, errcode.New(errcode.Usage, "--shards must be at least 1, got %d", o.Shards)
 	}
@@ -241,10 +251,15 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 		return Result{}, err
 	}
 
-	// Release shards, o.Workers at a time; each keeps its own tuples so the
-	// snapshot does not depend on scheduling.
+	// Release shards, o.Workers at a time; each adds its tuples to the
+	// member spill, which member files read back and sort, so the snapshot
+	// does not depend on scheduling.
+	spill, err := newMemberSpill(tempDir, members, w.sd)
+	if err != nil {
+		return Result{}, err
+	}
+	defer spill.close()
 	shards := make([]manifest.Shard, o.Shards)
-	tuples := make([][]memberTuple, o.Shards)
 	errs := make([]error, o.Shards)
 	sem := make(chan struct{}, o.Workers)
 	var wg sync.WaitGroup
@@ -271,7 +286,9 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 				ts = append(ts, memberTuple{t: it.clone(t), digest: d, bucket: tuplehash.Bucket(t.SampleID, tuplehash.DefaultK)})
 				return nil
 			})
-			tuples[i] = ts
+			if errs[i] == nil {
+				errs[i] = spill.add(ts)
+			}
 		}()
 	}
 	wg.Wait()
@@ -283,8 +300,7 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 
 	// The snapshot: member files partition the tuples by contiguous bucket
 	// ranges, each sorted by (bucket, sampleId, tuple digest).
-	snap, err := w.writeMembers(tuples, members)
-	tuples = nil
+	snap, err := w.writeMembers(spill, members)
 	if err != nil {
 		return Result{}, err
 	}
@@ -384,15 +400,11 @@ func tupleOrder(a, b memberTuple) int {
 	return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.t.SampleID, b.t.SampleID), bytes.Compare(a.digest[:], b.digest[:]))
 }
 
-// writeMembers writes m member files from the shards' tuples and returns
-// the snapshot document with its tuple root. Each shard's list is sorted
-// in place, and each member gathers its bucket range from every list into
-// one reused buffer: the tuples are held once, plus one member's worth.
-func (w *writer) writeMembers(shards [][]memberTuple, m int) (*manifest.Snapshot, error) {
-	for _, ts := range shards {
-		slices.SortFunc(ts, tupleOrder)
-	}
-	pos := make([]int, len(shards))
+// writeMembers writes m member files from the spilled tuples and returns
+// the snapshot document with its tuple root. Each member's tuples are read
+// back into one reused buffer and sorted: staging holds one member's
+// tuples at a time.
+func (w *writer) writeMembers(spill *memberSpill, m int) (*manifest.Snapshot, error) {
 	var buf []memberTuple
 	ms := canon.SnapshotMemberSchema()
 	as, err := canon.ArrowSchema(ms)
@@ -408,11 +420,8 @@ func (w *writer) writeMembers(shards [][]memberTuple, m int) (*manifest.Snapshot
 	acc := tuplehash.NewAccumulator(tuplehash.DefaultK)
 	for j := range m {
 		lo, hi := memberRange(j, m)
-		buf = buf[:0]
-		for k, ts := range shards {
-			n := sort.Search(len(ts)-pos[k], func(x int) bool { return ts[pos[k]+x].bucket >= hi })
-			buf = append(buf, ts[pos[k]:pos[k]+n]...)
-			pos[k] += n
+		if buf, err = spill.read(j, buf[:0]); err != nil {
+			return nil, err
 		}
 		ts := buf
 		slices.SortFunc(ts, tupleOrder)

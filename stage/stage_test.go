@@ -323,6 +323,17 @@ func TestSynthCanceled(t *testing.T) {
 	}
 }
 
+// Synth's member spill lives in TempDir only while it runs.
+func TestSynthLeavesNoSpill(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := stage.Synth(context.Background(), stagetest.Store(t), stage.SynthOptions{Samples: 500, Shards: 4, Seed: 2, TempDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("spill files left behind: %v", left)
+	}
+}
+
 // The bytes staging writes are frozen per SerializerVersion: this root
 // changes only if the Parquet bytes, a document's encoding, the sort,
 // the sharding or the synthetic generator changes, and then

@@ -21,6 +21,9 @@ type SynthOptions struct {
 	Shards int
 	// Seed determines every generated value and the sort seed.
 	Seed int64
+	// TempDir holds the snapshot's tuples between the release shards and
+	// the member files (default os.TempDir()).
+	TempDir string
 	// Options are the common staging settings (Shards is taken from above).
 	Options
 }
@@ -41,7 +44,7 @@ const SynthVersion = "2"
 func Synth(ctx context.Context, store objstore.Store, o SynthOptions) (Result, error) {
 	opts := o.Options
 	opts.Shards = o.Shards
-	return run(ctx, store, DefaultSchema(), newSynthSource(o.Samples, o.Seed), uint64(o.Seed), opts)
+	return run(ctx, store, DefaultSchema(), newSynthSource(o.Samples, o.Seed), uint64(o.Seed), o.TempDir, opts)
 }
 
 type synthSource struct {
