@@ -610,3 +610,22 @@ func TestSnapshotMemberUnsorted(t *testing.T) {
 		t.Fatalf("snapshot root %s, want %s", r.SnapshotTupleRoot, res.SnapshotDoc.TupleRoot)
 	}
 }
+
+// A release whose record schema names no content column would take its
+// content digests from a column instead of its bytes: verify refuses it
+// before planning anything.
+func TestReleaseSchemaWithoutContent(t *testing.T) {
+	s, res := synth(t)
+	rs := *res.Schema
+	rs.Content = ""
+	rel := stagetest.CloneRelease(res.Release)
+	rel.RecordSchema = putDoc(t, s, &rs)
+	res2 := stagetest.Reissue(t, s, res, rel, false)
+	_, err := Verify(context.Background(), s, Options{PlanOptions: PlanOptions{Root: res2.Root, Tool: "shardproof test"}})
+	if errcode.Of(err) != errcode.BadDocument || !strings.Contains(err.Error(), "names no content column") {
+		t.Fatalf("err = %v, want BAD_DOCUMENT naming the missing content column", err)
+	}
+	if page, _ := s.List(context.Background(), "jobs/", "", 10); len(page.Objects) != 0 {
+		t.Fatalf("a refused release left job files: %v", page.Objects)
+	}
+}

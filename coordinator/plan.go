@@ -124,8 +124,13 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 	if err != nil {
 		return nil, manifest.Digest{}, err
 	}
-	if _, err := loadRecordSchema(ctx, s, rel.RecordSchema); err != nil {
+	if rs, err := loadRecordSchema(ctx, s, rel.RecordSchema); err != nil {
 		return nil, manifest.Digest{}, err
+	} else if rs.Content == "" {
+		// Only snapshot member files carry content digests instead of
+		// content: a release's content digests must be computed from its
+		// bytes, or content substitution could not be seen.
+		return nil, manifest.Digest{}, errcode.New(errcode.BadDocument, "record schema %s of release %s names no content column", rel.RecordSchema, o.Root)
 	}
 	k, err := partitionK(rel, snap)
 	if err != nil {
