@@ -184,8 +184,8 @@ func DecodeReport(b []byte) (*Report, error) {
 
 // DecodeAny strictly decodes a document of any known kind, chosen by its
 // "schema" field, and returns the schema identifier and a pointer to the
-// decoded document (*Release, *Snapshot, *FenceLog, *RecordSchema or
-// *Report).
+// decoded document (*Release, *Snapshot, *FenceLog, *RecordSchema,
+// *Report or *RecheckReport).
 func DecodeAny(b []byte) (string, Validator, error) {
 	if len(b) > MaxDocumentSize {
 		return "", nil, errcode.New(errcode.DocumentTooLarge, "document is %d bytes, cap %d", len(b), MaxDocumentSize)
@@ -206,6 +206,8 @@ func DecodeAny(b []byte) (string, Validator, error) {
 		doc, err = DecodeRecordSchema(b)
 	case ReportSchema:
 		doc, err = DecodeReport(b)
+	case RecheckReportSchema:
+		doc, err = DecodeRecheckReport(b)
 	default:
 		return "", nil, errcode.New(errcode.BadDocument, "unknown schema %q", truncate(schema))
 	}

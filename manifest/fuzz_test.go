@@ -90,6 +90,7 @@ func FuzzDecodeAny(f *testing.F) {
 	for _, c := range docCases() {
 		f.Add(mustEncode(f, c.doc))
 	}
+	f.Add(mustEncode(f, validRecheckReport()))
 	f.Add([]byte(`{"schema":"` + ReleaseSchema + `","schema":"` + ReportSchema + `"}`))
 	f.Add([]byte(strings.Repeat("[", 64) + strings.Repeat("]", 64)))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -22,11 +22,23 @@ type RecheckOptions struct {
 	Tombstones, Benchmark manifest.Digest
 	Verify                VerifyFunc
 	Logger                *slog.Logger
+	// Members counts the hits in the member files of the snapshot that
+	// the gate's VERIFIED report binds the root to, instead of verifying
+	// the release again (Verify is not called): a fraction of the bytes,
+	// no content to hash, and no re-proof of the release's own bytes.
+	Members bool
+	// Parallelism bounds the member files read at once (Members; default
+	// runtime.NumCPU()); Tool names the program in the recheck report.
+	Parallelism int
+	Tool        string
 }
 
 // RecheckOutcome is what Recheck did.
 type RecheckOutcome struct {
+	// Report is the verification report of a full recheck; Members the
+	// recheck report of a --members one. ReportDigest names the one made.
 	Report       *manifest.Report
+	Members      *manifest.RecheckReport
 	ReportDigest manifest.Digest
 	// Hits per fence kind ("tombstone", "benchmark").
 	Hits map[string]int64
@@ -45,7 +57,9 @@ type RecheckOutcome struct {
 // The hits come from a full verification of the root against the new
 // documents, so a recheck also re-proves the bytes: a release that no
 // longer verifies for another reason fails with that reason's code and
-// nothing is renewed.
+// nothing is renewed. With o.Members they come from the snapshot's member
+// files instead (see RecheckOptions.Members), recorded in a recheck
+// report (manifest.RecheckReport).
 func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*RecheckOutcome, error) {
 	log := o.Logger
 	if log == nil {
@@ -55,12 +69,21 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 	if o.Root.IsZero() || (o.Tombstones.IsZero() && o.Benchmark.IsZero()) {
 		return nil, errcode.New(errcode.Usage, "recheck needs a root and --tombstones and/or --benchmark")
 	}
-	if o.Verify == nil {
+	if o.Verify == nil && !o.Members {
 		return nil, errcode.New(errcode.Internal, "recheck: no verifier")
 	}
 	// Fail fast on a root the gate does not know.
-	if _, err := g.Release(ctx, o.Root); err != nil {
+	gr, err := g.Release(ctx, o.Root)
+	if err != nil {
 		return nil, err
+	}
+	if o.Members {
+		doc, d, err := recheckMembers(ctx, s, gr, o)
+		if err != nil {
+			return nil, err
+		}
+		out := &RecheckOutcome{Members: doc, ReportDigest: d, Hits: map[string]int64{}, Reopened: []string{}}
+		return out, record(ctx, log, g, o, out, d, doc.TombstoneWatermark, doc.TombstoneHits, doc.BenchmarkFence, doc.BenchmarkHits)
 	}
 	rep, d, err := o.Verify(ctx, o.Root, o.Tombstones, o.Benchmark)
 	if err != nil {
@@ -77,14 +100,21 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 	if code := FailureCode(&other); code != "" {
 		return out, errcode.New(code, "release %s no longer verifies (report %s); permits are not renewed", o.Root, d)
 	}
+	return out, record(ctx, log, g, o, out, d, rep.TombstoneWatermark, rep.Counts.TombstoneHits, rep.BenchmarkFence, rep.Counts.BenchmarkHits)
+}
+
+// record sends one recheck command per fence document checked, with the
+// report d and its hits, and fills out's hits, release and reopened
+// permits.
+func record(ctx context.Context, log *slog.Logger, g Gate, o RecheckOptions, out *RecheckOutcome, d manifest.Digest, tw uint64, th int64, bf uint64, bh int64) error {
 	for _, k := range []struct {
 		kind  string
 		doc   manifest.Digest
 		value uint64
 		hits  int64
 	}{
-		{raftgate.FenceTombstone, o.Tombstones, rep.TombstoneWatermark, rep.Counts.TombstoneHits},
-		{raftgate.FenceBenchmark, o.Benchmark, rep.BenchmarkFence, rep.Counts.BenchmarkHits},
+		{raftgate.FenceTombstone, o.Tombstones, tw, th},
+		{raftgate.FenceBenchmark, o.Benchmark, bf, bh},
 	} {
 		if k.doc.IsZero() {
 			continue
@@ -96,12 +126,12 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 		}
 		if err != nil {
 			log.Warn("recheck refused", "kind", k.kind, "value", k.value, "hits", k.hits, "report", d.String(), "code", errcode.Of(err))
-			return out, fmt.Errorf("recheck %s at %d: %w", k.kind, k.value, err)
+			return fmt.Errorf("recheck %s at %d: %w", k.kind, k.value, err)
 		}
 		out.Reopened = append(out.Reopened, res.Reopened...)
 		log.Info("rechecked", "kind", k.kind, "value", k.value, "hits", k.hits, "report", d.String(), "reopened", len(res.Reopened))
 	}
-	return out, nil
+	return nil
 }
 
 // PermitLister lists the gate's permits; *raftgate.Client implements it.
