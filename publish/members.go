@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
@@ -97,60 +99,45 @@ func recheckMembers(ctx context.Context, s objstore.Store, rel *raftgate.Release
 	var (
 		mu    sync.Mutex
 		total tally
-		first error
-		wg    sync.WaitGroup
-		next  = make(chan int)
 	)
-	for range min(p, len(snap.Members)) {
-		wg.Go(func() {
-			for i := range next {
-				var t tally
-				res, err := mapper.MapShardStream(ctx, mo, mapper.Input{Side: mapper.SideSnapshot, Index: i, Desc: snap.Members[i]}, func(tu *mapper.Tuple) error {
-					for k, set := range sets {
-						if set.Hit(tu.SampleID, tu.LogicalContentDigest) {
-							t.hits[k]++
-							t.examples[k] = keepSmallest(t.examples[k], tu.SampleID)
-						}
-					}
-					return nil
-				})
-				if err == nil && (!res.Decoded || len(res.Failures) > 0) {
-					f := res.Failures[0]
-					err = errcode.New(errcode.Code(f.Code), "snapshot member %s no longer reads as the snapshot says (%s); run a full recheck", f.Shard, f.Detail)
-				}
-				mu.Lock()
-				if err != nil {
-					if first == nil {
-						first = err
-					}
-				} else {
-					total.records += res.Records
-					for k := range sets {
-						total.hits[k] += t.hits[k]
-						for _, id := range t.examples[k] {
-							total.examples[k] = keepSmallest(total.examples[k], id)
-						}
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(p)
+	for i := range snap.Members {
+		eg.Go(func() error {
+			var t tally
+			res, err := mapper.MapShardStream(ectx, mo, mapper.Input{Side: mapper.SideSnapshot, Index: i, Desc: snap.Members[i]}, func(tu *mapper.Tuple) error {
+				for k, set := range sets {
+					if set.Hit(tu.SampleID, tu.LogicalContentDigest) {
+						t.hits[k]++
+						t.examples[k] = keepSmallest(t.examples[k], tu.SampleID)
 					}
 				}
-				mu.Unlock()
+				return nil
+			})
+			if err != nil {
+				return err
 			}
+			if !res.Decoded || len(res.Failures) > 0 {
+				f := res.Failures[0]
+				return errcode.New(errcode.Code(f.Code), "snapshot member %s no longer reads as the snapshot says (%s); run a full recheck", f.Shard, f.Detail)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			total.records += res.Records
+			for k := range sets {
+				total.hits[k] += t.hits[k]
+				for _, id := range t.examples[k] {
+					total.examples[k] = keepSmallest(total.examples[k], id)
+				}
+			}
+			return nil
 		})
 	}
-feed:
-	for i := range snap.Members {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
+	if err := eg.Wait(); err != nil {
+		return nil, manifest.Digest{}, err
 	}
-	close(next)
-	wg.Wait()
-	if first == nil && ctx.Err() != nil {
-		first = errcode.Wrap(errcode.Canceled, ctx.Err(), "recheck")
-	}
-	if first != nil {
-		return nil, manifest.Digest{}, first
+	if err := ctx.Err(); err != nil {
+		return nil, manifest.Digest{}, errcode.Wrap(errcode.Canceled, err, "recheck")
 	}
 	doc.Members, doc.Records = int64(len(snap.Members)), total.records
 	doc.TombstoneHits, doc.BenchmarkHits = total.hits[0], total.hits[1]

@@ -26,6 +26,21 @@ func cli(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
+// startLeader starts a single-node gate and waits until it leads; the
+// client is closed at the end of the test.
+func startLeader(t *testing.T) (*raftgate.Node, *raftgate.Client) {
+	t.Helper()
+	node := raftgate.StartTestNode(t, raftgate.TestConfig(t.TempDir(), "gate1"))
+	g := raftgate.NewClient(node.URL())
+	t.Cleanup(g.Close)
+	for deadline := time.Now().Add(10 * time.Second); !node.IsLeader(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+	}
+	return node, g
+}
+
 func wantExit(t *testing.T, err error, code errcode.Code, exit int) {
 	t.Helper()
 	if errcode.Of(err) != code || exitStatus(err) != exit {
@@ -46,14 +61,7 @@ func TestPublishWorkerRecheckCLI(t *testing.T) {
 	defer s.Close()
 	gen1 := stagetest.Synth(t, s, 1500, 4, 1)
 	gen2 := stagetest.Synth(t, s, 1500, 4, 2)
-	node := raftgate.StartTestNode(t, raftgate.TestConfig(t.TempDir(), "gate1"))
-	g := raftgate.NewClient(node.URL())
-	defer g.Close()
-	for deadline := time.Now().Add(10 * time.Second); !node.IsLeader(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-	}
+	node, g := startLeader(t)
 	base := []string{"--store", dir, "--gate", node.URL(), "-q"}
 	pub := func(extra ...string) (string, error) {
 		return cli(t, append(append([]string{"publish"}, base...), extra...)...)

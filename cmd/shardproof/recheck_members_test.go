@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -33,14 +32,7 @@ func TestRecheckMembersCLI(t *testing.T) {
 	defer s.Close()
 	gen1 := stagetest.Synth(t, s, 1500, 4, 1)
 	gen2 := stagetest.Synth(t, s, 900, 3, 2)
-	node := raftgate.StartTestNode(t, raftgate.TestConfig(t.TempDir(), "gate1"))
-	g := raftgate.NewClient(node.URL())
-	defer g.Close()
-	for deadline := time.Now().Add(10 * time.Second); !node.IsLeader(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no leader")
-		}
-	}
+	node, g := startLeader(t)
 	base := []string{"--store", dir, "--gate", node.URL(), "-q"}
 	run := func(args ...string) (string, error) { return cli(t, append(args, base...)...) }
 	for _, p := range []struct {
