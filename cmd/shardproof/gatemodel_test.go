@@ -1,8 +1,13 @@
 package main
 
 import (
+	"cmp"
+	"encoding/binary"
 	"fmt"
+	"hash/fnv"
 	"math"
+	"math/bits"
+	"slices"
 	"strings"
 	"testing"
 
@@ -40,11 +45,10 @@ type modelOp struct {
 	// taken effect, and the gate answers a repeat of an applied command
 	// as the model's step does (the original result, a no-op).
 	retried bool
-	// run names a createRun's run; tracked: an attempt of it was
-	// INDETERMINATE, so the model remembers what it pinned, which a
-	// retry must get back.
-	run     int
-	tracked bool
+	// run names a createRun's or attest's run; rank is an attest's rank;
+	// prev is the run a createRun supersedes (its client's previous run,
+	// which no later operation names; -1 for none).
+	run, rank, prev int
 }
 
 // modelOut is one operation's answer. unknown: no attempt of it got a
@@ -57,6 +61,9 @@ type modelOut struct {
 	root    int          // idem
 	fences  [2]uint64    // fence, readFences
 	state   byte         // register: the release's state after it
+	// attest: the run's attested ranks and whether its barrier is open.
+	attested int
+	open     bool
 }
 
 // modelAlias is one generation of an alias, linked to the one before: a
@@ -97,26 +104,23 @@ type modelState struct {
 	fences  [2]uint64
 	rels    string // one letter per root: U unknown, V verified, P published, R retired
 	aliases []*modelAlias
-	runs    *modelRun // the tracked runs
+	// runs are the live runs, sorted by id: each client's latest (a
+	// createRun names the run it supersedes, which no later operation
+	// refers to), so the state stays small and does not depend on the
+	// order concurrent runs were created in.
+	runs []modelRun
 }
 
-// modelRun is a tracked run and what it pinned, in a persistent list.
+// modelRun is a run: what it pinned and which of its ranks attested.
 type modelRun struct {
 	id, gen, root int
-	next          *modelRun
+	attested      uint64 // bit per rank
 }
 
-func (r *modelRun) find(id int) *modelRun {
-	for ; r != nil; r = r.next {
-		if r.id == id {
-			return r
-		}
-	}
-	return nil
+func (s modelState) run(id int) (int, bool) {
+	return slices.BinarySearchFunc(s.runs, id, func(r modelRun, id int) int { return cmp.Compare(r.id, id) })
 }
 
-// newModelState is the state with roots registered VERIFIED out of a
-// pool of pool roots.
 func newModelState(roots, pool, aliases int) modelState {
 	return modelState{rels: strings.Repeat("V", roots) + strings.Repeat("U", pool-roots), aliases: make([]*modelAlias, aliases)}
 }
@@ -218,19 +222,35 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		s.fences[op.fence] = op.value
 		return s, modelOut{fences: s.fences}
 	case "createRun", "readAlias":
-		if op.tracked {
-			if r := s.runs.find(op.run); r != nil {
-				return s, modelOut{gen: uint64(r.gen), root: r.root}
+		if op.kind == "createRun" {
+			// The same run again returns what it pinned.
+			if i, ok := s.run(op.run); ok {
+				return s, modelOut{gen: uint64(s.runs[i].gen), root: s.runs[i].root}
 			}
 		}
 		al := s.aliases[op.alias]
 		if al == nil {
 			return fail(errcode.UnknownAlias)
 		}
-		if op.tracked {
-			s.runs = &modelRun{id: op.run, gen: int(al.gen), root: al.root, next: s.runs}
+		if op.kind == "createRun" {
+			runs := slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool { return r.id == op.prev })
+			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root})
+			slices.SortFunc(s.runs, func(a, b modelRun) int { return cmp.Compare(a.id, b.id) })
 		}
 		return s, modelOut{gen: al.gen, root: al.root}
+	case "attest":
+		// Every attestation of the test names its run's root and the
+		// rank's assigned shards: it counts the rank, once.
+		i, ok := s.run(op.run)
+		if !ok {
+			return fail(errcode.UnknownRun)
+		}
+		if s.runs[i].attested&(1<<op.rank) == 0 {
+			s.runs = slices.Clone(s.runs)
+			s.runs[i].attested |= 1 << op.rank
+		}
+		count := bits.OnesCount64(s.runs[i].attested)
+		return s, modelOut{attested: count, open: count == chaosWorld}
 	case "readFences":
 		return s, modelOut{fences: s.fences}
 	}
@@ -246,6 +266,9 @@ func gatePorcupine(roots, pool, aliases int) porcupine.Model {
 			s, op, out := state.(modelState), input.(modelOp), output.(modelOut)
 			ns, want := s.step(op)
 			if out.unknown {
+				if modelEqual(s, ns) {
+					return []any{s} // a no-op either way: one branch, not two
+				}
 				return []any{s, ns}
 			}
 			if out != want {
@@ -253,7 +276,22 @@ func gatePorcupine(roots, pool, aliases int) porcupine.Model {
 			}
 			return []any{ns}
 		},
+		// Fences are independent of everything else the test does (the
+		// releases were checked above any fence it reaches), so their
+		// operations are checked as a history of their own.
+		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+			var fences, rest []porcupine.Operation
+			for _, o := range h {
+				if k := o.Input.(modelOp).kind; k == "fence" || k == "readFences" {
+					fences = append(fences, o)
+				} else {
+					rest = append(rest, o)
+				}
+			}
+			return [][]porcupine.Operation{fences, rest}
+		},
 		Equal: func(a, b any) bool { return modelEqual(a.(modelState), b.(modelState)) },
+		Hash:  func(a any) uint64 { return modelHash(a.(modelState)) },
 		DescribeOperation: func(input, output any) string {
 			op, out := input.(modelOp), output.(modelOut)
 			return fmt.Sprintf("%s → %s", describeOp(op), describeOut(op, out))
@@ -267,10 +305,8 @@ func modelEqual(a, b modelState) bool {
 	if a.fences != b.fences || a.rels != b.rels {
 		return false
 	}
-	for x, y := a.runs, b.runs; x != y; x, y = x.next, y.next {
-		if x == nil || y == nil || *x != *y {
-			return false
-		}
+	if !slices.Equal(a.runs, b.runs) {
+		return false
 	}
 	for i := range a.aliases {
 		x, y := a.aliases[i], b.aliases[i]
@@ -282,6 +318,27 @@ func modelEqual(a, b modelState) bool {
 		}
 	}
 	return true
+}
+
+// modelHash is consistent with modelEqual: equal states hash alike.
+func modelHash(s modelState) uint64 {
+	h := fnv.New64a()
+	var b []byte
+	b = binary.LittleEndian.AppendUint64(b, s.fences[0])
+	b = binary.LittleEndian.AppendUint64(b, s.fences[1])
+	b = append(b, s.rels...)
+	for _, al := range s.aliases {
+		if al != nil {
+			b = binary.LittleEndian.AppendUint64(b, al.gen)
+			b = binary.LittleEndian.AppendUint64(b, uint64(al.root))
+		}
+	}
+	for _, r := range s.runs {
+		b = binary.LittleEndian.AppendUint64(b, uint64(r.id))
+		b = binary.LittleEndian.AppendUint64(b, r.attested)
+	}
+	h.Write(b)
+	return h.Sum64()
 }
 
 func describeOp(op modelOp) string {
@@ -296,6 +353,8 @@ func describeOp(op modelOp) string {
 		return fmt.Sprintf("fence(%s, %d)%s", []string{"tombstone", "benchmark"}[op.fence], op.value, r)
 	case "createRun", "readAlias":
 		return fmt.Sprintf("%s(%s)%s", op.kind, chaosAliases[op.alias], r)
+	case "attest":
+		return fmt.Sprintf("attest(run %d, rank %d)%s", op.run, op.rank, r)
 	case "register":
 		return fmt.Sprintf("register(r%d)%s", op.root, r)
 	}
@@ -312,6 +371,8 @@ func describeOut(op modelOp, out modelOut) string {
 		return fmt.Sprintf("tombstone %d, benchmark %d", out.fences[0], out.fences[1])
 	case op.kind == "register":
 		return string(out.state)
+	case op.kind == "attest":
+		return fmt.Sprintf("%d attested, barrier open %v", out.attested, out.open)
 	}
 	return fmt.Sprintf("generation %d = r%d", out.gen, out.root)
 }
@@ -396,15 +457,28 @@ func TestGateModel(t *testing.T) {
 		}},
 		{"a repeated createRun gets the run its first attempt pinned", true, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
-			op(1, modelOp{kind: "createRun", run: 7, tracked: true}, modelOut{unknown: true}, 2, 30),
+			op(1, modelOp{kind: "createRun", run: 7}, modelOut{unknown: true}, 2, 30),
 			op(0, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 10, 11),
-			op(1, modelOp{kind: "createRun", run: 7, tracked: true, retried: true}, modelOut{gen: 1, root: 1}, 20, 30),
+			op(1, modelOp{kind: "createRun", run: 7, retried: true}, modelOut{gen: 1, root: 1}, 20, 30),
 		}},
-		{"a tracked run is pinned once", false, []porcupine.Operation{
+		{"a run is pinned once", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
-			op(1, modelOp{kind: "createRun", run: 7, tracked: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(1, modelOp{kind: "createRun", run: 7}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(0, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 10, 11),
-			op(1, modelOp{kind: "createRun", run: 7, tracked: true, retried: true}, modelOut{gen: 2, root: 2}, 20, 30),
+			op(1, modelOp{kind: "createRun", run: 7, retried: true}, modelOut{gen: 2, root: 2}, 20, 30),
+		}},
+		{"the barrier opens with the last rank", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1}, 4, 5),
+			op(1, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1}, 6, 7),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 2, open: true}, 8, 9),
+		}},
+		{"an acknowledged attestation is never lost", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1}, 4, 5),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1}, 8, 9),
 		}},
 		{"a run pins the alias as it was", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
