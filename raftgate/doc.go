@@ -170,9 +170,10 @@
 // member's state and the log index of the last command it reflects:
 // members at the same index must report the same digest. The chaos test
 // (cmd/shardproof, `make chaos`) runs three `gate serve` processes under
-// SIGKILL, restart and SIGSTOP of the leader with concurrent clients,
-// checks the history with porcupine against a model of the commands above,
-// and ends by comparing the members' digests.
+// SIGKILL, restart and SIGSTOP of the leader with concurrent clients
+// (register, publish, rollback, advanceFence, createRun, attest and
+// linearizable reads), checks the history with porcupine against a model
+// of the commands above, and ends by comparing the members' digests.
 //
 // # Snapshots
 //
