@@ -117,9 +117,12 @@ func recheckMembers(ctx context.Context, s objstore.Store, rel *raftgate.Release
 			if err != nil {
 				return err
 			}
-			if !res.Decoded || len(res.Failures) > 0 {
+			if len(res.Failures) > 0 {
 				f := res.Failures[0]
 				return errcode.New(errcode.Code(f.Code), "snapshot member %s no longer reads as the snapshot says (%s); run a full recheck", f.Shard, f.Detail)
+			}
+			if !res.Decoded {
+				return errcode.New(errcode.DecodeError, "snapshot member %s did not decode; run a full recheck", snap.Members[i].ID)
 			}
 			mu.Lock()
 			defer mu.Unlock()
