@@ -711,7 +711,7 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		case out.code != "":
 		case op.kind == "readAlias" || op.kind == "publish" || op.kind == "rollback" || op.kind == "createRun":
 			seen[op.alias] = max(seen[op.alias], out.gen)
-			if op.kind == "createRun" {
+			if op.kind == "createRun" && out.root >= 0 { // a root not of the test fails the check anyway
 				lastRun, lastRoot = op.run, out.root
 			}
 		case op.kind == "fence" || op.kind == "readFences":
