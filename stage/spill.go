@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,7 +21,7 @@ import (
 type memberSpill struct {
 	dir    string
 	schema [32]byte // every tuple's schemaDigest (not stored per tuple)
-	member []uint16 // bucket → member index
+	member []uint32 // bucket → member index
 	mu     sync.Mutex
 	bufs   [][]byte // per member, flushed to its file when full
 	bufCap int
@@ -33,19 +32,16 @@ type memberSpill struct {
 const spillBufferBytes = 32 << 20
 
 func newMemberSpill(tempDir string, members int, schema [32]byte) (*memberSpill, error) {
-	if members > math.MaxUint16 {
-		return nil, errcode.New(errcode.Usage, "%d snapshot members: at most %d", members, math.MaxUint16)
-	}
 	dir, err := os.MkdirTemp(tempDir, "shardproof-members-")
 	if err != nil {
 		return nil, errcode.Wrap(errcode.IO, err, "member spill directory")
 	}
-	sp := &memberSpill{dir: dir, schema: schema, member: make([]uint16, 1<<tuplehash.DefaultK), bufs: make([][]byte, members)}
+	sp := &memberSpill{dir: dir, schema: schema, member: make([]uint32, 1<<tuplehash.DefaultK), bufs: make([][]byte, members)}
 	sp.bufCap = max(4<<10, min(256<<10, spillBufferBytes/members))
 	for j := range members {
 		lo, hi := memberRange(j, members)
 		for b := lo; b < hi; b++ {
-			sp.member[b] = uint16(j)
+			sp.member[b] = uint32(j)
 		}
 	}
 	return sp, nil
