@@ -100,8 +100,8 @@ sleep 0.5
 readyz
 expect 4 "$bin" run checkpoint r1 --step 1 --root "$r1"
 
-say "recheck every closed root: generation 1 has no hits (permits renewed), generation 2 has one (INVALID)"
-expect 1 "$bin" recheck -q --store "$store" --closed --tombstones "$tomb"
+say "recheck every closed root from its snapshot's member files: generation 1 has no hits (permits renewed), generation 2 has one (INVALID)"
+expect 1 "$bin" recheck -q --members --store "$store" --closed --tombstones "$tomb"
 sleep 0.5
 readyz
 "$bin" run checkpoint r1 --step 1 --root "$r1"
