@@ -497,6 +497,16 @@ func (a *applier) createRun(c *CreateRun) (any, error) {
 	return run.Summary(), nil
 }
 
+// reassignDigest identifies reassign parameters.
+func reassignDigest(c *Reassign) manifest.Digest {
+	b, _ := manifest.Encode(struct {
+		WorldSize  int     `json:"worldSize"`
+		Assignment [][]int `json:"assignment"`
+		Reset      []int   `json:"reset"`
+	}{c.WorldSize, c.Assignment, c.Reset})
+	return manifest.Sum(b)
+}
+
 // specDigest identifies createRun parameters.
 func specDigest(alias string, worldSize int, assignment [][]int, timeout int64) manifest.Digest {
 	b, _ := manifest.Encode(struct {
@@ -607,6 +617,16 @@ func (a *applier) reassign(c *Reassign) (any, error) {
 		}
 		return nil, err
 	}
+	spec := reassignDigest(c)
+	if e := c.ExpectedEpoch; e != nil {
+		switch {
+		case run.Epoch == *e:
+		case run.Epoch == *e+1 && run.Reassigned == spec:
+			return run.Summary(), nil // the retry of the reassignment that made this epoch
+		default:
+			return run.Summary(), errcode.New(errcode.StaleEpoch, "reassign of run %s expected epoch %d, the run is at epoch %d", c.Run, *e, run.Epoch)
+		}
+	}
 	// The run's own root, never the alias: scale-out and recovery keep
 	// reading exactly what the run was pinned to.
 	rel := a.s.Releases[run.Root.String()]
@@ -630,6 +650,7 @@ func (a *applier) reassign(c *Reassign) (any, error) {
 		}
 	}
 	run.Epoch++
+	run.Reassigned = spec
 	run.WorldSize, run.Assignment, run.Attestations, run.Attested = c.WorldSize, assignment, atts, n
 	switch {
 	case n < c.WorldSize:

@@ -29,7 +29,8 @@ import (
 // returns an error with code INDETERMINATE (errors.Is(err,
 // ErrIndeterminate)). Retrying such a write is safe: publish and rollback
 // with the same (alias, expected generation, root) return the original
-// result, createRun with the same parameters returns the same run, and
+// result, createRun with the same parameters returns the same run,
+// reassign with the same expected epoch returns the run it made, and
 // attest, checkpoint, cancel and fence commands are idempotent (a fence
 // advance retried after another client moved the fence past its value
 // answers FENCE_REGRESSION, applied before or not).

@@ -137,13 +137,18 @@ type CheckBarrier struct {
 
 // Reassign changes a run's world size and assignment. Reset lists ranks
 // that must attest again even if their assignment did not change
-// (recovery of a replaced worker).
+// (recovery of a replaced worker). ExpectedEpoch, if set, makes it a
+// compare-and-set on the run's epoch, and so safe to retry: the same
+// reassignment sent again once it made epoch ExpectedEpoch+1 returns the
+// run unchanged instead of starting another epoch and resetting the
+// ranks again.
 type Reassign struct {
 	Header
-	Run        string  `json:"run"`
-	WorldSize  int     `json:"worldSize"`
-	Assignment [][]int `json:"assignment,omitempty"`
-	Reset      []int   `json:"reset,omitempty"`
+	Run           string  `json:"run"`
+	WorldSize     int     `json:"worldSize"`
+	Assignment    [][]int `json:"assignment,omitempty"`
+	Reset         []int   `json:"reset,omitempty"`
+	ExpectedEpoch *uint64 `json:"expectedEpoch,omitempty"`
 }
 
 // AdmitCheckpoint admits a checkpoint at Step of Root.

@@ -85,11 +85,16 @@
 //     run FAILS with BARRIER_TIMEOUT. The leader proposes it for overdue
 //     runs every SweepInterval; an attestation after the deadline does the
 //     same.
-//   - reassign(run, worldSize, assignment?, reset?) — scale-out and
-//     recovery. It uses the run's pinned root and NEVER reads the alias.
-//     Ranks whose shard list changed, new ranks and the ranks in reset
-//     lose their attestation; if any rank lacks one the barrier closes
-//     again with a fresh deadline.
+//   - reassign(run, worldSize, assignment?, reset?, expectedEpoch?) —
+//     scale-out and recovery. It uses the run's pinned root and NEVER
+//     reads the alias. Ranks whose shard list changed, new ranks and the
+//     ranks in reset lose their attestation; if any rank lacks one the
+//     barrier closes again with a fresh deadline. Each reassignment starts
+//     a new epoch. With expectedEpoch it is a compare-and-set: from
+//     another epoch it is STALE_EPOCH and changes nothing, except that the
+//     same parameters arriving again once they made epoch expected+1 (a
+//     retry) return the run unchanged. Without expectedEpoch a repeat is
+//     another reassignment (`run reassign` always sends one).
 //   - admitCheckpoint(run, step, root) — only the run's root
 //     (ROOT_MISMATCH), only with the run's permit OPEN (PERMIT_CLOSED), only
 //     with the barrier open (BARRIER_CLOSED), steps never go back
@@ -160,8 +165,9 @@
 // a write was sent mean the outcome is unknown: INDETERMINATE (exit 5).
 // Every command is safe to retry with the same arguments (see publish
 // idempotence above; createRun, attest, checkpoint, cancel and fence
-// commands are idempotent by construction), so the answer to INDETERMINATE
-// is to send the same command again. One answer of a retry needs reading:
+// commands are idempotent by construction; reassign when it carries
+// expectedEpoch), so the answer to INDETERMINATE is to send the same
+// command again. One answer of a retry needs reading:
 // advanceFence(v) retried after INDETERMINATE answers FENCE_REGRESSION if
 // the fence has meanwhile moved past v, whether or not the first attempt
 // was applied; either way the fence is at or above v.

@@ -455,6 +455,44 @@ func TestReassignNeverReadsAlias(t *testing.T) {
 	h.reject(&Reassign{Run: "job", WorldSize: 1}, errcode.RunFailed)
 }
 
+// A reassignment with an expected epoch is a compare-and-set: sent again
+// after it applied (a retry after INDETERMINATE), it returns the run as it
+// is instead of starting another epoch and resetting the replaced rank's
+// fresh attestation; another reassignment from the same epoch is
+// STALE_EPOCH; one without an expected epoch always applies.
+func TestReassignRetryIsIdempotent(t *testing.T) {
+	h := newHarness(t)
+	r1 := h.verified("r1", 2, 0, 0)
+	s1 := shardsOf("r1", 2)
+	h.ok(&Publish{Alias: "main", Root: r1})
+	h.ok(&CreateRun{Run: "job", Alias: "main", WorldSize: 2})
+	h.ok(&Attest{Run: "job", Rank: 0, Root: r1, Shards: s1[:1]})
+	h.ok(&Attest{Run: "job", Rank: 1, Root: r1, Shards: s1[1:]})
+	zero := uint64(0)
+	recovery := &Reassign{Run: "job", WorldSize: 2, Reset: []int{1}, ExpectedEpoch: &zero}
+	if s := h.ok(recovery).(RunSummary); s.Epoch != 1 || s.Attested != 1 || s.Barrier != BarrierClosed {
+		t.Fatalf("recovery: %+v", s)
+	}
+	// The replacement attests; then the same reassignment arrives again.
+	h.ok(&Attest{Run: "job", Rank: 1, Root: r1, Shards: s1[1:]})
+	if s := h.ok(recovery).(RunSummary); s.Epoch != 1 || s.Attested != 2 || s.Barrier != BarrierOpen {
+		t.Fatalf("the retried reassignment changed the run: %+v", s)
+	}
+	h.reject(&Reassign{Run: "job", WorldSize: 2, Reset: []int{0}, ExpectedEpoch: &zero}, errcode.StaleEpoch)
+	one := uint64(1)
+	h.reject(&Reassign{Run: "job", WorldSize: 2, Reset: []int{1}, ExpectedEpoch: new(uint64(5))}, errcode.StaleEpoch)
+	if s := h.ok(&Reassign{Run: "job", WorldSize: 2, Reset: []int{0}, ExpectedEpoch: &one}).(RunSummary); s.Epoch != 2 || s.Attested != 1 {
+		t.Fatalf("reassign from epoch 1: %+v", s)
+	}
+	// Without an expected epoch, a repeat is another reassignment.
+	if s := h.ok(&Reassign{Run: "job", WorldSize: 2}).(RunSummary); s.Epoch != 3 {
+		t.Fatalf("reassign without an expected epoch: %+v", s)
+	}
+	if s := h.ok(&Reassign{Run: "job", WorldSize: 2}).(RunSummary); s.Epoch != 4 {
+		t.Fatalf("reassign without an expected epoch, again: %+v", s)
+	}
+}
+
 func TestDecodeCommandStrict(t *testing.T) {
 	for _, tc := range []struct {
 		in   string

@@ -193,8 +193,11 @@ type Run struct {
 	// Assignment[rank] lists indices into the release's Shards. Every
 	// shard is assigned to exactly one rank.
 	Assignment [][]int `json:"assignment"`
-	// Epoch counts reassignments.
-	Epoch uint64 `json:"epoch"`
+	// Epoch counts reassignments; Reassigned is the digest of the
+	// parameters of the one that made it (zero before the first), so a
+	// retried reassignment is recognised.
+	Epoch      uint64          `json:"epoch"`
+	Reassigned manifest.Digest `json:"reassigned,omitzero"`
 	// Attestations[rank] is nil until the rank attests under the current
 	// assignment.
 	Attestations     []*Attestation `json:"attestations"`

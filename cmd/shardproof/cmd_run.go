@@ -191,6 +191,7 @@ the run itself keeps waiting until its own deadline).`,
 var runReassignFlags struct {
 	worldSize         int
 	assignment, reset string
+	expectEpoch       int64
 }
 
 var runReassignCmd = &cobra.Command{
@@ -199,7 +200,14 @@ var runReassignCmd = &cobra.Command{
 	Long: `Change a run's world size and assignment for scale-out or recovery. The
 run keeps its root; ranks whose assignment changed, new ranks and the ranks
 named by --reset (replaced workers) must attest again before the barrier
-reopens.`,
+reopens.
+
+The change is a compare-and-set on the run's epoch: --expect-epoch N (by
+default the epoch the run is at when the command reads it). Another
+reassignment in between is STALE_EPOCH. After exit status 5 (outcome
+unknown), send the same command with the --expect-epoch it names: if the
+first attempt was applied, the run comes back unchanged instead of starting
+another epoch and making the reset ranks attest again.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := runReassignFlags
@@ -220,7 +228,19 @@ reopens.`,
 		}
 		c := gateClient()
 		defer c.Close()
-		s, err := c.Reassign(cmd.Context(), &raftgate.Reassign{Run: args[0], WorldSize: f.worldSize, Assignment: a, Reset: reset})
+		epoch := f.expectEpoch
+		if epoch < 0 {
+			run, err := c.Run(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			epoch = int64(run.Epoch)
+		}
+		e := uint64(epoch)
+		s, err := c.Reassign(cmd.Context(), &raftgate.Reassign{Run: args[0], WorldSize: f.worldSize, Assignment: a, Reset: reset, ExpectedEpoch: &e})
+		if raftgate.IsIndeterminate(err) {
+			return errcode.Wrap(errcode.Indeterminate, err, "reassign of run %s from epoch %d: send it again with --expect-epoch %d", args[0], e, e)
+		}
 		if err != nil {
 			return err
 		}
@@ -316,6 +336,7 @@ func init() {
 	f.IntVar(&runReassignFlags.worldSize, "world-size", 1, "new number of ranks")
 	f.StringVar(&runReassignFlags.assignment, "assignment", "", "JSON file: rank → shard indices (default round-robin)")
 	f.StringVar(&runReassignFlags.reset, "reset", "", "comma-separated ranks that must attest again")
+	f.Int64Var(&runReassignFlags.expectEpoch, "expect-epoch", -1, "the run's epoch this reassignment starts from (default: the current one)")
 
 	runCheckpointCmd.Flags().Int64Var(&runCheckpointFlags.step, "step", 0, "training step of the checkpoint")
 	runCheckpointCmd.Flags().StringVar(&runCheckpointFlags.root, "root", "", "root digest the checkpoint was trained on")
