@@ -620,8 +620,9 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		return k - 1 - rng.IntN(min(k, 6))
 	}
 	reports := 0
-	// The run this client created last, whose ranks it attests.
-	lastRun, lastRoot := -1, 0
+	// The run this client created last, whose ranks it attests and
+	// reassigns, and the last epoch of it the client saw.
+	lastRun, lastRoot, lastEpoch := -1, 0, uint64(0)
 	for ctx.Err() == nil {
 		a := rng.IntN(len(chaosAliases))
 		var op modelOp
@@ -645,11 +646,17 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		case x < 78:
 			op = modelOp{kind: "createRun", alias: a, run: id<<20 | runs, prev: lastRun}
 			runs++
-		case x < 84:
+		case x < 82:
 			if lastRun < 0 {
 				continue
 			}
 			op = modelOp{kind: "attest", run: lastRun, rank: rng.IntN(chaosWorld), root: lastRoot}
+		case x < 84:
+			if lastRun < 0 {
+				continue
+			}
+			// Recovery of one rank, from the last epoch this client saw.
+			op = modelOp{kind: "reassign", run: lastRun, rank: rng.IntN(chaosWorld), root: lastRoot, expect: lastEpoch}
 		case x < 94:
 			v := fence + uint64(rng.IntN(4))
 			if v > 0 && rng.IntN(6) == 0 {
@@ -712,8 +719,10 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		case op.kind == "readAlias" || op.kind == "publish" || op.kind == "rollback" || op.kind == "createRun":
 			seen[op.alias] = max(seen[op.alias], out.gen)
 			if op.kind == "createRun" && out.root >= 0 { // a root not of the test fails the check anyway
-				lastRun, lastRoot = op.run, out.root
+				lastRun, lastRoot, lastEpoch = op.run, out.root, 0
 			}
+		case op.kind == "attest" || op.kind == "reassign":
+			lastEpoch = max(lastEpoch, out.epoch)
 		case op.kind == "fence" || op.kind == "readFences":
 			fence = max(fence, out.fences[0], out.fences[1])
 		}
@@ -768,7 +777,13 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 		}
 		var r *raftgate.RunSummary
 		if r, err = cl.Attest(ctx, runID, op.rank, roots[op.root], shards); err == nil {
-			out.attested, out.open = r.Attested, r.Barrier == raftgate.BarrierOpen
+			out.epoch, out.attested, out.open = r.Epoch, r.Attested, r.Barrier == raftgate.BarrierOpen
+		}
+	case "reassign":
+		expect := op.expect
+		var r *raftgate.RunSummary
+		if r, err = cl.Reassign(ctx, &raftgate.Reassign{Run: runID, WorldSize: chaosWorld, Reset: []int{op.rank}, ExpectedEpoch: &expect}); err == nil {
+			out.epoch, out.attested, out.open = r.Epoch, r.Attested, r.Barrier == raftgate.BarrierOpen
 		}
 	case "fence":
 		kind := []string{raftgate.FenceTombstone, raftgate.FenceBenchmark}[op.fence]
@@ -786,7 +801,7 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 		return out, nil
 	}
 	switch code := errcode.Of(err); code {
-	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun, errcode.PublishConflict, errcode.GenerationConflict, errcode.NotVerified,
+	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun, errcode.StaleEpoch, errcode.PublishConflict, errcode.GenerationConflict, errcode.NotVerified,
 		errcode.RollbackIneligible, errcode.FenceRegression:
 		return modelOut{code: code}, nil
 	}

@@ -61,7 +61,9 @@ type modelOut struct {
 	root    int          // idem
 	fences  [2]uint64    // fence, readFences
 	state   byte         // register: the release's state after it
-	// attest: the run's attested ranks and whether its barrier is open.
+	// attest, reassign: the run's epoch, its attested ranks and whether
+	// its barrier is open.
+	epoch    uint64
 	attested int
 	open     bool
 }
@@ -115,6 +117,17 @@ type modelState struct {
 type modelRun struct {
 	id, gen, root int
 	attested      uint64 // bit per rank
+	epoch         uint64
+	// reset is the rank the reassignment that made epoch reset (-1
+	// before the first): a repeat with the same parameters is its retry.
+	reset int
+}
+
+// summary is what the gate answers about r: its epoch, attested ranks
+// and barrier.
+func (r modelRun) summary() modelOut {
+	n := bits.OnesCount64(r.attested)
+	return modelOut{epoch: r.epoch, attested: n, open: n == chaosWorld}
 }
 
 func (s modelState) run(id int) (int, bool) {
@@ -234,7 +247,7 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		}
 		if op.kind == "createRun" {
 			runs := slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool { return r.id == op.prev })
-			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root})
+			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, reset: -1})
 			slices.SortFunc(s.runs, func(a, b modelRun) int { return cmp.Compare(a.id, b.id) })
 		}
 		return s, modelOut{gen: al.gen, root: al.root}
@@ -249,8 +262,27 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 			s.runs = slices.Clone(s.runs)
 			s.runs[i].attested |= 1 << op.rank
 		}
-		count := bits.OnesCount64(s.runs[i].attested)
-		return s, modelOut{attested: count, open: count == chaosWorld}
+		return s, s.runs[i].summary()
+	case "reassign":
+		// Every reassignment of the test keeps the world size and the
+		// assignment, resets one rank and expects an epoch.
+		i, ok := s.run(op.run)
+		if !ok {
+			return fail(errcode.UnknownRun)
+		}
+		r := s.runs[i]
+		switch {
+		case r.epoch == op.expect:
+		case r.epoch == op.expect+1 && r.reset == op.rank:
+			return s, r.summary() // the retry of the reassignment that made this epoch
+		default:
+			return fail(errcode.StaleEpoch)
+		}
+		s.runs = slices.Clone(s.runs)
+		r.epoch, r.reset = r.epoch+1, op.rank
+		r.attested &^= 1 << op.rank
+		s.runs[i] = r
+		return s, r.summary()
 	case "readFences":
 		return s, modelOut{fences: s.fences}
 	}
@@ -336,6 +368,7 @@ func modelHash(s modelState) uint64 {
 	for _, r := range s.runs {
 		b = binary.LittleEndian.AppendUint64(b, uint64(r.id))
 		b = binary.LittleEndian.AppendUint64(b, r.attested)
+		b = binary.LittleEndian.AppendUint64(b, r.epoch)
 	}
 	h.Write(b)
 	return h.Sum64()
@@ -355,6 +388,8 @@ func describeOp(op modelOp) string {
 		return fmt.Sprintf("%s(%s)%s", op.kind, chaosAliases[op.alias], r)
 	case "attest":
 		return fmt.Sprintf("attest(run %d, rank %d)%s", op.run, op.rank, r)
+	case "reassign":
+		return fmt.Sprintf("reassign(run %d, reset %d, expect epoch %d)%s", op.run, op.rank, op.expect, r)
 	case "register":
 		return fmt.Sprintf("register(r%d)%s", op.root, r)
 	}
@@ -371,8 +406,8 @@ func describeOut(op modelOp, out modelOut) string {
 		return fmt.Sprintf("tombstone %d, benchmark %d", out.fences[0], out.fences[1])
 	case op.kind == "register":
 		return string(out.state)
-	case op.kind == "attest":
-		return fmt.Sprintf("%d attested, barrier open %v", out.attested, out.open)
+	case op.kind == "attest" || op.kind == "reassign":
+		return fmt.Sprintf("epoch %d, %d attested, barrier open %v", out.epoch, out.attested, out.open)
 	}
 	return fmt.Sprintf("generation %d = r%d", out.gen, out.root)
 }
@@ -479,6 +514,20 @@ func TestGateModel(t *testing.T) {
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1}, 4, 5),
 			op(1, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1}, 8, 9),
+		}},
+		{"a reassignment sent again after it applied changes nothing", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1}, 4, 5),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{unknown: true}, 6, 20),
+			op(1, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{epoch: 1, attested: 1}, 8, 9),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1, retried: true}, modelOut{epoch: 1, attested: 1}, 15, 20),
+		}},
+		{"a second reassignment from one epoch is refused", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{epoch: 1}, 4, 5),
+			op(1, modelOp{kind: "reassign", run: 3, rank: 0}, modelOut{epoch: 2}, 6, 7),
 		}},
 		{"a run pins the alias as it was", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
