@@ -655,8 +655,14 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 			if lastRun < 0 {
 				continue
 			}
-			// Recovery of one rank, from the last epoch this client saw.
-			op = modelOp{kind: "reassign", run: lastRun, rank: rng.IntN(chaosWorld), root: lastRoot, expect: lastEpoch}
+			// Recovery of one rank, from the last epoch this client saw,
+			// or the one before on purpose: STALE_EPOCH, or the original
+			// answer when it repeats the reassignment that made the epoch.
+			expect := lastEpoch
+			if expect > 0 && rng.IntN(4) == 0 {
+				expect--
+			}
+			op = modelOp{kind: "reassign", run: lastRun, rank: rng.IntN(chaosWorld), root: lastRoot, expect: expect}
 		case x < 94:
 			v := fence + uint64(rng.IntN(4))
 			if v > 0 && rng.IntN(6) == 0 {
