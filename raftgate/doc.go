@@ -177,8 +177,8 @@
 // members at the same index must report the same digest. The chaos test
 // (cmd/shardproof, `make chaos`) runs three `gate serve` processes under
 // SIGKILL, restart and SIGSTOP of the leader with concurrent clients
-// (register, publish, rollback, advanceFence, createRun, attest and
-// linearizable reads), checks the history with porcupine against a model
+// (register, publish, rollback, advanceFence, createRun, attest,
+// reassign and linearizable reads), checks the history with porcupine against a model
 // of the commands above, and ends by comparing the members' digests.
 //
 // # Snapshots
