@@ -26,6 +26,19 @@ func cli(t *testing.T, args ...string) (string, error) {
 	return string(out), err
 }
 
+// tempFileStore opens a file store in a new temporary directory, closed
+// when the test ends.
+func tempFileStore(t *testing.T) (string, *file.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	s, err := file.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return dir, s
+}
+
 // startLeader starts a single-node gate and waits until it leads; the
 // client is closed at the end of the test.
 func startLeader(t *testing.T) (*raftgate.Node, *raftgate.Client) {
@@ -53,12 +66,7 @@ func wantExit(t *testing.T, err error, code errcode.Code, exit int) {
 // that renews a closed permit.
 func TestPublishWorkerRecheckCLI(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s, err := file.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	dir, s := tempFileStore(t)
 	gen1 := stagetest.Synth(t, s, 1500, 4, 1)
 	gen2 := stagetest.Synth(t, s, 1500, 4, 2)
 	node, g := startLeader(t)

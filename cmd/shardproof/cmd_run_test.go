@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
-	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
@@ -14,12 +13,7 @@ import (
 // nothing; another from that epoch is STALE_EPOCH; without the flag it
 // starts from the current epoch.
 func TestRunReassignCLI(t *testing.T) {
-	dir := t.TempDir()
-	s, err := file.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	dir, s := tempFileStore(t)
 	gen := stagetest.Synth(t, s, 400, 2, 1)
 	node, _ := startLeader(t)
 	if out, err := cli(t, "publish", "-q", "--store", dir, "--gate", node.URL(), "--alias", "main", "--root", gen.Root.String()); err != nil {
@@ -37,7 +31,7 @@ func TestRunReassignCLI(t *testing.T) {
 			t.Fatalf("reassign from epoch 0, attempt %d: %q %v", i+1, out, err)
 		}
 	}
-	_, err = run("reassign", "job", "--world-size", "2", "--reset", "0", "--expect-epoch", "0")
+	_, err := run("reassign", "job", "--world-size", "2", "--reset", "0", "--expect-epoch", "0")
 	wantExit(t, err, errcode.StaleEpoch, errcode.ExitRejected)
 	out, err := run("reassign", "job", "--world-size", "2", "--reset", "1")
 	if err != nil || !strings.Contains(out, "(epoch 2)") {

@@ -13,7 +13,6 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
-	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/raftgate"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
@@ -24,12 +23,7 @@ import (
 // the gate holds no VERIFIED report of is refused.
 func TestRecheckMembersCLI(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s, err := file.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	dir, s := tempFileStore(t)
 	gen1 := stagetest.Synth(t, s, 1500, 4, 1)
 	gen2 := stagetest.Synth(t, s, 900, 3, 2)
 	node, g := startLeader(t)
