@@ -38,7 +38,7 @@ fuzz:
 	@./scripts/fuzz.sh $(FUZZTIME)
 
 # chaos runs the gate's chaos test for CHAOS_TIME: three `gate serve`
-# processes, SIGKILLed, restarted and SIGSTOPped under concurrent clients,
+# processes, SIGKILLed, restarted, SIGSTOPped and partitioned under concurrent clients,
 # the history checked for linearizability with porcupine (a 12 s smoke of
 # it runs in `make test`). A failing history is drawn to chaos-out/.
 CHAOS_TIME ?= 3m

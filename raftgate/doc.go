@@ -176,7 +176,9 @@
 // member's state and the log index of the last command it reflects:
 // members at the same index must report the same digest. The chaos test
 // (cmd/shardproof, `make chaos`) runs three `gate serve` processes under
-// SIGKILL, restart and SIGSTOP of the leader with concurrent clients
+// SIGKILL, restart, SIGSTOP of the leader and Raft network partitions (the
+// leader cut off from both followers while clients still reach it, or one
+// link cut; Config.WrapStream is the seam) with concurrent clients
 // (register, publish, rollback, advanceFence, createRun, attest,
 // reassign and linearizable reads), checks the history with porcupine against a model
 // of the commands above, and ends by comparing the members' digests.

@@ -87,6 +87,11 @@ type Config struct {
 	// SweepInterval is how often the leader fails runs whose barrier
 	// deadline passed; zero means 250 ms.
 	SweepInterval time.Duration
+	// WrapStream, if set, decorates the Raft stream layer (the TCP
+	// listener and dialer between members) before the transport uses it:
+	// TLS, or, in tests, cutting links between members (see the gate's
+	// chaos test). Nil means plain TCP.
+	WrapStream func(raft.StreamLayer) raft.StreamLayer
 	// PruneOlderThan, if positive, makes the leader propose a prune
 	// command (see Prune) with this age every PruneInterval, so a gate
 	// that runs for years needs no cron job to stay small. Zero means
@@ -176,10 +181,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return errcode.Wrap(errcode.Usage, err, "raft advertise address")
 		}
 	}
-	n.trans, err = raft.NewTCPTransportWithLogger(n.cfg.RaftAddr, advertise, 4, 10*time.Second, hl)
-	if err != nil {
+	var stream raft.StreamLayer
+	if stream, err = listenTCPStream(n.cfg.RaftAddr, advertise); err != nil {
 		return errcode.Wrap(errcode.IO, err, "raft transport on %s", n.cfg.RaftAddr)
 	}
+	if n.cfg.WrapStream != nil {
+		stream = n.cfg.WrapStream(stream)
+	}
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: hl,
+	})
 	n.ln, err = net.Listen("tcp", n.cfg.HTTPAddr)
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "gate HTTP listener on %s", n.cfg.HTTPAddr)

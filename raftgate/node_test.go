@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -497,5 +498,30 @@ func TestHTTPStatusOfCodes(t *testing.T) {
 		if got := httpStatus(code); got != want {
 			t.Errorf("%s: HTTP %d, want %d", code, got, want)
 		}
+	}
+}
+
+// A node bound to every interface must be told which address to
+// advertise: other members cannot dial 0.0.0.0. With the advertise address
+// set it starts and advertises it.
+func TestRaftBindNeedsAdvertisableAddress(t *testing.T) {
+	dir := t.TempDir()
+	cfg := TestConfig(dir, "any")
+	cfg.RaftAddr = "0.0.0.0:0"
+	n := NewNode(cfg)
+	err := n.Start(t.Context())
+	if err == nil {
+		n.Shutdown()
+		t.Fatal("a node bound to 0.0.0.0 without an advertise address started")
+	}
+	if errcode.Of(err) != errcode.IO || !strings.Contains(err.Error(), "advertis") {
+		t.Fatalf("error %v (code %s), want an IO error naming the advertise address", err, errcode.Of(err))
+	}
+
+	cfg = TestConfig(dir, "adv")
+	cfg.RaftAddr, cfg.RaftAdvertise = "0.0.0.0:0", "127.0.0.1:7999"
+	n = StartTestNode(t, cfg)
+	if got := n.RaftAddr(); got != "127.0.0.1:7999" {
+		t.Fatalf("RaftAddr() = %s, want the advertise address", got)
 	}
 }

@@ -30,8 +30,10 @@ import (
 // over TCP, raft-boltdb on disk) take publications, rollbacks, fence
 // advances, run creations and linearizable reads from concurrent clients
 // while a nemesis SIGKILLs members and restarts them from their data
-// directories, and SIGSTOPs the leader and resumes it after a new one was
-// elected. Every client records when it called and when it got its answer;
+// directories, SIGSTOPs the leader and resumes it after a new one was
+// elected, and partitions the Raft network: the leader cut off from both
+// followers while it goes on answering clients, or one link between two
+// members cut. Every client records when it called and when it got its answer;
 // porcupine then checks that history against gateModel. A write whose
 // outcome the gate called INDETERMINATE is retried with the same
 // parameters, as the client's contract says is safe, until it gets a
@@ -61,7 +63,7 @@ const (
 // chaosNode is one `gate serve` child process.
 type chaosNode struct {
 	id, dir, httpAddr, raftAddr, join string
-	logPath                           string
+	logPath, cutPath                  string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -84,7 +86,7 @@ func (n *chaosNode) start(t *testing.T, first bool) {
 	}
 	fmt.Fprintf(logf, "=== start %s\n", time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = cliEnv()
+	cmd.Env = cliEnv(chaosCutEnv + "=" + n.cutPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
@@ -180,6 +182,7 @@ func startChaosCluster(t *testing.T) *chaosCluster {
 			id: fmt.Sprintf("n%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			httpAddr: freeAddr(t), raftAddr: freeAddr(t),
 			logPath: filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
+			cutPath: cutPathFor(dir, fmt.Sprintf("n%d", i+1)),
 		}
 		if i > 0 {
 			n.join = c.nodes[0].httpAddr
@@ -372,7 +375,7 @@ func TestGateChaos(t *testing.T) {
 	}
 
 	// The nemesis: one fault at a time, healed before the next.
-	var kills, leaderKills, pauses atomic.Int32
+	var kills, leaderKills, pauses, partitions atomic.Int32
 	leaders := map[string]bool{}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	end := time.Now().Add(d)
@@ -380,7 +383,7 @@ func TestGateChaos(t *testing.T) {
 	for time.Now().Before(end) {
 		l := c.leader(30 * time.Second)
 		leaders[l.id] = true
-		switch x := rng.IntN(10); {
+		switch x := rng.IntN(13); {
 		case x < 4: // any member, crashed
 			n := c.nodes[rng.IntN(len(c.nodes))]
 			if n == l {
@@ -396,11 +399,30 @@ func TestGateChaos(t *testing.T) {
 			leaderKills.Add(1)
 			time.Sleep(time.Duration(300+rng.IntN(1200)) * time.Millisecond)
 			l.start(t, false)
-		default: // the leader, paused until another is elected
+		case x < 10: // the leader, paused until another is elected
 			l.signal(syscall.SIGSTOP)
 			pauses.Add(1)
 			time.Sleep(time.Duration(1500+rng.IntN(1500)) * time.Millisecond)
 			l.signal(syscall.SIGCONT)
+		case x < 12: // the leader, cut off from both followers
+			li := slices.Index(c.nodes, l)
+			var links [][2]int
+			for i := range c.nodes {
+				if i != li {
+					links = append(links, [2]int{li, i})
+				}
+			}
+			c.setCuts(links)
+			partitions.Add(1)
+			time.Sleep(time.Duration(1500+rng.IntN(2000)) * time.Millisecond)
+			c.setCuts(nil)
+		default: // one link between two members cut
+			a := rng.IntN(len(c.nodes))
+			b := (a + 1 + rng.IntN(len(c.nodes)-1)) % len(c.nodes)
+			c.setCuts([][2]int{{a, b}})
+			partitions.Add(1)
+			time.Sleep(time.Duration(1500+rng.IntN(2000)) * time.Millisecond)
+			c.setCuts(nil)
 		}
 		for _, n := range c.nodes {
 			c.waitReady(n, 30*time.Second)
@@ -428,8 +450,8 @@ func TestGateChaos(t *testing.T) {
 	h.mu.Lock()
 	ops := h.ops
 	h.mu.Unlock()
-	t.Logf("%s of chaos: %d operations, %d kills (%d of the leader), %d leader pauses, leaders %v; answers %v",
-		d, len(ops), kills.Load(), leaderKills.Load(), pauses.Load(), keys(leaders), h.counts)
+	t.Logf("%s of chaos: %d operations, %d kills (%d of the leader), %d leader pauses, %d partitions, leaders %v; answers %v",
+		d, len(ops), kills.Load(), leaderKills.Load(), pauses.Load(), partitions.Load(), keys(leaders), h.counts)
 
 	if len(h.unexpected) > 0 {
 		t.Fatalf("%d answers outside the gate's contract, e.g. %s", len(h.unexpected), h.unexpected[0])
@@ -468,7 +490,7 @@ func TestGateChaos(t *testing.T) {
 	}
 	// The test only means something if faults happened and the gate did
 	// work through them.
-	if kills.Load()+pauses.Load() == 0 {
+	if kills.Load()+pauses.Load()+partitions.Load() == 0 {
 		t.Fatal("the nemesis injected no fault")
 	}
 	if h.counts["publish ok"]+h.counts["rollback ok"] < 5 || h.counts["readAlias ok"] < 5 {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -80,6 +81,11 @@ func parseDigestArg(cmd *cobra.Command, what, s string) (manifest.Digest, error)
 	return d, nil
 }
 
+// gateWrapStream decorates `gate serve`'s Raft links. Nil in the
+// shipped binary; the chaos test's binary sets it to cut links between
+// members on demand.
+var gateWrapStream func(raft.StreamLayer) raft.StreamLayer
+
 var gateServeFlags struct {
 	data, id, raftAddr, httpAddr, join string
 	raftAdvertise, httpAdvertise       string
@@ -116,6 +122,7 @@ in DIR/snapshots.`,
 			RaftAdvertise: f.raftAdvertise, HTTPAdvertise: f.httpAdvertise,
 			Logger: logger, RaftLog: cmd.ErrOrStderr(),
 			PruneOlderThan: f.autoPrune,
+			WrapStream:     gateWrapStream,
 		})
 		if err := n.Start(cmd.Context()); err != nil {
 			return err

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+// chaosCutEnv names a file that lists, one per line, the Raft addresses a
+// `gate serve` child of this test binary must not exchange messages with.
+// The chaos test's nemesis rewrites the members' files to partition the
+// cluster and empties them to heal it.
+const chaosCutEnv = "SHARDPROOF_TEST_CUT_FILE"
+
+func init() {
+	if p := os.Getenv(chaosCutEnv); p != "" && os.Getenv(asCLI) == "1" {
+		gateWrapStream = func(s raft.StreamLayer) raft.StreamLayer { return newCutStream(s, p) }
+	}
+}
+
+// cutStream decorates a member's Raft stream layer: it refuses to dial a
+// cut address and closes the connections it dialed to one when the cut
+// begins. A partition is symmetric because both members' files name each
+// other: each closes its own outgoing connections, which ends the other's
+// accepted ones, and neither can open new ones. Raft's RPCs and their
+// answers travel on the connection the sender dialed, so nothing crosses a
+// cut link. Accepted connections cannot be attributed (their source port
+// is ephemeral), which is why the cut is made from both ends. The file is
+// polled every 20 ms; the HTTP API is not affected.
+type cutStream struct {
+	raft.StreamLayer
+	path string
+
+	mu    sync.Mutex
+	cut   map[string]bool
+	conns map[*cutConn]bool
+
+	done chan struct{}
+	once sync.Once
+}
+
+func newCutStream(s raft.StreamLayer, path string) *cutStream {
+	c := &cutStream{StreamLayer: s, path: path, cut: map[string]bool{}, conns: map[*cutConn]bool{}, done: make(chan struct{})}
+	c.reload()
+	go func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-c.done:
+				return
+			case <-t.C:
+				c.reload()
+			}
+		}
+	}()
+	return c
+}
+
+// reload reads the file (missing means nothing is cut) and closes the
+// connections to addresses now cut.
+func (c *cutStream) reload() {
+	b, _ := os.ReadFile(c.path)
+	cut := map[string]bool{}
+	for _, a := range strings.Fields(string(b)) {
+		cut[a] = true
+	}
+	var closing []*cutConn
+	c.mu.Lock()
+	c.cut = cut
+	for cc := range c.conns {
+		if cut[cc.to] {
+			closing = append(closing, cc)
+			delete(c.conns, cc)
+		}
+	}
+	c.mu.Unlock()
+	for _, cc := range closing {
+		cc.Conn.Close()
+	}
+}
+
+func (c *cutStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	to := string(address)
+	c.mu.Lock()
+	cut := c.cut[to]
+	c.mu.Unlock()
+	if cut {
+		return nil, fmt.Errorf("raft link to %s cut by the chaos test", to)
+	}
+	conn, err := c.StreamLayer.Dial(address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	cc := &cutConn{Conn: conn, to: to, s: c}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cut[to] { // cut while dialing
+		conn.Close()
+		return nil, fmt.Errorf("raft link to %s cut by the chaos test", to)
+	}
+	c.conns[cc] = true
+	return cc, nil
+}
+
+func (c *cutStream) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return c.StreamLayer.Close()
+}
+
+// cutConn is a dialed connection the stream layer can close on a cut.
+type cutConn struct {
+	net.Conn
+	to string
+	s  *cutStream
+}
+
+func (cc *cutConn) Close() error {
+	cc.s.mu.Lock()
+	delete(cc.s.conns, cc)
+	cc.s.mu.Unlock()
+	return cc.Conn.Close()
+}
+
+// setCuts writes each member's cut file: links lists the pairs of members
+// (indexes into nodes) that must not talk; nil heals every link. Files are
+// replaced by rename, so a member never reads half of one.
+func (c *chaosCluster) setCuts(links [][2]int) {
+	c.t.Helper()
+	cut := make([][]string, len(c.nodes))
+	for _, l := range links {
+		a, b := c.nodes[l[0]], c.nodes[l[1]]
+		cut[l[0]] = append(cut[l[0]], b.raftAddr)
+		cut[l[1]] = append(cut[l[1]], a.raftAddr)
+	}
+	for i, n := range c.nodes {
+		tmp := n.cutPath + ".tmp"
+		if err := os.WriteFile(tmp, []byte(strings.Join(cut[i], "\n")), 0o644); err != nil {
+			c.t.Fatal(err)
+		}
+		if err := os.Rename(tmp, n.cutPath); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+func cutPathFor(dir, id string) string { return filepath.Join(dir, id+".cut") }
+
+// TestGatePartitionedLeader cuts the leader of three `gate serve`
+// processes off from both followers while it stays reachable by clients.
+// The majority must elect another leader and commit a publication; the
+// cut-off member must answer neither a read (it would be stale) nor a
+// write with success, and must step down; once healed it must hold the
+// majority's state.
+func TestGatePartitionedLeader(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three gate servers")
+	}
+	c := startChaosCluster(t)
+	ctx := t.Context()
+	roots := []manifest.Digest{manifest.Sum([]byte("partition root 0")), manifest.Sum([]byte("partition root 1"))}
+	admin := raftgate.NewClient(c.urls())
+	defer admin.Close()
+	for i := range roots {
+		if _, err := admin.Register(ctx, chaosRegister(roots, i, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := admin.Publish(ctx, "part", roots[0], 0, 2); err != nil {
+		t.Fatal(err)
+	}
+
+	old := c.leader(20 * time.Second)
+	oldSt, err := old.status(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oi := slices.Index(c.nodes, old)
+	var majority []string
+	var links [][2]int
+	for i, n := range c.nodes {
+		if i != oi {
+			links = append(links, [2]int{oi, i})
+			majority = append(majority, n.url())
+		}
+	}
+	c.setCuts(links)
+
+	// The other two elect a leader in a later term.
+	var newLeader string
+	for deadline := time.Now().Add(20 * time.Second); newLeader == ""; {
+		for i, n := range c.nodes {
+			if st, err := n.status(ctx, false); i != oi && err == nil && st.RaftState == "Leader" && st.Term > oldSt.Term {
+				newLeader = n.id
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the majority elected no leader while the old one was cut off: the cut does not hold")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	maj := raftgate.NewClient(strings.Join(majority, ","))
+	defer maj.Close()
+	pub, err := maj.Publish(ctx, "part", roots[1], 1, 2)
+	if err != nil {
+		t.Fatalf("publish through the majority (leader %s): %v", newLeader, err)
+	}
+	if pub.Generation != 2 {
+		t.Fatalf("publish through the majority: generation %d, want 2", pub.Generation)
+	}
+
+	// The cut-off member: no read, no write succeeds, and it steps down.
+	iso := raftgate.NewClient(old.url())
+	defer iso.Close()
+	iso.RetryFor = 3 * time.Second
+	a, err := iso.Alias(ctx, "part")
+	if err == nil {
+		t.Fatalf("the cut-off member answered a linearizable read: generation %d (the majority is at 2)", a.Generation)
+	}
+	if code := errcode.Of(err); code != errcode.GateUnavailable && code != errcode.NotLeader && code != errcode.Indeterminate {
+		t.Fatalf("read on the cut-off member: %v (code %s), want an availability error", err, code)
+	}
+	if r, err := iso.Rollback(ctx, "part", roots[0], 1); err == nil {
+		t.Fatalf("the cut-off member acknowledged a rollback from generation 1: %+v", r)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st, err := old.status(ctx, false)
+		if err == nil && st.RaftState != "Leader" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cut-off member still says it leads: %+v %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Healed: it catches up with the majority's publication.
+	c.setCuts(nil)
+	for _, n := range c.nodes {
+		c.waitReady(n, 30*time.Second)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	iso.RetryFor = 30 * time.Second
+	a, err = iso.Alias(rctx, "part")
+	if err != nil {
+		t.Fatalf("read on the healed member: %v", err)
+	}
+	if a.Generation != 2 || a.Root != roots[1] {
+		t.Fatalf("healed member reads generation %d root %s, want 2 %s", a.Generation, a.Root, roots[1])
+	}
+	if _, err := admin.AdvanceFence(ctx, raftgate.FenceTombstone, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.checkConverged(30 * time.Second)
+}
