@@ -180,7 +180,7 @@
 // leader cut off from both followers while clients still reach it, or one
 // link cut; Config.WrapStream is the seam) with concurrent clients
 // (register, publish, rollback, advanceFence, createRun, attest,
-// reassign and linearizable reads), checks the history with porcupine against a model
+// reassign, admitCheckpoint and linearizable reads), checks the history with porcupine against a model
 // of the commands above, and ends by comparing the members' digests.
 //
 // # Snapshots

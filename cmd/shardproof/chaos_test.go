@@ -28,7 +28,8 @@ import (
 
 // The gate chaos test: three `shardproof gate serve` processes (real Raft
 // over TCP, raft-boltdb on disk) take publications, rollbacks, fence
-// advances, run creations and linearizable reads from concurrent clients
+// advances, run creations, attestations, reassignments, checkpoint
+// admissions and linearizable reads from concurrent clients
 // while a nemesis SIGKILLs members and restarts them from their data
 // directories, SIGSTOPs the leader and resumes it after a new one was
 // elected, and partitions the Raft network: the leader cut off from both
@@ -542,15 +543,18 @@ func explainIllegal(info porcupine.LinearizationInfo, ops []porcupine.Operation)
 	return b.String()
 }
 
-// withStaleRead returns ops plus a read that starts after the last
-// acknowledged publication or rollback returned and answers the generation
-// before it.
+// withStaleRead returns ops plus a read that starts after the first
+// acknowledged publication or rollback of a second or later generation
+// returned, and answers the generation before it. The first, not the
+// last: to call a history Illegal porcupine must exhaust every
+// linearization of what precedes the stale read, which for a long history
+// full of unknown outcomes took over a minute, against a second here.
 func withStaleRead(ops []porcupine.Operation, client int) ([]porcupine.Operation, bool) {
 	last := -1
 	for i, o := range ops {
 		in, out := o.Input.(modelOp), o.Output.(modelOut)
 		if (in.kind == "publish" || in.kind == "rollback") && !out.unknown && out.code == "" && out.gen > 1 &&
-			(last < 0 || o.Return > ops[last].Return) {
+			(last < 0 || o.Return < ops[last].Return) {
 			last = i
 		}
 	}
@@ -644,7 +648,7 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 	reports := 0
 	// The run this client created last, whose ranks it attests and
 	// reassigns, and the last epoch of it the client saw.
-	lastRun, lastRoot, lastEpoch := -1, 0, uint64(0)
+	lastRun, lastRoot, lastEpoch, lastStep := -1, 0, uint64(0), int64(-1)
 	for ctx.Err() == nil {
 		a := rng.IntN(len(chaosAliases))
 		var op modelOp
@@ -655,25 +659,25 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 			} else {
 				op = modelOp{kind: "register", root: pick()} // again, with a newer report
 			}
-		case x < 30:
+		case x < 28:
 			op = modelOp{kind: "readAlias", alias: a}
-		case x < 60:
+		case x < 56:
 			expect := seen[a]
 			if expect > 0 && rng.IntN(8) == 0 {
 				expect-- // stale on purpose: the idempotence and conflict rules
 			}
 			op = modelOp{kind: "publish", alias: a, root: pick(), expect: expect, retain: chaosRetain}
-		case x < 72:
+		case x < 67:
 			op = modelOp{kind: "rollback", alias: a, root: pick(), expect: seen[a]}
-		case x < 78:
+		case x < 71:
 			op = modelOp{kind: "createRun", alias: a, run: id<<20 | runs, prev: lastRun}
 			runs++
-		case x < 82:
+		case x < 79:
 			if lastRun < 0 {
 				continue
 			}
 			op = modelOp{kind: "attest", run: lastRun, rank: rng.IntN(chaosWorld), root: lastRoot}
-		case x < 84:
+		case x < 81:
 			if lastRun < 0 {
 				continue
 			}
@@ -685,6 +689,21 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 				expect--
 			}
 			op = modelOp{kind: "reassign", run: lastRun, rank: rng.IntN(chaosWorld), root: lastRoot, expect: expect}
+		case x < 86:
+			if lastRun < 0 {
+				continue
+			}
+			// The next step, or the same again, or sometimes one behind
+			// (STEP_REGRESSION) or of another root (ROOT_MISMATCH).
+			step := uint64(max(lastStep, 0)) + uint64(rng.IntN(3))
+			if step > 0 && rng.IntN(8) == 0 {
+				step--
+			}
+			root := lastRoot
+			if rng.IntN(10) == 0 {
+				root = (lastRoot + 1) % len(roots)
+			}
+			op = modelOp{kind: "checkpoint", run: lastRun, root: root, value: step}
 		case x < 94:
 			v := fence + uint64(rng.IntN(4))
 			if v > 0 && rng.IntN(6) == 0 {
@@ -747,14 +766,19 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		case op.kind == "readAlias" || op.kind == "publish" || op.kind == "rollback" || op.kind == "createRun":
 			seen[op.alias] = max(seen[op.alias], out.gen)
 			if op.kind == "createRun" && out.root >= 0 { // a root not of the test fails the check anyway
-				lastRun, lastRoot, lastEpoch = op.run, out.root, 0
+				lastRun, lastRoot, lastEpoch, lastStep = op.run, out.root, 0, -1
 			}
-		case op.kind == "attest" || op.kind == "reassign":
-			lastEpoch = max(lastEpoch, out.epoch)
+		case op.kind == "attest" || op.kind == "reassign" || op.kind == "checkpoint":
+			lastEpoch, lastStep = max(lastEpoch, out.epoch), max(lastStep, out.step)
 		case op.kind == "fence" || op.kind == "readFences":
 			fence = max(fence, out.fences[0], out.fences[1])
 		}
 	}
+}
+
+// runOut is the model's view of a run summary.
+func runOut(r *raftgate.RunSummary) modelOut {
+	return modelOut{epoch: r.Epoch, attested: r.Attested, open: r.Barrier == raftgate.BarrierOpen, step: r.Step, ckpts: r.Checkpoints}
 }
 
 // chaosDo sends op once. err is nil when the gate answered definitely,
@@ -805,13 +829,18 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 		}
 		var r *raftgate.RunSummary
 		if r, err = cl.Attest(ctx, runID, op.rank, roots[op.root], shards); err == nil {
-			out.epoch, out.attested, out.open = r.Epoch, r.Attested, r.Barrier == raftgate.BarrierOpen
+			out = runOut(r)
 		}
 	case "reassign":
 		expect := op.expect
 		var r *raftgate.RunSummary
 		if r, err = cl.Reassign(ctx, &raftgate.Reassign{Run: runID, WorldSize: chaosWorld, Reset: []int{op.rank}, ExpectedEpoch: &expect}); err == nil {
-			out.epoch, out.attested, out.open = r.Epoch, r.Attested, r.Barrier == raftgate.BarrierOpen
+			out = runOut(r)
+		}
+	case "checkpoint":
+		var r *raftgate.RunSummary
+		if r, err = cl.AdmitCheckpoint(ctx, runID, int64(op.value), roots[op.root]); err == nil {
+			out = runOut(r)
 		}
 	case "fence":
 		kind := []string{raftgate.FenceTombstone, raftgate.FenceBenchmark}[op.fence]
@@ -830,7 +859,7 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 	}
 	switch code := errcode.Of(err); code {
 	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun, errcode.StaleEpoch, errcode.PublishConflict, errcode.GenerationConflict, errcode.NotVerified,
-		errcode.RollbackIneligible, errcode.FenceRegression:
+		errcode.RollbackIneligible, errcode.FenceRegression, errcode.RootMismatch, errcode.BarrierClosed, errcode.StepRegression:
 		return modelOut{code: code}, nil
 	}
 	return modelOut{}, err

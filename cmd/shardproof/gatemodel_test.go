@@ -20,7 +20,9 @@ import (
 // chaos test drives, written from raftgate's package documentation and
 // DESIGN.md rather than from its code: aliases with generations, history
 // and a rollback window; releases VERIFIED → PUBLISHED → RETIRED; the two
-// fences; a run pinning the alias's (generation, root). porcupine checks a
+// fences; a run pinning the alias's (generation, root), its ranks'
+// attestations and barrier, reassignments by epoch, and checkpoint steps
+// admitted only through an open barrier, never backwards. porcupine checks a
 // recorded history against it: a history is linearizable if some order of
 // its operations, each placed between its call and its return, is a
 // sequence the model accepts.
@@ -32,13 +34,13 @@ import (
 
 // modelOp is one operation's input.
 type modelOp struct {
-	kind   string // register, publish, rollback, fence, createRun, readAlias, readFences
+	kind   string // register, publish, rollback, fence, createRun, readAlias, readFences, attest, reassign, checkpoint
 	alias  int    // index into chaosAliases
 	root   int    // index into the test's roots
 	expect uint64 // expected generation
 	retain int    // publish: the rollback window of a new alias
 	fence  int    // 0 tombstone, 1 benchmark
-	value  uint64 // fence value
+	value  uint64 // fence value; checkpoint: the step
 	// retried: an attempt after an INDETERMINATE one, with the same
 	// arguments. Each attempt is an operation of its own: an
 	// indeterminate one has an unknown answer and may or may not have
@@ -61,11 +63,14 @@ type modelOut struct {
 	root    int          // idem
 	fences  [2]uint64    // fence, readFences
 	state   byte         // register: the release's state after it
-	// attest, reassign: the run's epoch, its attested ranks and whether
-	// its barrier is open.
+	// attest, reassign, checkpoint: the run's epoch, its attested ranks
+	// and whether its barrier is open; checkpoint: its last admitted step
+	// and how many steps were admitted.
 	epoch    uint64
 	attested int
 	open     bool
+	step     int64 // -1 before the first checkpoint
+	ckpts    int64
 }
 
 // modelAlias is one generation of an alias, linked to the one before: a
@@ -121,13 +126,16 @@ type modelRun struct {
 	// reset is the rank the reassignment that made epoch reset (-1
 	// before the first): a repeat with the same parameters is its retry.
 	reset int
+	// step is the last admitted checkpoint step (-1 before the first),
+	// ckpts the number of admissions that raised it.
+	step, ckpts int64
 }
 
 // summary is what the gate answers about r: its epoch, attested ranks
 // and barrier.
 func (r modelRun) summary() modelOut {
 	n := bits.OnesCount64(r.attested)
-	return modelOut{epoch: r.epoch, attested: n, open: n == chaosWorld}
+	return modelOut{epoch: r.epoch, attested: n, open: n == chaosWorld, step: r.step, ckpts: r.ckpts}
 }
 
 func (s modelState) run(id int) (int, bool) {
@@ -247,7 +255,7 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		}
 		if op.kind == "createRun" {
 			runs := slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool { return r.id == op.prev })
-			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, reset: -1})
+			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, reset: -1, step: -1})
 			slices.SortFunc(s.runs, func(a, b modelRun) int { return cmp.Compare(a.id, b.id) })
 		}
 		return s, modelOut{gen: al.gen, root: al.root}
@@ -282,6 +290,28 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		r.epoch, r.reset = r.epoch+1, op.rank
 		r.attested &^= 1 << op.rank
 		s.runs[i] = r
+		return s, r.summary()
+	case "checkpoint":
+		// Permits stay open in the test (no fence reaches the releases'
+		// watermarks), so admission depends on the root, the barrier and
+		// the step, checked in that order after the permit.
+		i, ok := s.run(op.run)
+		if !ok {
+			return fail(errcode.UnknownRun)
+		}
+		r := s.runs[i]
+		switch {
+		case op.root != r.root:
+			return fail(errcode.RootMismatch)
+		case !r.summary().open:
+			return fail(errcode.BarrierClosed)
+		case int64(op.value) < r.step:
+			return fail(errcode.StepRegression)
+		case int64(op.value) > r.step:
+			s.runs = slices.Clone(s.runs)
+			r.step, r.ckpts = int64(op.value), r.ckpts+1
+			s.runs[i] = r
+		}
 		return s, r.summary()
 	case "readFences":
 		return s, modelOut{fences: s.fences}
@@ -369,6 +399,7 @@ func modelHash(s modelState) uint64 {
 		b = binary.LittleEndian.AppendUint64(b, uint64(r.id))
 		b = binary.LittleEndian.AppendUint64(b, r.attested)
 		b = binary.LittleEndian.AppendUint64(b, r.epoch)
+		b = binary.LittleEndian.AppendUint64(b, uint64(r.step))
 	}
 	h.Write(b)
 	return h.Sum64()
@@ -390,6 +421,8 @@ func describeOp(op modelOp) string {
 		return fmt.Sprintf("attest(run %d, rank %d)%s", op.run, op.rank, r)
 	case "reassign":
 		return fmt.Sprintf("reassign(run %d, reset %d, expect epoch %d)%s", op.run, op.rank, op.expect, r)
+	case "checkpoint":
+		return fmt.Sprintf("checkpoint(run %d, r%d, step %d)%s", op.run, op.root, op.value, r)
 	case "register":
 		return fmt.Sprintf("register(r%d)%s", op.root, r)
 	}
@@ -406,8 +439,8 @@ func describeOut(op modelOp, out modelOut) string {
 		return fmt.Sprintf("tombstone %d, benchmark %d", out.fences[0], out.fences[1])
 	case op.kind == "register":
 		return string(out.state)
-	case op.kind == "attest" || op.kind == "reassign":
-		return fmt.Sprintf("epoch %d, %d attested, barrier open %v", out.epoch, out.attested, out.open)
+	case op.kind == "attest" || op.kind == "reassign" || op.kind == "checkpoint":
+		return fmt.Sprintf("epoch %d, %d attested, barrier open %v, step %d after %d checkpoints", out.epoch, out.attested, out.open, out.step, out.ckpts)
 	}
 	return fmt.Sprintf("generation %d = r%d", out.gen, out.root)
 }
@@ -505,29 +538,50 @@ func TestGateModel(t *testing.T) {
 		{"the barrier opens with the last rank", true, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1}, 4, 5),
-			op(1, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1}, 6, 7),
-			op(1, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 2, open: true}, 8, 9),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(1, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1, step: -1}, 6, 7),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 2, open: true, step: -1}, 8, 9),
 		}},
 		{"an acknowledged attestation is never lost", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1}, 4, 5),
-			op(1, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1}, 8, 9),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1, step: -1}, 8, 9),
 		}},
 		{"a reassignment sent again after it applied changes nothing", true, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1, step: -1}, 4, 5),
 			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{unknown: true}, 6, 20),
-			op(1, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{epoch: 1, attested: 1}, 8, 9),
-			op(0, modelOp{kind: "reassign", run: 3, rank: 1, retried: true}, modelOut{epoch: 1, attested: 1}, 15, 20),
+			op(1, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{epoch: 1, attested: 1, step: -1}, 8, 9),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1, retried: true}, modelOut{epoch: 1, attested: 1, step: -1}, 15, 20),
 		}},
 		{"a second reassignment from one epoch is refused", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
-			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{epoch: 1}, 4, 5),
-			op(1, modelOp{kind: "reassign", run: 3, rank: 0}, modelOut{epoch: 2}, 6, 7),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{epoch: 1, step: -1}, 4, 5),
+			op(1, modelOp{kind: "reassign", run: 3, rank: 0}, modelOut{epoch: 2, step: -1}, 6, 7),
+		}},
+		{"a checkpoint needs the open barrier, the run's root and no step behind", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 1}, modelOut{code: errcode.BarrierClosed}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1, step: -1}, 6, 7),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 2, open: true, step: -1}, 8, 9),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 2, value: 1}, modelOut{code: errcode.RootMismatch}, 10, 11),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 2}, modelOut{attested: 2, open: true, step: 2, ckpts: 1}, 12, 13),
+			op(1, modelOp{kind: "checkpoint", run: 3, root: 1, value: 2}, modelOut{attested: 2, open: true, step: 2, ckpts: 1}, 14, 15),
+			op(1, modelOp{kind: "checkpoint", run: 3, root: 1, value: 1}, modelOut{code: errcode.StepRegression}, 16, 17),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{epoch: 1, attested: 1, step: 2, ckpts: 1}, 18, 19),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 3}, modelOut{code: errcode.BarrierClosed}, 20, 21),
+		}},
+		{"an admitted step is never lost", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 5}, modelOut{attested: 2, open: true, step: 5, ckpts: 1}, 8, 9),
+			op(1, modelOp{kind: "checkpoint", run: 3, root: 1, value: 4}, modelOut{attested: 2, open: true, step: 4, ckpts: 2}, 10, 11),
 		}},
 		{"a run pins the alias as it was", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
