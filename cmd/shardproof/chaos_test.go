@@ -648,7 +648,7 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 	reports := 0
 	// The run this client created last, whose ranks it attests and
 	// reassigns, and the last epoch of it the client saw.
-	lastRun, lastRoot, lastEpoch, lastStep := -1, 0, uint64(0), int64(-1)
+	lastRun, lastRoot, lastEpoch, lastStep, lastWorld := -1, 0, uint64(0), int64(-1), chaosWorld
 	for ctx.Err() == nil {
 		a := rng.IntN(len(chaosAliases))
 		var op modelOp
@@ -676,19 +676,21 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 			if lastRun < 0 {
 				continue
 			}
-			op = modelOp{kind: "attest", run: lastRun, rank: rng.IntN(chaosWorld), root: lastRoot}
+			op = modelOp{kind: "attest", run: lastRun, rank: rng.IntN(lastWorld), root: lastRoot}
 		case x < 81:
 			if lastRun < 0 {
 				continue
 			}
-			// Recovery of one rank, from the last epoch this client saw,
-			// or the one before on purpose: STALE_EPOCH, or the original
-			// answer when it repeats the reassignment that made the epoch.
+			// Recovery of one rank, with scale-out to three ranks or
+			// back to two, from the last epoch this client saw, or the
+			// one before on purpose: STALE_EPOCH, or the original answer
+			// when it repeats the reassignment that made the epoch.
 			expect := lastEpoch
 			if expect > 0 && rng.IntN(4) == 0 {
 				expect--
 			}
-			op = modelOp{kind: "reassign", run: lastRun, rank: rng.IntN(chaosWorld), root: lastRoot, expect: expect}
+			world := chaosWorld + rng.IntN(2)
+			op = modelOp{kind: "reassign", run: lastRun, world: world, rank: rng.IntN(world), root: lastRoot, expect: expect}
 		case x < 86:
 			if lastRun < 0 {
 				continue
@@ -766,10 +768,13 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		case op.kind == "readAlias" || op.kind == "publish" || op.kind == "rollback" || op.kind == "createRun":
 			seen[op.alias] = max(seen[op.alias], out.gen)
 			if op.kind == "createRun" && out.root >= 0 { // a root not of the test fails the check anyway
-				lastRun, lastRoot, lastEpoch, lastStep = op.run, out.root, 0, -1
+				lastRun, lastRoot, lastEpoch, lastStep, lastWorld = op.run, out.root, 0, -1, chaosWorld
 			}
 		case op.kind == "attest" || op.kind == "reassign" || op.kind == "checkpoint":
-			lastEpoch, lastStep = max(lastEpoch, out.epoch), max(lastStep, out.step)
+			// Only this client changes its run, and it knows each
+			// operation's outcome before the next: the answer is the
+			// run's current world size.
+			lastEpoch, lastStep, lastWorld = max(lastEpoch, out.epoch), max(lastStep, out.step), out.world
 		case op.kind == "fence" || op.kind == "readFences":
 			fence = max(fence, out.fences[0], out.fences[1])
 		}
@@ -778,7 +783,7 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 
 // runOut is the model's view of a run summary.
 func runOut(r *raftgate.RunSummary) modelOut {
-	return modelOut{epoch: r.Epoch, attested: r.Attested, open: r.Barrier == raftgate.BarrierOpen, step: r.Step, ckpts: r.Checkpoints}
+	return modelOut{epoch: r.Epoch, world: r.WorldSize, attested: r.Attested, open: r.Barrier == raftgate.BarrierOpen, step: r.Step, ckpts: r.Checkpoints}
 }
 
 // chaosDo sends op once. err is nil when the gate answered definitely,
@@ -834,7 +839,7 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 	case "reassign":
 		expect := op.expect
 		var r *raftgate.RunSummary
-		if r, err = cl.Reassign(ctx, &raftgate.Reassign{Run: runID, WorldSize: chaosWorld, Reset: []int{op.rank}, ExpectedEpoch: &expect}); err == nil {
+		if r, err = cl.Reassign(ctx, &raftgate.Reassign{Run: runID, WorldSize: op.world, Reset: []int{op.rank}, ExpectedEpoch: &expect}); err == nil {
 			out = runOut(r)
 		}
 	case "checkpoint":

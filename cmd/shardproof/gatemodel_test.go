@@ -47,10 +47,11 @@ type modelOp struct {
 	// taken effect, and the gate answers a repeat of an applied command
 	// as the model's step does (the original result, a no-op).
 	retried bool
-	// run names a createRun's or attest's run; rank is an attest's rank;
-	// prev is the run a createRun supersedes (its client's previous run,
-	// which no later operation names; -1 for none).
-	run, rank, prev int
+	// run names a createRun's or attest's run; rank is an attest's rank
+	// or the rank a reassign resets; prev is the run a createRun
+	// supersedes (its client's previous run, which no later operation
+	// names; -1 for none); world is a reassign's new world size.
+	run, rank, prev, world int
 }
 
 // modelOut is one operation's answer. unknown: no attempt of it got a
@@ -67,6 +68,7 @@ type modelOut struct {
 	// and whether its barrier is open; checkpoint: its last admitted step
 	// and how many steps were admitted.
 	epoch    uint64
+	world    int
 	attested int
 	open     bool
 	step     int64 // -1 before the first checkpoint
@@ -118,14 +120,19 @@ type modelState struct {
 	runs []modelRun
 }
 
-// modelRun is a run: what it pinned and which of its ranks attested.
+// modelRun is a run: what it pinned, its world size and which of its
+// ranks attested. The test's releases have one shard, which every world
+// size assigns to rank 0, so a reassignment keeps the attestations of the
+// ranks that remain and are not reset.
 type modelRun struct {
 	id, gen, root int
+	world         int
 	attested      uint64 // bit per rank
 	epoch         uint64
-	// reset is the rank the reassignment that made epoch reset (-1
-	// before the first): a repeat with the same parameters is its retry.
-	reset int
+	// reset and resetWorld are the parameters of the reassignment that
+	// made epoch (reset -1 before the first): a repeat with the same
+	// parameters is its retry.
+	reset, resetWorld int
 	// step is the last admitted checkpoint step (-1 before the first),
 	// ckpts the number of admissions that raised it.
 	step, ckpts int64
@@ -135,7 +142,7 @@ type modelRun struct {
 // and barrier.
 func (r modelRun) summary() modelOut {
 	n := bits.OnesCount64(r.attested)
-	return modelOut{epoch: r.epoch, attested: n, open: n == chaosWorld, step: r.step, ckpts: r.ckpts}
+	return modelOut{epoch: r.epoch, world: r.world, attested: n, open: n == r.world, step: r.step, ckpts: r.ckpts}
 }
 
 func (s modelState) run(id int) (int, bool) {
@@ -255,7 +262,7 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		}
 		if op.kind == "createRun" {
 			runs := slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool { return r.id == op.prev })
-			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, reset: -1, step: -1})
+			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, world: chaosWorld, reset: -1, step: -1})
 			slices.SortFunc(s.runs, func(a, b modelRun) int { return cmp.Compare(a.id, b.id) })
 		}
 		return s, modelOut{gen: al.gen, root: al.root}
@@ -266,14 +273,17 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		if !ok {
 			return fail(errcode.UnknownRun)
 		}
+		if op.rank >= s.runs[i].world {
+			return fail(errcode.BadInput)
+		}
 		if s.runs[i].attested&(1<<op.rank) == 0 {
 			s.runs = slices.Clone(s.runs)
 			s.runs[i].attested |= 1 << op.rank
 		}
 		return s, s.runs[i].summary()
 	case "reassign":
-		// Every reassignment of the test keeps the world size and the
-		// assignment, resets one rank and expects an epoch.
+		// Every reassignment of the test sets a world size, resets one
+		// rank of it and expects an epoch.
 		i, ok := s.run(op.run)
 		if !ok {
 			return fail(errcode.UnknownRun)
@@ -281,13 +291,14 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		r := s.runs[i]
 		switch {
 		case r.epoch == op.expect:
-		case r.epoch == op.expect+1 && r.reset == op.rank:
+		case r.epoch == op.expect+1 && r.reset == op.rank && r.resetWorld == op.world:
 			return s, r.summary() // the retry of the reassignment that made this epoch
 		default:
 			return fail(errcode.StaleEpoch)
 		}
 		s.runs = slices.Clone(s.runs)
-		r.epoch, r.reset = r.epoch+1, op.rank
+		r.epoch, r.reset, r.resetWorld, r.world = r.epoch+1, op.rank, op.world, op.world
+		r.attested &= 1<<op.world - 1
 		r.attested &^= 1 << op.rank
 		s.runs[i] = r
 		return s, r.summary()
@@ -400,6 +411,7 @@ func modelHash(s modelState) uint64 {
 		b = binary.LittleEndian.AppendUint64(b, r.attested)
 		b = binary.LittleEndian.AppendUint64(b, r.epoch)
 		b = binary.LittleEndian.AppendUint64(b, uint64(r.step))
+		b = binary.LittleEndian.AppendUint64(b, uint64(r.world))
 	}
 	h.Write(b)
 	return h.Sum64()
@@ -420,7 +432,7 @@ func describeOp(op modelOp) string {
 	case "attest":
 		return fmt.Sprintf("attest(run %d, rank %d)%s", op.run, op.rank, r)
 	case "reassign":
-		return fmt.Sprintf("reassign(run %d, reset %d, expect epoch %d)%s", op.run, op.rank, op.expect, r)
+		return fmt.Sprintf("reassign(run %d, world %d, reset %d, expect epoch %d)%s", op.run, op.world, op.rank, op.expect, r)
 	case "checkpoint":
 		return fmt.Sprintf("checkpoint(run %d, r%d, step %d)%s", op.run, op.root, op.value, r)
 	case "register":
@@ -440,7 +452,7 @@ func describeOut(op modelOp, out modelOut) string {
 	case op.kind == "register":
 		return string(out.state)
 	case op.kind == "attest" || op.kind == "reassign" || op.kind == "checkpoint":
-		return fmt.Sprintf("epoch %d, %d attested, barrier open %v, step %d after %d checkpoints", out.epoch, out.attested, out.open, out.step, out.ckpts)
+		return fmt.Sprintf("epoch %d, %d of %d attested, barrier open %v, step %d after %d checkpoints", out.epoch, out.attested, out.world, out.open, out.step, out.ckpts)
 	}
 	return fmt.Sprintf("generation %d = r%d", out.gen, out.root)
 }
@@ -465,6 +477,18 @@ func TestGateModel(t *testing.T) {
 	}
 	read := modelOp{kind: "readAlias"}
 	op := func(client int, in modelOp, out modelOut, call, ret int64) porcupine.Operation {
+		// Runs keep the test's world size unless a case says otherwise.
+		switch in.kind {
+		case "reassign":
+			if in.world == 0 {
+				in.world = chaosWorld
+			}
+			fallthrough
+		case "attest", "checkpoint":
+			if out.code == "" && !out.unknown && out.world == 0 {
+				out.world = chaosWorld
+			}
+		}
 		return porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret}
 	}
 	cases := []struct {
@@ -582,6 +606,23 @@ func TestGateModel(t *testing.T) {
 			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
 			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 5}, modelOut{attested: 2, open: true, step: 5, ckpts: 1}, 8, 9),
 			op(1, modelOp{kind: "checkpoint", run: 3, root: 1, value: 4}, modelOut{attested: 2, open: true, step: 4, ckpts: 2}, 10, 11),
+		}},
+		{"scale-out closes the barrier, scale-in reopens it, ranks kept", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
+			op(0, modelOp{kind: "reassign", run: 3, world: 3, rank: 2}, modelOut{epoch: 1, world: 3, attested: 2, step: -1}, 8, 9),
+			op(0, modelOp{kind: "attest", run: 3, rank: 2}, modelOut{epoch: 1, world: 3, attested: 3, open: true, step: -1}, 10, 11),
+			op(0, modelOp{kind: "reassign", run: 3, world: 3, rank: 2, expect: 1}, modelOut{epoch: 2, world: 3, attested: 2, step: -1}, 12, 13),
+			op(0, modelOp{kind: "reassign", run: 3, world: 2, rank: 1, expect: 2}, modelOut{epoch: 3, world: 2, attested: 1, step: -1}, 14, 15),
+			op(0, modelOp{kind: "attest", run: 3, rank: 2}, modelOut{code: errcode.BadInput}, 16, 17),
+		}},
+		{"a retried reassignment must repeat the world size", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "reassign", run: 3, world: 3, rank: 1}, modelOut{epoch: 1, world: 3, step: -1}, 4, 5),
+			op(0, modelOp{kind: "reassign", run: 3, world: 2, rank: 1}, modelOut{epoch: 1, world: 3, step: -1}, 6, 7),
 		}},
 		{"a run pins the alias as it was", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
