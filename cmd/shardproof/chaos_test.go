@@ -677,6 +677,16 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 				continue
 			}
 			op = modelOp{kind: "attest", run: lastRun, rank: rng.IntN(lastWorld), root: lastRoot}
+			// Now and then a wrong one, which fails the run: another
+			// root (ROOT_MISMATCH), or rank 1 naming rank 0's shard
+			// (SHARD_NOT_ASSIGNED). Until the client's next run, every
+			// command on this one is RUN_FAILED.
+			switch rng.IntN(50) {
+			case 0:
+				op.root = (lastRoot + 1) % len(roots)
+			case 1:
+				op.rank, op.stray = 1, true
+			}
 		case x < 81:
 			if lastRun < 0 {
 				continue
@@ -829,7 +839,7 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 		// The release has one shard: rank 0's (shard i goes to rank i %
 		// worldSize); the other ranks attest none.
 		var shards []manifest.Digest
-		if op.rank == 0 {
+		if op.rank == 0 || op.stray {
 			shards = reg.Shards
 		}
 		var r *raftgate.RunSummary
@@ -864,7 +874,8 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 	}
 	switch code := errcode.Of(err); code {
 	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun, errcode.StaleEpoch, errcode.PublishConflict, errcode.GenerationConflict, errcode.NotVerified,
-		errcode.RollbackIneligible, errcode.FenceRegression, errcode.RootMismatch, errcode.BarrierClosed, errcode.StepRegression:
+		errcode.RollbackIneligible, errcode.FenceRegression, errcode.RootMismatch, errcode.BarrierClosed, errcode.StepRegression,
+		errcode.RunFailed, errcode.ShardNotAssigned:
 		return modelOut{code: code}, nil
 	}
 	return modelOut{}, err

@@ -21,8 +21,10 @@ import (
 // DESIGN.md rather than from its code: aliases with generations, history
 // and a rollback window; releases VERIFIED → PUBLISHED → RETIRED; the two
 // fences; a run pinning the alias's (generation, root), its ranks'
-// attestations and barrier, reassignments by epoch, and checkpoint steps
-// admitted only through an open barrier, never backwards. porcupine checks a
+// attestations and barrier (an attestation of another root or shard fails
+// the run for good), reassignments by epoch that may change the world
+// size, and checkpoint steps admitted only through an open barrier, never
+// backwards. porcupine checks a
 // recorded history against it: a history is linearizable if some order of
 // its operations, each placed between its call and its return, is a
 // sequence the model accepts.
@@ -52,6 +54,9 @@ type modelOp struct {
 	// supersedes (its client's previous run, which no later operation
 	// names; -1 for none); world is a reassign's new world size.
 	run, rank, prev, world int
+	// stray: an attest that also names the release's one shard from a
+	// rank other than 0, outside its assignment.
+	stray bool
 }
 
 // modelOut is one operation's answer. unknown: no attempt of it got a
@@ -133,6 +138,10 @@ type modelRun struct {
 	// made epoch (reset -1 before the first): a repeat with the same
 	// parameters is its retry.
 	reset, resetWorld int
+	// failed: an attestation of another root or of a shard outside the
+	// rank's assignment failed the run; every later command on it is
+	// RUN_FAILED.
+	failed bool
 	// step is the last admitted checkpoint step (-1 before the first),
 	// ckpts the number of admissions that raised it.
 	step, ckpts int64
@@ -267,14 +276,26 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		}
 		return s, modelOut{gen: al.gen, root: al.root}
 	case "attest":
-		// Every attestation of the test names its run's root and the
-		// rank's assigned shards: it counts the rank, once.
+		// An attestation of the run's root and the rank's assigned
+		// shards counts the rank, once; one of another root or with a
+		// shard outside the assignment fails the run.
 		i, ok := s.run(op.run)
 		if !ok {
 			return fail(errcode.UnknownRun)
 		}
+		if s.runs[i].failed {
+			return fail(errcode.RunFailed)
+		}
 		if op.rank >= s.runs[i].world {
 			return fail(errcode.BadInput)
+		}
+		if op.root != s.runs[i].root || op.stray {
+			s.runs = slices.Clone(s.runs)
+			s.runs[i].failed = true
+			if op.root != s.runs[i].root {
+				return s, modelOut{code: errcode.RootMismatch}
+			}
+			return s, modelOut{code: errcode.ShardNotAssigned}
 		}
 		if s.runs[i].attested&(1<<op.rank) == 0 {
 			s.runs = slices.Clone(s.runs)
@@ -290,6 +311,8 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		}
 		r := s.runs[i]
 		switch {
+		case r.failed:
+			return fail(errcode.RunFailed)
 		case r.epoch == op.expect:
 		case r.epoch == op.expect+1 && r.reset == op.rank && r.resetWorld == op.world:
 			return s, r.summary() // the retry of the reassignment that made this epoch
@@ -312,6 +335,8 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		}
 		r := s.runs[i]
 		switch {
+		case r.failed:
+			return fail(errcode.RunFailed)
 		case op.root != r.root:
 			return fail(errcode.RootMismatch)
 		case !r.summary().open:
@@ -412,6 +437,9 @@ func modelHash(s modelState) uint64 {
 		b = binary.LittleEndian.AppendUint64(b, r.epoch)
 		b = binary.LittleEndian.AppendUint64(b, uint64(r.step))
 		b = binary.LittleEndian.AppendUint64(b, uint64(r.world))
+		if r.failed {
+			b = append(b, 1)
+		}
 	}
 	h.Write(b)
 	return h.Sum64()
@@ -430,7 +458,11 @@ func describeOp(op modelOp) string {
 	case "createRun", "readAlias":
 		return fmt.Sprintf("%s(%s)%s", op.kind, chaosAliases[op.alias], r)
 	case "attest":
-		return fmt.Sprintf("attest(run %d, rank %d)%s", op.run, op.rank, r)
+		stray := ""
+		if op.stray {
+			stray = ", a stray shard"
+		}
+		return fmt.Sprintf("attest(run %d, rank %d, r%d%s)%s", op.run, op.rank, op.root, stray, r)
 	case "reassign":
 		return fmt.Sprintf("reassign(run %d, world %d, reset %d, expect epoch %d)%s", op.run, op.world, op.rank, op.expect, r)
 	case "checkpoint":
@@ -562,22 +594,22 @@ func TestGateModel(t *testing.T) {
 		{"the barrier opens with the last rank", true, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1, step: -1}, 4, 5),
-			op(1, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1, step: -1}, 6, 7),
-			op(1, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 2, open: true, step: -1}, 8, 9),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(1, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 1, step: -1}, 6, 7),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 2, open: true, step: -1}, 8, 9),
 		}},
 		{"an acknowledged attestation is never lost", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1, step: -1}, 4, 5),
-			op(1, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1, step: -1}, 8, 9),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 8, 9),
 		}},
 		{"a reassignment sent again after it applied changes nothing", true, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
 			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{unknown: true}, 6, 20),
-			op(1, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{epoch: 1, attested: 1, step: -1}, 8, 9),
+			op(1, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{epoch: 1, attested: 1, step: -1}, 8, 9),
 			op(0, modelOp{kind: "reassign", run: 3, rank: 1, retried: true}, modelOut{epoch: 1, attested: 1, step: -1}, 15, 20),
 		}},
 		{"a second reassignment from one epoch is refused", false, []porcupine.Operation{
@@ -590,8 +622,8 @@ func TestGateModel(t *testing.T) {
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 1}, modelOut{code: errcode.BarrierClosed}, 4, 5),
-			op(0, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1, step: -1}, 6, 7),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 2, open: true, step: -1}, 8, 9),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 6, 7),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 2, open: true, step: -1}, 8, 9),
 			op(0, modelOp{kind: "checkpoint", run: 3, root: 2, value: 1}, modelOut{code: errcode.RootMismatch}, 10, 11),
 			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 2}, modelOut{attested: 2, open: true, step: 2, ckpts: 1}, 12, 13),
 			op(1, modelOp{kind: "checkpoint", run: 3, root: 1, value: 2}, modelOut{attested: 2, open: true, step: 2, ckpts: 1}, 14, 15),
@@ -602,27 +634,44 @@ func TestGateModel(t *testing.T) {
 		{"an admitted step is never lost", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
-			op(0, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1, step: -1}, 4, 5),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
 			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 5}, modelOut{attested: 2, open: true, step: 5, ckpts: 1}, 8, 9),
 			op(1, modelOp{kind: "checkpoint", run: 3, root: 1, value: 4}, modelOut{attested: 2, open: true, step: 4, ckpts: 2}, 10, 11),
 		}},
 		{"scale-out closes the barrier, scale-in reopens it, ranks kept", true, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
-			op(0, modelOp{kind: "attest", run: 3, rank: 0}, modelOut{attested: 1, step: -1}, 4, 5),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
 			op(0, modelOp{kind: "reassign", run: 3, world: 3, rank: 2}, modelOut{epoch: 1, world: 3, attested: 2, step: -1}, 8, 9),
-			op(0, modelOp{kind: "attest", run: 3, rank: 2}, modelOut{epoch: 1, world: 3, attested: 3, open: true, step: -1}, 10, 11),
+			op(0, modelOp{kind: "attest", run: 3, rank: 2, root: 1}, modelOut{epoch: 1, world: 3, attested: 3, open: true, step: -1}, 10, 11),
 			op(0, modelOp{kind: "reassign", run: 3, world: 3, rank: 2, expect: 1}, modelOut{epoch: 2, world: 3, attested: 2, step: -1}, 12, 13),
 			op(0, modelOp{kind: "reassign", run: 3, world: 2, rank: 1, expect: 2}, modelOut{epoch: 3, world: 2, attested: 1, step: -1}, 14, 15),
-			op(0, modelOp{kind: "attest", run: 3, rank: 2}, modelOut{code: errcode.BadInput}, 16, 17),
+			op(0, modelOp{kind: "attest", run: 3, rank: 2, root: 1}, modelOut{code: errcode.BadInput}, 16, 17),
 		}},
 		{"a retried reassignment must repeat the world size", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(0, modelOp{kind: "reassign", run: 3, world: 3, rank: 1}, modelOut{epoch: 1, world: 3, step: -1}, 4, 5),
 			op(0, modelOp{kind: "reassign", run: 3, world: 2, rank: 1}, modelOut{epoch: 1, world: 3, step: -1}, 6, 7),
+		}},
+		{"a wrong attestation fails the run for good", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1, stray: true}, modelOut{code: errcode.ShardNotAssigned}, 6, 7),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{code: errcode.RunFailed}, 8, 9),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{code: errcode.RunFailed}, 10, 11),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1}, modelOut{code: errcode.RunFailed}, 12, 13),
+			op(0, modelOp{kind: "createRun", run: 4, prev: 3}, modelOut{gen: 1, root: 1}, 14, 15),
+			op(0, modelOp{kind: "attest", run: 4, rank: 0, root: 2}, modelOut{code: errcode.RootMismatch}, 16, 17),
+		}},
+		{"a failed run does not come back", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 2}, modelOut{code: errcode.RootMismatch}, 4, 5),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 6, 7),
 		}},
 		{"a run pins the alias as it was", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
