@@ -131,7 +131,15 @@ func TestSummarizeRatiosAndOutputs(t *testing.T) {
 			r.Samples = append(r.Samples, Sample{Tool: tool, Round: i + 1, WallSeconds: w, CPUSeconds: 2 * w, MaxRSSBytes: int64(100 + i)})
 		}
 	}
+	for i, w := range []float64{1.5, 1.25, 2} { // the ladder's map-side level
+		r.Samples = append(r.Samples, Sample{Tool: toolLadder, Round: i + 1, WallSeconds: 4, CPUSeconds: 8,
+			Child: childResult{Stages: map[string]float64{ladderMapper: w}, StagesCPU: map[string]float64{ladderMapper: 2 * w}}})
+	}
 	r.summarize(allTools)
+	// Map side: median 1.5 s; ceiling median 0.8 s, DuckDB diff 5 s.
+	if math.Abs(r.RatioMapSideOverCeiling-0.8/1.5) > 1e-9 || math.Abs(r.RatioMapSideOverDuckdbDiff-5/1.5) > 1e-9 || r.MapSideSeconds != 1.5 {
+		t.Fatalf("map side %v s, ratios %v %v, want 1.5 s, 0.53 and 3.33", r.MapSideSeconds, r.RatioMapSideOverCeiling, r.RatioMapSideOverDuckdbDiff)
+	}
 	if r.RatioVerifyOverDuckdbDiff != 2.5 { // median 5 s over median 2 s
 		t.Fatalf("ratioVerifyOverDuckdbDiff %v, want 2.5", r.RatioVerifyOverDuckdbDiff)
 	}
@@ -152,7 +160,7 @@ func TestSummarizeRatiosAndOutputs(t *testing.T) {
 			t.Fatalf("SVG is not well-formed XML: %v", err)
 		}
 	}
-	if md := r.Markdown(); !strings.Contains(md, "ratioVerifyOverDuckdbDiff **2.50**") ||
+	if md := r.Markdown(); !strings.Contains(md, "ratioVerifyOverDuckdbDiff **2.50**") || !strings.Contains(md, "median 1.50 s, 667 records/s, 0.53× the ceiling's records/s and 3.33× DuckDB's diff") ||
 		!strings.Contains(md, "verify/DuckDB diff 3.00, 4.00, 1.67; verify/ceiling 0.50, 0.50, 0.27") {
 		t.Fatalf("markdown lacks the ratios:\n%s", md)
 	}

@@ -297,7 +297,9 @@ func runNotes(r *Result) []string {
 }
 
 // cmdRender rewrites the Markdown and SVG of stored run results, so the
-// renderings follow changes to them without measuring again.
+// renderings follow changes to them without measuring again. Figures
+// derived from the samples that a result predates (the map-side bound)
+// are derived again.
 func cmdRender(files []string) error {
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -308,6 +310,7 @@ func cmdRender(files []string) error {
 		if err := json.Unmarshal(b, &r); err != nil || r.Schema != ResultSchema {
 			return errcode.New(errcode.BadDocument, "%s is not a %s result (%v)", f, ResultSchema, err)
 		}
+		r.mapSide() // derived from the samples; older results lack it
 		base := strings.TrimSuffix(f, ".json")
 		if err := writeFileAtomic(base+".md", []byte(r.Markdown())); err != nil {
 			return err

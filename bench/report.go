@@ -130,12 +130,20 @@ type Result struct {
 	// round ran minutes apart at most, so a slow spell of a shared
 	// machine moves both sides of a round's ratio, where it may move
 	// only one tool's median.
-	RoundRatiosVerifyOverDuckdbDiff []float64   `json:"roundRatiosVerifyOverDuckdbDiff"`
-	RoundRatiosVerifyOverCeiling    []float64   `json:"roundRatiosVerifyOverCeiling"`
-	Targets                         []Target    `json:"targets"`
-	Counts                          CountsCheck `json:"counts"`
-	Notes                           []string    `json:"notes"`
-	Samples                         []Sample    `json:"samples"`
+	RoundRatiosVerifyOverDuckdbDiff []float64 `json:"roundRatiosVerifyOverDuckdbDiff"`
+	RoundRatiosVerifyOverCeiling    []float64 `json:"roundRatiosVerifyOverCeiling"`
+	// MapSideSeconds is the median wall time of the ladder's last level:
+	// mapper.MapShard, verify's own map code, over every release shard
+	// and member file on all cores with the tuples dropped (no shuffle,
+	// no diff). Its ratios bound what verify with this map code can reach
+	// whatever its shuffle and reduce cost. Zero without the ladder.
+	MapSideSeconds             float64     `json:"mapSideSeconds,omitempty"`
+	RatioMapSideOverCeiling    float64     `json:"ratioMapSideOverCeiling,omitempty"`
+	RatioMapSideOverDuckdbDiff float64     `json:"ratioMapSideOverDuckdbDiff,omitempty"`
+	Targets                    []Target    `json:"targets"`
+	Counts                     CountsCheck `json:"counts"`
+	Notes                      []string    `json:"notes"`
+	Samples                    []Sample    `json:"samples"`
 }
 
 // roundRatios returns, for every round in which both verify and other
@@ -361,9 +369,35 @@ func (r *Result) summarize(order []string) {
 	r.RatioVerifyOverCeilingCPU = ratio(toolCeiling, true)
 	r.RoundRatiosVerifyOverDuckdbDiff = r.roundRatios(toolDuckDiff)
 	r.RoundRatiosVerifyOverCeiling = r.roundRatios(toolCeiling)
+	r.mapSide()
 	r.Targets = []Target{
 		{Name: "verify records/s over DuckDB diff records/s", Value: r.RatioVerifyOverDuckdbDiff, Want: ">= 3", Met: r.RatioVerifyOverDuckdbDiff >= 3},
 		{Name: "verify records/s over ceiling records/s", Value: r.RatioVerifyOverCeiling, Want: ">= 0.85", Met: r.RatioVerifyOverCeiling >= 0.85},
+	}
+}
+
+// mapSide fills MapSideSeconds and its ratios from the ladder's samples
+// and the tools' medians.
+func (r *Result) mapSide() {
+	var ws []float64
+	for _, s := range r.Samples {
+		if v, ok := s.Child.Stages[ladderMapper]; ok && s.Tool == toolLadder {
+			ws = append(ws, v)
+		}
+	}
+	r.MapSideSeconds, r.RatioMapSideOverCeiling, r.RatioMapSideOverDuckdbDiff = 0, 0, 0
+	ms := median(ws)
+	if ms <= 0 {
+		return
+	}
+	r.MapSideSeconds = ms
+	for _, t := range r.Tools {
+		switch {
+		case t.Tool == toolCeiling && t.MedianSeconds > 0:
+			r.RatioMapSideOverCeiling = t.MedianSeconds / ms
+		case t.Tool == toolDuckDiff && t.MedianSeconds > 0:
+			r.RatioMapSideOverDuckdbDiff = t.MedianSeconds / ms
+		}
 	}
 }
 
@@ -415,6 +449,10 @@ func (r *Result) Markdown() string {
 	if len(r.RoundRatiosVerifyOverDuckdbDiff) > 0 || len(r.RoundRatiosVerifyOverCeiling) > 0 {
 		fmt.Fprintf(&b, "Round by round (wall times of the same round): verify/DuckDB diff %s; verify/ceiling %s.\n\n",
 			joinRatios(r.RoundRatiosVerifyOverDuckdbDiff), joinRatios(r.RoundRatiosVerifyOverCeiling))
+	}
+	if r.MapSideSeconds > 0 {
+		fmt.Fprintf(&b, "Map side alone (the ladder's last level: `mapper.MapShard`, verify's own map code, over every release shard and member file on all cores, tuples dropped; no shuffle, no diff): median %.2f s, %.0f records/s, %.2f× the ceiling's records/s and %.2f× DuckDB's diff. verify with this map code cannot pass these ratios, whatever its shuffle and reduce cost.\n\n",
+			r.MapSideSeconds, rate(float64(r.Dataset.Records), r.MapSideSeconds), r.RatioMapSideOverCeiling, r.RatioMapSideOverDuckdbDiff)
 	}
 	b.WriteString("| target | value | want | met |\n|---|---:|---|---|\n")
 	for _, t := range r.Targets {
