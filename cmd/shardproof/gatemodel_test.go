@@ -158,6 +158,19 @@ func (s modelState) run(id int) (int, bool) {
 	return slices.BinarySearchFunc(s.runs, id, func(r modelRun, id int) int { return cmp.Compare(r.id, id) })
 }
 
+// liveRun finds the run a command names, as the gate does: UNKNOWN_RUN
+// or RUN_FAILED, or its index.
+func (s modelState) liveRun(id int) (int, errcode.Code) {
+	i, ok := s.run(id)
+	switch {
+	case !ok:
+		return 0, errcode.UnknownRun
+	case s.runs[i].failed:
+		return 0, errcode.RunFailed
+	}
+	return i, ""
+}
+
 func newModelState(roots, pool, aliases int) modelState {
 	return modelState{rels: strings.Repeat("V", roots) + strings.Repeat("U", pool-roots), aliases: make([]*modelAlias, aliases)}
 }
@@ -279,12 +292,9 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		// An attestation of the run's root and the rank's assigned
 		// shards counts the rank, once; one of another root or with a
 		// shard outside the assignment fails the run.
-		i, ok := s.run(op.run)
-		if !ok {
-			return fail(errcode.UnknownRun)
-		}
-		if s.runs[i].failed {
-			return fail(errcode.RunFailed)
+		i, code := s.liveRun(op.run)
+		if code != "" {
+			return fail(code)
 		}
 		if op.rank >= s.runs[i].world {
 			return fail(errcode.BadInput)
@@ -305,14 +315,12 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 	case "reassign":
 		// Every reassignment of the test sets a world size, resets one
 		// rank of it and expects an epoch.
-		i, ok := s.run(op.run)
-		if !ok {
-			return fail(errcode.UnknownRun)
+		i, code := s.liveRun(op.run)
+		if code != "" {
+			return fail(code)
 		}
 		r := s.runs[i]
 		switch {
-		case r.failed:
-			return fail(errcode.RunFailed)
 		case r.epoch == op.expect:
 		case r.epoch == op.expect+1 && r.reset == op.rank && r.resetWorld == op.world:
 			return s, r.summary() // the retry of the reassignment that made this epoch
@@ -329,14 +337,12 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		// Permits stay open in the test (no fence reaches the releases'
 		// watermarks), so admission depends on the root, the barrier and
 		// the step, checked in that order after the permit.
-		i, ok := s.run(op.run)
-		if !ok {
-			return fail(errcode.UnknownRun)
+		i, code := s.liveRun(op.run)
+		if code != "" {
+			return fail(code)
 		}
 		r := s.runs[i]
 		switch {
-		case r.failed:
-			return fail(errcode.RunFailed)
 		case op.root != r.root:
 			return fail(errcode.RootMismatch)
 		case !r.summary().open:
