@@ -179,8 +179,9 @@
 // SIGKILL, restart, SIGSTOP of the leader and Raft network partitions (the
 // leader cut off from both followers while clients still reach it, or one
 // link cut; Config.WrapStream is the seam) with concurrent clients
-// (register, publish, rollback, advanceFence, createRun, attest,
-// reassign, admitCheckpoint and linearizable reads), checks the history with porcupine against a model
+// (register, publish, rollback, advanceFence closing the permits of the
+// older releases it passes, createRun, attest, reassign, admitCheckpoint
+// and linearizable reads), checks the history with porcupine against a model
 // of the commands above, and ends by comparing the members' digests.
 //
 // # Snapshots

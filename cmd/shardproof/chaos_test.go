@@ -56,10 +56,18 @@ const (
 	chaosWorld = 2
 	// chaosSmoke is the duration inside `make test`.
 	chaosSmoke = 12 * time.Second
-	// chaosWatermark is what the releases were checked at: no fence
-	// advance of the test reaches it, so permits stay open.
-	chaosWatermark = 1 << 40
+	// Root i's reports say it was checked at both fences up to
+	// chaosWM(i) = chaosWMBase + chaosWMStep·i: newer roots at higher
+	// watermarks. Clients keep the fences chaosWMLead behind the newest
+	// registered root's, so recent roots satisfy them and older ones fall
+	// behind: FENCE_BEHIND, PERMIT_CLOSED.
+	chaosWMBase = 40
+	chaosWMStep = 3
+	chaosWMLead = 3 * chaosWMStep
 )
+
+// chaosWM is the watermark root i's reports were checked at.
+func chaosWM(i int) uint64 { return chaosWMBase + chaosWMStep*uint64(i) }
 
 // chaosNode is one `gate serve` child process.
 type chaosNode struct {
@@ -620,7 +628,7 @@ func chaosRegister(roots []manifest.Digest, i, report int) *raftgate.Register {
 		Report: &raftgate.ReportSummary{
 			Digest: manifest.Sum([]byte(fmt.Sprintf("chaos report %d.%d", i, report))), Verdict: manifest.Verified,
 			DatasetSnapshot:    manifest.Sum([]byte("chaos snapshot")),
-			TombstoneWatermark: chaosWatermark, BenchmarkFence: chaosWatermark,
+			TombstoneWatermark: chaosWM(i), BenchmarkFence: chaosWM(i),
 		},
 	}
 }
@@ -717,9 +725,12 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 			}
 			op = modelOp{kind: "checkpoint", run: lastRun, root: root, value: step}
 		case x < 94:
-			v := fence + uint64(rng.IntN(4))
+			// Forward, but no closer than chaosWMLead to the newest
+			// root's watermark (an advance to the current value changes
+			// nothing); sometimes behind: FENCE_REGRESSION.
+			v := min(fence+chaosWMStep*uint64(rng.IntN(4)), max(fence, chaosWM(int(registered.Load())-1)-chaosWMLead))
 			if v > 0 && rng.IntN(6) == 0 {
-				v-- // sometimes behind: FENCE_REGRESSION
+				v--
 			}
 			op = modelOp{kind: "fence", fence: rng.IntN(2), value: v}
 		default:
@@ -875,7 +886,7 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 	switch code := errcode.Of(err); code {
 	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun, errcode.StaleEpoch, errcode.PublishConflict, errcode.GenerationConflict, errcode.NotVerified,
 		errcode.RollbackIneligible, errcode.FenceRegression, errcode.RootMismatch, errcode.BarrierClosed, errcode.StepRegression,
-		errcode.RunFailed, errcode.ShardNotAssigned:
+		errcode.RunFailed, errcode.ShardNotAssigned, errcode.FenceBehind, errcode.PermitClosed:
 		return modelOut{code: code}, nil
 	}
 	return modelOut{}, err

@@ -30,9 +30,12 @@ import (
 // sequence the model accepts.
 //
 // Releases are registered VERIFIED (some before the history starts, more
-// during it, as retirement uses them up), checked at watermarks no fence
-// advance of the test reaches, so permits never close and fences never
-// stand in a publication's way.
+// during it, as retirement uses them up), root i checked at both fences
+// up to chaosWM(i). A permit is bound to its root's watermarks when
+// issued, which needs them at or above the fences; a fence advance past
+// them closes it, and with fixed watermarks nothing reopens it. So a
+// permit is open exactly while its root satisfies the fences, and the
+// model derives permits from the fences rather than keeping them.
 
 // modelOp is one operation's input.
 type modelOp struct {
@@ -175,6 +178,14 @@ func newModelState(roots, pool, aliases int) modelState {
 	return modelState{rels: strings.Repeat("V", roots) + strings.Repeat("U", pool-roots), aliases: make([]*modelAlias, aliases)}
 }
 
+// satisfies reports whether root's watermarks are at or above both
+// fences: it may be published or rolled back to, and the permits bound to
+// it are open.
+func (s modelState) satisfies(root int) bool {
+	w := chaosWM(root)
+	return w >= s.fences[0] && w >= s.fences[1]
+}
+
 func (s modelState) withRel(root int, state byte) modelState {
 	b := []byte(s.rels)
 	b[root] = state
@@ -259,7 +270,10 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 			case 'R':
 				return fail(errcode.NotVerified)
 			}
-		} else if op.root == al.root || !al.inWindow(op.root) || s.rels[op.root] != 'P' {
+			if !s.satisfies(op.root) {
+				return fail(errcode.FenceBehind)
+			}
+		} else if op.root == al.root || !al.inWindow(op.root) || s.rels[op.root] != 'P' || !s.satisfies(op.root) {
 			return fail(errcode.RollbackIneligible)
 		}
 		ns, e := s.advance(op.alias, kind, op.root, op.retain)
@@ -283,6 +297,9 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 			return fail(errcode.UnknownAlias)
 		}
 		if op.kind == "createRun" {
+			if !s.satisfies(al.root) {
+				return fail(errcode.PermitClosed) // the alias generation's permit
+			}
 			runs := slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool { return r.id == op.prev })
 			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, world: chaosWorld, reset: -1, step: -1})
 			slices.SortFunc(s.runs, func(a, b modelRun) int { return cmp.Compare(a.id, b.id) })
@@ -334,9 +351,8 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		s.runs[i] = r
 		return s, r.summary()
 	case "checkpoint":
-		// Permits stay open in the test (no fence reaches the releases'
-		// watermarks), so admission depends on the root, the barrier and
-		// the step, checked in that order after the permit.
+		// The run's root, its permit, the barrier and the step, checked
+		// in that order.
 		i, code := s.liveRun(op.run)
 		if code != "" {
 			return fail(code)
@@ -345,6 +361,8 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		switch {
 		case op.root != r.root:
 			return fail(errcode.RootMismatch)
+		case !s.satisfies(r.root):
+			return fail(errcode.PermitClosed)
 		case !r.summary().open:
 			return fail(errcode.BarrierClosed)
 		case int64(op.value) < r.step:
@@ -379,20 +397,6 @@ func gatePorcupine(roots, pool, aliases int) porcupine.Model {
 				return nil
 			}
 			return []any{ns}
-		},
-		// Fences are independent of everything else the test does (the
-		// releases were checked above any fence it reaches), so their
-		// operations are checked as a history of their own.
-		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-			var fences, rest []porcupine.Operation
-			for _, o := range h {
-				if k := o.Input.(modelOp).kind; k == "fence" || k == "readFences" {
-					fences = append(fences, o)
-				} else {
-					rest = append(rest, o)
-				}
-			}
-			return [][]porcupine.Operation{fences, rest}
 		},
 		Equal: func(a, b any) bool { return modelEqual(a.(modelState), b.(modelState)) },
 		Hash:  func(a any) uint64 { return modelHash(a.(modelState)) },
@@ -678,6 +682,27 @@ func TestGateModel(t *testing.T) {
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 2}, modelOut{code: errcode.RootMismatch}, 4, 5),
 			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 6, 7),
+		}},
+		{"a fence advance closes the permits it passes; behind it nothing publishes", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1), // root 1 checked at 43
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
+			op(1, modelOp{kind: "fence", value: chaosWM(1) + 1}, modelOut{fences: [2]uint64{chaosWM(1) + 1, 0}}, 8, 9),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 1}, modelOut{code: errcode.PermitClosed}, 10, 11),
+			op(0, modelOp{kind: "createRun", run: 4, prev: 3}, modelOut{code: errcode.PermitClosed}, 12, 13),
+			op(0, pub(0, 1, 1), modelOut{code: errcode.FenceBehind}, 14, 15),
+			op(0, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 16, 17), // root 2 checked at 46
+			op(0, modelOp{kind: "rollback", root: 1, expect: 2}, modelOut{code: errcode.RollbackIneligible}, 18, 19),
+			op(0, modelOp{kind: "createRun", run: 4, prev: 3}, modelOut{gen: 2, root: 2}, 20, 21),
+		}},
+		{"a publication that starts after a fence passed its root cannot succeed", false, []porcupine.Operation{
+			op(1, modelOp{kind: "fence", value: chaosWM(1) + 1}, modelOut{fences: [2]uint64{chaosWM(1) + 1, 0}}, 0, 1),
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 2, 3),
+		}},
+		{"a concurrent one may", true, []porcupine.Operation{
+			op(1, modelOp{kind: "fence", value: chaosWM(1) + 1}, modelOut{fences: [2]uint64{chaosWM(1) + 1, 0}}, 0, 3),
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 1, 2),
 		}},
 		{"a run pins the alias as it was", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
