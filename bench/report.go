@@ -451,7 +451,7 @@ func (r *Result) Markdown() string {
 			joinRatios(r.RoundRatiosVerifyOverDuckdbDiff), joinRatios(r.RoundRatiosVerifyOverCeiling))
 	}
 	if r.MapSideSeconds > 0 {
-		fmt.Fprintf(&b, "Map side alone (the ladder's last level: `mapper.MapShard`, verify's own map code, over every release shard and member file on all cores, tuples dropped; no shuffle, no diff): median %.2f s, %.0f records/s, %.2f× the ceiling's records/s and %.2f× DuckDB's diff. verify with this map code cannot pass these ratios, whatever its shuffle and reduce cost.\n\n",
+		fmt.Fprintf(&b, "Map side alone (the ladder's last level: `mapper.MapShard`, verify's own map code, over every release shard and member file on all cores, tuples dropped; no shuffle, no diff): median %.2f s, %.0f records/s, %.2f× the ceiling's records/s and %.2f× DuckDB's diff (tools' medians as above). verify runs this map code and more, so these bound its two ratios from above, whatever its shuffle and reduce cost; a bound below a target says the target is out of reach for this map code.\n\n",
 			r.MapSideSeconds, rate(float64(r.Dataset.Records), r.MapSideSeconds), r.RatioMapSideOverCeiling, r.RatioMapSideOverDuckdbDiff)
 	}
 	b.WriteString("| target | value | want | met |\n|---|---:|---|---|\n")
