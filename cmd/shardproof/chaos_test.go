@@ -28,8 +28,8 @@ import (
 
 // The gate chaos test: three `shardproof gate serve` processes (real Raft
 // over TCP, raft-boltdb on disk) take publications, rollbacks, fence
-// advances, run creations, attestations, reassignments, checkpoint
-// admissions and linearizable reads from concurrent clients
+// advances, rechecks, run creations, attestations, reassignments,
+// checkpoint admissions and linearizable reads from concurrent clients
 // while a nemesis SIGKILLs members and restarts them from their data
 // directories, SIGSTOPs the leader and resumes it after a new one was
 // elected, and partitions the Raft network: the leader cut off from both
@@ -60,7 +60,7 @@ const (
 	// chaosWM(i) = chaosWMBase + chaosWMStep·i: newer roots at higher
 	// watermarks. Clients keep the fences chaosWMLead behind the newest
 	// registered root's, so recent roots satisfy them and older ones fall
-	// behind: FENCE_BEHIND, PERMIT_CLOSED.
+	// behind (FENCE_BEHIND, PERMIT_CLOSED) until a recheck raises them.
 	chaosWMBase = 40
 	chaosWMStep = 3
 	chaosWMLead = 3 * chaosWMStep
@@ -640,6 +640,7 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 	defer cl.Close()
 	cl.RetryFor = 3 * time.Second
 	seen := make([]uint64, len(chaosAliases)) // the last generation this client saw
+	aliasRoot := map[int]int{}                // and the root it pointed at
 	fence := uint64(0)
 	runs := 0
 	attempt := func() (context.Context, context.CancelFunc) {
@@ -667,6 +668,27 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 			} else {
 				op = modelOp{kind: "register", root: pick()} // again, with a newer report
 			}
+		case x < 8:
+			// A recheck with no hits, of a recent or an older root, at
+			// or a little above the fence this client last saw (below
+			// the current one if it moved since: FENCE_BEHIND). It
+			// raises the root's watermark and reopens its closed
+			// permits if it now satisfies both fences.
+			// Mostly of the root of this client's run or of an alias as
+			// last seen, whose permits a fence advance may have closed.
+			k := int(registered.Load())
+			root := k - 1 - rng.IntN(min(k, 12))
+			switch rng.IntN(3) {
+			case 0:
+				if lastRun >= 0 {
+					root = lastRoot
+				}
+			case 1:
+				if r, ok := aliasRoot[a]; ok {
+					root = r
+				}
+			}
+			op = modelOp{kind: "recheck", root: root, fence: rng.IntN(2), value: fence + chaosWMStep*uint64(rng.IntN(4))}
 		case x < 28:
 			op = modelOp{kind: "readAlias", alias: a}
 		case x < 56:
@@ -787,6 +809,9 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		switch {
 		case out.code != "":
 		case op.kind == "readAlias" || op.kind == "publish" || op.kind == "rollback" || op.kind == "createRun":
+			if out.gen >= seen[op.alias] && op.kind != "createRun" {
+				aliasRoot[op.alias] = out.root
+			}
 			seen[op.alias] = max(seen[op.alias], out.gen)
 			if op.kind == "createRun" && out.root >= 0 { // a root not of the test fails the check anyway
 				lastRun, lastRoot, lastEpoch, lastStep, lastWorld = op.run, out.root, 0, -1, chaosWorld
@@ -824,6 +849,13 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 	case "register":
 		var r *raftgate.RecheckResult
 		if r, err = cl.Register(ctx, reg); err == nil {
+			out.state = map[string]byte{raftgate.ReleaseVerified: 'V', raftgate.ReleasePublished: 'P', raftgate.ReleaseRetired: 'R'}[r.Release.State]
+		}
+	case "recheck":
+		var r *raftgate.RecheckResult
+		kind := []string{raftgate.FenceTombstone, raftgate.FenceBenchmark}[op.fence]
+		report := manifest.Sum([]byte(fmt.Sprintf("chaos recheck %d %s %d", op.root, kind, op.value)))
+		if r, err = cl.Recheck(ctx, &raftgate.RecheckCmd{Root: roots[op.root], Kind: kind, Value: op.value, Report: report}); err == nil {
 			out.state = map[string]byte{raftgate.ReleaseVerified: 'V', raftgate.ReleasePublished: 'P', raftgate.ReleaseRetired: 'R'}[r.Release.State]
 		}
 	case "readAlias":

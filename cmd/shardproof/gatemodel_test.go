@@ -31,21 +31,22 @@ import (
 //
 // Releases are registered VERIFIED (some before the history starts, more
 // during it, as retirement uses them up), root i checked at both fences
-// up to chaosWM(i). A permit is bound to its root's watermarks when
-// issued, which needs them at or above the fences; a fence advance past
-// them closes it, and with fixed watermarks nothing reopens it. So a
-// permit is open exactly while its root satisfies the fences, and the
-// model derives permits from the fences rather than keeping them.
+// up to chaosWM(i); a recheck with no hits raises a root's watermark of
+// one fence. A permit is bound to its root's watermarks when issued; a
+// fence advance past its bound closes it; a recheck, or a newer report,
+// of its root reopens it, re-bound, once the root satisfies both fences
+// again. The model keeps the permits that can still be observed: those
+// of the aliases' current generations and of each client's latest run.
 
 // modelOp is one operation's input.
 type modelOp struct {
-	kind   string // register, publish, rollback, fence, createRun, readAlias, readFences, attest, reassign, checkpoint
+	kind   string // register, recheck, publish, rollback, fence, createRun, readAlias, readFences, attest, reassign, checkpoint
 	alias  int    // index into chaosAliases
 	root   int    // index into the test's roots
 	expect uint64 // expected generation
 	retain int    // publish: the rollback window of a new alias
 	fence  int    // 0 tombstone, 1 benchmark
-	value  uint64 // fence value; checkpoint: the step
+	value  uint64 // fence and recheck: the value; checkpoint: the step
 	// retried: an attempt after an INDETERMINATE one, with the same
 	// arguments. Each attempt is an operation of its own: an
 	// indeterminate one has an unknown answer and may or may not have
@@ -121,11 +122,31 @@ type modelState struct {
 	fences  [2]uint64
 	rels    string // one letter per root: U unknown, V verified, P published, R retired
 	aliases []*modelAlias
+	// aperms are the permits of the aliases' current generations.
+	aperms []modelPermit
+	// wms are the roots whose watermarks a recheck raised above
+	// chaosWM, sorted by root.
+	wms []rootWM
 	// runs are the live runs, sorted by id: each client's latest (a
 	// createRun names the run it supersedes, which no later operation
 	// refers to), so the state stays small and does not depend on the
 	// order concurrent runs were created in.
 	runs []modelRun
+}
+
+// modelPermit is a permit: the watermarks it is bound to, and whether it
+// is open. A fence advance past its bound closes it; a recheck or a newer
+// report of its root reopens it, re-bound, when the root satisfies the
+// fences again.
+type modelPermit struct {
+	bound [2]uint64
+	open  bool
+}
+
+// rootWM is a root's (tombstone, benchmark) watermarks.
+type rootWM struct {
+	root int
+	wm   [2]uint64
 }
 
 // modelRun is a run: what it pinned, its world size and which of its
@@ -142,9 +163,10 @@ type modelRun struct {
 	// parameters is its retry.
 	reset, resetWorld int
 	// failed: an attestation of another root or of a shard outside the
-	// rank's assignment failed the run; every later command on it is
-	// RUN_FAILED.
+	// rank's assignment failed the run (and released its permit); every
+	// later command on it is RUN_FAILED.
 	failed bool
+	perm   modelPermit
 	// step is the last admitted checkpoint step (-1 before the first),
 	// ckpts the number of admissions that raised it.
 	step, ckpts int64
@@ -175,15 +197,50 @@ func (s modelState) liveRun(id int) (int, errcode.Code) {
 }
 
 func newModelState(roots, pool, aliases int) modelState {
-	return modelState{rels: strings.Repeat("V", roots) + strings.Repeat("U", pool-roots), aliases: make([]*modelAlias, aliases)}
+	return modelState{rels: strings.Repeat("V", roots) + strings.Repeat("U", pool-roots), aliases: make([]*modelAlias, aliases), aperms: make([]modelPermit, aliases)}
 }
 
 // satisfies reports whether root's watermarks are at or above both
 // fences: it may be published or rolled back to, and the permits bound to
 // it are open.
 func (s modelState) satisfies(root int) bool {
-	w := chaosWM(root)
-	return w >= s.fences[0] && w >= s.fences[1]
+	w := s.wm(root)
+	return w[0] >= s.fences[0] && w[1] >= s.fences[1]
+}
+
+// wm is root's (tombstone, benchmark) watermarks: what its reports say,
+// raised by rechecks.
+func (s modelState) wm(root int) [2]uint64 {
+	if i, ok := slices.BinarySearchFunc(s.wms, root, func(r rootWM, root int) int { return cmp.Compare(r.root, root) }); ok {
+		return s.wms[i].wm
+	}
+	return [2]uint64{chaosWM(root), chaosWM(root)}
+}
+
+// permit is a new open permit bound to root's watermarks.
+func (s modelState) permit(root int) modelPermit { return modelPermit{bound: s.wm(root), open: true} }
+
+// renew is raftgate's renew: when root satisfies the fences, the closed
+// permits bound to it (of the aliases' current generations and of live
+// runs) reopen, re-bound to its watermarks.
+func (s modelState) renew(root int) modelState {
+	if !s.satisfies(root) {
+		return s
+	}
+	p := s.permit(root)
+	for a, al := range s.aliases {
+		if al != nil && al.root == root && !s.aperms[a].open {
+			s.aperms = slices.Clone(s.aperms)
+			s.aperms[a] = p
+		}
+	}
+	for i, r := range s.runs {
+		if r.root == root && !r.failed && !r.perm.open {
+			s.runs = slices.Clone(s.runs)
+			s.runs[i].perm = p
+		}
+	}
+	return s
 }
 
 func (s modelState) withRel(root int, state byte) modelState {
@@ -203,6 +260,8 @@ func (s modelState) advance(a int, kind byte, root, retain int) (modelState, *mo
 	}
 	s.aliases = append([]*modelAlias(nil), s.aliases...)
 	s.aliases[a] = e
+	s.aperms = slices.Clone(s.aperms)
+	s.aperms[a] = s.permit(root)
 	s = s.withRel(root, 'P')
 	if out := e.entry(e.gen - uint64(e.retain)); out != nil && s.rels[out.root] == 'P' {
 		kept := false
@@ -237,10 +296,33 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 	fail := func(c errcode.Code) (modelState, modelOut) { return s, modelOut{code: c} }
 	switch op.kind {
 	case "register":
+		// Every register of the test carries a report not seen before:
+		// a new release becomes VERIFIED; a known one renews its permits.
 		if s.rels[op.root] == 'U' {
 			s = s.withRel(op.root, 'V')
+		} else {
+			s = s.renew(op.root)
 		}
 		return s, modelOut{state: s.rels[op.root]}
+	case "recheck":
+		// A recheck with zero hits at op.value of fence op.fence.
+		if s.rels[op.root] == 'U' {
+			return fail(errcode.UnknownRelease)
+		}
+		if op.value < s.fences[op.fence] {
+			return fail(errcode.FenceBehind)
+		}
+		if w := s.wm(op.root); op.value > w[op.fence] {
+			w[op.fence] = op.value
+			i, ok := slices.BinarySearchFunc(s.wms, op.root, func(r rootWM, root int) int { return cmp.Compare(r.root, root) })
+			s.wms = slices.Clone(s.wms)
+			if ok {
+				s.wms[i].wm = w
+			} else {
+				s.wms = slices.Insert(s.wms, i, rootWM{op.root, w})
+			}
+		}
+		return s.renew(op.root), modelOut{state: s.rels[op.root]}
 	case "publish", "rollback":
 		kind := byte('p')
 		if op.kind == "rollback" {
@@ -283,7 +365,22 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		if op.value < cur {
 			return fail(errcode.FenceRegression)
 		}
-		s.fences[op.fence] = op.value
+		if op.value > cur {
+			// Every open permit bound below the new value closes.
+			s.fences[op.fence] = op.value
+			s.aperms = slices.Clone(s.aperms)
+			for a := range s.aperms {
+				if p := &s.aperms[a]; p.open && p.bound[op.fence] < op.value {
+					p.open = false
+				}
+			}
+			s.runs = slices.Clone(s.runs)
+			for i := range s.runs {
+				if p := &s.runs[i].perm; p.open && p.bound[op.fence] < op.value {
+					p.open = false
+				}
+			}
+		}
 		return s, modelOut{fences: s.fences}
 	case "createRun", "readAlias":
 		if op.kind == "createRun" {
@@ -297,11 +394,11 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 			return fail(errcode.UnknownAlias)
 		}
 		if op.kind == "createRun" {
-			if !s.satisfies(al.root) {
+			if !s.aperms[op.alias].open {
 				return fail(errcode.PermitClosed) // the alias generation's permit
 			}
 			runs := slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool { return r.id == op.prev })
-			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, world: chaosWorld, reset: -1, step: -1})
+			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, world: chaosWorld, reset: -1, step: -1, perm: s.permit(al.root)})
 			slices.SortFunc(s.runs, func(a, b modelRun) int { return cmp.Compare(a.id, b.id) })
 		}
 		return s, modelOut{gen: al.gen, root: al.root}
@@ -318,7 +415,7 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		}
 		if op.root != s.runs[i].root || op.stray {
 			s.runs = slices.Clone(s.runs)
-			s.runs[i].failed = true
+			s.runs[i].failed, s.runs[i].perm.open = true, false
 			if op.root != s.runs[i].root {
 				return s, modelOut{code: errcode.RootMismatch}
 			}
@@ -361,7 +458,7 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		switch {
 		case op.root != r.root:
 			return fail(errcode.RootMismatch)
-		case !s.satisfies(r.root):
+		case !r.perm.open:
 			return fail(errcode.PermitClosed)
 		case !r.summary().open:
 			return fail(errcode.BarrierClosed)
@@ -413,7 +510,7 @@ func modelEqual(a, b modelState) bool {
 	if a.fences != b.fences || a.rels != b.rels {
 		return false
 	}
-	if !slices.Equal(a.runs, b.runs) {
+	if !slices.Equal(a.runs, b.runs) || !slices.Equal(a.aperms, b.aperms) || !slices.Equal(a.wms, b.wms) {
 		return false
 	}
 	for i := range a.aliases {
@@ -435,6 +532,17 @@ func modelHash(s modelState) uint64 {
 	b = binary.LittleEndian.AppendUint64(b, s.fences[0])
 	b = binary.LittleEndian.AppendUint64(b, s.fences[1])
 	b = append(b, s.rels...)
+	for _, p := range s.aperms {
+		if p.open {
+			b = append(b, 1)
+		} else {
+			b = append(b, 0)
+		}
+	}
+	for _, w := range s.wms {
+		b = binary.LittleEndian.AppendUint64(b, uint64(w.root))
+		b = binary.LittleEndian.AppendUint64(b, w.wm[0]^w.wm[1]<<32)
+	}
 	for _, al := range s.aliases {
 		if al != nil {
 			b = binary.LittleEndian.AppendUint64(b, al.gen)
@@ -449,6 +557,9 @@ func modelHash(s modelState) uint64 {
 		b = binary.LittleEndian.AppendUint64(b, uint64(r.world))
 		if r.failed {
 			b = append(b, 1)
+		}
+		if r.perm.open {
+			b = append(b, 2)
 		}
 	}
 	h.Write(b)
@@ -479,6 +590,8 @@ func describeOp(op modelOp) string {
 		return fmt.Sprintf("checkpoint(run %d, r%d, step %d)%s", op.run, op.root, op.value, r)
 	case "register":
 		return fmt.Sprintf("register(r%d)%s", op.root, r)
+	case "recheck":
+		return fmt.Sprintf("recheck(r%d, %s at %d, no hits)%s", op.root, []string{"tombstone", "benchmark"}[op.fence], op.value, r)
 	}
 	return op.kind + "()"
 }
@@ -491,7 +604,7 @@ func describeOut(op modelOp, out modelOut) string {
 		return string(out.code)
 	case op.kind == "fence" || op.kind == "readFences":
 		return fmt.Sprintf("tombstone %d, benchmark %d", out.fences[0], out.fences[1])
-	case op.kind == "register":
+	case op.kind == "register" || op.kind == "recheck":
 		return string(out.state)
 	case op.kind == "attest" || op.kind == "reassign" || op.kind == "checkpoint":
 		return fmt.Sprintf("epoch %d, %d of %d attested, barrier open %v, step %d after %d checkpoints", out.epoch, out.attested, out.world, out.open, out.step, out.ckpts)
@@ -695,6 +808,34 @@ func TestGateModel(t *testing.T) {
 			op(0, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 16, 17), // root 2 checked at 46
 			op(0, modelOp{kind: "rollback", root: 1, expect: 2}, modelOut{code: errcode.RollbackIneligible}, 18, 19),
 			op(0, modelOp{kind: "createRun", run: 4, prev: 3}, modelOut{gen: 2, root: 2}, 20, 21),
+		}},
+		{"a recheck with no hits reopens the permits a fence closed", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1), // root 1 checked at 43
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
+			op(1, modelOp{kind: "fence", value: 44}, modelOut{fences: [2]uint64{44, 0}}, 8, 9),
+			op(0, modelOp{kind: "createRun", run: 4, prev: 3}, modelOut{code: errcode.PermitClosed}, 10, 11),
+			op(1, modelOp{kind: "recheck", root: 1, value: 43}, modelOut{code: errcode.FenceBehind}, 12, 13),
+			op(1, modelOp{kind: "recheck", root: 1, value: 50}, modelOut{state: 'P'}, 14, 15),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 1}, modelOut{attested: 2, open: true, step: 1, ckpts: 1}, 16, 17),
+			op(0, modelOp{kind: "createRun", run: 4, prev: 3}, modelOut{gen: 1, root: 1}, 18, 19),
+			op(1, modelOp{kind: "fence", value: 51}, modelOut{fences: [2]uint64{51, 0}}, 20, 21),
+			op(1, modelOp{kind: "register", root: 1}, modelOut{state: 'P'}, 22, 23), // its reports say 43: no renewal
+			op(0, modelOp{kind: "createRun", run: 5, prev: 4}, modelOut{code: errcode.PermitClosed}, 24, 25),
+			op(0, pub(0, 1, 1), modelOut{code: errcode.FenceBehind}, 26, 27),
+		}},
+		{"a permit a fence closed stays closed without a recheck", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(1, modelOp{kind: "fence", value: 44}, modelOut{fences: [2]uint64{44, 0}}, 2, 3),
+			op(1, modelOp{kind: "register", root: 1}, modelOut{state: 'P'}, 4, 5),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 6, 7),
+		}},
+		{"a recheck's renewal holds only for its root", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(1, modelOp{kind: "fence", value: 44}, modelOut{fences: [2]uint64{44, 0}}, 2, 3),
+			op(1, modelOp{kind: "recheck", root: 2, value: 60}, modelOut{state: 'V'}, 4, 5),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 6, 7),
 		}},
 		{"a publication that starts after a fence passed its root cannot succeed", false, []porcupine.Operation{
 			op(1, modelOp{kind: "fence", value: chaosWM(1) + 1}, modelOut{fences: [2]uint64{chaosWM(1) + 1, 0}}, 0, 1),
