@@ -54,6 +54,9 @@ const (
 	chaosRetain = 2
 	// chaosWorld is the world size of the test's runs.
 	chaosWorld = 2
+	// chaosShortBarrier is the barrier timeout of the runs created with a
+	// short one.
+	chaosShortBarrier = 800 * time.Millisecond
 	// chaosSmoke is the duration inside `make test`.
 	chaosSmoke = 12 * time.Second
 	// Root i's reports say it was checked at both fences up to
@@ -700,7 +703,9 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		case x < 67:
 			op = modelOp{kind: "rollback", alias: a, root: pick(), expect: seen[a]}
 		case x < 71:
-			op = modelOp{kind: "createRun", alias: a, run: id<<20 | runs, prev: lastRun}
+			// One run in four with a barrier timeout short enough to
+			// pass now and then: BARRIER_TIMEOUT, or the leader's sweep.
+			op = modelOp{kind: "createRun", alias: a, run: id<<20 | runs, prev: lastRun, short: rng.IntN(4) == 0}
 			runs++
 		case x < 79:
 			if lastRun < 0 {
@@ -875,7 +880,11 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 		}
 	case "createRun":
 		var r *raftgate.RunSummary
-		if r, err = cl.CreateRun(ctx, &raftgate.CreateRun{Run: runID, Alias: alias, WorldSize: chaosWorld, BarrierTimeoutMs: 24 * 3600 * 1000}); err == nil {
+		timeout := int64(24 * 3600 * 1000)
+		if op.short {
+			timeout = chaosShortBarrier.Milliseconds()
+		}
+		if r, err = cl.CreateRun(ctx, &raftgate.CreateRun{Run: runID, Alias: alias, WorldSize: chaosWorld, BarrierTimeoutMs: timeout}); err == nil {
 			out.gen, out.root = r.Generation, root(r.Root)
 		}
 	case "attest":
@@ -918,7 +927,7 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 	switch code := errcode.Of(err); code {
 	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun, errcode.StaleEpoch, errcode.PublishConflict, errcode.GenerationConflict, errcode.NotVerified,
 		errcode.RollbackIneligible, errcode.FenceRegression, errcode.RootMismatch, errcode.BarrierClosed, errcode.StepRegression,
-		errcode.RunFailed, errcode.ShardNotAssigned, errcode.FenceBehind, errcode.PermitClosed:
+		errcode.RunFailed, errcode.ShardNotAssigned, errcode.FenceBehind, errcode.PermitClosed, errcode.BarrierTimeout:
 		return modelOut{code: code}, nil
 	}
 	return modelOut{}, err

@@ -21,8 +21,9 @@ import (
 // DESIGN.md rather than from its code: aliases with generations, history
 // and a rollback window; releases VERIFIED → PUBLISHED → RETIRED; the two
 // fences; a run pinning the alias's (generation, root), its ranks'
-// attestations and barrier (an attestation of another root or shard fails
-// the run for good), reassignments by epoch that may change the world
+// attestations and barrier (an attestation of another root or shard, or
+// a short barrier timeout passing, fails the run for good), reassignments
+// by epoch that may change the world
 // size, and checkpoint steps admitted only through an open barrier, never
 // backwards. porcupine checks a
 // recorded history against it: a history is linearizable if some order of
@@ -61,6 +62,9 @@ type modelOp struct {
 	// stray: an attest that also names the release's one shard from a
 	// rank other than 0, outside its assignment.
 	stray bool
+	// short: a createRun with a barrier timeout short enough to pass
+	// while the test runs.
+	short bool
 }
 
 // modelOut is one operation's answer. unknown: no attempt of it got a
@@ -167,6 +171,11 @@ type modelRun struct {
 	// later command on it is RUN_FAILED.
 	failed bool
 	perm   modelPermit
+	// timed: the run's barrier timeout is short. Whenever its barrier is
+	// closed its deadline may have passed (the model keeps no clock): the
+	// leader's sweep may have failed it, or an attestation may find it
+	// late (BARRIER_TIMEOUT).
+	timed bool
 	// step is the last admitted checkpoint step (-1 before the first),
 	// ckpts the number of admissions that raised it.
 	step, ckpts int64
@@ -398,7 +407,7 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 				return fail(errcode.PermitClosed) // the alias generation's permit
 			}
 			runs := slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool { return r.id == op.prev })
-			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, world: chaosWorld, reset: -1, step: -1, perm: s.permit(al.root)})
+			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, world: chaosWorld, reset: -1, step: -1, perm: s.permit(al.root), timed: op.short})
 			slices.SortFunc(s.runs, func(a, b modelRun) int { return cmp.Compare(a.id, b.id) })
 		}
 		return s, modelOut{gen: al.gen, root: al.root}
@@ -476,6 +485,41 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 	panic("gate model: unknown operation " + op.kind)
 }
 
+// outcome is one answer the gate may give and the state after it.
+type outcome struct {
+	s   modelState
+	out modelOut
+}
+
+// outcomes are the answers the gate may give to op from s. There is one,
+// but for a run with a short barrier timeout whose barrier is closed: its
+// deadline may have passed, so the run may have been failed by the
+// leader's sweep before op, or, for an attestation, op may find it late.
+func (s modelState) outcomes(op modelOp) []outcome {
+	ns, out := s.step(op)
+	all := []outcome{{ns, out}}
+	if op.kind != "attest" && op.kind != "reassign" && op.kind != "checkpoint" {
+		return all
+	}
+	i, ok := s.run(op.run)
+	if !ok {
+		return all
+	}
+	r := s.runs[i]
+	if !r.timed || r.failed || r.summary().open {
+		return all
+	}
+	swept := s
+	swept.runs = slices.Clone(s.runs)
+	swept.runs[i].failed, swept.runs[i].perm.open = true, false
+	ns, out = swept.step(op)
+	all = append(all, outcome{ns, out})
+	if op.kind == "attest" && op.rank < r.world {
+		all = append(all, outcome{swept, modelOut{code: errcode.BarrierTimeout}})
+	}
+	return all
+}
+
 // gatePorcupine is the model for porcupine. An unknown answer may or may
 // not have taken effect.
 func gatePorcupine(roots, pool, aliases int) porcupine.Model {
@@ -483,17 +527,24 @@ func gatePorcupine(roots, pool, aliases int) porcupine.Model {
 		Init: func() []any { return []any{newModelState(roots, pool, aliases)} },
 		Step: func(state, input, output any) []any {
 			s, op, out := state.(modelState), input.(modelOp), output.(modelOut)
-			ns, want := s.step(op)
-			if out.unknown {
-				if modelEqual(s, ns) {
-					return []any{s} // a no-op either way: one branch, not two
+			var next []any
+			add := func(ns modelState) {
+				for _, n := range next {
+					if modelEqual(n.(modelState), ns) {
+						return // one branch per distinct state
+					}
 				}
-				return []any{s, ns}
+				next = append(next, ns)
 			}
-			if out != want {
-				return nil
+			if out.unknown {
+				add(s) // it may not have taken effect
 			}
-			return []any{ns}
+			for _, o := range s.outcomes(op) {
+				if out.unknown || o.out == out {
+					add(o.s)
+				}
+			}
+			return next
 		},
 		Equal: func(a, b any) bool { return modelEqual(a.(modelState), b.(modelState)) },
 		Hash:  func(a any) uint64 { return modelHash(a.(modelState)) },
@@ -577,7 +628,11 @@ func describeOp(op modelOp) string {
 	case "fence":
 		return fmt.Sprintf("fence(%s, %d)%s", []string{"tombstone", "benchmark"}[op.fence], op.value, r)
 	case "createRun", "readAlias":
-		return fmt.Sprintf("%s(%s)%s", op.kind, chaosAliases[op.alias], r)
+		short := ""
+		if op.short {
+			short = ", short barrier timeout"
+		}
+		return fmt.Sprintf("%s(%s%s)%s", op.kind, chaosAliases[op.alias], short, r)
 	case "attest":
 		stray := ""
 		if op.stray {
@@ -844,6 +899,37 @@ func TestGateModel(t *testing.T) {
 		{"a concurrent one may", true, []porcupine.Operation{
 			op(1, modelOp{kind: "fence", value: chaosWM(1) + 1}, modelOut{fences: [2]uint64{chaosWM(1) + 1, 0}}, 0, 3),
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 1, 2),
+		}},
+		{"a barrier that timed out fails the run for good", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{code: errcode.BarrierTimeout}, 6, 7),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{code: errcode.RunFailed}, 8, 9),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1}, modelOut{code: errcode.RunFailed}, 10, 11),
+		}},
+		{"or the leader's sweep failed it first", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{code: errcode.RunFailed}, 4, 5),
+		}},
+		{"a timed-out run does not come back", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.BarrierTimeout}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 6, 7),
+		}},
+		{"an open barrier does not time out", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.RunFailed}, 8, 9),
+		}},
+		{"a run with the long timeout does not time out", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.BarrierTimeout}, 4, 5),
 		}},
 		{"a run pins the alias as it was", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
