@@ -180,7 +180,8 @@
 // leader cut off from both followers while clients still reach it, or one
 // link cut; Config.WrapStream is the seam) with concurrent clients
 // (register, publish, rollback, advanceFence closing the permits of the
-// older releases it passes, recheck reopening them, createRun (some with
+// older releases it passes, recheck reopening them or, with a hit,
+// invalidating the release, createRun (some with
 // a short barrier timeout), attest, reassign, admitCheckpoint and
 // linearizable reads), checks the history with porcupine against a model
 // of the commands above, and ends by comparing the members' digests.

@@ -691,7 +691,8 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 					root = r
 				}
 			}
-			op = modelOp{kind: "recheck", root: root, fence: rng.IntN(2), value: fence + chaosWMStep*uint64(rng.IntN(4))}
+			// Now and then it finds a hit: the release is INVALID for good.
+			op = modelOp{kind: "recheck", root: root, fence: rng.IntN(2), value: fence + chaosWMStep*uint64(rng.IntN(4)), hits: rng.IntN(12) == 0}
 		case x < 28:
 			op = modelOp{kind: "readAlias", alias: a}
 		case x < 56:
@@ -859,8 +860,12 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 	case "recheck":
 		var r *raftgate.RecheckResult
 		kind := []string{raftgate.FenceTombstone, raftgate.FenceBenchmark}[op.fence]
-		report := manifest.Sum([]byte(fmt.Sprintf("chaos recheck %d %s %d", op.root, kind, op.value)))
-		if r, err = cl.Recheck(ctx, &raftgate.RecheckCmd{Root: roots[op.root], Kind: kind, Value: op.value, Report: report}); err == nil {
+		hits := int64(0)
+		if op.hits {
+			hits = 1
+		}
+		report := manifest.Sum([]byte(fmt.Sprintf("chaos recheck %d %s %d %d", op.root, kind, op.value, hits)))
+		if r, err = cl.Recheck(ctx, &raftgate.RecheckCmd{Root: roots[op.root], Kind: kind, Value: op.value, Report: report, Hits: hits}); err == nil {
 			out.state = map[string]byte{raftgate.ReleaseVerified: 'V', raftgate.ReleasePublished: 'P', raftgate.ReleaseRetired: 'R'}[r.Release.State]
 		}
 	case "readAlias":
@@ -927,7 +932,8 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 	switch code := errcode.Of(err); code {
 	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun, errcode.StaleEpoch, errcode.PublishConflict, errcode.GenerationConflict, errcode.NotVerified,
 		errcode.RollbackIneligible, errcode.FenceRegression, errcode.RootMismatch, errcode.BarrierClosed, errcode.StepRegression,
-		errcode.RunFailed, errcode.ShardNotAssigned, errcode.FenceBehind, errcode.PermitClosed, errcode.BarrierTimeout:
+		errcode.RunFailed, errcode.ShardNotAssigned, errcode.FenceBehind, errcode.PermitClosed, errcode.BarrierTimeout,
+		errcode.TombstoneHit, errcode.BenchmarkHit:
 		return modelOut{code: code}, nil
 	}
 	return modelOut{}, err

@@ -19,25 +19,26 @@ import (
 // gateModel is a sequential specification of the part of the gate the
 // chaos test drives, written from raftgate's package documentation and
 // DESIGN.md rather than from its code: aliases with generations, history
-// and a rollback window; releases VERIFIED → PUBLISHED → RETIRED; the two
-// fences; a run pinning the alias's (generation, root), its ranks'
-// attestations and barrier (an attestation of another root or shard, or
-// a short barrier timeout passing, fails the run for good), reassignments
-// by epoch that may change the world
-// size, and checkpoint steps admitted only through an open barrier, never
-// backwards. porcupine checks a
-// recorded history against it: a history is linearizable if some order of
-// its operations, each placed between its call and its return, is a
-// sequence the model accepts.
+// and a rollback window; releases VERIFIED → PUBLISHED → RETIRED, or
+// INVALID for good; the two fences; a run pinning the alias's
+// (generation, root), its ranks' attestations and barrier (an attestation
+// of another root or shard, or a short barrier timeout passing, fails the
+// run for good), reassignments by epoch that may change the world size,
+// and checkpoint steps admitted only through an open barrier, never
+// backwards. porcupine checks a recorded history against it: a history
+// is linearizable if some order of its operations, each placed between
+// its call and its return, is a sequence the model accepts.
 //
 // Releases are registered VERIFIED (some before the history starts, more
 // during it, as retirement uses them up), root i checked at both fences
-// up to chaosWM(i); a recheck with no hits raises a root's watermark of
-// one fence. A permit is bound to its root's watermarks when issued; a
-// fence advance past its bound closes it; a recheck, or a newer report,
-// of its root reopens it, re-bound, once the root satisfies both fences
-// again. The model keeps the permits that can still be observed: those
-// of the aliases' current generations and of each client's latest run.
+// up to chaosWM(i). A recheck with no hits raises a root's watermark of
+// one fence; one with a hit makes the release INVALID for good and closes
+// its open permits. A permit is bound to its root's watermarks when
+// issued; a fence advance past its bound closes it; a recheck, or a newer
+// report, of its root reopens it, re-bound, once the root satisfies both
+// fences again. The model keeps the permits that can still be observed:
+// those of the aliases' current generations and of each client's latest
+// run.
 
 // modelOp is one operation's input.
 type modelOp struct {
@@ -65,6 +66,8 @@ type modelOp struct {
 	// short: a createRun with a barrier timeout short enough to pass
 	// while the test runs.
 	short bool
+	// hits: a recheck that found a hit.
+	hits bool
 }
 
 // modelOut is one operation's answer. unknown: no attempt of it got a
@@ -124,7 +127,7 @@ func (a *modelAlias) inWindow(root int) bool {
 
 type modelState struct {
 	fences  [2]uint64
-	rels    string // one letter per root: U unknown, V verified, P published, R retired
+	rels    string // one letter per root: U unknown, V verified, P published, R retired, I invalid
 	aliases []*modelAlias
 	// aperms are the permits of the aliases' current generations.
 	aperms []modelPermit
@@ -226,6 +229,25 @@ func (s modelState) wm(root int) [2]uint64 {
 	return [2]uint64{chaosWM(root), chaosWM(root)}
 }
 
+// invalidate is raftgate's invalidate: root is INVALID and every open
+// permit bound to it closes.
+func (s modelState) invalidate(root int) modelState {
+	s = s.withRel(root, 'I')
+	s.aperms = slices.Clone(s.aperms)
+	for a, al := range s.aliases {
+		if al != nil && al.root == root {
+			s.aperms[a].open = false
+		}
+	}
+	s.runs = slices.Clone(s.runs)
+	for i := range s.runs {
+		if s.runs[i].root == root {
+			s.runs[i].perm.open = false
+		}
+	}
+	return s
+}
+
 // permit is a new open permit bound to root's watermarks.
 func (s modelState) permit(root int) modelPermit { return modelPermit{bound: s.wm(root), open: true} }
 
@@ -233,7 +255,7 @@ func (s modelState) permit(root int) modelPermit { return modelPermit{bound: s.w
 // permits bound to it (of the aliases' current generations and of live
 // runs) reopen, re-bound to its watermarks.
 func (s modelState) renew(root int) modelState {
-	if !s.satisfies(root) {
+	if s.rels[root] == 'I' || !s.satisfies(root) {
 		return s
 	}
 	p := s.permit(root)
@@ -307,19 +329,27 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 	case "register":
 		// Every register of the test carries a report not seen before:
 		// a new release becomes VERIFIED; a known one renews its permits.
-		if s.rels[op.root] == 'U' {
+		switch s.rels[op.root] {
+		case 'U':
 			s = s.withRel(op.root, 'V')
-		} else {
+		case 'I':
+			return fail(errcode.NotVerified) // a VERIFIED report does not undo INVALID
+		default:
 			s = s.renew(op.root)
 		}
 		return s, modelOut{state: s.rels[op.root]}
 	case "recheck":
-		// A recheck with zero hits at op.value of fence op.fence.
-		if s.rels[op.root] == 'U' {
+		// A recheck at op.value of fence op.fence. With a hit the
+		// release becomes INVALID for good and its open permits close.
+		switch {
+		case s.rels[op.root] == 'U':
 			return fail(errcode.UnknownRelease)
-		}
-		if op.value < s.fences[op.fence] {
+		case op.value < s.fences[op.fence]:
 			return fail(errcode.FenceBehind)
+		case s.rels[op.root] == 'I':
+			return fail(errcode.NotVerified)
+		case op.hits:
+			return s.invalidate(op.root), modelOut{code: []errcode.Code{errcode.TombstoneHit, errcode.BenchmarkHit}[op.fence]}
 		}
 		if w := s.wm(op.root); op.value > w[op.fence] {
 			w[op.fence] = op.value
@@ -358,7 +388,7 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 			switch s.rels[op.root] {
 			case 'U':
 				return fail(errcode.UnknownRelease)
-			case 'R':
+			case 'R', 'I':
 				return fail(errcode.NotVerified)
 			}
 			if !s.satisfies(op.root) {
@@ -492,12 +522,18 @@ type outcome struct {
 }
 
 // outcomes are the answers the gate may give to op from s. There is one,
-// but for a run with a short barrier timeout whose barrier is closed: its
-// deadline may have passed, so the run may have been failed by the
-// leader's sweep before op, or, for an attestation, op may find it late.
+// but for two cases. A repeated register whose first attempt took effect
+// carries the release's last report, which the gate answers with the
+// release as it is, changing nothing (no renewal, and no NOT_VERIFIED for
+// an INVALID release). A run with a short barrier timeout whose barrier
+// is closed may be past its deadline: the leader's sweep may have failed
+// it before op, or, for an attestation, op may find it late.
 func (s modelState) outcomes(op modelOp) []outcome {
 	ns, out := s.step(op)
 	all := []outcome{{ns, out}}
+	if op.kind == "register" && op.retried && s.rels[op.root] != 'U' {
+		return append(all, outcome{s, modelOut{state: s.rels[op.root]}})
+	}
 	if op.kind != "attest" && op.kind != "reassign" && op.kind != "checkpoint" {
 		return all
 	}
@@ -646,7 +682,11 @@ func describeOp(op modelOp) string {
 	case "register":
 		return fmt.Sprintf("register(r%d)%s", op.root, r)
 	case "recheck":
-		return fmt.Sprintf("recheck(r%d, %s at %d, no hits)%s", op.root, []string{"tombstone", "benchmark"}[op.fence], op.value, r)
+		hits := "no hits"
+		if op.hits {
+			hits = "a hit"
+		}
+		return fmt.Sprintf("recheck(r%d, %s at %d, %s)%s", op.root, []string{"tombstone", "benchmark"}[op.fence], op.value, hits, r)
 	}
 	return op.kind + "()"
 }
@@ -930,6 +970,29 @@ func TestGateModel(t *testing.T) {
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.BarrierTimeout}, 4, 5),
+		}},
+		{"a recheck with a hit makes the release INVALID for good and closes its permits", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
+			op(1, modelOp{kind: "recheck", root: 1, fence: 1, value: 10, hits: true}, modelOut{code: errcode.BenchmarkHit}, 8, 9),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 1}, modelOut{code: errcode.PermitClosed}, 10, 11),
+			op(0, modelOp{kind: "createRun", run: 4, prev: 3}, modelOut{code: errcode.PermitClosed}, 12, 13),
+			op(1, modelOp{kind: "recheck", root: 1, value: 50}, modelOut{code: errcode.NotVerified}, 14, 15),
+			op(1, modelOp{kind: "register", root: 1}, modelOut{code: errcode.NotVerified}, 16, 17),
+			op(0, pub(0, 1, 1), modelOut{code: errcode.NotVerified}, 18, 19),
+			op(0, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 20, 21),
+			op(0, modelOp{kind: "rollback", root: 1, expect: 2}, modelOut{code: errcode.RollbackIneligible}, 22, 23),
+		}},
+		{"a repeated register may find its report already applied", true, []porcupine.Operation{
+			op(0, modelOp{kind: "register", root: 1}, modelOut{unknown: true}, 0, 30),
+			op(1, modelOp{kind: "recheck", root: 1, value: 10, hits: true}, modelOut{code: errcode.TombstoneHit}, 5, 6),
+			op(0, modelOp{kind: "register", root: 1, retried: true}, modelOut{state: 'I'}, 20, 30),
+		}},
+		{"an INVALID release is not VERIFIED again", false, []porcupine.Operation{
+			op(1, modelOp{kind: "recheck", root: 1, value: 10, hits: true}, modelOut{code: errcode.TombstoneHit}, 0, 1),
+			op(0, modelOp{kind: "register", root: 1}, modelOut{state: 'V'}, 2, 3),
 		}},
 		{"a run pins the alias as it was", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
