@@ -182,7 +182,7 @@
 // (register, publish, rollback, advanceFence closing the permits of the
 // older releases it passes, recheck reopening them or, with a hit,
 // invalidating the release, createRun (some with
-// a short barrier timeout), attest, reassign, admitCheckpoint and
+// a short barrier timeout), attest, reassign, admitCheckpoint, prune and
 // linearizable reads), checks the history with porcupine against a model
 // of the commands above, and ends by comparing the members' digests.
 //

@@ -761,6 +761,11 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 				v--
 			}
 			op = modelOp{kind: "fence", fence: rng.IntN(2), value: v}
+		case x < 95:
+			// Deletes the failed runs: later commands on them are
+			// UNKNOWN_RUN, and a createRun repeated after its run was
+			// pruned makes it anew.
+			op = modelOp{kind: "prune"}
 		default:
 			op = modelOp{kind: "readFences"}
 		}
@@ -920,6 +925,8 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 		if r, err = cl.AdvanceFence(ctx, kind, op.value); err == nil {
 			out.fences = [2]uint64{r.Fences.Tombstone, r.Fences.Benchmark}
 		}
+	case "prune":
+		_, err = cl.Prune(ctx, 0)
 	case "readFences":
 		var s *raftgate.State
 		if s, err = cl.State(ctx); err == nil {

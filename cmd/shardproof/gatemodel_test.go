@@ -24,10 +24,11 @@ import (
 // (generation, root), its ranks' attestations and barrier (an attestation
 // of another root or shard, or a short barrier timeout passing, fails the
 // run for good), reassignments by epoch that may change the world size,
-// and checkpoint steps admitted only through an open barrier, never
-// backwards. porcupine checks a recorded history against it: a history
-// is linearizable if some order of its operations, each placed between
-// its call and its return, is a sequence the model accepts.
+// checkpoint steps admitted only through an open barrier, never
+// backwards, and prune deleting failed runs. porcupine checks a recorded
+// history against it: a history is linearizable if some order of its
+// operations, each placed between its call and its return, is a sequence
+// the model accepts.
 //
 // Releases are registered VERIFIED (some before the history starts, more
 // during it, as retirement uses them up), root i checked at both fences
@@ -42,7 +43,7 @@ import (
 
 // modelOp is one operation's input.
 type modelOp struct {
-	kind   string // register, recheck, publish, rollback, fence, createRun, readAlias, readFences, attest, reassign, checkpoint
+	kind   string // register, recheck, publish, rollback, fence, createRun, readAlias, readFences, attest, reassign, checkpoint, prune
 	alias  int    // index into chaosAliases
 	root   int    // index into the test's roots
 	expect uint64 // expected generation
@@ -511,6 +512,10 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		return s, r.summary()
 	case "readFences":
 		return s, modelOut{fences: s.fences}
+	case "prune":
+		// prune(olderThan 0) deletes the failed runs; see outcomes.
+		s.runs = slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool { return r.failed })
+		return s, modelOut{}
 	}
 	panic("gate model: unknown operation " + op.kind)
 }
@@ -533,6 +538,28 @@ func (s modelState) outcomes(op modelOp) []outcome {
 	all := []outcome{{ns, out}}
 	if op.kind == "register" && op.retried && s.rels[op.root] != 'U' {
 		return append(all, outcome{s, modelOut{state: s.rels[op.root]}})
+	}
+	if op.kind == "prune" {
+		// The runs it may delete: the failed ones, and those with a short
+		// barrier timeout whose closed barrier the leader's sweep may
+		// have failed unseen. Any of them may also stay: one that failed
+		// in the millisecond of the prune's timestamp is not older than
+		// it, and a sweep may not have happened.
+		var may []int
+		for _, r := range s.runs {
+			if r.failed || r.timed && !r.summary().open {
+				may = append(may, r.id)
+			}
+		}
+		for del := 0; del < 1<<len(may); del++ {
+			ps := s
+			ps.runs = slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool {
+				j := slices.Index(may, r.id)
+				return j >= 0 && del&(1<<j) != 0
+			})
+			all = append(all, outcome{ps, modelOut{}})
+		}
+		return all
 	}
 	if op.kind != "attest" && op.kind != "reassign" && op.kind != "checkpoint" {
 		return all
@@ -681,6 +708,8 @@ func describeOp(op modelOp) string {
 		return fmt.Sprintf("checkpoint(run %d, r%d, step %d)%s", op.run, op.root, op.value, r)
 	case "register":
 		return fmt.Sprintf("register(r%d)%s", op.root, r)
+	case "prune":
+		return "prune(older than 0)" + r
 	case "recheck":
 		hits := "no hits"
 		if op.hits {
@@ -993,6 +1022,21 @@ func TestGateModel(t *testing.T) {
 		{"an INVALID release is not VERIFIED again", false, []porcupine.Operation{
 			op(1, modelOp{kind: "recheck", root: 1, value: 10, hits: true}, modelOut{code: errcode.TombstoneHit}, 0, 1),
 			op(0, modelOp{kind: "register", root: 1}, modelOut{state: 'V'}, 2, 3),
+		}},
+		{"a prune deletes failed runs: a repeated createRun makes the run anew", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{unknown: true}, 2, 30),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 2}, modelOut{code: errcode.RootMismatch}, 4, 5),
+			op(1, modelOp{kind: "prune"}, modelOut{}, 6, 7),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.UnknownRun}, 8, 9),
+			op(1, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 10, 11),
+			op(0, modelOp{kind: "createRun", run: 3, retried: true}, modelOut{gen: 2, root: 2}, 20, 30),
+		}},
+		{"a prune keeps live runs", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(1, modelOp{kind: "prune"}, modelOut{}, 6, 7),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.UnknownRun}, 8, 9),
 		}},
 		{"a run pins the alias as it was", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
