@@ -296,11 +296,24 @@ func TestGateServeCluster(t *testing.T) {
 	third, _ := startGateServe(t, t.TempDir(), "--id", "n3", "--join", join)
 	all := strings.Join([]string{first, second, third}, ",")
 
-	r := runGateCLI(t, "gate", "status", "--gate", third).expect(t, 0, "")
-	for _, want := range []string{"node n3: Follower", "leader n1", "member n2", "member n3"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Fatalf("status of a joined node lacks %q:\n%s", want, r.stdout)
+	// status is the node's own view: n3 lists itself once it has applied
+	// the entry recording its join, which may come a heartbeat after the
+	// node answers.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		r := runGateCLI(t, "gate", "status", "--gate", third).expect(t, 0, "")
+		missing := ""
+		for _, want := range []string{"node n3: Follower", "leader n1", "member n2", "member n3"} {
+			if !strings.Contains(r.stdout, want) {
+				missing = want
+			}
 		}
+		if missing == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of a joined node lacks %q:\n%s", missing, r.stdout)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	// A write sent to a follower is forwarded to the leader.
 	runGateCLI(t, "gate", "fence", "tombstone", "5", "--gate", third).expect(t, 0, "")
@@ -328,7 +341,7 @@ func TestGateServeCluster(t *testing.T) {
 	// Stop the leader; a client that knows every member carries on.
 	stopFirst()
 	runGateCLI(t, "gate", "fence", "benchmark", "7", "--gate", all).expect(t, 0, "")
-	r = runGateCLI(t, "gate", "fence", "--json", "--gate", all).expect(t, 0, "")
+	r := runGateCLI(t, "gate", "fence", "--json", "--gate", all).expect(t, 0, "")
 	var f raftgate.Fences
 	if err := json.Unmarshal([]byte(r.stdout), &f); err != nil || f != (raftgate.Fences{Tombstone: 5, Benchmark: 7}) {
 		t.Fatalf("fences after failover: %+v %v\n%s", f, err, r.stdout)
