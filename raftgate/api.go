@@ -103,7 +103,7 @@ func (n *Node) handler() http.Handler {
 		if run := s.Runs[r.PathValue("id")]; run != nil {
 			return run, nil
 		}
-		return nil, errcode.New(errcode.UnknownRun, "no run %s", truncate(r.PathValue("id")))
+		return nil, s.noRun(r.PathValue("id"))
 	}))
 	mux.HandleFunc("GET /v1/runs/{id}/wait", n.handleWait)
 	mux.HandleFunc("GET /v1/status", n.handleStatus)
@@ -138,6 +138,8 @@ func httpStatus(c errcode.Code) int {
 		return http.StatusGatewayTimeout
 	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun:
 		return http.StatusNotFound
+	case errcode.RunPruned:
+		return http.StatusGone
 	case errcode.TombstoneHit, errcode.BenchmarkHit:
 		// A recheck that found hits: a rejection that changed state (the
 		// release is INVALID now), not bad input.
@@ -296,10 +298,13 @@ func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
 	for {
 		changed := n.fsm.Changed()
 		var sum *RunSummary
+		var missing error
 		read := func(s *State) {
 			if run := s.Runs[id]; run != nil {
 				v := run.Summary()
 				sum = &v
+			} else {
+				missing = s.noRun(id)
 			}
 		}
 		if first {
@@ -312,7 +317,7 @@ func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
 			n.fsm.Read(read)
 		}
 		if sum == nil {
-			writeError(w, errcode.New(errcode.UnknownRun, "no run %s", truncate(id)), nil)
+			writeError(w, missing, nil)
 			return
 		}
 		if sum.Barrier == BarrierOpen || sum.State == RunFailed || sum.State == RunCancelled {

@@ -467,6 +467,11 @@ func (a *applier) createRun(c *CreateRun) (any, error) {
 		timeout = DefaultBarrierTimeoutMs
 	}
 	spec := specDigest(c.Alias, c.WorldSize, c.Assignment, timeout)
+	if a.s.PrunedRuns[c.Run] != nil {
+		// Making it anew would resolve the alias a second time for
+		// what its caller may take as the same run.
+		return nil, a.s.noRun(c.Run)
+	}
 	if run := a.s.Runs[c.Run]; run != nil {
 		if run.Spec != spec {
 			return nil, errcode.New(errcode.AlreadyExists, "run %s exists with other parameters", c.Run)
@@ -518,11 +523,20 @@ func specDigest(alias string, worldSize int, assignment [][]int, timeout int64) 
 	return manifest.Sum(b)
 }
 
+// noRun is the error for a run ID that names no run: RUN_PRUNED when
+// prune deleted it, UNKNOWN_RUN otherwise.
+func (s *State) noRun(id string) error {
+	if p := s.PrunedRuns[id]; p != nil {
+		return errcode.New(errcode.RunPruned, "run %s ended %s and was pruned; a run ID is never reused", truncate(id), p.State)
+	}
+	return errcode.New(errcode.UnknownRun, "no run %s", truncate(id))
+}
+
 // liveRun returns the run, or RUN_FAILED if it failed or was cancelled.
 func (a *applier) liveRun(id string) (*Run, error) {
 	run := a.s.Runs[id]
 	if run == nil {
-		return nil, errcode.New(errcode.UnknownRun, "no run %s", truncate(id))
+		return nil, a.s.noRun(id)
 	}
 	if run.State == RunFailed || run.State == RunCancelled {
 		return run, errcode.New(errcode.RunFailed, "run %s is %s (%s: %s)", id, run.State, run.FailCode, run.FailReason)
@@ -689,7 +703,7 @@ func (a *applier) admitCheckpoint(c *AdmitCheckpoint) (any, error) {
 func (a *applier) cancelRun(c *CancelRun) (any, error) {
 	run := a.s.Runs[c.Run]
 	if run == nil {
-		return nil, errcode.New(errcode.UnknownRun, "no run %s", truncate(c.Run))
+		return nil, a.s.noRun(c.Run)
 	}
 	if run.State == RunFailed || run.State == RunCancelled {
 		return run.Summary(), nil
@@ -721,6 +735,10 @@ func (a *applier) prune(c *Prune) (any, error) {
 		// Runs that ended before this field existed have Ended 0.
 		if r := a.s.Runs[id]; (r.State == RunFailed || r.State == RunCancelled) && max(r.Ended, r.Created) < cutoff {
 			delete(a.s.Runs, id)
+			if a.s.PrunedRuns == nil {
+				a.s.PrunedRuns = map[string]*PrunedRun{}
+			}
+			a.s.PrunedRuns[id] = &PrunedRun{Root: r.Root, Generation: r.Generation, State: r.State, Ended: max(r.Ended, r.Created), Pruned: a.now}
 			res.Runs = append(res.Runs, id)
 		}
 	}

@@ -72,7 +72,8 @@
 //     shard exactly once; without one, shard i goes to rank i % worldSize.
 //     The barrier deadline is now + barrierTimeoutMs (default 10 min). The
 //     same run ID with the same parameters returns the existing run; with
-//     others, ALREADY_EXISTS.
+//     others, ALREADY_EXISTS. The ID of a pruned run is RUN_PRUNED: it is
+//     never made anew, so no retry, however late, resolves the alias again.
 //   - attest(run, rank, root, shards, epoch?) — an epoch other than the
 //     run's current assignment epoch is STALE_EPOCH and changes nothing
 //     (a reassignment landed while the worker verified); a root other than the run's FAILS
@@ -107,14 +108,17 @@
 //     releases registered before it that are RETIRED, or INVALID, and that
 //     no rollback window and no remaining run holds (the release is marked
 //     pruned; a register of the same root takes its shards back). Release
-//     records and alias histories stay. Idempotent. With
+//     records and alias histories stay, and each deleted run leaves a
+//     tombstone (root, generation, state, ended, pruned: about 150 bytes
+//     against its assignment and attestations) under which every command
+//     naming it answers RUN_PRUNED. Idempotent. With
 //     Config.PruneOlderThan the leader proposes it every PruneInterval
 //     (`gate serve --auto-prune`).
 //   - join(id, raftAddr, httpAddr) — records a member's addresses so
 //     followers can forward to the leader's HTTP API.
 //
 // A failed or cancelled run answers RUN_FAILED to everything but cancel
-// and an identical createRun.
+// and an identical createRun; once pruned, RUN_PRUNED to everything.
 //
 // # Release states and retention
 //
@@ -151,7 +155,7 @@
 // /v1/runs/{id}, /v1/runs/{id}/wait?timeout=ms (long poll), /v1/status
 // (the node's own view; ?digest=1 adds its state digest), /metrics, /healthz and /readyz. Errors are
 // {"error":{"code","message"}} with 409 for rejections, 400 for bad input,
-// 404 for unknown names, 503 NOT_LEADER/GATE_UNAVAILABLE, 504
+// 404 for unknown names, 410 for a pruned run, 503 NOT_LEADER/GATE_UNAVAILABLE, 504
 // INDETERMINATE. A node with no state
 // and no Join bootstraps a single-node cluster of itself; a node with Join
 // asks that member to AddVoter it. Writes on a follower are forwarded
@@ -182,9 +186,13 @@
 // (register, publish, rollback, advanceFence closing the permits of the
 // older releases it passes, recheck reopening them or, with a hit,
 // invalidating the release, createRun (some with
-// a short barrier timeout), attest, reassign, admitCheckpoint, prune and
-// linearizable reads), checks the history with porcupine against a model
-// of the commands above, and ends by comparing the members' digests.
+// a short barrier timeout, some repeated late), attest, reassign,
+// admitCheckpoint, prune and linearizable reads), checks the history
+// with porcupine against a model of the commands above, and ends by
+// comparing the members' digests. The model bounds barrier deadlines
+// with each operation's call and answer times: a command stamped before
+// the deadline cannot find the run late, and an attestation called after
+// it must.
 //
 // # Snapshots
 //

@@ -569,7 +569,11 @@ func script(t testing.TB, seed uint64, n int) [][]byte {
 			return st.Fences.Benchmark
 		}
 		kind := []string{FenceTombstone, FenceBenchmark}[rng.IntN(2)]
-		switch rng.IntN(13) {
+		pick := rng.IntN(13)
+		if st.PrunedRuns[runID] != nil && rng.IntN(4) == 0 {
+			pick = 5 // now and then, create a run in place of a pruned one
+		}
+		switch pick {
 		case 0, 1:
 			emit(&Publish{Header: h, Alias: alias, Root: root, ExpectedGeneration: gen, Retain: rng.IntN(4)})
 		case 2:
@@ -579,7 +583,8 @@ func script(t testing.TB, seed uint64, n int) [][]byte {
 		case 4:
 			emit(&RecheckCmd{Header: h, Root: root, Kind: kind, Value: fenceFor(kind) + uint64(rng.IntN(2)), Report: dig("x"), Hits: int64(rng.IntN(30) / 29)})
 		case 5:
-			if rng.IntN(2) == 0 {
+			// A pruned run's ID answers RUN_PRUNED for good: move on.
+			if rng.IntN(2) == 0 || st.PrunedRuns[runID] != nil {
 				runID = fmt.Sprintf("r%d", len(runs))
 			}
 			emit(&CreateRun{Header: h, Run: runID, Alias: alias, WorldSize: 1 + rng.IntN(3), BarrierTimeoutMs: 3000})

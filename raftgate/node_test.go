@@ -485,13 +485,14 @@ func TestLeaderPrunes(t *testing.T) {
 
 // The HTTP status of each kind of answer, as the package doc lists them:
 // rejections (a recheck's hits included) 409, bad input 400, unknown
-// names 404, no leader 503, unknown outcome 504.
+// names 404, a pruned run 410, no leader 503, unknown outcome 504.
 func TestHTTPStatusOfCodes(t *testing.T) {
 	for code, want := range map[errcode.Code]int{
 		errcode.PublishConflict: http.StatusConflict, errcode.FenceRegression: http.StatusConflict,
 		errcode.TombstoneHit: http.StatusConflict, errcode.BenchmarkHit: http.StatusConflict,
 		errcode.BadInput: http.StatusBadRequest, errcode.BadDocument: http.StatusBadRequest,
 		errcode.UnknownAlias: http.StatusNotFound, errcode.UnknownRun: http.StatusNotFound,
+		errcode.RunPruned: http.StatusGone,
 		errcode.NotLeader: http.StatusServiceUnavailable, errcode.Indeterminate: http.StatusGatewayTimeout,
 		errcode.Internal: http.StatusInternalServerError,
 	} {

@@ -3,6 +3,7 @@ package raftgate
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -82,6 +83,28 @@ func TestPrune(t *testing.T) {
 		}
 	}
 
+	// A pruned run leaves a tombstone: its ID answers RUN_PRUNED to every
+	// command, and a createRun retried with the same parameters does not
+	// resolve the alias again (it now names c, not what old pinned).
+	if p := s.PrunedRuns["old"]; p == nil || p.Root != old.Root || p.Generation != old.Generation || p.State != RunCancelled || p.Pruned != h.now {
+		t.Fatalf("tombstone of old: %+v (run pinned %s generation %d)", p, old.Root, old.Generation)
+	}
+	if len(s.PrunedRuns) != 1 {
+		t.Fatalf("tombstones %v, want only old", slices.Sorted(maps.Keys(s.PrunedRuns)))
+	}
+	for _, c := range []Command{
+		&CreateRun{Run: "old", Alias: "main", WorldSize: 1},
+		&CreateRun{Run: "old", Alias: "other", WorldSize: 2},
+		&Attest{Run: "old", Rank: 0, Root: old.Root},
+		&Reassign{Run: "old", WorldSize: 1},
+		&AdmitCheckpoint{Run: "old", Root: old.Root, Step: 1},
+		&CancelRun{Run: "old"},
+		&CheckBarrier{Run: "old"},
+	} {
+		h.reject(c, errcode.RunPruned)
+	}
+	h.reject(&Attest{Run: "never", Rank: 0, Root: old.Root}, errcode.UnknownRun)
+
 	// Pruning again finds nothing more; a pruned release stays unusable
 	// until registered again, which takes its shards back.
 	again := h.ok(&Prune{OlderThanMs: 5_000}).(PruneResult)
@@ -107,6 +130,27 @@ func TestPrune(t *testing.T) {
 	}
 	if b2, _ := EncodeState(h2.state()); string(b1) != string(b2) {
 		t.Fatal("an empty prune changed the state")
+	}
+	// Until a run is pruned the state encodes without the tombstone
+	// table, as gates before it did.
+	if strings.Contains(string(b1), "prunedRuns") {
+		t.Fatalf("state without pruned runs encodes the table: %s", b1)
+	}
+	h2.now += 10
+	h2.ok(&Prune{OlderThanMs: 1})
+	b3, _ := EncodeState(h2.state())
+	back, err := DecodeState(b3)
+	if err != nil || back.PrunedRuns["j"] == nil || back.PrunedRuns["j"].State != RunCancelled {
+		t.Fatalf("state with a tombstone did not round-trip: %v, %+v", err, back)
+	}
+	// A state that names a run both live and pruned is refused.
+	both, err := DecodeState(b1) // j still live
+	if err != nil {
+		t.Fatal(err)
+	}
+	both.PrunedRuns = back.PrunedRuns
+	if err := both.Validate(); err == nil || !strings.Contains(err.Error(), "both live and pruned") {
+		t.Fatalf("Validate of a run live and pruned: %v", err)
 	}
 }
 

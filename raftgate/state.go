@@ -67,6 +67,11 @@ type State struct {
 	Fences   Fences              `json:"fences"`
 	Permits  map[string]*Permit  `json:"permits"`
 	Runs     map[string]*Run     `json:"runs"`
+	// PrunedRuns are what prune leaves of the runs it deletes, so a run
+	// ID is never reused: a createRun retried after its run was pruned
+	// must not resolve the alias a second time. Omitted while empty, so
+	// a gate that never pruned a run encodes its state as before.
+	PrunedRuns map[string]*PrunedRun `json:"prunedRuns,omitempty"`
 	// Nodes maps a Raft server ID to its addresses, recorded by join
 	// commands, so a follower can forward writes to the leader's HTTP API.
 	Nodes map[string]*NodeInfo `json:"nodes"`
@@ -217,6 +222,17 @@ type Run struct {
 	Ended int64 `json:"ended,omitempty"`
 }
 
+// PrunedRun is the tombstone of a run that prune deleted: about a hundred
+// bytes where the run held its assignment and attestations.
+type PrunedRun struct {
+	Root       manifest.Digest `json:"root"`
+	Generation uint64          `json:"generation"`
+	// State is FAILED or CANCELLED, as the run ended.
+	State  string `json:"state"`
+	Ended  int64  `json:"ended"`
+	Pruned int64  `json:"pruned"`
+}
+
 // Attestation is one rank's claim that it verified its assigned shards of
 // Root.
 type Attestation struct {
@@ -241,6 +257,8 @@ func NewState() *State {
 		Permits:  map[string]*Permit{},
 		Runs:     map[string]*Run{},
 		Nodes:    map[string]*NodeInfo{},
+		// PrunedRuns stays nil until the first prune: it is omitted
+		// from the encoding while empty, and lookups in a nil map work.
 	}
 }
 
@@ -352,6 +370,17 @@ func (s *State) Validate() error {
 		}
 		if r.Barrier == BarrierOpen && n != r.WorldSize {
 			return fmt.Errorf("run %s: barrier open with %d of %d attestations", k, n, r.WorldSize)
+		}
+	}
+	for k, p := range s.PrunedRuns {
+		if p == nil || checkRunID(k) != nil {
+			return fmt.Errorf("pruned run %q: bad entry", k)
+		}
+		if s.Runs[k] != nil {
+			return fmt.Errorf("run %s: both live and pruned", k)
+		}
+		if p.State != RunFailed && p.State != RunCancelled {
+			return fmt.Errorf("pruned run %s: bad state %q", k, p.State)
 		}
 	}
 	return nil

@@ -333,6 +333,13 @@ func (h *chaosHistory) now() int64 { return int64(time.Since(h.start)) }
 func (h *chaosHistory) add(client int, op modelOp, out modelOut, call, ret int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	// The gate stamps a command with its leader's wall clock in
+	// milliseconds, somewhere between the call and the answer: the model
+	// bounds barrier deadlines with the same clock.
+	op.callMs, op.retMs = h.start.UnixMilli()+call/1e6, math.MaxInt64
+	if ret != math.MaxInt64 {
+		op.retMs = h.start.UnixMilli() + (ret+1e6-1)/1e6
+	}
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: op, Call: call, Output: out, Return: ret})
 	k := op.kind + " " + describeCode(out)
 	if op.retried {
@@ -661,6 +668,7 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 	// The run this client created last, whose ranks it attests and
 	// reassigns, and the last epoch of it the client saw.
 	lastRun, lastRoot, lastEpoch, lastStep, lastWorld := -1, 0, uint64(0), int64(-1), chaosWorld
+	var lastCreate modelOp // the createRun that made lastRun
 	for ctx.Err() == nil {
 		a := rng.IntN(len(chaosAliases))
 		var op modelOp
@@ -706,6 +714,13 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		case x < 71:
 			// One run in four with a barrier timeout short enough to
 			// pass now and then: BARRIER_TIMEOUT, or the leader's sweep.
+			if lastRun >= 0 && rng.IntN(4) == 0 {
+				// The last run's createRun again, as a late retry would
+				// send it: the run as it is, or RUN_PRUNED once a prune
+				// deleted it (never a run made anew).
+				op = lastCreate
+				break
+			}
 			op = modelOp{kind: "createRun", alias: a, run: id<<20 | runs, prev: lastRun, short: rng.IntN(4) == 0}
 			runs++
 		case x < 79:
@@ -762,9 +777,8 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 			}
 			op = modelOp{kind: "fence", fence: rng.IntN(2), value: v}
 		case x < 95:
-			// Deletes the failed runs: later commands on them are
-			// UNKNOWN_RUN, and a createRun repeated after its run was
-			// pruned makes it anew.
+			// Deletes the failed runs: later commands on them, a
+			// repeated createRun included, are RUN_PRUNED.
 			op = modelOp{kind: "prune"}
 		default:
 			op = modelOp{kind: "readFences"}
@@ -824,8 +838,9 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 				aliasRoot[op.alias] = out.root
 			}
 			seen[op.alias] = max(seen[op.alias], out.gen)
-			if op.kind == "createRun" && out.root >= 0 { // a root not of the test fails the check anyway
+			if op.kind == "createRun" && out.root >= 0 && op.run != lastRun { // a root not of the test fails the check anyway
 				lastRun, lastRoot, lastEpoch, lastStep, lastWorld = op.run, out.root, 0, -1, chaosWorld
+				lastCreate, lastCreate.retried = op, false
 			}
 		case op.kind == "attest" || op.kind == "reassign" || op.kind == "checkpoint":
 			// Only this client changes its run, and it knows each
@@ -937,7 +952,7 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 		return out, nil
 	}
 	switch code := errcode.Of(err); code {
-	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun, errcode.StaleEpoch, errcode.PublishConflict, errcode.GenerationConflict, errcode.NotVerified,
+	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun, errcode.RunPruned, errcode.StaleEpoch, errcode.PublishConflict, errcode.GenerationConflict, errcode.NotVerified,
 		errcode.RollbackIneligible, errcode.FenceRegression, errcode.RootMismatch, errcode.BarrierClosed, errcode.StepRegression,
 		errcode.RunFailed, errcode.ShardNotAssigned, errcode.FenceBehind, errcode.PermitClosed, errcode.BarrierTimeout,
 		errcode.TombstoneHit, errcode.BenchmarkHit:

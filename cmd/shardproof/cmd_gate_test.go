@@ -266,7 +266,12 @@ func TestGateCLI(t *testing.T) {
 		t.Fatalf("prune --json: %+v %v\n%s", pruned, err, r.stdout)
 	}
 	g("run", "show", "job").expect(t, 0, "")
-	g("run", "show", "job2").expect(t, errcode.ExitRejected, errcode.UnknownRun)
+	// The pruned run's ID is never reused: showing it, and creating it
+	// again with the very same flags, are RUN_PRUNED, not a new run on
+	// whatever the alias names now.
+	g("run", "show", "job2").expect(t, errcode.ExitRejected, errcode.RunPruned)
+	g("run", "create", "job2", "--alias", "main", "--world-size", "1").expect(t, errcode.ExitRejected, errcode.RunPruned)
+	g("run", "show", "never").expect(t, errcode.ExitRejected, errcode.UnknownRun)
 }
 
 // invalidReport stores an INVALID report of root: one member missing.

@@ -69,6 +69,11 @@ type modelOp struct {
 	short bool
 	// hits: a recheck that found a hit.
 	hits bool
+	// callMs and retMs bound, in wall-clock milliseconds, the time the
+	// gate stamped the command with if it took effect (math.MaxInt64:
+	// no answer came). A run's barrier deadline is its createRun's or
+	// last reassignment's stamp plus the timeout.
+	callMs, retMs int64
 }
 
 // modelOut is one operation's answer. unknown: no attempt of it got a
@@ -174,12 +179,18 @@ type modelRun struct {
 	// rank's assignment failed the run (and released its permit); every
 	// later command on it is RUN_FAILED.
 	failed bool
+	// pruned: a prune deleted the failed run; its ID answers RUN_PRUNED
+	// to every command, createRun included.
+	pruned bool
 	perm   modelPermit
-	// timed: the run's barrier timeout is short. Whenever its barrier is
-	// closed its deadline may have passed (the model keeps no clock): the
-	// leader's sweep may have failed it, or an attestation may find it
-	// late (BARRIER_TIMEOUT).
-	timed bool
+	// timed: the run's barrier timeout is short. Its deadline lies in
+	// [dlLo, dlHi] (wall-clock milliseconds): the stamp of the command
+	// that set it is only known to lie between that operation's call and
+	// answer. While the barrier is closed, a command that may come after
+	// the deadline may find the run failed by the leader's sweep; an
+	// attestation that surely comes after it must find it timed out.
+	timed      bool
+	dlLo, dlHi int64
 	// step is the last admitted checkpoint step (-1 before the first),
 	// ckpts the number of admissions that raised it.
 	step, ckpts int64
@@ -196,13 +207,15 @@ func (s modelState) run(id int) (int, bool) {
 	return slices.BinarySearchFunc(s.runs, id, func(r modelRun, id int) int { return cmp.Compare(r.id, id) })
 }
 
-// liveRun finds the run a command names, as the gate does: UNKNOWN_RUN
-// or RUN_FAILED, or its index.
+// liveRun finds the run a command names, as the gate does: UNKNOWN_RUN,
+// RUN_PRUNED or RUN_FAILED, or its index.
 func (s modelState) liveRun(id int) (int, errcode.Code) {
 	i, ok := s.run(id)
 	switch {
 	case !ok:
 		return 0, errcode.UnknownRun
+	case s.runs[i].pruned:
+		return 0, errcode.RunPruned
 	case s.runs[i].failed:
 		return 0, errcode.RunFailed
 	}
@@ -424,8 +437,12 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		return s, modelOut{fences: s.fences}
 	case "createRun", "readAlias":
 		if op.kind == "createRun" {
-			// The same run again returns what it pinned.
+			// The same run again returns what it pinned, or, once
+			// pruned, RUN_PRUNED: never a run made anew.
 			if i, ok := s.run(op.run); ok {
+				if s.runs[i].pruned {
+					return fail(errcode.RunPruned)
+				}
 				return s, modelOut{gen: uint64(s.runs[i].gen), root: s.runs[i].root}
 			}
 		}
@@ -438,7 +455,11 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 				return fail(errcode.PermitClosed) // the alias generation's permit
 			}
 			runs := slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool { return r.id == op.prev })
-			s.runs = append(runs, modelRun{id: op.run, gen: int(al.gen), root: al.root, world: chaosWorld, reset: -1, step: -1, perm: s.permit(al.root), timed: op.short})
+			nr := modelRun{id: op.run, gen: int(al.gen), root: al.root, world: chaosWorld, reset: -1, step: -1, perm: s.permit(al.root), timed: op.short}
+			if nr.timed {
+				nr.dlLo, nr.dlHi = op.deadline()
+			}
+			s.runs = append(runs, nr)
 			slices.SortFunc(s.runs, func(a, b modelRun) int { return cmp.Compare(a.id, b.id) })
 		}
 		return s, modelOut{gen: al.gen, root: al.root}
@@ -485,6 +506,11 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		r.epoch, r.reset, r.resetWorld, r.world = r.epoch+1, op.rank, op.world, op.world
 		r.attested &= 1<<op.world - 1
 		r.attested &^= 1 << op.rank
+		if r.timed && !r.summary().open {
+			// A reassignment that leaves the barrier closed sets a new
+			// deadline.
+			r.dlLo, r.dlHi = op.deadline()
+		}
 		s.runs[i] = r
 		return s, r.summary()
 	case "checkpoint":
@@ -513,11 +539,31 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 	case "readFences":
 		return s, modelOut{fences: s.fences}
 	case "prune":
-		// prune(olderThan 0) deletes the failed runs; see outcomes.
-		s.runs = slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool { return r.failed })
+		// prune(olderThan 0) deletes the failed runs, leaving their
+		// tombstones; see outcomes.
+		s.runs = slices.Clone(s.runs)
+		for i := range s.runs {
+			s.runs[i].pruned = s.runs[i].failed
+		}
 		return s, modelOut{}
 	}
 	panic("gate model: unknown operation " + op.kind)
+}
+
+// modelClockSlackMs absorbs the difference between the test's monotonic
+// clock, from which operations' wall-clock bounds are derived, and the
+// members' wall clocks (one machine: the same clock, read at different
+// moments and truncated to milliseconds).
+const modelClockSlackMs = 50
+
+// deadline is the window of the barrier deadline op sets: its stamp plus
+// the short timeout.
+func (op modelOp) deadline() (lo, hi int64) {
+	t := chaosShortBarrier.Milliseconds()
+	if op.retMs == math.MaxInt64 {
+		return op.callMs + t, math.MaxInt64
+	}
+	return op.callMs + t, op.retMs + t
 }
 
 // outcome is one answer the gate may give and the state after it.
@@ -531,8 +577,10 @@ type outcome struct {
 // carries the release's last report, which the gate answers with the
 // release as it is, changing nothing (no renewal, and no NOT_VERIFIED for
 // an INVALID release). A run with a short barrier timeout whose barrier
-// is closed may be past its deadline: the leader's sweep may have failed
-// it before op, or, for an attestation, op may find it late.
+// is closed may be past its deadline, by the clock (see modelRun.dlLo):
+// the leader's sweep may have failed it before op, or, for an
+// attestation, op may find it late; an attestation called after the
+// deadline must.
 func (s modelState) outcomes(op modelOp) []outcome {
 	ns, out := s.step(op)
 	all := []outcome{{ns, out}}
@@ -546,17 +594,19 @@ func (s modelState) outcomes(op modelOp) []outcome {
 		// in the millisecond of the prune's timestamp is not older than
 		// it, and a sweep may not have happened.
 		var may []int
-		for _, r := range s.runs {
-			if r.failed || r.timed && !r.summary().open {
-				may = append(may, r.id)
+		for i, r := range s.runs {
+			if !r.pruned && (r.failed || r.timed && !r.summary().open) {
+				may = append(may, i)
 			}
 		}
 		for del := 0; del < 1<<len(may); del++ {
 			ps := s
-			ps.runs = slices.DeleteFunc(slices.Clone(s.runs), func(r modelRun) bool {
-				j := slices.Index(may, r.id)
-				return j >= 0 && del&(1<<j) != 0
-			})
+			ps.runs = slices.Clone(s.runs)
+			for j, i := range may {
+				if del&(1<<j) != 0 {
+					ps.runs[i].failed, ps.runs[i].perm.open, ps.runs[i].pruned = true, false, true
+				}
+			}
 			all = append(all, outcome{ps, modelOut{}})
 		}
 		return all
@@ -569,8 +619,18 @@ func (s modelState) outcomes(op modelOp) []outcome {
 		return all
 	}
 	r := s.runs[i]
-	if !r.timed || r.failed || r.summary().open {
+	if !r.timed || r.failed || r.pruned || r.summary().open {
 		return all
+	}
+	// Every command before op in the log was stamped before op was
+	// appended, so before its answer: if that comes before the deadline,
+	// nothing can have found the run late. If op was called after the
+	// deadline, its own stamp is late.
+	if op.retMs != math.MaxInt64 && op.retMs+modelClockSlackMs <= r.dlLo {
+		return all
+	}
+	if op.kind == "attest" && op.rank < r.world && r.dlHi != math.MaxInt64 && op.callMs-modelClockSlackMs > r.dlHi {
+		all = all[:0] // the attestation finds the deadline passed
 	}
 	swept := s
 	swept.runs = slices.Clone(s.runs)
@@ -675,6 +735,9 @@ func modelHash(s modelState) uint64 {
 		if r.perm.open {
 			b = append(b, 2)
 		}
+		if r.pruned {
+			b = append(b, 3)
+		}
 	}
 	h.Write(b)
 	return h.Sum64()
@@ -756,6 +819,11 @@ func TestGateModel(t *testing.T) {
 	}
 	read := modelOp{kind: "readAlias"}
 	op := func(client int, in modelOp, out modelOut, call, ret int64) porcupine.Operation {
+		// A unit of time is 100 ms: the short barrier timeout is 8.
+		in.callMs, in.retMs = call*100, math.MaxInt64
+		if ret != math.MaxInt64 {
+			in.retMs = ret * 100
+		}
 		// Runs keep the test's world size unless a case says otherwise.
 		switch in.kind {
 		case "reassign":
@@ -973,20 +1041,57 @@ func TestGateModel(t *testing.T) {
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{code: errcode.BarrierTimeout}, 6, 7),
-			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{code: errcode.RunFailed}, 8, 9),
-			op(0, modelOp{kind: "checkpoint", run: 3, root: 1}, modelOut{code: errcode.RunFailed}, 10, 11),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{code: errcode.BarrierTimeout}, 16, 17),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{code: errcode.RunFailed}, 18, 19),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1}, modelOut{code: errcode.RunFailed}, 20, 21),
 		}},
 		{"or the leader's sweep failed it first", true, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{code: errcode.RunFailed}, 14, 15),
+		}},
+		{"an attestation that may come after the deadline may find it passed", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.BarrierTimeout}, 9, 11),
+		}},
+		{"or not", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 9, 11),
+		}},
+		{"nothing times out before the deadline", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.BarrierTimeout}, 4, 5),
+		}},
+		{"the sweep does not fail a run before its deadline", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(0, modelOp{kind: "reassign", run: 3, rank: 1}, modelOut{code: errcode.RunFailed}, 4, 5),
+		}},
+		{"an attestation called after the deadline finds it passed", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 12, 13),
+		}},
+		{"a reassignment that leaves the barrier closed moves the deadline", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1, expect: 0}, modelOut{epoch: 1, step: -1}, 8, 9),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{epoch: 1, attested: 1, step: -1}, 14, 15),
+		}},
+		{"and the new deadline holds", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1, expect: 0}, modelOut{epoch: 1, step: -1}, 8, 9),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{epoch: 1, attested: 1, step: -1}, 19, 20),
 		}},
 		{"a timed-out run does not come back", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
-			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.BarrierTimeout}, 4, 5),
-			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 6, 7),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.BarrierTimeout}, 14, 15),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 16, 17),
 		}},
 		{"an open barrier does not time out", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
@@ -1023,20 +1128,35 @@ func TestGateModel(t *testing.T) {
 			op(1, modelOp{kind: "recheck", root: 1, value: 10, hits: true}, modelOut{code: errcode.TombstoneHit}, 0, 1),
 			op(0, modelOp{kind: "register", root: 1}, modelOut{state: 'V'}, 2, 3),
 		}},
-		{"a prune deletes failed runs: a repeated createRun makes the run anew", true, []porcupine.Operation{
+		{"a prune deletes failed runs: their IDs answer RUN_PRUNED, a repeated createRun too", true, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{unknown: true}, 2, 30),
 			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 2}, modelOut{code: errcode.RootMismatch}, 4, 5),
 			op(1, modelOp{kind: "prune"}, modelOut{}, 6, 7),
-			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.UnknownRun}, 8, 9),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.RunPruned}, 8, 9),
+			op(1, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 10, 11),
+			op(0, modelOp{kind: "createRun", run: 3, retried: true}, modelOut{code: errcode.RunPruned}, 20, 30),
+		}},
+		{"a createRun repeated after its run was pruned does not resolve the alias again", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{unknown: true}, 2, 30),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 2}, modelOut{code: errcode.RootMismatch}, 4, 5),
+			op(1, modelOp{kind: "prune"}, modelOut{}, 6, 7),
 			op(1, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 10, 11),
 			op(0, modelOp{kind: "createRun", run: 3, retried: true}, modelOut{gen: 2, root: 2}, 20, 30),
+		}},
+		{"a pruned run's ID is not unknown", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 2}, modelOut{code: errcode.RootMismatch}, 4, 5),
+			op(1, modelOp{kind: "prune"}, modelOut{}, 6, 7),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.UnknownRun}, 8, 9),
 		}},
 		{"a prune keeps live runs", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(1, modelOp{kind: "prune"}, modelOut{}, 6, 7),
-			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.UnknownRun}, 8, 9),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.RunPruned}, 8, 9),
 		}},
 		{"a run pins the alias as it was", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),

@@ -86,6 +86,7 @@ var catalogue = map[Code]entry{
 	UnknownAlias:       {ExitRejected, "no such alias"},
 	UnknownRelease:     {ExitRejected, "no such release"},
 	UnknownRun:         {ExitRejected, "no such run"},
+	RunPruned:          {ExitRejected, "the run ended and was pruned; a run ID is never reused"},
 	AlreadyExists:      {ExitRejected, "the name is already taken with different parameters"},
 	NotLeader:          {ExitError, "this gate node is not the Raft leader"},
 	Indeterminate:      {ExitIndeterminate, "the command may or may not have been applied; retrying is safe"},
@@ -153,6 +154,7 @@ const (
 	UnknownAlias       Code = "UNKNOWN_ALIAS"
 	UnknownRelease     Code = "UNKNOWN_RELEASE"
 	UnknownRun         Code = "UNKNOWN_RUN"
+	RunPruned          Code = "RUN_PRUNED"
 	AlreadyExists      Code = "ALREADY_EXISTS"
 	NotLeader          Code = "NOT_LEADER"
 	Indeterminate      Code = "INDETERMINATE"
