@@ -24,6 +24,7 @@ deps:
 test: deps build
 	$(GO) vet ./...
 	CI=$${CI:-} $(GO) test -count=1 -timeout 25m ./...
+	CGO_ENABLED=1 $(GO) test -count=1 -tags cgozstd ./internal/cgozstd
 
 demo: build
 	@./scripts/demo.sh $(BIN) $(DEMO_DIR)
