@@ -183,7 +183,7 @@
 // SIGKILL, restart, SIGSTOP of the leader and Raft network partitions (the
 // leader cut off from both followers while clients still reach it, or one
 // link cut; Config.WrapStream is the seam) with concurrent clients
-// (register, publish, rollback, advanceFence closing the permits of the
+// (register, some with INVALID reports, publish, rollback, advanceFence closing the permits of the
 // older releases it passes, recheck reopening them or, with a hit,
 // invalidating the release, createRun (some with
 // a short barrier timeout, some repeated late), attest, reassign,

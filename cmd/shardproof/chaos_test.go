@@ -376,7 +376,7 @@ func TestGateChaos(t *testing.T) {
 	admin := raftgate.NewClient(c.urls())
 	defer admin.Close()
 	for i := range chaosRoots {
-		if _, err := admin.Register(t.Context(), chaosRegister(roots, i, 0)); err != nil {
+		if _, err := admin.Register(t.Context(), chaosRegister(roots, i, 0, false)); err != nil {
 			t.Fatalf("register root %d: %v", i, err)
 		}
 	}
@@ -632,16 +632,23 @@ func (c *chaosCluster) checkConverged(timeout time.Duration) {
 
 // chaosRegister is the register command of root i with a VERIFIED report;
 // report tells reports of the same root apart.
-func chaosRegister(roots []manifest.Digest, i, report int) *raftgate.Register {
+func chaosRegister(roots []manifest.Digest, i, report int, invalid bool) *raftgate.Register {
+	verdict := manifest.Verified
+	if invalid {
+		verdict = manifest.Invalid
+	}
 	return &raftgate.Register{
 		Root: roots[i], Shards: []manifest.Digest{manifest.Sum([]byte(fmt.Sprintf("chaos shard %d", i)))},
 		Report: &raftgate.ReportSummary{
-			Digest: manifest.Sum([]byte(fmt.Sprintf("chaos report %d.%d", i, report))), Verdict: manifest.Verified,
+			Digest: manifest.Sum([]byte(fmt.Sprintf("chaos report %d.%d", i, report))), Verdict: verdict,
 			DatasetSnapshot:    manifest.Sum([]byte("chaos snapshot")),
 			TombstoneWatermark: chaosWM(i), BenchmarkFence: chaosWM(i),
 		},
 	}
 }
+
+// releaseLetter is the model's letter for a release state.
+var releaseLetter = map[string]byte{raftgate.ReleaseVerified: 'V', raftgate.ReleasePublished: 'P', raftgate.ReleaseRetired: 'R', raftgate.ReleaseInvalid: 'I'}
 
 // chaosClient runs operations until ctx ends.
 func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Digest, rootIndex map[manifest.Digest]int, registered *atomic.Int64, h *chaosHistory, retryUntil time.Time) {
@@ -677,7 +684,9 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 			if k := registered.Load(); k < int64(len(roots)) && rng.IntN(4) != 0 {
 				op = modelOp{kind: "register", root: int(registered.Add(1) - 1)}
 			} else {
-				op = modelOp{kind: "register", root: pick()} // again, with a newer report
+				// Again, with a newer report; now and then an INVALID
+				// one, which makes the release INVALID for good.
+				op = modelOp{kind: "register", root: pick(), invalid: rng.IntN(10) == 0}
 			}
 		case x < 8:
 			// A recheck with no hits, of a recent or an older root, at
@@ -783,7 +792,7 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		default:
 			op = modelOp{kind: "readFences"}
 		}
-		reg := chaosRegister(roots, op.root, id<<32|reports)
+		reg := chaosRegister(roots, op.root, id<<32|reports, op.invalid)
 		if op.kind == "register" {
 			reports++
 		}
@@ -875,7 +884,7 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 	case "register":
 		var r *raftgate.RecheckResult
 		if r, err = cl.Register(ctx, reg); err == nil {
-			out.state = map[string]byte{raftgate.ReleaseVerified: 'V', raftgate.ReleasePublished: 'P', raftgate.ReleaseRetired: 'R'}[r.Release.State]
+			out.state = releaseLetter[r.Release.State]
 		}
 	case "recheck":
 		var r *raftgate.RecheckResult
@@ -886,7 +895,7 @@ func chaosDo(ctx context.Context, cl *raftgate.Client, op modelOp, reg *raftgate
 		}
 		report := manifest.Sum([]byte(fmt.Sprintf("chaos recheck %d %s %d %d", op.root, kind, op.value, hits)))
 		if r, err = cl.Recheck(ctx, &raftgate.RecheckCmd{Root: roots[op.root], Kind: kind, Value: op.value, Report: report, Hits: hits}); err == nil {
-			out.state = map[string]byte{raftgate.ReleaseVerified: 'V', raftgate.ReleasePublished: 'P', raftgate.ReleaseRetired: 'R'}[r.Release.State]
+			out.state = releaseLetter[r.Release.State]
 		}
 	case "readAlias":
 		var al *raftgate.Alias

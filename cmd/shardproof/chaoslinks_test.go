@@ -185,7 +185,7 @@ func TestGatePartitionedLeader(t *testing.T) {
 	admin := raftgate.NewClient(c.urls())
 	defer admin.Close()
 	for i := range roots {
-		if _, err := admin.Register(ctx, chaosRegister(roots, i, 0)); err != nil {
+		if _, err := admin.Register(ctx, chaosRegister(roots, i, 0, false)); err != nil {
 			t.Fatal(err)
 		}
 	}

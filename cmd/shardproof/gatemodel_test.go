@@ -69,6 +69,8 @@ type modelOp struct {
 	short bool
 	// hits: a recheck that found a hit.
 	hits bool
+	// invalid: a register whose report's verdict is INVALID.
+	invalid bool
 	// callMs and retMs bound, in wall-clock milliseconds, the time the
 	// gate stamped the command with if it took effect (math.MaxInt64:
 	// no answer came). A run's barrier deadline is its createRun's or
@@ -342,7 +344,13 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 	switch op.kind {
 	case "register":
 		// Every register of the test carries a report not seen before:
-		// a new release becomes VERIFIED; a known one renews its permits.
+		// an INVALID one makes the release INVALID for good, whatever it
+		// was, and closes its permits; with a VERIFIED one a new release
+		// becomes VERIFIED and a known one renews its permits.
+		if op.invalid {
+			s = s.invalidate(op.root)
+			return s, modelOut{state: 'I'}
+		}
 		switch s.rels[op.root] {
 		case 'U':
 			s = s.withRel(op.root, 'V')
@@ -770,6 +778,9 @@ func describeOp(op modelOp) string {
 	case "checkpoint":
 		return fmt.Sprintf("checkpoint(run %d, r%d, step %d)%s", op.run, op.root, op.value, r)
 	case "register":
+		if op.invalid {
+			return fmt.Sprintf("register(r%d, INVALID report)%s", op.root, r)
+		}
 		return fmt.Sprintf("register(r%d)%s", op.root, r)
 	case "prune":
 		return "prune(older than 0)" + r
@@ -1123,6 +1134,18 @@ func TestGateModel(t *testing.T) {
 			op(0, modelOp{kind: "register", root: 1}, modelOut{unknown: true}, 0, 30),
 			op(1, modelOp{kind: "recheck", root: 1, value: 10, hits: true}, modelOut{code: errcode.TombstoneHit}, 5, 6),
 			op(0, modelOp{kind: "register", root: 1, retried: true}, modelOut{state: 'I'}, 20, 30),
+		}},
+		{"an INVALID report makes a published release INVALID and closes its permit", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(1, modelOp{kind: "register", root: 1, invalid: true}, modelOut{state: 'I'}, 2, 3),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{code: errcode.PermitClosed}, 4, 5),
+			op(0, modelOp{kind: "register", root: 1}, modelOut{code: errcode.NotVerified}, 6, 7),
+			op(0, pub(0, 1, 1), modelOut{code: errcode.NotVerified}, 8, 9),
+		}},
+		{"a run on a release an INVALID report names is admitted", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(1, modelOp{kind: "register", root: 1, invalid: true}, modelOut{state: 'I'}, 2, 3),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 4, 5),
 		}},
 		{"an INVALID release is not VERIFIED again", false, []porcupine.Operation{
 			op(1, modelOp{kind: "recheck", root: 1, value: 10, hits: true}, modelOut{code: errcode.TombstoneHit}, 0, 1),
