@@ -179,8 +179,11 @@ type modelRun struct {
 	reset, resetWorld int
 	// failed: an attestation of another root or of a shard outside the
 	// rank's assignment failed the run (and released its permit); every
-	// later command on it is RUN_FAILED.
+	// later command on it is RUN_FAILED. endHi bounds from above the
+	// stamp it failed at: the answer of the operation that failed it or
+	// found it failed (math.MaxInt64 if none came).
 	failed bool
+	endHi  int64
 	// pruned: a prune deleted the failed run; its ID answers RUN_PRUNED
 	// to every command, createRun included.
 	pruned bool
@@ -484,7 +487,7 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		}
 		if op.root != s.runs[i].root || op.stray {
 			s.runs = slices.Clone(s.runs)
-			s.runs[i].failed, s.runs[i].perm.open = true, false
+			s.runs[i].failed, s.runs[i].perm.open, s.runs[i].endHi = true, false, op.retMs
 			if op.root != s.runs[i].root {
 				return s, modelOut{code: errcode.RootMismatch}
 			}
@@ -596,23 +599,39 @@ func (s modelState) outcomes(op modelOp) []outcome {
 		return append(all, outcome{s, modelOut{state: s.rels[op.root]}})
 	}
 	if op.kind == "prune" {
-		// The runs it may delete: the failed ones, and those with a short
-		// barrier timeout whose closed barrier the leader's sweep may
-		// have failed unseen. Any of them may also stay: one that failed
-		// in the millisecond of the prune's timestamp is not older than
-		// it, and a sweep may not have happened.
-		var may []int
+		// The runs it must delete: those that failed at a stamp surely
+		// before the prune's (olderThan 0: its cutoff is its stamp). The
+		// runs it may delete: the other failed ones (one that failed in
+		// the prune's millisecond is not older than it), and those with
+		// a short barrier timeout whose closed barrier the leader's sweep
+		// may have failed unseen, if the deadline may have passed.
+		var must, may []int
 		for i, r := range s.runs {
-			if !r.pruned && (r.failed || r.timed && !r.summary().open) {
+			switch {
+			case r.pruned:
+			case r.failed && r.endHi != math.MaxInt64 && r.endHi+modelClockSlackMs < op.callMs:
+				must = append(must, i)
+			case r.failed || r.timed && !r.summary().open && (op.retMs == math.MaxInt64 || op.retMs+modelClockSlackMs > r.dlLo):
 				may = append(may, i)
 			}
 		}
+		all = all[:0]
 		for del := 0; del < 1<<len(may); del++ {
 			ps := s
 			ps.runs = slices.Clone(s.runs)
+			prune := func(i int) {
+				r := &ps.runs[i]
+				if !r.failed {
+					r.endHi = op.retMs // failed by a sweep before the prune
+				}
+				r.failed, r.perm.open, r.pruned = true, false, true
+			}
+			for _, i := range must {
+				prune(i)
+			}
 			for j, i := range may {
 				if del&(1<<j) != 0 {
-					ps.runs[i].failed, ps.runs[i].perm.open, ps.runs[i].pruned = true, false, true
+					prune(i)
 				}
 			}
 			all = append(all, outcome{ps, modelOut{}})
@@ -642,7 +661,7 @@ func (s modelState) outcomes(op modelOp) []outcome {
 	}
 	swept := s
 	swept.runs = slices.Clone(s.runs)
-	swept.runs[i].failed, swept.runs[i].perm.open = true, false
+	swept.runs[i].failed, swept.runs[i].perm.open, swept.runs[i].endHi = true, false, op.retMs
 	ns, out = swept.step(op)
 	all = append(all, outcome{ns, out})
 	if op.kind == "attest" && op.rank < r.world {
@@ -1167,6 +1186,20 @@ func TestGateModel(t *testing.T) {
 			op(1, modelOp{kind: "prune"}, modelOut{}, 6, 7),
 			op(1, pub(0, 2, 1), modelOut{gen: 2, root: 2}, 10, 11),
 			op(0, modelOp{kind: "createRun", run: 3, retried: true}, modelOut{gen: 2, root: 2}, 20, 30),
+		}},
+		{"a prune after a run failed deletes it", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 2}, modelOut{code: errcode.RootMismatch}, 4, 5),
+			op(1, modelOp{kind: "prune"}, modelOut{}, 6, 7),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.RunFailed}, 8, 9),
+		}},
+		{"a prune concurrent with the failure may keep the run", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 2}, modelOut{code: errcode.RootMismatch}, 4, 7),
+			op(0, modelOp{kind: "prune"}, modelOut{}, 6, 7),
+			op(1, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.RunFailed}, 8, 9),
 		}},
 		{"a pruned run's ID is not unknown", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
