@@ -196,9 +196,6 @@ func startChaosCluster(t *testing.T) *chaosCluster {
 			logPath: filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
 			cutPath: cutPathFor(dir, fmt.Sprintf("n%d", i+1)),
 		}
-		if i > 0 {
-			n.join = c.nodes[0].httpAddr
-		}
 		c.nodes = append(c.nodes, n)
 	}
 	t.Cleanup(func() {
@@ -213,8 +210,10 @@ func startChaosCluster(t *testing.T) *chaosCluster {
 		}
 	})
 	for i, n := range c.nodes {
-		n.start(t, true)
-		c.waitReady(n, 20*time.Second)
+		if i > 0 {
+			n.join = c.nodes[0].httpAddr
+		}
+		c.startFresh(n)
 		if i == 0 {
 			c.leader(20 * time.Second)
 		}
@@ -250,19 +249,64 @@ func (c *chaosCluster) urls() string {
 
 func (c *chaosCluster) waitReady(n *chaosNode, timeout time.Duration) {
 	c.t.Helper()
+	if err := n.ready(timeout); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// ready waits until n answers /readyz, its process exits, or timeout.
+func (n *chaosNode) ready(timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		resp, err := readyClient.Get(n.url() + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
+		n.mu.Lock()
+		done := n.done
+		n.mu.Unlock()
+		select {
+		case <-done:
+			return fmt.Errorf("%s exited before it was ready", n.id)
+		default:
+		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("%s not ready within %s: %v", n.id, timeout, err)
+			return fmt.Errorf("%s not ready within %s: %v", n.id, timeout, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startFresh starts n for the first time and waits until it is ready.
+// freeAddr closes its listener before the child binds the port, so
+// another process (a test package running in parallel, or an outgoing
+// connection given that ephemeral port) may take it in between: a child
+// that exits with "address already in use" starts again on new ports,
+// in a fresh data directory, as nothing else knows its addresses yet.
+func (c *chaosCluster) startFresh(n *chaosNode) {
+	c.t.Helper()
+	for attempt := 1; ; attempt++ {
+		n.start(c.t, true)
+		err := n.ready(20 * time.Second)
+		if err == nil {
+			return
+		}
+		b, _ := os.ReadFile(n.logPath)
+		last := string(b)
+		if i := strings.LastIndex(last, "=== start "); i >= 0 {
+			last = last[i:]
+		}
+		if attempt == 3 || !strings.Contains(last, "address already in use") {
+			c.t.Fatal(err)
+		}
+		c.t.Logf("%s: a port was taken before it bound it (%s); new ports", n.id, strings.TrimSpace(tail(last, 200)))
+		if err := os.RemoveAll(n.dir); err != nil {
+			c.t.Fatal(err)
+		}
+		n.httpAddr, n.raftAddr = freeAddr(c.t), freeAddr(c.t)
 	}
 }
 

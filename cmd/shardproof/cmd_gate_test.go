@@ -70,25 +70,46 @@ func freeAddr(t *testing.T) string {
 // at the end of the test if not called before.
 func startGateServe(t *testing.T, dir string, extra ...string) (gateURL string, stop func()) {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		url, stop, taken := tryGateServe(t, dir, extra...)
+		if !taken {
+			return url, stop
+		}
+		// freeAddr closes its listener before the child binds the port:
+		// another process took one in between. New ports, fresh state.
+		if attempt == 3 {
+			t.Fatal("gate serve: ports taken three times")
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// tryGateServe is one attempt of startGateServe; taken reports a child
+// that exited because one of its ports was already in use.
+func tryGateServe(t *testing.T, dir string, extra ...string) (gateURL string, stop func(), taken bool) {
+	t.Helper()
 	httpAddr := freeAddr(t)
 	args := append([]string{"gate", "serve", "--data", dir, "--http-addr", httpAddr, "--raft-addr", freeAddr(t)}, extra...)
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = cliEnv()
-	var stderr bytes.Buffer
+	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
 			cmd.Process.Signal(os.Interrupt)
 			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("gate serve exited with %v after SIGINT\n%s", err, stderr.String())
+			case <-exited:
+				if waitErr != nil {
+					t.Errorf("gate serve exited with %v after SIGINT\n%s", waitErr, stderr.String())
 				}
 			case <-time.After(10 * time.Second):
 				cmd.Process.Kill()
@@ -96,21 +117,48 @@ func startGateServe(t *testing.T, dir string, extra ...string) (gateURL string, 
 			}
 		})
 	}
-	t.Cleanup(stop)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		resp, err := readyClient.Get("http://" + httpAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return "http://" + httpAddr, stop
+				t.Cleanup(stop)
+				return "http://" + httpAddr, stop, false
 			}
 		}
+		select {
+		case <-exited:
+			if strings.Contains(stderr.String(), "address already in use") {
+				return "", nil, true
+			}
+			t.Fatalf("gate serve exited before it was ready: %v\n%s", waitErr, stderr.String())
+		default:
+		}
 		if time.Now().After(deadline) {
+			cmd.Process.Kill()
 			t.Fatalf("gate serve not ready: %v\n%s", err, stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe to read while a child writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // storeRelease writes testRelease and a VERIFIED report of it to a file
