@@ -88,13 +88,6 @@ func Start(t testing.TB) *Cluster {
 	if err := os.WriteFile(filepath.Join(dir, "munge.key"), key, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ports, err := freePorts(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(c.Conf, []byte(c.config(u.Username, ports[0], ports[1])), 0o644); err != nil {
-		t.Fatal(err)
-	}
 
 	sock := filepath.Join(dir, "munge.sock")
 	c.start("munged", "-F", "--force", "--socket="+sock,
@@ -106,19 +99,55 @@ func Start(t testing.TB) *Cluster {
 		c.dumpLogs()
 		unavailable(t, "munged did not create its socket: %v", err)
 	}
-	// -c: start from an empty state; -D: foreground, so the test owns it.
-	c.start("slurmctld", "-D", "-c", "-f", c.Conf)
-	c.start("slurmd", "-D", "-N", "localhost", "-f", c.Conf)
-	var last string
-	if err := waitFor(30*time.Second, func() bool {
-		out, err := c.Command("sinfo", "-h", "-N", "-o", "%T").CombinedOutput()
-		last = strings.TrimSpace(string(out))
-		return err == nil && last == "idle"
-	}); err != nil {
+	// slurmctld and slurmd bind ports that freePorts found free a moment
+	// before, and another process may take one in between: then a daemon
+	// logs "Address already in use" and both start again on new ports.
+	for attempt := 1; ; attempt++ {
+		ports, err := freePorts(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(c.Conf, []byte(c.config(u.Username, ports[0], ports[1])), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"slurmctld.log", "slurmd.log"} {
+			os.Remove(filepath.Join(dir, name))
+		}
+		before := len(c.procs)
+		// -c: start from an empty state; -D: foreground, so the test owns it.
+		c.start("slurmctld", "-D", "-c", "-f", c.Conf)
+		c.start("slurmd", "-D", "-N", "localhost", "-f", c.Conf)
+		var last string
+		err = waitFor(30*time.Second, func() bool {
+			if c.portTaken() {
+				return true
+			}
+			out, err := c.Command("sinfo", "-h", "-N", "-o", "%T").CombinedOutput()
+			last = strings.TrimSpace(string(out))
+			return err == nil && last == "idle"
+		})
+		switch {
+		case err == nil && !c.portTaken():
+			return c
+		case c.portTaken() && attempt < 3:
+			t.Logf("slurmtest: a port was taken before the daemons bound it; new ports")
+			killProcs(c.procs[before:])
+			c.procs = c.procs[:before]
+			continue
+		}
 		c.dumpLogs()
 		unavailable(t, "node did not become idle (sinfo: %q): %v", last, err)
 	}
-	return c
+}
+
+// portTaken reports whether slurmctld or slurmd could not bind its port.
+func (c *Cluster) portTaken() bool {
+	for _, name := range []string{"slurmctld.log", "slurmd.log", "slurmctld.out", "slurmd.out"} {
+		if b, err := os.ReadFile(filepath.Join(c.Dir, name)); err == nil && bytes.Contains(b, []byte("Address already in use")) {
+			return true
+		}
+	}
+	return false
 }
 
 // config is a minimal slurm.conf: one node, one default partition, no
@@ -235,8 +264,15 @@ func (c *Cluster) stop() {
 	if c.t.Failed() {
 		c.dumpLogs()
 	}
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		p := c.procs[i]
+	killProcs(c.procs)
+	os.RemoveAll(c.Dir)
+}
+
+// killProcs stops the daemons in reverse order: SIGTERM to each process
+// group, SIGKILL after 10 s.
+func killProcs(procs []*exec.Cmd) {
+	for i := len(procs) - 1; i >= 0; i-- {
+		p := procs[i]
 		pg := -p.Process.Pid
 		_ = syscall.Kill(pg, syscall.SIGTERM)
 		done := make(chan struct{})
@@ -248,7 +284,6 @@ func (c *Cluster) stop() {
 			<-done
 		}
 	}
-	os.RemoveAll(c.Dir)
 }
 
 // lookPath finds a program on PATH or in the sbin directories, which are
