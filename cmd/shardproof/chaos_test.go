@@ -379,10 +379,13 @@ func (h *chaosHistory) add(client int, op modelOp, out modelOut, call, ret int64
 	defer h.mu.Unlock()
 	// The gate stamps a command with its leader's wall clock in
 	// milliseconds, somewhere between the call and the answer: the model
-	// bounds barrier deadlines with the same clock.
-	op.callMs, op.retMs = h.start.UnixMilli()+call/1e6, math.MaxInt64
+	// bounds barrier deadlines with the same clock. op.callMs was read
+	// when the attempt was sent; the answer is now. Both are read from
+	// the wall clock itself, so a clock slewed during the run cannot
+	// shift them against the members' stamps.
+	op.retMs = math.MaxInt64
 	if ret != math.MaxInt64 {
-		op.retMs = h.start.UnixMilli() + (ret+1e6-1)/1e6
+		op.retMs = time.Now().UnixMilli() + 1
 	}
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: op, Call: call, Output: out, Return: ret})
 	k := op.kind + " " + describeCode(out)
@@ -850,6 +853,7 @@ func chaosClient(ctx context.Context, id int, urls string, roots []manifest.Dige
 		var call int64
 		for {
 			call = h.now()
+			op.callMs = time.Now().UnixMilli()
 			actx, cancel := attempt()
 			out, err = chaosDo(actx, cl, op, reg, roots, rootIndex)
 			cancel()

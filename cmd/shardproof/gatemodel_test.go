@@ -561,10 +561,10 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 	panic("gate model: unknown operation " + op.kind)
 }
 
-// modelClockSlackMs absorbs the difference between the test's monotonic
-// clock, from which operations' wall-clock bounds are derived, and the
-// members' wall clocks (one machine: the same clock, read at different
-// moments and truncated to milliseconds).
+// modelClockSlackMs is a margin on the rules that use the clock. The
+// test and the members read the same wall clock (one machine), the test
+// before it sends and after the answer, and both truncate to
+// milliseconds, so the bounds hold without it; it stays as a margin.
 const modelClockSlackMs = 50
 
 // deadline is the window of the barrier deadline op sets: its stamp plus
