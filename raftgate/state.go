@@ -222,7 +222,7 @@ type Run struct {
 	Ended int64 `json:"ended,omitempty"`
 }
 
-// PrunedRun is the tombstone of a run that prune deleted: about a hundred
+// PrunedRun is the tombstone of a run that prune deleted: about 150
 // bytes where the run held its assignment and attestations.
 type PrunedRun struct {
 	Root       manifest.Digest `json:"root"`
