@@ -9,8 +9,10 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 )
 
-// Opener opens a Store for a URL of its scheme.
-type Opener func(ctx context.Context, u *url.URL) (Store, error)
+// Opener opens a Store for a URL of its scheme. create says whether a
+// store that does not exist yet may be created (a file store's directory);
+// without it, a missing store is STORE_UNAVAILABLE.
+type Opener func(ctx context.Context, u *url.URL, create bool) (Store, error)
 
 var (
 	openersMu sync.RWMutex
@@ -26,9 +28,20 @@ func Register(scheme string, o Opener) {
 	openers[scheme] = o
 }
 
-// Open opens the store named by rawURL: "file:///path", a plain path, or
-// "s3://bucket/prefix". The implementation's package must be imported.
+// Open opens the existing store named by rawURL: "file:///path", a plain
+// path, or "s3://bucket/prefix". The implementation's package must be
+// imported. A file store's directory must exist.
 func Open(ctx context.Context, rawURL string) (Store, error) {
+	return open(ctx, rawURL, false)
+}
+
+// Create is Open for a writer that may start a store: a file store's
+// directory is created if missing. An S3 bucket is never created.
+func Create(ctx context.Context, rawURL string) (Store, error) {
+	return open(ctx, rawURL, true)
+}
+
+func open(ctx context.Context, rawURL string, create bool) (Store, error) {
 	if rawURL == "" {
 		return nil, errcode.New(errcode.Usage, "no store given (use --store URL or a path)")
 	}
@@ -45,5 +58,5 @@ func Open(ctx context.Context, rawURL string) (Store, error) {
 	if o == nil {
 		return nil, errcode.New(errcode.Usage, "store URL %q: unknown scheme %q", rawURL, u.Scheme)
 	}
-	return o(ctx, u)
+	return o(ctx, u, create)
 }

@@ -126,7 +126,7 @@ Staging the same input again prints the same digests and writes nothing.`,
 		if f.shards < 1 {
 			return errcode.New(errcode.Usage, "--shards must be at least 1")
 		}
-		s, err := openStore(cmd, f.store)
+		s, err := createStore(cmd, f.store)
 		if err != nil {
 			return err
 		}

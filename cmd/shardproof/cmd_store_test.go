@@ -187,3 +187,34 @@ func TestStoreCLIS3(t *testing.T) {
 		t.Fatalf("ls: %q, %v", out, err)
 	}
 }
+
+// A mistyped --store is STORE_UNAVAILABLE (exit 3) naming the directory,
+// for every command that reads a store, and leaves no directory behind;
+// before, it opened a new empty store there and verify answered that the
+// release manifest was NOT_FOUND. synth, which starts a store, creates it.
+func TestStoreMustExist(t *testing.T) {
+	base := t.TempDir()
+	missing := filepath.Join(base, "stroe")
+	root := "sha256:" + strings.Repeat("0", 64)
+	for _, args := range [][]string{
+		{"verify", "--store", missing, "--root", root},
+		{"manifest", "show", "--store", missing, root},
+		{"store", "ls", "--store", "file://" + missing},
+		{"store", "get", "--store", missing, "docs/a"},
+	} {
+		_, _, err := runInProcess(t, nil, args...)
+		if errcode.Of(err) != errcode.StoreUnavailable || exitStatus(err) != errcode.ExitError || !strings.Contains(err.Error(), missing+": no such directory") {
+			t.Errorf("%s: code %s exit %d (%v), want STORE_UNAVAILABLE / 3 naming %s", strings.Join(args[:2], " "), errcode.Of(err), exitStatus(err), err, missing)
+		}
+		if _, err := os.Stat(missing); !os.IsNotExist(err) {
+			t.Fatalf("%s created %s (%v)", strings.Join(args[:2], " "), missing, err)
+		}
+	}
+	created := filepath.Join(base, "new", "store")
+	if _, _, err := runInProcess(t, nil, "synth", "--store", created, "--samples", "20", "--shards", "1"); err != nil {
+		t.Fatalf("synth into a new directory: %v", err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(created, "blobs", "sha256")); err != nil || len(ents) == 0 {
+		t.Fatalf("synth wrote no blobs into %s: %v", created, err)
+	}
+}

@@ -32,7 +32,7 @@ run writes nothing.`,
 		if f.shards < 1 {
 			return errcode.New(errcode.Usage, "--shards must be at least 1")
 		}
-		s, err := openStore(cmd, f.store)
+		s, err := createStore(cmd, f.store)
 		if err != nil {
 			return err
 		}

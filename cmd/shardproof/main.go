@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"runtime/trace"
+	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -112,7 +114,9 @@ func exitStatus(err error) int {
 	}
 	code := errcode.Of(err)
 	msg := err.Error()
-	if e := new(errcode.Error); !errors.As(err, &e) {
+	if !strings.HasPrefix(msg, string(code)+": ") {
+		// An uncoded error, or a coded one wrapped in context (a store
+		// key): the line still starts with the code.
 		msg = string(code) + ": " + msg
 	}
 	fmt.Fprintf(os.Stderr, "shardproof: %s\n", msg)
@@ -120,10 +124,33 @@ func exitStatus(err error) int {
 	return code.Exit()
 }
 
+// countFlags are the int flags that count something (tasks, ranks,
+// attempts, generations): a negative value is a usage error, where the
+// commands took it for "the default" (0, where the help says so).
+var countFlags = []string{
+	"map-tasks", "reducers", "parallelism", "k8s-parallelism", "task-attempts",
+	"k8s-backoff-limit-per-index", "retain", "world-size", "rank", "shards", "samples",
+}
+
+// checkCounts refuses a negative value of a count flag that was set.
+func checkCounts(cmd *cobra.Command) error {
+	for _, name := range countFlags {
+		f := cmd.Flags().Lookup(name)
+		if f == nil || !f.Changed || f.Value.Type() != "int" {
+			continue
+		}
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < 0 {
+			return errcode.New(errcode.Usage, "%s: --%s %d: must not be negative", cmd.CommandPath(), name, n)
+		}
+	}
+	return nil
+}
+
 func init() {
 	rootCmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return errcode.Wrap(errcode.Usage, err, "%s", c.CommandPath())
 	})
+	rootCmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkCounts(cmd) }
 	// Runs after every cmd_*.go init (files initialize in name order), so
 	// every command is registered.
 	requireSubcommand(rootCmd)
@@ -149,9 +176,15 @@ func requireSubcommand(c *cobra.Command) {
 	c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 }
 
-// openStore opens --store.
+// openStore opens --store, which must exist.
 func openStore(cmd *cobra.Command, url string) (objstore.Store, error) {
 	return objstore.Open(cmd.Context(), url)
+}
+
+// createStore opens --store for a command that may start it (synth,
+// stage): a file store's directory is created if missing.
+func createStore(cmd *cobra.Command, url string) (objstore.Store, error) {
+	return objstore.Create(cmd.Context(), url)
 }
 
 // exactArgs is cobra.ExactArgs with a USAGE code.

@@ -30,3 +30,33 @@ func TestResumeIsLocalOnly(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", r.status, r.stderr)
 	}
 }
+
+// A negative count is USAGE (exit 2) before anything runs, where verify
+// took --map-tasks -3 for "the default" and went on; 0 stays the default.
+func TestNegativeCountIsUsage(t *testing.T) {
+	root := "sha256:" + strings.Repeat("0", 64)
+	store := t.TempDir()
+	for _, c := range []struct {
+		flag string
+		args []string
+	}{
+		{"--map-tasks -3", []string{"verify", "--store", store, "--root", root, "--map-tasks", "-3"}},
+		{"--reducers -1", []string{"verify", "--store", store, "--root", root, "--reducers", "-1"}},
+		{"--parallelism -2", []string{"verify", "--store", store, "--root", root, "--parallelism", "-2"}},
+		{"--k8s-parallelism -1", []string{"verify", "--store", store, "--root", root, "--executor", "kubernetes", "--k8s-parallelism", "-1"}},
+		{"--world-size -4", []string{"run", "create", "r1", "--alias", "a", "--world-size", "-4"}},
+		{"--rank -1", []string{"worker", "--store", store, "--run", "r1", "--rank", "-1", "--cache", t.TempDir()}},
+		{"--samples -5", []string{"synth", "--store", store, "--samples", "-5", "--shards", "1"}},
+	} {
+		r := runCLI(t, cliEnv(), c.args...)
+		if r.status != 2 || !strings.Contains(r.stderr, "USAGE: shardproof "+c.args[0]) || !strings.Contains(r.stderr, c.flag+": must not be negative") {
+			t.Errorf("%v: exit %d, stderr %q; want 2, USAGE naming %s", c.args, r.status, r.stderr, c.flag)
+		}
+	}
+	// A missing store is reported by its code on the line's front, also
+	// when the store wraps it in the key's name.
+	r := runCLI(t, cliEnv(), "manifest", "show", "--store", store, root)
+	if r.status != 3 || !strings.HasPrefix(r.stderr, "shardproof: NOT_FOUND: blobs/sha256/") {
+		t.Errorf("manifest show of a missing blob: exit %d, stderr %q; want 3 and a line starting with the code", r.status, r.stderr)
+	}
+}

@@ -25,14 +25,17 @@ import (
 )
 
 func init() {
-	objstore.Register("file", func(_ context.Context, u *url.URL) (objstore.Store, error) {
+	objstore.Register("file", func(_ context.Context, u *url.URL, create bool) (objstore.Store, error) {
 		if u.Host != "" && u.Host != "localhost" {
 			return nil, errcode.New(errcode.Usage, "file store URL %q: host %q not supported (use file:///abs/path)", u.String(), u.Host)
 		}
 		if u.RawQuery != "" {
 			return nil, errcode.New(errcode.Usage, "file store URL %q: no query parameters are supported", u.String())
 		}
-		return Open(u.Path)
+		if create {
+			return Open(u.Path)
+		}
+		return OpenExisting(u.Path)
 	})
 }
 
@@ -60,12 +63,33 @@ func Open(dir string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
 	}
-	root, err := os.OpenRoot(dir)
+	return open(dir)
+}
+
+// OpenExisting opens the store rooted at directory dir, which must exist:
+// a mistyped path is STORE_UNAVAILABLE rather than a new, empty store in
+// which every object is NOT_FOUND. Opening writes nothing; the first Put
+// creates the store's temp directory.
+func OpenExisting(dir string) (*Store, error) {
+	if dir == "" {
+		return nil, errcode.New(errcode.Usage, "file store: empty path")
+	}
+	info, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errcode.New(errcode.StoreUnavailable, "file store %s: no such directory (synth and stage create a store; every other command opens an existing one)", dir)
+	}
 	if err != nil {
 		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
 	}
-	if err := root.Mkdir(tmpDir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		root.Close()
+	if !info.IsDir() {
+		return nil, errcode.New(errcode.StoreUnavailable, "file store %s: not a directory", dir)
+	}
+	return open(dir)
+}
+
+func open(dir string) (*Store, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
 		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
 	}
 	s := &Store{dir: dir, root: root}
@@ -198,6 +222,13 @@ func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want 
 	rand.Read(rnd[:])
 	name := tmpDir + "/" + hex.EncodeToString(rnd[:])
 	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The store's first Put: make the temp directory (another
+		// process may be making it too).
+		if err = s.root.Mkdir(tmpDir, 0o755); err == nil || errors.Is(err, fs.ErrExist) {
+			f, err = s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+		}
+	}
 	if err != nil {
 		return "", s.ioErr(err, "put %s: create temp file", key)
 	}

@@ -246,6 +246,10 @@ func BenchmarkStore(b *testing.B) {
 // running in another process) are kept.
 func TestOpenSweepsStaleTemp(t *testing.T) {
 	_, dir := openTemp(t)
+	// The temp directory exists once a Put has run.
+	if err := os.MkdirAll(filepath.Join(dir, "@tmp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	stale, fresh := filepath.Join(dir, "@tmp", "stale"), filepath.Join(dir, "@tmp", "fresh")
 	for _, f := range []string{stale, fresh} {
 		if err := os.WriteFile(f, []byte("half-written"), 0o444); err != nil {
@@ -267,4 +271,74 @@ func TestOpenSweepsStaleTemp(t *testing.T) {
 	if _, err := os.Stat(fresh); err != nil {
 		t.Fatalf("fresh temp file removed: %v", err)
 	}
+}
+
+// TestOpenExisting: a command that reads a store opens it with
+// objstore.Open, which must not turn a mistyped path into a new, empty
+// store (every lookup NOT_FOUND, a directory left behind), nor write into
+// an existing directory merely by opening it; objstore.Create, for the
+// commands that start a store, makes the directory.
+func TestOpenExisting(t *testing.T) {
+	ctx := t.Context()
+	base := t.TempDir()
+	missing := filepath.Join(base, "typo", "store")
+	for _, u := range []string{missing, "file://" + missing} {
+		if _, err := objstore.Open(ctx, u); errcode.Of(err) != errcode.StoreUnavailable || !strings.Contains(err.Error(), "no such directory") {
+			t.Fatalf("Open(%q) = %v, want STORE_UNAVAILABLE naming the missing directory", u, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(base, "typo")); !os.IsNotExist(err) {
+		t.Fatalf("Open of a missing store created %s: %v", filepath.Join(base, "typo"), err)
+	}
+	f := filepath.Join(base, "plainfile")
+	os.WriteFile(f, []byte("x"), 0o644)
+	if _, err := file.OpenExisting(f); errcode.Of(err) != errcode.StoreUnavailable {
+		t.Fatalf("OpenExisting(plain file) = %v, want STORE_UNAVAILABLE", err)
+	}
+
+	empty := filepath.Join(base, "empty")
+	os.Mkdir(empty, 0o755)
+	s, err := objstore.Open(ctx, empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Head(ctx, "k", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("Head in an empty store: %v, want NOT_FOUND", err)
+	}
+	if ents, _ := os.ReadDir(empty); len(ents) != 0 {
+		t.Fatalf("opening and reading wrote %d entries into the directory (first %q)", len(ents), ents[0].Name())
+	}
+	// The first Put makes the temp directory it needs.
+	if _, err := s.Put(ctx, "a/k", strings.NewReader("v"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatalf("first Put into an opened empty directory: %v", err)
+	}
+	if got := readAll(t, s, "a/k"); got != "v" {
+		t.Fatalf("read back %q", got)
+	}
+
+	created := filepath.Join(base, "new", "store")
+	c, err := objstore.Create(ctx, created)
+	if err != nil {
+		t.Fatalf("Create(%q): %v", created, err)
+	}
+	if _, err := c.Put(ctx, "k", strings.NewReader("w"), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := objstore.Open(ctx, created); err != nil || readAll(t, s, "k") != "w" {
+		t.Fatalf("Open of the created store: %v", err)
+	}
+}
+
+func readAll(t *testing.T, s objstore.Store, key string) string {
+	t.Helper()
+	rc, err := s.Get(t.Context(), key, "")
+	if err != nil {
+		t.Fatalf("Get %s: %v", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %s: %v", key, err)
+	}
+	return string(b)
 }

@@ -30,7 +30,7 @@ import (
 )
 
 func init() {
-	objstore.Register("s3", func(ctx context.Context, u *url.URL) (objstore.Store, error) {
+	objstore.Register("s3", func(ctx context.Context, u *url.URL, _ bool) (objstore.Store, error) {
 		o, err := ParseURL(u)
 		if err != nil {
 			return nil, err
