@@ -149,7 +149,8 @@
 // # Nodes, HTTP and clients
 //
 // Node runs one member: raft-boltdb in DataDir/raft.db (log and stable
-// store), FileSnapshotStore in DataDir/snapshots, a TCP transport, and the
+// store; one process at a time: a node started on a directory another
+// process holds fails after 2 s with DATA_DIR_IN_USE), FileSnapshotStore in DataDir/snapshots, a TCP transport, and the
 // HTTP/JSON API: POST /v1/commands (a command envelope), POST /v1/join,
 // GET /v1/state, /v1/aliases/{name}, /v1/releases/{root}, /v1/permits,
 // /v1/runs/{id}, /v1/runs/{id}/wait?timeout=ms (long poll), /v1/status

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 )
@@ -152,6 +153,10 @@ func NewNode(cfg Config) *Node {
 	return n
 }
 
+// dataLockWait is how long Start waits for another process's lock on the
+// data directory's raft.db (one that is shutting down) before it gives up.
+const dataLockWait = 2 * time.Second
+
 // Start opens the node's storage, starts Raft and the HTTP API, and
 // bootstraps or joins as Config says. On error everything opened is closed.
 func (n *Node) Start(ctx context.Context) (err error) {
@@ -167,9 +172,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return errcode.Wrap(errcode.IO, err, "gate data dir")
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: n.cfg.RaftLog})
-	n.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(n.cfg.DataDir, "raft.db")})
+	// bbolt locks the file for its one writer and, without a timeout,
+	// waits for the lock for ever: a second gate started on a running
+	// gate's directory hung without a word.
+	db := filepath.Join(n.cfg.DataDir, "raft.db")
+	n.store, err = raftboltdb.New(raftboltdb.Options{Path: db, BoltOptions: &bbolt.Options{Timeout: dataLockWait}})
+	if errors.Is(err, bbolt.ErrTimeout) {
+		return errcode.New(errcode.DataDirInUse, "%s is locked by another gate process (waited %s); stop it, or give this node its own --data", db, dataLockWait)
+	}
 	if err != nil {
-		return errcode.Wrap(errcode.IO, err, "open %s", filepath.Join(n.cfg.DataDir, "raft.db"))
+		return errcode.Wrap(errcode.IO, err, "open %s", db)
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, hl)
 	if err != nil {

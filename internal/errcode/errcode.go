@@ -94,6 +94,7 @@ var catalogue = map[Code]entry{
 	BarrierClosed:      {ExitRejected, "the run's barrier is not open (not every rank has attested)"},
 	StepRegression:     {ExitRejected, "a checkpoint step is lower than one already admitted"},
 	StaleEpoch:         {ExitRejected, "an attestation names an assignment epoch a reassignment has replaced; verify the new assignment and attest again"},
+	DataDirInUse:       {ExitError, "the gate's data directory is held by another running gate process"},
 
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
@@ -162,6 +163,7 @@ const (
 	BarrierClosed      Code = "BARRIER_CLOSED"
 	StepRegression     Code = "STEP_REGRESSION"
 	StaleEpoch         Code = "STALE_EPOCH"
+	DataDirInUse       Code = "DATA_DIR_IN_USE"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"
