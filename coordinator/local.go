@@ -67,6 +67,18 @@ func NewNonce() string {
 	return hex.EncodeToString(b[:])
 }
 
+// UnfinishedError is the error of a local verification that stopped
+// after its plan was stored (interrupted, or a task failed): the tasks it
+// committed stay in the store under the plan, and Run with the same plan
+// (`verify --resume`) finishes the job from them. Err carries the code.
+type UnfinishedError struct {
+	Plan manifest.Digest
+	Err  error
+}
+
+func (e *UnfinishedError) Error() string { return e.Err.Error() }
+func (e *UnfinishedError) Unwrap() error { return e.Err }
+
 // Run runs, or resumes, the job of an existing plan with the local
 // executor: goroutines, parallelism at a time (default runtime.NumCPU()),
 // map tasks, then reduce tasks, then the aggregation. Tasks already
@@ -94,14 +106,14 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 		_, err := j.Map(ctx, i, mapped)
 		return err
 	}); err != nil {
-		return nil, err
+		return nil, &UnfinishedError{Plan: pd, Err: err}
 	}
 	dropParts()
 	if err := runAll(ctx, len(j.Plan.Reducers), parallelism, func(ctx context.Context, r int) error {
 		_, err := j.reduce(ctx, r, mapped)
 		return err
 	}); err != nil {
-		return nil, err
+		return nil, &UnfinishedError{Plan: pd, Err: err}
 	}
 	rep, d, err := j.Aggregate(ctx, manifest.Execution{
 		Executor: "local",
@@ -109,7 +121,7 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 		Started:  start.UTC().Format(time.RFC3339),
 	})
 	if err != nil {
-		return nil, err
+		return nil, &UnfinishedError{Plan: pd, Err: err}
 	}
 	return &Outcome{Plan: pd, Report: rep, ReportDigest: d}, nil
 }

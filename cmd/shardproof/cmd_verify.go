@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -92,6 +93,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 			out, err := coordinator.Verify(cmd.Context(), s, opts)
 			prog.finish()
 			if err != nil {
+				resumeHint(cmd, store, err)
 				return err
 			}
 			return finishVerify(cmd, s, out, asJSON)
@@ -266,6 +268,18 @@ func printVerifyResult(w io.Writer, out *coordinator.Outcome, asJSON bool) error
 // resumeVerify finishes the verification planned as plan on the local
 // executor: tasks whose commit records exist are not run again, so an
 // interrupted nightly run of a large release picks up where it stopped.
+// resumeHint tells the user, when a local verification stopped after its
+// plan was stored, how to finish it without redoing its committed tasks
+// and how its scratch goes away otherwise.
+func resumeHint(cmd *cobra.Command, store string, err error) {
+	var u *coordinator.UnfinishedError
+	if !errors.As(err, &u) {
+		return
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "shardproof: verify: plan %s stopped; its committed tasks are kept: `shardproof verify --store %s --resume %s` finishes it, `shardproof store prune-jobs --store %s` deletes what is left once it is old\n",
+		u.Plan, store, u.Plan, store)
+}
+
 func resumeVerify(cmd *cobra.Command, store, plan string, parallelism int, asJSON, inputs bool) error {
 	if inputs {
 		return errcode.New(errcode.Usage, "verify: --resume takes the root, snapshot and fences from the plan; do not give them")
@@ -282,6 +296,7 @@ func resumeVerify(cmd *cobra.Command, store, plan string, parallelism int, asJSO
 	out, err := coordinator.Run(cmd.Context(), s, pd, parallelism, prog.update)
 	prog.finish()
 	if err != nil {
+		resumeHint(cmd, store, err)
 		return err
 	}
 	return finishVerify(cmd, s, out, asJSON)

@@ -155,3 +155,39 @@ func TestVerifyCLIResume(t *testing.T) {
 		t.Fatalf("--resume with --root: exit %d, want %d\n%s", res.status, errcode.ExitUsage, res.stderr)
 	}
 }
+
+// A local verification that stops on an operational error after planning
+// says which plan it leaves and the command that finishes it; that
+// command, once the store is whole again, finishes it to the same report
+// a fresh verification gives.
+func TestVerifyCLIResumeHint(t *testing.T) {
+	r := newRelease(t)
+	// One shard's stored version is unreadable (a directory where the file
+	// was): every read of it fails with an I/O error, not a mismatch.
+	d := r.res.Release.Shards[1].Digest
+	vf := filepath.Join(r.dir, "blobs", "sha256", d.Hex(), "@00000000000000000001")
+	saved := vf + ".saved"
+	if err := os.Rename(vf, saved); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(vf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String())
+	m := regexp.MustCompile("plan (sha256:[0-9a-f]{64}) stopped; .*`shardproof verify --store (\\S+) --resume (sha256:[0-9a-f]{64})` finishes it").FindStringSubmatch(res.stderr)
+	if res.status != errcode.ExitError || m == nil || m[2] != r.dir || m[3] != m[1] {
+		t.Fatalf("verify with an unreadable shard: exit %d, stderr %q; want exit 3 and the resume command", res.status, res.stderr)
+	}
+	if !strings.HasPrefix(res.stderr[strings.LastIndex(strings.TrimSuffix(res.stderr, "\n"), "\n")+1:], "shardproof: IO: ") {
+		t.Fatalf("the last line is not the coded error: %q", res.stderr)
+	}
+	os.Remove(vf)
+	if err := os.Rename(saved, vf); err != nil {
+		t.Fatal(err)
+	}
+	js := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", m[1], "--json"))
+	if js.Verdict != manifest.Verified || js.Execution.Plan.String() != m[1] {
+		t.Fatalf("resumed: verdict %s plan %s, want VERIFIED %s", js.Verdict, js.Execution.Plan, m[1])
+	}
+	sameReport(t, "resumed vs fresh", cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--json")), js)
+}
