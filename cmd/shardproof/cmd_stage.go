@@ -12,6 +12,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/stage"
 )
 
@@ -135,6 +136,10 @@ Staging the same input again prints the same digests and writes nothing.`,
 		res, err := stage.Stage(cmd.Context(), s, stage.StageOptions{Inputs: args, Shards: f.shards, Seed: f.seed, Options: o})
 		done()
 		if err != nil {
+			// Bad input changes nothing: not even an empty store.
+			if fs, ok := s.(*file.Store); ok {
+				fs.RemoveIfUnused()
+			}
 			return err
 		}
 		return f.printStaged(cmd.OutOrStdout(), res, time.Since(start))

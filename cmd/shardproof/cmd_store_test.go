@@ -210,6 +210,25 @@ func TestStoreMustExist(t *testing.T) {
 			t.Fatalf("%s created %s (%v)", strings.Join(args[:2], " "), missing, err)
 		}
 	}
+	// stage creates its store, but bad input changes nothing: no store
+	// is left behind, and an existing directory stays.
+	garbage := filepath.Join(base, "garbage.parquet")
+	os.WriteFile(garbage, []byte("not parquet"), 0o644)
+	existing := filepath.Join(base, "existing")
+	os.Mkdir(existing, 0o755)
+	for _, dir := range []string{missing, existing} {
+		_, _, err := runInProcess(t, nil, "stage", "--store", dir, "--shards", "1", garbage)
+		if errcode.Of(err) != errcode.BadInput {
+			t.Fatalf("stage of a garbage file into %s: %v, want BAD_INPUT", dir, err)
+		}
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("a failed stage left the store directory it created: %v", err)
+	}
+	if ents, err := os.ReadDir(existing); err != nil || len(ents) != 0 {
+		t.Fatalf("a failed stage into an existing empty directory: %d entries, %v", len(ents), err)
+	}
+
 	created := filepath.Join(base, "new", "store")
 	if _, _, err := runInProcess(t, nil, "synth", "--store", created, "--samples", "20", "--shards", "1"); err != nil {
 		t.Fatalf("synth into a new directory: %v", err)

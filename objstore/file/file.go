@@ -50,6 +50,8 @@ const (
 type Store struct {
 	dir  string
 	root *os.Root
+	// created: Open made the directory.
+	created bool
 }
 
 var _ objstore.Store = (*Store)(nil)
@@ -60,10 +62,23 @@ func Open(dir string) (*Store, error) {
 	if dir == "" {
 		return nil, errcode.New(errcode.Usage, "file store: empty path")
 	}
+	_, statErr := os.Stat(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
 	}
-	return open(dir)
+	s, err := open(dir)
+	if err == nil {
+		s.created = errors.Is(statErr, fs.ErrNotExist)
+	}
+	return s, err
+}
+
+// RemoveIfUnused removes the store's directory if Open created it and
+// nothing has been written to it since, so a command that created a store
+// and then failed on its input leaves no empty store behind. It reports
+// whether it removed the directory; a directory that holds anything stays.
+func (s *Store) RemoveIfUnused() bool {
+	return s.created && os.Remove(s.dir) == nil
 }
 
 // OpenExisting opens the store rooted at directory dir, which must exist:

@@ -327,6 +327,24 @@ func TestOpenExisting(t *testing.T) {
 	if s, err := objstore.Open(ctx, created); err != nil || readAll(t, s, "k") != "w" {
 		t.Fatalf("Open of the created store: %v", err)
 	}
+	// RemoveIfUnused takes back only a directory Open made and nothing
+	// was written to.
+	if c.(*file.Store).RemoveIfUnused() {
+		t.Fatal("RemoveIfUnused removed a store holding an object")
+	}
+	if s.(*file.Store).RemoveIfUnused() {
+		t.Fatal("RemoveIfUnused removed a directory Open did not create")
+	}
+	fresh, err := file.Open(filepath.Join(base, "fresh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fresh.RemoveIfUnused() {
+		t.Fatal("RemoveIfUnused kept an unused directory Open created")
+	}
+	if _, err := os.Stat(filepath.Join(base, "fresh")); !os.IsNotExist(err) {
+		t.Fatalf("after RemoveIfUnused: %v", err)
+	}
 }
 
 func readAll(t *testing.T, s objstore.Store, key string) string {
