@@ -74,6 +74,9 @@ func printResult(cmd *cobra.Command, v any, human func(w io.Writer)) error {
 
 // parseDigestArg parses a digest argument or flag with a USAGE code.
 func parseDigestArg(cmd *cobra.Command, what, s string) (manifest.Digest, error) {
+	if s == "" {
+		return manifest.Digest{}, errcode.New(errcode.Usage, "%s: %s is required (sha256:<64 hex>)", cmd.CommandPath(), what)
+	}
 	d, err := manifest.ParseDigest(s)
 	if err != nil {
 		return d, errcode.Wrap(errcode.Usage, err, "%s: %s", cmd.CommandPath(), what)

@@ -60,3 +60,17 @@ func TestNegativeCountIsUsage(t *testing.T) {
 		t.Errorf("manifest show of a missing blob: exit %d, stderr %q; want 3 and a line starting with the code", r.status, r.stderr)
 	}
 }
+
+// A required digest flag left out is named as required, before any gate
+// is asked, rather than reported as a malformed empty digest.
+func TestMissingDigestIsUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "attest", "r1", "--rank", "0", "--gate", "http://127.0.0.1:1"},
+		{"run", "checkpoint", "r1", "--step", "3", "--gate", "http://127.0.0.1:1"},
+	} {
+		r := runCLI(t, cliEnv(), args...)
+		if r.status != 2 || !strings.Contains(r.stderr, "USAGE: shardproof run "+args[1]+": --root is required") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and --root required", args, r.status, r.stderr)
+		}
+	}
+}
