@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -65,6 +66,14 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 	}
 	var p Plan
 	if err := decodeStrict(b, &p); err != nil {
+		// A digest of another document (a release root where its plan
+		// was meant, say) is the caller's mistake, not a bad plan.
+		var other struct {
+			Schema string `json:"schema"`
+		}
+		if json.Unmarshal(b, &other) == nil && other.Schema != "" && other.Schema != PlanSchema {
+			return nil, errcode.New(errcode.Usage, "%s is a %.64q document, not a verification plan (%s): give the plan digest a verify printed", planDigest, other.Schema, PlanSchema)
+		}
 		return nil, wrap(err, "plan %s", planDigest)
 	}
 	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p, clock: new(stageClock)}

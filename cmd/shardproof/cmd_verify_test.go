@@ -154,6 +154,12 @@ func TestVerifyCLIResume(t *testing.T) {
 	if res.status != errcode.ExitUsage {
 		t.Fatalf("--resume with --root: exit %d, want %d\n%s", res.status, errcode.ExitUsage, res.stderr)
 	}
+	// The root where the plan was meant: a usage error naming what the
+	// digest is, not exit 1 (INVALID) for a plan that failed to decode.
+	res = runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", r.res.Root.String())
+	if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, `is a "`+manifest.ReleaseSchema+`" document, not a verification plan`) {
+		t.Fatalf("--resume ROOT: exit %d, want %d naming the release schema\n%s", res.status, errcode.ExitUsage, res.stderr)
+	}
 }
 
 // A local verification that stops on an operational error after planning
