@@ -91,6 +91,11 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	if o.Alias == "" || o.Root.IsZero() {
 		return nil, errcode.New(errcode.Usage, "publish needs an alias and a root digest")
 	}
+	// Before a verification that may take hours: the gate would refuse
+	// the name only once it is done.
+	if err := raftgate.CheckAliasName(o.Alias); err != nil {
+		return nil, errcode.Wrap(errcode.Usage, err, "publish")
+	}
 	if o.Verify == nil {
 		return nil, errcode.New(errcode.Internal, "publish: no verifier")
 	}

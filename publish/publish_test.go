@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -497,5 +498,37 @@ func TestVerifyErrorLeavesCandidateStaged(t *testing.T) {
 	// publishes.
 	if out, err := e.publish(nil, o); err != nil || out.Result.Generation != 2 {
 		t.Fatalf("retry: %+v %v", out, err)
+	}
+}
+
+// An alias name the gate would refuse is refused before the verification,
+// which at scale takes hours: nothing is verified, stored or registered.
+func TestPublishBadAliasBeforeVerify(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 200, 2, 1)
+	verified := 0
+	o := e.opts(gen1.Root)
+	inner := o.Verify
+	o.Verify = func(ctx context.Context, root, tomb, bench manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+		verified++
+		return inner(ctx, root, tomb, bench)
+	}
+	for _, name := range []string{"bad alias", "x\x00y", strings.Repeat("a", 254)} {
+		o.Alias = name
+		_, err := e.publish(nil, o)
+		wantCode(t, err, errcode.Usage)
+		if !strings.Contains(err.Error(), "alias name") {
+			t.Fatalf("%q: %v, want the alias name's error", name, err)
+		}
+	}
+	if verified != 0 {
+		t.Fatalf("verified %d times for refused alias names", verified)
+	}
+	if _, err := e.gate.Release(e.ctx, gen1.Root); errcode.Of(err) != errcode.UnknownRelease {
+		t.Fatalf("release after refused publishes: %v, want UNKNOWN_RELEASE", err)
+	}
+	o.Alias = "good/name-1.0_x"
+	if _, err := e.publish(nil, o); err != nil || verified != 1 {
+		t.Fatalf("valid alias: %v, verified %d times", err, verified)
 	}
 }

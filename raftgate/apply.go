@@ -292,7 +292,10 @@ func (a *applier) maybeRetire(root manifest.Digest) {
 	rel.State = ReleaseRetired
 }
 
-func checkAliasName(name string) error {
+// CheckAliasName reports whether name may name an alias, with the error
+// the gate would answer (BAD_INPUT): clients check it before work that
+// only a valid alias makes useful, such as publish's verification.
+func CheckAliasName(name string) error {
 	if name == "" || len(name) > 253 {
 		return errcode.New(errcode.BadInput, "alias name must be 1..253 bytes")
 	}
@@ -305,7 +308,7 @@ func checkAliasName(name string) error {
 }
 
 func (a *applier) publish(c *Publish) (any, error) {
-	if err := checkAliasName(c.Alias); err != nil {
+	if err := CheckAliasName(c.Alias); err != nil {
 		return nil, err
 	}
 	if c.Retain < 0 || c.Retain > MaxRetain {
