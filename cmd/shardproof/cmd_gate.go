@@ -443,6 +443,15 @@ var gatePermitsCmd = &cobra.Command{
 	Short: "List permits",
 	Args:  exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
+		var root manifest.Digest
+		if gatePermitsFlags.root != "" {
+			// A malformed filter would match nothing and look like "no
+			// permits".
+			var err error
+			if root, err = parseDigestArg(cmd, "--root", gatePermitsFlags.root); err != nil {
+				return err
+			}
+		}
 		c := gateClient()
 		defer c.Close()
 		ps, err := c.Permits(cmd.Context())
@@ -451,7 +460,7 @@ var gatePermitsCmd = &cobra.Command{
 		}
 		out := []*raftgate.Permit{}
 		for _, p := range ps {
-			if (gatePermitsFlags.root == "" || p.Root.String() == gatePermitsFlags.root) && (!gatePermitsFlags.open || p.State == raftgate.PermitOpen) {
+			if (root.IsZero() || p.Root == root) && (!gatePermitsFlags.open || p.State == raftgate.PermitOpen) {
 				out = append(out, p)
 			}
 		}

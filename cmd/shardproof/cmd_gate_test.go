@@ -281,6 +281,18 @@ func TestGateCLI(t *testing.T) {
 	if strings.TrimSpace(r.stdout) != "" {
 		t.Fatalf("open permits after the fence advance: %s", r.stdout)
 	}
+	r = g("gate", "permits", "--root", root.String()).expect(t, 0, "")
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	for _, l := range lines {
+		if !strings.Contains(l, "root "+root.String()) {
+			t.Fatalf("permits --root %s lists another root: %q", root, l)
+		}
+	}
+	if len(lines) == 0 || lines[0] == "" {
+		t.Fatalf("permits --root %s: none listed", root)
+	}
+	// A malformed filter is refused, not a silently empty list.
+	g("gate", "permits", "--root", "sha256:abc").expect(t, errcode.ExitUsage, errcode.Usage)
 	r = g("run", "show", "job").expect(t, 0, "")
 	if !strings.Contains(r.stdout, "rank 1: shards [1], attested") {
 		t.Fatalf("run show: %s", r.stdout)
