@@ -113,7 +113,21 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	}
 
 	expected := o.ExpectGeneration
-	if !o.HasExpect {
+	if o.HasExpect {
+		// A compare-and-set that already lost (the alias moved past the
+		// expected generation, to another root) would be refused after
+		// the verification, which at scale takes hours.
+		al, err := g.Alias(ctx, o.Alias)
+		switch {
+		case errcode.Of(err) == errcode.UnknownAlias:
+		case err != nil:
+			return nil, err
+		default:
+			if err := raftgate.StalePublish(al, o.Root, expected); err != nil {
+				return nil, err
+			}
+		}
+	} else {
 		al, err := g.Alias(ctx, o.Alias)
 		switch {
 		case errcode.Of(err) == errcode.UnknownAlias:

@@ -532,3 +532,52 @@ func TestPublishBadAliasBeforeVerify(t *testing.T) {
 		t.Fatalf("valid alias: %v, verified %d times", err, verified)
 	}
 }
+
+// A publish whose compare-and-set has already lost (the alias moved past
+// the expected generation to another root) is refused with the gate's
+// own code before the verification, which at scale takes hours; a retry
+// of a publish that did make the next generation still succeeds.
+func TestPublishStaleExpectBeforeVerify(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 200, 2, 1)
+	gen2 := stagetest.Synth(t, e.store, 200, 2, 2)
+	gen3 := stagetest.Synth(t, e.store, 200, 2, 3)
+	for _, r := range []manifest.Digest{gen1.Root, gen2.Root} {
+		if _, err := e.publish(nil, e.opts(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	verified := 0
+	o := e.opts(gen3.Root)
+	inner := o.Verify
+	o.Verify = func(ctx context.Context, root, tomb, bench manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+		verified++
+		return inner(ctx, root, tomb, bench)
+	}
+	o.HasExpect = true
+	// Generation 2 is gen2's and the latest: PUBLISH_CONFLICT. Generation
+	// 1 is gen1's, and the alias is past it: GENERATION_CONFLICT.
+	for expect, code := range map[uint64]errcode.Code{1: errcode.PublishConflict, 0: errcode.GenerationConflict} {
+		o.ExpectGeneration = expect
+		_, err := e.publish(nil, o)
+		wantCode(t, err, code)
+	}
+	if verified != 0 {
+		t.Fatalf("verified %d times for compare-and-sets that had lost", verified)
+	}
+	if _, err := e.gate.Release(e.ctx, gen3.Root); errcode.Of(err) != errcode.UnknownRelease {
+		t.Fatalf("gen3 after refused publishes: %v, want UNKNOWN_RELEASE (not even staged)", err)
+	}
+	// The current generation: verified and published.
+	o.ExpectGeneration = 2
+	out, err := e.publish(nil, o)
+	if err != nil || out.Result.Generation != 3 || verified != 1 {
+		t.Fatalf("publish expecting 2: %+v, %v (verified %d times)", out, err, verified)
+	}
+	// The same publish again (a retry after an unknown outcome): the
+	// alias is past generation 2 because of it, so it is not stale.
+	again, err := e.publish(nil, o)
+	if err != nil || again.Result != out.Result {
+		t.Fatalf("retry: %+v, %v; want %+v", again, err, out.Result)
+	}
+}

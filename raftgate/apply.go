@@ -244,6 +244,20 @@ func (a *applier) issuePermit(kind, alias, run string, rel *Release, generation 
 // PUBLISH_CONFLICT: the command lost a race for exactly that generation.
 // Every other expected-generation mismatch is a GENERATION_CONFLICT,
 // decided by the caller.
+// StalePublish reports, from a read of alias al, whether a publish of root
+// expecting generation expected is certain to be refused: al is already
+// past that generation, and not because this very publish made the next
+// one (a retry, which the gate answers with its original result). The
+// error is the one the gate would answer. Generations only grow, so a
+// client may fail fast on it, before work the refusal would waste.
+func StalePublish(al *Alias, root manifest.Digest, expected uint64) error {
+	if al == nil || uint64(len(al.History)) != al.Generation {
+		return nil // not a whole alias as the gate keeps it: let the gate judge
+	}
+	_, err := retried(al, CmdPublish, root, expected)
+	return err
+}
+
 func retried(al *Alias, kind string, root manifest.Digest, expected uint64) (any, error) {
 	if expected >= al.Generation {
 		return nil, nil

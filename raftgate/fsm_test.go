@@ -829,3 +829,29 @@ func TestDigestFollowsLog(t *testing.T) {
 		t.Fatalf("restored: (%d, %s), want (0, %s)", ic, dc, da)
 	}
 }
+
+// StalePublish judges only a whole alias: one whose history does not hold
+// every generation (a truncated or forged answer) gives no verdict rather
+// than a panic or a wrong one.
+func TestStalePublishPartialAlias(t *testing.T) {
+	root := manifest.Sum([]byte("r"))
+	other := manifest.Sum([]byte("o"))
+	for _, al := range []*Alias{nil, {Generation: 3}, {Generation: 2, History: []HistoryEntry{{Generation: 1, Root: other, Kind: CmdPublish}}}} {
+		if err := StalePublish(al, root, 0); err != nil {
+			t.Fatalf("%+v: %v, want no verdict", al, err)
+		}
+	}
+	whole := &Alias{Generation: 2, History: []HistoryEntry{{Generation: 1, Root: other, Kind: CmdPublish}, {Generation: 2, Root: root, Kind: CmdPublish}}}
+	if err := StalePublish(whole, root, 1); err != nil {
+		t.Fatalf("retry of the publish that made generation 2: %v", err)
+	}
+	if err := StalePublish(whole, root, 0); errcode.Of(err) != errcode.GenerationConflict {
+		t.Fatalf("expect 0 after generation 1 went to another root: %v, want GENERATION_CONFLICT", err)
+	}
+	if err := StalePublish(whole, other, 1); errcode.Of(err) != errcode.PublishConflict {
+		t.Fatalf("expect 1, generation 2 is another root's: %v, want PUBLISH_CONFLICT", err)
+	}
+	if err := StalePublish(whole, other, 2); err != nil {
+		t.Fatalf("expect the current generation: %v", err)
+	}
+}
