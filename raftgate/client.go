@@ -321,6 +321,14 @@ func (c *Client) WaitRun(ctx context.Context, id string) (*RunSummary, error) {
 		}
 		if err != nil {
 			if ctx.Err() != nil && errcode.Of(err) == errcode.Canceled {
+				if last == nil {
+					// Not one answer before the wait ended: that says
+					// nothing of the barrier.
+					if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+						return nil, errcode.Wrap(errcode.GateUnavailable, err, "run %s: no gate answered before the wait ended", id)
+					}
+					return nil, err
+				}
 				// The caller's wait ended mid-request: the barrier was
 				// still closed at the last answer.
 				return last, errcode.New(errcode.BarrierClosed, "run %s: barrier still closed when the wait ended", id)

@@ -220,6 +220,15 @@ func TestHTTPAPI(t *testing.T) {
 			t.Fatalf("wait %s on a closed barrier: %v, want BARRIER_CLOSED", d, err)
 		}
 	}
+	// A wait that never got an answer says nothing of the barrier: it was
+	// BARRIER_CLOSED, which a launcher reads as "ranks missing".
+	down := NewClient("http://127.0.0.1:1")
+	wctx, cancel := context.WithTimeout(ctx, 600*time.Millisecond)
+	if s, err := down.WaitRun(wctx, "ok"); errcode.Of(err) != errcode.GateUnavailable || s != nil {
+		t.Fatalf("wait with no gate reachable: %+v, %v; want GATE_UNAVAILABLE", s, err)
+	}
+	cancel()
+	down.Close()
 	if s, err := cl.Attest(ctx, "ok", 0, root, shardsOf("rel", 3)); err != nil || s.Barrier != BarrierOpen {
 		t.Fatalf("attest: %+v %v", s, err)
 	}

@@ -555,7 +555,9 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		if ctx.Err() != nil {
 			return stay, errcode.Wrap(errcode.BarrierClosed, ctx.Err(), "run %s: stopped waiting at the barrier after %s", w.cfg.Run, time.Since(start).Round(time.Millisecond))
 		}
-		if code := errcode.Of(err); code != errcode.BarrierClosed && !(sliceOver && code == errcode.Canceled) {
+		// A slice that ended without an answer (the gate down or
+		// electing) is no news either: the run's deadline decides.
+		if code := errcode.Of(err); code != errcode.BarrierClosed && !(sliceOver && (code == errcode.Canceled || code == errcode.GateUnavailable)) {
 			if code == errcode.RootMismatch {
 				w.cfg.Metrics.RootMismatches.WithLabelValues(label).Inc()
 			}

@@ -655,3 +655,39 @@ func TestLeaderLossWhileWaiting(t *testing.T) {
 		t.Fatalf("rank 0: %+v", st)
 	}
 }
+
+// The only gate member is down for longer than a wait slice while rank 0
+// waits at the barrier: slices that get no answer at all are no news, as
+// slices that find the barrier closed are; once the member is back, rank
+// 1 attests and rank 0 passes the barrier.
+func TestGateOutageWhileWaiting(t *testing.T) {
+	s := stagetest.Store(t)
+	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
+	c := raftgate.MakeCluster(t, 1)
+	g := c.Client()
+	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
+	e.publish(gen1, 0)
+	e.createRun("r1", 2, 60*time.Second)
+	w0 := e.worker("r1", 0, nil, nil)
+	done := make(chan error, 1)
+	go func() { done <- w0.Run(e.ctx, true) }()
+	waitState(t, w0, StateWaiting)
+	c.Stop(0)
+	time.Sleep(5 * time.Second) // more than two wait slices (2 s each)
+	select {
+	case err := <-done:
+		t.Fatalf("rank 0 gave up while the gate was down: %v", err)
+	default:
+	}
+	c.Restart(0)
+	c.Leader(10 * time.Second)
+	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
+		t.Fatalf("rank 1 after the outage: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("rank 0 across the outage: %v", err)
+	}
+	if st := w0.Status(); st.State != StateReady || st.Root != gen1.Root {
+		t.Fatalf("rank 0: %+v", st)
+	}
+}

@@ -170,9 +170,14 @@ var runWaitCmd = &cobra.Command{
 	Long: `Wait until the run's barrier opens (exit 0), the run fails (exit 4 with
 its code: ROOT_MISMATCH, SHARD_NOT_ASSIGNED, BARRIER_TIMEOUT, RUN_FAILED)
 or --timeout passes with the barrier still closed (exit 4, BARRIER_CLOSED;
-the run itself keeps waiting until its own deadline).`,
+the run itself keeps waiting until its own deadline). If no gate answered
+at all before --timeout, it is GATE_UNAVAILABLE (exit 3), which says
+nothing of the barrier.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
+		if runWaitFlags.timeout <= 0 {
+			return errcode.New(errcode.Usage, "%s: --timeout %s: must be positive", cmd.CommandPath(), runWaitFlags.timeout)
+		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), runWaitFlags.timeout)
 		defer cancel()
 		c := gateClient()
