@@ -303,6 +303,9 @@ func TestGateCLI(t *testing.T) {
 	}
 	g("gate", "publish", "main", "sha256:nope", "--expect", "2").expect(t, errcode.ExitUsage, errcode.Usage)
 	runGateCLI(t, "gate", "status", "--gate", "http://"+freeAddr(t), "--retry", "300ms").expect(t, errcode.ExitError, errcode.GateUnavailable)
+	// A wait no gate answered is not a closed barrier.
+	runGateCLI(t, "run", "wait", "job", "--timeout", "700ms", "--gate", "http://"+freeAddr(t)).expect(t, errcode.ExitError, errcode.GateUnavailable)
+	g("run", "wait", "job", "--timeout", "0s").expect(t, errcode.ExitUsage, errcode.Usage)
 
 	// An INVALID report is recorded, and the exit status says so, as
 	// verify's does: a script cannot mistake it for a registration that
