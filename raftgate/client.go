@@ -303,7 +303,9 @@ func (c *Client) StatusDigest(ctx context.Context) (*Status, error) {
 
 // WaitRun waits until the run's barrier opens (nil error), the run fails
 // (its failure code: BARRIER_TIMEOUT, ROOT_MISMATCH, …, or RUN_FAILED when
-// cancelled) or ctx ends (BARRIER_CLOSED).
+// cancelled) or ctx ends: BARRIER_CLOSED with the last answer if a gate
+// answered, GATE_UNAVAILABLE if none did before ctx's deadline (CANCELED
+// if ctx was cancelled first).
 func (c *Client) WaitRun(ctx context.Context, id string) (*RunSummary, error) {
 	var last *RunSummary
 	for {
