@@ -501,18 +501,24 @@ func TestVerifyErrorLeavesCandidateStaged(t *testing.T) {
 	}
 }
 
+// countVerifies wraps o's verifier, the real one, to count its calls.
+func countVerifies(o *publish.Options) *int {
+	n := new(int)
+	inner := o.Verify
+	o.Verify = func(ctx context.Context, root, tomb, bench manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+		*n++
+		return inner(ctx, root, tomb, bench)
+	}
+	return n
+}
+
 // An alias name the gate would refuse is refused before the verification,
 // which at scale takes hours: nothing is verified, stored or registered.
 func TestPublishBadAliasBeforeVerify(t *testing.T) {
 	e := newEnv(t)
 	gen1 := stagetest.Synth(t, e.store, 200, 2, 1)
-	verified := 0
 	o := e.opts(gen1.Root)
-	inner := o.Verify
-	o.Verify = func(ctx context.Context, root, tomb, bench manifest.Digest) (*manifest.Report, manifest.Digest, error) {
-		verified++
-		return inner(ctx, root, tomb, bench)
-	}
+	verified := countVerifies(&o)
 	for _, name := range []string{"bad alias", "x\x00y", strings.Repeat("a", 254)} {
 		o.Alias = name
 		_, err := e.publish(nil, o)
@@ -521,15 +527,15 @@ func TestPublishBadAliasBeforeVerify(t *testing.T) {
 			t.Fatalf("%q: %v, want the alias name's error", name, err)
 		}
 	}
-	if verified != 0 {
-		t.Fatalf("verified %d times for refused alias names", verified)
+	if *verified != 0 {
+		t.Fatalf("verified %d times for refused alias names", *verified)
 	}
 	if _, err := e.gate.Release(e.ctx, gen1.Root); errcode.Of(err) != errcode.UnknownRelease {
 		t.Fatalf("release after refused publishes: %v, want UNKNOWN_RELEASE", err)
 	}
 	o.Alias = "good/name-1.0_x"
-	if _, err := e.publish(nil, o); err != nil || verified != 1 {
-		t.Fatalf("valid alias: %v, verified %d times", err, verified)
+	if _, err := e.publish(nil, o); err != nil || *verified != 1 {
+		t.Fatalf("valid alias: %v, verified %d times", err, *verified)
 	}
 }
 
@@ -547,13 +553,8 @@ func TestPublishStaleExpectBeforeVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	verified := 0
 	o := e.opts(gen3.Root)
-	inner := o.Verify
-	o.Verify = func(ctx context.Context, root, tomb, bench manifest.Digest) (*manifest.Report, manifest.Digest, error) {
-		verified++
-		return inner(ctx, root, tomb, bench)
-	}
+	verified := countVerifies(&o)
 	o.HasExpect = true
 	// Generation 2 is gen2's and the latest: PUBLISH_CONFLICT. Generation
 	// 1 is gen1's, and the alias is past it: GENERATION_CONFLICT.
@@ -562,8 +563,8 @@ func TestPublishStaleExpectBeforeVerify(t *testing.T) {
 		_, err := e.publish(nil, o)
 		wantCode(t, err, code)
 	}
-	if verified != 0 {
-		t.Fatalf("verified %d times for compare-and-sets that had lost", verified)
+	if *verified != 0 {
+		t.Fatalf("verified %d times for compare-and-sets that had lost", *verified)
 	}
 	if _, err := e.gate.Release(e.ctx, gen3.Root); errcode.Of(err) != errcode.UnknownRelease {
 		t.Fatalf("gen3 after refused publishes: %v, want UNKNOWN_RELEASE (not even staged)", err)
@@ -571,8 +572,8 @@ func TestPublishStaleExpectBeforeVerify(t *testing.T) {
 	// The current generation: verified and published.
 	o.ExpectGeneration = 2
 	out, err := e.publish(nil, o)
-	if err != nil || out.Result.Generation != 3 || verified != 1 {
-		t.Fatalf("publish expecting 2: %+v, %v (verified %d times)", out, err, verified)
+	if err != nil || out.Result.Generation != 3 || *verified != 1 {
+		t.Fatalf("publish expecting 2: %+v, %v (verified %d times)", out, err, *verified)
 	}
 	// The same publish again (a retry after an unknown outcome): the
 	// alias is past generation 2 because of it, so it is not stale.

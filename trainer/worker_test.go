@@ -624,21 +624,30 @@ func TestOnceRefusesClosedPermit(t *testing.T) {
 	}
 }
 
-// Workers talk to a three-node gate; the leader dies while rank 0 waits
-// at the barrier. The new leader holds the attestation and the run's
-// root, and rank 1 opens the barrier through it.
-func TestLeaderLossWhileWaiting(t *testing.T) {
+// rank0Waiting publishes a release through cluster c, creates run r1 of
+// two ranks with the barrier timeout given, and starts rank 0 (--once); it
+// returns once rank 0 waits at the barrier, with the channel its Run's
+// error arrives on.
+func rank0Waiting(t *testing.T, c *raftgate.TestCluster, timeout time.Duration) (*env, *Worker, chan error) {
+	t.Helper()
 	s := stagetest.Store(t)
 	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
-	c := raftgate.MakeCluster(t, 3)
-	g := c.Client()
-	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
+	e := &env{t: t, ctx: context.Background(), store: s, gate: c.Client(), gen1: gen1}
 	e.publish(gen1, 0)
-	e.createRun("r1", 2, 30*time.Second)
+	e.createRun("r1", 2, timeout)
 	w0 := e.worker("r1", 0, nil, nil)
 	done := make(chan error, 1)
 	go func() { done <- w0.Run(e.ctx, true) }()
 	waitState(t, w0, StateWaiting)
+	return e, w0, done
+}
+
+// Workers talk to a three-node gate; the leader dies while rank 0 waits
+// at the barrier. The new leader holds the attestation and the run's
+// root, and rank 1 opens the barrier through it.
+func TestLeaderLossWhileWaiting(t *testing.T) {
+	c := raftgate.MakeCluster(t, 3)
+	e, w0, done := rank0Waiting(t, c, 30*time.Second)
 	for i, n := range c.Nodes {
 		if n != nil && n.IsLeader() {
 			c.Stop(i)
@@ -651,7 +660,7 @@ func TestLeaderLossWhileWaiting(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("rank 0 across the leader change: %v", err)
 	}
-	if st := w0.Status(); st.State != StateReady || st.Root != gen1.Root {
+	if st := w0.Status(); st.State != StateReady || st.Root != e.gen1.Root {
 		t.Fatalf("rank 0: %+v", st)
 	}
 }
@@ -661,17 +670,8 @@ func TestLeaderLossWhileWaiting(t *testing.T) {
 // slices that find the barrier closed are; once the member is back, rank
 // 1 attests and rank 0 passes the barrier.
 func TestGateOutageWhileWaiting(t *testing.T) {
-	s := stagetest.Store(t)
-	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
 	c := raftgate.MakeCluster(t, 1)
-	g := c.Client()
-	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
-	e.publish(gen1, 0)
-	e.createRun("r1", 2, 60*time.Second)
-	w0 := e.worker("r1", 0, nil, nil)
-	done := make(chan error, 1)
-	go func() { done <- w0.Run(e.ctx, true) }()
-	waitState(t, w0, StateWaiting)
+	e, w0, done := rank0Waiting(t, c, 60*time.Second)
 	c.Stop(0)
 	time.Sleep(5 * time.Second) // more than two wait slices (2 s each)
 	select {
@@ -687,7 +687,7 @@ func TestGateOutageWhileWaiting(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("rank 0 across the outage: %v", err)
 	}
-	if st := w0.Status(); st.State != StateReady || st.Root != gen1.Root {
+	if st := w0.Status(); st.State != StateReady || st.Root != e.gen1.Root {
 		t.Fatalf("rank 0: %+v", st)
 	}
 }
