@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -68,11 +67,8 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 	if err := decodeStrict(b, &p); err != nil {
 		// A digest of another document (a release root where its plan
 		// was meant, say) is the caller's mistake, not a bad plan.
-		var other struct {
-			Schema string `json:"schema"`
-		}
-		if json.Unmarshal(b, &other) == nil && other.Schema != "" && other.Schema != PlanSchema {
-			return nil, errcode.New(errcode.Usage, "%s is a %.64q document, not a verification plan (%s): give the plan digest a verify printed", planDigest, other.Schema, PlanSchema)
+		if schema, serr := manifest.SchemaOf(b); serr == nil && schema != PlanSchema {
+			return nil, errcode.New(errcode.Usage, "%s is a %.64q document, not a verification plan (%s): give the plan digest a verify printed", planDigest, schema, PlanSchema)
 		}
 		return nil, wrap(err, "plan %s", planDigest)
 	}

@@ -190,7 +190,7 @@ func DecodeAny(b []byte) (string, Validator, error) {
 	if len(b) > MaxDocumentSize {
 		return "", nil, errcode.New(errcode.DocumentTooLarge, "document is %d bytes, cap %d", len(b), MaxDocumentSize)
 	}
-	schema, err := findSchema(b)
+	schema, err := SchemaOf(b)
 	if err != nil {
 		return "", nil, err
 	}
@@ -217,9 +217,9 @@ func DecodeAny(b []byte) (string, Validator, error) {
 	return schema, doc, nil
 }
 
-// findSchema returns the top-level "schema" string wherever it is; values
-// of other keys are skipped without being kept.
-func findSchema(b []byte) (string, error) {
+// SchemaOf returns a document's top-level "schema" string wherever it is;
+// values of other keys are skipped without being kept.
+func SchemaOf(b []byte) (string, error) {
 	if s, ok := peekSchema(b); ok {
 		return s, nil
 	}

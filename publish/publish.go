@@ -112,38 +112,33 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		return nil, err
 	}
 
+	al, err := g.Alias(ctx, o.Alias)
+	unknown := errcode.Of(err) == errcode.UnknownAlias
+	if err != nil && !unknown {
+		return nil, err
+	}
 	expected := o.ExpectGeneration
-	if o.HasExpect {
+	switch {
+	case o.HasExpect:
 		// A compare-and-set that already lost (the alias moved past the
 		// expected generation, to another root) would be refused after
 		// the verification, which at scale takes hours.
-		al, err := g.Alias(ctx, o.Alias)
-		switch {
-		case errcode.Of(err) == errcode.UnknownAlias:
-		case err != nil:
-			return nil, err
-		default:
+		if !unknown {
 			if err := raftgate.StalePublish(al, o.Root, expected); err != nil {
 				return nil, err
 			}
 		}
-	} else {
-		al, err := g.Alias(ctx, o.Alias)
-		switch {
-		case errcode.Of(err) == errcode.UnknownAlias:
-			expected = 0
-		case err != nil:
-			return nil, err
-		case al.Root == o.Root:
-			// A rerun after an unknown outcome: the alias already points
-			// here. Publishing again would only add a generation.
-			log.Info("alias already points at root", "generation", al.Generation)
-			return &Outcome{Already: true, Result: raftgate.PublishResult{
-				Alias: al.Name, Generation: al.Generation, Root: al.Root, Kind: al.History[len(al.History)-1].Kind, Permit: al.Permit,
-			}}, nil
-		default:
-			expected = al.Generation
-		}
+	case unknown:
+		expected = 0
+	case al.Root == o.Root:
+		// A rerun after an unknown outcome: the alias already points
+		// here. Publishing again would only add a generation.
+		log.Info("alias already points at root", "generation", al.Generation)
+		return &Outcome{Already: true, Result: raftgate.PublishResult{
+			Alias: al.Name, Generation: al.Generation, Root: al.Root, Kind: al.History[len(al.History)-1].Kind, Permit: al.Permit,
+		}}, nil
+	default:
+		expected = al.Generation
 	}
 
 	attempts := o.Attempts

@@ -443,10 +443,10 @@ func (b *Buffer) gather(s *batchScratch, dict *fileDict, order []sortKey) (arrow
 	if nSample > math.MaxInt32 || nSource > math.MaxInt32 || nSplit > math.MaxInt32 {
 		return nil, errcode.New(errcode.Internal, "shuffle: a batch's strings exceed 2 GiB")
 	}
-	s.bucket, s.side, s.version = resize(s.bucket, n), resize(s.side, n), resize(s.version, n)
-	s.sampleOffs, s.sourceOffs, s.splitOffs = resize(s.sampleOffs, n+1), resize(s.sourceOffs, n+1), resize(s.splitOffs, n+1)
-	s.sample, s.source, s.split = resize(s.sample, nSample), resize(s.source, nSource), resize(s.split, nSplit)
-	s.content, s.tupleDig, s.schema = resize(s.content, 32*n), resize(s.tupleDig, 32*n), resize(s.schema, n)
+	s.bucket, s.side, s.version = slices.Grow(s.bucket[:0], n)[:n], slices.Grow(s.side[:0], n)[:n], slices.Grow(s.version[:0], n)[:n]
+	s.sampleOffs, s.sourceOffs, s.splitOffs = slices.Grow(s.sampleOffs[:0], n+1)[:n+1], slices.Grow(s.sourceOffs[:0], n+1)[:n+1], slices.Grow(s.splitOffs[:0], n+1)[:n+1]
+	s.sample, s.source, s.split = slices.Grow(s.sample[:0], nSample)[:nSample], slices.Grow(s.source[:0], nSource)[:nSource], slices.Grow(s.split[:0], nSplit)[:nSplit]
+	s.content, s.tupleDig, s.schema = slices.Grow(s.content[:0], 32*n)[:32*n], slices.Grow(s.tupleDig[:0], 32*n)[:32*n], slices.Grow(s.schema[:0], n)[:n]
 	for j, k := range order {
 		s.bucket[j] = b.bucket[k.row]
 	}
@@ -502,15 +502,6 @@ func gather32(dst, src []byte, order []sortKey) {
 	for j, k := range order {
 		d[j] = v[k.row]
 	}
-}
-
-// resize returns s with length n, reusing its array when it is large
-// enough. The old contents are not kept.
-func resize[T any](s []T, n int) []T {
-	if cap(s) < n {
-		return make([]T, n)
-	}
-	return s[:n]
 }
 
 // fixedArray wraps values (no nulls) of a fixed-width type without copying.
