@@ -34,21 +34,22 @@ type Engine interface {
 }
 
 // VerifyWith plans a new verification in the store s (reachable by tasks
-// as storeURL) and runs it with e (see RunWith). The report equals the
-// local executor's apart from its execution section.
+// as storeURL, their scratch as o.TaskScratch) and runs it with e (see
+// RunWith). The report equals the local executor's apart from its
+// execution section.
 func VerifyWith(ctx context.Context, s objstore.Store, storeURL string, o Options, e Engine) (*Outcome, error) {
 	_, pd, err := NewPlan(ctx, s, o.PlanOptions)
 	if err != nil {
 		return nil, err
 	}
-	return RunWithProgress(ctx, s, storeURL, pd, e, o.Progress)
+	return RunWithProgress(ctx, s, PlanRef{Store: storeURL, Plan: pd, Scratch: o.TaskScratch}, e, o.Progress)
 }
 
 // RunWith runs, or resumes, the job of an existing plan with e: the
 // engine runs the map and reduce tasks (those already committed return at
 // once), then the commit records are aggregated here into the report.
 func RunWith(ctx context.Context, s objstore.Store, storeURL string, pd manifest.Digest, e Engine) (*Outcome, error) {
-	return RunWithProgress(ctx, s, storeURL, pd, e, nil)
+	return RunWithProgress(ctx, s, PlanRef{Store: storeURL, Plan: pd}, e, nil)
 }
 
 // ProgressInterval is how often RunWithProgress looks for new map commit
@@ -59,13 +60,17 @@ var ProgressInterval = time.Second
 // input of each map task whose commit record has appeared (from one
 // goroutine, in the order the commits are found), as the local executor
 // reports each file it maps. progress may be nil.
-func RunWithProgress(ctx context.Context, s objstore.Store, storeURL string, pd manifest.Digest, e Engine, progress func(Progress)) (*Outcome, error) {
+//
+// s is the store as this process reaches it (with the job's scratch routed
+// in, if it has one); ref names the plan, and the stores as tasks reach
+// them.
+func RunWithProgress(ctx context.Context, s objstore.Store, ref PlanRef, e Engine, progress func(Progress)) (*Outcome, error) {
 	start := time.Now()
+	pd := ref.Plan
 	j, err := Open(ctx, s, pd)
 	if err != nil {
 		return nil, err
 	}
-	ref := PlanRef{Store: storeURL, Plan: pd}
 	j.log().Info("running verify tasks", "executor", e.Name(), "planURL", ref.String(),
 		"mapTasks", len(j.Plan.MapTasks), "reducers", len(j.Plan.Reducers))
 	stop := func() {}

@@ -139,7 +139,7 @@ func (k *Kubernetes) JobYAML(ref PlanRef, kind Kind, n int) ([]byte, error) {
 	if par <= 0 || par > n {
 		par = n
 	}
-	args := []string{command, "task", string(kind), "--plan", ref.String()}
+	args := append([]string{command, "task", string(kind)}, ref.TaskArgs()...)
 	if kind == KindReduce {
 		wait := k.ReduceWait
 		if wait <= 0 {

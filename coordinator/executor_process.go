@@ -86,7 +86,8 @@ func (p *Process) runTask(ctx context.Context, bin string, ref PlanRef, kind Kin
 // ended it) and the tail of its standard error. err is set only when the
 // child could not be started or ctx was canceled.
 func (p *Process) runOnce(ctx context.Context, bin string, ref PlanRef, kind Kind, i int) (int, []byte, error) {
-	cmd := exec.CommandContext(ctx, bin, "task", string(kind), "--plan", ref.String(), "--index", strconv.Itoa(i))
+	args := append([]string{"task", string(kind)}, ref.TaskArgs()...)
+	cmd := exec.CommandContext(ctx, bin, append(args, "--index", strconv.Itoa(i))...)
 	cmd.Env = p.Env
 	stderr := &tailBuffer{max: 4096}
 	cmd.Stderr = stderr

@@ -118,7 +118,7 @@ func slurmScript(bin string, ref PlanRef, attempts int) string {
 kind=$1
 attempt=1
 while :; do
-	%[1]s task "$kind" --plan %[2]s
+	%[1]s task "$kind" %[2]s
 	rc=$?
 	case $rc in
 	0 | 1 | 2 | 4) exit $rc ;;
@@ -130,7 +130,16 @@ while :; do
 	attempt=$((attempt + 1))
 	sleep "$attempt"
 done
-`, shQuote(bin), shQuote(ref.String()), attempts)
+`, shQuote(bin), shJoin(ref.TaskArgs()), attempts)
+}
+
+// shJoin quotes each of args for a POSIX shell and joins them with spaces.
+func shJoin(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = shQuote(a)
+	}
+	return strings.Join(q, " ")
 }
 
 // shQuote quotes s for a POSIX shell.

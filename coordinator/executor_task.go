@@ -64,10 +64,23 @@ func ParseKind(s string) (Kind, error) {
 type PlanRef struct {
 	Store string
 	Plan  manifest.Digest
+	// Scratch, if set, is the URL of the store that holds the job's
+	// files (jobs/<plan>/) instead of Store: tasks get it as --scratch.
+	Scratch string
 }
 
 // String returns the plan URL.
 func (r PlanRef) String() string { return r.Store + "#" + r.Plan.String() }
+
+// TaskArgs returns the arguments that name the job on a task's command
+// line: --plan with the plan URL, and --scratch when the job has one.
+func (r PlanRef) TaskArgs() []string {
+	args := []string{"--plan", r.String()}
+	if r.Scratch != "" {
+		args = append(args, "--scratch", r.Scratch)
+	}
+	return args
+}
 
 // ParsePlanRef parses a plan URL "<store URL>#sha256:<hex>". A bare digest
 // "sha256:<hex>" takes its store from store (the --store flag); a plan URL

@@ -2,7 +2,9 @@ package coordinator
 
 import (
 	"errors"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -52,11 +54,11 @@ func TestParsePlanRef(t *testing.T) {
 		want      PlanRef
 		code      errcode.Code
 	}{
-		{"/data/s#" + d.String(), "", PlanRef{"/data/s", d}, ""},
-		{"s3://b/p?endpoint=http://h:1#" + d.String(), "", PlanRef{"s3://b/p?endpoint=http://h:1", d}, ""},
-		{"/dir#with#hash#" + d.String(), "", PlanRef{"/dir#with#hash", d}, ""},
-		{d.String(), "/data/s", PlanRef{"/data/s", d}, ""},
-		{"/data/s#" + d.String(), "/data/s", PlanRef{"/data/s", d}, ""},
+		{"/data/s#" + d.String(), "", PlanRef{Store: "/data/s", Plan: d}, ""},
+		{"s3://b/p?endpoint=http://h:1#" + d.String(), "", PlanRef{Store: "s3://b/p?endpoint=http://h:1", Plan: d}, ""},
+		{"/dir#with#hash#" + d.String(), "", PlanRef{Store: "/dir#with#hash", Plan: d}, ""},
+		{d.String(), "/data/s", PlanRef{Store: "/data/s", Plan: d}, ""},
+		{"/data/s#" + d.String(), "/data/s", PlanRef{Store: "/data/s", Plan: d}, ""},
 		{"/data/s#" + d.String(), "/other", PlanRef{}, errcode.Usage},
 		{d.String(), "", PlanRef{}, errcode.Usage},
 		{"/data/s#sha256:ABC", "", PlanRef{}, errcode.Usage},
@@ -107,10 +109,22 @@ func TestSlurmScriptQuoting(t *testing.T) {
 			t.Errorf("shQuote(%q) through sh gave %q, %v", s, out, err)
 		}
 	}
-	ref := PlanRef{Store: "/it's here", Plan: manifest.Digest(manifest.Sum(nil))}
-	script := slurmScript("/opt/shard proof", ref, 3)
-	if err := exec.Command("sh", "-n", "-c", script).Run(); err != nil {
-		t.Errorf("script does not parse: %v\n%s", err, script)
+	// The script runs the task binary with the arguments a task needs,
+	// however odd the paths: a stand-in binary prints what it got.
+	bin := filepath.Join(t.TempDir(), "shard proof")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\nprintf '%s\\n' \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []PlanRef{
+		{Store: "/it's here", Plan: manifest.Digest(manifest.Sum(nil))},
+		{Store: "s3://b/p?endpoint=http://h:1", Plan: manifest.Digest(manifest.Sum(nil)), Scratch: `/scr atch/"$x"'`},
+	} {
+		script := slurmScript(bin, ref, 3)
+		out, err := exec.Command("sh", "-c", script, "sh", "map").Output()
+		want := strings.Join(append([]string{"task", "map"}, ref.TaskArgs()...), "\n") + "\n"
+		if err != nil || string(out) != want {
+			t.Errorf("script ran the task with\n%s(%v), want\n%s\nscript:\n%s", out, err, want, script)
+		}
 	}
 }
 
@@ -138,6 +152,16 @@ func TestJobYAML(t *testing.T) {
 	cmd := strings.Join(s.Template.Spec.Containers[0].Command, " ")
 	if cmd != "shardproof task reduce --plan "+ref.String()+" --wait 10m0s" {
 		t.Errorf("command %q", cmd)
+	}
+	ref.Scratch = "s3://scratch/jobs-expire-1d"
+	if b, err = k.JobYAML(ref, KindMap, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &job); err != nil {
+		t.Fatal(err)
+	}
+	if cmd := strings.Join(job.Spec.Template.Spec.Containers[0].Command, " "); cmd != "shardproof task map --plan "+ref.String()+" --scratch "+ref.Scratch {
+		t.Errorf("command with a scratch %q", cmd)
 	}
 	if _, err := (&Kubernetes{}).JobYAML(ref, KindMap, 1); errcode.Of(err) != errcode.Usage {
 		t.Errorf("no image: %v", err)

@@ -110,7 +110,12 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 
 func (j *Job) prefix() string { return jobPrefix(j.PlanDigest) }
 
-func jobPrefix(pd manifest.Digest) string { return "jobs/" + pd.Hex() + "/" }
+// JobsPrefix is where jobs keep their files: jobs/<plan hex>/. Nothing
+// else of shardproof's is under it, so it can live in a store of its own
+// (objstore.Routed, verify --scratch).
+const JobsPrefix = "jobs/"
+
+func jobPrefix(pd manifest.Digest) string { return JobsPrefix + pd.Hex() + "/" }
 
 // JobScratch describes what one job has left in a store under
 // jobs/<plan>/: a verification that was interrupted and never resumed,
@@ -129,12 +134,12 @@ func ListJobs(ctx context.Context, s objstore.Store) ([]JobScratch, error) {
 	var jobs []JobScratch
 	after := ""
 	for {
-		page, err := s.List(ctx, "jobs/", after, 1000)
+		page, err := s.List(ctx, JobsPrefix, after, 1000)
 		if err != nil {
 			return nil, err
 		}
 		for _, o := range page.Objects {
-			hex, _, ok := strings.Cut(strings.TrimPrefix(o.Key, "jobs/"), "/")
+			hex, _, ok := strings.Cut(strings.TrimPrefix(o.Key, JobsPrefix), "/")
 			pd, err := manifest.ParseDigest("sha256:" + hex)
 			if !ok || err != nil {
 				continue

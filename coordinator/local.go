@@ -20,6 +20,11 @@ type Options struct {
 	// Progress, if non-nil, is called (from worker goroutines, serialized)
 	// after each shard or member file is mapped.
 	Progress func(Progress)
+	// TaskScratch is the URL, as tasks reach it, of the store that holds
+	// the job's files when they are kept apart from the release's store
+	// (verify --scratch); empty when they are not. Only VerifyWith uses it:
+	// the local executor's tasks use the store they are given.
+	TaskScratch string
 }
 
 // Progress reports one mapped shard or member file.

@@ -76,6 +76,7 @@ func cmdLogger(w io.Writer, quiet bool) *slog.Logger {
 func init() {
 	var (
 		store, gateURL, alias, root, tombstones, benchmark, report string
+		scratch                                                    string
 		expect                                                     uint64
 		retain, parallelism                                        int
 		asJSON, quiet                                              bool
@@ -118,7 +119,7 @@ Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
 			if o.Report, err = parseOptionalDigest(cmd, "--report", report); err != nil {
 				return err
 			}
-			s, err := openStore(cmd, store)
+			s, err := openJobStore(cmd, store, scratch)
 			if err != nil {
 				return err
 			}
@@ -137,6 +138,7 @@ Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
 	}
 	f := cmd.Flags()
 	f.StringVar(&store, "store", "", "object store URL or path")
+	f.StringVar(&scratch, "scratch", "", "store URL or path for the verification's shuffle files and task commit records (as verify --scratch; default: --store)")
 	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
 	f.StringVar(&alias, "alias", "", "alias to move, e.g. pretrain-main")
 	f.StringVar(&root, "root", "", "root digest of the release manifest to publish")

@@ -19,6 +19,7 @@ import (
 func init() {
 	var (
 		store, gateURL, alias, tombstones, benchmark string
+		scratch                                      string
 		roots                                        []string
 		parallelism                                  int
 		asJSON, quiet, closed, members               bool
@@ -75,7 +76,7 @@ Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 				}
 				ds = append(ds, d)
 			}
-			s, err := openStore(cmd, store)
+			s, err := openJobStore(cmd, store, scratch)
 			if err != nil {
 				return err
 			}
@@ -132,6 +133,7 @@ Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 	}
 	f := cmd.Flags()
 	f.StringVar(&store, "store", "", "object store URL or path")
+	f.StringVar(&scratch, "scratch", "", "store URL or path for the verification's shuffle files and task commit records (as verify --scratch; default: --store)")
 	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
 	f.StringArrayVar(&roots, "root", nil, "root digest to recheck (repeatable)")
 	f.StringVar(&alias, "alias", "", "recheck this alias's current root")

@@ -15,10 +15,10 @@ import (
 
 func init() {
 	var (
-		store, plan string
-		index       int
-		wait        time.Duration
-		keepJob     bool
+		store, plan, scratch string
+		index                int
+		wait                 time.Duration
+		keepJob              bool
 	)
 	cmd := &cobra.Command{
 		Use:   "task map|reduce|aggregate --plan <store URL>#sha256:… [--index N]",
@@ -65,7 +65,7 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 			if idx, err = coordinator.TaskIndex(idx, os.Getenv); err != nil {
 				return err
 			}
-			s, err := openStore(cmd, ref.Store)
+			s, err := openJobStore(cmd, ref.Store, scratch)
 			if err != nil {
 				return err
 			}
@@ -105,6 +105,7 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 	f := cmd.Flags()
 	f.StringVar(&plan, "plan", "", `plan URL "<store URL>#sha256:…", or "sha256:…" with --store`)
 	f.StringVar(&store, "store", "", "object store URL or path (when --plan is a bare digest)")
+	f.StringVar(&scratch, "scratch", "", "store URL or path holding the job's files (jobs/<plan>/) when verify was given --scratch")
 	f.IntVar(&index, "index", -1, "task index (default: from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or AWS_BATCH_JOB_ARRAY_INDEX)")
 	f.BoolVar(&keepJob, "keep-job", false, "aggregate: keep the job's shuffle files and task commit records once the report is stored")
 	f.DurationVar(&wait, "wait", 0, "wait up to this long for the earlier phase's commit records (reduce, aggregate)")

@@ -411,3 +411,59 @@ func TestVerifyProcessExecutorS3(t *testing.T) {
 		t.Fatalf("job scratch left in S3: %d keys, err %v", len(page.Objects), err)
 	}
 }
+
+// TestVerifyScratchS3: with --scratch, a verification of a release in S3
+// keeps its job's shuffle files and commit records in a local directory,
+// for the local executor and for child tasks alike: none reach the bucket,
+// while the plan and report are stored there, and the report is the one
+// a verification without a scratch gives.
+func TestVerifyScratchS3(t *testing.T) {
+	url := s3test.Start(t)
+	s, err := objstore.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &release{dir: url, store: s, res: stagetest.Synth(t, s, 3000, 5, 7)}
+	root := r.res.Root.String()
+	want := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", url, "--root", root, "--json"))
+	for _, executor := range []string{"local", "process"} {
+		t.Run(executor, func(t *testing.T) {
+			scratch := filepath.Join(t.TempDir(), "scratch") // verify creates it
+			got := cliReport(t, runCLI(t, cliEnv(), "verify", "--executor", executor, "--task-binary", os.Args[0],
+				"--store", url, "--scratch", scratch, "--root", root, "--reducers", "3", "--keep-job", "--json"))
+			sameReport(t, executor+" with a scratch", want, got)
+			page, err := s.List(t.Context(), "jobs/", "", 100)
+			if err != nil || len(page.Objects) != 0 {
+				t.Fatalf("the bucket holds %d job keys (err %v), want none", len(page.Objects), err)
+			}
+			if _, err := s.Head(t.Context(), "blobs/sha256/"+got.Execution.Plan.Hex(), ""); err != nil {
+				t.Fatalf("the plan is not in the bucket: %v", err)
+			}
+			fs, err := objstore.Open(t.Context(), scratch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, err = fs.List(t.Context(), "", "", 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			commits := 0
+			for _, o := range page.Objects {
+				if !strings.HasPrefix(o.Key, "jobs/"+got.Execution.Plan.Hex()+"/") {
+					t.Fatalf("scratch holds %s, outside the job", o.Key)
+				}
+				if strings.HasSuffix(o.Key, "/commit.json") {
+					commits++
+				}
+			}
+			if commits != got.Execution.MapTasks+3 {
+				t.Fatalf("scratch holds %d commit records, want %d map + 3 reduce", commits, got.Execution.MapTasks)
+			}
+			// prune-jobs finds the kept job in the scratch store.
+			res := runCLI(t, cliEnv(), "store", "prune-jobs", "--store", scratch, "--older-than", "0s")
+			if res.status != 0 || !strings.Contains(res.stdout, "deleted\tjobs/"+got.Execution.Plan.Hex()+"/") {
+				t.Fatalf("prune-jobs on the scratch: exit %d\n%s%s", res.status, res.stdout, res.stderr)
+			}
+		})
+	}
+}

@@ -24,7 +24,7 @@ import (
 func init() {
 	var (
 		store, root, snapshot, tombstones, benchmark string
-		resume                                       string
+		resume, scratch                              string
 		mapTasks, reducers, parallelism              int
 		asJSON, mapMembers                           bool
 		engine                                       executorFlags
@@ -49,7 +49,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 				return engine.run(cmd)
 			}
 			if resume != "" {
-				return resumeVerify(cmd, store, resume, parallelism, asJSON, root != "" || snapshot != "" || tombstones != "" || benchmark != "")
+				return resumeVerify(cmd, store, scratch, resume, parallelism, asJSON, root != "" || snapshot != "" || tombstones != "" || benchmark != "")
 			}
 			if !shuffleComp.Valid() {
 				return errcode.New(errcode.Usage, "verify: --shuffle-compression %q: want zstd or none", shuffleComp)
@@ -84,7 +84,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 			if opts.Parallelism <= 0 {
 				opts.Parallelism = runtime.NumCPU()
 			}
-			s, err := openStore(cmd, store)
+			s, err := openJobStore(cmd, store, scratch)
 			if err != nil {
 				return err
 			}
@@ -93,7 +93,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 			out, err := coordinator.Verify(cmd.Context(), s, opts)
 			prog.finish()
 			if err != nil {
-				resumeHint(cmd, store, err)
+				resumeHint(cmd, store, scratch, err)
 				return err
 			}
 			return finishVerify(cmd, s, out, asJSON)
@@ -111,7 +111,8 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
 	f.StringVar((*string)(&shuffleComp), "shuffle-compression", "", "shuffle files: zstd or none (default: none for the local executor, whose reducers would otherwise hold a zstd decoder per map task; zstd for the others)")
 	f.BoolVar(&mapMembers, "map-members", false, "map every snapshot member in map tasks and shuffle its tuples, even members whose declared bucket ranges let reducers read them directly (the default)")
-	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store) after the report is stored; by default they are deleted")
+	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store, or in --scratch) after the report is stored; by default they are deleted")
+	f.StringVar(&scratch, "scratch", "", "store URL or path for the job's shuffle files and task commit records (jobs/<plan>/), created if missing; plans, reports and inputs stay in --store (default: --store). A local directory keeps an S3 release's shuffle off the network")
 	f.StringVar(&resume, "resume", "", "finish an interrupted local verification: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
 	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)
@@ -265,22 +266,27 @@ func printVerifyResult(w io.Writer, out *coordinator.Outcome, asJSON bool) error
 	return nil
 }
 
-// resumeVerify finishes the verification planned as plan on the local
-// executor: tasks whose commit records exist are not run again, so an
-// interrupted nightly run of a large release picks up where it stopped.
 // resumeHint tells the user, when a local verification stopped after its
 // plan was stored, how to finish it without redoing its committed tasks
 // and how its scratch goes away otherwise.
-func resumeHint(cmd *cobra.Command, store string, err error) {
+func resumeHint(cmd *cobra.Command, store, scratch string, err error) {
 	var u *coordinator.UnfinishedError
 	if !errors.As(err, &u) {
 		return
 	}
-	fmt.Fprintf(cmd.ErrOrStderr(), "shardproof: verify: plan %s stopped; its committed tasks are kept: `shardproof verify --store %s --resume %s` finishes it, `shardproof store prune-jobs --store %s` deletes what is left once it is old\n",
-		u.Plan, store, u.Plan, store)
+	resume, jobs := "", store
+	if scratch != "" {
+		resume, jobs = " --scratch "+scratch, scratch
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "shardproof: verify: plan %s stopped; its committed tasks are kept: `shardproof verify --store %s%s --resume %s` finishes it, `shardproof store prune-jobs --store %s` deletes what is left once it is old\n",
+		u.Plan, store, resume, u.Plan, jobs)
 }
 
-func resumeVerify(cmd *cobra.Command, store, plan string, parallelism int, asJSON, inputs bool) error {
+// resumeVerify finishes the verification planned as plan on the local
+// executor: tasks whose commit records exist are not run again, so an
+// interrupted nightly run of a large release picks up where it stopped.
+// The job's files are in scratch when it is set.
+func resumeVerify(cmd *cobra.Command, store, scratch, plan string, parallelism int, asJSON, inputs bool) error {
 	if inputs {
 		return errcode.New(errcode.Usage, "verify: --resume takes the root, snapshot and fences from the plan; do not give them")
 	}
@@ -288,7 +294,7 @@ func resumeVerify(cmd *cobra.Command, store, plan string, parallelism int, asJSO
 	if err != nil {
 		return errcode.Wrap(errcode.Usage, err, "verify: --resume")
 	}
-	s, err := openStore(cmd, store)
+	s, err := openJobStore(cmd, store, scratch)
 	if err != nil {
 		return err
 	}
@@ -296,7 +302,7 @@ func resumeVerify(cmd *cobra.Command, store, plan string, parallelism int, asJSO
 	out, err := coordinator.Run(cmd.Context(), s, pd, parallelism, prog.update)
 	prog.finish()
 	if err != nil {
-		resumeHint(cmd, store, err)
+		resumeHint(cmd, store, scratch, err)
 		return err
 	}
 	return finishVerify(cmd, s, out, asJSON)

@@ -60,13 +60,13 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 	}
 	taskStore := x.taskStore
 	if taskStore == "" {
-		taskStore = storeURL
-		if !strings.Contains(storeURL, "://") {
-			// Tasks run in other working directories.
-			if taskStore, err = filepath.Abs(storeURL); err != nil {
-				return errcode.Wrap(errcode.Usage, err, "verify: --store %q", storeURL)
-			}
+		if taskStore, err = taskURL(storeURL, "--store"); err != nil {
+			return err
 		}
+	}
+	scratch, _ := cmd.Flags().GetString("scratch")
+	if opts.TaskScratch, err = taskURL(scratch, "--scratch"); err != nil {
+		return err
 	}
 	var engine coordinator.Engine
 	switch x.executor {
@@ -85,13 +85,13 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 			x.k8s.Env[k] = v
 		}
 		if !x.submit {
-			return x.emitOnly(cmd, opts, taskStore)
+			return x.emitOnly(cmd, opts, taskStore, scratch)
 		}
 		engine = &x.k8s
 	default:
 		return errcode.New(errcode.Usage, "verify: --executor %q: want local, process, slurm or kubernetes", x.executor)
 	}
-	s, err := openStore(cmd, storeURL)
+	s, err := openJobStore(cmd, storeURL, scratch)
 	if err != nil {
 		return err
 	}
@@ -107,12 +107,12 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 
 // emitOnly plans and writes the Indexed Jobs without running anything,
 // and says how to run them and aggregate.
-func (x *executorFlags) emitOnly(cmd *cobra.Command, opts coordinator.Options, taskStore string) error {
+func (x *executorFlags) emitOnly(cmd *cobra.Command, opts coordinator.Options, taskStore, scratch string) error {
 	if x.k8s.Emit == "" {
 		return errcode.New(errcode.Usage, "verify: --executor kubernetes needs --emit DIR, --submit, or both")
 	}
 	storeURL, _ := cmd.Flags().GetString("store")
-	s, err := openStore(cmd, storeURL)
+	s, err := openJobStore(cmd, storeURL, scratch)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func (x *executorFlags) emitOnly(cmd *cobra.Command, opts coordinator.Options, t
 	if err != nil {
 		return err
 	}
-	ref := coordinator.PlanRef{Store: taskStore, Plan: pd}
+	ref := coordinator.PlanRef{Store: taskStore, Plan: pd, Scratch: opts.TaskScratch}
 	paths, err := x.k8s.EmitJobs(x.k8s.Emit, ref, len(plan.MapTasks), len(plan.Reducers))
 	if err != nil {
 		return err
@@ -129,8 +129,25 @@ func (x *executorFlags) emitOnly(cmd *cobra.Command, opts coordinator.Options, t
 	fmt.Fprintf(w, "plan %s\n", ref)
 	fmt.Fprintf(w, "kubectl apply -f %s && kubectl wait --for=condition=Complete --timeout=24h job/%s\n", paths[0], x.k8s.JobName(ref, coordinator.KindMap))
 	fmt.Fprintf(w, "kubectl apply -f %s && kubectl wait --for=condition=Complete --timeout=24h job/%s\n", paths[1], x.k8s.JobName(ref, coordinator.KindReduce))
-	fmt.Fprintf(w, "shardproof task aggregate --plan '%s'\n", ref)
+	scratchArg := ""
+	if ref.Scratch != "" {
+		scratchArg = fmt.Sprintf(" --scratch '%s'", ref.Scratch)
+	}
+	fmt.Fprintf(w, "shardproof task aggregate --plan '%s'%s\n", ref, scratchArg)
 	return nil
+}
+
+// taskURL is a store URL as tasks reach it: a plain path made absolute,
+// since tasks run in other working directories; "" stays "".
+func taskURL(url, flag string) (string, error) {
+	if url == "" || strings.Contains(url, "://") {
+		return url, nil
+	}
+	abs, err := filepath.Abs(url)
+	if err != nil {
+		return "", errcode.Wrap(errcode.Usage, err, "verify: %s %q", flag, url)
+	}
+	return abs, nil
 }
 
 // verifyOptionsFromFlags reads verify's own flags (defined in

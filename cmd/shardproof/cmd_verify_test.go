@@ -167,7 +167,22 @@ func TestVerifyCLIResume(t *testing.T) {
 // command, once the store is whole again, finishes it to the same report
 // a fresh verification gives.
 func TestVerifyCLIResumeHint(t *testing.T) {
+	for _, withScratch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("scratch=%v", withScratch), func(t *testing.T) { testResumeHint(t, withScratch) })
+	}
+}
+
+// testResumeHint: a verify that stops on an I/O error prints the command
+// that finishes it (with --scratch when the job's files are there), and
+// that command does.
+func testResumeHint(t *testing.T, withScratch bool) {
 	r := newRelease(t)
+	var scratch []string
+	jobsDir := filepath.Join(r.dir, "jobs")
+	if withScratch {
+		dir := filepath.Join(t.TempDir(), "scratch")
+		scratch, jobsDir = []string{"--scratch", dir}, filepath.Join(dir, "jobs")
+	}
 	// One shard's stored version is unreadable (a directory where the file
 	// was): every read of it fails with an I/O error, not a mismatch.
 	d := r.res.Release.Shards[1].Digest
@@ -179,21 +194,38 @@ func TestVerifyCLIResumeHint(t *testing.T) {
 	if err := os.Mkdir(vf, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String())
-	m := regexp.MustCompile("plan (sha256:[0-9a-f]{64}) stopped; .*`shardproof verify --store (\\S+) --resume (sha256:[0-9a-f]{64})` finishes it").FindStringSubmatch(res.stderr)
-	if res.status != errcode.ExitError || m == nil || m[2] != r.dir || m[3] != m[1] {
+	// One map task per shard, one at a time: task 0 commits, task 1 fails.
+	res := runCLI(t, cliEnv(), append([]string{"verify", "--store", r.dir, "--root", r.res.Root.String(),
+		"--map-tasks", "5", "--parallelism", "1"}, scratch...)...)
+	m := regexp.MustCompile("plan (sha256:[0-9a-f]{64}) stopped; .*`shardproof verify --store (\\S+)((?: --scratch \\S+)?) --resume (sha256:[0-9a-f]{64})` finishes it, `shardproof store prune-jobs --store (\\S+)`").FindStringSubmatch(res.stderr)
+	if res.status != errcode.ExitError || m == nil || m[2] != r.dir || m[4] != m[1] {
 		t.Fatalf("verify with an unreadable shard: exit %d, stderr %q; want exit 3 and the resume command", res.status, res.stderr)
+	}
+	if wantScratch, wantPrune := strings.Join(append([]string{""}, scratch...), " "), filepath.Dir(jobsDir); m[3] != wantScratch || m[5] != wantPrune {
+		t.Fatalf("hint names scratch %q and prunes %q; want %q and %q", m[3], m[5], wantScratch, wantPrune)
 	}
 	if !strings.HasPrefix(res.stderr[strings.LastIndex(strings.TrimSuffix(res.stderr, "\n"), "\n")+1:], "shardproof: IO: ") {
 		t.Fatalf("the last line is not the coded error: %q", res.stderr)
+	}
+	// The committed tasks are where the hint says: under the scratch when
+	// there is one, and then nothing of the job is in the store.
+	pd, _ := manifest.ParseDigest(m[1])
+	if _, err := os.Stat(filepath.Join(jobsDir, pd.Hex(), "map", "0", "commit.json")); err != nil {
+		t.Fatalf("the stopped job's files are not in %s: %v", jobsDir, err)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "jobs")); withScratch && !os.IsNotExist(err) {
+		t.Fatalf("with --scratch, the store has a jobs directory: %v", err)
 	}
 	os.Remove(vf)
 	if err := os.Rename(saved, vf); err != nil {
 		t.Fatal(err)
 	}
-	js := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", m[1], "--json"))
+	js := cliReport(t, runCLI(t, cliEnv(), append([]string{"verify", "--store", r.dir, "--resume", m[1], "--json"}, scratch...)...))
 	if js.Verdict != manifest.Verified || js.Execution.Plan.String() != m[1] {
 		t.Fatalf("resumed: verdict %s plan %s, want VERIFIED %s", js.Verdict, js.Execution.Plan, m[1])
+	}
+	if _, err := os.Stat(filepath.Join(jobsDir, pd.Hex())); !os.IsNotExist(err) {
+		t.Fatalf("the finished job's files are still in %s: %v", jobsDir, err)
 	}
 	sameReport(t, "resumed vs fresh", cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--json")), js)
 }

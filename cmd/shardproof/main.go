@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
 	_ "github.com/shardproof/shardproof/objstore/file" // file:// and plain paths
@@ -179,6 +180,22 @@ func requireSubcommand(c *cobra.Command) {
 // openStore opens --store, which must exist.
 func openStore(cmd *cobra.Command, url string) (objstore.Store, error) {
 	return objstore.Open(cmd.Context(), url)
+}
+
+// openJobStore opens --store for a command that runs a verification job.
+// With a scratch URL (--scratch) the job's shuffle files and task commit
+// records (jobs/) live in that store instead, which may be created: plans,
+// reports and every input stay in --store.
+func openJobStore(cmd *cobra.Command, url, scratch string) (objstore.Store, error) {
+	s, err := openStore(cmd, url)
+	if err != nil || scratch == "" {
+		return s, err
+	}
+	sc, err := objstore.Create(cmd.Context(), scratch)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Of(err), err, "--scratch")
+	}
+	return objstore.NewRouted(s, sc, coordinator.JobsPrefix)
 }
 
 // createStore opens --store for a command that may start it (synth,
