@@ -113,6 +113,17 @@ func (a *applier) register(c *Register) (any, error) {
 		return nil, errcode.New(errcode.AlreadyExists, "release %s is registered with %d other shards", c.Root, len(rel.Shards))
 	}
 	r := c.Report
+	if r != nil && r.Digest == rel.Report {
+		// A retry: the same report again. A report's digest covers its
+		// verdict and snapshot, so a summary that contradicts the one
+		// recorded is not a retry but a wrong one, and is refused. (A
+		// VERIFIED report of a release found INVALID since is a retry:
+		// a recheck with hits invalidates without a new report.)
+		if r.Verdict == manifest.Invalid && rel.State != ReleaseInvalid || r.DatasetSnapshot != rel.DatasetSnapshot {
+			return nil, errcode.New(errcode.BadInput, "report %s is registered for release %s as %s against snapshot %s; this register says %s against %s",
+				r.Digest, c.Root, rel.State, rel.DatasetSnapshot, r.Verdict, r.DatasetSnapshot)
+		}
+	}
 	if r == nil || r.Digest == rel.Report {
 		return RecheckResult{Release: copyRelease(rel), Reopened: []string{}}, nil
 	}

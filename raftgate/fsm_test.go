@@ -754,6 +754,8 @@ func TestRejectionTable(t *testing.T) {
 		{"register negative hits", &Register{Root: dig("n"), Shards: shardsOf("n", 1), Report: &ReportSummary{Verdict: manifest.Invalid, TombstoneHits: -2}}, errcode.BadCount},
 		{"register bad verdict", &Register{Root: dig("n"), Shards: shardsOf("n", 1), Report: &ReportSummary{Verdict: "MAYBE"}}, errcode.BadInput},
 		{"register no shards", &Register{Root: dig("n")}, errcode.BadInput},
+		{"register the recorded report as INVALID", &Register{Root: root, Shards: shardsOf("rel", 2), Report: &ReportSummary{Digest: dig("report/rel"), Verdict: manifest.Invalid, DatasetSnapshot: dig("snap")}}, errcode.BadInput},
+		{"register the recorded report with another snapshot", &Register{Root: root, Shards: shardsOf("rel", 2), Report: &ReportSummary{Digest: dig("report/rel"), Verdict: manifest.Verified, DatasetSnapshot: dig("other-snap")}}, errcode.BadInput},
 		{"register other snapshot", &Register{Root: root, Shards: shardsOf("rel", 2), Report: &ReportSummary{Digest: dig("r9"), Verdict: manifest.Verified, DatasetSnapshot: dig("other-snap")}}, errcode.BadInput},
 		{"publish retain too large", &Publish{Alias: "new", Root: root, Retain: MaxRetain + 1}, errcode.BadInput},
 		{"rollback unknown alias", &Rollback{Alias: "nope", Root: root}, errcode.UnknownAlias},
@@ -853,5 +855,29 @@ func TestStalePublishPartialAlias(t *testing.T) {
 	}
 	if err := StalePublish(whole, other, 2); err != nil {
 		t.Fatalf("expect the current generation: %v", err)
+	}
+}
+
+// A register that repeats the recorded report is a retry and changes
+// nothing, even when a recheck with hits has made the release INVALID
+// since: the report itself was VERIFIED.
+func TestRegisterRetryAfterRecheckHits(t *testing.T) {
+	h := newHarness(t)
+	root := h.verified("rel", 2, 0, 0)
+	h.reject(&RecheckCmd{Root: root, Kind: FenceTombstone, Value: 3, Report: dig("recheck"), Hits: 1}, errcode.TombstoneHit)
+	if st := h.state().Releases[root.String()].State; st != ReleaseInvalid {
+		t.Fatalf("after a recheck with hits the release is %s", st)
+	}
+	before, _ := EncodeState(h.state())
+	res := h.do(&Register{Root: root, Shards: shardsOf("rel", 2), Report: &ReportSummary{
+		Digest: dig("report/rel"), Verdict: manifest.Verified, DatasetSnapshot: dig("snap")}})
+	if res.Err != nil {
+		t.Fatalf("retry of the recorded report: %v", res.Err)
+	}
+	if got := res.Value.(RecheckResult).Release.State; got != ReleaseInvalid {
+		t.Fatalf("retry answers state %s, want %s", got, ReleaseInvalid)
+	}
+	if after, _ := EncodeState(h.state()); !bytes.Equal(before, after) {
+		t.Fatal("the retry changed the state")
 	}
 }
