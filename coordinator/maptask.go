@@ -87,6 +87,14 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Snapshot.RecordSchema, K: j.Plan.K, Timings: tm},
 	}
 	commit := &MapCommit{Schema: MapCommitSchema, Plan: j.PlanDigest, Task: i}
+	// The descriptors' record counts size the buffer once: growing it
+	// append by append copied every column over and over. They are only a
+	// hint (a file may hold other counts), bounded by a few map tasks.
+	var records int64
+	for _, in := range j.Plan.MapTasks[i] {
+		records = min(records+min(max(j.desc(in).Records, 0), 4*MapTaskTuples), 4*MapTaskTuples)
+	}
+	buf.Grow(int(records))
 	for _, in := range j.Plan.MapTasks[i] {
 		desc := j.desc(in)
 		row.Side = shuffle.Side(in.Side)

@@ -3,9 +3,11 @@ package coordinator
 import (
 	"context"
 	"io"
+	"runtime"
 	"slices"
 	"time"
 
+	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/shuffle"
@@ -32,15 +34,34 @@ type memberSource struct {
 	// timings already count.
 	mapNanos int64
 
-	rows   []shuffle.Row
+	memberBufs
 	pos    int
-	ids    []byte
-	ends   []int
 	intern map[string]string
 }
 
+// memberBufs hold one member's tuples; reducers hand them on to the next
+// (memberBufPool), so each member is not a new allocation of a few
+// megabytes for the collector to trace.
+type memberBufs struct {
+	rows []shuffle.Row
+	ids  []byte
+	ends []int
+}
+
+var memberBufPool = freelist.New[memberBufs](runtime.GOMAXPROCS(0))
+
 func newMemberSource(ctx context.Context, opts mapper.Options, members []manifest.Shard, todo []int, progress func(mapper.Result)) *memberSource {
-	return &memberSource{ctx: ctx, opts: opts, members: members, todo: todo, progress: progress, intern: map[string]string{}}
+	s := &memberSource{ctx: ctx, opts: opts, members: members, todo: todo, progress: progress, intern: map[string]string{}}
+	s.memberBufs, _ = memberBufPool.Get()
+	return s
+}
+
+// release hands the source's buffers on; s must not be used after.
+func (s *memberSource) release() {
+	// The rows' strings would keep the last member's bytes alive.
+	clear(s.rows[:cap(s.rows)])
+	memberBufPool.Put(memberBufs{rows: s.rows[:0], ids: s.ids[:0], ends: s.ends[:0]})
+	s.memberBufs = memberBufs{}
 }
 
 // Next implements reducer.Source.
@@ -68,7 +89,9 @@ func (s *memberSource) Next() (uint32, []shuffle.Row, error) {
 // load maps member i into s.rows, sorted into shuffle order.
 func (s *memberSource) load(i int) error {
 	desc := s.members[i]
-	s.rows, s.pos, s.ids, s.ends = s.rows[:0], 0, s.ids[:0], s.ends[:0]
+	// The descriptor's count sizes the rows once (a hint, bounded).
+	n := int(min(max(desc.Records, 0), MapTaskTuples))
+	s.rows, s.pos, s.ids, s.ends = slices.Grow(s.rows[:0], n), 0, s.ids[:0], slices.Grow(s.ends[:0], n)
 	clear(s.intern)
 	start := time.Now()
 	res, err := mapper.MapShardStream(s.ctx, s.opts, mapper.Input{Side: mapper.SideSnapshot, Index: i, Desc: desc}, func(t *mapper.Tuple) error {

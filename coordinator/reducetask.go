@@ -118,6 +118,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 		// Mapping members is timed as map stages; the rest is reducing.
 		commit.Members = members.results
 		start = start.Add(time.Duration(members.mapNanos))
+		members.release()
 	}
 	j.clock.add(&j.clock.reduce, start)
 	if err != nil {

@@ -145,6 +145,7 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	if !ok {
 		return res, nil
 	}
+	defer h.Release()
 	// The footer's row count, checked against maxRows, sizes the tuple
 	// digests; a lying footer costs at most a bounded reservation.
 	h.Grow(int(min(pf.NumRows(), 1<<22)))

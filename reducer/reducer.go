@@ -189,6 +189,8 @@ type differ struct {
 	res         *Result
 	tomb, bench *Set
 	rel, snap   [][32]byte
+	// sortScratch is the copy each bucket leaf sorts through.
+	sortScratch [][32]byte
 }
 
 func (d *differ) bucket(b uint32, rows []shuffle.Row) error {
@@ -211,8 +213,8 @@ func (d *differ) bucket(b uint32, rows []shuffle.Row) error {
 		d.sample(rows[i:j])
 		i = j
 	}
-	rl := tuplehash.BucketLeaf(b, d.rel)
-	sl := tuplehash.BucketLeaf(b, d.snap)
+	rl := tuplehash.BucketLeafInto(b, d.rel, &d.sortScratch)
+	sl := tuplehash.BucketLeafInto(b, d.snap, &d.sortScratch)
 	d.res.ReleaseLeaves = append(d.res.ReleaseLeaves, rl[:]...)
 	d.res.SnapshotLeaves = append(d.res.SnapshotLeaves, sl[:]...)
 	return nil

@@ -111,6 +111,21 @@ func (b *Buffer) Append(r *Row) {
 	b.tuple = append(b.tuple, r.TupleDigest[:]...)
 }
 
+// Grow reserves room for n more rows in the fixed-size columns (the
+// strings' bytes still grow as they come), so a map task that knows its
+// inputs' record counts appends its tuples without copying its columns
+// over and over as they grow.
+func (b *Buffer) Grow(n int) {
+	if n <= 0 {
+		return
+	}
+	b.bucket, b.side, b.version = slices.Grow(b.bucket, n), slices.Grow(b.side, n), slices.Grow(b.version, n)
+	b.content, b.tuple, b.schema = slices.Grow(b.content, 32*n), slices.Grow(b.tuple, 32*n), slices.Grow(b.schema, n)
+	for _, c := range []*strColumn{&b.sample, &b.source, &b.split} {
+		c.offs = slices.Grow(c.offs, n+1)
+	}
+}
+
 // manySchemas is the number of distinct schema digests beyond which a
 // Buffer looks them up in a map rather than scanning them.
 const manySchemas = 8

@@ -156,9 +156,25 @@ func MemberSetDigest(digests [][32]byte) [32]byte {
 // MemberSetDigestOf is MemberSetDigest without reordering digests: it
 // sorts a copy.
 func MemberSetDigestOf(digests [][32]byte) [32]byte {
-	sorted := make([][32]byte, len(digests))
+	return MemberSetDigestInto(digests, nil)
+}
+
+// MemberSetDigestInto is MemberSetDigestOf sorting the copy into
+// *scratch, grown as needed, so a caller hashing file after file reuses
+// one buffer. A nil scratch allocates.
+func MemberSetDigestInto(digests [][32]byte, scratch *[][32]byte) [32]byte {
+	sorted := grow(scratch, len(digests))
 	sortInto(sorted, digests)
 	return memberSetSorted(sorted)
+}
+
+// grow returns *scratch resized to n (a new slice when scratch is nil).
+func grow(scratch *[][32]byte, n int) [][32]byte {
+	if scratch == nil {
+		return make([][32]byte, n)
+	}
+	*scratch = slices.Grow((*scratch)[:0], n)[:n]
+	return *scratch
 }
 
 func memberSetSorted(digests [][32]byte) [32]byte {
@@ -176,12 +192,15 @@ func memberSetSorted(digests [][32]byte) [32]byte {
 }
 
 // SortDigests sorts digests ascending (bytewise).
-func SortDigests(d [][32]byte) {
+func SortDigests(d [][32]byte) { sortDigests(d, nil) }
+
+// sortDigests sorts d, copying it into *scratch (nil: a new slice) first.
+func sortDigests(d [][32]byte, scratch *[][32]byte) {
 	if len(d) <= smallSort {
 		sortSmall(d)
 		return
 	}
-	src := make([][32]byte, len(d))
+	src := grow(scratch, len(d))
 	copy(src, d)
 	sortInto(d, src)
 }
@@ -252,7 +271,14 @@ func sortInto(dst, src [][32]byte) {
 // sorted tuple digests). It sorts digests in place. An empty bucket has a
 // leaf too (count 0), so every bucket contributes exactly one leaf.
 func BucketLeaf(bucket uint32, digests [][32]byte) [32]byte {
-	SortDigests(digests)
+	return BucketLeafInto(bucket, digests, nil)
+}
+
+// BucketLeafInto is BucketLeaf sorting through *scratch, grown as needed,
+// so a reducer computing leaf after leaf reuses one buffer. A nil scratch
+// allocates.
+func BucketLeafInto(bucket uint32, digests [][32]byte, scratch *[][32]byte) [32]byte {
+	sortDigests(digests, scratch)
 	h := sha256.New()
 	h.Write([]byte(bucketPrefix))
 	var hdr [12]byte

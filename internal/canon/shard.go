@@ -1,11 +1,13 @@
 package canon
 
 import (
+	"runtime"
 	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -43,7 +45,8 @@ func NewShardHasher(s *manifest.RecordSchema, logicalSchema, tupleSchema manifes
 		return nil, err
 	}
 	h := &ShardHasher{
-		enc: enc, lh: NewLogicalHasher(logicalSchema), tupleSchema: tupleSchema,
+		digests: getDigests(),
+		enc:     enc, lh: NewLogicalHasher(logicalSchema), tupleSchema: tupleSchema,
 		sid: FieldIndex(s, s.Tuple.SampleID), src: FieldIndex(s, s.Tuple.SourceID),
 		ver: FieldIndex(s, s.Tuple.SourceVersion), split: FieldIndex(s, s.Tuple.Split),
 		memberDigest: -1, tokens: -1,
@@ -142,7 +145,37 @@ func (h *ShardHasher) LogicalDigest() manifest.Digest { return h.lh.Sum() }
 
 // MemberSetDigest returns the memberSetDigest of the rows added so far.
 func (h *ShardHasher) MemberSetDigest() manifest.Digest {
-	return tuplehash.MemberSetDigestOf(h.digests)
+	sorted := getDigests()
+	defer func() { putDigests(sorted) }()
+	return tuplehash.MemberSetDigestInto(h.digests, &sorted)
+}
+
+// Release hands the hasher's tuple digests to the next hasher; h and its
+// TupleDigests must not be used after. Calling it is optional: a verifier
+// does, after each file, so the digest buffers (a megabyte per 32k
+// records, one more to sort them) are not allocated, zeroed and collected
+// again for every file.
+func (h *ShardHasher) Release() {
+	putDigests(h.digests)
+	h.digests = nil
+}
+
+// digestBufs keeps tuple digest buffers between files, a couple per
+// worker; buffers above maxPooledDigests entries are left to the
+// collector, so a file that declared a huge row count is not retained.
+var digestBufs = freelist.New[[][32]byte](2 * runtime.GOMAXPROCS(0))
+
+const maxPooledDigests = 1 << 20
+
+func getDigests() [][32]byte {
+	b, _ := digestBufs.Get()
+	return b[:0]
+}
+
+func putDigests(b [][32]byte) {
+	if b != nil && cap(b) <= maxPooledDigests {
+		digestBufs.Put(b[:0])
+	}
 }
 
 // TupleDigests returns the tuple digests added so far, in stored order.
