@@ -7,19 +7,8 @@ import (
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
-	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/objstore/storetest"
 )
-
-func newFileStore(t *testing.T) *file.Store {
-	t.Helper()
-	s, err := file.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
 
 // TestRoutedConformance runs the store contract on Routed with prefixes
 // the suite's keys fall on both sides of, so its listings, paging and
@@ -28,7 +17,7 @@ func TestRoutedConformance(t *testing.T) {
 	for _, prefix := range []string{"jobs/", "p/ab/", "blobs/sha256/"} {
 		t.Run(prefix, func(t *testing.T) {
 			storetest.Run(t, func(t *testing.T) objstore.Store {
-				r, err := objstore.NewRouted(newFileStore(t), newFileStore(t), prefix)
+				r, err := objstore.NewRouted(newStore(t), newStore(t), prefix)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -60,7 +49,7 @@ func keys(t *testing.T, s objstore.Store) []string {
 // TestRoutedPlacement: each key is written to, read from and listed in the
 // store that owns it, and Main's keys under the prefix stay hidden.
 func TestRoutedPlacement(t *testing.T) {
-	main, scratch := newFileStore(t), newFileStore(t)
+	main, scratch := newStore(t), newStore(t)
 	ctx := t.Context()
 	// Left in the main store by a run without a scratch.
 	if _, err := main.Put(ctx, "jobs/old/commit.json", bytes.NewReader([]byte("old")), objstore.PutOptions{}); err != nil {
