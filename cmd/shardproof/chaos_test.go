@@ -34,7 +34,9 @@ import (
 // directories, SIGSTOPs the leader and resumes it after a new one was
 // elected, and partitions the Raft network: the leader cut off from both
 // followers while it goes on answering clients, or one link between two
-// members cut. Every client records when it called and when it got its answer;
+// members cut; and it cuts the clients' links (httpLink): the leader's for
+// a while, or every open client connection at once, so requests and
+// answers are lost in flight by members that keep running. Every client records when it called and when it got its answer;
 // porcupine then checks that history against gateModel. A write whose
 // outcome the gate called INDETERMINATE is retried with the same
 // parameters, as the client's contract says is safe, until it gets a
@@ -183,6 +185,8 @@ func (n *chaosNode) status(ctx context.Context, digest bool) (*raftgate.Status, 
 type chaosCluster struct {
 	t     *testing.T
 	nodes []*chaosNode
+	// links[i] is the clients' way to nodes[i]'s HTTP API.
+	links []*httpLink
 }
 
 func startChaosCluster(t *testing.T) *chaosCluster {
@@ -197,6 +201,7 @@ func startChaosCluster(t *testing.T) *chaosCluster {
 			cutPath: cutPathFor(dir, fmt.Sprintf("n%d", i+1)),
 		}
 		c.nodes = append(c.nodes, n)
+		c.links = append(c.links, newHTTPLink(t, n.httpAddr))
 	}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
@@ -243,6 +248,15 @@ func (c *chaosCluster) urls() string {
 	var u []string
 	for _, n := range c.nodes {
 		u = append(u, n.url())
+	}
+	return strings.Join(u, ",")
+}
+
+// clientURLs lists the members through the clients' links.
+func (c *chaosCluster) clientURLs() string {
+	var u []string
+	for _, l := range c.links {
+		u = append(u, l.url())
 	}
 	return strings.Join(u, ",")
 }
@@ -437,11 +451,11 @@ func TestGateChaos(t *testing.T) {
 	var wg sync.WaitGroup
 	const clients = 4
 	for id := range clients {
-		wg.Go(func() { chaosClient(ctx, id, c.urls(), roots, rootIndex, &registered, h, retryUntil) })
+		wg.Go(func() { chaosClient(ctx, id, c.clientURLs(), roots, rootIndex, &registered, h, retryUntil) })
 	}
 
 	// The nemesis: one fault at a time, healed before the next.
-	var kills, leaderKills, pauses, partitions atomic.Int32
+	var kills, leaderKills, pauses, partitions, linkCuts atomic.Int32
 	leaders := map[string]bool{}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	end := time.Now().Add(d)
@@ -449,7 +463,7 @@ func TestGateChaos(t *testing.T) {
 	for time.Now().Before(end) {
 		l := c.leader(30 * time.Second)
 		leaders[l.id] = true
-		switch x := rng.IntN(13); {
+		switch x := rng.IntN(16); {
 		case x < 4: // any member, crashed
 			n := c.nodes[rng.IntN(len(c.nodes))]
 			if n == l {
@@ -482,6 +496,20 @@ func TestGateChaos(t *testing.T) {
 			partitions.Add(1)
 			time.Sleep(time.Duration(1500+rng.IntN(2000)) * time.Millisecond)
 			c.setCuts(nil)
+		case x < 14: // the clients' links to the leader cut, requests in flight broken
+			li := slices.Index(c.nodes, l)
+			c.links[li].setCut(true)
+			linkCuts.Add(1)
+			time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+			c.links[li].setCut(false)
+		case x < 15: // every client connection broken, a few times in a row
+			for range 1 + rng.IntN(4) {
+				for _, hl := range c.links {
+					hl.reset()
+				}
+				linkCuts.Add(1)
+				time.Sleep(time.Duration(50+rng.IntN(300)) * time.Millisecond)
+			}
 		default: // one link between two members cut
 			a := rng.IntN(len(c.nodes))
 			b := (a + 1 + rng.IntN(len(c.nodes)-1)) % len(c.nodes)
@@ -516,8 +544,8 @@ func TestGateChaos(t *testing.T) {
 	h.mu.Lock()
 	ops := h.ops
 	h.mu.Unlock()
-	t.Logf("%s of chaos: %d operations, %d kills (%d of the leader), %d leader pauses, %d partitions, leaders %v; answers %v",
-		d, len(ops), kills.Load(), leaderKills.Load(), pauses.Load(), partitions.Load(), keys(leaders), h.counts)
+	t.Logf("%s of chaos: %d operations, %d kills (%d of the leader), %d leader pauses, %d partitions, %d client link cuts, leaders %v; answers %v",
+		d, len(ops), kills.Load(), leaderKills.Load(), pauses.Load(), partitions.Load(), linkCuts.Load(), keys(leaders), h.counts)
 
 	if len(h.unexpected) > 0 {
 		t.Fatalf("%d answers outside the gate's contract, e.g. %s", len(h.unexpected), h.unexpected[0])
@@ -556,7 +584,7 @@ func TestGateChaos(t *testing.T) {
 	}
 	// The test only means something if faults happened and the gate did
 	// work through them.
-	if kills.Load()+pauses.Load()+partitions.Load() == 0 {
+	if kills.Load()+pauses.Load()+partitions.Load()+linkCuts.Load() == 0 {
 		t.Fatal("the nemesis injected no fault")
 	}
 	if h.counts["publish ok"]+h.counts["rollback ok"] < 5 || h.counts["readAlias ok"] < 5 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -40,7 +41,8 @@ func init() {
 // answers travel on the connection the sender dialed, so nothing crosses a
 // cut link. Accepted connections cannot be attributed (their source port
 // is ephemeral), which is why the cut is made from both ends. The file is
-// polled every 20 ms; the HTTP API is not affected.
+// polled every 20 ms; the HTTP API is not affected (httpLink cuts the
+// clients' side of it).
 type cutStream struct {
 	raft.StreamLayer
 	path string
@@ -367,4 +369,97 @@ func TestGatePartitionedLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.checkConverged(30 * time.Second)
+}
+
+// httpLink is a TCP proxy between the chaos clients and one member's HTTP
+// API. The nemesis cuts it as a dropped client link would: every
+// connection through it breaks at once, requests in flight and answers on
+// their way included, and new ones are refused until the link heals. The
+// member itself keeps running and serving its peers; only the clients lose
+// it, so a write can be applied while its answer is lost.
+type httpLink struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns map[net.Conn]bool
+}
+
+func newHTTPLink(t *testing.T, target string) *httpLink {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &httpLink{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); l.setCut(true) })
+	go l.serve()
+	return l
+}
+
+func (l *httpLink) url() string { return "http://" + l.ln.Addr().String() }
+
+func (l *httpLink) serve() {
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		go l.pipe(c)
+	}
+}
+
+// pipe joins an accepted client connection to a new one to the member.
+func (l *httpLink) pipe(c net.Conn) {
+	l.mu.Lock()
+	cut := l.cut
+	l.mu.Unlock()
+	if cut {
+		c.Close()
+		return
+	}
+	m, err := net.DialTimeout("tcp", l.target, time.Second)
+	if err != nil {
+		c.Close()
+		return
+	}
+	l.mu.Lock()
+	if l.cut {
+		l.mu.Unlock()
+		c.Close()
+		m.Close()
+		return
+	}
+	l.conns[c], l.conns[m] = true, true
+	l.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(m, c); done <- struct{}{} }()
+	go func() { io.Copy(c, m); done <- struct{}{} }()
+	<-done
+	c.Close()
+	m.Close()
+	l.mu.Lock()
+	delete(l.conns, c)
+	delete(l.conns, m)
+	l.mu.Unlock()
+}
+
+// setCut breaks every open connection and refuses new ones (cut), or lets
+// connections through again.
+func (l *httpLink) setCut(cut bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cut = cut
+	if cut {
+		for c := range l.conns {
+			c.Close()
+		}
+	}
+}
+
+// reset breaks every open connection once, leaving the link up: a blip.
+func (l *httpLink) reset() {
+	l.setCut(true)
+	l.setCut(false)
 }
