@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -160,4 +162,27 @@ func TestPublishWorkerRecheckCLI(t *testing.T) {
 	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
 	_, err = cli(t, "worker", "--store", dir, "--run", "r1", "--cache", t.TempDir())
 	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
+}
+
+// TestPublishScratch: publish --scratch verifies with the job's files in
+// the scratch store (its puts made the scratch's temp directory) and
+// removes them there; the release's store never holds a jobs/ tree.
+func TestPublishScratch(t *testing.T) {
+	dir, s := tempFileStore(t)
+	rel := stagetest.Synth(t, s, 1500, 4, 1)
+	node, _ := startLeader(t)
+	scratch := filepath.Join(t.TempDir(), "scratch")
+	out, err := cli(t, "publish", "--store", dir, "--scratch", scratch, "--gate", node.URL(), "-q",
+		"--alias", "main", "--root", rel.Root.String())
+	if err != nil || !strings.Contains(out, "published main generation 1 -> "+rel.Root.String()) {
+		t.Fatalf("publish --scratch: %q %v", out, err)
+	}
+	if _, err := os.Stat(filepath.Join(scratch, "@tmp")); err != nil {
+		t.Fatalf("nothing was written to the scratch: %v", err)
+	}
+	for _, d := range []string{filepath.Join(scratch, "jobs"), filepath.Join(dir, "jobs")} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Fatalf("%s after publish: %v", d, err)
+		}
+	}
 }
