@@ -251,6 +251,58 @@ func TestKubernetesIndexedJobsContract(t *testing.T) {
 	sameReport(t, "kubernetes", want, got)
 }
 
+// TestKubernetesScratch: with --scratch the emitted pods carry it and
+// keep the job there, and emitting does not touch it (it may be a store
+// only the cluster reaches): the directory does not exist until the first
+// pod runs. Aggregating with it gives the local executor's report.
+func TestKubernetesScratch(t *testing.T) {
+	r := newRelease(t)
+	want := r.localReport(t)
+	scratch := filepath.Join(t.TempDir(), "scratch")
+	planURL, m, red := emitJobs(t, r, "--scratch", scratch)
+	if _, err := os.Stat(scratch); !os.IsNotExist(err) {
+		t.Fatalf("emitting touched the scratch: %v", err)
+	}
+	for _, j := range []emuJob{m, red} {
+		if i := slices.Index(j.command, "--scratch"); i < 0 || i+1 == len(j.command) || j.command[i+1] != scratch {
+			t.Fatalf("%s pods run %v, without the scratch", j.name, j.command)
+		}
+		if _, failed := j.run(testLaunch(t)); len(failed) > 0 {
+			t.Fatalf("%s: failed indexes %v", j.name, failed)
+		}
+	}
+	pd, err := manifest.ParseDigest(planURL[strings.LastIndex(planURL, "#")+1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "jobs", pd.Hex())); !os.IsNotExist(err) {
+		t.Fatalf("the pods wrote the job to the store: %v", err)
+	}
+	res := runCLI(t, cliEnv(), "task", "aggregate", "--plan", planURL, "--scratch", scratch, "--keep-job")
+	if res.status != 0 {
+		t.Fatalf("aggregate: exit %d: %s", res.status, res.stderr)
+	}
+	d, err := manifest.ParseDigest(strings.TrimPrefix(strings.Split(strings.TrimSpace(res.stdout), "\n")[1], "report "))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := objstore.ReadBlob(t.Context(), r.store, d, manifest.MaxDocumentSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := manifest.DecodeReport(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Execution.Plan != pd {
+		t.Fatalf("report of plan %s, want %s", got.Execution.Plan, pd)
+	}
+	sameReport(t, "kubernetes with a scratch", want, got)
+	if _, err := os.Stat(filepath.Join(scratch, "jobs", got.Execution.Plan.Hex(), "reduce")); err != nil {
+		t.Fatalf("the job is not in the scratch: %v", err)
+	}
+}
+
 // TestKubernetesPodFailurePolicy: a deterministic input error (exit 1:
 // NONDETERMINISM, a stray object at map task 0's output key) fails its
 // index after one pod; an operational error (exit 3: map task 2's commit

@@ -85,7 +85,7 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 			x.k8s.Env[k] = v
 		}
 		if !x.submit {
-			return x.emitOnly(cmd, opts, taskStore, scratch)
+			return x.emitOnly(cmd, opts, taskStore)
 		}
 		engine = &x.k8s
 	default:
@@ -107,12 +107,14 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 
 // emitOnly plans and writes the Indexed Jobs without running anything,
 // and says how to run them and aggregate.
-func (x *executorFlags) emitOnly(cmd *cobra.Command, opts coordinator.Options, taskStore, scratch string) error {
+func (x *executorFlags) emitOnly(cmd *cobra.Command, opts coordinator.Options, taskStore string) error {
 	if x.k8s.Emit == "" {
 		return errcode.New(errcode.Usage, "verify: --executor kubernetes needs --emit DIR, --submit, or both")
 	}
 	storeURL, _ := cmd.Flags().GetString("store")
-	s, err := openJobStore(cmd, storeURL, scratch)
+	// Only the plan is written here, to --store: the scratch is the
+	// pods' business, and may be reachable from the cluster alone.
+	s, err := openStore(cmd, storeURL)
 	if err != nil {
 		return err
 	}
