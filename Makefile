@@ -29,9 +29,13 @@ test: deps build
 demo: build
 	@./scripts/demo.sh $(BIN) $(DEMO_DIR)
 
+# lint: gofmt, go vet and staticcheck (pinned; fetched from the module
+# proxy and built on first use).
+STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 # fuzz runs every fuzz target for FUZZTIME each (the seed corpora run in `make test`).
 FUZZTIME ?= 30s

@@ -126,7 +126,7 @@ func TestSingleNodeRestartKeepsState(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	n = StartTestNode(t, cfg)
+	StartTestNode(t, cfg)
 	got, err := cl.State(ctx) // linearizable: waits for the restarted node to lead and catch up
 	if err != nil {
 		t.Fatal(err)

@@ -181,10 +181,8 @@ func TestReduceCountsEveryClassExactly(t *testing.T) {
 
 func TestCleanDiffIsZero(t *testing.T) {
 	var rows []shuffle.Row
-	var tuples []tuplehash.Tuple
 	for i := range 300 {
 		tp := tuple(i)
-		tuples = append(tuples, tp)
 		rows = append(rows, row(t, tp, shuffle.Snapshot), row(t, tp, shuffle.Release))
 	}
 	res, err := Reduce(context.Background(), Options{K: testK, Lo: 0, Hi: 1 << testK}, sources(t, rows, 4, 0, 1<<testK, 2))

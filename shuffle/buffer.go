@@ -91,10 +91,6 @@ func (c *strColumn) truncate(n int) {
 	c.offs = c.offs[:n+1]
 }
 
-func (c *strColumn) reset() {
-	c.offs, c.data = c.offs[:0], c.data[:0]
-}
-
 // Len returns the number of rows in b.
 func (b *Buffer) Len() int { return len(b.bucket) }
 

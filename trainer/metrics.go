@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -81,7 +82,7 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(m.VerifiedShardRatio, m.CacheCorruptions, m.CacheHits, m.ShardFailures,
 		m.BarrierWait, m.RootMismatches, m.ReadBytes, m.ReadThroughput, m.Ready,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
