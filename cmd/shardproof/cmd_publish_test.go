@@ -140,9 +140,14 @@ func TestPublishWorkerRecheckCLI(t *testing.T) {
 	wantExit(t, err, errcode.PermitClosed, errcode.ExitRejected)
 	// --closed finds the roots with closed permits: generation 1 (the
 	// run) and generation 2 (the alias).
-	out, err = cli(t, append(append([]string{"recheck"}, base...), "--closed", "--root", gen1.Root.String(), "--tombstones", tombD.String())...)
+	// Its verifications keep their jobs in a scratch.
+	scratch := filepath.Join(t.TempDir(), "scratch")
+	out, err = cli(t, append(append([]string{"recheck"}, base...), "--closed", "--root", gen1.Root.String(), "--tombstones", tombD.String(), "--scratch", scratch)...)
 	if err != nil || strings.Count(out, "renewed") != 2 || !strings.Contains(out, gen2.Root.String()) {
 		t.Fatalf("recheck: %q %v", out, err)
+	}
+	if _, err := os.Stat(filepath.Join(scratch, "@tmp")); err != nil {
+		t.Fatalf("recheck --scratch wrote nothing to the scratch: %v", err)
 	}
 	if _, err := g.AdmitCheckpoint(ctx, "r1", 0, gen1.Root); err != nil {
 		t.Fatalf("checkpoint after recheck: %v", err)
