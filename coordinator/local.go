@@ -97,6 +97,16 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 	if err != nil {
 		return nil, err
 	}
+	// Before any map work: a plan whose reducers cannot open their inputs
+	// would otherwise fail after the whole map phase.
+	reducers, err := j.reducersAtOnce(parallelism)
+	if err != nil {
+		return nil, &UnfinishedError{Plan: pd, Err: err}
+	}
+	if reducers < min(parallelism, len(j.Plan.Reducers)) {
+		j.log().Warn("reduce tasks run fewer at a time than --parallelism: the open-file limit (ulimit -n) allows no more",
+			"atOnce", reducers, "parallelism", parallelism, "filesPerReduceTask", j.reduceFiles())
+	}
 	var mu sync.Mutex
 	done, total := 0, len(j.Release.Shards)+len(j.Snapshot.Members)
 	mapped := func(r mapper.Result) {
@@ -114,7 +124,7 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 		return nil, &UnfinishedError{Plan: pd, Err: err}
 	}
 	dropParts()
-	if err := runAll(ctx, len(j.Plan.Reducers), parallelism, func(ctx context.Context, r int) error {
+	if err := runAll(ctx, len(j.Plan.Reducers), reducers, func(ctx context.Context, r int) error {
 		_, err := j.reduce(ctx, r, mapped)
 		return err
 	}); err != nil {

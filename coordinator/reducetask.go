@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/fdlimit"
 	"github.com/shardproof/shardproof/internal/verifyread"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
@@ -58,6 +59,9 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 			}
 		}
 		return &done, nil
+	}
+	if _, err := j.reducersAtOnce(1); err != nil {
+		return nil, wrap(err, "reduce task %d", r)
 	}
 	start := time.Now()
 	commit := &ReduceCommit{Schema: ReduceCommitSchema, Plan: j.PlanDigest, Task: r}
@@ -145,6 +149,40 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 	j.log().Debug("reduce task committed", "task", r, "lo", rng.Lo, "hi", rng.Hi,
 		"releaseTuples", res.Counts.Records, "snapshotTuples", res.Counts.SnapshotRecords)
 	return commit, nil
+}
+
+// reduceFileSlack is what a reduce task holds open besides its shuffle
+// files: the snapshot member it is reading, and the commit record and
+// temp file it writes.
+const reduceFileSlack = 8
+
+// processFileSlack is what a process keeps open besides its reduce tasks:
+// standard streams, the store's root, the runtime's poller, the map
+// tasks' files and an embedding process's listeners.
+const processFileSlack = 64
+
+// reduceFiles is how many files a reduce task of the plan holds open at
+// once: a reducer merges one shuffle file per map task (each an open file,
+// or a connection on S3), all of them from its first bucket to its last.
+func (j *Job) reduceFiles() int { return len(j.Plan.MapTasks) + reduceFileSlack }
+
+// reducersAtOnce returns how many of the plan's reduce tasks this process
+// can run at once within its open-file limit, at most want; FILE_LIMIT if
+// not even one fits. Without the check a reducer would find out at its
+// first open beyond the limit, after the whole map phase, with an I/O
+// error that a resume meets again.
+func (j *Job) reducersAtOnce(want int) (int, error) {
+	limit, ok := fdlimit.Open()
+	if !ok {
+		return want, nil
+	}
+	need := j.reduceFiles()
+	avail := int(min(limit, 1<<30)) - processFileSlack
+	if avail < need {
+		return 0, errcode.New(errcode.FileLimit, "a reduce task of this plan holds %d files open at once (one shuffle file per map task: %d map tasks), and this process may open %d (ulimit -n): raise the limit, or plan fewer, larger map tasks (verify --map-tasks)",
+			need, len(j.Plan.MapTasks), limit)
+	}
+	return max(1, min(want, avail/need)), nil
 }
 
 // checkReduceCommit checks a reduce commit record read back from the

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -228,4 +230,57 @@ func testResumeHint(t *testing.T, withScratch bool) {
 		t.Fatalf("the finished job's files are still in %s: %v", jobsDir, err)
 	}
 	sameReport(t, "resumed vs fresh", cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--json")), js)
+}
+
+// runCLIWithFileLimit is runCLI under `ulimit -n limit` (soft and hard, so
+// the Go runtime cannot raise it).
+func runCLIWithFileLimit(t *testing.T, limit int, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, limit), os.Args[0]}, args...)...)
+	cmd.Env = cliEnv()
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := cliResult{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		r.status = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return r
+}
+
+// TestVerifyFileLimit: a reducer holds one shuffle file per map task open
+// at once. When not even one reducer fits the process's open-file limit,
+// verify says so before it maps anything (it used to fail with "too many
+// open files" after the whole map phase); when fewer reducers fit than
+// --parallelism asks, they run fewer at a time, and the verification
+// succeeds.
+func TestVerifyFileLimit(t *testing.T) {
+	r := newRelease(t)
+	// Five map tasks: a reduce task holds 5 + 8 files, and the process
+	// keeps 64 for itself.
+	args := []string{"verify", "--store", r.dir, "--root", r.res.Root.String(), "--map-tasks", "5", "--reducers", "2", "--parallelism", "2"}
+	res := runCLIWithFileLimit(t, 70, args...)
+	if res.status != errcode.ExitError || !strings.Contains(res.stderr, "shardproof: FILE_LIMIT: a reduce task of this plan holds 13 files open at once") {
+		t.Fatalf("verify under ulimit -n 70: exit %d, stderr %q; want FILE_LIMIT", res.status, res.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "jobs")); !os.IsNotExist(err) {
+		t.Fatalf("verify mapped before it refused: %v", err)
+	}
+	res = runCLIWithFileLimit(t, 80, append(args, "--json")...)
+	if res.status != 0 || !strings.Contains(res.stderr, "reduce tasks run fewer at a time") || !strings.Contains(res.stderr, "atOnce=1") {
+		t.Fatalf("verify under ulimit -n 80: exit %d, stderr %q; want VERIFIED with one reducer at a time", res.status, res.stderr)
+	}
+	sameReport(t, "one reducer at a time", r.localReport(t), cliReport(t, res))
+	// A task process refuses the same way.
+	_, pd, err := coordinator.NewPlan(t.Context(), r.store, coordinator.PlanOptions{Root: r.res.Root, MapTasks: 5, Reducers: 2, Parallelism: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = runCLIWithFileLimit(t, 70, "task", "reduce", "--plan", r.dir+"#"+pd.String(), "--index", "0")
+	if res.status != errcode.ExitError || !strings.Contains(res.stderr, "FILE_LIMIT") {
+		t.Fatalf("task reduce under ulimit -n 70: exit %d, stderr %q; want FILE_LIMIT", res.status, res.stderr)
+	}
 }

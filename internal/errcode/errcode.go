@@ -70,6 +70,7 @@ var catalogue = map[Code]entry{
 	Nondeterminism:     {ExitInvalid, "a rerun task produced output that differs from the committed output"},
 	ShuffleCorrupt:     {ExitError, "a shuffle file or task commit record cannot be decoded or breaks its order"},
 	TaskNotReady:       {ExitError, "a task's inputs are not committed yet (run the earlier phase first)"},
+	FileLimit:          {ExitError, "a reduce task would hold more files open at once than the process may (ulimit -n)"},
 
 	// Gate.
 	GenerationConflict: {ExitRejected, "expected generation differs from the alias's current generation"},
@@ -140,6 +141,7 @@ const (
 	Nondeterminism     Code = "NONDETERMINISM"
 	ShuffleCorrupt     Code = "SHUFFLE_CORRUPT"
 	TaskNotReady       Code = "TASK_NOT_READY"
+	FileLimit          Code = "FILE_LIMIT"
 
 	GenerationConflict Code = "GENERATION_CONFLICT"
 	PublishConflict    Code = "PUBLISH_CONFLICT"
