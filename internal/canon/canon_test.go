@@ -320,3 +320,29 @@ func TestSchemaDigestMatchesManifest(t *testing.T) {
 		}
 	}
 }
+
+// TestLogicalHasherStream: the digest is sha256 of the prefix, the schema
+// digest and every record with its u32be length, whatever the records'
+// sizes: small ones gathered in the hasher's buffer, ones larger than the
+// buffer written through, and runs that straddle a flush.
+func TestLogicalHasherStream(t *testing.T) {
+	schema := manifest.Digest(sha256.Sum256([]byte("schema")))
+	want := sha256.New()
+	want.Write([]byte(logicalPrefix))
+	want.Write(schema[:])
+	l := NewLogicalHasher(schema)
+	for i, n := range []int{0, 1, 100, logicalBuf - 4, 3, logicalBuf, 2 * logicalBuf, 7, logicalBuf - 100, 200, 130} {
+		rec := bytes.Repeat([]byte{byte(i)}, n)
+		var hdr [4]byte
+		binary.BigEndian.PutUint32(hdr[:], uint32(n))
+		want.Write(hdr[:])
+		want.Write(rec)
+		l.Add(rec)
+		if i == 4 { // a Sum mid-stream changes nothing after it
+			l.Sum()
+		}
+	}
+	if got := l.Sum(); [32]byte(got) != [32]byte(want.Sum(nil)) {
+		t.Fatalf("logical digest %x, want %x", got, want.Sum(nil))
+	}
+}

@@ -198,13 +198,18 @@ const logicalPrefix = "sp.logical.v1\x00"
 // LogicalHasher computes a shard's logical digest from its canonical
 // records in stored order.
 type LogicalHasher struct {
-	h   hash.Hash
-	len [4]byte
+	h hash.Hash
+	// buf gathers length-prefixed records, so the digest takes them
+	// blocks at a time rather than two short writes per record.
+	buf []byte
 }
+
+// logicalBuf is the size of a LogicalHasher's record buffer.
+const logicalBuf = 16 << 10
 
 // NewLogicalHasher starts a logical digest bound to a recordSchema digest.
 func NewLogicalHasher(schemaDigest manifest.Digest) *LogicalHasher {
-	l := &LogicalHasher{h: sha256.New()}
+	l := &LogicalHasher{h: sha256.New(), buf: make([]byte, 0, logicalBuf)}
 	l.h.Write([]byte(logicalPrefix))
 	l.h.Write(schemaDigest[:])
 	return l
@@ -212,13 +217,28 @@ func NewLogicalHasher(schemaDigest manifest.Digest) *LogicalHasher {
 
 // Add appends one canonical record.
 func (l *LogicalHasher) Add(rec []byte) {
-	binary.BigEndian.PutUint32(l.len[:], uint32(len(rec)))
-	l.h.Write(l.len[:])
-	l.h.Write(rec)
+	if len(l.buf)+4+len(rec) > cap(l.buf) {
+		l.flush()
+		if 4+len(rec) > cap(l.buf) {
+			var n [4]byte
+			binary.BigEndian.PutUint32(n[:], uint32(len(rec)))
+			l.h.Write(n[:])
+			l.h.Write(rec)
+			return
+		}
+	}
+	l.buf = binary.BigEndian.AppendUint32(l.buf, uint32(len(rec)))
+	l.buf = append(l.buf, rec...)
+}
+
+func (l *LogicalHasher) flush() {
+	l.h.Write(l.buf)
+	l.buf = l.buf[:0]
 }
 
 // Sum returns the logical digest of the records added so far.
 func (l *LogicalHasher) Sum() manifest.Digest {
+	l.flush()
 	var d manifest.Digest
 	l.h.Sum(d[:0])
 	return d
