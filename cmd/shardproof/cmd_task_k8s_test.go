@@ -236,19 +236,7 @@ func TestKubernetesIndexedJobsContract(t *testing.T) {
 	if res.status != 0 {
 		t.Fatalf("aggregate: exit %d: %s", res.status, res.stderr)
 	}
-	d, err := manifest.ParseDigest(strings.TrimPrefix(strings.Split(strings.TrimSpace(res.stdout), "\n")[1], "report "))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _, err := objstore.ReadBlob(t.Context(), r.store, d, manifest.MaxDocumentSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := manifest.DecodeReport(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameReport(t, "kubernetes", want, got)
+	sameReport(t, "kubernetes", want, aggregateReport(t, r.store, res))
 }
 
 // TestKubernetesScratch: with --scratch the emitted pods carry it and
@@ -282,18 +270,7 @@ func TestKubernetesScratch(t *testing.T) {
 	if res.status != 0 {
 		t.Fatalf("aggregate: exit %d: %s", res.status, res.stderr)
 	}
-	d, err := manifest.ParseDigest(strings.TrimPrefix(strings.Split(strings.TrimSpace(res.stdout), "\n")[1], "report "))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _, err := objstore.ReadBlob(t.Context(), r.store, d, manifest.MaxDocumentSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := manifest.DecodeReport(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := aggregateReport(t, r.store, res)
 	if got.Execution.Plan != pd {
 		t.Fatalf("report of plan %s, want %s", got.Execution.Plan, pd)
 	}

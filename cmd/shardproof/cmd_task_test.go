@@ -61,6 +61,13 @@ func runCLI(t *testing.T, env []string, args ...string) cliResult {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), os.Args[0], args...)
 	cmd.Env = env
+	return runChild(t, cmd, args)
+}
+
+// runChild runs cmd (the CLI, maybe through a shell) and collects its
+// output and exit status.
+func runChild(t *testing.T, cmd *exec.Cmd, args []string) cliResult {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -168,6 +175,28 @@ func cliReport(t *testing.T, r cliResult) *manifest.Report {
 		t.Fatalf("decode report: %v\n%s", err, r.stdout)
 	}
 	return rep
+}
+
+// aggregateReport reads the report whose digest `task aggregate` printed.
+func aggregateReport(t *testing.T, s objstore.Store, res cliResult) *manifest.Report {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("aggregate printed %q", res.stdout)
+	}
+	d, err := manifest.ParseDigest(strings.TrimPrefix(lines[1], "report "))
+	if err != nil {
+		t.Fatalf("aggregate output %q: %v", res.stdout, err)
+	}
+	b, _, err := objstore.ReadBlob(t.Context(), s, d, manifest.MaxDocumentSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := manifest.DecodeReport(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // TestVerifyProcessExecutor: `verify --executor process` runs every task as
@@ -326,19 +355,7 @@ func TestConcurrentDuplicateTasks(t *testing.T) {
 	if res.status != 0 || !strings.Contains(res.stdout, "verdict VERIFIED") {
 		t.Fatalf("aggregate: exit %d: %s %s", res.status, res.stdout, res.stderr)
 	}
-	d, err := manifest.ParseDigest(strings.TrimPrefix(strings.Split(strings.TrimSpace(res.stdout), "\n")[1], "report "))
-	if err != nil {
-		t.Fatalf("aggregate output %q: %v", res.stdout, err)
-	}
-	b, _, err := objstore.ReadBlob(t.Context(), r.store, d, manifest.MaxDocumentSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := manifest.DecodeReport(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameReport(t, "duplicates", want, got)
+	sameReport(t, "duplicates", want, aggregateReport(t, r.store, res))
 	// The aggregate deleted the job's scratch once the report was stored.
 	if page, err := r.store.List(t.Context(), "jobs/"+j.PlanDigest.Hex()+"/", "", 10); err != nil || len(page.Objects) != 0 {
 		t.Fatalf("after task aggregate: %d job keys left, err %v", len(page.Objects), err)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -238,17 +237,7 @@ func runCLIWithFileLimit(t *testing.T, limit int, args ...string) cliResult {
 	t.Helper()
 	cmd := exec.CommandContext(t.Context(), "sh", append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, limit), os.Args[0]}, args...)...)
 	cmd.Env = cliEnv()
-	var stdout, stderr strings.Builder
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := cliResult{stdout: stdout.String(), stderr: stderr.String()}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		r.status = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run %v: %v", args, err)
-	}
-	return r
+	return runChild(t, cmd, args)
 }
 
 // TestVerifyFileLimit: a reducer holds one shuffle file per map task open
