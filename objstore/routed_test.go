@@ -27,25 +27,6 @@ func TestRoutedConformance(t *testing.T) {
 	}
 }
 
-func keys(t *testing.T, s objstore.Store) []string {
-	t.Helper()
-	var out []string
-	after := ""
-	for {
-		page, err := s.List(t.Context(), "", after, 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range page.Objects {
-			out = append(out, o.Key)
-		}
-		if page.Next == "" {
-			return out
-		}
-		after = page.Next
-	}
-}
-
 // TestRoutedPlacement: each key is written to, read from and listed in the
 // store that owns it, and Main's keys under the prefix stay hidden.
 func TestRoutedPlacement(t *testing.T) {
@@ -64,13 +45,13 @@ func TestRoutedPlacement(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := keys(t, main), []string{"blobs/sha256/aa", "jobs/old/commit.json", "jobsx", "zz"}; !slices.Equal(got, want) {
+	if got, want := storetest.Keys(t, main, "", 2), []string{"blobs/sha256/aa", "jobs/old/commit.json", "jobsx", "zz"}; !slices.Equal(got, want) {
 		t.Fatalf("main holds %q, want %q", got, want)
 	}
-	if got, want := keys(t, scratch), []string{"jobs/p/map/0/commit.json", "jobs/p/map/0/r0.arrow"}; !slices.Equal(got, want) {
+	if got, want := storetest.Keys(t, scratch, "", 2), []string{"jobs/p/map/0/commit.json", "jobs/p/map/0/r0.arrow"}; !slices.Equal(got, want) {
 		t.Fatalf("scratch holds %q, want %q", got, want)
 	}
-	if got, want := keys(t, r), []string{"blobs/sha256/aa", "jobs/p/map/0/commit.json", "jobs/p/map/0/r0.arrow", "jobsx", "zz"}; !slices.Equal(got, want) {
+	if got, want := storetest.Keys(t, r, "", 2), []string{"blobs/sha256/aa", "jobs/p/map/0/commit.json", "jobs/p/map/0/r0.arrow", "jobsx", "zz"}; !slices.Equal(got, want) {
 		t.Fatalf("routed lists %q, want %q", got, want)
 	}
 	_, err = r.Head(ctx, "jobs/old/commit.json", "")
@@ -80,10 +61,10 @@ func TestRoutedPlacement(t *testing.T) {
 	if err := r.DeletePrefix(ctx, "jobs/p/"); err != nil {
 		t.Fatal(err)
 	}
-	if got := keys(t, scratch); len(got) != 0 {
+	if got := storetest.Keys(t, scratch, "", 2); len(got) != 0 {
 		t.Fatalf("scratch after DeletePrefix(jobs/p/): %q", got)
 	}
-	if got := keys(t, main); len(got) != 4 {
+	if got := storetest.Keys(t, main, "", 2); len(got) != 4 {
 		t.Fatalf("DeletePrefix(jobs/p/) touched main: %q", got)
 	}
 	if _, err := objstore.NewRouted(main, scratch, "jobs"); errcode.Of(err) != errcode.BadKey {

@@ -12,6 +12,7 @@ import (
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/objstore/file"
+	"github.com/shardproof/shardproof/objstore/storetest"
 )
 
 func realStore(t *testing.T) objstore.Store {
@@ -142,25 +143,6 @@ func TestErrorOnce(t *testing.T) {
 	}
 }
 
-func keys(t *testing.T, s objstore.Store, prefix string, limit int) []string {
-	t.Helper()
-	var out []string
-	after := ""
-	for {
-		page, err := s.List(t.Context(), prefix, after, limit)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range page.Objects {
-			out = append(out, o.Key)
-		}
-		if page.Next == "" {
-			return out
-		}
-		after = page.Next
-	}
-}
-
 func TestStaleList(t *testing.T) {
 	s := realStore(t)
 	ctx := t.Context()
@@ -168,7 +150,7 @@ func TestStaleList(t *testing.T) {
 		s.Put(ctx, k, strings.NewReader(k), objstore.PutOptions{})
 	}
 	f := &faults.StaleList{Store: s, Omit: only("a/2")}
-	if got := keys(t, f, "a/", 0); !slices.Equal(got, []string{"a/1", "a/3"}) {
+	if got := storetest.Keys(t, f, "a/", 0); !slices.Equal(got, []string{"a/1", "a/3"}) {
 		t.Fatalf("Omit: %v", got)
 	}
 	if err := f.Freeze(ctx); err != nil {
@@ -176,7 +158,7 @@ func TestStaleList(t *testing.T) {
 	}
 	s.Put(ctx, "a/4", strings.NewReader("late"), objstore.PutOptions{})
 	v2, _ := s.Put(ctx, "a/1", strings.NewReader("newer"), objstore.PutOptions{})
-	if got := keys(t, f, "a/", 1); !slices.Equal(got, []string{"a/1", "a/3"}) {
+	if got := storetest.Keys(t, f, "a/", 1); !slices.Equal(got, []string{"a/1", "a/3"}) {
 		t.Fatalf("frozen listing (paged by 1): %v", got)
 	}
 	page, _ := f.List(ctx, "a/1", "", 0)
@@ -187,7 +169,7 @@ func TestStaleList(t *testing.T) {
 	if got := read(t, f, "a/4"); string(got) != "late" {
 		t.Fatalf("Get through StaleList: %q", got)
 	}
-	if got := keys(t, s, "a/", 0); !slices.Equal(got, []string{"a/1", "a/2", "a/3", "a/4"}) {
+	if got := storetest.Keys(t, s, "a/", 0); !slices.Equal(got, []string{"a/1", "a/2", "a/3", "a/4"}) {
 		t.Fatalf("real store listing: %v", got)
 	}
 }

@@ -57,6 +57,27 @@ func put(t *testing.T, s objstore.Store, key string, body []byte, opts objstore.
 	return v
 }
 
+// Keys lists every key of s under prefix, limit keys per page (0: the
+// store's page size), following Next to the end.
+func Keys(t testing.TB, s objstore.Store, prefix string, limit int) []string {
+	t.Helper()
+	var out []string
+	after := ""
+	for {
+		page, err := s.List(context.Background(), prefix, after, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range page.Objects {
+			out = append(out, o.Key)
+		}
+		if page.Next == "" {
+			return out
+		}
+		after = page.Next
+	}
+}
+
 // get reads key at version v, bounded, and fails the test on error.
 func get(t *testing.T, s objstore.Store, key string, v objstore.Version) []byte {
 	t.Helper()
