@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -24,13 +25,24 @@ func TestVerifySlurmExecutor(t *testing.T) {
 	c := slurmtest.Start(t)
 	r := newRelease(t)
 	want := r.localReport(t)
+	// The job's files go to a scratch directory (a space in its path, for
+	// the task script's quoting), where --keep-job leaves them.
+	scratch := filepath.Join(t.TempDir(), "scr atch")
 	res := runCLI(t, cliEnv("SLURM_CONF="+c.Conf), "verify", "--executor", "slurm", "--store", r.dir,
 		"--root", r.res.Root.String(), "--map-tasks", "4", "--reducers", "3", "--parallelism", "2",
-		"--task-binary", os.Args[0], "--slurm-dir", t.TempDir(), "--json")
+		"--task-binary", os.Args[0], "--slurm-dir", t.TempDir(), "--scratch", scratch, "--keep-job", "--json")
 	got := cliReport(t, res)
 	sameReport(t, "slurm", want, got)
 	if got.Execution.Executor != "slurm" || got.Execution.MapTasks != 4 || got.Execution.Reducers != 3 {
 		t.Errorf("execution section %+v, want executor slurm with 4 map tasks and 3 reducers", got.Execution)
+	}
+	for _, k := range []string{"map/3/commit.json", "reduce/2/commit.json"} {
+		if _, err := os.Stat(filepath.Join(scratch, "jobs", got.Execution.Plan.Hex(), k)); err != nil {
+			t.Errorf("the Slurm tasks' %s is not in the scratch: %v", k, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "jobs", got.Execution.Plan.Hex())); !os.IsNotExist(err) {
+		t.Errorf("the Slurm tasks wrote the job to the store: %v", err)
 	}
 
 	j := planJob(t, r, 3, 2)
