@@ -8,8 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/stage"
 )
@@ -53,6 +56,11 @@ func envInt(b *testing.B, name string, def int) int {
 //	                           (synth is idempotent), e.g. for 8M samples
 //	SHARDPROOF_BENCH_MAP_TASKS, SHARDPROOF_BENCH_REDUCERS, SHARDPROOF_BENCH_PARALLELISM
 //	                           plan shape (default: verify's defaults)
+//	SHARDPROOF_BENCH_GET_LATENCY_MS
+//	                           delay every read of a shard or member file
+//	                           by this much and read it as an S3 body, not
+//	                           a mapped file (faults.Latency): a remote
+//	                           store's round trip
 //	SHARDPROOF_BENCH_MAP_MEMBERS=1
 //	                           map and shuffle the snapshot members (verify
 //	                           --map-members) instead of letting reducers
@@ -84,10 +92,15 @@ func BenchmarkVerify(b *testing.B) {
 		MapMembers:  envInt(b, "SHARDPROOF_BENCH_MAP_MEMBERS", 0) == 1,
 		Tool:        "shardproof bench",
 	}}
+	var store objstore.Store = s
+	if ms := envInt(b, "SHARDPROOF_BENCH_GET_LATENCY_MS", 0); ms > 0 {
+		store = &faults.Latency{Store: s, Delay: time.Duration(ms) * time.Millisecond,
+			Match: func(k string) bool { return strings.HasPrefix(k, "blobs/") }}
+	}
 	b.ResetTimer()
 	var last *manifest.Report
 	for b.Loop() {
-		out, err := Verify(ctx, s, o)
+		out, err := Verify(ctx, store, o)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -295,4 +296,42 @@ func TestReduceWithMembersKilledIsRerun(t *testing.T) {
 	if a, b := withoutExecution(t, fresh), withoutExecution(t, out.Report); !bytes.Equal(a, b) {
 		t.Fatalf("resumed report differs:\n%s\n%s", a, b)
 	}
+}
+
+// Reading ahead (mapper.Prefetch) changes nothing but timing: on a store
+// with a round trip before every file, whose bodies are read as S3's are
+// rather than mapped (faults.Latency), the report minus execution is the
+// one a plain verification gives, for map tasks that hold many inputs,
+// for members mapped in map tasks and for members read by reducers.
+func TestReadAheadSameReport(t *testing.T) {
+	s, res := faulty(t)
+	slow := &faults.Latency{Store: s, Delay: 3 * time.Millisecond,
+		Match: func(k string) bool { return strings.HasPrefix(k, "blobs/") }}
+	for _, c := range []struct {
+		maps       int
+		mapMembers bool
+	}{{1, false}, {2, true}, {0, false}} {
+		o := PlanOptions{Root: res.Root, MapTasks: c.maps, Reducers: 2, MapMembers: c.mapMembers, Parallelism: 2}
+		want := withoutExecution(t, verify(t, s, o))
+		if got := withoutExecution(t, verify(t, slow, o)); !bytes.Equal(got, want) {
+			t.Fatalf("case %+v: read ahead from a slow store:\n%s\nwant\n%s", c, got, want)
+		}
+	}
+}
+
+// A file that cannot be read in the middle of a map task fails the task
+// with the store's code, the file read ahead after it is let go, and the
+// next verification, the store healed, succeeds.
+func TestReadAheadFailure(t *testing.T) {
+	s, res := synth(t)
+	bad := res.Release.Shards[1].Digest.BlobKey()
+	broken := &faults.ErrorOnce{Store: &faults.Latency{Store: s, Delay: 2 * time.Millisecond,
+		Match: func(k string) bool { return strings.HasPrefix(k, "blobs/") }},
+		Method: faults.Get, Match: func(k string) bool { return k == bad },
+		Err: errcode.New(errcode.IO, "injected read failure")}
+	_, err := Verify(context.Background(), broken, Options{PlanOptions: PlanOptions{Root: res.Root, MapTasks: 1, Reducers: 2, Parallelism: 2}})
+	if errcode.Of(err) != errcode.IO || !broken.Fired() {
+		t.Fatalf("verify with shard 1 unreadable: %v (fired %v), want IO", err, broken.Fired())
+	}
+	expect(t, verify(t, broken, PlanOptions{Root: res.Root, MapTasks: 1, Reducers: 2, Parallelism: 2}), clean(res))
 }

@@ -95,11 +95,27 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		records = min(records+min(max(j.desc(in).Records, 0), 4*MapTaskTuples), 4*MapTaskTuples)
 	}
 	buf.Grow(int(records))
-	for _, in := range j.Plan.MapTasks[i] {
+	// Each input is read while the one before it decodes (mapper.Prefetch).
+	inputs := j.Plan.MapTasks[i]
+	fetch := func(k int) *mapper.Fetch {
+		in := inputs[k]
+		return mapper.Prefetch(ctx, opts[in.Side], mapper.Input{Side: mapper.Side(in.Side), Index: in.Index, Desc: j.desc(in)}, true)
+	}
+	var next *mapper.Fetch
+	if len(inputs) > 0 {
+		next = fetch(0)
+	}
+	defer func() { next.Release() }()
+	for k, in := range inputs {
 		desc := j.desc(in)
 		row.Side = shuffle.Side(in.Side)
 		mark := buf.Len()
-		res, err := mapper.MapShardStream(ctx, opts[in.Side], mapper.Input{Side: mapper.Side(in.Side), Index: in.Index, Desc: desc}, emit)
+		cur := next
+		next = nil
+		if k+1 < len(inputs) {
+			next = fetch(k + 1)
+		}
+		res, err := mapper.MapFetched(ctx, opts[in.Side], cur, emit)
 		if emitErr != nil {
 			return nil, emitErr
 		}

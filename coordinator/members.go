@@ -37,6 +37,8 @@ type memberSource struct {
 	memberBufs
 	pos    int
 	intern map[string]string
+	// next is the member after the one being merged, read ahead.
+	next *mapper.Fetch
 }
 
 // memberBufs hold one member's tuples; reducers hand them on to the next
@@ -58,6 +60,8 @@ func newMemberSource(ctx context.Context, opts mapper.Options, members []manifes
 
 // release hands the source's buffers on; s must not be used after.
 func (s *memberSource) release() {
+	s.next.Release()
+	s.next = nil
 	// The rows' strings would keep the last member's bytes alive.
 	clear(s.rows[:cap(s.rows)])
 	memberBufPool.Put(memberBufs{rows: s.rows[:0], ids: s.ids[:0], ends: s.ends[:0]})
@@ -94,7 +98,17 @@ func (s *memberSource) load(i int) error {
 	s.rows, s.pos, s.ids, s.ends = slices.Grow(s.rows[:0], n), 0, s.ids[:0], slices.Grow(s.ends[:0], n)
 	clear(s.intern)
 	start := time.Now()
-	res, err := mapper.MapShardStream(s.ctx, s.opts, mapper.Input{Side: mapper.SideSnapshot, Index: i, Desc: desc}, func(t *mapper.Tuple) error {
+	cur := s.next
+	if cur == nil || cur.Input().Index != i {
+		cur.Release()
+		cur = s.fetch(i, false)
+	}
+	// The next member is read while this one decodes and merges.
+	s.next = nil
+	if len(s.todo) > 0 {
+		s.next = s.fetch(s.todo[0], true)
+	}
+	res, err := mapper.MapFetched(s.ctx, s.opts, cur, func(t *mapper.Tuple) error {
 		// The tuple's strings are the decoder's: keep the sampleId's
 		// bytes and share the few distinct sourceIds and splits.
 		s.ids = append(s.ids, t.SampleID...)
@@ -131,6 +145,11 @@ func (s *memberSource) load(i int) error {
 		shuffle.Sort(s.rows)
 	}
 	return nil
+}
+
+// fetch starts reading member i (see mapper.Prefetch).
+func (s *memberSource) fetch(i int, async bool) *mapper.Fetch {
+	return mapper.Prefetch(s.ctx, s.opts, mapper.Input{Side: mapper.SideSnapshot, Index: i, Desc: s.members[i]}, async)
 }
 
 // maxInterned bounds the strings one member shares: a dataset whose

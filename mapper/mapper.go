@@ -150,28 +150,106 @@ func (e *emitError) Error() string { return e.err.Error() }
 // the error is nil, the caller MUST discard every tuple emitted for this
 // file: a half-decoded file never reaches the reducers.
 func MapShardStream(ctx context.Context, o Options, in Input, emit func(*Tuple) error) (Result, error) {
-	res := Result{Side: in.Side, Index: in.Index, ShardID: in.Desc.ID}
-	fail := func(code errcode.Code, format string, args ...any) {
-		res.Failures = append(res.Failures, manifest.ShardFailure{
-			Shard: in.Desc.ID, Side: in.Side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...),
+	return MapFetched(ctx, o, Prefetch(ctx, o, in, false), emit)
+}
+
+// Fetch is one file's bytes read ahead of its decoding: Prefetch starts
+// reading on a goroutine of its own, so that a caller mapping file after
+// file (a map task's inputs, a reducer's snapshot members) decodes one
+// while the store delivers the next. On S3 a file costs a round trip and
+// its transfer before the first byte is hashed; read ahead, that wait
+// overlaps the previous file's decoding. Every Fetch MUST be passed to
+// MapFetched or Release, exactly once.
+type Fetch struct {
+	in    Input
+	done  chan struct{}
+	bp    *[]byte
+	f     fileBytes
+	fails []manifest.ShardFailure
+	err   error
+	nanos int64
+}
+
+// Prefetch starts reading in's file with o. With async false the read
+// happens here, before Prefetch returns.
+func Prefetch(ctx context.Context, o Options, in Input, async bool) *Fetch {
+	o = o.withDefaults()
+	p := &Fetch{in: in, done: make(chan struct{}), bp: getBuf()}
+	run := func() {
+		defer close(p.done)
+		start := time.Now()
+		p.f, p.err = open(ctx, o, in.Desc, p.bp, func(code errcode.Code, format string, args ...any) {
+			p.fails = append(p.fails, manifest.ShardFailure{
+				Shard: in.Desc.ID, Side: in.Side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...),
+			})
 		})
+		p.nanos = int64(time.Since(start))
 	}
+	if async {
+		go run()
+	} else {
+		run()
+	}
+	return p
+}
+
+// Input returns the input p reads.
+func (p *Fetch) Input() Input { return p.in }
+
+// Release waits for the read to end and frees what it holds, for a Fetch
+// that will not be mapped (its map task failed first).
+func (p *Fetch) Release() {
+	if p == nil {
+		return
+	}
+	<-p.done
+	if p.f.file != nil {
+		p.f.file.Close()
+	}
+	if p.f.mapping != nil {
+		p.f.mapping.Close()
+	}
+	putBuf(p.bp)
+}
+
+func (o Options) withDefaults() Options {
 	if o.K == 0 {
 		o.K = tuplehash.DefaultK
 	}
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = MaxShardBytes
 	}
-	bp := getBuf()
-	defer putBuf(bp)
+	return o
+}
+
+// MapFetched is MapShardStream for a file Prefetch read (or is reading)
+// with the same Options; it waits for the read and releases p.
+func MapFetched(ctx context.Context, o Options, p *Fetch, emit func(*Tuple) error) (Result, error) {
+	in := p.in
+	res := Result{Side: in.Side, Index: in.Index, ShardID: in.Desc.ID}
+	fail := func(code errcode.Code, format string, args ...any) {
+		res.Failures = append(res.Failures, manifest.ShardFailure{
+			Shard: in.Desc.ID, Side: in.Side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...),
+		})
+	}
+	o = o.withDefaults()
+	<-p.done
+	defer putBuf(p.bp)
 	tm := o.Timings
 	if tm == nil {
 		tm = new(Timings)
 	}
+	f, err := p.f, p.err
+	res.Failures = append(res.Failures, p.fails...)
 	start := time.Now()
-	f, err := read(ctx, o, in.Desc, bp, fail)
+	if err == nil {
+		// A local file is mapped now, right before it is hashed.
+		err = f.finish(o, fail)
+	} else if f.file != nil {
+		f.file.Close()
+	}
 	data, mapping, version, sum := f.data, f.mapping, f.version, f.sum
-	tm.Read.Add(int64(time.Since(start)))
+	tm.Read.Add(p.nanos + int64(time.Since(start)))
 	if err != nil || data == nil {
 		logResult(res, err)
 		return res, err
@@ -293,8 +371,8 @@ func logResult(res Result, err error) {
 
 // bufs holds read buffers: a shard's bytes are needed only while it is
 // mapped, and reusing them saves allocating and zeroing every file. It
-// keeps about one per core.
-var bufs = freelist.New[*[]byte](runtime.GOMAXPROCS(0) + 1)
+// keeps about two per core: one being decoded, one read ahead.
+var bufs = freelist.New[*[]byte](2*runtime.GOMAXPROCS(0) + 1)
 
 func getBuf() *[]byte {
 	if p, ok := bufs.Get(); ok {
@@ -338,6 +416,45 @@ type fileBytes struct {
 	version objstore.Version
 	sum     [32]byte
 	summed  bool
+	// file, when set, is a local file read opened but left to map: a
+	// read ahead (Prefetch) opens it early and maps it when its turn
+	// comes, since mapping populates the pages and that work is best done
+	// right before the hashing that reads them. finish maps it.
+	file *os.File
+	key  string
+	buf  *[]byte
+	// descSize is the descriptor's size, for messages.
+	descSize int64
+}
+
+// finish maps f.file, if read left one to map, and closes it.
+func (f *fileBytes) finish(o Options, fail func(errcode.Code, string, ...any)) error {
+	file := f.file
+	if file == nil {
+		return nil
+	}
+	f.file = nil
+	defer file.Close()
+	fi, err := file.Stat()
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "read %s version %s", f.key, f.version)
+	}
+	if fi.Size() > o.MaxBytes {
+		fail(errcode.SizeMismatch, "manifest.size=%d, store size=%d exceeds the %d-byte cap (version %s); not read", f.descSize, fi.Size(), o.MaxBytes, f.version)
+		return nil
+	}
+	if m, err := mmapfile.Map(file, fi.Size()); err == nil {
+		f.data, f.mapping = m.Bytes(), m
+		return nil
+	}
+	// Not mappable (a platform or file system without mmap): read it.
+	if err := f.readBody(file, o, fi.Size()); err != nil {
+		return err
+	}
+	if f.data == nil {
+		fail(errcode.SizeMismatch, "manifest.size=%d, version %s holds more than the %d-byte cap; not decoded", f.descSize, f.version, o.MaxBytes)
+	}
+	return nil
 }
 
 // read returns the bytes of exactly the descriptor's version, or nil data
@@ -348,8 +465,18 @@ type fileBytes struct {
 // needed, and hashed as they arrive, so the storage digest costs nothing
 // beyond waiting for the network.
 func read(ctx context.Context, o Options, d manifest.Shard, buf *[]byte, fail func(errcode.Code, string, ...any)) (fileBytes, error) {
+	f, err := open(ctx, o, d, buf, fail)
+	if err == nil {
+		err = f.finish(o, fail)
+	}
+	return f, err
+}
+
+// open is read up to a local file's mapping, which it leaves to finish:
+// a remote body is read (and hashed) here, a local file only opened.
+func open(ctx context.Context, o Options, d manifest.Shard, buf *[]byte, fail func(errcode.Code, string, ...any)) (fileBytes, error) {
 	key, v := d.Digest.BlobKey(), objstore.Version(d.ObjectVersion)
-	f := fileBytes{version: v}
+	f := fileBytes{version: v, key: key, buf: buf, descSize: d.Size}
 	if v == "" {
 		fail(errcode.VersionMissing, "manifest.objectVersion is empty; refusing to read the latest version of %s", key)
 		return f, nil
@@ -377,42 +504,42 @@ func read(ctx context.Context, o Options, d manifest.Shard, buf *[]byte, fail fu
 	if err != nil {
 		return f, err
 	}
-	defer rc.Close()
 	if file, ok := rc.(*os.File); ok && !o.NoMap {
-		// The evidence is the bytes, not the metadata: map what the
-		// open file holds now.
-		fi, err := file.Stat()
-		if err != nil {
-			return f, errcode.Wrap(errcode.IO, err, "read %s version %s", key, v)
-		}
-		if fi.Size() > o.MaxBytes {
-			tooLarge(fi.Size())
-			return f, nil
-		}
-		if m, err := mmapfile.Map(file, fi.Size()); err == nil {
-			f.data, f.mapping = m.Bytes(), m
-			return f, nil
-		}
-		// Not mappable (a platform or file system without mmap): read it.
+		// The evidence is the bytes, not the metadata: finish maps what
+		// the open file holds then.
+		f.file = file
+		return f, nil
 	}
-	// Size the buffer from Head, but read whatever the version holds (up
-	// to the cap): the evidence is the bytes, not the metadata.
-	h := sha256.New()
-	b, err := readAll(io.TeeReader(io.LimitReader(rc, o.MaxBytes+1), h), (*buf)[:0], int(info.Size)+1)
-	*buf = b
-	if err != nil {
+	defer rc.Close()
+	if err := f.readBody(rc, o, info.Size); err != nil {
 		if ctx.Err() != nil {
 			return f, errcode.Wrap(errcode.Canceled, ctx.Err(), "read %s", key)
 		}
-		return f, errcode.Wrap(errcode.Of(err), err, "read %s version %s", key, v)
+		return f, err
+	}
+	if f.data == nil {
+		fail(errcode.SizeMismatch, "manifest.size=%d, version %s holds more than the %d-byte cap; not decoded", d.Size, v, o.MaxBytes)
+	}
+	return f, nil
+}
+
+// readBody reads r into f.buf and hashes it as it arrives. Head's size
+// sizes the buffer, but whatever the version holds is read (up to the
+// cap): the evidence is the bytes, not the metadata. A body over the cap
+// leaves f.data nil.
+func (f *fileBytes) readBody(r io.Reader, o Options, size int64) error {
+	h := sha256.New()
+	b, err := readAll(io.TeeReader(io.LimitReader(r, o.MaxBytes+1), h), (*f.buf)[:0], int(size)+1)
+	*f.buf = b
+	if err != nil {
+		return errcode.Wrap(errcode.Of(err), err, "read %s version %s", f.key, f.version)
 	}
 	if int64(len(b)) > o.MaxBytes {
-		fail(errcode.SizeMismatch, "manifest.size=%d, version %s holds more than the %d-byte cap; not decoded", d.Size, v, o.MaxBytes)
-		return f, nil
+		return nil
 	}
 	f.data, f.summed = b, true
 	h.Sum(f.sum[:0])
-	return f, nil
+	return nil
 }
 
 // readAll appends everything r yields to b, first growing b to hold at

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
@@ -230,4 +231,36 @@ func (e *ErrorOnce) DeletePrefix(ctx context.Context, prefix string) error {
 		return errcode.New(errcode.Internal, "faults: %T cannot delete", e.Store)
 	}
 	return d.DeletePrefix(ctx, prefix)
+}
+
+// Latency delays every Get of a key selected by Match (nil: every key) by
+// Delay, as a remote store's round trip would, and hands out the body
+// behind a plain reader, so a caller reads it as it would an S3 body
+// rather than map a local file. Put, Head and List pass through.
+type Latency struct {
+	objstore.Store
+	Match func(key string) bool
+	Delay time.Duration
+}
+
+// Get implements objstore.Store.
+func (l *Latency) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	if !matches(l.Match, key) {
+		return l.Store.Get(ctx, key, v)
+	}
+	t := time.NewTimer(l.Delay)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, errcode.Wrap(errcode.Canceled, ctx.Err(), "get %s", key)
+	case <-t.C:
+	}
+	rc, err := l.Store.Get(ctx, key, v)
+	if err != nil {
+		return rc, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{rc, rc}, nil
 }

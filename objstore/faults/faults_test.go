@@ -2,11 +2,14 @@ package faults_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
@@ -171,5 +174,44 @@ func TestStaleList(t *testing.T) {
 	}
 	if got := storetest.Keys(t, s, "a/", 0); !slices.Equal(got, []string{"a/1", "a/2", "a/3", "a/4"}) {
 		t.Fatalf("real store listing: %v", got)
+	}
+}
+
+// Latency delays Gets of the keys it selects and hides the file store's
+// *os.File behind a plain reader; the bytes are the store's.
+func TestLatency(t *testing.T) {
+	s := realStore(t)
+	ctx := t.Context()
+	for _, k := range []string{"slow", "fast"} {
+		s.Put(ctx, k, strings.NewReader(k+" bytes"), objstore.PutOptions{})
+	}
+	l := &faults.Latency{Store: s, Delay: 30 * time.Millisecond, Match: only("slow")}
+	start := time.Now()
+	rc, err := l.Get(ctx, "slow", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 30*time.Millisecond {
+		t.Fatalf("Get returned after %v, before the delay", d)
+	}
+	if _, ok := rc.(*os.File); ok {
+		t.Fatal("a delayed body is still the store's *os.File")
+	}
+	if b, _ := io.ReadAll(rc); string(b) != "slow bytes" {
+		t.Fatalf("delayed body %q", b)
+	}
+	rc.Close()
+	rc, err = l.Get(ctx, "fast", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rc.(*os.File); !ok {
+		t.Fatalf("an unselected key's body is %T, want the store's own", rc)
+	}
+	rc.Close()
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := l.Get(canceled, "slow", ""); errcode.Of(err) != errcode.Canceled {
+		t.Fatalf("Get with a canceled context: %v", err)
 	}
 }
