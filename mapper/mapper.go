@@ -457,23 +457,13 @@ func (f *fileBytes) finish(o Options, fail func(errcode.Code, string, ...any)) e
 	return nil
 }
 
-// read returns the bytes of exactly the descriptor's version, or nil data
-// with a failure recorded when the version is absent or too large. When
-// the store hands out an *os.File (the file store) the bytes are mapped,
-// and the caller must close the returned mapping after its last use of
-// them. Otherwise (S3) they are read into *buf, which read grows as
-// needed, and hashed as they arrive, so the storage digest costs nothing
-// beyond waiting for the network.
-func read(ctx context.Context, o Options, d manifest.Shard, buf *[]byte, fail func(errcode.Code, string, ...any)) (fileBytes, error) {
-	f, err := open(ctx, o, d, buf, fail)
-	if err == nil {
-		err = f.finish(o, fail)
-	}
-	return f, err
-}
-
-// open is read up to a local file's mapping, which it leaves to finish:
-// a remote body is read (and hashed) here, a local file only opened.
+// open starts reading exactly the descriptor's version, or records a
+// failure (and leaves no data) when the version is absent or too large.
+// A remote body (S3) is read into *buf, which open grows as needed, and
+// hashed as it arrives, so the storage digest costs nothing beyond
+// waiting for the network. A local file (the file store's *os.File) is
+// only opened: finish maps it, and the caller must close the mapping
+// after its last use of the bytes.
 func open(ctx context.Context, o Options, d manifest.Shard, buf *[]byte, fail func(errcode.Code, string, ...any)) (fileBytes, error) {
 	key, v := d.Digest.BlobKey(), objstore.Version(d.ObjectVersion)
 	f := fileBytes{version: v, key: key, buf: buf, descSize: d.Size}
