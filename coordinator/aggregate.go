@@ -12,6 +12,7 @@ import (
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/reducer"
+	"github.com/shardproof/shardproof/snapindex"
 	"github.com/shardproof/shardproof/tuplehash"
 )
 
@@ -64,6 +65,12 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	// (from map tasks) and snapshot members (from map or reduce tasks).
 	addResults := func(results []mapper.Result) error {
 		for _, res := range results {
+			switch {
+			case res.Skipped:
+				exec.SnapshotMembersSkipped++
+			case res.Side == mapper.SideSnapshot:
+				exec.SnapshotMembersRead++
+			}
 			if res.Side == 0 {
 				rep.Stats.StoredBytes += res.StoredBytes
 				rep.Stats.LogicalBytes += res.LogicalBytes
@@ -159,6 +166,9 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 				j.Snapshot.TupleRoot, rep.SnapshotTupleRoot, c.SnapshotRecords),
 		})
 	}
+	if rep.SnapshotTupleRoot == j.Snapshot.TupleRoot {
+		j.storeLeafIndex(ctx, snapLeaves)
+	}
 	// Sorted by shard id then code, as the report format specifies.
 	slices.SortFunc(rep.Failures, func(a, b manifest.ShardFailure) int {
 		return cmp.Or(cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Side, b.Side), cmp.Compare(a.Detail, b.Detail))
@@ -201,6 +211,25 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	j.log().Info("verification report stored", "root", rep.Root.String(), "report", manifest.Digest(d).String(),
 		"verdict", rep.Verdict, "records", c.Records, "failures", len(rep.Failures))
 	return rep, d, nil
+}
+
+// storeLeafIndex stores the snapshot's leaf index from leaves that hash
+// to its tuple root, unless the plan used one or a valid one is there
+// already, so the next verification against this snapshot skips the
+// members of matching buckets. Failing to store it fails nothing.
+func (j *Job) storeLeafIndex(ctx context.Context, leaves [][32]byte) {
+	if j.Plan.SnapshotLeaves != nil || j.Plan.K > snapindex.MaxK || len(j.Snapshot.Members) == 0 {
+		return
+	}
+	if _, _, found, err := snapindex.Find(ctx, j.Store, j.Plan.Snapshot, j.Plan.K, j.Snapshot.TupleRoot); found || err != nil && errcode.Of(err) != errcode.BadDocument {
+		return
+	}
+	ref, err := snapindex.Put(ctx, j.Store, j.Plan.Snapshot, j.Plan.K, leaves)
+	if err != nil {
+		j.log().Warn("snapshot leaf index not stored", "snapshot", j.Plan.Snapshot.String(), "code", string(errcode.Of(err)), "err", err)
+		return
+	}
+	j.log().Info("snapshot leaf index stored", "snapshot", j.Plan.Snapshot.String(), "key", ref.Key, "version", string(ref.Version))
 }
 
 func appendLeaves(dst [][32]byte, b []byte) [][32]byte {

@@ -48,6 +48,7 @@ func TestEngineProgress(t *testing.T) {
 	var (
 		got              []Progress
 		records, members int64
+		skipped          int
 		seen             = map[[2]int]bool{}
 	)
 	out, err := VerifyWith(t.Context(), s, "unused", Options{
@@ -59,9 +60,15 @@ func TestEngineProgress(t *testing.T) {
 				t.Errorf("input %v reported twice", k)
 			}
 			seen[k] = true
-			if p.Result.Side == 0 {
+			switch {
+			case p.Result.Side == 0:
 				records += p.Result.Records
-			} else {
+			case p.Result.Skipped:
+				// Left unread (the snapshot's leaf index matched): its
+				// tuples are counted from the release's.
+				members += res.SnapshotDoc.Members[p.Result.Index].Records
+				skipped++
+			default:
 				members += p.Result.Records
 			}
 		},
@@ -81,6 +88,9 @@ func TestEngineProgress(t *testing.T) {
 	if records != out.Report.Counts.Records || members != out.Report.Counts.SnapshotRecords {
 		t.Fatalf("progress counted %d release and %d snapshot records; the report %d and %d",
 			records, members, out.Report.Counts.Records, out.Report.Counts.SnapshotRecords)
+	}
+	if ex := out.Report.Execution; skipped != ex.SnapshotMembersSkipped || skipped+ex.SnapshotMembersRead != len(res.SnapshotDoc.Members) {
+		t.Fatalf("progress reported %d members skipped; the report %d skipped and %d read of %d", skipped, ex.SnapshotMembersSkipped, ex.SnapshotMembersRead, len(res.SnapshotDoc.Members))
 	}
 	if out.Report.Verdict != manifest.Verified || out.Report.Execution.Executor != "in-process" {
 		t.Fatalf("report %s by %s", out.Report.Verdict, out.Report.Execution.Executor)

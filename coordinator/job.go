@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/reducer"
+	"github.com/shardproof/shardproof/snapindex"
 )
 
 // Job is a plan with every document it names loaded and checked. Tasks are
@@ -29,6 +31,10 @@ type Job struct {
 	Tombstones, Benchmark *manifest.FenceLog
 
 	tombSet, benchSet *reducer.Set
+
+	// leaves is the plan's snapshot leaf index, read by the first reduce
+	// task that needs it (nil in a Job not from Open: read every time).
+	leaves *leafCache
 
 	clock *stageClock
 }
@@ -57,6 +63,35 @@ func (c *stageClock) seconds() manifest.StageSeconds {
 	}
 }
 
+type leafCache struct {
+	once sync.Once
+	b    []byte
+	err  error
+}
+
+// snapshotLeaves returns the leaves of the plan's snapshot leaf index
+// (32 bytes per bucket, bucket order), or nil if the plan names none.
+// The exact version the plan names must still be there and unchanged.
+func (j *Job) snapshotLeaves(ctx context.Context) ([]byte, error) {
+	ref := j.Plan.SnapshotLeaves
+	if ref == nil {
+		return nil, nil
+	}
+	load := func() ([]byte, error) {
+		b, err := snapindex.Load(ctx, j.Store, *ref, j.Plan.K, j.Snapshot.TupleRoot)
+		if err != nil {
+			return nil, wrap(err, "snapshot leaf index named by plan %s", j.PlanDigest)
+		}
+		return b, nil
+	}
+	c := j.leaves
+	if c == nil {
+		return load()
+	}
+	c.once.Do(func() { c.b, c.err = load() })
+	return c.b, c.err
+}
+
 // Open loads the plan with the given digest and the documents it names.
 func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*Job, error) {
 	b, err := readDoc(ctx, s, planDigest, "plan")
@@ -72,7 +107,7 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 		}
 		return nil, wrap(err, "plan %s", planDigest)
 	}
-	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p, clock: new(stageClock)}
+	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p, clock: new(stageClock), leaves: new(leafCache)}
 	if j.Release, err = loadRelease(ctx, s, p.Root); err != nil {
 		return nil, err
 	}

@@ -39,6 +39,11 @@ type memberSource struct {
 	intern map[string]string
 	// next is the member after the one being merged, read ahead.
 	next *mapper.Fetch
+	// lazy sources (Bucket) read a member only when asked for one of
+	// its buckets, and never ahead; loaded is the member whose rows are
+	// held, -1 before the first.
+	lazy   bool
+	loaded int
 }
 
 // memberBufs hold one member's tuples; reducers hand them on to the next
@@ -53,9 +58,75 @@ type memberBufs struct {
 var memberBufPool = freelist.New[memberBufs](runtime.GOMAXPROCS(0))
 
 func newMemberSource(ctx context.Context, opts mapper.Options, members []manifest.Shard, todo []int, progress func(mapper.Result)) *memberSource {
-	s := &memberSource{ctx: ctx, opts: opts, members: members, todo: todo, progress: progress, intern: map[string]string{}}
+	s := &memberSource{ctx: ctx, opts: opts, members: members, todo: todo, progress: progress, intern: map[string]string{}, loaded: -1}
 	s.memberBufs, _ = memberBufPool.Get()
 	return s
+}
+
+// newLazyMemberSource is newMemberSource for a reducer with a snapshot
+// leaf index: it serves reducer.BucketSource, and a member none of whose
+// buckets is asked for is never read (see finish).
+func newLazyMemberSource(ctx context.Context, opts mapper.Options, members []manifest.Shard, todo []int, progress func(mapper.Result)) *memberSource {
+	s := newMemberSource(ctx, opts, members, todo, progress)
+	s.lazy = true
+	return s
+}
+
+// Bucket implements reducer.BucketSource: the snapshot rows of bucket b.
+// It reads the member declaring b only now; members declaring only
+// buckets before b that were never asked for are skipped unread.
+func (s *memberSource) Bucket(b uint32) ([]shuffle.Row, error) {
+	for {
+		for s.pos < len(s.rows) && s.rows[s.pos].Bucket < b {
+			s.pos++
+		}
+		if s.pos < len(s.rows) {
+			end := s.pos
+			for end < len(s.rows) && s.rows[end].Bucket == b {
+				end++
+			}
+			rows := s.rows[s.pos:end]
+			s.pos = end
+			return rows, nil
+		}
+		if s.loaded >= 0 && s.members[s.loaded].Buckets.Hi > b {
+			// The member declaring b is read and holds none of it.
+			return nil, nil
+		}
+		if len(s.todo) == 0 {
+			return nil, nil
+		}
+		i := s.todo[0]
+		r := s.members[i].Buckets
+		if r.Lo > b {
+			return nil, nil
+		}
+		s.todo = s.todo[1:]
+		if r.Hi <= b {
+			s.skip(i)
+			continue
+		}
+		if err := s.load(i); err != nil {
+			return nil, err
+		}
+		s.loaded = i
+	}
+}
+
+// finish skips the members a lazy source was never asked to read.
+func (s *memberSource) finish() {
+	for _, i := range s.todo {
+		s.skip(i)
+	}
+	s.todo = nil
+}
+
+func (s *memberSource) skip(i int) {
+	res := mapper.Result{Side: mapper.SideSnapshot, Index: i, ShardID: s.members[i].ID, Skipped: true}
+	s.results = append(s.results, res)
+	if s.progress != nil {
+		s.progress(res)
+	}
 }
 
 // release hands the source's buffers on; s must not be used after.
@@ -103,9 +174,10 @@ func (s *memberSource) load(i int) error {
 		cur.Release()
 		cur = s.fetch(i, false)
 	}
-	// The next member is read while this one decodes and merges.
+	// The next member is read while this one decodes and merges (unless
+	// it may not be needed at all).
 	s.next = nil
-	if len(s.todo) > 0 {
+	if len(s.todo) > 0 && !s.lazy {
 		s.next = s.fetch(s.todo[0], true)
 	}
 	res, err := mapper.MapFetched(s.ctx, s.opts, cur, func(t *mapper.Tuple) error {

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"math"
 	"slices"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/shuffle"
+	"github.com/shardproof/shardproof/snapindex"
 )
 
 // PlanSchema identifies the plan document format.
@@ -42,6 +44,12 @@ type Plan struct {
 	// ShuffleCompression is how the shuffle files are stored; empty
 	// means zstd.
 	ShuffleCompression shuffle.Compression `json:"shuffleCompression,omitempty"`
+	// SnapshotLeaves, when set, is the snapshot's bucket-leaf index
+	// (package snapindex), checked against its tuple root when planned:
+	// reducers then read a snapshot member only for a bucket whose
+	// release leaf differs from the indexed one. Set only when reducers
+	// read every member themselves.
+	SnapshotLeaves *snapindex.Ref `json:"snapshotLeaves,omitempty"`
 }
 
 // Input names one shard to map: Side 0 is the release manifest's shards,
@@ -84,6 +92,10 @@ type PlanOptions struct {
 	// MapMembers maps every snapshot member in map tasks, even those whose
 	// declared bucket ranges would let reducers read them directly.
 	MapMembers bool
+	// ReadAllMembers makes reducers read every snapshot member even when
+	// the snapshot's leaf index says which buckets match (a full audit
+	// of the snapshot's files as well as of the release).
+	ReadAllMembers bool
 }
 
 // MapTaskTuples is about how many tuples one map task takes by default. A
@@ -196,6 +208,20 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 		plan.MapTasks[i%m] = append(plan.MapTasks[i%m], in)
 	}
 	plan.Reducers = reducerRanges(nb, r, snap.Members, ranged)
+	if len(snap.Members) > 0 && len(ranged) == len(snap.Members) && !o.ReadAllMembers {
+		// The index only helps where reducers hold the whole snapshot
+		// side of their buckets; a damaged one is ignored, not fatal:
+		// the members are still there to read.
+		ref, _, found, err := snapindex.Find(ctx, s, snapDigest, k, snap.TupleRoot)
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, manifest.Digest{}, errcode.Wrap(errcode.Canceled, ctx.Err(), "plan")
+		case err != nil:
+			slog.Warn("snapshot leaf index not used; reducers read every member", "snapshot", snapDigest.String(), "code", string(errcode.Of(err)), "err", err)
+		case found:
+			plan.SnapshotLeaves = &ref
+		}
+	}
 	b, err := manifest.Encode(plan)
 	if err != nil {
 		return nil, manifest.Digest{}, err
@@ -343,6 +369,18 @@ func (p *Plan) validate(shards int, members []manifest.Shard) error {
 	}
 	if uint64(next) != 1<<p.K {
 		return bad("reducer ranges end at %d, not %d", next, uint64(1)<<p.K)
+	}
+	if l := p.SnapshotLeaves; l != nil {
+		if p.K > snapindex.MaxK || l.Key == "" || l.Version == "" || l.Digest.IsZero() {
+			return bad("snapshotLeaves names no exact index version, or k=%d is not indexed", p.K)
+		}
+		for _, task := range p.MapTasks {
+			for _, in := range task {
+				if in.Side == 1 {
+					return bad("snapshotLeaves with snapshot member %d in a map task: reducers must read every member", in.Index)
+				}
+			}
+		}
 	}
 	return nil
 }

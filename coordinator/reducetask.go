@@ -103,6 +103,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 		sources = append(sources, rd)
 		commit.Inputs = append(commit.Inputs, out)
 	}
+	ro := reducer.Options{K: j.Plan.K, Lo: rng.Lo, Hi: rng.Hi, Tombstones: j.tombSet, Benchmark: j.benchSet}
 	var members *memberSource
 	if len(rng.Members) > 0 {
 		var tm *mapper.Timings
@@ -112,13 +113,23 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 		// Member tuples name the record schema their snapshot describes,
 		// as in a map task.
 		o := mapper.Options{Store: j.Store, Schema: j.RecordSchema, SchemaDigest: j.Snapshot.RecordSchema, K: j.Plan.K, Timings: tm}
-		members = newMemberSource(ctx, o, j.Snapshot.Members, rng.Members, progress)
-		sources = append(sources, members)
+		leaves, err := j.snapshotLeaves(ctx)
+		if err != nil {
+			return nil, wrap(err, "reduce task %d", r)
+		}
+		if leaves != nil {
+			members = newLazyMemberSource(ctx, o, j.Snapshot.Members, rng.Members, progress)
+			ro.Snapshot, ro.SnapshotLeaves = members, leaves[32*rng.Lo:32*rng.Hi]
+		} else {
+			members = newMemberSource(ctx, o, j.Snapshot.Members, rng.Members, progress)
+			sources = append(sources, members)
+		}
 	}
-	res, err := reducer.Reduce(ctx, reducer.Options{
-		K: j.Plan.K, Lo: rng.Lo, Hi: rng.Hi, Tombstones: j.tombSet, Benchmark: j.benchSet,
-	}, sources)
+	res, err := reducer.Reduce(ctx, ro, sources)
 	if members != nil {
+		if err == nil {
+			members.finish()
+		}
 		// Mapping members is timed as map stages; the rest is reducing.
 		commit.Members = members.results
 		start = start.Add(time.Duration(members.mapNanos))
@@ -204,6 +215,9 @@ func (j *Job) checkReduceCommit(r int, c *ReduceCommit) error {
 	for k, m := range c.Members {
 		if m.Side != mapper.SideSnapshot || m.Index != rng.Members[k] {
 			return bad("member result %d is (side %d, index %d), plan says (side 1, index %d)", k, m.Side, m.Index, rng.Members[k])
+		}
+		if m.Skipped && (j.Plan.SnapshotLeaves == nil || m.Decoded || m.Records != 0 || len(m.Failures) > 0) {
+			return bad("member result %d is skipped with figures, or without a snapshot leaf index in the plan", k)
 		}
 	}
 	return nil

@@ -103,6 +103,10 @@ type Result struct {
 	Failures     []manifest.ShardFailure
 	// Decoded reports that every record decoded and tuples were emitted.
 	Decoded bool
+	// Skipped marks a snapshot member a reducer did not need to read:
+	// every bucket it declares matched the snapshot's leaf index (see
+	// package snapindex). Only Side, Index and ShardID are set.
+	Skipped bool `json:",omitempty"`
 }
 
 // MaxShardBytes is the default cap on one file: shards are decoded from

@@ -30,6 +30,21 @@ type Options struct {
 	Lo, Hi uint32
 	// Tombstones and Benchmark may be nil (not checked).
 	Tombstones, Benchmark *Set
+	// Snapshot, when set, gives the snapshot side of a bucket on demand,
+	// and SnapshotLeaves holds the snapshot's bucket leaves for [Lo, Hi)
+	// (32 bytes each, from a leaf index checked against its tuple root).
+	// A bucket whose release leaf equals the indexed one holds exactly
+	// the snapshot's tuples: it is counted without asking Snapshot. The
+	// sources then must yield no snapshot rows.
+	Snapshot       BucketSource
+	SnapshotLeaves []byte
+}
+
+// BucketSource gives the snapshot rows of one bucket, in shuffle order,
+// for buckets asked in increasing order. The rows need only stay valid
+// until the next call.
+type BucketSource interface {
+	Bucket(b uint32) ([]shuffle.Row, error)
 }
 
 // Result is what one reduce task hands to aggregation. It is deterministic:
@@ -64,6 +79,9 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 	if o.K < 1 || o.K > 32 || o.Lo > o.Hi || uint64(o.Hi) > 1<<o.K {
 		return nil, errcode.New(errcode.Internal, "reducer: bad range [%d, %d) for k=%d", o.Lo, o.Hi, o.K)
 	}
+	if (o.Snapshot == nil) != (o.SnapshotLeaves == nil) || o.SnapshotLeaves != nil && len(o.SnapshotLeaves) != 32*int(o.Hi-o.Lo) {
+		return nil, errcode.New(errcode.Internal, "reducer: %d snapshot leaf bytes for [%d, %d), or leaves without a snapshot source", len(o.SnapshotLeaves), o.Lo, o.Hi)
+	}
 	heads := make([]head, len(sources))
 	for i, s := range sources {
 		if err := heads[i].advance(s); err != nil {
@@ -73,9 +91,9 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 	res := NewResult(o.Lo, o.Hi)
 	d := &differ{res: res, tomb: o.Tombstones, bench: o.Benchmark}
 	var (
-		rows []shuffle.Row
-		runs [][]shuffle.Row
-		took []int
+		rows, rel []shuffle.Row
+		runs      [][]shuffle.Row
+		took      []int
 	)
 	for b := o.Lo; b < o.Hi; b++ {
 		if b%64 == 0 {
@@ -98,8 +116,19 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 			}
 		}
 		rows = merge(rows[:0], runs)
-		if err := d.bucket(b, rows); err != nil {
-			return nil, err
+		if o.Snapshot == nil || !d.matches(b, rows, [32]byte(o.SnapshotLeaves[32*(b-o.Lo):])) {
+			if o.Snapshot != nil {
+				// The snapshot side is needed only now.
+				snap, err := o.Snapshot.Bucket(b)
+				if err != nil {
+					return nil, err
+				}
+				rel = append(rel[:0], rows...)
+				rows = merge(rows[:0], [][]shuffle.Row{rel, snap})
+			}
+			if err := d.bucket(b, rows); err != nil {
+				return nil, err
+			}
 		}
 		// Only now, with the bucket diffed, may the sources reuse the
 		// memory of its rows.
@@ -220,6 +249,50 @@ func (d *differ) bucket(b uint32, rows []shuffle.Row) error {
 	return nil
 }
 
+// matches reports whether the release rows of bucket b (no snapshot rows
+// among them) hash to the snapshot's leaf want. If they do, the bucket's
+// tuples are the snapshot's exactly, and matches counts it as d.bucket
+// would with the snapshot's rows: every release record is also a
+// snapshot record, no member is missing, extra, duplicated or changed,
+// and only tombstone and benchmark hits remain to look for.
+func (d *differ) matches(b uint32, rows []shuffle.Row, want [32]byte) bool {
+	d.rel = d.rel[:0]
+	for i := range rows {
+		if rows[i].Side != shuffle.Release || rows[i].Bucket != b {
+			return false
+		}
+		d.rel = append(d.rel, rows[i].TupleDigest)
+	}
+	if tuplehash.BucketLeafInto(b, d.rel, &d.sortScratch) != want {
+		return false
+	}
+	if want := d.res.Lo + uint32(len(d.res.ReleaseLeaves)/32); b != want {
+		return false
+	}
+	c := &d.res.Counts
+	c.Records += int64(len(rows))
+	c.SnapshotRecords += int64(len(rows))
+	for i := range rows {
+		d.fences(&rows[i])
+	}
+	d.res.ReleaseLeaves = append(d.res.ReleaseLeaves, want[:]...)
+	d.res.SnapshotLeaves = append(d.res.SnapshotLeaves, want[:]...)
+	return true
+}
+
+// fences counts the tombstone and benchmark hits of one release row.
+func (d *differ) fences(r *shuffle.Row) {
+	c := &d.res.Counts
+	if d.tomb.Hit(r.SampleID, r.ContentDigest) {
+		c.TombstoneHits++
+		d.example(errcode.TombstoneHit, r.SampleID)
+	}
+	if d.bench.Hit(r.SampleID, r.ContentDigest) {
+		c.BenchmarkHits++
+		d.example(errcode.BenchmarkHit, r.SampleID)
+	}
+}
+
 // sample diffs the rows of one sampleId, sorted release side first (side
 // 0), then by tuple digest.
 func (d *differ) sample(rows []shuffle.Row) {
@@ -234,14 +307,7 @@ func (d *differ) sample(rows []shuffle.Row) {
 	id := rows[0].SampleID
 	for i := range rel {
 		d.rel = append(d.rel, rel[i].TupleDigest)
-		if d.tomb.Hit(id, rel[i].ContentDigest) {
-			c.TombstoneHits++
-			d.example(errcode.TombstoneHit, id)
-		}
-		if d.bench.Hit(id, rel[i].ContentDigest) {
-			c.BenchmarkHits++
-			d.example(errcode.BenchmarkHit, id)
-		}
+		d.fences(&rel[i])
 	}
 	for i := range snap {
 		d.snap = append(d.snap, snap[i].TupleDigest)

@@ -315,3 +315,116 @@ func TestMergeRuns(t *testing.T) {
 		}
 	}
 }
+
+// bucketRows is a BucketSource over rows (one side, any order) that
+// records which buckets it was asked for.
+type bucketRows struct {
+	by    map[uint32][]shuffle.Row
+	asked []uint32
+}
+
+func newBucketRows(rows []shuffle.Row) *bucketRows {
+	s := &bucketRows{by: map[uint32][]shuffle.Row{}}
+	rows = slices.Clone(rows)
+	shuffle.Sort(rows)
+	for _, r := range rows {
+		s.by[r.Bucket] = append(s.by[r.Bucket], r)
+	}
+	return s
+}
+
+func (s *bucketRows) Bucket(b uint32) ([]shuffle.Row, error) {
+	if n := len(s.asked); n > 0 && s.asked[n-1] >= b {
+		return nil, fmt.Errorf("bucket %d asked after %d", b, s.asked[n-1])
+	}
+	s.asked = append(s.asked, b)
+	return s.by[b], nil
+}
+
+// With the snapshot's leaf index, a reducer asks for the snapshot side of
+// exactly the buckets whose release leaf differs, and its result (counts,
+// examples, both leaf lists) is the one reading every snapshot row gives.
+func TestReduceWithLeafIndex(t *testing.T) {
+	rows, snap, rel, want := scenario(t, 500)
+	tombs := NewSet(&manifest.FenceLog{Entries: []manifest.FenceEntry{{Seq: 1, SampleID: "s00010"}, {Seq: 2, SampleID: "s00040"}}})
+	want.TombstoneHits = 2
+	var relRows, snapRows []shuffle.Row
+	for _, r := range rows {
+		if r.Side == shuffle.Release {
+			relRows = append(relRows, r)
+		} else {
+			snapRows = append(snapRows, r)
+		}
+	}
+	relLeaves, snapLeaves := leaves(t, rel), leaves(t, snap)
+	var differ []uint32
+	for b := range uint32(1 << testK) {
+		if !bytes.Equal(relLeaves[32*b:32*b+32], snapLeaves[32*b:32*b+32]) {
+			differ = append(differ, b)
+		}
+	}
+	if len(differ) == 0 || len(differ) > 1<<testK/2 {
+		t.Fatalf("scenario: %d of %d buckets differ; the test needs some of each", len(differ), 1<<testK)
+	}
+	full, err := Reduce(t.Context(), Options{K: testK, Lo: 0, Hi: 1 << testK, Tombstones: tombs}, sources(t, rows, 3, 0, 1<<testK, 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Counts != want {
+		t.Fatalf("full diff counts %+v, want %+v", full.Counts, want)
+	}
+	// Two reducers, each with its slice of the index.
+	mid := uint32(1 << testK / 2)
+	merged := NewResult(0, 1<<testK)
+	var asked []uint32
+	for _, r := range [][2]uint32{{0, mid}, {mid, 1 << testK}} {
+		src := newBucketRows(snapRows)
+		res, err := Reduce(t.Context(), Options{
+			K: testK, Lo: r[0], Hi: r[1], Tombstones: tombs,
+			Snapshot: src, SnapshotLeaves: snapLeaves[32*r[0] : 32*r[1]],
+		}, sources(t, relRows, 3, r[0], r[1], 8))
+		if err != nil {
+			t.Fatal(err)
+		}
+		merged.Merge(res)
+		merged.ReleaseLeaves = append(merged.ReleaseLeaves, res.ReleaseLeaves...)
+		merged.SnapshotLeaves = append(merged.SnapshotLeaves, res.SnapshotLeaves...)
+		asked = append(asked, src.asked...)
+	}
+	if !slices.Equal(asked, differ) {
+		t.Fatalf("snapshot side asked for buckets %v, want the differing ones %v", asked, differ)
+	}
+	if merged.Counts != full.Counts || !bytes.Equal(merged.ReleaseLeaves, relLeaves) || !bytes.Equal(merged.SnapshotLeaves, snapLeaves) {
+		t.Fatalf("indexed reduce: counts %+v (full %+v), leaves equal %v/%v",
+			merged.Counts, full.Counts, bytes.Equal(merged.ReleaseLeaves, relLeaves), bytes.Equal(merged.SnapshotLeaves, snapLeaves))
+	}
+	for code, ids := range full.Examples {
+		if !slices.Equal(merged.Examples[code], ids) {
+			t.Errorf("examples[%s] = %v, full diff %v", code, merged.Examples[code], ids)
+		}
+	}
+	if len(merged.Examples) != len(full.Examples) {
+		t.Errorf("example classes %v, full diff %v", merged.Examples, full.Examples)
+	}
+
+	// An index that does not match the snapshot (a leaf claiming a
+	// tampered bucket is clean) cannot hide the bucket's difference from
+	// the root check: the reducer reports the index's leaf as the
+	// snapshot's, and that leaf list no longer hashes to the snapshot's
+	// root.
+	forged := slices.Clone(snapLeaves)
+	b := differ[0]
+	copy(forged[32*b:], relLeaves[32*b:32*b+32])
+	res, err := Reduce(t.Context(), Options{K: testK, Lo: 0, Hi: 1 << testK, Snapshot: newBucketRows(snapRows), SnapshotLeaves: forged},
+		sources(t, relRows, 2, 0, 1<<testK, 9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(res.SnapshotLeaves, snapLeaves) {
+		t.Fatal("forged index: snapshot leaves equal the true ones")
+	}
+	if _, err := Reduce(t.Context(), Options{K: testK, Lo: 0, Hi: 1 << testK, Snapshot: newBucketRows(snapRows), SnapshotLeaves: snapLeaves[:32]},
+		sources(t, relRows, 1, 0, 1<<testK, 9)); errcode.Of(err) != errcode.Internal {
+		t.Fatalf("short leaf slice: %v, want INTERNAL", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/snapindex"
 	"github.com/shardproof/shardproof/tuplehash"
 )
 
@@ -300,7 +301,7 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 
 	// The snapshot: member files partition the tuples by contiguous bucket
 	// ranges, each sorted by (bucket, sampleId, tuple digest).
-	snap, err := w.writeMembers(spill, members)
+	snap, leaves, err := w.writeMembers(spill, members)
 	if err != nil {
 		return Result{}, err
 	}
@@ -310,6 +311,11 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 	}
 	snapDigest, _, err := w.put(snapBytes)
 	if err != nil {
+		return Result{}, err
+	}
+	// The snapshot's leaf index lets verify skip the members of buckets
+	// that match (package snapindex).
+	if _, err := snapindex.Put(ctx, store, snapDigest, tuplehash.DefaultK, leaves); err != nil {
 		return Result{}, err
 	}
 
@@ -404,12 +410,12 @@ func tupleOrder(a, b memberTuple) int {
 // the snapshot document with its tuple root. Each member's tuples are read
 // back into one reused buffer and sorted: staging holds one member's
 // tuples at a time.
-func (w *writer) writeMembers(spill *memberSpill, m int) (*manifest.Snapshot, error) {
+func (w *writer) writeMembers(spill *memberSpill, m int) (*manifest.Snapshot, [][32]byte, error) {
 	var buf []memberTuple
 	ms := canon.SnapshotMemberSchema()
 	as, err := canon.ArrowSchema(ms)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	snap := &manifest.Snapshot{
 		Schema:          manifest.SnapshotSchema,
@@ -421,7 +427,7 @@ func (w *writer) writeMembers(spill *memberSpill, m int) (*manifest.Snapshot, er
 	for j := range m {
 		lo, hi := memberRange(j, m)
 		if buf, err = spill.read(j, buf[:0]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ts := buf
 		slices.SortFunc(ts, tupleOrder)
@@ -429,7 +435,7 @@ func (w *writer) writeMembers(spill *memberSpill, m int) (*manifest.Snapshot, er
 		// tuple in bucket order.
 		for i := range ts {
 			if err := acc.Add(&ts[i].t); err != nil {
-				return nil, errcode.Wrap(errcode.BadInput, err, "tuple")
+				return nil, nil, errcode.Wrap(errcode.BadInput, err, "tuple")
 			}
 		}
 		b := array.NewRecordBuilder(memory.DefaultAllocator, as)
@@ -445,12 +451,13 @@ func (w *writer) writeMembers(spill *memberSpill, m int) (*manifest.Snapshot, er
 		snap.Members[j], err = w.writeFile(MemberID(j, m), rec, ms, w.sd, nil)
 		rec.Release()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		// Declared so verify's reducers can read the member themselves.
 		snap.Members[j].Buckets = &manifest.BucketRange{Lo: lo, Hi: hi}
 	}
-	snap.TupleRoot = manifest.Digest(acc.Root())
+	leaves := acc.Leaves()
+	snap.TupleRoot = manifest.Digest(tuplehash.MerkleRoot(leaves))
 	snap.Totals = TotalsOf(snap.Members)
-	return snap, nil
+	return snap, leaves, nil
 }

@@ -26,7 +26,7 @@ func init() {
 		store, root, snapshot, tombstones, benchmark string
 		resume, scratch                              string
 		mapTasks, reducers, parallelism              int
-		asJSON, mapMembers                           bool
+		asJSON, mapMembers, readAllMembers           bool
 		engine                                       executorFlags
 		shuffleComp                                  shuffle.Compression
 	)
@@ -57,7 +57,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 			opts := coordinator.Options{PlanOptions: coordinator.PlanOptions{
 				MapTasks: mapTasks, Reducers: reducers, Parallelism: parallelism,
 				Tool: "shardproof " + version, ShuffleCompression: shuffleComp,
-				MapMembers: mapMembers,
+				MapMembers: mapMembers, ReadAllMembers: readAllMembers,
 			}}
 			for _, f := range []struct {
 				flag, val string
@@ -111,6 +111,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
 	f.StringVar((*string)(&shuffleComp), "shuffle-compression", "", "shuffle files: zstd or none (default: none for the local executor, whose reducers would otherwise hold a zstd decoder per map task; zstd for the others)")
 	f.BoolVar(&mapMembers, "map-members", false, "map every snapshot member in map tasks and shuffle its tuples, even members whose declared bucket ranges let reducers read them directly (the default)")
+	f.BoolVar(&readAllMembers, "read-all-members", false, "read every snapshot member, even those whose buckets all match the snapshot's leaf index (index/snapshots/<hex>/leaves.v1, written by stage and by a verify that read every member): a full audit of the snapshot's files too")
 	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store, or in --scratch) after the report is stored; by default they are deleted")
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the job's shuffle files and task commit records (jobs/<plan>/), created if missing; plans, reports and inputs stay in --store (default: --store). A local directory keeps an S3 release's shuffle off the network")
 	f.StringVar(&resume, "resume", "", "finish an interrupted local verification: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
@@ -156,6 +157,9 @@ func printSummary(w io.Writer, out *coordinator.Outcome) {
 	fmt.Fprintf(w, "snapshot %s\n", r.DatasetSnapshot)
 	fmt.Fprintf(w, "shards   %d of %d verified\n", c.ShardsVerified, c.Shards)
 	fmt.Fprintf(w, "records  %d in release, %d in snapshot\n", c.Records, c.SnapshotRecords)
+	if e := &r.Execution; e.SnapshotMembersSkipped > 0 {
+		fmt.Fprintf(w, "members  %d read, %d skipped: their buckets match the snapshot's leaf index\n", e.SnapshotMembersRead, e.SnapshotMembersSkipped)
+	}
 	for _, l := range countLines(c) {
 		if l.n == 0 {
 			continue
@@ -187,6 +191,7 @@ type verifyProgress struct {
 	last    time.Time
 	records int64
 	stored  int64
+	skipped int
 }
 
 func newVerifyProgress(w io.Writer) *verifyProgress {
@@ -206,9 +211,16 @@ func newVerifyProgress(w io.Writer) *verifyProgress {
 func (p *verifyProgress) update(pr coordinator.Progress) {
 	p.records += pr.Result.Records
 	p.stored += pr.Result.StoredBytes
+	if pr.Result.Skipped {
+		p.skipped++
+	}
 	secs := max(time.Since(p.start).Seconds(), 1e-3)
-	desc := fmt.Sprintf("mapped %d/%d files, %.0f records/s, %.1f MB/s", pr.Done, pr.Total,
+	// A skipped member is done without being mapped: it leaves the count.
+	desc := fmt.Sprintf("mapped %d/%d files, %.0f records/s, %.1f MB/s", pr.Done-p.skipped, pr.Total-p.skipped,
 		float64(p.records)/secs, float64(p.stored)/1e6/secs)
+	if p.skipped > 0 {
+		desc += fmt.Sprintf(", %d snapshot members skipped (leaf index)", p.skipped)
+	}
 	if p.bar != nil {
 		if p.bar.GetMax() != pr.Total {
 			p.bar.ChangeMax(pr.Total)

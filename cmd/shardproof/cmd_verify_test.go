@@ -27,10 +27,21 @@ func TestVerifyCLIClean(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", res.status, res.stdout, res.stderr)
 	}
 	// Not a terminal: plain progress lines on stderr, ending with every
-	// release shard and snapshot member file mapped.
-	files := len(r.res.Release.Shards) + len(r.res.SnapshotDoc.Members)
-	if want := fmt.Sprintf("shardproof: verify: mapped %d/%d files", files, files); !strings.Contains(res.stderr, want) {
-		t.Errorf("stderr lacks %q:\n%s", want, res.stderr)
+	// release shard mapped and, the release matching its snapshot, every
+	// member skipped (stage wrote the snapshot's leaf index).
+	shards, members := len(r.res.Release.Shards), len(r.res.SnapshotDoc.Members)
+	if want := fmt.Sprintf("shardproof: verify: mapped %d/%d files, ", shards, shards); !strings.Contains(res.stderr, want) ||
+		!strings.Contains(res.stderr, fmt.Sprintf(", %d snapshot members skipped (leaf index)\n", members)) {
+		t.Errorf("stderr lacks %q and the skipped members:\n%s", want, res.stderr)
+	}
+	if want := fmt.Sprintf("members  0 read, %d skipped", members); !strings.Contains(res.stdout, want) {
+		t.Errorf("summary lacks %q:\n%s", want, res.stdout)
+	}
+	// --read-all-members maps every file, members too.
+	all := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--read-all-members")
+	files := shards + members
+	if want := fmt.Sprintf("shardproof: verify: mapped %d/%d files, ", files, files); all.status != errcode.ExitOK || !strings.Contains(all.stderr, want) || strings.Contains(all.stderr, "skipped") || strings.Contains(all.stdout, "members ") {
+		t.Errorf("--read-all-members: exit %d, want %q in\n%s\n%s", all.status, want, all.stderr, all.stdout)
 	}
 	m := reportLine.FindStringSubmatch(res.stdout)
 	if m == nil {
