@@ -68,6 +68,9 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 			switch {
 			case res.Skipped:
 				exec.SnapshotMembersSkipped++
+			case res.BucketsRead > 0:
+				exec.SnapshotMembersByBucket++
+				exec.SnapshotBucketsRead += res.BucketsRead
 			case res.Side == mapper.SideSnapshot:
 				exec.SnapshotMembersRead++
 			}

@@ -5,11 +5,14 @@ import (
 	"context"
 	"testing"
 
+	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/snapindex"
 	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
+	"github.com/shardproof/shardproof/tuplehash"
 )
 
 // A release with a few faults, verified with the snapshot's leaf index:
@@ -34,13 +37,60 @@ func TestLeafIndexSkipsMatchingMembers(t *testing.T) {
 	for _, reducers := range []int{2, 8} {
 		r := verify(t, s, PlanOptions{Root: res.Root, Parallelism: 2, Reducers: reducers})
 		ex := r.Execution
-		// Three samples differ: at most three members are needed.
-		if ex.SnapshotMembersRead+ex.SnapshotMembersSkipped != members || ex.SnapshotMembersRead > 3 || ex.SnapshotMembersRead == 0 {
-			t.Fatalf("%d reducers: %d members read, %d skipped of %d; want 1 to 3 read", reducers, ex.SnapshotMembersRead, ex.SnapshotMembersSkipped, members)
+		// Three samples differ: at most three buckets of at most three
+		// members are read, each through its row groups alone.
+		if ex.SnapshotMembersByBucket+ex.SnapshotMembersSkipped != members || ex.SnapshotMembersRead != 0 ||
+			ex.SnapshotMembersByBucket == 0 || ex.SnapshotMembersByBucket > 3 || ex.SnapshotBucketsRead < ex.SnapshotMembersByBucket || ex.SnapshotBucketsRead > 3 {
+			t.Fatalf("%d reducers: members %d read whole, %d by bucket (%d buckets), %d skipped of %d; want 1 to 3 buckets of 1 to 3 members",
+				reducers, ex.SnapshotMembersRead, ex.SnapshotMembersByBucket, ex.SnapshotBucketsRead, ex.SnapshotMembersSkipped, members)
 		}
 		if a, b := withoutExecution(t, full), withoutExecution(t, r); !bytes.Equal(a, b) {
 			t.Fatalf("%d reducers: report with the leaf index differs from a full read's:\n%s\n%s", reducers, a, b)
 		}
+	}
+}
+
+// A member whose footer's row-group bucket list is damaged (one bit of
+// it flipped on the way from the store) cannot be read bucket by bucket:
+// what its row groups give does not hash to the indexed leaf, so the
+// reducer maps the whole member, which then fails its storage digest, as
+// a full read reports it.
+func TestLeafIndexMemberListDamaged(t *testing.T) {
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 4000, 8, 11)
+	var missing string
+	res = stagetest.RewriteShard(t, s, res, 3, func(rows []stage.Row) []stage.Row {
+		missing = rows[0].SampleID
+		return rows[1:]
+	})
+	b := tuplehash.Bucket(missing, 12)
+	var m manifest.Shard
+	for _, c := range res.SnapshotDoc.Members {
+		if c.Buckets.Lo <= b && b < c.Buckets.Hi {
+			m = c
+		}
+	}
+	data := stagetest.ShardBytes(t, s, m)
+	at := bytes.Index(data, []byte(canon.BucketRowGroupsKey))
+	if at < 0 {
+		t.Fatal("stage wrote no row-group bucket list")
+	}
+	at += len(canon.BucketRowGroupsKey)
+	for data[at] < '0' || data[at] > '9' {
+		at++
+	}
+	key := m.Digest.BlobKey()
+	rotted := &faults.BitFlip{Store: s, Match: func(k string) bool { return k == key }, Offset: int64(at), Bit: 3}
+	full := verify(t, rotted, PlanOptions{Root: res.Root, Parallelism: 2, ReadAllMembers: true})
+	r := verify(t, rotted, PlanOptions{Root: res.Root, Parallelism: 2})
+	if ex := r.Execution; ex.SnapshotMembersRead != 1 {
+		t.Fatalf("members %d read whole, %d by bucket, %d skipped; want the damaged one read whole", ex.SnapshotMembersRead, ex.SnapshotMembersByBucket, ex.SnapshotMembersSkipped)
+	}
+	if r.Counts.DigestFailures != 1 || r.Counts.Missing != 1 {
+		t.Fatalf("counts %+v; want the member's digest failure and the missing sample", r.Counts)
+	}
+	if a, b := withoutExecution(t, full), withoutExecution(t, r); !bytes.Equal(a, b) {
+		t.Fatalf("report differs from a full read's:\n%s\n%s", a, b)
 	}
 }
 

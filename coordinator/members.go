@@ -11,6 +11,7 @@ import (
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/shuffle"
+	"github.com/shardproof/shardproof/tuplehash"
 )
 
 // memberSource is a reducer.Source over the snapshot members a reducer
@@ -41,9 +42,23 @@ type memberSource struct {
 	next *mapper.Fetch
 	// lazy sources (Bucket) read a member only when asked for one of
 	// its buckets, and never ahead; loaded is the member whose rows are
-	// held, -1 before the first.
+	// all held, -1 if none.
 	lazy   bool
 	loaded int
+	// leaves are the snapshot's indexed bucket leaves from bucket lo on
+	// (lazy sources).
+	leaves []byte
+	lo     uint32
+	// open is the member held for reading bucket by bucket (-1: none),
+	// read holds the buckets read from it so far.
+	open   int
+	member *mapper.Member
+	read   int
+	// part holds the tuples of the one bucket last read from open.
+	part    []shuffle.Row
+	partIDs []byte
+	digests [][32]byte
+	scratch [][32]byte
 }
 
 // memberBufs hold one member's tuples; reducers hand them on to the next
@@ -58,63 +73,147 @@ type memberBufs struct {
 var memberBufPool = freelist.New[memberBufs](runtime.GOMAXPROCS(0))
 
 func newMemberSource(ctx context.Context, opts mapper.Options, members []manifest.Shard, todo []int, progress func(mapper.Result)) *memberSource {
-	s := &memberSource{ctx: ctx, opts: opts, members: members, todo: todo, progress: progress, intern: map[string]string{}, loaded: -1}
+	s := &memberSource{ctx: ctx, opts: opts, members: members, todo: todo, progress: progress, intern: map[string]string{}, loaded: -1, open: -1}
 	s.memberBufs, _ = memberBufPool.Get()
 	return s
 }
 
-// newLazyMemberSource is newMemberSource for a reducer with a snapshot
-// leaf index: it serves reducer.BucketSource, and a member none of whose
-// buckets is asked for is never read (see finish).
-func newLazyMemberSource(ctx context.Context, opts mapper.Options, members []manifest.Shard, todo []int, progress func(mapper.Result)) *memberSource {
+// newLazyMemberSource is newMemberSource for a reducer with the
+// snapshot's leaf index (leaves, 32 bytes per bucket from bucket lo on):
+// it serves reducer.BucketSource, and reads of a member only the buckets
+// asked for, through their row groups, when the member's footer lists
+// them (stage writes one bucket per row group) and what it reads hashes
+// to the indexed leaf; otherwise it maps the whole member. A member none
+// of whose buckets is asked for is never read (see finish).
+func newLazyMemberSource(ctx context.Context, opts mapper.Options, members []manifest.Shard, todo []int, progress func(mapper.Result), leaves []byte, lo uint32) *memberSource {
 	s := newMemberSource(ctx, opts, members, todo, progress)
-	s.lazy = true
+	s.lazy, s.leaves, s.lo = true, leaves, lo
 	return s
 }
 
 // Bucket implements reducer.BucketSource: the snapshot rows of bucket b.
-// It reads the member declaring b only now; members declaring only
-// buckets before b that were never asked for are skipped unread.
+// Members declaring only buckets before b that were never asked for are
+// skipped unread.
 func (s *memberSource) Bucket(b uint32) ([]shuffle.Row, error) {
 	for {
-		for s.pos < len(s.rows) && s.rows[s.pos].Bucket < b {
-			s.pos++
-		}
-		if s.pos < len(s.rows) {
-			end := s.pos
-			for end < len(s.rows) && s.rows[end].Bucket == b {
-				end++
+		if s.loaded >= 0 {
+			for s.pos < len(s.rows) && s.rows[s.pos].Bucket < b {
+				s.pos++
 			}
-			rows := s.rows[s.pos:end]
-			s.pos = end
+			if s.pos < len(s.rows) {
+				end := s.pos
+				for end < len(s.rows) && s.rows[end].Bucket == b {
+					end++
+				}
+				rows := s.rows[s.pos:end]
+				s.pos = end
+				return rows, nil
+			}
+			if s.members[s.loaded].Buckets.Hi > b {
+				// The member declaring b is read and holds none of it.
+				return nil, nil
+			}
+			s.loaded, s.rows, s.pos = -1, s.rows[:0], 0
+		}
+		if s.open >= 0 && s.members[s.open].Buckets.Hi <= b {
+			s.closeOpen()
+		}
+		if s.open < 0 {
+			if len(s.todo) == 0 {
+				return nil, nil
+			}
+			i := s.todo[0]
+			r := s.members[i].Buckets
+			if r.Lo > b {
+				return nil, nil
+			}
+			s.todo = s.todo[1:]
+			if r.Hi <= b {
+				s.skip(i)
+				continue
+			}
+			start := time.Now()
+			s.member = mapper.OpenMember(s.opts, s.fetch(i, false))
+			s.mapNanos += int64(time.Since(start))
+			s.open, s.read = i, 0
+		}
+		rows, ok, err := s.readBucket(b)
+		if err != nil {
+			return nil, wrap(err, "snapshot member %s", s.members[s.open].ID)
+		}
+		if ok {
+			s.read++
 			return rows, nil
 		}
-		if s.loaded >= 0 && s.members[s.loaded].Buckets.Hi > b {
-			// The member declaring b is read and holds none of it.
-			return nil, nil
-		}
-		if len(s.todo) == 0 {
-			return nil, nil
-		}
-		i := s.todo[0]
-		r := s.members[i].Buckets
-		if r.Lo > b {
-			return nil, nil
-		}
-		s.todo = s.todo[1:]
-		if r.Hi <= b {
-			s.skip(i)
-			continue
-		}
-		if err := s.load(i); err != nil {
+		// Not readable bucket by bucket, or what was read is not the
+		// snapshot's: map the whole member, with every check.
+		i, m := s.open, s.member
+		s.open, s.member = -1, nil
+		err = s.fill(i, func(emit func(*mapper.Tuple) error) (mapper.Result, error) { return m.Map(s.ctx, emit) })
+		m.Close()
+		if err != nil {
 			return nil, err
 		}
 		s.loaded = i
 	}
 }
 
-// finish skips the members a lazy source was never asked to read.
+// readBucket reads bucket b from the open member's row groups. ok is
+// true when the tuples read hash to the snapshot's indexed leaf of b.
+func (s *memberSource) readBucket(b uint32) ([]shuffle.Row, bool, error) {
+	start := time.Now()
+	defer func() { s.mapNanos += int64(time.Since(start)) }()
+	s.part, s.partIDs, s.ends, s.digests = s.part[:0], s.partIDs[:0], s.ends[:0], s.digests[:0]
+	clear(s.intern)
+	ok, err := s.member.ReadBucket(s.ctx, b, func(t *mapper.Tuple) error {
+		s.partIDs = append(s.partIDs, t.SampleID...)
+		s.ends = append(s.ends, len(s.partIDs))
+		s.part = append(s.part, shuffle.Row{
+			Bucket: t.Bucket, Side: shuffle.Snapshot,
+			SourceID: s.str(t.SourceID), SourceVersion: t.SourceVersion,
+			ContentDigest: t.LogicalContentDigest, Split: s.str(t.Split),
+			SchemaDigest: t.SchemaDigest, TupleDigest: t.Digest,
+		})
+		s.digests = append(s.digests, t.Digest)
+		return nil
+	})
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	k := 32 * int(b-s.lo)
+	if tuplehash.BucketLeafInto(b, s.digests, &s.scratch) != [32]byte(s.leaves[k:k+32]) {
+		return nil, false, nil
+	}
+	all := string(s.partIDs)
+	lo := 0
+	for k := range s.part {
+		s.part[k].SampleID = all[lo:s.ends[k]]
+		lo = s.ends[k]
+	}
+	if !slices.IsSortedFunc(s.part, func(a, b shuffle.Row) int { return shuffle.Compare(&a, &b) }) {
+		shuffle.Sort(s.part)
+	}
+	return s.part, true, nil
+}
+
+// closeOpen records the member read bucket by bucket and frees it.
+func (s *memberSource) closeOpen() {
+	i := s.open
+	s.member.Close()
+	s.open, s.member = -1, nil
+	res := mapper.Result{Side: mapper.SideSnapshot, Index: i, ShardID: s.members[i].ID, BucketsRead: s.read}
+	s.results = append(s.results, res)
+	if s.progress != nil {
+		s.progress(res)
+	}
+}
+
+// finish records the member still open and skips the members a lazy
+// source was never asked to read.
 func (s *memberSource) finish() {
+	if s.open >= 0 {
+		s.closeOpen()
+	}
 	for _, i := range s.todo {
 		s.skip(i)
 	}
@@ -133,6 +232,8 @@ func (s *memberSource) skip(i int) {
 func (s *memberSource) release() {
 	s.next.Release()
 	s.next = nil
+	s.member.Close()
+	s.member = nil
 	// The rows' strings would keep the last member's bytes alive.
 	clear(s.rows[:cap(s.rows)])
 	memberBufPool.Put(memberBufs{rows: s.rows[:0], ids: s.ids[:0], ends: s.ends[:0]})
@@ -163,24 +264,31 @@ func (s *memberSource) Next() (uint32, []shuffle.Row, error) {
 
 // load maps member i into s.rows, sorted into shuffle order.
 func (s *memberSource) load(i int) error {
+	cur := s.next
+	if cur == nil || cur.Input().Index != i {
+		cur.Release()
+		cur = s.fetch(i, false)
+	}
+	// The next member is read while this one decodes and merges.
+	s.next = nil
+	if len(s.todo) > 0 {
+		s.next = s.fetch(s.todo[0], true)
+	}
+	return s.fill(i, func(emit func(*mapper.Tuple) error) (mapper.Result, error) {
+		return mapper.MapFetched(s.ctx, s.opts, cur, emit)
+	})
+}
+
+// fill puts the tuples mapping member i gives into s.rows, sorted into
+// shuffle order, and records the mapper's result.
+func (s *memberSource) fill(i int, mapMember func(emit func(*mapper.Tuple) error) (mapper.Result, error)) error {
 	desc := s.members[i]
 	// The descriptor's count sizes the rows once (a hint, bounded).
 	n := int(min(max(desc.Records, 0), MapTaskTuples))
 	s.rows, s.pos, s.ids, s.ends = slices.Grow(s.rows[:0], n), 0, s.ids[:0], slices.Grow(s.ends[:0], n)
 	clear(s.intern)
 	start := time.Now()
-	cur := s.next
-	if cur == nil || cur.Input().Index != i {
-		cur.Release()
-		cur = s.fetch(i, false)
-	}
-	// The next member is read while this one decodes and merges (unless
-	// it may not be needed at all).
-	s.next = nil
-	if len(s.todo) > 0 && !s.lazy {
-		s.next = s.fetch(s.todo[0], true)
-	}
-	res, err := mapper.MapFetched(s.ctx, s.opts, cur, func(t *mapper.Tuple) error {
+	res, err := mapMember(func(t *mapper.Tuple) error {
 		// The tuple's strings are the decoder's: keep the sampleId's
 		// bytes and share the few distinct sourceIds and splits.
 		s.ids = append(s.ids, t.SampleID...)

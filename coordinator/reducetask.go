@@ -118,7 +118,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 			return nil, wrap(err, "reduce task %d", r)
 		}
 		if leaves != nil {
-			members = newLazyMemberSource(ctx, o, j.Snapshot.Members, rng.Members, progress)
+			members = newLazyMemberSource(ctx, o, j.Snapshot.Members, rng.Members, progress, leaves[32*rng.Lo:32*rng.Hi], rng.Lo)
 			ro.Snapshot, ro.SnapshotLeaves = members, leaves[32*rng.Lo:32*rng.Hi]
 		} else {
 			members = newMemberSource(ctx, o, j.Snapshot.Members, rng.Members, progress)
@@ -216,8 +216,8 @@ func (j *Job) checkReduceCommit(r int, c *ReduceCommit) error {
 		if m.Side != mapper.SideSnapshot || m.Index != rng.Members[k] {
 			return bad("member result %d is (side %d, index %d), plan says (side 1, index %d)", k, m.Side, m.Index, rng.Members[k])
 		}
-		if m.Skipped && (j.Plan.SnapshotLeaves == nil || m.Decoded || m.Records != 0 || len(m.Failures) > 0) {
-			return bad("member result %d is skipped with figures, or without a snapshot leaf index in the plan", k)
+		if (m.Skipped || m.BucketsRead != 0) && (j.Plan.SnapshotLeaves == nil || m.Skipped && m.BucketsRead != 0 || m.BucketsRead < 0 || m.Decoded || m.Records != 0 || len(m.Failures) > 0) {
+			return bad("member result %d is skipped or read by bucket with figures, or without a snapshot leaf index in the plan", k)
 		}
 	}
 	return nil

@@ -255,11 +255,15 @@ type Execution struct {
 	RecordsPerSecond float64 `json:"recordsPerSecond"`
 	StoredMBPerSec   float64 `json:"storedMBPerSecond"`
 	Started          string  `json:"started,omitempty"`
-	// SnapshotMembersRead and SnapshotMembersSkipped count the snapshot
-	// members decoded and those left unread because every bucket they
-	// declare matched the snapshot's leaf index (see package snapindex).
-	SnapshotMembersRead    int `json:"snapshotMembersRead,omitempty"`
-	SnapshotMembersSkipped int `json:"snapshotMembersSkipped,omitempty"`
+	// SnapshotMembersRead counts the snapshot members decoded whole;
+	// SnapshotMembersSkipped those left unread because every bucket they
+	// declare matched the snapshot's leaf index (see package snapindex);
+	// SnapshotMembersByBucket those of which only the row groups of
+	// differing buckets were read, SnapshotBucketsRead buckets in all.
+	SnapshotMembersRead     int `json:"snapshotMembersRead,omitempty"`
+	SnapshotMembersSkipped  int `json:"snapshotMembersSkipped,omitempty"`
+	SnapshotMembersByBucket int `json:"snapshotMembersByBucket,omitempty"`
+	SnapshotBucketsRead     int `json:"snapshotBucketsRead,omitempty"`
 	// Stages is where the workers spent their time; only the local
 	// executor, whose tasks run in the process that writes the report,
 	// fills it.

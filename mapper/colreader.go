@@ -363,7 +363,17 @@ func (d *decoding) readColumns(ctx context.Context, pf *file.Reader, s *manifest
 	}
 	readers := make([]file.ColumnChunkReader, len(cols))
 	maxDef := make([]int16, len(cols))
-	for g := 0; g < pf.NumRowGroups(); g++ {
+	groups := d.only
+	if groups == nil {
+		groups = make([]int, pf.NumRowGroups())
+		for g := range groups {
+			groups[g] = g
+		}
+	}
+	for _, g := range groups {
+		if g < 0 || g >= pf.NumRowGroups() {
+			return fmt.Errorf("row group %d of %d", g, pf.NumRowGroups())
+		}
 		rg := pf.RowGroup(g)
 		for j := range cols {
 			if readers[j], err = rg.Column(leaves[j]); err != nil {

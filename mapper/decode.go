@@ -88,6 +88,14 @@ type decoding struct {
 	// and making tuples (column-reader path; the pqarrow path counts both
 	// as tuples).
 	hashNanos, tupleNanos int64
+
+	// pick, when set, chooses the row groups to decode once the footer
+	// parsed (column-reader path only): a partial read, whose records the
+	// footer's totals do not describe, so finish's checks are skipped and
+	// the file counts as decoded if the chosen groups decode. ok false
+	// fails the read as DECODE_ERROR with the detail given.
+	pick func(pf *file.Reader) (groups []int, detail string, ok bool)
+	only []int
 }
 
 func (r *decodeResult) fail(code errcode.Code, format string, args ...any) {
@@ -149,12 +157,24 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	// The footer's row count, checked against maxRows, sizes the tuple
 	// digests; a lying footer costs at most a bounded reservation.
 	h.Grow(int(min(pf.NumRows(), 1<<22)))
+	if d.pick != nil {
+		groups, detail, ok := d.pick(pf)
+		if !ok || dec != DecoderColumnReader {
+			res.fail(errcode.DecodeError, "row groups not chosen: %s", detail)
+			return res, nil
+		}
+		d.only = groups
+	}
 	if dec == DecoderColumnReader {
 		if err := d.readColumns(ctx, pf, used, leaves, h, each); err != nil {
 			if ee := (*emitError)(nil); errors.As(err, &ee) || errcode.Of(err) == errcode.Canceled {
 				return res, err
 			}
 			res.fail(errcode.DecodeError, "after %d records: %v", h.Records, err)
+			return res, nil
+		}
+		if d.pick != nil {
+			res.decoded, res.records = true, h.Records
 			return res, nil
 		}
 		return d.finish(pf, h, res), nil

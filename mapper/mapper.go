@@ -107,6 +107,12 @@ type Result struct {
 	// every bucket it declares matched the snapshot's leaf index (see
 	// package snapindex). Only Side, Index and ShardID are set.
 	Skipped bool `json:",omitempty"`
+	// BucketsRead marks a snapshot member a reducer read bucket by
+	// bucket, through the row groups of the buckets it needed alone:
+	// their number. The tuples of each hashed to the snapshot's indexed
+	// leaf; the file's storage digest and whole-file figures were not
+	// checked, and only Side, Index and ShardID are set besides.
+	BucketsRead int `json:",omitempty"`
 }
 
 // MaxShardBytes is the default cap on one file: shards are decoded from
@@ -252,20 +258,38 @@ func MapFetched(ctx context.Context, o Options, p *Fetch, emit func(*Tuple) erro
 	} else if f.file != nil {
 		f.file.Close()
 	}
-	data, mapping, version, sum := f.data, f.mapping, f.version, f.sum
 	tm.Read.Add(p.nanos + int64(time.Since(start)))
-	if err != nil || data == nil {
+	if err != nil || f.data == nil {
 		logResult(res, err)
 		return res, err
 	}
+	if f.mapping != nil {
+		defer f.mapping.Close()
+	}
+	return mapData(ctx, o, in, &f, res, emit)
+}
+
+// mapData is MapFetched once the file's bytes are at hand in f (mapped,
+// or read and maybe hashed); res holds the failures of reading them.
+func mapData(ctx context.Context, o Options, in Input, f *fileBytes, res Result, emit func(*Tuple) error) (Result, error) {
+	fail := func(code errcode.Code, format string, args ...any) {
+		res.Failures = append(res.Failures, manifest.ShardFailure{
+			Shard: in.Desc.ID, Side: in.Side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...),
+		})
+	}
+	tm := o.Timings
+	if tm == nil {
+		tm = new(Timings)
+	}
+	data, mapping, version, sum := f.data, f.mapping, f.version, f.sum
+	var err error
 	if mapping != nil {
-		defer mapping.Close()
 		// A file truncated while mapped faults on its lost pages: make
 		// that a recoverable panic (see hashMapped and decoding.run).
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	}
 	if !f.summed {
-		start = time.Now()
+		start := time.Now()
 		sum, err = hashMapped(data, mapping)
 		tm.StorageDigest.Add(int64(time.Since(start)))
 		if err != nil {
@@ -298,7 +322,7 @@ func MapFetched(ctx context.Context, o Options, p *Fetch, emit func(*Tuple) erro
 	)
 	rng := in.Desc.Buckets
 	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: o.SchemaDigest, mapping: mapping}
-	start = time.Now()
+	start := time.Now()
 	dr, err := d.run(ctx, data, o.Decoder, func(t *tuplehash.Tuple, dg [32]byte) error {
 		tp.Tuple, tp.Digest, tp.Bucket = *t, dg, tuplehash.Bucket(t.SampleID, o.K)
 		if rng != nil && (tp.Bucket < rng.Lo || tp.Bucket >= rng.Hi) {

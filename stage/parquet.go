@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -23,7 +24,7 @@ const Serializer = "shardproof-stage"
 
 // SerializerVersion changes whenever the bytes written for the same rows
 // and options change.
-const SerializerVersion = "2"
+const SerializerVersion = "3"
 
 // ParquetOptions fix every writer property that influences the bytes.
 type ParquetOptions struct {
@@ -102,6 +103,57 @@ func EncodeParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOpt
 	if err := w.Write(rec); err != nil {
 		w.Close()
 		return nil, errcode.Wrap(errcode.Internal, err, "write parquet")
+	}
+	if err := w.Close(); err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "close parquet")
+	}
+	return buf.Bytes(), nil
+}
+
+// EncodeMemberParquet is EncodeParquet for a snapshot member whose rows
+// are sorted by bucket: buckets[i] is row i's bucket. Each row group holds
+// one bucket's rows (at most RowGroupRows of them), and the footer lists
+// the row groups' buckets under canon.BucketRowGroupsKey.
+func EncodeMemberParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOptions, buckets []uint32) ([]byte, error) {
+	if int64(len(buckets)) != rec.NumRows() {
+		return nil, errcode.New(errcode.Internal, "member: %d buckets for %d rows", len(buckets), rec.NumRows())
+	}
+	o = o.withDefaults()
+	props, err := writerProperties(s, o)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "parquet writer")
+	}
+	var list []byte
+	for lo := 0; lo < len(buckets); {
+		hi := lo + 1
+		for hi < len(buckets) && buckets[hi] == buckets[lo] && int64(hi-lo) < o.RowGroupRows {
+			hi++
+		}
+		if hi < len(buckets) && buckets[hi] < buckets[lo] {
+			w.Close()
+			return nil, errcode.New(errcode.Internal, "member: rows not sorted by bucket at row %d", hi)
+		}
+		part := rec.NewSlice(int64(lo), int64(hi))
+		err := w.Write(part)
+		part.Release()
+		if err != nil {
+			w.Close()
+			return nil, errcode.Wrap(errcode.Internal, err, "write parquet")
+		}
+		if len(list) > 0 {
+			list = append(list, ',')
+		}
+		list = strconv.AppendUint(list, uint64(buckets[lo]), 10)
+		lo = hi
+	}
+	if err := w.AppendKeyValueMetadata(canon.BucketRowGroupsKey, string(list)); err != nil {
+		w.Close()
+		return nil, errcode.Wrap(errcode.Internal, err, "parquet metadata")
 	}
 	if err := w.Close(); err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "close parquet")

@@ -183,6 +183,26 @@ func (w *writer) writeFile(id string, rec arrow.RecordBatch, s *manifest.RecordS
 	return desc, nil
 }
 
+// writeMember is writeFile for a snapshot member: one bucket per row
+// group (EncodeMemberParquet).
+func (w *writer) writeMember(id string, rec arrow.RecordBatch, s *manifest.RecordSchema, buckets []uint32) (manifest.Shard, error) {
+	data, err := EncodeMemberParquet(rec, s, w.opts.Parquet, buckets)
+	if err != nil {
+		return manifest.Shard{}, err
+	}
+	desc, err := Describe(rec, s, w.sd, nil)
+	if err != nil {
+		return manifest.Shard{}, err
+	}
+	d, v, err := w.put(data)
+	if err != nil {
+		return manifest.Shard{}, err
+	}
+	desc.ID, desc.Digest, desc.Size, desc.ObjectVersion = id, d, int64(len(data)), string(v)
+	w.step()
+	return desc, nil
+}
+
 // Describe computes the decoded figures of a file holding rec with schema
 // s: logicalDigest, records, tokens and memberSetDigest (MediaType set;
 // ID, Digest, Size and ObjectVersion left to the caller).
@@ -448,7 +468,11 @@ func (w *writer) writeMembers(spill *memberSpill, m int) (*manifest.Snapshot, []
 		}
 		rec := b.NewRecordBatch()
 		b.Release()
-		snap.Members[j], err = w.writeFile(MemberID(j, m), rec, ms, w.sd, nil)
+		buckets := make([]uint32, len(ts))
+		for i := range ts {
+			buckets[i] = ts[i].bucket
+		}
+		snap.Members[j], err = w.writeMember(MemberID(j, m), rec, ms, buckets)
 		rec.Release()
 		if err != nil {
 			return nil, nil, err

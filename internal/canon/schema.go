@@ -56,6 +56,14 @@ func TagOf(typ string) (Tag, bool) {
 	return t, ok
 }
 
+// BucketRowGroupsKey is the Parquet footer key-value entry in which a
+// member file written one bucket per row group (stage, serializer version
+// 3) lists the bucket of each row group: decimal bucket numbers, one per
+// row group in order, comma-separated. It lets verify's reducers read a
+// member's differing buckets alone (see package snapindex); they trust it
+// no further than the bucket leaves of the rows they read.
+const BucketRowGroupsKey = "shardproof.bucketRowGroups"
+
 // SnapshotMemberSchema returns the schema of snapshot member files: the
 // tuple columns plus content_digest (exactly 32 bytes). It has no content
 // column, which is why it is a Go value here and not a validated release

@@ -1,0 +1,64 @@
+package mapper_test
+
+import (
+	"testing"
+
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
+	"github.com/shardproof/shardproof/tuplehash"
+)
+
+// A member stage wrote one bucket per row group reads bucket by bucket:
+// each bucket's tuples exactly (those the whole member maps into it), an
+// empty bucket empty, and mapped whole afterwards it still reproduces
+// its descriptor.
+func TestMemberReadBucket(t *testing.T) {
+	f := newFixture(t, 3000, 3, mapper.DecoderColumnReader)
+	m := f.res.SnapshotDoc.Members[1]
+	in := mapper.Input{Side: mapper.SideSnapshot, Index: 1, Desc: m}
+	whole := map[uint32][][32]byte{}
+	_, err := mapper.MapShard(t.Context(), f.o, in, func(tp *mapper.Tuple) error {
+		whole[tp.Bucket] = append(whole[tp.Bucket], tp.Digest)
+		return nil
+	})
+	if err != nil || len(whole) < 2 {
+		t.Fatalf("mapping member whole: %v, %d buckets", err, len(whole))
+	}
+	mem := mapper.OpenMember(f.o, mapper.Prefetch(t.Context(), f.o, in, false))
+	defer mem.Close()
+	for b := m.Buckets.Lo; b < m.Buckets.Hi; b++ {
+		var got [][32]byte
+		ok, err := mem.ReadBucket(t.Context(), b, func(tp *mapper.Tuple) error {
+			if tp.Bucket != b {
+				t.Errorf("bucket %d read gave a tuple of bucket %d", b, tp.Bucket)
+			}
+			got = append(got, tp.Digest)
+			return nil
+		})
+		if err != nil || !ok {
+			t.Fatalf("bucket %d: ok %v, %v", b, ok, err)
+		}
+		if tuplehash.BucketLeaf(b, got) != tuplehash.BucketLeaf(b, whole[b]) {
+			t.Fatalf("bucket %d: %d tuples read, %d mapped whole", b, len(got), len(whole[b]))
+		}
+	}
+	res, err := mem.Map(t.Context(), func(*mapper.Tuple) error { return nil })
+	if err != nil || !res.Decoded || len(res.Failures) > 0 || res.StorageDigest != m.Digest || res.MemberSetDigest != m.MemberSetDigest {
+		t.Fatalf("Map after bucket reads: %+v, %v", res, err)
+	}
+}
+
+// A member without a row-group bucket list (a release shard here, or a
+// member of another writer) is not read bucket by bucket.
+func TestMemberReadBucketWithoutList(t *testing.T) {
+	f := newFixture(t, 1000, 2, mapper.DecoderColumnReader)
+	d := f.res.Release.Shards[0]
+	in := mapper.Input{Side: mapper.SideSnapshot, Index: 0, Desc: manifest.Shard{ID: d.ID, Digest: d.Digest, Size: d.Size, ObjectVersion: d.ObjectVersion}}
+	mem := mapper.OpenMember(f.o, mapper.Prefetch(t.Context(), f.o, in, false))
+	defer mem.Close()
+	n := 0
+	ok, err := mem.ReadBucket(t.Context(), 0, func(*mapper.Tuple) error { n++; return nil })
+	if err != nil || ok {
+		t.Fatalf("ReadBucket of a file without the list: ok %v, %v (%d tuples)", ok, err, n)
+	}
+}
