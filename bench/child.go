@@ -55,6 +55,19 @@ type childResult struct {
 	// Verdict and LogicalBytes come from a verification report.
 	Verdict      string `json:"verdict,omitempty"`
 	LogicalBytes int64  `json:"logicalBytes,omitempty"`
+	// Members is how verify read the snapshot's member files (its
+	// report's execution.snapshotMembers* figures).
+	Members *MemberReads `json:"members,omitempty"`
+}
+
+// MemberReads says how verify read the snapshot member files: whole, not
+// at all (every bucket matched the snapshot's leaf index), or bucket by
+// bucket (Buckets in all).
+type MemberReads struct {
+	Whole    int `json:"whole"`
+	Skipped  int `json:"skipped"`
+	ByBucket int `json:"byBucket"`
+	Buckets  int `json:"buckets"`
 }
 
 // Sample is one measured run of one tool.
@@ -317,5 +330,7 @@ func parseVerifyReport(out []byte) (childResult, error) {
 	}
 	c := countsOf(&rep.Counts)
 	return childResult{Tool: toolVerify, Seconds: rep.Execution.Seconds, Records: rep.Counts.Records,
-		Stages: doc.Execution.Stages, Counts: &c, Verdict: rep.Verdict, LogicalBytes: rep.Stats.LogicalBytes}, nil
+		Stages: doc.Execution.Stages, Counts: &c, Verdict: rep.Verdict, LogicalBytes: rep.Stats.LogicalBytes,
+		Members: &MemberReads{Whole: rep.Execution.SnapshotMembersRead, Skipped: rep.Execution.SnapshotMembersSkipped,
+			ByBucket: rep.Execution.SnapshotMembersByBucket, Buckets: rep.Execution.SnapshotBucketsRead}}, nil
 }

@@ -185,8 +185,10 @@ func ladder(ctx context.Context, d *Dataset, lv level) (records int64, hashSecon
 	return n.Load(), float64(hashNanos.Load()) / 1e9, err
 }
 
-// ceiling is the fastest loop the harness has for what verify must do at
-// the least: read every file, check its size and storage digest,
+// ceiling is the fastest loop the harness has for the ceiling
+// (what verify did at the least before the snapshot's leaf index let it
+// skip member files that match): read every file, check its size and
+// storage digest,
 // decompress the one column that holds content (text in shards,
 // content_digest in member files) with arrow-go's low-level column chunk
 // readers, straight from the decompressed pages without building Arrow

@@ -284,7 +284,7 @@ func runNotes(r *Result) []string {
 	notes := []string{
 		fmt.Sprintf("Every tool runs as its own child process; wall time, CPU time and peak RSS (rusage) are the parent's view of that process. Peak RSS includes a floor of %.0f MiB, the harness's own peak, which Linux carries into a vforked child at exec.", mb(r.Host.RSSFloorBytes)),
 		"The machine is shared: when the load average exceeds the CPU count, wall times are inflated for every tool alike (rounds are interleaved); records per CPU-second is the steadier comparison.",
-		"Rates divide release records, release stored bytes and release logical bytes by wall time for every tool; verify, phases and duckdb-diff also read the snapshot member files, the ceiling reads and hashes them too.",
+		"Rates divide release records, release stored bytes and release logical bytes by wall time for every tool; duckdb-diff and phases also read the snapshot member files, and the ceiling reads and hashes them too; verify, with the snapshot's leaf index, reads only the row groups of the member buckets that differ and skips members whose buckets all match (its report's execution.snapshotMembers* fields say how many).",
 		"The startup row is the harness binary (Go + the statically linked DuckDB) doing nothing: every harness-measured tool (phases, ladder, ceiling, duckdb-*) includes it; verify runs the shardproof binary, whose start-up is smaller.",
 		"Files are in the page cache (read once before round 1): these are CPU numbers, not disk numbers.",
 	}

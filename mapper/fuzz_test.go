@@ -1,8 +1,16 @@
 package mapper
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"slices"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -67,6 +75,100 @@ func FuzzMapShard(f *testing.F) {
 			if !res.decoded && len(res.failures) == 0 {
 				t.Fatal("undecoded file without a failure")
 			}
+		}
+	})
+}
+
+// seedMember is a small valid snapshot member written one bucket per row
+// group, with the footer's row-group bucket list.
+func seedMember(tb testing.TB, n int) (data []byte, buckets []uint32) {
+	ms := canon.SnapshotMemberSchema()
+	as, err := canon.ArrowSchema(ms)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	type row struct {
+		id string
+		b  uint32
+	}
+	rows := make([]row, n)
+	for i := range rows {
+		id := "m" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		rows[i] = row{id, tuplehash.Bucket(id, 4)}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Or(cmp.Compare(a.b, b.b), cmp.Compare(a.id, b.id)) })
+	b := array.NewRecordBuilder(memory.DefaultAllocator, as)
+	defer b.Release()
+	for _, r := range rows {
+		b.Field(0).(*array.StringBuilder).Append(r.id)
+		b.Field(1).(*array.StringBuilder).Append("web")
+		b.Field(2).(*array.Int64Builder).Append(1)
+		b.Field(3).(*array.StringBuilder).Append("train")
+		d := sha256.Sum256([]byte(r.id))
+		b.Field(4).(*array.BinaryBuilder).Append(d[:])
+		buckets = append(buckets, r.b)
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	data, err = stage.EncodeMemberParquet(rec, ms, stage.ParquetOptions{}, buckets)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return data, buckets
+}
+
+// FuzzMemberBucket feeds mutated member bytes to the bucket-by-bucket read
+// (row groups chosen from the footer's list, which is as untrusted as the
+// rest). It must never crash or fail operationally; a read that decodes
+// gives only tuples of the bucket asked for, or reports a failure.
+func FuzzMemberBucket(f *testing.F) {
+	good, buckets := seedMember(f, 60)
+	f.Add(good, buckets[0])
+	f.Add(good, buckets[len(buckets)-1])
+	f.Add(good, uint32(99))
+	at := bytes.Index(good, []byte(canon.BucketRowGroupsKey))
+	for _, off := range []int{at + len(canon.BucketRowGroupsKey) + 2, at + len(canon.BucketRowGroupsKey) + 6, len(good) / 2, len(good) - 20} {
+		c := append([]byte(nil), good...)
+		c[off] ^= 0x08
+		f.Add(c, buckets[0])
+	}
+	ms := canon.SnapshotMemberSchema()
+	sd, err := canon.SchemaDigest(ms)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte, b uint32) {
+		b %= 16
+		d := decoding{want: ms, logicalSchema: sd, tupleSchema: sd}
+		d.pick = func(pf *file.Reader) ([]int, string, bool) {
+			groups, why := bucketGroups(pf)
+			if why != "" {
+				return nil, why, false
+			}
+			gs := []int{}
+			for g, gb := range groups {
+				if gb == b {
+					gs = append(gs, g)
+				}
+			}
+			return gs, "", true
+		}
+		res, err := d.run(context.Background(), data, DecoderColumnReader, func(tp *tuplehash.Tuple, _ [32]byte) error {
+			if tuplehash.Bucket(tp.SampleID, 4) != b {
+				return errStopBucket
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("operational error on in-memory bytes: %v", err)
+		}
+		for _, fl := range res.failures {
+			if !errcode.Known(fl.code) {
+				t.Fatalf("unknown code %q", fl.code)
+			}
+		}
+		if !res.decoded && len(res.failures) == 0 {
+			t.Fatal("undecoded file without a failure")
 		}
 	})
 }
