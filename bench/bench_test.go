@@ -119,6 +119,17 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("phase %s has no CPU time: %v", ph, cpu)
 		}
 	}
+	// Every harness-measured tool as `make bench`'s children run it, with
+	// their own checks of what they read against the dataset.
+	for _, tool := range []string{toolLadder, toolCeiling, toolPhases, toolDuckDiff, toolDuckScan, toolStartup} {
+		res, err := childTool(ctx, tool, d)
+		if err != nil {
+			t.Fatalf("child %s: %v", tool, err)
+		}
+		if tool != toolStartup && res.Records != d.Records {
+			t.Fatalf("child %s counted %d release records, want %d", tool, res.Records, d.Records)
+		}
+	}
 }
 
 func TestSummarizeRatiosAndOutputs(t *testing.T) {

@@ -90,10 +90,20 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 	if err != nil {
 		return err
 	}
+	res, err := childTool(ctx, tool, d)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(&res)
+}
+
+// childTool runs one harness-measured tool over d, checking what it read
+// against the dataset.
+func childTool(ctx context.Context, tool string, d *Dataset) (childResult, error) {
 	res := childResult{Tool: tool, ZstdCodec: zstdCodecName}
 	if tool == toolLadder || tool == toolCeiling {
 		if err := timeZstd(); err != nil {
-			return err
+			return res, err
 		}
 	}
 	start := time.Now()
@@ -101,7 +111,7 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 	case toolPhases:
 		st, stc, rep, err := phases(ctx, d)
 		if err != nil {
-			return err
+			return res, err
 		}
 		c := countsOf(&rep.Counts)
 		res.StagesCPU = stc
@@ -116,7 +126,7 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 			t, cpu := time.Now(), cpuSeconds()
 			n, hash, err := ladder(ctx, d, l.lv)
 			if err != nil {
-				return err
+				return res, err
 			}
 			res.Stages[l.name] = time.Since(t).Seconds()
 			res.StagesCPU[l.name] = cpuSeconds() - cpu
@@ -132,35 +142,35 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 				res.Stages[ladderHash] = hash / float64(runtime.NumCPU())
 			}
 			if l.lv >= levelDecode && n != d.Records+d.SnapshotRecords {
-				return errcode.New(errcode.Internal, "ladder %s decoded %d records, dataset has %d", l.name, n, d.Records+d.SnapshotRecords)
+				return res, errcode.New(errcode.Internal, "ladder %s decoded %d records, dataset has %d", l.name, n, d.Records+d.SnapshotRecords)
 			}
 		}
 		t, cpu := time.Now(), cpuSeconds()
 		n, err := mapShards(ctx, d)
 		if err != nil {
-			return err
+			return res, err
 		}
 		res.Stages[ladderMapper], res.StagesCPU[ladderMapper] = time.Since(t).Seconds(), cpuSeconds()-cpu
-		if n != d.Records+d.SnapshotRecords {
-			return errcode.New(errcode.Internal, "mapper emitted %d tuples, dataset has %d records", n, d.Records+d.SnapshotRecords)
+		if n != d.Records {
+			return res, errcode.New(errcode.Internal, "mapper emitted %d tuples, the release has %d records", n, d.Records)
 		}
 		res.Records = d.Records
 	case toolCeiling:
 		rel, mem, err := ceiling(ctx, d)
 		if err != nil {
-			return err
+			return res, err
 		}
 		z := time.Duration(zstdDecodeNanos.Load()).Seconds()
 		res.Stages = map[string]float64{ceilingZstd: z / float64(runtime.NumCPU())}
 		res.StagesCPU = map[string]float64{ceilingZstd: z}
 		if rel != d.Records || mem != d.SnapshotRecords {
-			return errcode.New(errcode.Internal, "ceiling read %d/%d records, dataset has %d/%d", rel, mem, d.Records, d.SnapshotRecords)
+			return res, errcode.New(errcode.Internal, "ceiling read %d/%d records, dataset has %d/%d", rel, mem, d.Records, d.SnapshotRecords)
 		}
 		res.Records = rel
 	case toolDuckDiff:
 		c, err := duckDiff(ctx, d)
 		if err != nil {
-			return err
+			return res, err
 		}
 		res.Counts, res.Records = &c, c.Records
 	case toolStartup:
@@ -169,17 +179,17 @@ func runChildTool(ctx context.Context, tool, metaPath string) error {
 	case toolDuckScan:
 		n, err := duckScan(ctx, d)
 		if err != nil {
-			return err
+			return res, err
 		}
 		if n != d.Records {
-			return errcode.New(errcode.Internal, "duckdb scan read %d records, dataset has %d", n, d.Records)
+			return res, errcode.New(errcode.Internal, "duckdb scan read %d records, dataset has %d", n, d.Records)
 		}
 		res.Records = n
 	default:
-		return errcode.New(errcode.Usage, "unknown tool %q", tool)
+		return res, errcode.New(errcode.Usage, "unknown tool %q", tool)
 	}
 	res.Seconds = time.Since(start).Seconds()
-	return json.NewEncoder(os.Stdout).Encode(&res)
+	return res, nil
 }
 
 // cpuSeconds is this process's user+system time so far.
