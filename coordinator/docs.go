@@ -78,12 +78,13 @@ func wrap(err error, format string, args ...any) error {
 // its bytes must equal data: a rerun that produced other bytes is
 // NONDETERMINISM, and the committed bytes stay as they are.
 func putExact(ctx context.Context, s objstore.Store, key string, data []byte) (objstore.Version, error) {
-	return putExactSum(ctx, s, key, data, manifest.Sum(data))
+	return putExactSum(ctx, s, key, data, manifest.Sum(data), false)
 }
 
-// putExactSum is putExact for data whose sha256 the caller already has.
-func putExactSum(ctx context.Context, s objstore.Store, key string, data []byte, sum manifest.Digest) (objstore.Version, error) {
-	v, err := s.Put(ctx, key, bytes.NewReader(data), objstore.PutOptions{IfNoneMatch: true, Size: int64(len(data)), SHA256: sum})
+// putExactSum is putExact for data whose sha256 the caller already has;
+// ephemeral data is not synced to disk (objstore.PutOptions.Ephemeral).
+func putExactSum(ctx context.Context, s objstore.Store, key string, data []byte, sum manifest.Digest, ephemeral bool) (objstore.Version, error) {
+	v, err := s.Put(ctx, key, bytes.NewReader(data), objstore.PutOptions{IfNoneMatch: true, Size: int64(len(data)), SHA256: sum, Ephemeral: ephemeral})
 	if err == nil {
 		return v, nil
 	}

@@ -32,6 +32,12 @@ type Job struct {
 
 	tombSet, benchSet *reducer.Set
 
+	// ephemeralShuffle writes shuffle files without syncing them to disk
+	// (objstore.PutOptions.Ephemeral): set by the local executor, whose
+	// reducers read them from the page cache moments later. Commit
+	// records are always synced.
+	ephemeralShuffle bool
+
 	// leaves is the plan's snapshot leaf index, read by the first reduce
 	// task that needs it (nil in a Job not from Open: read every time).
 	leaves *leafCache

@@ -97,6 +97,11 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 	if err != nil {
 		return nil, err
 	}
+	// Shuffle files are read back from the page cache moments later
+	// and checked by digest: syncing them only made the disk write what
+	// is deleted seconds later (as in Hadoop and Spark, whose shuffle
+	// files are not synced either). Commit records still are.
+	j.ephemeralShuffle = true
 	// Before any map work: a plan whose reducers cannot open their inputs
 	// would otherwise fail after the whole map phase.
 	reducers, err := j.reducersAtOnce(parallelism)

@@ -140,7 +140,7 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	err := set.enc.EncodeRanges(buf, ends, func(r int, b []byte, rows int) error {
 		key := j.mapOutputKey(i, r)
 		sum := manifest.Sum(b)
-		v, err := putExactSum(ctx, j.Store, key, b, sum)
+		v, err := putExactSum(ctx, j.Store, key, b, sum, j.ephemeralShuffle)
 		if err != nil {
 			return err
 		}

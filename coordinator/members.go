@@ -82,7 +82,7 @@ func newMemberSource(ctx context.Context, opts mapper.Options, members []manifes
 // snapshot's leaf index (leaves, 32 bytes per bucket from bucket lo on):
 // it serves reducer.BucketSource, and reads of a member only the buckets
 // asked for, through their row groups, when the member's footer lists
-// them (stage writes one bucket per row group) and what it reads hashes
+// the row groups' bucket ranges (stage's do) and what it reads hashes
 // to the indexed leaf; otherwise it maps the whole member. A member none
 // of whose buckets is asked for is never read (see finish).
 func newLazyMemberSource(ctx context.Context, opts mapper.Options, members []manifest.Shard, todo []int, progress func(mapper.Result), leaves []byte, lo uint32) *memberSource {

@@ -90,7 +90,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 		out := mc.Outputs[r]
 		rc, err := j.Store.Get(ctx, out.Key, out.Version)
 		if err != nil {
-			return nil, wrap(err, "reduce task %d: %s version %s", r, out.Key, out.Version)
+			return nil, wrap(err, "reduce task %d: %s version %s%s", r, out.Key, out.Version, j.lostShuffleHint())
 		}
 		closers = append(closers, rc.Close)
 		vr := verifyread.New(rc, out.Key, out.Digest, out.Size)
@@ -146,7 +146,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 	// committed digest: drain what the IPC reader left after end-of-stream.
 	for k, vr := range verified {
 		if _, err := io.Copy(io.Discard, vr); err != nil {
-			return nil, errcode.Wrap(errcode.ShuffleCorrupt, err, "reduce task %d: %s", r, commit.Inputs[k].Key)
+			return nil, errcode.Wrap(errcode.ShuffleCorrupt, err, "reduce task %d: %s%s", r, commit.Inputs[k].Key, j.lostShuffleHint())
 		}
 	}
 	commit.Result = res
@@ -160,6 +160,15 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 	j.log().Debug("reduce task committed", "task", r, "lo", rng.Lo, "hi", rng.Hi,
 		"releaseTuples", res.Counts.Records, "snapshotTuples", res.Counts.SnapshotRecords)
 	return commit, nil
+}
+
+// lostShuffleHint explains a missing or damaged shuffle file of a local
+// verification, whose shuffle files are not synced to disk.
+func (j *Job) lostShuffleHint() string {
+	if !j.ephemeralShuffle {
+		return ""
+	}
+	return " (a local verification does not sync its shuffle files to disk: after a machine crash, start a new verification instead of resuming)"
 }
 
 // reduceFileSlack is what a reduce task holds open besides its shuffle

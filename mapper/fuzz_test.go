@@ -79,8 +79,8 @@ func FuzzMapShard(f *testing.F) {
 	})
 }
 
-// seedMember is a small valid snapshot member written one bucket per row
-// group, with the footer's row-group bucket list.
+// seedMember is a small valid snapshot member whose row groups end at
+// bucket boundaries, with the footer's row-group bucket ranges.
 func seedMember(tb testing.TB, n int) (data []byte, buckets []uint32) {
 	ms := canon.SnapshotMemberSchema()
 	as, err := canon.ArrowSchema(ms)
@@ -110,7 +110,7 @@ func seedMember(tb testing.TB, n int) (data []byte, buckets []uint32) {
 	}
 	rec := b.NewRecordBatch()
 	defer rec.Release()
-	data, err = stage.EncodeMemberParquet(rec, ms, stage.ParquetOptions{}, buckets)
+	data, err = stage.EncodeMemberParquet(rec, ms, stage.ParquetOptions{RowGroupRows: 8}, buckets)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -119,8 +119,8 @@ func seedMember(tb testing.TB, n int) (data []byte, buckets []uint32) {
 
 // FuzzMemberBucket feeds mutated member bytes to the bucket-by-bucket read
 // (row groups chosen from the footer's list, which is as untrusted as the
-// rest). It must never crash or fail operationally; a read that decodes
-// gives only tuples of the bucket asked for, or reports a failure.
+// rest). It must never crash or fail operationally, and a read that does
+// not decode reports a catalogued failure.
 func FuzzMemberBucket(f *testing.F) {
 	good, buckets := seedMember(f, 60)
 	f.Add(good, buckets[0])
@@ -146,19 +146,14 @@ func FuzzMemberBucket(f *testing.F) {
 				return nil, why, false
 			}
 			gs := []int{}
-			for g, gb := range groups {
-				if gb == b {
+			for g, r := range groups {
+				if r.lo <= b && b <= r.hi {
 					gs = append(gs, g)
 				}
 			}
 			return gs, "", true
 		}
-		res, err := d.run(context.Background(), data, DecoderColumnReader, func(tp *tuplehash.Tuple, _ [32]byte) error {
-			if tuplehash.Bucket(tp.SampleID, 4) != b {
-				return errStopBucket
-			}
-			return nil
-		})
+		res, err := d.run(context.Background(), data, DecoderColumnReader, func(*tuplehash.Tuple, [32]byte) error { return nil })
 		if err != nil {
 			t.Fatalf("operational error on in-memory bytes: %v", err)
 		}
@@ -171,4 +166,77 @@ func FuzzMemberBucket(f *testing.F) {
 			t.Fatal("undecoded file without a failure")
 		}
 	})
+}
+
+// Member row groups end at bucket boundaries, hold at most RowGroupRows
+// rows (a bucket larger than that takes several, alone), and the footer's
+// ranges let a read of the covering row groups find every tuple of each
+// bucket.
+func TestMemberRowGroupRanges(t *testing.T) {
+	data, buckets := seedMember(t, 200) // 16 buckets of ~12 rows: some split
+	pf, err := file.NewParquetReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, why := bucketGroups(pf)
+	if why != "" {
+		t.Fatal(why)
+	}
+	row, split := 0, false
+	for g, r := range groups {
+		n := int(pf.RowGroup(g).NumRows())
+		if n > 8 || n == 0 {
+			t.Fatalf("row group %d holds %d rows", g, n)
+		}
+		for _, b := range buckets[row : row+n] {
+			if b < r.lo || b > r.hi {
+				t.Fatalf("row group %d listed [%d, %d] holds bucket %d", g, r.lo, r.hi, b)
+			}
+		}
+		if row+n < len(buckets) && buckets[row+n-1] == buckets[row+n] {
+			split = true // a bucket continues in the next row group
+			if r.lo != r.hi {
+				t.Fatalf("row group %d ends inside bucket %d but lists [%d, %d]", g, buckets[row+n], r.lo, r.hi)
+			}
+		}
+		row += n
+	}
+	if row != len(buckets) || !split || len(groups) < 16 {
+		t.Fatalf("%d rows in %d row groups (a split bucket: %v)", row, len(groups), split)
+	}
+	ms := canon.SnapshotMemberSchema()
+	sd, _ := canon.SchemaDigest(ms)
+	for b := uint32(0); b < 16; b++ {
+		d := decoding{want: ms, logicalSchema: sd, tupleSchema: sd}
+		d.pick = func(pf *file.Reader) ([]int, string, bool) {
+			gs := []int{}
+			for g, r := range groups {
+				if r.lo <= b && b <= r.hi {
+					gs = append(gs, g)
+				}
+			}
+			return gs, "", true
+		}
+		got := 0
+		res, err := d.run(context.Background(), data, DecoderColumnReader, func(tp *tuplehash.Tuple, _ [32]byte) error {
+			if tuplehash.Bucket(tp.SampleID, 4) == b {
+				got++
+			}
+			return nil
+		})
+		if err != nil || !res.decoded {
+			t.Fatalf("bucket %d: %v %+v", b, err, res.failures)
+		}
+		if want := bytes.Count(bucketBytes(buckets), []byte{byte(b)}); got != want {
+			t.Fatalf("bucket %d: %d tuples from its row groups, the member holds %d", b, got, want)
+		}
+	}
+}
+
+func bucketBytes(bs []uint32) []byte {
+	out := make([]byte, len(bs))
+	for i, b := range bs {
+		out[i] = byte(b)
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,12 +30,22 @@ type Member struct {
 	bp  *[]byte
 	res Result
 	err error
-	// groups is the bucket of each row group, parsed from the footer the
-	// first time it is needed; listed reports a usable list.
-	groups         []uint32
+	// groups is each row group's bucket range, parsed from the footer
+	// the first time it is needed; listed reports a usable list.
+	groups         []bucketRange
 	parsed, listed bool
 	why            string
+	// cached are the row groups last decoded, whose tuples (own copies)
+	// are held in tuples: consecutive buckets of one row group decode it
+	// once.
+	cached []int
+	tuples []Tuple
+	ids    []byte
+	intern map[string]string
 }
+
+// bucketRange is the first and last bucket of one row group.
+type bucketRange struct{ lo, hi uint32 }
 
 // OpenMember waits for p's read (see Prefetch) and keeps the member's
 // bytes; p is consumed. Close frees them.
@@ -62,16 +73,50 @@ func OpenMember(o Options, p *Fetch) *Member {
 	return m
 }
 
-// ReadBucket decodes the row groups the member's footer lists for bucket
-// b and emits their tuples, in stored order. ok is false, with nothing
-// emitted that should be kept, when the member cannot be read that way:
-// its read failed, its footer lists no buckets or a list that does not fit
-// it, a row group does not decode, or a tuple lies in another bucket.
-// Nothing is checked against the member's descriptor.
+// ReadBucket emits the tuples of bucket b, in stored order, decoding
+// only the row groups the member's footer lists as holding b (see
+// canon.BucketRowGroupsKey), or reusing those it decoded last. ok is
+// false, with nothing emitted that should be kept, when the member cannot
+// be read that way: its read failed, its footer lists no bucket ranges or
+// a list that does not fit it, or a row group does not decode. Nothing is
+// checked against the member's descriptor: the caller authenticates the
+// tuples (their bucket leaf), since a lying list can hide some of them.
 func (m *Member) ReadBucket(ctx context.Context, b uint32, emit func(*Tuple) error) (ok bool, err error) {
 	if m.err != nil || m.f.data == nil || len(m.res.Failures) > 0 || m.parsed && !m.listed {
 		return false, nil
 	}
+	var want []int
+	if m.parsed {
+		want = m.covering(b)
+	}
+	if !m.parsed || !slices.Equal(want, m.cached) {
+		if ok, err := m.decode(ctx, b); !ok || err != nil {
+			return false, err
+		}
+	}
+	for i := range m.tuples {
+		if m.tuples[i].Bucket == b {
+			if err := emit(&m.tuples[i]); err != nil {
+				return false, err
+			}
+		}
+	}
+	return true, nil
+}
+
+// covering returns the row groups whose listed range holds b.
+func (m *Member) covering(b uint32) []int {
+	gs := []int{} // not nil: nil reads every row group
+	for g, r := range m.groups {
+		if r.lo <= b && b <= r.hi {
+			gs = append(gs, g)
+		}
+	}
+	return gs
+}
+
+// decode decodes the row groups holding b into m.tuples.
+func (m *Member) decode(ctx context.Context, b uint32) (bool, error) {
 	if m.f.mapping != nil {
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	}
@@ -80,6 +125,11 @@ func (m *Member) ReadBucket(ctx context.Context, b uint32, emit func(*Tuple) err
 	if err != nil {
 		return false, err
 	}
+	m.cached, m.tuples, m.ids = nil, m.tuples[:0], m.ids[:0]
+	if m.intern == nil {
+		m.intern = map[string]string{}
+	}
+	var groups []int
 	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: m.o.SchemaDigest, mapping: m.f.mapping}
 	d.pick = func(pf *file.Reader) ([]int, string, bool) {
 		if !m.parsed {
@@ -90,71 +140,77 @@ func (m *Member) ReadBucket(ctx context.Context, b uint32, emit func(*Tuple) err
 		if !m.listed {
 			return nil, m.why, false
 		}
-		gs := []int{} // not nil: nil reads every row group
-		for g, gb := range m.groups {
-			if gb == b {
-				gs = append(gs, g)
-			}
-		}
-		return gs, "", true
+		groups = m.covering(b)
+		return groups, "", true
 	}
-	var (
-		tp      Tuple
-		outside bool
-	)
+	var ends []int
 	start := time.Now()
 	dr, err := d.run(ctx, m.f.data, DecoderColumnReader, func(t *tuplehash.Tuple, dg [32]byte) error {
-		tp.Tuple, tp.Digest, tp.Bucket = *t, dg, tuplehash.Bucket(t.SampleID, m.o.K)
-		if tp.Bucket != b {
-			outside = true
-			return errStopBucket
-		}
-		if err := emit(&tp); err != nil {
-			return &emitError{err}
-		}
+		m.ids = append(m.ids, t.SampleID...)
+		ends = append(ends, len(m.ids))
+		m.tuples = append(m.tuples, Tuple{Tuple: *t, Digest: dg, Bucket: tuplehash.Bucket(t.SampleID, m.o.K)})
+		c := &m.tuples[len(m.tuples)-1]
+		c.SourceID, c.Split = m.str(t.SourceID), m.str(t.Split)
 		return nil
 	})
 	if tm := m.o.Timings; tm != nil {
 		tm.Decode.Add(int64(time.Since(start)) - d.hashNanos - d.tupleNanos)
 		tm.Tuples.Add(d.tupleNanos + d.hashNanos)
 	}
-	if ee := (*emitError)(nil); errors.As(err, &ee) {
-		return false, ee.err
-	}
 	if errors.Is(err, errMapFault) {
 		return false, errcode.Wrap(errcode.IO, err, "decode %s version %s", m.in.Desc.Digest.BlobKey(), m.f.version)
 	}
-	if err != nil {
+	if err != nil || !dr.decoded || len(dr.failures) > 0 {
+		m.tuples = m.tuples[:0]
 		return false, err
 	}
-	return dr.decoded && !outside && len(dr.failures) == 0, nil
+	all := string(m.ids)
+	lo := 0
+	for i := range m.tuples {
+		m.tuples[i].SampleID = all[lo:ends[i]]
+		lo = ends[i]
+	}
+	m.cached = groups
+	return true, nil
 }
 
-// errStopBucket stops a partial read at a tuple outside its bucket (a
-// decode failure of the read, so ok is false).
-var errStopBucket = errors.New("tuple outside the row group's bucket")
+// str returns a copy of v shared by the member's equal values (sourceIds
+// and splits repeat).
+func (m *Member) str(v string) string {
+	if c, ok := m.intern[v]; ok {
+		return c
+	}
+	c := strings.Clone(v)
+	if len(m.intern) < 4096 {
+		m.intern[c] = c
+	}
+	return c
+}
 
-// bucketGroups parses the footer's BucketRowGroupsKey entry: one bucket
-// per row group, never decreasing. why says what is wrong with it.
-func bucketGroups(pf *file.Reader) (groups []uint32, why string) {
+// bucketGroups parses the footer's BucketRowGroupsKey entry: each row
+// group's first and last bucket, in order, ranges never going back. why
+// says what is wrong with it.
+func bucketGroups(pf *file.Reader) (groups []bucketRange, why string) {
 	kv := pf.MetaData().KeyValueMetadata()
 	v := kv.FindValue(canon.BucketRowGroupsKey)
 	if v == nil {
-		return nil, "the footer lists no row-group buckets"
+		return nil, "the footer lists no row-group bucket ranges"
 	}
 	n := pf.NumRowGroups()
-	if len(*v) > 11*n {
+	if len(*v) > 22*n {
 		return nil, "the row-group bucket list is longer than its row groups need"
 	}
 	for i, f := range strings.Split(*v, ",") {
-		x, err := strconv.ParseUint(f, 10, 32)
-		if err != nil || i > 0 && uint32(x) < groups[i-1] {
-			return nil, fmt.Sprintf("row-group bucket %d (%.12q) is not a bucket at or after the previous one", i, f)
+		a, z, found := strings.Cut(f, "-")
+		lo, err1 := strconv.ParseUint(a, 10, 32)
+		hi, err2 := strconv.ParseUint(z, 10, 32)
+		if !found || err1 != nil || err2 != nil || lo > hi || i > 0 && uint32(lo) < groups[i-1].hi {
+			return nil, fmt.Sprintf("row-group bucket range %d (%.24q) is not lo-hi at or after the previous one", i, f)
 		}
-		groups = append(groups, uint32(x))
+		groups = append(groups, bucketRange{uint32(lo), uint32(hi)})
 	}
 	if len(groups) != n {
-		return nil, fmt.Sprintf("the footer lists %d row-group buckets for %d row groups", len(groups), n)
+		return nil, fmt.Sprintf("the footer lists %d row-group bucket ranges for %d row groups", len(groups), n)
 	}
 	return groups, ""
 }
@@ -182,7 +238,7 @@ func (m *Member) Close() {
 		m.f.mapping.Close()
 		m.f.mapping = nil
 	}
-	m.f.data = nil
+	m.f.data, m.tuples, m.ids, m.cached = nil, nil, nil, nil
 	if m.bp != nil {
 		putBuf(m.bp)
 		m.bp = nil

@@ -78,6 +78,13 @@ type PutOptions struct {
 	// have the server check it do so, and every implementation rejects a
 	// body whose hash differs (nothing is written).
 	SHA256 [32]byte
+	// Ephemeral marks scratch data that every reader checks by digest
+	// and that can be computed again (a local verification's shuffle
+	// files): the file store neither fsyncs it nor the directories that
+	// name it, so the kernel may drop it before it reaches the disk. A
+	// process that crashes or is stopped leaves it intact; a machine
+	// that crashes may not. S3 ignores it.
+	Ephemeral bool
 }
 
 // ObjectInfo describes one version of an object.

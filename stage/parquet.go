@@ -24,7 +24,7 @@ const Serializer = "shardproof-stage"
 
 // SerializerVersion changes whenever the bytes written for the same rows
 // and options change.
-const SerializerVersion = "3"
+const SerializerVersion = "4"
 
 // ParquetOptions fix every writer property that influences the bytes.
 type ParquetOptions struct {
@@ -111,12 +111,20 @@ func EncodeParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOpt
 }
 
 // EncodeMemberParquet is EncodeParquet for a snapshot member whose rows
-// are sorted by bucket: buckets[i] is row i's bucket. Each row group holds
-// one bucket's rows (at most RowGroupRows of them), and the footer lists
-// the row groups' buckets under canon.BucketRowGroupsKey.
+// are sorted by bucket: buckets[i] is row i's bucket. Row groups hold at
+// most RowGroupRows rows, as EncodeParquet's do, but end at bucket
+// boundaries: whole buckets, or one part of a bucket larger than a row
+// group. The footer lists each row group's first and last bucket under
+// canon.BucketRowGroupsKey, so a reader can decode the row groups of one
+// bucket alone.
 func EncodeMemberParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOptions, buckets []uint32) ([]byte, error) {
 	if int64(len(buckets)) != rec.NumRows() {
 		return nil, errcode.New(errcode.Internal, "member: %d buckets for %d rows", len(buckets), rec.NumRows())
+	}
+	for i := 1; i < len(buckets); i++ {
+		if buckets[i] < buckets[i-1] {
+			return nil, errcode.New(errcode.Internal, "member: rows not sorted by bucket at row %d", i)
+		}
 	}
 	o = o.withDefaults()
 	props, err := writerProperties(s, o)
@@ -128,15 +136,29 @@ func EncodeMemberParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o Parq
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "parquet writer")
 	}
+	// bucketEnd is the end of the bucket run starting at row i.
+	bucketEnd := func(i int) int {
+		j := i + 1
+		for j < len(buckets) && buckets[j] == buckets[i] {
+			j++
+		}
+		return j
+	}
+	limit := int(o.RowGroupRows)
 	var list []byte
 	for lo := 0; lo < len(buckets); {
-		hi := lo + 1
-		for hi < len(buckets) && buckets[hi] == buckets[lo] && int64(hi-lo) < o.RowGroupRows {
-			hi++
-		}
-		if hi < len(buckets) && buckets[hi] < buckets[lo] {
-			w.Close()
-			return nil, errcode.New(errcode.Internal, "member: rows not sorted by bucket at row %d", hi)
+		hi := bucketEnd(lo)
+		if hi-lo > limit {
+			// A bucket larger than a row group: row groups of it alone.
+			hi = lo + limit
+		} else {
+			for hi < len(buckets) {
+				next := bucketEnd(hi)
+				if next-lo > limit {
+					break
+				}
+				hi = next
+			}
 		}
 		part := rec.NewSlice(int64(lo), int64(hi))
 		err := w.Write(part)
@@ -149,6 +171,8 @@ func EncodeMemberParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o Parq
 			list = append(list, ',')
 		}
 		list = strconv.AppendUint(list, uint64(buckets[lo]), 10)
+		list = append(list, '-')
+		list = strconv.AppendUint(list, uint64(buckets[hi-1]), 10)
 		lo = hi
 	}
 	if err := w.AppendKeyValueMetadata(canon.BucketRowGroupsKey, string(list)); err != nil {

@@ -57,11 +57,12 @@ func TagOf(typ string) (Tag, bool) {
 }
 
 // BucketRowGroupsKey is the Parquet footer key-value entry in which a
-// member file written one bucket per row group (stage, serializer version
-// 3) lists the bucket of each row group: decimal bucket numbers, one per
-// row group in order, comma-separated. It lets verify's reducers read a
-// member's differing buckets alone (see package snapindex); they trust it
-// no further than the bucket leaves of the rows they read.
+// member file whose row groups end at bucket boundaries (stage, serializer
+// version 4) lists each row group's first and last bucket: "lo-hi" in
+// decimal, one per row group in order, comma-separated. It lets verify's
+// reducers decode only the row groups of a differing bucket (see package
+// snapindex); they trust it no further than the bucket leaves of the rows
+// they read.
 const BucketRowGroupsKey = "shardproof.bucketRowGroups"
 
 // SnapshotMemberSchema returns the schema of snapshot member files: the

@@ -189,12 +189,13 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts objsto
 			return "", fmt.Errorf("put %s: %w", key, objstore.ErrPreconditionFailed)
 		}
 	}
-	tmp, err := s.writeTemp(ctx, key, body, opts.SHA256)
+	sync := !opts.Ephemeral
+	tmp, err := s.writeTemp(ctx, key, body, opts.SHA256, sync)
 	if err != nil {
 		return "", err
 	}
 	defer s.root.Remove(tmp)
-	if err := s.mkdirs(key); err != nil {
+	if err := s.mkdirs(key, sync); err != nil {
 		return "", err
 	}
 	if err := ctx.Err(); err != nil {
@@ -224,15 +225,18 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts objsto
 		}
 		seq++
 	}
-	if err := s.syncDir(key); err != nil {
-		return "", err
+	if sync {
+		if err := s.syncDir(key); err != nil {
+			return "", err
+		}
 	}
 	return versionOf(seq), nil
 }
 
-// writeTemp writes body to a new temp file, fsyncs it and returns its name
-// relative to the root. If want is non-zero the body must hash to it.
-func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want [32]byte) (string, error) {
+// writeTemp writes body to a new temp file, fsyncs it (if sync) and
+// returns its name relative to the root. If want is non-zero the body
+// must hash to it.
+func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want [32]byte, sync bool) (string, error) {
 	var rnd [12]byte
 	rand.Read(rnd[:])
 	name := tmpDir + "/" + hex.EncodeToString(rnd[:])
@@ -249,7 +253,7 @@ func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want 
 	}
 	h := sha256.New()
 	_, err = io.Copy(io.MultiWriter(f, h), objstore.ContextReader(ctx, body))
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -272,9 +276,10 @@ func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want 
 	return name, nil
 }
 
-// mkdirs creates the key's directory and its missing parents, fsyncing each
-// parent that gained an entry so the new path survives a crash.
-func (s *Store) mkdirs(key string) error {
+// mkdirs creates the key's directory and its missing parents, fsyncing
+// (if sync) each parent that gained an entry so the new path survives a
+// crash.
+func (s *Store) mkdirs(key string, sync bool) error {
 	dir := ""
 	for seg := range strings.SplitSeq(key, "/") {
 		parent := dir
@@ -282,6 +287,9 @@ func (s *Store) mkdirs(key string) error {
 		err := s.root.Mkdir(dir, 0o755)
 		switch {
 		case err == nil:
+			if !sync {
+				continue
+			}
 			if err := s.syncDir(parent); err != nil {
 				return err
 			}

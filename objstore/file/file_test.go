@@ -360,3 +360,33 @@ func readAll(t *testing.T, s objstore.Store, key string) string {
 	}
 	return string(b)
 }
+
+// An ephemeral Put (not synced to disk) is otherwise an ordinary Put: the
+// same layout, conditional create, digest check, and no temp file left.
+func TestEphemeralPut(t *testing.T) {
+	s, dir := openTemp(t)
+	ctx := t.Context()
+	eph := objstore.PutOptions{Ephemeral: true, IfNoneMatch: true}
+	v, err := s.Put(ctx, "jobs/p/map/0/r0.arrow", strings.NewReader("tuples"), eph)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "jobs/p/map/0/r0.arrow/@00000000000000000001"))
+	if err != nil || string(got) != "tuples" || v != "v1" {
+		t.Fatalf("ephemeral version %s holds %q, %v", v, got, err)
+	}
+	if _, err := s.Put(ctx, "jobs/p/map/0/r0.arrow", strings.NewReader("other"), eph); !objstore.IsPrecondition(err) {
+		t.Fatalf("second conditional ephemeral put: %v, want a precondition failure", err)
+	}
+	bad := eph
+	bad.SHA256 = [32]byte{1}
+	if _, err := s.Put(ctx, "jobs/p/map/0/r1.arrow", strings.NewReader("tuples"), bad); errcode.Of(err) == errcode.Internal || err == nil {
+		t.Fatalf("ephemeral put with a wrong digest: %v", err)
+	}
+	if _, err := s.Head(ctx, "jobs/p/map/0/r1.arrow", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("a refused ephemeral put left a version: %v", err)
+	}
+	if tmp, _ := os.ReadDir(filepath.Join(dir, "@tmp")); len(tmp) != 0 {
+		t.Fatalf("temp files left: %v", tmp)
+	}
+}
