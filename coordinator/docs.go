@@ -83,8 +83,15 @@ func putExact(ctx context.Context, s objstore.Store, key string, data []byte) (o
 
 // putExactSum is putExact for data whose sha256 the caller already has;
 // ephemeral data is not synced to disk (objstore.PutOptions.Ephemeral).
+// Ephemeral data is not given to the store to check either: the sum was
+// computed from these very bytes a moment ago, and every reader checks
+// it; what the store would check is a copy in the same memory.
 func putExactSum(ctx context.Context, s objstore.Store, key string, data []byte, sum manifest.Digest, ephemeral bool) (objstore.Version, error) {
-	v, err := s.Put(ctx, key, bytes.NewReader(data), objstore.PutOptions{IfNoneMatch: true, Size: int64(len(data)), SHA256: sum, Ephemeral: ephemeral})
+	o := objstore.PutOptions{IfNoneMatch: true, Size: int64(len(data)), SHA256: sum, Ephemeral: ephemeral}
+	if ephemeral {
+		o.SHA256 = [32]byte{}
+	}
+	v, err := s.Put(ctx, key, bytes.NewReader(data), o)
 	if err == nil {
 		return v, nil
 	}
