@@ -184,15 +184,7 @@ func (s *memberSource) readBucket(b uint32) ([]shuffle.Row, bool, error) {
 	if tuplehash.BucketLeafInto(b, s.digests, &s.scratch) != [32]byte(s.leaves[k:k+32]) {
 		return nil, false, nil
 	}
-	all := string(s.partIDs)
-	lo := 0
-	for k := range s.part {
-		s.part[k].SampleID = all[lo:s.ends[k]]
-		lo = s.ends[k]
-	}
-	if !slices.IsSortedFunc(s.part, func(a, b shuffle.Row) int { return shuffle.Compare(&a, &b) }) {
-		shuffle.Sort(s.part)
-	}
+	setIDs(s.part, s.partIDs, s.ends)
 	return s.part, true, nil
 }
 
@@ -313,18 +305,24 @@ func (s *memberSource) fill(i int, mapMember func(emit func(*mapper.Tuple) error
 		s.rows = s.rows[:0]
 		return nil
 	}
-	all := string(s.ids)
+	setIDs(s.rows, s.ids, s.ends)
+	return nil
+}
+
+// setIDs gives rows their sampleIds, kept end to end in ids (row k's ends
+// at ends[k]) as one string, and puts the rows in shuffle order.
+func setIDs(rows []shuffle.Row, ids []byte, ends []int) {
+	all := string(ids)
 	lo := 0
-	for k := range s.rows {
-		s.rows[k].SampleID = all[lo:s.ends[k]]
-		lo = s.ends[k]
+	for k := range rows {
+		rows[k].SampleID = all[lo:ends[k]]
+		lo = ends[k]
 	}
 	// Writers sort members by (bucket, sampleId, tuple digest), which is
 	// shuffle order for one side: then this is one pass.
-	if !slices.IsSortedFunc(s.rows, func(a, b shuffle.Row) int { return shuffle.Compare(&a, &b) }) {
-		shuffle.Sort(s.rows)
+	if !slices.IsSortedFunc(rows, func(a, b shuffle.Row) int { return shuffle.Compare(&a, &b) }) {
+		shuffle.Sort(rows)
 	}
-	return nil
 }
 
 // fetch starts reading member i (see mapper.Prefetch).

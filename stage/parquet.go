@@ -90,6 +90,12 @@ func writerProperties(s *manifest.RecordSchema, o ParquetOptions) (*parquet.Writ
 // EncodeParquet writes rec (whose schema must be ArrowSchema(s)) as one
 // Parquet file with the Arrow schema stored in its metadata.
 func EncodeParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOptions) ([]byte, error) {
+	return encode(rec, s, o, func(w *pqarrow.FileWriter, _ ParquetOptions) error { return w.Write(rec) })
+}
+
+// encode writes a Parquet file of rec's schema with the writer
+// properties of s and o; write puts the rows (o has its defaults).
+func encode(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOptions, write func(*pqarrow.FileWriter, ParquetOptions) error) ([]byte, error) {
 	o = o.withDefaults()
 	props, err := writerProperties(s, o)
 	if err != nil {
@@ -100,9 +106,12 @@ func EncodeParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOpt
 	if err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "parquet writer")
 	}
-	if err := w.Write(rec); err != nil {
+	if err := write(w, o); err != nil {
 		w.Close()
-		return nil, errcode.Wrap(errcode.Internal, err, "write parquet")
+		if errcode.Of(err) == errcode.Internal {
+			return nil, errcode.Wrap(errcode.Internal, err, "write parquet")
+		}
+		return nil, err
 	}
 	if err := w.Close(); err != nil {
 		return nil, errcode.Wrap(errcode.Internal, err, "close parquet")
@@ -126,16 +135,6 @@ func EncodeMemberParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o Parq
 			return nil, errcode.New(errcode.Internal, "member: rows not sorted by bucket at row %d", i)
 		}
 	}
-	o = o.withDefaults()
-	props, err := writerProperties(s, o)
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
-	if err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "parquet writer")
-	}
 	// bucketEnd is the end of the bucket run starting at row i.
 	bucketEnd := func(i int) int {
 		j := i + 1
@@ -144,45 +143,39 @@ func EncodeMemberParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o Parq
 		}
 		return j
 	}
-	limit := int(o.RowGroupRows)
-	var list []byte
-	for lo := 0; lo < len(buckets); {
-		hi := bucketEnd(lo)
-		if hi-lo > limit {
-			// A bucket larger than a row group: row groups of it alone.
-			hi = lo + limit
-		} else {
-			for hi < len(buckets) {
-				next := bucketEnd(hi)
-				if next-lo > limit {
-					break
+	return encode(rec, s, o, func(w *pqarrow.FileWriter, o ParquetOptions) error {
+		limit := int(o.RowGroupRows)
+		var list []byte
+		for lo := 0; lo < len(buckets); {
+			hi := bucketEnd(lo)
+			if hi-lo > limit {
+				// A bucket larger than a row group: row groups of it alone.
+				hi = lo + limit
+			} else {
+				for hi < len(buckets) {
+					next := bucketEnd(hi)
+					if next-lo > limit {
+						break
+					}
+					hi = next
 				}
-				hi = next
 			}
+			part := rec.NewSlice(int64(lo), int64(hi))
+			err := w.Write(part)
+			part.Release()
+			if err != nil {
+				return err
+			}
+			if len(list) > 0 {
+				list = append(list, ',')
+			}
+			list = strconv.AppendUint(list, uint64(buckets[lo]), 10)
+			list = append(list, '-')
+			list = strconv.AppendUint(list, uint64(buckets[hi-1]), 10)
+			lo = hi
 		}
-		part := rec.NewSlice(int64(lo), int64(hi))
-		err := w.Write(part)
-		part.Release()
-		if err != nil {
-			w.Close()
-			return nil, errcode.Wrap(errcode.Internal, err, "write parquet")
-		}
-		if len(list) > 0 {
-			list = append(list, ',')
-		}
-		list = strconv.AppendUint(list, uint64(buckets[lo]), 10)
-		list = append(list, '-')
-		list = strconv.AppendUint(list, uint64(buckets[hi-1]), 10)
-		lo = hi
-	}
-	if err := w.AppendKeyValueMetadata(canon.BucketRowGroupsKey, string(list)); err != nil {
-		w.Close()
-		return nil, errcode.Wrap(errcode.Internal, err, "parquet metadata")
-	}
-	if err := w.Close(); err != nil {
-		return nil, errcode.Wrap(errcode.Internal, err, "close parquet")
-	}
-	return buf.Bytes(), nil
+		return w.AppendKeyValueMetadata(canon.BucketRowGroupsKey, string(list))
+	})
 }
 
 // BuildRows returns rows as one record batch of DefaultSchema.

@@ -169,6 +169,22 @@ func (w *writer) writeFile(id string, rec arrow.RecordBatch, s *manifest.RecordS
 	if err != nil {
 		return manifest.Shard{}, err
 	}
+	return w.storeFile(id, data, rec, s, tupleSchema, each)
+}
+
+// writeMember is writeFile for a snapshot member, whose row groups end at
+// bucket boundaries (EncodeMemberParquet).
+func (w *writer) writeMember(id string, rec arrow.RecordBatch, s *manifest.RecordSchema, buckets []uint32) (manifest.Shard, error) {
+	data, err := EncodeMemberParquet(rec, s, w.opts.Parquet, buckets)
+	if err != nil {
+		return manifest.Shard{}, err
+	}
+	return w.storeFile(id, data, rec, s, w.sd, nil)
+}
+
+// storeFile stores the encoded file data holding rec and returns its full
+// descriptor.
+func (w *writer) storeFile(id string, data []byte, rec arrow.RecordBatch, s *manifest.RecordSchema, tupleSchema manifest.Digest, each func(*tuplehash.Tuple, [32]byte) error) (manifest.Shard, error) {
 	desc, err := Describe(rec, s, tupleSchema, each)
 	if err != nil {
 		return manifest.Shard{}, err
@@ -179,26 +195,6 @@ func (w *writer) writeFile(id string, rec arrow.RecordBatch, s *manifest.RecordS
 	}
 	desc.ID, desc.Digest, desc.Size, desc.ObjectVersion = id, d, int64(len(data)), string(v)
 	slog.Debug("stage: wrote file", "id", id, "digest", d.String(), "size", len(data), "records", desc.Records)
-	w.step()
-	return desc, nil
-}
-
-// writeMember is writeFile for a snapshot member: one bucket per row
-// group (EncodeMemberParquet).
-func (w *writer) writeMember(id string, rec arrow.RecordBatch, s *manifest.RecordSchema, buckets []uint32) (manifest.Shard, error) {
-	data, err := EncodeMemberParquet(rec, s, w.opts.Parquet, buckets)
-	if err != nil {
-		return manifest.Shard{}, err
-	}
-	desc, err := Describe(rec, s, w.sd, nil)
-	if err != nil {
-		return manifest.Shard{}, err
-	}
-	d, v, err := w.put(data)
-	if err != nil {
-		return manifest.Shard{}, err
-	}
-	desc.ID, desc.Digest, desc.Size, desc.ObjectVersion = id, d, int64(len(data)), string(v)
 	w.step()
 	return desc, nil
 }
