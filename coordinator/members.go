@@ -166,14 +166,7 @@ func (s *memberSource) readBucket(b uint32) ([]shuffle.Row, bool, error) {
 	s.part, s.partIDs, s.ends, s.digests = s.part[:0], s.partIDs[:0], s.ends[:0], s.digests[:0]
 	clear(s.intern)
 	ok, err := s.member.ReadBucket(s.ctx, b, func(t *mapper.Tuple) error {
-		s.partIDs = append(s.partIDs, t.SampleID...)
-		s.ends = append(s.ends, len(s.partIDs))
-		s.part = append(s.part, shuffle.Row{
-			Bucket: t.Bucket, Side: shuffle.Snapshot,
-			SourceID: s.str(t.SourceID), SourceVersion: t.SourceVersion,
-			ContentDigest: t.LogicalContentDigest, Split: s.str(t.Split),
-			SchemaDigest: t.SchemaDigest, TupleDigest: t.Digest,
-		})
+		s.part, s.partIDs = s.appendRow(s.part, s.partIDs, t)
 		s.digests = append(s.digests, t.Digest)
 		return nil
 	})
@@ -281,16 +274,7 @@ func (s *memberSource) fill(i int, mapMember func(emit func(*mapper.Tuple) error
 	clear(s.intern)
 	start := time.Now()
 	res, err := mapMember(func(t *mapper.Tuple) error {
-		// The tuple's strings are the decoder's: keep the sampleId's
-		// bytes and share the few distinct sourceIds and splits.
-		s.ids = append(s.ids, t.SampleID...)
-		s.ends = append(s.ends, len(s.ids))
-		s.rows = append(s.rows, shuffle.Row{
-			Bucket: t.Bucket, Side: shuffle.Snapshot,
-			SourceID: s.str(t.SourceID), SourceVersion: t.SourceVersion,
-			ContentDigest: t.LogicalContentDigest, Split: s.str(t.Split),
-			SchemaDigest: t.SchemaDigest, TupleDigest: t.Digest,
-		})
+		s.rows, s.ids = s.appendRow(s.rows, s.ids, t)
 		return nil
 	})
 	s.mapNanos += int64(time.Since(start))
@@ -307,6 +291,21 @@ func (s *memberSource) fill(i int, mapMember func(emit func(*mapper.Tuple) error
 	}
 	setIDs(s.rows, s.ids, s.ends)
 	return nil
+}
+
+// appendRow appends t to rows as a snapshot row, its sampleId's bytes to
+// ids and their end to s.ends (setIDs makes them strings later). The
+// tuple's strings are the decoder's: the few distinct sourceIds and
+// splits are shared copies.
+func (s *memberSource) appendRow(rows []shuffle.Row, ids []byte, t *mapper.Tuple) ([]shuffle.Row, []byte) {
+	ids = append(ids, t.SampleID...)
+	s.ends = append(s.ends, len(ids))
+	return append(rows, shuffle.Row{
+		Bucket: t.Bucket, Side: shuffle.Snapshot,
+		SourceID: s.str(t.SourceID), SourceVersion: t.SourceVersion,
+		ContentDigest: t.LogicalContentDigest, Split: s.str(t.Split),
+		SchemaDigest: t.SchemaDigest, TupleDigest: t.Digest,
+	}), ids
 }
 
 // setIDs gives rows their sampleIds, kept end to end in ids (row k's ends
