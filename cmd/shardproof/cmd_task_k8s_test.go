@@ -236,7 +236,12 @@ func TestKubernetesIndexedJobsContract(t *testing.T) {
 	if res.status != 0 {
 		t.Fatalf("aggregate: exit %d: %s", res.status, res.stderr)
 	}
-	sameReport(t, "kubernetes", want, aggregateReport(t, r.store, res))
+	got := aggregateReport(t, r.store, res)
+	sameReport(t, "kubernetes", want, got)
+	// The reduce pods used the snapshot leaf index the plan names.
+	if n := len(r.res.SnapshotDoc.Members); got.Execution.SnapshotMembersSkipped != n {
+		t.Fatalf("reduce pods skipped %d of %d snapshot members; want all", got.Execution.SnapshotMembersSkipped, n)
+	}
 }
 
 // TestKubernetesScratch: with --scratch the emitted pods carry it and

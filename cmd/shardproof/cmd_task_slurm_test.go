@@ -36,6 +36,11 @@ func TestVerifySlurmExecutor(t *testing.T) {
 	if got.Execution.Executor != "slurm" || got.Execution.MapTasks != 4 || got.Execution.Reducers != 3 {
 		t.Errorf("execution section %+v, want executor slurm with 4 map tasks and 3 reducers", got.Execution)
 	}
+	// The array's reduce tasks found the plan's snapshot leaf index (stage
+	// wrote it) and, the release matching, read no member.
+	if n := len(r.res.SnapshotDoc.Members); got.Execution.SnapshotMembersSkipped != n || got.Execution.SnapshotMembersRead != 0 {
+		t.Errorf("Slurm reduce tasks read %d members and skipped %d of %d; want all skipped", got.Execution.SnapshotMembersRead, got.Execution.SnapshotMembersSkipped, n)
+	}
 	for _, k := range []string{"map/3/commit.json", "reduce/2/commit.json"} {
 		if _, err := os.Stat(filepath.Join(scratch, "jobs", got.Execution.Plan.Hex(), k)); err != nil {
 			t.Errorf("the Slurm tasks' %s is not in the scratch: %v", k, err)
