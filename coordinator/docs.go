@@ -91,6 +91,15 @@ func putExactSum(ctx context.Context, s objstore.Store, key string, data []byte,
 	if ephemeral {
 		o.SHA256 = [32]byte{}
 	}
+	return putExactWith(ctx, s, key, data, o, sum.String(), func(rc io.ReadCloser) io.ReadCloser {
+		return verifyread.New(rc, key, sum, int64(len(data)))
+	})
+}
+
+// putExactWith is putExact for a Put with options o, where an existing
+// version is compared with data through check (a reader checking size and
+// checksum), sum naming data's checksum in the error.
+func putExactWith(ctx context.Context, s objstore.Store, key string, data []byte, o objstore.PutOptions, sum string, check func(io.ReadCloser) io.ReadCloser) (objstore.Version, error) {
 	v, err := s.Put(ctx, key, bytes.NewReader(data), o)
 	if err == nil {
 		return v, nil
@@ -107,7 +116,7 @@ func putExactSum(ctx context.Context, s objstore.Store, key string, data []byte,
 		return "", err
 	}
 	defer rc.Close()
-	if _, err := io.Copy(io.Discard, verifyread.New(rc, key, sum, int64(len(data)))); err != nil {
+	if _, err := io.Copy(io.Discard, check(rc)); err != nil {
 		return "", errcode.Wrap(errcode.Nondeterminism, err, "%s: existing version %s (size %d) differs from this run's output (size %d, %s)",
 			key, info.Version, info.Size, len(data), sum)
 	}

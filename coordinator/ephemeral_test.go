@@ -1,13 +1,19 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/shuffle"
 )
 
 // putLog is a store decorator recording each Put's key and whether it
@@ -33,7 +39,12 @@ func (p *putLog) Put(ctx context.Context, key string, body io.Reader, o objstore
 func TestShuffleFilesEphemeralOnlyLocally(t *testing.T) {
 	s, res := synth(t)
 	local := &putLog{Store: s, puts: map[string]bool{}}
-	verify(t, local, PlanOptions{Root: res.Root})
+	rep := verify(t, local, PlanOptions{Root: res.Root})
+	if j, err := Open(t.Context(), s, rep.Execution.Plan); err != nil {
+		t.Fatal(err)
+	} else if j.Plan.ShuffleChecksum != shuffle.XXH64 {
+		t.Fatalf("local verify's plan checks shuffle files with %q, want xxh64", j.Plan.ShuffleChecksum)
+	}
 	var shuffle, durable int
 	for key, eph := range local.puts {
 		isShuffle := strings.HasPrefix(key, JobsPrefix) && strings.HasSuffix(key, ".arrow")
@@ -50,8 +61,14 @@ func TestShuffleFilesEphemeralOnlyLocally(t *testing.T) {
 		t.Fatalf("local verify put %d shuffle files and %d other objects", shuffle, durable)
 	}
 	engine := &putLog{Store: s, puts: map[string]bool{}}
-	if _, err := VerifyWith(t.Context(), engine, "unused", Options{PlanOptions: PlanOptions{Root: res.Root, Tool: "shardproof test"}}, &inProcess{s: engine}); err != nil {
+	out, err := VerifyWith(t.Context(), engine, "unused", Options{PlanOptions: PlanOptions{Root: res.Root, Tool: "shardproof test"}}, &inProcess{s: engine})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if j, err := Open(t.Context(), s, out.Report.Execution.Plan); err != nil {
+		t.Fatal(err)
+	} else if j.Plan.ShuffleChecksum != "" {
+		t.Fatalf("an engine's plan checks shuffle files with %q, want sha256 (the default)", j.Plan.ShuffleChecksum)
 	}
 	n := 0
 	for key, eph := range engine.puts {
@@ -64,5 +81,78 @@ func TestShuffleFilesEphemeralOnlyLocally(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("engine run put no shuffle files")
+	}
+}
+
+// Shuffle files are checked with the plan's checksum: the map commit
+// record holds exactly that one, a file damaged between its map and its
+// reduce task fails the reduce task with SHUFFLE_CORRUPT naming it, and a
+// record holding the other checksum is refused.
+func TestShuffleChecksums(t *testing.T) {
+	for _, sum := range []shuffle.Checksum{shuffle.XXH64, shuffle.SHA256} {
+		t.Run(string(sum), func(t *testing.T) {
+			s, res := synth(t)
+			ctx := t.Context()
+			o := PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: sum}
+			_, pd, err := NewPlan(ctx, s, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j, err := Open(ctx, s, pd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var commits []*MapCommit
+			for i := range 2 {
+				c, err := j.Map(ctx, i, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				commits = append(commits, c)
+			}
+			for _, c := range commits {
+				for _, out := range c.Outputs {
+					if _, ok := parseXXH64(out.XXH64); ok != (sum == shuffle.XXH64) || out.Digest.IsZero() != (sum == shuffle.XXH64) {
+						t.Fatalf("%s plan: output %s has xxh64 %q and digest %s", sum, out.Key, out.XXH64, out.Digest)
+					}
+				}
+			}
+			// A bit of the last row's tuple digest (before the 8-byte
+			// end-of-stream marker and the buffer's padding).
+			out := commits[1].Outputs[1]
+			rotted := &faults.BitFlip{Store: s, Match: func(k string) bool { return k == out.Key }, Offset: out.Size - 8 - 16, Bit: 3}
+			jr, err := Open(ctx, rotted, pd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = jr.Reduce(ctx, 1)
+			if errcode.Of(err) != errcode.ShuffleCorrupt || !strings.Contains(err.Error(), out.Key) || !strings.Contains(err.Error(), string(sum)+":") {
+				t.Fatalf("reduce over a damaged shuffle file: %v; want %s naming %s and its %s", err, errcode.ShuffleCorrupt, out.Key, sum)
+			}
+			if _, err := j.Reduce(ctx, 0); err != nil {
+				t.Fatalf("reduce task 0, whose files are intact: %v", err)
+			}
+			// The commit record of map task 0, rewritten with the other
+			// checksum, is refused.
+			c := *commits[0]
+			c.Outputs = slices.Clone(c.Outputs)
+			for k := range c.Outputs {
+				if sum == shuffle.XXH64 {
+					c.Outputs[k].XXH64, c.Outputs[k].Digest = "", manifest.Digest{1}
+				} else {
+					c.Outputs[k].XXH64, c.Outputs[k].Digest = "0123456789abcdef", manifest.Digest{}
+				}
+			}
+			b, err := manifest.Encode(&c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Put(ctx, j.mapCommitKey(0), bytes.NewReader(b), objstore.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := j.Reduce(ctx, 1); errcode.Of(err) != errcode.ShuffleCorrupt || !strings.Contains(err.Error(), "checks shuffle files with "+string(sum)) {
+				t.Fatalf("commit record with the other checksum: %v", err)
+			}
+		})
 	}
 }

@@ -42,8 +42,9 @@ type Outcome struct {
 }
 
 // Verify plans a new verification (see NewPlan) and runs it with the
-// local executor (see Run). Its shuffle files are uncompressed unless
-// o.ShuffleCompression says otherwise. It
+// local executor (see Run). Its shuffle files are uncompressed and checked
+// with xxh64 unless o.ShuffleCompression and o.ShuffleChecksum say
+// otherwise. It
 // returns an error only for operational problems; an INVALID release is a
 // report with that verdict.
 func Verify(ctx context.Context, s objstore.Store, o Options) (*Outcome, error) {
@@ -57,6 +58,11 @@ func Verify(ctx context.Context, s objstore.Store, o Options) (*Outcome, error) 
 		// need a 64 KiB read-ahead each, and this shuffle never leaves
 		// the machine.
 		o.ShuffleCompression = shuffle.None
+	}
+	if o.ShuffleChecksum == "" {
+		// The files are this process's own, read back within seconds:
+		// sha256 on both sides was a tenth of verify's CPU.
+		o.ShuffleChecksum = shuffle.XXH64
 	}
 	_, pd, err := NewPlan(ctx, s, o.PlanOptions)
 	if err != nil {

@@ -2,11 +2,18 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/freelist"
+	"github.com/shardproof/shardproof/internal/verifyread"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
@@ -28,13 +35,35 @@ type MapCommit struct {
 	Results []mapper.Result `json:"results"`
 }
 
-// Output names one committed file by exact version, digest and size.
+// Output names one committed file by exact version, checksum and size.
+// Exactly one of Digest and XXH64 is set, as the plan's shuffleChecksum
+// says.
 type Output struct {
 	Key     string           `json:"key"`
 	Version objstore.Version `json:"version"`
-	Digest  manifest.Digest  `json:"digest"`
-	Size    int64            `json:"size"`
-	Rows    int64            `json:"rows"`
+	Digest  manifest.Digest  `json:"digest,omitzero"`
+	// XXH64 is the file's xxh64 (seed 0), 16 lowercase hex digits.
+	XXH64 string `json:"xxh64,omitempty"`
+	Size  int64  `json:"size"`
+	Rows  int64  `json:"rows"`
+}
+
+// open returns a reader of rc checking the output's size and checksum.
+func (o Output) open(rc io.ReadCloser) io.ReadCloser {
+	if o.XXH64 != "" {
+		sum, _ := parseXXH64(o.XXH64) // checkMapCommit parsed it
+		return verifyread.NewXXH64(rc, o.Key, sum, o.Size)
+	}
+	return verifyread.New(rc, o.Key, o.Digest, o.Size)
+}
+
+// parseXXH64 parses an Output's XXH64: exactly 16 lowercase hex digits.
+func parseXXH64(s string) (uint64, bool) {
+	if len(s) != 16 || strings.ToLower(s) != s {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(s, 16, 64)
+	return v, err == nil
 }
 
 // Map runs map task i: it maps every input of the task, writes one sorted
@@ -138,13 +167,12 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		ends[r] = br.Hi
 	}
 	err := set.enc.EncodeRanges(buf, ends, func(r int, b []byte, rows int) error {
-		key := j.mapOutputKey(i, r)
-		sum := manifest.Sum(b)
-		v, err := putExactSum(ctx, j.Store, key, b, sum, j.ephemeralShuffle)
+		out, err := j.putOutput(ctx, j.mapOutputKey(i, r), b)
 		if err != nil {
 			return err
 		}
-		commit.Outputs = append(commit.Outputs, Output{Key: key, Version: v, Digest: sum, Size: int64(len(b)), Rows: int64(rows)})
+		out.Rows = int64(rows)
+		commit.Outputs = append(commit.Outputs, out)
 		return nil
 	})
 	if err != nil {
@@ -159,6 +187,21 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	}
 	j.log().Debug("map task committed", "task", i, "inputs", len(commit.Results))
 	return commit, nil
+}
+
+// putOutput stores shuffle file key with the plan's checksum.
+func (j *Job) putOutput(ctx context.Context, key string, b []byte) (Output, error) {
+	out := Output{Key: key, Size: int64(len(b))}
+	var err error
+	if j.Plan.ShuffleChecksum == shuffle.XXH64 {
+		out.XXH64 = fmt.Sprintf("%016x", xxhash.Sum64(b))
+		o := objstore.PutOptions{IfNoneMatch: true, Size: out.Size, Ephemeral: j.ephemeralShuffle}
+		out.Version, err = putExactWith(ctx, j.Store, key, b, o, "xxh64:"+out.XXH64, out.open)
+	} else {
+		out.Digest = manifest.Sum(b)
+		out.Version, err = putExactSum(ctx, j.Store, key, b, out.Digest, j.ephemeralShuffle)
+	}
+	return out, err
 }
 
 // partSet is what a map task writes its shuffle files with: one buffer
@@ -217,6 +260,13 @@ func (j *Job) checkMapCommit(i int, c *MapCommit) error {
 	for r, o := range c.Outputs {
 		if o.Key != j.mapOutputKey(i, r) || o.Size < 0 || o.Rows < 0 {
 			return bad("output %d is %q (size %d)", r, o.Key, o.Size)
+		}
+		if j.Plan.ShuffleChecksum == shuffle.XXH64 {
+			if _, ok := parseXXH64(o.XXH64); !ok || !o.Digest.IsZero() {
+				return bad("output %d: the plan checks shuffle files with xxh64; the record has xxh64 %.20q and digest %s", r, o.XXH64, o.Digest)
+			}
+		} else if o.XXH64 != "" || o.Digest.IsZero() {
+			return bad("output %d: the plan checks shuffle files with sha256; the record has xxh64 %.20q and digest %s", r, o.XXH64, o.Digest)
 		}
 	}
 	ins := j.Plan.MapTasks[i]

@@ -44,6 +44,9 @@ type Plan struct {
 	// ShuffleCompression is how the shuffle files are stored; empty
 	// means zstd.
 	ShuffleCompression shuffle.Compression `json:"shuffleCompression,omitempty"`
+	// ShuffleChecksum is what the map commit records check the shuffle
+	// files with; empty means sha256.
+	ShuffleChecksum shuffle.Checksum `json:"shuffleChecksum,omitempty"`
 	// SnapshotLeaves, when set, is the snapshot's bucket-leaf index
 	// (package snapindex), checked against its tuple root when planned:
 	// reducers then read a snapshot member only for a bucket whose
@@ -89,6 +92,9 @@ type PlanOptions struct {
 	// ShuffleCompression is how shuffle files are stored (default zstd;
 	// Verify, the local executor, picks none).
 	ShuffleCompression shuffle.Compression
+	// ShuffleChecksum is what shuffle files are checked with (default
+	// sha256; Verify, the local executor, picks xxh64).
+	ShuffleChecksum shuffle.Checksum
 	// MapMembers maps every snapshot member in map tasks, even those whose
 	// declared bucket ranges would let reducers read them directly.
 	MapMembers bool
@@ -201,6 +207,7 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 		Tombstones: o.Tombstones, Benchmark: o.Benchmark,
 		RecordSchema: rel.RecordSchema, K: k, Tool: o.Tool, Nonce: o.Nonce,
 		ShuffleCompression: o.ShuffleCompression,
+		ShuffleChecksum:    o.ShuffleChecksum,
 		MapTasks:           make([][]Input, m),
 	}
 	// Round-robin spreads release shards and snapshot members evenly.
@@ -328,6 +335,9 @@ func (p *Plan) validate(shards int, members []manifest.Shard) error {
 	}
 	if !p.ShuffleCompression.Valid() {
 		return bad("unknown shuffleCompression %q", p.ShuffleCompression)
+	}
+	if !p.ShuffleChecksum.Valid() {
+		return bad("unknown shuffleChecksum %q", p.ShuffleChecksum)
 	}
 	if len(p.MapTasks) == 0 || len(p.Reducers) == 0 {
 		return bad("no map tasks or no reducers")

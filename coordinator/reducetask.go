@@ -7,7 +7,6 @@ import (
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/fdlimit"
-	"github.com/shardproof/shardproof/internal/verifyread"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/reducer"
@@ -93,7 +92,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 			return nil, wrap(err, "reduce task %d: %s version %s%s", r, out.Key, out.Version, j.lostShuffleHint())
 		}
 		closers = append(closers, rc.Close)
-		vr := verifyread.New(rc, out.Key, out.Digest, out.Size)
+		vr := out.open(rc)
 		rd, err := shuffle.NewReaderCompression(vr, j.Plan.ShuffleCompression, out.Size, out.Key, j.Plan.K, rng.Lo, rng.Hi)
 		if err != nil {
 			return nil, err

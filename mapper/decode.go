@@ -96,6 +96,9 @@ type decoding struct {
 	// fails the read as DECODE_ERROR with the detail given.
 	pick func(pf *file.Reader) (groups []int, detail string, ok bool)
 	only []int
+	// tuplesOnly gives each the tuples with zero digests (see
+	// canon.ShardHasher.TuplesOnly): a member's partial read.
+	tuplesOnly bool
 }
 
 func (r *decodeResult) fail(code errcode.Code, format string, args ...any) {
@@ -154,9 +157,12 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		return res, nil
 	}
 	defer h.Release()
-	// The footer's row count, checked against maxRows, sizes the tuple
-	// digests; a lying footer costs at most a bounded reservation.
-	h.Grow(int(min(pf.NumRows(), 1<<22)))
+	h.TuplesOnly = d.tuplesOnly
+	if !d.tuplesOnly {
+		// The footer's row count, checked against maxRows, sizes the tuple
+		// digests; a lying footer costs at most a bounded reservation.
+		h.Grow(int(min(pf.NumRows(), 1<<22)))
+	}
 	if d.pick != nil {
 		groups, detail, ok := d.pick(pf)
 		if !ok || dec != DecoderColumnReader {

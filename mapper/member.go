@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -41,8 +43,24 @@ type Member struct {
 	cached []int
 	tuples []Tuple
 	ids    []byte
+	ends   []int
 	intern map[string]string
 }
+
+// memberBuf is a Member's decoded-tuple buffers, kept between members:
+// grown from nothing for every member, they were 800 MB of garbage in a
+// 4M-record verify.
+type memberBuf struct {
+	tuples []Tuple
+	ids    []byte
+	ends   []int
+}
+
+var memberBufs = freelist.New[memberBuf](2 * runtime.GOMAXPROCS(0))
+
+// maxPooledTuples bounds the buffers kept: a row group a hostile footer
+// made huge is not retained.
+const maxPooledTuples = 1 << 16
 
 // bucketRange is the first and last bucket of one row group.
 type bucketRange struct{ lo, hi uint32 }
@@ -95,8 +113,14 @@ func (m *Member) ReadBucket(ctx context.Context, b uint32, emit func(*Tuple) err
 		}
 	}
 	for i := range m.tuples {
-		if m.tuples[i].Bucket == b {
-			if err := emit(&m.tuples[i]); err != nil {
+		if t := &m.tuples[i]; t.Bucket == b {
+			// decode digests no tuple: only those of the buckets asked for.
+			d, err := t.Tuple.Digest()
+			if err != nil {
+				return false, nil
+			}
+			t.Digest = d
+			if err := emit(t); err != nil {
 				return false, err
 			}
 		}
@@ -125,12 +149,16 @@ func (m *Member) decode(ctx context.Context, b uint32) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	m.cached, m.tuples, m.ids = nil, m.tuples[:0], m.ids[:0]
+	if m.tuples == nil {
+		b, _ := memberBufs.Get()
+		m.tuples, m.ids, m.ends = b.tuples, b.ids, b.ends
+	}
+	m.cached, m.tuples, m.ids, m.ends = nil, m.tuples[:0], m.ids[:0], m.ends[:0]
 	if m.intern == nil {
 		m.intern = map[string]string{}
 	}
 	var groups []int
-	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: m.o.SchemaDigest, mapping: m.f.mapping}
+	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: m.o.SchemaDigest, mapping: m.f.mapping, tuplesOnly: true}
 	d.pick = func(pf *file.Reader) ([]int, string, bool) {
 		if !m.parsed {
 			m.parsed = true
@@ -143,12 +171,11 @@ func (m *Member) decode(ctx context.Context, b uint32) (bool, error) {
 		groups = m.covering(b)
 		return groups, "", true
 	}
-	var ends []int
 	start := time.Now()
-	dr, err := d.run(ctx, m.f.data, DecoderColumnReader, func(t *tuplehash.Tuple, dg [32]byte) error {
+	dr, err := d.run(ctx, m.f.data, DecoderColumnReader, func(t *tuplehash.Tuple, _ [32]byte) error {
 		m.ids = append(m.ids, t.SampleID...)
-		ends = append(ends, len(m.ids))
-		m.tuples = append(m.tuples, Tuple{Tuple: *t, Digest: dg, Bucket: tuplehash.Bucket(t.SampleID, m.o.K)})
+		m.ends = append(m.ends, len(m.ids))
+		m.tuples = append(m.tuples, Tuple{Tuple: *t, Bucket: tuplehash.Bucket(t.SampleID, m.o.K)})
 		c := &m.tuples[len(m.tuples)-1]
 		c.SourceID, c.Split = m.str(t.SourceID), m.str(t.Split)
 		return nil
@@ -167,8 +194,8 @@ func (m *Member) decode(ctx context.Context, b uint32) (bool, error) {
 	all := string(m.ids)
 	lo := 0
 	for i := range m.tuples {
-		m.tuples[i].SampleID = all[lo:ends[i]]
-		lo = ends[i]
+		m.tuples[i].SampleID = all[lo:m.ends[i]]
+		lo = m.ends[i]
 	}
 	m.cached = groups
 	return true, nil
@@ -238,7 +265,10 @@ func (m *Member) Close() {
 		m.f.mapping.Close()
 		m.f.mapping = nil
 	}
-	m.f.data, m.tuples, m.ids, m.cached = nil, nil, nil, nil
+	if m.tuples != nil && cap(m.tuples) <= maxPooledTuples {
+		memberBufs.Put(memberBuf{m.tuples[:0], m.ids[:0], m.ends[:0]})
+	}
+	m.f.data, m.tuples, m.ids, m.ends, m.cached = nil, nil, nil, nil, nil
 	if m.bp != nil {
 		putBuf(m.bp)
 		m.bp = nil

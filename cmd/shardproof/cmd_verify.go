@@ -29,6 +29,7 @@ func init() {
 		asJSON, mapMembers, readAllMembers           bool
 		engine                                       executorFlags
 		shuffleComp                                  shuffle.Compression
+		shuffleSum                                   shuffle.Checksum
 	)
 	cmd := &cobra.Command{
 		Use:   "verify --store URL --root sha256:…",
@@ -54,9 +55,12 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 			if !shuffleComp.Valid() {
 				return errcode.New(errcode.Usage, "verify: --shuffle-compression %q: want zstd or none", shuffleComp)
 			}
+			if !shuffleSum.Valid() {
+				return errcode.New(errcode.Usage, "verify: --shuffle-checksum %q: want sha256 or xxh64", shuffleSum)
+			}
 			opts := coordinator.Options{PlanOptions: coordinator.PlanOptions{
 				MapTasks: mapTasks, Reducers: reducers, Parallelism: parallelism,
-				Tool: "shardproof " + version, ShuffleCompression: shuffleComp,
+				Tool: "shardproof " + version, ShuffleCompression: shuffleComp, ShuffleChecksum: shuffleSum,
 				MapMembers: mapMembers, ReadAllMembers: readAllMembers,
 			}}
 			for _, f := range []struct {
@@ -110,6 +114,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local and process executors; the default map-task and reducer counts derive from it (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
 	f.StringVar((*string)(&shuffleComp), "shuffle-compression", "", "shuffle files: zstd or none (default: none for the local executor, whose reducers would otherwise hold a zstd decoder per map task; zstd for the others)")
+	f.StringVar((*string)(&shuffleSum), "shuffle-checksum", "", "what map tasks' commit records check shuffle files with: sha256 or xxh64 (default: xxh64 for the local executor, whose shuffle files only this process writes and reads back within seconds; the other executors always use sha256)")
 	f.BoolVar(&mapMembers, "map-members", false, "map every snapshot member in map tasks and shuffle its tuples, even members whose declared bucket ranges let reducers read them directly (the default)")
 	f.BoolVar(&readAllMembers, "read-all-members", false, "read every snapshot member, even those whose buckets all match the snapshot's leaf index (index/snapshots/<hex>/leaves.v1, written by stage and by a verify that read every member): a full audit of the snapshot's files too")
 	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store, or in --scratch) after the report is stored; by default they are deleted")

@@ -171,6 +171,10 @@ func verifyOptionsFromFlags(cmd *cobra.Command) (opts coordinator.Options, store
 	if opts.ShuffleCompression = shuffle.Compression(comp); !opts.ShuffleCompression.Valid() {
 		return opts, "", false, errcode.New(errcode.Usage, "verify: --shuffle-compression %q: want zstd or none", comp)
 	}
+	if sum, _ := f.GetString("shuffle-checksum"); sum != "" && shuffle.Checksum(sum) != shuffle.SHA256 {
+		// Another process, often another machine, wrote the files.
+		return opts, "", false, errcode.New(errcode.Usage, "verify: --shuffle-checksum %q: the %s executor checks shuffle files with sha256 (xxh64 is for the local executor's own files)", sum, f.Lookup("executor").Value)
+	}
 	for _, d := range []struct {
 		flag     string
 		dst      *manifest.Digest

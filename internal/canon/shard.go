@@ -31,6 +31,13 @@ type ShardHasher struct {
 	LogicalBytes int64
 	digests      [][32]byte
 	tuple        tuplehash.Tuple
+
+	// TuplesOnly, set for a member file's partial read (a reducer reading
+	// the buckets it needs), makes AddColumns give only the tuples: no
+	// canonical encoding, logical digest, figures or tuple digests (each
+	// gets a zero digest; the caller digests the tuples it keeps). Only
+	// for member schemas, whose content digest is a column.
+	TuplesOnly bool
 }
 
 // NewShardHasher returns a hasher for records of schema s. logicalSchema is
@@ -101,6 +108,9 @@ func (h *ShardHasher) AddColumns(cols []Column, n int, each func(t *tuplehash.Tu
 		md = cols[h.memberDigest].(BytesColumn)
 	}
 	t := &h.tuple
+	if h.TuplesOnly && md != nil {
+		return h.tuplesOnly(sid, src, split, ver, md, n, each)
+	}
 	for i := 0; i < n; i++ {
 		if sid.IsNull(i) || src.IsNull(i) || split.IsNull(i) || ver.IsNull(i) {
 			return errcode.New(errcode.DecodeError, "record %d: null tuple column", h.Records)
@@ -130,6 +140,31 @@ func (h *ShardHasher) AddColumns(cols []Column, n int, each func(t *tuplehash.Tu
 		h.Records++
 		if each != nil {
 			if err := each(t, d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// tuplesOnly is AddColumns's loop for TuplesOnly: the same checks of
+// the tuple columns, no encoding and no digests.
+func (h *ShardHasher) tuplesOnly(sid, src, split StringColumn, ver Int64Column, md BytesColumn, n int, each func(t *tuplehash.Tuple, digest [32]byte) error) error {
+	t := &h.tuple
+	t.SchemaDigest = h.tupleSchema
+	for i := 0; i < n; i++ {
+		if sid.IsNull(i) || src.IsNull(i) || split.IsNull(i) || ver.IsNull(i) {
+			return errcode.New(errcode.DecodeError, "record %d: null tuple column", h.Records)
+		}
+		if md.IsNull(i) || len(md.Value(i)) != 32 {
+			return errcode.New(errcode.DecodeError, "record %d: %s is not 32 bytes", h.Records, MemberContentColumn)
+		}
+		t.SampleID, t.SourceID, t.Split = sid.Value(i), src.Value(i), split.Value(i)
+		t.SourceVersion = ver.Value(i)
+		copy(t.LogicalContentDigest[:], md.Value(i))
+		h.Records++
+		if each != nil {
+			if err := each(t, [32]byte{}); err != nil {
 				return err
 			}
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/shardproof/shardproof/internal/errcode"
 )
 
@@ -134,5 +136,44 @@ func TestReadAll(t *testing.T) {
 	}
 	if _, err := ReadAll(strings.NewReader(""), -1); err == nil {
 		t.Fatal("negative max accepted")
+	}
+}
+
+// NewXXH64 checks size exactly as New does, and the bytes' xxh64.
+func TestXXH64(t *testing.T) {
+	data := []byte("0123456789abcdef")
+	sum := xxhash.Sum64(data)
+	flipped := bytes.Clone(data)
+	flipped[3] ^= 1
+	for _, tc := range []struct {
+		name string
+		body []byte
+		size int64
+		code errcode.Code
+		msg  string
+	}{
+		{"exact", data, 16, "", ""},
+		{"short", data[:10], 16, errcode.SizeMismatch, "descriptor size=16, bytes read=10"},
+		{"long", append(bytes.Clone(data), 'x'), 16, errcode.SizeMismatch, "bytes read=more than 16"},
+		{"flipped", flipped, 16, errcode.DigestMismatch, "xxh64 of bytes read=xxh64:"},
+		{"negative-size", data, -1, errcode.BadCount, "negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := io.ReadAll(NewXXH64(io.NopCloser(iotest.OneByteReader(bytes.NewReader(tc.body))), "jobs/x/r0.arrow", sum, tc.size))
+			if tc.code == "" {
+				if err != nil || !bytes.Equal(got, data) {
+					t.Fatalf("got %d bytes, %v", len(got), err)
+				}
+				return
+			}
+			if errcode.Of(err) != tc.code || !strings.Contains(err.Error(), tc.msg) || !strings.Contains(err.Error(), "jobs/x/r0.arrow") {
+				t.Fatalf("err = %v; want %s with %q and the key", err, tc.code, tc.msg)
+			}
+		})
+	}
+	_, err := io.ReadAll(NewXXH64(io.NopCloser(bytes.NewReader(flipped)), "k", sum, 16))
+	var cm *ChecksumMismatchError
+	if !errors.As(err, &cm) || cm.Want != sum || cm.Got != xxhash.Sum64(flipped) {
+		t.Fatalf("want *ChecksumMismatchError with both sums, got %#v", err)
 	}
 }
