@@ -140,6 +140,9 @@ func TestVerifyCLIErrors(t *testing.T) {
 		{[]string{"verify", "--store", r.dir, "--root", "sha256:ABC"}, errcode.ExitUsage, errcode.Usage},
 		{[]string{"verify", "--store", r.dir, "--root", r.res.Root.String(), "--no-such-flag"}, errcode.ExitUsage, errcode.Usage},
 		{[]string{"verify", "--store", r.dir, "--root", manifest.Sum([]byte("absent")).String()}, errcode.ExitError, errcode.NotFound},
+		{[]string{"verify", "--store", r.dir, "--root", r.res.Root.String(), "--shuffle-checksum", "md5"}, errcode.ExitUsage, errcode.Usage},
+		// Another process wrote an engine's shuffle files: sha256 only.
+		{[]string{"verify", "--store", r.dir, "--root", r.res.Root.String(), "--executor", "process", "--shuffle-checksum", "xxh64"}, errcode.ExitUsage, errcode.Usage},
 	} {
 		res := runCLI(t, cliEnv(), c.args...)
 		if res.status != c.status || !strings.Contains(res.stderr, "shardproof: "+string(c.code)+":") {
