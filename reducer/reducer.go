@@ -115,8 +115,10 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 				took = append(took, i)
 			}
 		}
-		rows = merge(rows[:0], runs)
-		if o.Snapshot == nil || !d.matches(b, rows, [32]byte(o.SnapshotLeaves[32*(b-o.Lo):])) {
+		// A bucket matching the snapshot's leaf is counted from its runs
+		// as they are: its counts do not depend on the rows' order.
+		if o.Snapshot == nil || !d.matches(b, runs, [32]byte(o.SnapshotLeaves[32*(b-o.Lo):])) {
+			rows = merge(rows[:0], runs)
 			if o.Snapshot != nil {
 				// The snapshot side is needed only now.
 				snap, err := o.Snapshot.Bucket(b)
@@ -249,19 +251,21 @@ func (d *differ) bucket(b uint32, rows []shuffle.Row) error {
 	return nil
 }
 
-// matches reports whether the release rows of bucket b (no snapshot rows
-// among them) hash to the snapshot's leaf want. If they do, the bucket's
-// tuples are the snapshot's exactly, and matches counts it as d.bucket
-// would with the snapshot's rows: every release record is also a
-// snapshot record, no member is missing, extra, duplicated or changed,
-// and only tombstone and benchmark hits remain to look for.
-func (d *differ) matches(b uint32, rows []shuffle.Row, want [32]byte) bool {
+// matches reports whether the release rows of bucket b, in runs (no
+// snapshot rows among them), hash to the snapshot's leaf want. If they
+// do, the bucket's tuples are the snapshot's exactly, and matches counts
+// it as d.bucket would with the snapshot's rows: every release record is
+// also a snapshot record, no member is missing, extra, duplicated or
+// changed, and only tombstone and benchmark hits remain to look for.
+func (d *differ) matches(b uint32, runs [][]shuffle.Row, want [32]byte) bool {
 	d.rel = d.rel[:0]
-	for i := range rows {
-		if rows[i].Side != shuffle.Release || rows[i].Bucket != b {
-			return false
+	for _, rows := range runs {
+		for i := range rows {
+			if rows[i].Side != shuffle.Release || rows[i].Bucket != b {
+				return false
+			}
+			d.rel = append(d.rel, rows[i].TupleDigest)
 		}
-		d.rel = append(d.rel, rows[i].TupleDigest)
 	}
 	if tuplehash.BucketLeafInto(b, d.rel, &d.sortScratch) != want {
 		return false
@@ -270,10 +274,14 @@ func (d *differ) matches(b uint32, rows []shuffle.Row, want [32]byte) bool {
 		return false
 	}
 	c := &d.res.Counts
-	c.Records += int64(len(rows))
-	c.SnapshotRecords += int64(len(rows))
-	for i := range rows {
-		d.fences(&rows[i])
+	c.Records += int64(len(d.rel))
+	c.SnapshotRecords += int64(len(d.rel))
+	if d.tomb != nil || d.bench != nil {
+		for _, rows := range runs {
+			for i := range rows {
+				d.fences(&rows[i])
+			}
+		}
 	}
 	d.res.ReleaseLeaves = append(d.res.ReleaseLeaves, want[:]...)
 	d.res.SnapshotLeaves = append(d.res.SnapshotLeaves, want[:]...)
