@@ -50,11 +50,11 @@ func TestLeafIndexSkipsMatchingMembers(t *testing.T) {
 	}
 }
 
-// A member whose footer's row-group bucket list is damaged (one bit of
-// it flipped on the way from the store) cannot be read bucket by bucket:
-// what its row groups give does not hash to the indexed leaf, so the
-// reducer maps the whole member, which then fails its storage digest, as
-// a full read reports it.
+// A member whose footer's bucket run list is damaged (one bit of it
+// flipped on the way from the store) cannot be read bucket by bucket:
+// the list no longer fits the file, or what its runs give does not hash
+// to the indexed leaf, so the reducer maps the whole member, which then
+// fails its storage digest, as a full read reports it.
 func TestLeafIndexMemberListDamaged(t *testing.T) {
 	s := stagetest.Store(t)
 	res := stagetest.Synth(t, s, 4000, 8, 11)
@@ -71,11 +71,11 @@ func TestLeafIndexMemberListDamaged(t *testing.T) {
 		}
 	}
 	data := stagetest.ShardBytes(t, s, m)
-	at := bytes.Index(data, []byte(canon.BucketRowGroupsKey))
+	at := bytes.Index(data, []byte(canon.BucketRunsKey))
 	if at < 0 {
-		t.Fatal("stage wrote no row-group bucket list")
+		t.Fatal("stage wrote no bucket run list")
 	}
-	at += len(canon.BucketRowGroupsKey)
+	at += len(canon.BucketRunsKey)
 	for data[at] < '0' || data[at] > '9' {
 		at++
 	}

@@ -329,8 +329,8 @@ func (c *colCache) put(key string, cols []crColumn) {
 	c.sets = append(c.sets, colSet{key, cols})
 }
 
-// readColumns decodes every row group of pf into h, batchRows rows of all
-// columns at a time. s is the schema h was made for; leaves are the file's
+// readColumns decodes the rows d.only selects (every row group when nil)
+// into h, batchRows rows of all columns at a time. s is the schema h was made for; leaves are the file's
 // leaf columns of its fields, in order (nil: every leaf, one per field).
 // It adds the time spent hashing content and making tuples to d.
 func (d *decoding) readColumns(ctx context.Context, pf *file.Reader, s *manifest.RecordSchema, leaves []int, h *canon.ShardHasher, each func(*tuplehash.Tuple, [32]byte) error) error {
@@ -363,18 +363,25 @@ func (d *decoding) readColumns(ctx context.Context, pf *file.Reader, s *manifest
 	}
 	readers := make([]file.ColumnChunkReader, len(cols))
 	maxDef := make([]int16, len(cols))
-	groups := d.only
-	if groups == nil {
-		groups = make([]int, pf.NumRowGroups())
-		for g := range groups {
-			groups[g] = g
+	sel := d.only
+	if sel == nil {
+		sel = make([]rowRange, pf.NumRowGroups())
+		for g := range sel {
+			sel[g] = rowRange{g, 0, pf.MetaData().RowGroup(g).NumRows()}
 		}
 	}
-	for _, g := range groups {
+	for _, rr := range sel {
+		g := rr.group
 		if g < 0 || g >= pf.NumRowGroups() {
 			return fmt.Errorf("row group %d of %d", g, pf.NumRowGroups())
 		}
 		rg := pf.RowGroup(g)
+		if n := rg.NumRows(); rr.first < 0 || rr.n < 0 || rr.first > n-rr.n {
+			return fmt.Errorf("rows [%d, +%d) of row group %d, which has %d", rr.first, rr.n, g, n)
+		}
+		if rr.n == 0 {
+			continue
+		}
 		for j := range cols {
 			if readers[j], err = rg.Column(leaves[j]); err != nil {
 				return fmt.Errorf("row group %d column %d: %w", g, j, err)
@@ -384,8 +391,15 @@ func (d *decoding) readColumns(ctx context.Context, pf *file.Reader, s *manifest
 				return fmt.Errorf("row group %d column %d is repeated", g, j)
 			}
 			maxDef[j] = desc.MaxDefinitionLevel()
+			if rr.first > 0 {
+				// Through the offset index if the file has one, to the
+				// page holding the row; else page by page.
+				if err := readers[j].SeekToRow(rr.first); err != nil {
+					return fmt.Errorf("row group %d column %d: seek to row %d: %w", g, j, rr.first, err)
+				}
+			}
 		}
-		rows := rg.NumRows()
+		rows := rr.n
 		for done := int64(0); done < rows; {
 			if err := ctx.Err(); err != nil {
 				return errcode.Wrap(errcode.Canceled, err, "decode")

@@ -75,6 +75,12 @@ type decodeResult struct {
 	logical, memberSet manifest.Digest
 }
 
+// rowRange is n rows of row group group from its row first.
+type rowRange struct {
+	group    int
+	first, n int64
+}
+
 // decoding holds what a file must contain.
 type decoding struct {
 	want          *manifest.RecordSchema
@@ -89,13 +95,13 @@ type decoding struct {
 	// as tuples).
 	hashNanos, tupleNanos int64
 
-	// pick, when set, chooses the row groups to decode once the footer
-	// parsed (column-reader path only): a partial read, whose records the
+	// pick, when set, chooses the rows to decode once the footer parsed
+	// (column-reader path only): a partial read, whose records the
 	// footer's totals do not describe, so finish's checks are skipped and
-	// the file counts as decoded if the chosen groups decode. ok false
+	// the file counts as decoded if the chosen rows decode. ok false
 	// fails the read as DECODE_ERROR with the detail given.
-	pick func(pf *file.Reader) (groups []int, detail string, ok bool)
-	only []int
+	pick func(pf *file.Reader) (sel []rowRange, detail string, ok bool)
+	only []rowRange
 	// tuplesOnly gives each the tuples with zero digests (see
 	// canon.ShardHasher.TuplesOnly): a member's partial read.
 	tuplesOnly bool
@@ -164,12 +170,12 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		h.Grow(int(min(pf.NumRows(), 1<<22)))
 	}
 	if d.pick != nil {
-		groups, detail, ok := d.pick(pf)
+		sel, detail, ok := d.pick(pf)
 		if !ok || dec != DecoderColumnReader {
-			res.fail(errcode.DecodeError, "row groups not chosen: %s", detail)
+			res.fail(errcode.DecodeError, "rows not chosen: %s", detail)
 			return res, nil
 		}
-		d.only = groups
+		d.only = sel
 	}
 	if dec == DecoderColumnReader {
 		if err := d.readColumns(ctx, pf, used, leaves, h, each); err != nil {

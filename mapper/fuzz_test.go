@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -82,6 +83,12 @@ func FuzzMapShard(f *testing.F) {
 // seedMember is a small valid snapshot member whose row groups end at
 // bucket boundaries, with the footer's row-group bucket ranges.
 func seedMember(tb testing.TB, n int) (data []byte, buckets []uint32) {
+	return seedMemberK(tb, n, 4, 8)
+}
+
+// seedMemberK is seedMember with 2^k buckets and row groups of at most
+// rgRows rows.
+func seedMemberK(tb testing.TB, n int, k uint, rgRows int64) (data []byte, buckets []uint32) {
 	ms := canon.SnapshotMemberSchema()
 	as, err := canon.ArrowSchema(ms)
 	if err != nil {
@@ -93,8 +100,8 @@ func seedMember(tb testing.TB, n int) (data []byte, buckets []uint32) {
 	}
 	rows := make([]row, n)
 	for i := range rows {
-		id := "m" + string(rune('a'+i%26)) + string(rune('a'+i/26))
-		rows[i] = row{id, tuplehash.Bucket(id, 4)}
+		id := fmt.Sprintf("m%05d", i)
+		rows[i] = row{id, tuplehash.Bucket(id, k)}
 	}
 	slices.SortFunc(rows, func(a, b row) int { return cmp.Or(cmp.Compare(a.b, b.b), cmp.Compare(a.id, b.id)) })
 	b := array.NewRecordBuilder(memory.DefaultAllocator, as)
@@ -110,7 +117,7 @@ func seedMember(tb testing.TB, n int) (data []byte, buckets []uint32) {
 	}
 	rec := b.NewRecordBatch()
 	defer rec.Release()
-	data, err = stage.EncodeMemberParquet(rec, ms, stage.ParquetOptions{RowGroupRows: 8}, buckets)
+	data, err = stage.EncodeMemberParquet(rec, ms, stage.ParquetOptions{RowGroupRows: rgRows}, buckets)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -118,8 +125,8 @@ func seedMember(tb testing.TB, n int) (data []byte, buckets []uint32) {
 }
 
 // FuzzMemberBucket feeds mutated member bytes to the bucket-by-bucket read
-// (row groups chosen from the footer's list, which is as untrusted as the
-// rest). It must never crash or fail operationally, and a read that does
+// (rows chosen from the footer's lists and page index, which are as
+// untrusted as the rest). It must never crash or fail operationally, and a read that does
 // not decode reports a catalogued failure.
 func FuzzMemberBucket(f *testing.F) {
 	good, buckets := seedMember(f, 60)
@@ -127,7 +134,8 @@ func FuzzMemberBucket(f *testing.F) {
 	f.Add(good, buckets[len(buckets)-1])
 	f.Add(good, uint32(99))
 	at := bytes.Index(good, []byte(canon.BucketRowGroupsKey))
-	for _, off := range []int{at + len(canon.BucketRowGroupsKey) + 2, at + len(canon.BucketRowGroupsKey) + 6, len(good) / 2, len(good) - 20} {
+	runs := bytes.Index(good, []byte(canon.BucketRunsKey))
+	for _, off := range []int{at + len(canon.BucketRowGroupsKey) + 2, at + len(canon.BucketRowGroupsKey) + 6, runs + len(canon.BucketRunsKey) + 2, runs + len(canon.BucketRunsKey) + 7, len(good) / 2, len(good) - 20} {
 		c := append([]byte(nil), good...)
 		c[off] ^= 0x08
 		f.Add(c, buckets[0])
@@ -140,18 +148,12 @@ func FuzzMemberBucket(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, b uint32) {
 		b %= 16
 		d := decoding{want: ms, logicalSchema: sd, tupleSchema: sd}
-		d.pick = func(pf *file.Reader) ([]int, string, bool) {
-			groups, why := bucketGroups(pf)
+		d.pick = func(pf *file.Reader) ([]rowRange, string, bool) {
+			runs, why := listedRuns(pf)
 			if why != "" {
 				return nil, why, false
 			}
-			gs := []int{}
-			for g, r := range groups {
-				if r.lo <= b && b <= r.hi {
-					gs = append(gs, g)
-				}
-			}
-			return gs, "", true
+			return covering(runs, b), "", true
 		}
 		res, err := d.run(context.Background(), data, DecoderColumnReader, func(*tuplehash.Tuple, [32]byte) error { return nil })
 		if err != nil {
@@ -185,8 +187,8 @@ func TestMemberRowGroupRanges(t *testing.T) {
 	row, split := 0, false
 	for g, r := range groups {
 		n := int(pf.RowGroup(g).NumRows())
-		if n > 8 || n == 0 {
-			t.Fatalf("row group %d holds %d rows", g, n)
+		if n > 8 || n == 0 || r.rows != (rowRange{g, 0, int64(n)}) {
+			t.Fatalf("row group %d holds %d rows, listed as %+v", g, n, r.rows)
 		}
 		for _, b := range buckets[row : row+n] {
 			if b < r.lo || b > r.hi {
@@ -204,33 +206,91 @@ func TestMemberRowGroupRanges(t *testing.T) {
 	if row != len(buckets) || !split || len(groups) < 16 {
 		t.Fatalf("%d rows in %d row groups (a split bucket: %v)", row, len(groups), split)
 	}
-	ms := canon.SnapshotMemberSchema()
-	sd, _ := canon.SchemaDigest(ms)
 	for b := uint32(0); b < 16; b++ {
-		d := decoding{want: ms, logicalSchema: sd, tupleSchema: sd}
-		d.pick = func(pf *file.Reader) ([]int, string, bool) {
-			gs := []int{}
-			for g, r := range groups {
-				if r.lo <= b && b <= r.hi {
-					gs = append(gs, g)
-				}
-			}
-			return gs, "", true
-		}
-		got := 0
-		res, err := d.run(context.Background(), data, DecoderColumnReader, func(tp *tuplehash.Tuple, _ [32]byte) error {
-			if tuplehash.Bucket(tp.SampleID, 4) == b {
-				got++
-			}
-			return nil
-		})
-		if err != nil || !res.decoded {
-			t.Fatalf("bucket %d: %v %+v", b, err, res.failures)
-		}
+		got, _ := readSelected(t, data, covering(groups, b), 4, b)
 		if want := bytes.Count(bucketBytes(buckets), []byte{byte(b)}); got != want {
 			t.Fatalf("bucket %d: %d tuples from its row groups, the member holds %d", b, got, want)
 		}
 	}
+}
+
+// The footer's bucket runs (serializer 5) list every row of the member
+// by bucket and row group, and a read of one bucket's runs gives exactly
+// its rows: with row groups of several pages per column, the seek goes
+// through the offset index to the page holding the run's first row.
+func TestMemberBucketRuns(t *testing.T) {
+	for _, c := range []struct {
+		n      int
+		k      uint
+		rgRows int64
+	}{{200, 4, 8}, {6000, 3, 2048}} {
+		data, buckets := seedMemberK(t, c.n, c.k, c.rgRows)
+		pf, err := file.NewParquetReader(bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		runs, why := bucketRuns(pf)
+		if why != "" || runs == nil {
+			t.Fatalf("runs %v: %s", runs, why)
+		}
+		listed, _ := listedRuns(pf)
+		if !slices.Equal(listed, runs) {
+			t.Fatal("listedRuns does not prefer the runs")
+		}
+		if c.rgRows > 8 {
+			oi, err := pf.GetPageIndexReader().RowGroup(0)
+			if err != nil || oi == nil {
+				t.Fatalf("no page index: %v", err)
+			}
+			idx, err := oi.GetOffsetIndex(4) // content_digest
+			if err != nil || idx == nil || len(idx.GetPageLocations()) < 4 {
+				t.Fatalf("content_digest pages of row group 0: %v", err)
+			}
+		}
+		row := 0
+		for i, r := range runs {
+			if r.lo != r.hi || r.rows.n <= 0 {
+				t.Fatalf("run %d: %+v", i, r)
+			}
+			for _, b := range buckets[row : row+int(r.rows.n)] {
+				if b != r.lo {
+					t.Fatalf("run %d of bucket %d holds bucket %d", i, r.lo, b)
+				}
+			}
+			row += int(r.rows.n)
+		}
+		if row != len(buckets) {
+			t.Fatalf("runs cover %d of %d rows", row, len(buckets))
+		}
+		for b := uint32(0); b < 1<<c.k; b++ {
+			want := bytes.Count(bucketBytes(buckets), []byte{byte(b)})
+			if got, other := readSelected(t, data, covering(runs, b), c.k, b); got != want || other != 0 {
+				t.Fatalf("n=%d bucket %d: %d tuples read (and %d of other buckets), the member holds %d", c.n, b, got, other, want)
+			}
+		}
+	}
+}
+
+// readSelected decodes the rows sel of a member and returns how many are
+// of bucket b and how many of other buckets.
+func readSelected(t *testing.T, data []byte, sel []rowRange, k uint, b uint32) (got, other int) {
+	t.Helper()
+	ms := canon.SnapshotMemberSchema()
+	sd, _ := canon.SchemaDigest(ms)
+	d := decoding{want: ms, logicalSchema: sd, tupleSchema: sd, tuplesOnly: true}
+	d.pick = func(*file.Reader) ([]rowRange, string, bool) { return sel, "", true }
+	res, err := d.run(context.Background(), data, DecoderColumnReader, func(tp *tuplehash.Tuple, _ [32]byte) error {
+		if tuplehash.Bucket(tp.SampleID, k) == b {
+			got++
+		} else {
+			other++
+		}
+		return nil
+	})
+	if err != nil || !res.decoded {
+		t.Fatalf("bucket %d: %v %+v", b, err, res.failures)
+	}
+	return got, other
 }
 
 func bucketBytes(bs []uint32) []byte {

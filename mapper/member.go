@@ -32,15 +32,17 @@ type Member struct {
 	bp  *[]byte
 	res Result
 	err error
-	// groups is each row group's bucket range, parsed from the footer
-	// the first time it is needed; listed reports a usable list.
-	groups         []bucketRange
+	// runs are the file's bucket runs (canon.BucketRunsKey) or, if it
+	// lists none, its row groups as runs of their bucket ranges
+	// (canon.BucketRowGroupsKey), parsed from the footer the first time
+	// they are needed; listed reports a usable list.
+	runs           []bucketRun
 	parsed, listed bool
 	why            string
-	// cached are the row groups last decoded, whose tuples (own copies)
-	// are held in tuples: consecutive buckets of one row group decode it
-	// once.
-	cached []int
+	// cached are the rows last decoded, whose tuples (own copies) are
+	// held in tuples: consecutive buckets of one row group listed by
+	// range decode it once.
+	cached []rowRange
 	tuples []Tuple
 	ids    []byte
 	ends   []int
@@ -62,8 +64,12 @@ var memberBufs = freelist.New[memberBuf](2 * runtime.GOMAXPROCS(0))
 // made huge is not retained.
 const maxPooledTuples = 1 << 16
 
-// bucketRange is the first and last bucket of one row group.
-type bucketRange struct{ lo, hi uint32 }
+// bucketRun is rows of buckets lo to hi (one bucket when listed by run,
+// a row group's range when listed by row group).
+type bucketRun struct {
+	lo, hi uint32
+	rows   rowRange
+}
 
 // OpenMember waits for p's read (see Prefetch) and keeps the member's
 // bytes; p is consumed. Close frees them.
@@ -92,18 +98,20 @@ func OpenMember(o Options, p *Fetch) *Member {
 }
 
 // ReadBucket emits the tuples of bucket b, in stored order, decoding
-// only the row groups the member's footer lists as holding b (see
-// canon.BucketRowGroupsKey), or reusing those it decoded last. ok is
-// false, with nothing emitted that should be kept, when the member cannot
-// be read that way: its read failed, its footer lists no bucket ranges or
-// a list that does not fit it, or a row group does not decode. Nothing is
-// checked against the member's descriptor: the caller authenticates the
-// tuples (their bucket leaf), since a lying list can hide some of them.
+// only the rows the member's footer lists as holding b: its runs of b
+// (canon.BucketRunsKey; through the page index, only the pages holding
+// them), or else the row groups whose bucket range holds b
+// (canon.BucketRowGroupsKey), reusing those it decoded last. ok is false,
+// with nothing emitted that should be kept, when the member cannot be
+// read that way: its read failed, its footer lists neither or a list that
+// does not fit it, or the rows do not decode. Nothing is checked against
+// the member's descriptor: the caller authenticates the tuples (their
+// bucket leaf), since a lying list can hide some of them.
 func (m *Member) ReadBucket(ctx context.Context, b uint32, emit func(*Tuple) error) (ok bool, err error) {
 	if m.err != nil || m.f.data == nil || len(m.res.Failures) > 0 || m.parsed && !m.listed {
 		return false, nil
 	}
-	var want []int
+	var want []rowRange
 	if m.parsed {
 		want = m.covering(b)
 	}
@@ -128,18 +136,21 @@ func (m *Member) ReadBucket(ctx context.Context, b uint32, emit func(*Tuple) err
 	return true, nil
 }
 
-// covering returns the row groups whose listed range holds b.
-func (m *Member) covering(b uint32) []int {
-	gs := []int{} // not nil: nil reads every row group
-	for g, r := range m.groups {
+// covering returns the listed rows whose bucket range holds b.
+func (m *Member) covering(b uint32) []rowRange { return covering(m.runs, b) }
+
+// covering returns the rows of runs whose bucket range holds b.
+func covering(runs []bucketRun, b uint32) []rowRange {
+	sel := []rowRange{} // not nil: nil reads every row group
+	for _, r := range runs {
 		if r.lo <= b && b <= r.hi {
-			gs = append(gs, g)
+			sel = append(sel, r.rows)
 		}
 	}
-	return gs
+	return sel
 }
 
-// decode decodes the row groups holding b into m.tuples.
+// decode decodes the listed rows holding b into m.tuples.
 func (m *Member) decode(ctx context.Context, b uint32) (bool, error) {
 	if m.f.mapping != nil {
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -157,19 +168,19 @@ func (m *Member) decode(ctx context.Context, b uint32) (bool, error) {
 	if m.intern == nil {
 		m.intern = map[string]string{}
 	}
-	var groups []int
+	var sel []rowRange
 	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: m.o.SchemaDigest, mapping: m.f.mapping, tuplesOnly: true}
-	d.pick = func(pf *file.Reader) ([]int, string, bool) {
+	d.pick = func(pf *file.Reader) ([]rowRange, string, bool) {
 		if !m.parsed {
 			m.parsed = true
-			m.groups, m.why = bucketGroups(pf)
+			m.runs, m.why = listedRuns(pf)
 			m.listed = m.why == ""
 		}
 		if !m.listed {
 			return nil, m.why, false
 		}
-		groups = m.covering(b)
-		return groups, "", true
+		sel = m.covering(b)
+		return sel, "", true
 	}
 	start := time.Now()
 	dr, err := d.run(ctx, m.f.data, DecoderColumnReader, func(t *tuplehash.Tuple, _ [32]byte) error {
@@ -197,7 +208,7 @@ func (m *Member) decode(ctx context.Context, b uint32) (bool, error) {
 		m.tuples[i].SampleID = all[lo:m.ends[i]]
 		lo = m.ends[i]
 	}
-	m.cached = groups
+	m.cached = sel
 	return true, nil
 }
 
@@ -214,10 +225,21 @@ func (m *Member) str(v string) string {
 	return c
 }
 
+// listedRuns parses the footer's bucket runs (BucketRunsKey) or, if it
+// has none, its row-group bucket ranges (BucketRowGroupsKey, serializer
+// version 4). why says what is wrong with the list.
+func listedRuns(pf *file.Reader) ([]bucketRun, string) {
+	runs, why := bucketRuns(pf)
+	if runs == nil && why == "" {
+		return bucketGroups(pf)
+	}
+	return runs, why
+}
+
 // bucketGroups parses the footer's BucketRowGroupsKey entry: each row
-// group's first and last bucket, in order, ranges never going back. why
-// says what is wrong with it.
-func bucketGroups(pf *file.Reader) (groups []bucketRange, why string) {
+// group's first and last bucket, in order, ranges never going back, as
+// one run per row group. why says what is wrong with it.
+func bucketGroups(pf *file.Reader) (runs []bucketRun, why string) {
 	kv := pf.MetaData().KeyValueMetadata()
 	v := kv.FindValue(canon.BucketRowGroupsKey)
 	if v == nil {
@@ -231,15 +253,59 @@ func bucketGroups(pf *file.Reader) (groups []bucketRange, why string) {
 		a, z, found := strings.Cut(f, "-")
 		lo, err1 := strconv.ParseUint(a, 10, 32)
 		hi, err2 := strconv.ParseUint(z, 10, 32)
-		if !found || err1 != nil || err2 != nil || lo > hi || i > 0 && uint32(lo) < groups[i-1].hi {
+		if !found || err1 != nil || err2 != nil || lo > hi || i > 0 && uint32(lo) < runs[i-1].hi {
 			return nil, fmt.Sprintf("row-group bucket range %d (%.24q) is not lo-hi at or after the previous one", i, f)
 		}
-		groups = append(groups, bucketRange{uint32(lo), uint32(hi)})
+		if i < n {
+			runs = append(runs, bucketRun{uint32(lo), uint32(hi), rowRange{i, 0, pf.MetaData().RowGroup(i).NumRows()}})
+		} else {
+			runs = append(runs, bucketRun{lo: uint32(lo), hi: uint32(hi)})
+		}
 	}
-	if len(groups) != n {
-		return nil, fmt.Sprintf("the footer lists %d row-group bucket ranges for %d row groups", len(groups), n)
+	if len(runs) != n {
+		return nil, fmt.Sprintf("the footer lists %d row-group bucket ranges for %d row groups", len(runs), n)
 	}
-	return groups, ""
+	return runs, ""
+}
+
+// bucketRuns parses the footer's BucketRunsKey entry: "bucket:rows" for
+// each run of one bucket's rows, in row order, buckets never going back,
+// each run inside one row group, together every row of the file. No
+// entry gives no runs and no why.
+func bucketRuns(pf *file.Reader) (runs []bucketRun, why string) {
+	md := pf.MetaData()
+	v := md.KeyValueMetadata().FindValue(canon.BucketRunsKey)
+	if v == nil {
+		return nil, ""
+	}
+	total := md.NumRows
+	if int64(len(*v)) > 22*max(total, 1) {
+		return nil, "the bucket run list is longer than the file's rows need"
+	}
+	g, used := 0, int64(0)
+	for i, f := range strings.Split(*v, ",") {
+		a, z, found := strings.Cut(f, ":")
+		b, err1 := strconv.ParseUint(a, 10, 32)
+		n, err2 := strconv.ParseInt(z, 10, 64)
+		if !found || err1 != nil || err2 != nil || n <= 0 || i > 0 && uint32(b) < runs[i-1].lo {
+			return nil, fmt.Sprintf("bucket run %d (%.24q) is not bucket:rows at or after the previous bucket", i, f)
+		}
+		for g < md.NumRowGroups() && used == md.RowGroup(g).NumRows() {
+			g, used = g+1, 0
+		}
+		if g == md.NumRowGroups() || n > md.RowGroup(g).NumRows()-used {
+			return nil, fmt.Sprintf("bucket run %d (%.24q) does not fit in a row group", i, f)
+		}
+		runs = append(runs, bucketRun{uint32(b), uint32(b), rowRange{g, used, n}})
+		used += n
+	}
+	for g < md.NumRowGroups() && used == md.RowGroup(g).NumRows() {
+		g, used = g+1, 0
+	}
+	if g != md.NumRowGroups() {
+		return nil, fmt.Sprintf("the bucket runs end in row group %d of %d, at its row %d", g, md.NumRowGroups(), used)
+	}
+	return runs, ""
 }
 
 // Map maps the whole member as MapFetched does (storage digest, every

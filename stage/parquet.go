@@ -24,7 +24,7 @@ const Serializer = "shardproof-stage"
 
 // SerializerVersion changes whenever the bytes written for the same rows
 // and options change.
-const SerializerVersion = "4"
+const SerializerVersion = "5"
 
 // ParquetOptions fix every writer property that influences the bytes.
 type ParquetOptions struct {
@@ -34,6 +34,10 @@ type ParquetOptions struct {
 	Level int
 	// RowGroupRows caps the rows per row group (default 8192).
 	RowGroupRows int64
+
+	// member selects the member file layout (EncodeMemberParquet): small
+	// pages and an offset index, so one bucket's rows decode alone.
+	member bool
 }
 
 func (o ParquetOptions) withDefaults() ParquetOptions {
@@ -49,6 +53,14 @@ func (o ParquetOptions) withDefaults() ParquetOptions {
 	return o
 }
 
+// memberPageRows and memberPageBytes shape member files' pages: the
+// writer checks the page size every memberPageRows rows and starts a new
+// page past memberPageBytes.
+const (
+	memberPageRows  = 256
+	memberPageBytes = 8 << 10
+)
+
 var codecs = map[string]compress.Compression{
 	"zstd":   compress.Codecs.Zstd,
 	"snappy": compress.Codecs.Snappy,
@@ -57,8 +69,9 @@ var codecs = map[string]compress.Compression{
 }
 
 // writerProperties are fixed so that equal rows give equal bytes: a
-// constant created_by, no page index or bloom filters, dictionaries only
-// for the low-cardinality tuple and attribute columns.
+// constant created_by, no bloom filters, no page index but in member
+// files (an offset index, no statistics), dictionaries only for the
+// low-cardinality tuple and attribute columns.
 func writerProperties(s *manifest.RecordSchema, o ParquetOptions) (*parquet.WriterProperties, error) {
 	codec, ok := codecs[o.Codec]
 	if !ok {
@@ -74,6 +87,16 @@ func writerProperties(s *manifest.RecordSchema, o ParquetOptions) (*parquet.Writ
 		parquet.WithDictionaryDefault(true),
 		parquet.WithPageIndexEnabled(false),
 		parquet.WithStats(false),
+	}
+	if o.member {
+		// Pages of memberPageRows rows or so (a bucket holds about 1,000
+		// at 4M records and k=12) and an offset index: a reducer reading
+		// one bucket decodes the pages holding its rows (BucketRunsKey),
+		// not the row group's eight or so buckets.
+		opts = append(opts,
+			parquet.WithDataPageSize(memberPageBytes),
+			parquet.WithBatchSize(memberPageRows),
+			parquet.WithPageIndexEnabled(true))
 	}
 	if o.Codec == "zstd" || o.Codec == "gzip" {
 		opts = append(opts, parquet.WithCompressionLevel(o.Level))
@@ -124,8 +147,9 @@ func encode(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOptions, w
 // most RowGroupRows rows, as EncodeParquet's do, but end at bucket
 // boundaries: whole buckets, or one part of a bucket larger than a row
 // group. The footer lists each row group's first and last bucket under
-// canon.BucketRowGroupsKey, so a reader can decode the row groups of one
-// bucket alone.
+// canon.BucketRowGroupsKey and each bucket run under canon.BucketRunsKey,
+// and pages are small with an offset index, so a reader can decode the
+// pages of one bucket alone.
 func EncodeMemberParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOptions, buckets []uint32) ([]byte, error) {
 	if int64(len(buckets)) != rec.NumRows() {
 		return nil, errcode.New(errcode.Internal, "member: %d buckets for %d rows", len(buckets), rec.NumRows())
@@ -143,9 +167,10 @@ func EncodeMemberParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o Parq
 		}
 		return j
 	}
+	o.member = true
 	return encode(rec, s, o, func(w *pqarrow.FileWriter, o ParquetOptions) error {
 		limit := int(o.RowGroupRows)
-		var list []byte
+		var list, runs []byte
 		for lo := 0; lo < len(buckets); {
 			hi := bucketEnd(lo)
 			if hi-lo > limit {
@@ -172,7 +197,20 @@ func EncodeMemberParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o Parq
 			list = strconv.AppendUint(list, uint64(buckets[lo]), 10)
 			list = append(list, '-')
 			list = strconv.AppendUint(list, uint64(buckets[hi-1]), 10)
+			for r := lo; r < hi; {
+				end := min(bucketEnd(r), hi)
+				if len(runs) > 0 {
+					runs = append(runs, ',')
+				}
+				runs = strconv.AppendUint(runs, uint64(buckets[r]), 10)
+				runs = append(runs, ':')
+				runs = strconv.AppendUint(runs, uint64(end-r), 10)
+				r = end
+			}
 			lo = hi
+		}
+		if err := w.AppendKeyValueMetadata(canon.BucketRunsKey, string(runs)); err != nil {
+			return err
 		}
 		return w.AppendKeyValueMetadata(canon.BucketRowGroupsKey, string(list))
 	})

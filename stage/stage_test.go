@@ -340,7 +340,7 @@ func TestSynthLeavesNoSpill(t *testing.T) {
 // SerializerVersion (or this constant and SynthVersion, for the
 // generator) must change too.
 func TestSynthGoldenRoot(t *testing.T) {
-	const want = "sha256:35fa5865f72ec67f59ecfe743681b0a728aaf2231f5cbbacf48bc0360ddb21fc"
+	const want = "sha256:3e623bb0e148a76c209fbe172334fa129cb5b235ca25bf08014751799b63ca79"
 	res := stagetest.Synth(t, stagetest.Store(t), 500, 2, 1)
 	if got := res.Root.String(); got != want {
 		t.Fatalf("synth(500, 2, seed 1) root %s, frozen %s", got, want)

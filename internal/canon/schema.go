@@ -65,6 +65,15 @@ func TagOf(typ string) (Tag, bool) {
 // they read.
 const BucketRowGroupsKey = "shardproof.bucketRowGroups"
 
+// BucketRunsKey is the Parquet footer key-value entry in which a member
+// file (stage, serializer version 5) lists its bucket runs: "bucket:rows"
+// in decimal for each run of rows of one bucket within one row group, in
+// row order, comma-separated. With the file's page index (offset index),
+// it lets a reducer decode only the pages holding one bucket's rows; like
+// BucketRowGroupsKey it is trusted no further than the bucket leaves of
+// the rows read.
+const BucketRunsKey = "shardproof.bucketRuns"
+
 // SnapshotMemberSchema returns the schema of snapshot member files: the
 // tuple columns plus content_digest (exactly 32 bytes). It has no content
 // column, which is why it is a Go value here and not a validated release
