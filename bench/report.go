@@ -453,7 +453,7 @@ func (r *Result) Markdown() string {
 	for _, smp := range r.Samples {
 		if m := smp.Child.Members; smp.Tool == toolVerify && m != nil {
 			// The same in every round: the plan and the data are.
-			fmt.Fprintf(&b, "Snapshot member files verify read (round %d): %d whole, %d bucket by bucket (%d buckets through their row groups), %d skipped (every bucket matched the snapshot's leaf index).\n\n",
+			fmt.Fprintf(&b, "Snapshot member files verify read (round %d): %d whole, %d bucket by bucket (%d buckets, each through the pages or row groups holding it), %d skipped (every bucket matched the snapshot's leaf index).\n\n",
 				smp.Round, m.Whole, m.ByBucket, m.Buckets, m.Skipped)
 			break
 		}
