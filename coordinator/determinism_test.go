@@ -164,18 +164,11 @@ func TestNondeterministicRerunDetected(t *testing.T) {
 			ctx := context.Background()
 			// The compression Verify picks, so both plans are the same plan.
 			o := PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", Nonce: "fixed", ShuffleCompression: shuffle.None, ShuffleChecksum: sum}
-			_, pd, err := NewPlan(ctx, s, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			j, err := Open(ctx, s, pd)
-			if err != nil {
-				t.Fatal(err)
-			}
+			j := openPlan(t, s, o)
 			if _, err := putExact(ctx, s, j.mapOutputKey(0, 1), []byte("bytes from another run")); err != nil {
 				t.Fatal(err)
 			}
-			_, err = Verify(ctx, s, Options{PlanOptions: o})
+			_, err := Verify(ctx, s, Options{PlanOptions: o})
 			if errcode.Of(err) != errcode.Nondeterminism || !strings.Contains(err.Error(), string(sum)+":") {
 				t.Fatalf("err = %v, want NONDETERMINISM naming the %s of this run's output", err, sum)
 			}

@@ -94,14 +94,8 @@ func TestShuffleChecksums(t *testing.T) {
 			s, res := synth(t)
 			ctx := t.Context()
 			o := PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: sum}
-			_, pd, err := NewPlan(ctx, s, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			j, err := Open(ctx, s, pd)
-			if err != nil {
-				t.Fatal(err)
-			}
+			j := openPlan(t, s, o)
+			pd := j.PlanDigest
 			var commits []*MapCommit
 			for i := range 2 {
 				c, err := j.Map(ctx, i, nil)
@@ -155,4 +149,18 @@ func TestShuffleChecksums(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openPlan plans o in s and opens the job.
+func openPlan(t *testing.T, s objstore.Store, o PlanOptions) *Job {
+	t.Helper()
+	_, pd, err := NewPlan(t.Context(), s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Open(t.Context(), s, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }
