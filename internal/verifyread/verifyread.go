@@ -83,9 +83,9 @@ type reader struct {
 	size   int64
 	h      hash.Hash
 	match  func() error // compares h's sum with the descriptor's
-	n      int64 // bytes handed to the caller (and hashed)
-	err    error // sticky
-	probed bool  // the one-byte-past probe has been done
+	n      int64        // bytes handed to the caller (and hashed)
+	err    error        // sticky
+	probed bool         // the one-byte-past probe has been done
 }
 
 // New returns a reader of rc that yields at most wantSize bytes and, at EOF,
