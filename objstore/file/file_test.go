@@ -3,6 +3,7 @@ package file_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"io/fs"
@@ -109,15 +110,46 @@ func TestCrashLeftoverInvisible(t *testing.T) {
 	}
 }
 
-// A failed SHA256 check or canceled Put leaves no temp file behind either.
+// A failed SHA256 check or canceled Put leaves no temp file behind either,
+// whether the body streams or is bytes in memory (written in one call).
 func TestFailedPutCleansTemp(t *testing.T) {
 	s, dir := openTemp(t)
-	_, err := s.Put(t.Context(), "k", strings.NewReader("x"), objstore.PutOptions{SHA256: [32]byte{1}})
-	if errcode.Of(err) != errcode.DigestMismatch {
-		t.Fatalf("Put: %v", err)
+	canceled, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		body io.Reader
+		o    objstore.PutOptions
+		code errcode.Code
+	}{
+		{"stream, wrong digest", t.Context(), strings.NewReader("x"), objstore.PutOptions{SHA256: [32]byte{1}}, errcode.DigestMismatch},
+		{"bytes, wrong digest", t.Context(), bytes.NewReader([]byte("x")), objstore.PutOptions{SHA256: [32]byte{1}}, errcode.DigestMismatch},
+		{"bytes, canceled", canceled, bytes.NewReader([]byte("x")), objstore.PutOptions{}, errcode.Canceled},
+	} {
+		_, err := s.Put(c.ctx, "k", c.body, c.o)
+		if errcode.Of(err) != c.code {
+			t.Fatalf("%s: Put: %v, want %s", c.name, err, c.code)
+		}
+		if tmp, _ := os.ReadDir(filepath.Join(dir, "@tmp")); len(tmp) != 0 {
+			t.Fatalf("%s: temp files left: %v", c.name, tmp)
+		}
+		if _, err := s.Head(t.Context(), "k", ""); !objstore.IsNotExist(err) {
+			t.Fatalf("%s: Head after the failed Put: %v", c.name, err)
+		}
 	}
-	if tmp, _ := os.ReadDir(filepath.Join(dir, "@tmp")); len(tmp) != 0 {
-		t.Fatalf("temp files left: %v", tmp)
+	data := bytes.Repeat([]byte("shuffle "), 1<<17)
+	sum := sha256.Sum256(data)
+	if _, err := s.Put(t.Context(), "k", bytes.NewReader(data), objstore.PutOptions{SHA256: sum}); err != nil {
+		t.Fatalf("bytes, right digest: %v", err)
+	}
+	rc, err := s.Get(t.Context(), "k", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if got, err := io.ReadAll(rc); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back %d bytes of %d: %v", len(got), len(data), err)
 	}
 }
 
