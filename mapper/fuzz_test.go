@@ -223,7 +223,7 @@ func TestMemberBucketRuns(t *testing.T) {
 		n      int
 		k      uint
 		rgRows int64
-	}{{200, 4, 8}, {6000, 3, 2048}} {
+	}{{200, 4, 8}, {20000, 3, 8192}} {
 		data, buckets := seedMemberK(t, c.n, c.k, c.rgRows)
 		pf, err := file.NewParquetReader(bytes.NewReader(data))
 		if err != nil {
@@ -299,4 +299,41 @@ func bucketBytes(bs []uint32) []byte {
 		out[i] = byte(b)
 	}
 	return out
+}
+
+// BenchmarkMemberBucket reads one bucket of a 32,768-row member (32
+// buckets of about 1,000 rows, row groups of at most 8,192): through its
+// bucket runs and the offset index (serializer 5), or through the row
+// groups covering it (what a serializer-4 member allows).
+func BenchmarkMemberBucket(b *testing.B) {
+	data, _ := seedMemberK(b, 1<<15, 5, 8192)
+	pf, err := file.NewParquetReader(bytes.NewReader(data))
+	if err != nil {
+		b.Fatal(err)
+	}
+	runs, why := bucketRuns(pf)
+	groups, why2 := bucketGroups(pf)
+	if why != "" || why2 != "" {
+		b.Fatal(why, why2)
+	}
+	ms := canon.SnapshotMemberSchema()
+	sd, _ := canon.SchemaDigest(ms)
+	for _, c := range []struct {
+		name string
+		runs []bucketRun
+	}{{"runs", runs}, {"rowgroups", groups}, {"none", nil}} {
+		b.Run(c.name, func(b *testing.B) {
+			rows := 0
+			for i := 0; b.Loop(); i++ {
+				sel := covering(c.runs, uint32(i%32))
+				d := decoding{want: ms, logicalSchema: sd, tupleSchema: sd, tuplesOnly: true}
+				d.pick = func(*file.Reader) ([]rowRange, string, bool) { return sel, "", true }
+				res, err := d.run(context.Background(), data, DecoderColumnReader, func(*tuplehash.Tuple, [32]byte) error { rows++; return nil })
+				if err != nil || !res.decoded {
+					b.Fatal(err, res.failures)
+				}
+			}
+			b.ReportMetric(float64(rows)/float64(b.N), "rows/op")
+		})
+	}
 }

@@ -340,7 +340,7 @@ func TestSynthLeavesNoSpill(t *testing.T) {
 // SerializerVersion (or this constant and SynthVersion, for the
 // generator) must change too.
 func TestSynthGoldenRoot(t *testing.T) {
-	const want = "sha256:3e623bb0e148a76c209fbe172334fa129cb5b235ca25bf08014751799b63ca79"
+	const want = "sha256:2db49c3536205e4acd0d9c205a8b5bde2d8789b1f929d79865b68019aa898e6b"
 	res := stagetest.Synth(t, stagetest.Store(t), 500, 2, 1)
 	if got := res.Root.String(); got != want {
 		t.Fatalf("synth(500, 2, seed 1) root %s, frozen %s", got, want)
