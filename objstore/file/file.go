@@ -1,7 +1,6 @@
 package file
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -258,19 +257,7 @@ func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want 
 	if want != ([32]byte{}) {
 		w = io.MultiWriter(f, h)
 	}
-	if br, ok := body.(*bytes.Reader); ok {
-		// Bytes in memory (shuffle files, commit records): one write,
-		// rather than io.Copy's 32 KiB chunks through a buffer, which
-		// were 14,000 write calls and a copy of every byte of a 4M
-		// verify's shuffle.
-		if err = ctx.Err(); err != nil {
-			err = errcode.Wrap(errcode.Canceled, err, "put %s", key)
-		} else {
-			_, err = br.WriteTo(w)
-		}
-	} else {
-		_, err = io.Copy(w, objstore.ContextReader(ctx, body))
-	}
+	_, err = io.Copy(w, objstore.ContextReader(ctx, body))
 	if err == nil && sync {
 		err = f.Sync()
 	}

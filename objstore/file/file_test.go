@@ -111,7 +111,7 @@ func TestCrashLeftoverInvisible(t *testing.T) {
 }
 
 // A failed SHA256 check or canceled Put leaves no temp file behind either,
-// whether the body streams or is bytes in memory (written in one call).
+// whether the body streams or is bytes in memory.
 func TestFailedPutCleansTemp(t *testing.T) {
 	s, dir := openTemp(t)
 	canceled, cancel := context.WithCancel(t.Context())
