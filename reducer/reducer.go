@@ -40,6 +40,17 @@ type Options struct {
 	SnapshotLeaves []byte
 }
 
+// DigestSource is a Source that can give a bucket's tuple digests before
+// its rows. NextDigests moves to the next bucket as Next does and returns
+// its digests and whether all its rows are release rows; Rows then makes
+// the bucket's rows, as Next would have returned them. *shuffle.Reader
+// implements it.
+type DigestSource interface {
+	Source
+	NextDigests() (bucket uint32, digests [][32]byte, allRelease bool, err error)
+	Rows() ([]shuffle.Row, error)
+}
+
 // BucketSource gives the snapshot rows of one bucket, in shuffle order,
 // for buckets asked in increasing order. The rows need only stay valid
 // until the next call.
@@ -84,7 +95,13 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 	}
 	heads := make([]head, len(sources))
 	for i, s := range sources {
-		if err := heads[i].advance(s); err != nil {
+		heads[i].src = s
+		// Only with a leaf index can a bucket be settled by its
+		// digests; without one, every bucket is merged row by row.
+		if ds, ok := s.(DigestSource); ok && o.Snapshot != nil {
+			heads[i].lazy = ds
+		}
+		if err := heads[i].advance(); err != nil {
 			return nil, err
 		}
 	}
@@ -93,7 +110,7 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 	var (
 		rows, rel []shuffle.Row
 		runs      [][]shuffle.Row
-		took      []int
+		took      []*head
 	)
 	for b := o.Lo; b < o.Hi; b++ {
 		if b%64 == 0 {
@@ -101,7 +118,7 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 				return nil, errcode.Wrap(errcode.Canceled, err, "reduce")
 			}
 		}
-		runs, took = runs[:0], took[:0]
+		took = took[:0]
 		for i := range heads {
 			h := &heads[i]
 			if h.done {
@@ -111,13 +128,28 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 				return nil, errcode.New(errcode.ShuffleCorrupt, "reducer: source %d yielded bucket %d outside or behind the range at %d", i, h.bucket, b)
 			}
 			if h.bucket == b {
-				runs = append(runs, h.rows)
-				took = append(took, i)
+				took = append(took, h)
 			}
 		}
-		// A bucket matching the snapshot's leaf is counted from its runs
-		// as they are: its counts do not depend on the rows' order.
-		if o.Snapshot == nil || !d.matches(b, runs, [32]byte(o.SnapshotLeaves[32*(b-o.Lo):])) {
+		// A bucket matching the snapshot's leaf is counted from its
+		// digests as they are: its counts do not depend on the rows'
+		// order, and its rows are made only if fences need them.
+		matched := false
+		if o.Snapshot != nil {
+			var err error
+			if matched, err = d.matches(b, took, [32]byte(o.SnapshotLeaves[32*(b-o.Lo):])); err != nil {
+				return nil, err
+			}
+		}
+		if !matched {
+			runs = runs[:0]
+			for _, h := range took {
+				r, err := h.load()
+				if err != nil {
+					return nil, err
+				}
+				runs = append(runs, r)
+			}
 			rows = merge(rows[:0], runs)
 			if o.Snapshot != nil {
 				// The snapshot side is needed only now.
@@ -134,8 +166,8 @@ func Reduce(ctx context.Context, o Options, sources []Source) (*Result, error) {
 		}
 		// Only now, with the bucket diffed, may the sources reuse the
 		// memory of its rows.
-		for _, i := range took {
-			if err := heads[i].advance(sources[i]); err != nil {
+		for _, h := range took {
+			if err := h.advance(); err != nil {
 				return nil, err
 			}
 		}
@@ -193,27 +225,56 @@ func merge(dst []shuffle.Row, runs [][]shuffle.Row) []shuffle.Row {
 	return dst
 }
 
+// head is a source's current bucket. From a DigestSource it holds the
+// bucket's digests, and its rows only once load asks for them.
 type head struct {
-	bucket uint32
-	rows   []shuffle.Row
-	done   bool
+	src        Source
+	lazy       DigestSource
+	bucket     uint32
+	digests    [][32]byte
+	allRelease bool
+	rows       []shuffle.Row
+	loaded     bool
+	started    bool
+	done       bool
 }
 
-func (h *head) advance(s Source) error {
-	prev, had := h.bucket, h.rows != nil
-	b, rows, err := s.Next()
+func (h *head) advance() error {
+	var (
+		b   uint32
+		err error
+	)
+	h.loaded = false
+	if h.lazy != nil {
+		b, h.digests, h.allRelease, err = h.lazy.NextDigests()
+	} else {
+		b, h.rows, err = h.src.Next()
+		h.loaded = true
+	}
 	if err == io.EOF {
-		h.done, h.rows = true, nil
+		h.done, h.rows, h.digests = true, nil, nil
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if had && b <= prev {
-		return errcode.New(errcode.ShuffleCorrupt, "reducer: source yielded bucket %d after %d", b, prev)
+	if h.started && b <= h.bucket {
+		return errcode.New(errcode.ShuffleCorrupt, "reducer: source yielded bucket %d after %d", b, h.bucket)
 	}
-	h.bucket, h.rows = b, rows
+	h.bucket, h.started = b, true
 	return nil
+}
+
+// load returns the rows of the head's bucket, making them if need be.
+func (h *head) load() ([]shuffle.Row, error) {
+	if !h.loaded {
+		rows, err := h.lazy.Rows()
+		if err != nil {
+			return nil, err
+		}
+		h.rows, h.loaded = rows, true
+	}
+	return h.rows, nil
 }
 
 type differ struct {
@@ -251,41 +312,54 @@ func (d *differ) bucket(b uint32, rows []shuffle.Row) error {
 	return nil
 }
 
-// matches reports whether the release rows of bucket b, in runs (no
-// snapshot rows among them), hash to the snapshot's leaf want. If they
+// matches reports whether the release rows of bucket b, in the heads hs
+// (no snapshot rows among them), hash to the snapshot's leaf want. If they
 // do, the bucket's tuples are the snapshot's exactly, and matches counts
 // it as d.bucket would with the snapshot's rows: every release record is
 // also a snapshot record, no member is missing, extra, duplicated or
-// changed, and only tombstone and benchmark hits remain to look for.
-func (d *differ) matches(b uint32, runs [][]shuffle.Row, want [32]byte) bool {
+// changed, and only tombstone and benchmark hits remain to look for, in
+// rows made for that alone. The digests authenticate the bucket: each is
+// the sha256 of a tuple, and the leaf the sha256 of them all.
+func (d *differ) matches(b uint32, hs []*head, want [32]byte) (bool, error) {
 	d.rel = d.rel[:0]
-	for _, rows := range runs {
-		for i := range rows {
-			if rows[i].Side != shuffle.Release || rows[i].Bucket != b {
-				return false
+	for _, h := range hs {
+		if h.lazy != nil {
+			if !h.allRelease {
+				return false, nil
 			}
-			d.rel = append(d.rel, rows[i].TupleDigest)
+			d.rel = append(d.rel, h.digests...)
+			continue
+		}
+		for i := range h.rows {
+			if h.rows[i].Side != shuffle.Release || h.rows[i].Bucket != b {
+				return false, nil
+			}
+			d.rel = append(d.rel, h.rows[i].TupleDigest)
 		}
 	}
 	if tuplehash.BucketLeafInto(b, d.rel, &d.sortScratch) != want {
-		return false
+		return false, nil
 	}
 	if want := d.res.Lo + uint32(len(d.res.ReleaseLeaves)/32); b != want {
-		return false
+		return false, nil
 	}
-	c := &d.res.Counts
-	c.Records += int64(len(d.rel))
-	c.SnapshotRecords += int64(len(d.rel))
 	if d.tomb != nil || d.bench != nil {
-		for _, rows := range runs {
+		for _, h := range hs {
+			rows, err := h.load()
+			if err != nil {
+				return false, err
+			}
 			for i := range rows {
 				d.fences(&rows[i])
 			}
 		}
 	}
+	c := &d.res.Counts
+	c.Records += int64(len(d.rel))
+	c.SnapshotRecords += int64(len(d.rel))
 	d.res.ReleaseLeaves = append(d.res.ReleaseLeaves, want[:]...)
 	d.res.SnapshotLeaves = append(d.res.SnapshotLeaves, want[:]...)
-	return true
+	return true, nil
 }
 
 // fences counts the tombstone and benchmark hits of one release row.

@@ -428,3 +428,100 @@ func TestReduceWithLeafIndex(t *testing.T) {
 		t.Fatalf("short leaf slice: %v, want INTERNAL", err)
 	}
 }
+
+// rowCounter is a DigestSource that records the buckets whose rows were
+// made.
+type rowCounter struct {
+	DigestSource
+	bucket uint32
+	made   []uint32
+	holds  map[uint32]bool // every bucket NextDigests gave
+}
+
+func (c *rowCounter) NextDigests() (uint32, [][32]byte, bool, error) {
+	b, d, all, err := c.DigestSource.NextDigests()
+	if err == nil {
+		c.bucket = b
+		c.holds[b] = true
+	}
+	return b, d, all, err
+}
+
+func (c *rowCounter) Rows() ([]shuffle.Row, error) {
+	c.made = append(c.made, c.bucket)
+	return c.DigestSource.Rows()
+}
+
+// rowsOnly hides a source's NextDigests: a Source that can only Next.
+type rowsOnly struct{ Source }
+
+// With the leaf index, a reducer makes the rows of a shuffle file's
+// bucket only when the bucket differs from the snapshot or fences need
+// the rows, and gives the result of the full diff either way, also with
+// sources that cannot give digests first among them.
+func TestReduceMakesRowsOnlyWhenNeeded(t *testing.T) {
+	rows, snap, rel, want := scenario(t, 500)
+	var relRows, snapRows []shuffle.Row
+	for _, r := range rows {
+		if r.Side == shuffle.Release {
+			relRows = append(relRows, r)
+		} else {
+			snapRows = append(snapRows, r)
+		}
+	}
+	relLeaves, snapLeaves := leaves(t, rel), leaves(t, snap)
+	differs := map[uint32]bool{}
+	for b := range uint32(1 << testK) {
+		differs[b] = !bytes.Equal(relLeaves[32*b:32*b+32], snapLeaves[32*b:32*b+32])
+	}
+	tombs := NewSet(&manifest.FenceLog{Entries: []manifest.FenceEntry{{Seq: 1, SampleID: "s00010"}}})
+	for _, fenced := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fences=%v", fenced), func(t *testing.T) {
+			o := Options{K: testK, Lo: 0, Hi: 1 << testK, Snapshot: newBucketRows(snapRows), SnapshotLeaves: snapLeaves}
+			w := want
+			if fenced {
+				o.Tombstones = tombs
+				w.TombstoneHits = 1
+			}
+			srcs := sources(t, relRows, 4, 0, 1<<testK, 11)
+			var counters []*rowCounter
+			for i, s := range srcs {
+				if i == 3 {
+					srcs[i] = rowsOnly{s}
+					continue
+				}
+				c := &rowCounter{DigestSource: s.(DigestSource), holds: map[uint32]bool{}}
+				counters = append(counters, c)
+				srcs[i] = c
+			}
+			res, err := Reduce(t.Context(), o, srcs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Counts != w || !bytes.Equal(res.ReleaseLeaves, relLeaves) || !bytes.Equal(res.SnapshotLeaves, snapLeaves) {
+				t.Fatalf("counts %+v, want %+v; leaves equal %v/%v", res.Counts, w,
+					bytes.Equal(res.ReleaseLeaves, relLeaves), bytes.Equal(res.SnapshotLeaves, snapLeaves))
+			}
+			made, clean := 0, 0
+			for i, c := range counters {
+				for _, b := range c.made {
+					made++
+					if !differs[b] && !fenced {
+						t.Errorf("source %d made the rows of bucket %d, which matches the snapshot", i, b)
+					}
+				}
+				for b := range uint32(1 << testK) {
+					if (differs[b] || fenced) && !slices.Contains(c.made, b) && c.holds[b] {
+						t.Errorf("source %d never made the rows of bucket %d", i, b)
+					}
+					if !differs[b] {
+						clean++
+					}
+				}
+			}
+			if made == 0 || clean == 0 {
+				t.Fatalf("%d buckets' rows made, %d clean: the test needs both", made, clean)
+			}
+		})
+	}
+}

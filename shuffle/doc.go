@@ -20,7 +20,11 @@
 // A Reader streams such a file one bucket at a time, decoding record batches
 // lazily and reusing their buffers, so a reducer holds at most one bucket,
 // and one record batch and one zstd window (or read-ahead buffer) per input
-// file, in memory.
+// file, in memory. NextDigests gives a bucket's tuple digests alone and
+// keeps the batches holding its rows; Rows makes the rows only if asked. A
+// reducer with the snapshot's leaf index asks only for the buckets whose
+// release leaf differs from the snapshot's: for the others the digests,
+// each a sha256 of its tuple, authenticate everything it counts.
 // Shuffle files are read back only after their commit record names them, but
 // the reader still treats their bytes as untrusted: a corrupt or misordered
 // file is an error with code SHUFFLE_CORRUPT, never a panic.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
@@ -34,26 +35,39 @@ type Reader struct {
 	lo, hi uint32
 	zr     *zstd.Decoder
 	ipc    *ipc.Reader
+	// rec is the record batch cols views (the IPC reader's own, valid
+	// until its next batch); pos is the first of its rows not yet taken
+	// into a bucket.
+	rec    arrow.RecordBatch
 	cols   columns
 	pos, n int
-	// next is the first row of the following bucket, read while finding
-	// the end of the current one.
-	next    Row
-	hasNext bool
-	last    Row
-	hasLast bool
-	err     error
+	// bucket is the bucket NextDigests returned last; segs its rows, in
+	// the batches that hold them (retained until the reader moves on),
+	// and digests their tuple digests.
+	bucket    uint32
+	hasBucket bool
+	segs      []segment
+	digests   [][32]byte
+	// loaded says rows hold the current bucket's rows.
+	loaded bool
+	err    error
 	// rows and arena (the sampleId bytes of rows) are reused by every
-	// Next; nextID holds the sampleId of the read-ahead row.
-	rows   []Row
-	arena  []byte
-	nextID []byte
+	// bucket.
+	rows  []Row
+	arena []byte
 	// small is the reader's own buffer of at most keepRows rows, which
 	// rows returns to after a large bucket borrowed one from bigRows.
 	small []Row
 	// interned holds sourceId and split values: a handful of distinct
 	// values repeated on every row.
 	interned map[string]string
+}
+
+// segment is a run of the current bucket's rows in one record batch.
+type segment struct {
+	rec      arrow.RecordBatch
+	cols     columns
+	from, to int
 }
 
 // maxInterned bounds the intern table, so hostile data with unique values
@@ -211,6 +225,7 @@ func (r *Reader) Close() {
 	if r == nil {
 		return
 	}
+	r.dropSegments()
 	if r.ipc != nil {
 		r.ipc.Release()
 		r.ipc = nil
@@ -226,13 +241,115 @@ func (r *Reader) Close() {
 const keepRows = 256
 
 // Next returns the next non-empty bucket and all its rows, in shuffle
-// order. At the end of the file it returns io.EOF. rows and the sampleId
-// strings in them belong to r and are valid until the next call of Next:
-// a reducer diffs a bucket before it asks for the next one, and nothing
-// is allocated per row.
+// order: NextDigests, then Rows. At the end of the file it returns
+// io.EOF. rows and the sampleId strings in them belong to r and are valid
+// until the next call of Next or NextDigests: a reducer diffs a bucket
+// before it asks for the next one, and nothing is allocated per row.
 func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
+	bucket, _, _, err = r.NextDigests()
+	if err != nil {
+		return 0, nil, err
+	}
+	if rows, err = r.Rows(); err != nil {
+		return 0, nil, err
+	}
+	return bucket, rows, nil
+}
+
+// NextDigests moves to the next non-empty bucket and returns it, the
+// tuple digests of its rows in file order, and whether every one of them
+// is a release row, without making the rows themselves: a reducer whose
+// release rows hash to the snapshot's bucket leaf needs nothing else, and
+// asks Rows only for the buckets that differ. It checks what it reads:
+// buckets strictly increasing and inside the reader's range; the rows'
+// other columns are checked by Rows. digests belongs to r and is valid
+// until the next call of Next or NextDigests. At the end of the file it
+// returns io.EOF.
+func (r *Reader) NextDigests() (bucket uint32, digests [][32]byte, allRelease bool, err error) {
 	if r.err != nil {
-		return 0, nil, r.err
+		return 0, nil, false, r.err
+	}
+	defer r.recoverInto(&err)
+	r.dropSegments()
+	if cap(r.digests) > keepRows {
+		bigDigests.Put(r.digests[:0])
+		r.digests = nil
+	}
+	r.digests, r.loaded, allRelease = r.digests[:0], false, true
+	started := false
+	for {
+		if r.pos >= r.n {
+			if !r.ipc.Next() {
+				if err := r.ipc.Err(); err != nil {
+					return 0, nil, false, r.corrupt("read batch: %v", err)
+				}
+				if started {
+					break
+				}
+				r.err = io.EOF
+				return 0, nil, false, io.EOF
+			}
+			r.rec = r.ipc.RecordBatch()
+			if err := r.bind(r.rec); err != nil {
+				return 0, nil, false, err
+			}
+			continue
+		}
+		c := &r.cols
+		buckets := c.bucket.Uint32Values()
+		if !started {
+			b := buckets[r.pos]
+			if b < r.lo || b >= r.hi {
+				return 0, nil, false, r.corrupt("bucket %d outside the range [%d, %d)", b, r.lo, r.hi)
+			}
+			if r.hasBucket && b <= r.bucket {
+				return 0, nil, false, r.corrupt("rows out of order (bucket %d after bucket %d)", b, r.bucket)
+			}
+			r.bucket, r.hasBucket, started = b, true, true
+		}
+		from, to := r.pos, r.pos
+		for to < r.n && buckets[to] == r.bucket {
+			to++
+		}
+		if to == from {
+			break // this batch goes on with the next bucket
+		}
+		for _, s := range c.side.Uint8Values()[from:to] {
+			allRelease = allRelease && s == uint8(Release)
+		}
+		if len(r.digests) == cap(r.digests) && len(r.digests)+to-from > keepRows {
+			// A large bucket: take a large buffer another reader gave
+			// back rather than growing a new one.
+			if d, ok := bigDigests.Get(); ok && cap(d) > cap(r.digests) {
+				r.digests = append(d, r.digests...)
+			}
+		}
+		for i := from; i < to; i++ {
+			r.digests = append(r.digests, [32]byte(c.digest.Value(i)))
+		}
+		r.rec.Retain()
+		r.segs = append(r.segs, segment{rec: r.rec, cols: *c, from: from, to: to})
+		r.pos = to
+		if to < r.n {
+			break
+		}
+	}
+	return r.bucket, r.digests, allRelease, nil
+}
+
+// Rows returns the rows of the bucket NextDigests returned last, in
+// shuffle order, checking each: its side, that its sampleId hashes to the
+// bucket, and the order of the rows. They belong to r and are valid until
+// the next call of Next or NextDigests.
+func (r *Reader) Rows() (rows []Row, err error) {
+	if r.err != nil {
+		return nil, r.err
+	}
+	if r.loaded {
+		return r.rows, nil
+	}
+	if len(r.segs) == 0 {
+		return nil, errcode.New(errcode.Internal, "shuffle: Rows without a bucket from NextDigests")
 	}
 	defer r.recoverInto(&err)
 	// Reuse the last bucket's memory unless it was a large one: a file
@@ -246,106 +363,72 @@ func (r *Reader) Next() (bucket uint32, rows []Row, err error) {
 		// new one from nothing for every bucket.
 		r.rows, r.arena = r.small, nil
 	}
-	r.arena, r.rows = r.arena[:0], r.rows[:0]
-	if !r.hasNext {
-		ok, err := r.readRow(&r.next)
-		if err != nil || !ok {
-			if err == nil {
-				err = io.EOF
-			}
-			r.err = err
-			return 0, nil, err
-		}
-	} else {
-		// The row read ahead lives in nextID; move it to the new arena.
-		r.arena = append(r.arena, r.nextID...)
-		r.next.SampleID = unsafeString(r.arena)
-		r.last.SampleID = r.next.SampleID
+	n, ids := len(r.digests), 0
+	for _, s := range r.segs {
+		offs := s.cols.sample.ValueOffsets()
+		ids += int(offs[s.to] - offs[s.from])
 	}
-	r.hasNext = false
-	bucket = r.next.Bucket
-	r.rows = append(r.rows, r.next)
-	for {
-		var row Row
-		ok, err := r.readRow(&row)
-		if err != nil {
-			r.err = err
-			return 0, nil, err
-		}
-		if !ok {
-			return bucket, r.rows, nil
-		}
-		if row.Bucket != bucket {
-			// Keep the read-ahead row out of the arena the caller's rows
-			// alias, since the arena is reused by the next call.
-			r.nextID = append(r.nextID[:0], row.SampleID...)
-			row.SampleID = unsafeString(r.nextID)
-			r.last.SampleID = row.SampleID
-			r.next, r.hasNext = row, true
-			return bucket, r.rows, nil
-		}
-		if len(r.rows) == cap(r.rows) && len(r.rows) >= keepRows {
+	if n > cap(r.rows) {
+		if n > keepRows {
 			if cap(r.rows) <= keepRows {
 				r.small = r.rows[:0]
 			}
-			// A large bucket: take a large buffer another reader gave
-			// back rather than growing a new one.
-			if b, ok := bigRows.Get(); ok && cap(b) > cap(r.rows) {
-				r.rows = append(b, r.rows...)
+			if b, ok := bigRows.Get(); ok && cap(b) >= n {
+				r.rows = b
 			}
 		}
-		r.rows = append(r.rows, row)
+		r.rows = slices.Grow(r.rows[:0], n)
 	}
-}
-
-// bigRows holds row buffers of large buckets between readers: at any
-// time a reducer works on one bucket, so a few such buffers serve every
-// file it reads.
-var bigRows = freelist.New[[]Row](16)
-
-// readRow decodes one row into dst and checks it against the previous one.
-func (r *Reader) readRow(dst *Row) (bool, error) {
-	for r.pos >= r.n {
-		if !r.ipc.Next() {
-			if err := r.ipc.Err(); err != nil {
-				return false, r.corrupt("read batch: %v", err)
+	// The arena is sized first: rows alias it, so it must not move.
+	r.rows, r.arena = r.rows[:0], slices.Grow(r.arena[:0], ids)
+	for _, s := range r.segs {
+		c := &s.cols
+		for i := s.from; i < s.to; i++ {
+			start := len(r.arena)
+			r.arena = append(r.arena, c.sample.Value(i)...)
+			r.rows = append(r.rows, Row{
+				Bucket:        r.bucket,
+				Side:          Side(c.side.Value(i)),
+				SampleID:      unsafeString(r.arena[start:]),
+				SourceID:      r.intern(c.source.Value(i)),
+				SourceVersion: c.version.Value(i),
+				Split:         r.intern(c.split.Value(i)),
+			})
+			dst := &r.rows[len(r.rows)-1]
+			copy(dst.ContentDigest[:], c.content.Value(i))
+			copy(dst.SchemaDigest[:], c.schemas.Value(int(c.schema.Value(i))))
+			dst.TupleDigest = r.digests[len(r.rows)-1]
+			if dst.Side > Snapshot {
+				return nil, r.corrupt("row has side %d", dst.Side)
 			}
-			return false, nil
+			if b := tuplehash.Bucket(dst.SampleID, r.k); b != r.bucket {
+				return nil, r.corrupt("row says bucket %d, its sampleId hashes to bucket %d", r.bucket, b)
+			}
+			if len(r.rows) > 1 && Compare(&r.rows[len(r.rows)-2], dst) > 0 {
+				return nil, r.corrupt("rows out of order in bucket %d", r.bucket)
+			}
 		}
-		if err := r.bind(r.ipc.RecordBatch()); err != nil {
-			return false, err
-		}
 	}
-	c, i := &r.cols, r.pos
-	r.pos++
-	start := len(r.arena)
-	r.arena = append(r.arena, c.sample.Value(i)...)
-	*dst = Row{
-		Bucket:        c.bucket.Value(i),
-		Side:          Side(c.side.Value(i)),
-		SampleID:      unsafeString(r.arena[start:]),
-		SourceID:      r.intern(c.source.Value(i)),
-		SourceVersion: c.version.Value(i),
-		Split:         r.intern(c.split.Value(i)),
-	}
-	copy(dst.ContentDigest[:], c.content.Value(i))
-	copy(dst.SchemaDigest[:], c.schemas.Value(int(c.schema.Value(i))))
-	copy(dst.TupleDigest[:], c.digest.Value(i))
-	if dst.Side > Snapshot {
-		return false, r.corrupt("row has side %d", dst.Side)
-	}
-	if dst.Bucket < r.lo || dst.Bucket >= r.hi {
-		return false, r.corrupt("bucket %d outside the range [%d, %d)", dst.Bucket, r.lo, r.hi)
-	}
-	if b := tuplehash.Bucket(dst.SampleID, r.k); b != dst.Bucket {
-		return false, r.corrupt("row says bucket %d, its sampleId hashes to bucket %d", dst.Bucket, b)
-	}
-	if r.hasLast && Compare(&r.last, dst) > 0 {
-		return false, r.corrupt("rows out of order (bucket %d after bucket %d)", dst.Bucket, r.last.Bucket)
-	}
-	r.last, r.hasLast = *dst, true
-	return true, nil
+	r.loaded = true
+	return r.rows, nil
 }
+
+// dropSegments lets go of the batches holding the last bucket's rows.
+func (r *Reader) dropSegments() {
+	for i := range r.segs {
+		r.segs[i].rec.Release()
+		r.segs[i] = segment{}
+	}
+	r.segs = r.segs[:0]
+}
+
+// bigRows and bigDigests hold the buffers of large buckets between
+// readers: at any time a reducer works on one bucket, so a few such
+// buffers serve every file it reads.
+var (
+	bigRows    = freelist.New[[]Row](16)
+	bigDigests = freelist.New[[][32]byte](16)
+)
 
 // bind checks a freshly decoded batch and points the column views at it.
 func (r *Reader) bind(rec arrow.RecordBatch) error {

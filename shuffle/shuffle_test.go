@@ -530,3 +530,97 @@ func TestReaderKeepsLargeBuffersShared(t *testing.T) {
 		}
 	}
 }
+
+// TestNextDigests: NextDigests gives a bucket's tuple digests, in file
+// order, and whether all its rows are release rows, without making the
+// rows; Rows then makes exactly the rows Next gives. Rows without a
+// bucket is an INTERNAL error, and a row whose sampleId belongs to
+// another bucket passes NextDigests but not Rows.
+func TestNextDigests(t *testing.T) {
+	rows := makeRows(3*BatchRows + 17)
+	// Release rows only in the even buckets, both sides in the odd ones.
+	var mixed []Row
+	for _, r := range rows {
+		if r.Bucket%2 == 1 || r.Side == Release {
+			mixed = append(mixed, r)
+		}
+	}
+	file := encode(t, mixed)
+	want, err := NewReader(bytes.NewReader(file), "want", testK, 0, 1<<testK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer want.Close()
+	rd, err := NewReader(bytes.NewReader(file), "test", testK, 0, 1<<testK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	if _, err := rd.Rows(); errcode.Of(err) != errcode.Internal {
+		t.Fatalf("Rows before NextDigests: %v, want INTERNAL", err)
+	}
+	buckets := 0
+	for ; ; buckets++ {
+		wb, wrows, werr := want.Next()
+		b, digests, allRelease, err := rd.NextDigests()
+		if werr == io.EOF || err == io.EOF {
+			if werr != err {
+				t.Fatalf("end: Next %v, NextDigests %v", werr, err)
+			}
+			break
+		}
+		if err != nil || werr != nil {
+			t.Fatal(err, werr)
+		}
+		if b != wb || len(digests) != len(wrows) {
+			t.Fatalf("bucket %d with %d digests, want bucket %d with %d rows", b, len(digests), wb, len(wrows))
+		}
+		onlyRelease := true
+		for i := range wrows {
+			if digests[i] != wrows[i].TupleDigest {
+				t.Fatalf("bucket %d digest %d differs from its row's", b, i)
+			}
+			onlyRelease = onlyRelease && wrows[i].Side == Release
+		}
+		if allRelease != onlyRelease || allRelease != (b%2 == 0) {
+			t.Fatalf("bucket %d: allRelease %v, its rows say %v", b, allRelease, onlyRelease)
+		}
+		// Only every third bucket's rows are made; the others are skipped.
+		if buckets%3 == 0 {
+			got, err := rd.Rows()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(got, wrows, func(a, b Row) bool { return Compare(&a, &b) == 0 && a == b }) {
+				t.Fatalf("bucket %d: Rows differ from Next's", b)
+			}
+		}
+	}
+	if buckets < 8 {
+		t.Fatalf("only %d buckets", buckets)
+	}
+
+	// A row moved into another bucket, its sampleId unchanged.
+	bad := slices.Clone(mixed)
+	moved := (mixed[5].Bucket + 1) % (1 << testK)
+	bad[5].Bucket = moved
+	Sort(bad)
+	rd2, err := NewReader(bytes.NewReader(encode(t, bad)), "bad", testK, 0, 1<<testK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd2.Close()
+	for {
+		b, _, _, err := rd2.NextDigests()
+		if err != nil {
+			t.Fatalf("NextDigests: %v; a wrong bucket is for Rows to find", err)
+		}
+		if b != moved {
+			continue
+		}
+		if _, err := rd2.Rows(); errcode.Of(err) != errcode.ShuffleCorrupt || !strings.Contains(err.Error(), "hashes to bucket") {
+			t.Fatalf("Rows of bucket %d: %v, want SHUFFLE_CORRUPT naming the bucket its sampleId hashes to", b, err)
+		}
+		break
+	}
+}
