@@ -3,16 +3,20 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/reducer"
 	"github.com/shardproof/shardproof/shuffle"
 )
 
@@ -163,4 +167,90 @@ func openPlan(t *testing.T, s objstore.Store, o PlanOptions) *Job {
 		t.Fatal(err)
 	}
 	return j
+}
+
+// The plan fixes the shuffle files' rows per record batch: as many as fit
+// ReduceBatchBytes for its map tasks, at most 1,024, and a plan's number
+// is what every map task writes (a plan from before the field, zero, means
+// shuffle.BatchRows). The reduce result does not depend on it.
+func TestShuffleBatchRowsFromPlan(t *testing.T) {
+	for _, c := range []struct{ m, want int }{{1, 1024}, {31, 1024}, {61, 1024}, {122, 512}, {244, 256}, {5000, 256}} {
+		if got := ShuffleBatchRowsFor(c.m); got != c.want {
+			t.Errorf("ShuffleBatchRowsFor(%d) = %d, want %d", c.m, got, c.want)
+		}
+	}
+	s, res := synth(t)
+	ctx := t.Context()
+	o := PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", Nonce: "batch", ShuffleCompression: shuffle.None}
+	var results []*reducer.Result
+	for _, rows := range []int{0, 16, 300} {
+		plan, _, err := NewPlan(ctx, s, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.ShuffleBatchRows != ShuffleBatchRowsFor(2) {
+			t.Fatalf("plan of 2 map tasks has %d rows per batch, want %d", plan.ShuffleBatchRows, ShuffleBatchRowsFor(2))
+		}
+		plan.ShuffleBatchRows = rows
+		plan.Nonce = fmt.Sprint("batch-", rows)
+		j, err := Open(ctx, s, putDoc(t, s, plan))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outs []Output
+		for i := range 2 {
+			c, err := j.Map(ctx, i, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outs = append(outs, c.Outputs...)
+		}
+		want := rows
+		if want == 0 {
+			want = shuffle.BatchRows
+		}
+		full := 0
+		for _, out := range outs {
+			rc, err := s.Get(ctx, out.Key, out.Version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ir, err := ipc.NewReader(rc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var sizes []int64
+			for ir.Next() {
+				sizes = append(sizes, ir.RecordBatch().NumRows())
+			}
+			ir.Release()
+			rc.Close()
+			for k, n := range sizes {
+				if n > int64(want) || k < len(sizes)-1 && n != int64(want) {
+					t.Fatalf("plan of %d rows per batch: %s has batches of %v rows", rows, out.Key, sizes)
+				}
+				if n == int64(want) {
+					full++
+				}
+			}
+		}
+		if full == 0 {
+			t.Fatalf("plan of %d rows per batch: no full batch among the files; the test needs more tuples", rows)
+		}
+		var r reducer.Result
+		for i := range 2 {
+			c, err := j.Reduce(ctx, i)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Merge(c.Result)
+			r.ReleaseLeaves = append(r.ReleaseLeaves, c.Result.ReleaseLeaves...)
+		}
+		results = append(results, &r)
+	}
+	for _, r := range results[1:] {
+		if r.Counts != results[0].Counts || !bytes.Equal(r.ReleaseLeaves, results[0].ReleaseLeaves) {
+			t.Fatal("reduce results differ with the rows per batch")
+		}
+	}
 }

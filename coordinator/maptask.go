@@ -91,6 +91,7 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	set := getParts()
 	defer putParts(set)
 	set.enc.Compression = j.Plan.ShuffleCompression
+	set.enc.BatchRows = j.Plan.ShuffleBatchRows
 	buf := set.buf
 	nb := uint64(1) << j.Plan.K
 	var emitErr error

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/shuffle"
 )
 
 // A plan is untrusted input to every task process: one that leaves an
@@ -23,14 +24,16 @@ func TestOpenRejectsInconsistentPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, edit := range map[string]func(p *Plan){
-		"input missing":      func(p *Plan) { p.MapTasks[0] = p.MapTasks[0][1:] },
-		"input twice":        func(p *Plan) { p.MapTasks[1] = append(p.MapTasks[1], p.MapTasks[0][0]) },
-		"index out of range": func(p *Plan) { p.MapTasks[0][0].Index = 1 << 20 },
-		"bad side":           func(p *Plan) { p.MapTasks[0][0].Side = 2 },
-		"bucket gap":         func(p *Plan) { p.Reducers[1].Lo++ },
-		"short range":        func(p *Plan) { p.Reducers[3].Hi-- },
-		"k differs":          func(p *Plan) { p.K = 11 },
-		"schema":             func(p *Plan) { p.Schema = "training.verify.plan.v0" },
+		"input missing":       func(p *Plan) { p.MapTasks[0] = p.MapTasks[0][1:] },
+		"input twice":         func(p *Plan) { p.MapTasks[1] = append(p.MapTasks[1], p.MapTasks[0][0]) },
+		"index out of range":  func(p *Plan) { p.MapTasks[0][0].Index = 1 << 20 },
+		"bad side":            func(p *Plan) { p.MapTasks[0][0].Side = 2 },
+		"bucket gap":          func(p *Plan) { p.Reducers[1].Lo++ },
+		"short range":         func(p *Plan) { p.Reducers[3].Hi-- },
+		"k differs":           func(p *Plan) { p.K = 11 },
+		"schema":              func(p *Plan) { p.Schema = "training.verify.plan.v0" },
+		"batch rows < 0":      func(p *Plan) { p.ShuffleBatchRows = -1 },
+		"batch rows too many": func(p *Plan) { p.ShuffleBatchRows = shuffle.MaxBatchRows + 1 },
 		"member mapped and reduced": func(p *Plan) {
 			p.MapTasks[0] = append(p.MapTasks[0], Input{Side: 1, Index: p.Reducers[0].Members[0]})
 		},

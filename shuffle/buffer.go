@@ -53,6 +53,10 @@ type Buffer struct {
 type Encoder struct {
 	// Compression of the files written (zero value: Zstd).
 	Compression Compression
+	// BatchRows is the number of rows per record batch, at most
+	// MaxBatchRows (zero value: BatchRows). Larger batches cost less to
+	// write and read, and a reader holds one per file.
+	BatchRows int
 
 	order  []sortKey
 	counts []int
@@ -417,8 +421,15 @@ func (e *Encoder) writeIPC(w io.Writer, b *Buffer, order []sortKey) error {
 	e.dict.build(b, order)
 	defer e.dict.values.Release()
 	iw := ipc.NewWriter(w, ipc.WithSchema(Schema), ipc.WithAllocator(memory.DefaultAllocator))
-	for start := 0; start < len(order); start += BatchRows {
-		rec, err := b.gather(&e.batch, &e.dict, order[start:min(start+BatchRows, len(order))])
+	n := e.BatchRows
+	if n <= 0 {
+		n = BatchRows
+	}
+	if n > MaxBatchRows {
+		return errcode.New(errcode.Internal, "shuffle: %d rows per batch, at most %d", n, MaxBatchRows)
+	}
+	for start := 0; start < len(order); start += n {
+		rec, err := b.gather(&e.batch, &e.dict, order[start:min(start+n, len(order))])
 		if err != nil {
 			iw.Close()
 			return err

@@ -2,7 +2,7 @@
 //
 // A map task writes, for each reduce range, one file of tuple rows sorted by
 // (bucket, sampleId, side, tupleDigest): an Arrow IPC stream (record batches
-// of BatchRows rows), either compressed as a whole into one zstd frame with
+// of Encoder.BatchRows rows, which a job's plan fixes), either compressed as a whole into one zstd frame with
 // a checksum, a 64 KiB window and no single-segment flag (Zstd), or stored
 // as is (None); the plan says which. A map task collects its rows in
 // Buffers (flat columns, no per-row allocation) and an Encoder sorts them

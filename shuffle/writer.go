@@ -8,11 +8,14 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 )
 
-// BatchRows is the number of rows per record batch. Batch boundaries are
-// part of the bytes, so it is a format constant, not a tuning knob: changing
-// it changes every shuffle file and breaks byte-identical reruns across
-// versions.
+// BatchRows is the number of rows per record batch of an Encoder that is
+// not told (and of a plan without shuffleBatchRows). Batch boundaries are
+// part of the bytes, so a job's plan fixes the number for all its tasks:
+// the same rows always give the same file.
 const BatchRows = 256
+
+// MaxBatchRows is the most rows per record batch an Encoder writes.
+const MaxBatchRows = 1 << 14
 
 // newEncoder returns the shuffle files' zstd writer: single-threaded, so
 // the bytes do not depend on GOMAXPROCS, with a checksum and the window
