@@ -245,3 +245,27 @@ func TestReducerRangesRespectMembers(t *testing.T) {
 		}
 	}
 }
+
+// The default map task count takes about MapTaskTuples tuples per task,
+// at least two per worker, a whole number of waves, and no more than the
+// inputs.
+func TestDefaultMapTasks(t *testing.T) {
+	for _, c := range []struct {
+		n       int
+		records int64
+		p, want int
+	}{
+		{122, 4_000_100, 2, 32}, // 31 by size: a last wave of one
+		{30, 1_000_000, 2, 8},
+		{488, 16_000_000, 2, 124},
+		{488, 16_000_000, 8, 128},
+		{10, 100, 4, 8},
+		{3, 100, 4, 3},
+		{1, 5, 1, 1},
+		{122, 4_000_100, 0, 31},
+	} {
+		if got := DefaultMapTasks(c.n, c.records, c.p); got != c.want {
+			t.Errorf("DefaultMapTasks(%d, %d, %d) = %d, want %d", c.n, c.records, c.p, got, c.want)
+		}
+	}
+}
