@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -183,9 +184,7 @@ func memberSetSorted(digests [][32]byte) [32]byte {
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(len(digests)))
 	h.Write(n[:])
-	for i := range digests {
-		h.Write(digests[i][:])
-	}
+	h.Write(flatten(digests))
 	var out [32]byte
 	h.Sum(out[:0])
 	return out
@@ -267,6 +266,15 @@ func sortInto(dst, src [][32]byte) {
 	}
 }
 
+// flatten views digests as one byte slice, so a hash takes them in one
+// Write rather than one call per 32 bytes.
+func flatten(digests [][32]byte) []byte {
+	if len(digests) == 0 {
+		return nil
+	}
+	return unsafe.Slice(&digests[0][0], 32*len(digests))
+}
+
 // BucketLeaf returns sha256("sp.bucket.v1\x00" ‖ u32be bucket ‖ u64be count ‖
 // sorted tuple digests). It sorts digests in place. An empty bucket has a
 // leaf too (count 0), so every bucket contributes exactly one leaf.
@@ -285,9 +293,7 @@ func BucketLeafInto(bucket uint32, digests [][32]byte, scratch *[][32]byte) [32]
 	binary.BigEndian.PutUint32(hdr[0:4], bucket)
 	binary.BigEndian.PutUint64(hdr[4:12], uint64(len(digests)))
 	h.Write(hdr[:])
-	for i := range digests {
-		h.Write(digests[i][:])
-	}
+	h.Write(flatten(digests))
 	var out [32]byte
 	h.Sum(out[:0])
 	return out
