@@ -110,13 +110,7 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 	j.ephemeralShuffle = true
 	// Before any map work: a plan whose reducers cannot open their inputs
 	// would otherwise fail after the whole map phase.
-	//
-	// Up to two reduce tasks per worker run at once (all of them with
-	// the default 2 × parallelism reducers): in waves of one per worker,
-	// the second wave started when the first's slowest task ended, and
-	// an execution trace at 4M records showed a core idle for about a
-	// tenth of a second at the boundary.
-	reducers, err := j.reducersAtOnce(min(len(j.Plan.Reducers), 2*parallelism))
+	reducers, err := j.reducersAtOnce(parallelism)
 	if err != nil {
 		return nil, &UnfinishedError{Plan: pd, Err: err}
 	}
