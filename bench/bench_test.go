@@ -326,3 +326,29 @@ func parseTestdataReport(t *testing.T, name string) childResult {
 	}
 	return c
 }
+
+// Each round measures the compared tools first, next to each other, and
+// every tool of a group goes first in some round.
+func TestRoundOrder(t *testing.T) {
+	firsts := map[string]bool{}
+	for r := 1; r <= 3; r++ {
+		o := roundOrder(allTools, r)
+		if len(o) != len(allTools) {
+			t.Fatalf("round %d: %v", r, o)
+		}
+		for k, tool := range o[:len(compared)] {
+			if !contains(compared, tool) {
+				t.Fatalf("round %d: %s at %d, before a compared tool", r, tool, k)
+			}
+		}
+		firsts[o[0]] = true
+	}
+	for _, tool := range compared {
+		if !firsts[tool] {
+			t.Errorf("%s never goes first in 3 rounds", tool)
+		}
+	}
+	if o := roundOrder([]string{toolLadder, toolVerify}, 2); o[0] != toolVerify || o[1] != toolLadder {
+		t.Errorf("-tools ladder,verify, round 2: %v", o)
+	}
+}

@@ -30,8 +30,36 @@ synthesized release; scale measures verify at several sizes. Results go to
 -results as JSON, Markdown and SVG. Run "spbench run -h" for every flag.
 `
 
-// allTools is the measured order of round 1; later rounds rotate it.
-var allTools = []string{toolVerify, toolPhases, toolLadder, toolCeiling, toolDuckDiff, toolDuckScan, toolStartup}
+// allTools is the measured order of round 1; roundOrder rotates it.
+var allTools = []string{toolVerify, toolCeiling, toolDuckDiff, toolDuckScan, toolStartup, toolPhases, toolLadder}
+
+// compared are the tools the targets compare. Each round runs them first
+// and next to each other, so one round's ratios are measured within half
+// a minute rather than across the ladder's: this shared machine's speed
+// drifts by a fifth within minutes.
+var compared = []string{toolVerify, toolCeiling, toolDuckDiff}
+
+// roundOrder is the order of round r (from 1) over tools: the compared
+// ones among them, then the others, each group rotated by r-1 so every
+// tool takes its turn first.
+func roundOrder(tools []string, r int) []string {
+	var first, rest []string
+	for _, t := range tools {
+		if contains(compared, t) {
+			first = append(first, t)
+		} else {
+			rest = append(rest, t)
+		}
+	}
+	rot := func(g []string) []string {
+		out := make([]string, len(g))
+		for k := range g {
+			out[k] = g[(k+r-1)%len(g)]
+		}
+		return out
+	}
+	return append(rot(first), rot(rest)...)
+}
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
@@ -244,8 +272,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	r := &runner{self: self, shardproof: c.shardproof, metaPath: mp, d: d}
 	res.Host.LoadStart = loadAvg()
 	for round := 1; round <= c.rounds; round++ {
-		for k := range order {
-			tool := order[(k+round-1)%len(order)]
+		for _, tool := range roundOrder(order, round) {
 			s, err := r.run(ctx, tool, round)
 			if err != nil {
 				return fmt.Errorf("round %d: %w", round, err)
