@@ -268,6 +268,18 @@ func FuzzReader(f *testing.F) {
 			if err != io.EOF && errcode.Of(err) != errcode.ShuffleCorrupt {
 				t.Fatalf("%s: error without SHUFFLE_CORRUPT: %v", c, err)
 			}
+			// As a reducer with the leaf index reads: digests of every
+			// bucket, rows of every other one.
+			rd, err = NewReaderCompression(bytes.NewReader(b), c, int64(len(b)), "fuzz", testK, 0, 1<<testK)
+			for k := 0; err == nil; k++ {
+				if _, _, _, err = rd.NextDigests(); err == nil && k%2 == 1 {
+					_, err = rd.Rows()
+				}
+			}
+			rd.Close()
+			if err != io.EOF && errcode.Of(err) != errcode.ShuffleCorrupt {
+				t.Fatalf("%s, digests first: error without SHUFFLE_CORRUPT: %v", c, err)
+			}
 		}
 	})
 }
