@@ -318,6 +318,18 @@ func TestMergeRuns(t *testing.T) {
 
 // bucketRows is a BucketSource over rows (one side, any order) that
 // records which buckets it was asked for.
+// bySide splits rows into the release's and the snapshot's.
+func bySide(rows []shuffle.Row) (rel, snap []shuffle.Row) {
+	for _, r := range rows {
+		if r.Side == shuffle.Release {
+			rel = append(rel, r)
+		} else {
+			snap = append(snap, r)
+		}
+	}
+	return rel, snap
+}
+
 type bucketRows struct {
 	by    map[uint32][]shuffle.Row
 	asked []uint32
@@ -348,14 +360,7 @@ func TestReduceWithLeafIndex(t *testing.T) {
 	rows, snap, rel, want := scenario(t, 500)
 	tombs := NewSet(&manifest.FenceLog{Entries: []manifest.FenceEntry{{Seq: 1, SampleID: "s00010"}, {Seq: 2, SampleID: "s00040"}}})
 	want.TombstoneHits = 2
-	var relRows, snapRows []shuffle.Row
-	for _, r := range rows {
-		if r.Side == shuffle.Release {
-			relRows = append(relRows, r)
-		} else {
-			snapRows = append(snapRows, r)
-		}
-	}
+	relRows, snapRows := bySide(rows)
 	relLeaves, snapLeaves := leaves(t, rel), leaves(t, snap)
 	var differ []uint32
 	for b := range uint32(1 << testK) {
@@ -461,14 +466,7 @@ type rowsOnly struct{ Source }
 // sources that cannot give digests first among them.
 func TestReduceMakesRowsOnlyWhenNeeded(t *testing.T) {
 	rows, snap, rel, want := scenario(t, 500)
-	var relRows, snapRows []shuffle.Row
-	for _, r := range rows {
-		if r.Side == shuffle.Release {
-			relRows = append(relRows, r)
-		} else {
-			snapRows = append(snapRows, r)
-		}
-	}
+	relRows, snapRows := bySide(rows)
 	relLeaves, snapLeaves := leaves(t, rel), leaves(t, snap)
 	differs := map[uint32]bool{}
 	for b := range uint32(1 << testK) {

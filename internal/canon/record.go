@@ -91,20 +91,6 @@ type Encoder struct {
 	buf     []byte
 }
 
-// typedCol is a bound column with its value interface resolved once per
-// batch, not per value: a type assertion to an interface for every
-// value of every column was about a third of Encode's time.
-type typedCol struct {
-	c   Column
-	s   StringColumn
-	b   BytesColumn
-	i64 Int64Column
-	i32 Int32Column
-	f64 Float64Column
-	bo  BoolColumn
-	cc  ContentColumn
-}
-
 // Row is the result of encoding one row. Record is valid until the next
 // call to Encode.
 type Row struct {
@@ -148,31 +134,14 @@ func (e *Encoder) BindColumns(cols []Column) error {
 	if len(cols) != len(e.plans) {
 		return errcode.New(errcode.SchemaMismatch, "batch has %d columns, schema %d", len(cols), len(e.plans))
 	}
+	e.cols = slices.Grow(e.cols[:0], len(cols))[:len(cols)]
 	for i, p := range e.plans {
-		if !checkColumn(cols[i], p.tag, p.content) {
+		tc, ok := resolve(cols[i], p.tag, p.content)
+		if !ok {
+			e.cols = e.cols[:0] // nothing bound
 			return errColumn(i, cols[i], p.tag)
 		}
-	}
-	e.cols = slices.Grow(e.cols[:0], len(cols))[:len(cols)]
-	for i, c := range cols {
-		t := typedCol{c: c}
-		// checkColumn allowed exactly these.
-		t.cc, _ = c.(ContentColumn)
-		switch e.plans[i].tag {
-		case TagUTF8:
-			t.s, _ = c.(StringColumn)
-		case TagBinary:
-			t.b, _ = c.(BytesColumn)
-		case TagInt64:
-			t.i64, _ = c.(Int64Column)
-		case TagInt32:
-			t.i32, _ = c.(Int32Column)
-		case TagFloat64:
-			t.f64, _ = c.(Float64Column)
-		case TagBool:
-			t.bo, _ = c.(BoolColumn)
-		}
-		e.cols[i] = t
+		e.cols[i] = tc
 	}
 	return nil
 }
