@@ -5,6 +5,13 @@
 // Memory is bounded by the largest bucket (times the number of inputs that
 // hold part of it), never by the release.
 //
+// With the snapshot's leaf index (Options.Snapshot and SnapshotLeaves), a
+// bucket whose release tuple digests hash to the indexed leaf holds
+// exactly the snapshot's tuples and is counted from its digests alone:
+// sources that are DigestSources (shuffle.Reader) give the digests first,
+// and their rows are made, merged and diffed only for the buckets that
+// differ, or when fences need them.
+//
 // # How differences are counted
 //
 // Within a bucket, tuples are grouped by sampleId. With s snapshot tuples
