@@ -113,9 +113,11 @@ func testCleanShardsReproduceDescriptors(t *testing.T, dec mapper.Decoder) {
 	}
 }
 
-// TestMappedAndReadAgree: the file store's files are mapped, not read;
-// mapping and reading give the same result and tuples for every file, a
-// corrupted one included.
+// TestMappedAndReadAgree: every way the mapper gets a file store's bytes
+// gives the same result and tuples for every file, a corrupted one
+// included: read when decoded (MapShard, hashed after the read), read
+// through the store's reader (NoMap, hashed while read), and mapped (a
+// member opened for bucket reads, then mapped whole).
 func TestMappedAndReadAgree(t *testing.T) {
 	f := newFixture(t, 2000, 2, mapper.DecoderColumnReader)
 	bad := bytes.Clone(stagetest.ShardBytes(t, f.s, f.res.Release.Shards[0]))
@@ -126,14 +128,28 @@ func TestMappedAndReadAgree(t *testing.T) {
 		if i >= len(res.Release.Shards) {
 			side = mapper.SideSnapshot
 		}
-		mres, mt := f.mapOne(t, side, i, d)
-		f.o.NoMap = true
 		rres, rt := f.mapOne(t, side, i, d)
+		f.o.NoMap = true
+		nres, nt := f.mapOne(t, side, i, d)
 		f.o.NoMap = false
-		if !reflect.DeepEqual(mres, rres) || !slices.Equal(mt, rt) {
-			t.Fatalf("%s: mapped gives %+v (%d tuples), read gives %+v (%d tuples)", d.ID, mres, len(mt), rres, len(rt))
+		if !reflect.DeepEqual(rres, nres) || !slices.Equal(rt, nt) {
+			t.Fatalf("%s: read when decoded gives %+v (%d tuples), read by the store's reader %+v (%d tuples)", d.ID, rres, len(rt), nres, len(nt))
 		}
-		if i == 0 && len(mres.Failures) == 0 {
+		in := mapper.Input{Side: side, Index: i, Desc: d}
+		mem := mapper.OpenMember(f.o, mapper.Prefetch(t.Context(), f.o, in, false))
+		var mt []mapper.Tuple
+		mres, err := mem.Map(t.Context(), func(tp *mapper.Tuple) error {
+			mt = append(mt, *tp)
+			return nil
+		})
+		mem.Close()
+		if err != nil {
+			t.Fatalf("%s: mapped: %v", d.ID, err)
+		}
+		if !reflect.DeepEqual(rres, mres) || !slices.Equal(rt, mt) {
+			t.Fatalf("%s: read gives %+v (%d tuples), mapped %+v (%d tuples)", d.ID, rres, len(rt), mres, len(mt))
+		}
+		if i == 0 && len(rres.Failures) == 0 {
 			t.Fatalf("%s: a flipped bit went unnoticed", d.ID)
 		}
 	}

@@ -86,7 +86,7 @@ func OpenMember(o Options, p *Fetch) *Member {
 		})
 	}
 	if m.err == nil {
-		m.err = m.f.finish(o, fail)
+		m.err = m.f.finish(o, true, fail)
 	} else if m.f.file != nil {
 		m.f.file.Close()
 		m.f.file = nil

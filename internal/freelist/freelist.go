@@ -34,11 +34,15 @@ func (l *List[T]) Get() (T, bool) {
 	}
 }
 
-// Put keeps v if the list has room and drops it otherwise.
-func (l *List[T]) Put(v T) {
+// Put keeps v if the list has room and drops it otherwise; it reports
+// whether v was kept, so that a caller whose values must be freed
+// explicitly can free a dropped one.
+func (l *List[T]) Put(v T) bool {
 	select {
 	case l.c <- v:
+		return true
 	default:
+		return false
 	}
 }
 

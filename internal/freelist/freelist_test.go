@@ -10,9 +10,12 @@ func TestBounded(t *testing.T) {
 	if _, ok := l.Get(); ok {
 		t.Fatal("Get on an empty list returned a value")
 	}
-	l.Put(1)
-	l.Put(2)
-	l.Put(3) // dropped: the list keeps at most 2
+	if !l.Put(1) || !l.Put(2) {
+		t.Fatal("Put on a list with room reported a drop")
+	}
+	if l.Put(3) { // dropped: the list keeps at most 2
+		t.Fatal("Put on a full list reported 3 kept")
+	}
 	got := map[int]bool{}
 	for {
 		v, ok := l.Get()

@@ -1,6 +1,8 @@
 // Package mmapfile maps a read-only file into memory, so that a caller
-// that needs a whole file as one []byte (the mapper hashes and decodes a
-// shard from memory) gets it without copying it out of the page cache.
+// that reads parts of a file (a reducer reading a snapshot member's
+// buckets) touches only the pages it reads, and allocates anonymous
+// buffers outside the Go heap (Alloc), for the mapper's copies of the
+// files it reads whole.
 //
 // A mapped file that another process truncates turns reads past its new
 // end into SIGBUS. Callers that read a mapping must do so with
@@ -61,3 +63,25 @@ func (m *Mapping) Close() error {
 }
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafePointer(b)) }
+
+// Alloc returns a zeroed []byte of length and capacity n in anonymous
+// memory outside the Go heap (from make where the platform has no mmap).
+// A buffer the size of a file is better kept there: in the heap it raises
+// the garbage collector's target by as much, and so the peak RSS by about
+// twice its size. It must be given back with Free, once, and not used
+// after that.
+func Alloc(n int) ([]byte, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	return alloc(n)
+}
+
+// Free unmaps a buffer Alloc returned (any slice of it, its capacity
+// reaching the end). Free(nil) does nothing.
+func Free(b []byte) error {
+	if cap(b) == 0 {
+		return nil
+	}
+	return free(b[:cap(b)])
+}

@@ -81,3 +81,34 @@ func TestShrunkFileFaults(t *testing.T) {
 		t.Fatal("Fault accepts a panic that is not a memory fault")
 	}
 }
+
+// TestAlloc: Alloc gives n zeroed, writable bytes that Free gives back;
+// Alloc(0) and Free(nil) are no-ops.
+func TestAlloc(t *testing.T) {
+	if b, err := Alloc(0); b != nil || err != nil {
+		t.Fatalf("Alloc(0) = %d bytes, %v", len(b), err)
+	}
+	if err := Free(nil); err != nil {
+		t.Fatal(err)
+	}
+	n := 3*os.Getpagesize() + 5
+	b, err := Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != n || cap(b) != n {
+		t.Fatalf("Alloc(%d): len %d cap %d", n, len(b), cap(b))
+	}
+	for i, c := range b {
+		if c != 0 {
+			t.Fatalf("byte %d of a fresh buffer is %d", i, c)
+		}
+		b[i] = byte(i)
+	}
+	if b[n-1] != byte(n-1) {
+		t.Fatal("last byte not written")
+	}
+	if err := Free(b[:1]); err != nil { // any slice of it frees it whole
+		t.Fatal(err)
+	}
+}

@@ -26,3 +26,13 @@ func mapFile(f *os.File, size int64) (*Mapping, error) {
 }
 
 func unmap(d []byte) error { return syscall.Munmap(d) }
+
+func alloc(n int) ([]byte, error) {
+	d, err := syscall.Mmap(-1, 0, n, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return nil, fmt.Errorf("mmapfile: allocate %d bytes: %w", n, err)
+	}
+	return d, nil
+}
+
+func free(d []byte) error { return syscall.Munmap(d) }
