@@ -16,6 +16,7 @@ import (
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/freelist"
+	"github.com/shardproof/shardproof/internal/sha256x2"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -47,6 +48,8 @@ type Member struct {
 	ids    []byte
 	ends   []int
 	intern map[string]string
+	// encs are two tuple encodings, for digest2.
+	encs [2][]byte
 }
 
 // memberBuf is a Member's decoded-tuple buffers, kept between members:
@@ -120,20 +123,54 @@ func (m *Member) ReadBucket(ctx context.Context, b uint32, emit func(*Tuple) err
 			return false, err
 		}
 	}
+	// decode digests no tuple: only those of the buckets asked for, two
+	// at a time.
+	var pend *Tuple
 	for i := range m.tuples {
-		if t := &m.tuples[i]; t.Bucket == b {
-			// decode digests no tuple: only those of the buckets asked for.
-			d, err := t.Tuple.Digest()
-			if err != nil {
-				return false, nil
-			}
-			t.Digest = d
-			if err := emit(t); err != nil {
-				return false, err
-			}
+		t := &m.tuples[i]
+		if t.Bucket != b {
+			continue
+		}
+		if pend == nil {
+			pend = t
+			continue
+		}
+		if !m.digest2(pend, t) {
+			return false, nil
+		}
+		if err := emit(pend); err != nil {
+			return false, err
+		}
+		if err := emit(t); err != nil {
+			return false, err
+		}
+		pend = nil
+	}
+	if pend != nil {
+		d, err := pend.Tuple.Digest()
+		if err != nil {
+			return false, nil
+		}
+		pend.Digest = d
+		if err := emit(pend); err != nil {
+			return false, err
 		}
 	}
 	return true, nil
+}
+
+// digest2 sets the tuple digests of a and b, or reports that one cannot
+// be encoded.
+func (m *Member) digest2(a, b *Tuple) bool {
+	var err error
+	if m.encs[0], err = a.Tuple.AppendEncoding(m.encs[0][:0]); err != nil {
+		return false
+	}
+	if m.encs[1], err = b.Tuple.AppendEncoding(m.encs[1][:0]); err != nil {
+		return false
+	}
+	a.Digest, b.Digest = sha256x2.Sum2(m.encs[0], m.encs[1])
+	return true
 }
 
 // covering returns the listed rows whose bucket range holds b.

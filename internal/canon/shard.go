@@ -1,6 +1,7 @@
 package canon
 
 import (
+	"crypto/sha256"
 	"runtime"
 	"slices"
 
@@ -8,6 +9,7 @@ import (
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/freelist"
+	"github.com/shardproof/shardproof/internal/sha256x2"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -31,6 +33,10 @@ type ShardHasher struct {
 	LogicalBytes int64
 	digests      [][32]byte
 	tuple        tuplehash.Tuple
+	// pair and encs are two records' tuples and tuple encodings: tuple
+	// digests are computed two at a time (sha256x2.Sum2).
+	pair [2]tuplehash.Tuple
+	encs [2][]byte
 
 	// TuplesOnly, set for a member file's partial read (a reducer reading
 	// the buckets it needs), makes AddColumns give only the tuples: no
@@ -107,40 +113,56 @@ func (h *ShardHasher) AddColumns(cols []Column, n int, each func(t *tuplehash.Tu
 	if h.memberDigest >= 0 {
 		md = cols[h.memberDigest].(BytesColumn)
 	}
-	t := &h.tuple
 	if h.TuplesOnly && md != nil {
 		return h.tuplesOnly(sid, src, split, ver, md, n, each)
 	}
-	for i := 0; i < n; i++ {
-		if sid.IsNull(i) || src.IsNull(i) || split.IsNull(i) || ver.IsNull(i) {
-			return errcode.New(errcode.DecodeError, "record %d: null tuple column", h.Records)
-		}
-		row := h.enc.Encode(i)
-		h.lh.Add(row.Record)
-		h.LogicalBytes += row.LogicalBytes
-		if tok != nil && !tok.IsNull(i) {
-			h.Tokens += tok.Value(i)
-		}
-		t.SampleID, t.SourceID, t.Split = sid.Value(i), src.Value(i), split.Value(i)
-		t.SourceVersion = ver.Value(i)
-		t.SchemaDigest = h.tupleSchema
-		if md != nil {
-			if md.IsNull(i) || len(md.Value(i)) != 32 {
-				return errcode.New(errcode.DecodeError, "record %d: %s is not 32 bytes", h.Records, MemberContentColumn)
+	// Records are taken two at a time: both are encoded and added to the
+	// logical digest in order, their tuple digests computed together,
+	// then both are counted and handed to each in order.
+	for i := 0; i < n; i += 2 {
+		m := min(2, n-i)
+		for k := range m {
+			rec := h.Records + int64(k)
+			if sid.IsNull(i+k) || src.IsNull(i+k) || split.IsNull(i+k) || ver.IsNull(i+k) {
+				return errcode.New(errcode.DecodeError, "record %d: null tuple column", rec)
 			}
-			copy(t.LogicalContentDigest[:], md.Value(i))
+			row := h.enc.Encode(i + k)
+			h.lh.Add(row.Record)
+			h.LogicalBytes += row.LogicalBytes
+			if tok != nil && !tok.IsNull(i+k) {
+				h.Tokens += tok.Value(i + k)
+			}
+			t := &h.pair[k]
+			t.SampleID, t.SourceID, t.Split = sid.Value(i+k), src.Value(i+k), split.Value(i+k)
+			t.SourceVersion = ver.Value(i + k)
+			t.SchemaDigest = h.tupleSchema
+			if md != nil {
+				if md.IsNull(i+k) || len(md.Value(i+k)) != 32 {
+					return errcode.New(errcode.DecodeError, "record %d: %s is not 32 bytes", rec, MemberContentColumn)
+				}
+				copy(t.LogicalContentDigest[:], md.Value(i+k))
+			} else {
+				t.LogicalContentDigest = row.Content
+			}
+			enc, err := t.AppendEncoding(h.encs[k][:0])
+			if err != nil {
+				return errcode.Wrap(errcode.DecodeError, err, "record %d", rec)
+			}
+			h.encs[k] = enc
+		}
+		var d [2][32]byte
+		if m == 2 {
+			d[0], d[1] = sha256x2.Sum2(h.encs[0], h.encs[1])
 		} else {
-			t.LogicalContentDigest = row.Content
+			d[0] = sha256.Sum256(h.encs[0])
 		}
-		d, err := t.Digest()
-		if err != nil {
-			return errcode.Wrap(errcode.DecodeError, err, "record %d", h.Records)
-		}
-		h.digests = append(h.digests, d)
-		h.Records++
-		if each != nil {
-			if err := each(t, d); err != nil {
-				return err
+		for k := range m {
+			h.digests = append(h.digests, d[k])
+			h.Records++
+			if each != nil {
+				if err := each(&h.pair[k], d[k]); err != nil {
+					return err
+				}
 			}
 		}
 	}

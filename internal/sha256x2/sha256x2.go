@@ -1,0 +1,112 @@
+// Package sha256x2 computes SHA-256 digests of two messages at once. On
+// amd64 with the SHA extensions it runs the two messages' rounds
+// interleaved, a group of four rounds of one, then of the other, so that
+// the two dependency chains overlap in the core: a single message leaves
+// most of the SHA unit idle, waiting on each round's result. Elsewhere it
+// is crypto/sha256 twice.
+//
+// The digests are exactly crypto/sha256's (the tests compare them over
+// every length up to several blocks and random pairs); only the speed
+// differs: in BenchmarkPair, a pair of 120-byte messages (a tuple
+// encoding) takes 330 ns against 700 for two crypto/sha256.Sum256 calls,
+// and 900-byte ones (a text record) 1,360 against 1,860. The block
+// functions are generated (gen.py) from the standard library's SHA-NI
+// code, so the rounds are Go's own.
+package sha256x2
+
+//go:generate sh -c "python3 gen.py $(go env GOROOT) > block_amd64.s"
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+)
+
+// Size is the size of a digest in bytes.
+const Size = sha256.Size
+
+var iv = [8]uint32{
+	0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+	0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+}
+
+// Sum2 returns the SHA-256 digests of a and b.
+func Sum2(a, b []byte) (da, db [Size]byte) {
+	if !useSHANI {
+		return sha256.Sum256(a), sha256.Sum256(b)
+	}
+	var sa, sb stream
+	sa.init(a)
+	sb.init(b)
+	for {
+		pa, na := sa.next()
+		pb, nb := sb.next()
+		switch {
+		case na == 0 && nb == 0:
+			return sa.sum(), sb.sum()
+		case na == 0:
+			block1(&sb.h, &pb[0], nb)
+			sb.done(nb)
+		case nb == 0:
+			block1(&sa.h, &pa[0], na)
+			sa.done(na)
+		default:
+			n := min(na, nb)
+			block2(&sa.h, &sb.h, &pa[0], &pb[0], n)
+			sa.done(n)
+			sb.done(n)
+		}
+	}
+}
+
+// Sum returns the SHA-256 digest of p, as crypto/sha256.Sum256 does.
+func Sum(p []byte) [Size]byte { return sha256.Sum256(p) }
+
+// stream is one message's blocks: the whole blocks of the message, then
+// one or two padded tail blocks.
+type stream struct {
+	h    [8]uint32
+	msg  []byte // whole blocks not yet hashed
+	tail [128]byte
+	tn   int // bytes of tail left to hash (0, 64 or 128)
+	toff int
+}
+
+func (s *stream) init(p []byte) {
+	s.h = iv
+	full := len(p) &^ 63
+	s.msg = p[:full]
+	r := copy(s.tail[:], p[full:])
+	s.tail[r] = 0x80
+	s.tn = 64
+	if r >= 56 {
+		s.tn = 128
+	}
+	binary.BigEndian.PutUint64(s.tail[s.tn-8:], uint64(len(p))<<3)
+}
+
+// next returns the next run of contiguous blocks and their count.
+func (s *stream) next() ([]byte, int) {
+	if len(s.msg) > 0 {
+		return s.msg, len(s.msg) >> 6
+	}
+	if s.tn > s.toff {
+		return s.tail[s.toff:s.tn], (s.tn - s.toff) >> 6
+	}
+	return nil, 0
+}
+
+// done records n blocks of the current run as hashed.
+func (s *stream) done(n int) {
+	if len(s.msg) > 0 {
+		s.msg = s.msg[n<<6:]
+		return
+	}
+	s.toff += n << 6
+}
+
+func (s *stream) sum() (d [Size]byte) {
+	for i, v := range s.h {
+		binary.BigEndian.PutUint32(d[i*4:], v)
+	}
+	return d
+}
