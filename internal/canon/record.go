@@ -69,18 +69,10 @@ func AppendBool(dst []byte, v bool) []byte {
 // ContentDigest returns the logicalContentDigest of content bytes.
 func ContentDigest(b []byte) [32]byte { return sha256.Sum256(b) }
 
-// ContentDigests sets dst[i] to the logicalContentDigest of vals[i], two
-// values at a time (sha256x2.Sum2). dst must be as long as vals.
-func ContentDigests[B ~[]byte](dst [][32]byte, vals []B) {
-	dst = dst[:len(vals)]
-	i := 0
-	for ; i+1 < len(vals); i += 2 {
-		dst[i], dst[i+1] = sha256x2.Sum2(vals[i], vals[i+1])
-	}
-	if i < len(vals) {
-		dst[i] = sha256.Sum256(vals[i])
-	}
-}
+// ContentDigests sets dst[i] to the logicalContentDigest of vals[i],
+// two values at a time (sha256x2.SumMany). dst must be at least as long
+// as vals.
+func ContentDigests[B ~[]byte](dst [][32]byte, vals []B) { sha256x2.SumMany(dst, vals) }
 
 // bytesOf views a string's bytes without copying (the hash never retains them).
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

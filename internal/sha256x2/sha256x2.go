@@ -58,6 +58,65 @@ func Sum2(a, b []byte) (da, db [Size]byte) {
 	}
 }
 
+// SumMany sets dst[i] to the SHA-256 digest of msgs[i]. It keeps both
+// lanes busy: a lane whose message ends takes the next one, so messages
+// of unequal lengths are still hashed two at a time, and only the end of
+// the last one runs alone. dst must be at least as long as msgs.
+func SumMany[B ~[]byte](dst [][Size]byte, msgs []B) {
+	if !useSHANI {
+		for i, m := range msgs {
+			dst[i] = sha256.Sum256(m)
+		}
+		return
+	}
+	dst = dst[:len(msgs)]
+	var lanes [2]stream
+	var idx [2]int
+	next := 0
+	for k := range lanes {
+		idx[k] = -1
+		if next < len(msgs) {
+			lanes[k].init(msgs[next])
+			idx[k] = next
+			next++
+		}
+	}
+	for {
+		var p [2][]byte
+		var n [2]int
+		for k := range lanes {
+			for idx[k] >= 0 {
+				if p[k], n[k] = lanes[k].next(); n[k] > 0 {
+					break
+				}
+				// Lane k's message is done: take the next.
+				dst[idx[k]] = lanes[k].sum()
+				idx[k] = -1
+				if next < len(msgs) {
+					lanes[k].init(msgs[next])
+					idx[k] = next
+					next++
+				}
+			}
+		}
+		switch {
+		case idx[0] < 0 && idx[1] < 0:
+			return
+		case idx[0] < 0:
+			block1(&lanes[1].h, &p[1][0], n[1])
+			lanes[1].done(n[1])
+		case idx[1] < 0:
+			block1(&lanes[0].h, &p[0][0], n[0])
+			lanes[0].done(n[0])
+		default:
+			m := min(n[0], n[1])
+			block2(&lanes[0].h, &lanes[1].h, &p[0][0], &p[1][0], m)
+			lanes[0].done(m)
+			lanes[1].done(m)
+		}
+	}
+}
+
 // Sum returns the SHA-256 digest of p, as crypto/sha256.Sum256 does.
 func Sum(p []byte) [Size]byte { return sha256.Sum256(p) }
 
@@ -72,7 +131,8 @@ type stream struct {
 }
 
 func (s *stream) init(p []byte) {
-	s.h = iv
+	s.h, s.toff = iv, 0
+	clear(s.tail[:])
 	full := len(p) &^ 63
 	s.msg = p[:full]
 	r := copy(s.tail[:], p[full:])

@@ -81,3 +81,76 @@ func sizeName(n int) string {
 		return "120B"
 	}
 }
+
+// TestSumManyMatchesSHA256: lists of every length to 9 and random lists
+// of messages of very unequal lengths (so lanes switch messages at
+// different times, and one runs alone at the end) give crypto/sha256's
+// digests in order.
+func TestSumManyMatchesSHA256(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	buf := make([]byte, 8<<10)
+	for i := range buf {
+		buf[i] = byte(r.Uint32())
+	}
+	for trial := range 3000 {
+		n := trial % 10
+		if trial >= 100 {
+			n = r.IntN(40)
+		}
+		msgs := make([][]byte, n)
+		for i := range msgs {
+			l := r.IntN(300)
+			if r.IntN(4) == 0 {
+				l = r.IntN(len(buf))
+			}
+			off := r.IntN(len(buf) - l + 1)
+			msgs[i] = buf[off : off+l]
+		}
+		dst := make([][Size]byte, n+1)
+		SumMany(dst, msgs)
+		for i, m := range msgs {
+			if dst[i] != sha256.Sum256(m) {
+				t.Fatalf("trial %d: message %d of %d (%d bytes) differs from crypto/sha256", trial, i, n, len(m))
+			}
+		}
+		if dst[n] != ([Size]byte{}) {
+			t.Fatalf("trial %d: SumMany wrote past the messages", trial)
+		}
+	}
+}
+
+func BenchmarkMany(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	buf := make([]byte, 1<<20)
+	msgs := make([][]byte, 1024)
+	total := 0
+	for i := range msgs {
+		l := 300 + r.IntN(1200) // text records: 300-1,500 bytes
+		off := r.IntN(len(buf) - l)
+		msgs[i] = buf[off : off+l]
+		total += l
+	}
+	dst := make([][Size]byte, len(msgs))
+	b.Run("sha256", func(b *testing.B) {
+		b.SetBytes(int64(total))
+		for b.Loop() {
+			for i, m := range msgs {
+				dst[i] = sha256.Sum256(m)
+			}
+		}
+	})
+	b.Run("pairs", func(b *testing.B) {
+		b.SetBytes(int64(total))
+		for b.Loop() {
+			for i := 0; i+1 < len(msgs); i += 2 {
+				dst[i], dst[i+1] = Sum2(msgs[i], msgs[i+1])
+			}
+		}
+	})
+	b.Run("many", func(b *testing.B) {
+		b.SetBytes(int64(total))
+		for b.Loop() {
+			SumMany(dst, msgs)
+		}
+	})
+}
