@@ -34,28 +34,10 @@ func Sum2(a, b []byte) (da, db [Size]byte) {
 	if !useSHANI {
 		return sha256.Sum256(a), sha256.Sum256(b)
 	}
-	var sa, sb stream
-	sa.init(a)
-	sb.init(b)
-	for {
-		pa, na := sa.next()
-		pb, nb := sb.next()
-		switch {
-		case na == 0 && nb == 0:
-			return sa.sum(), sb.sum()
-		case na == 0:
-			block1(&sb.h, &pb[0], nb)
-			sb.done(nb)
-		case nb == 0:
-			block1(&sa.h, &pa[0], na)
-			sa.done(na)
-		default:
-			n := min(na, nb)
-			block2(&sa.h, &sb.h, &pa[0], &pb[0], n)
-			sa.done(n)
-			sb.done(n)
-		}
-	}
+	var d [2][Size]byte
+	m := [2][]byte{a, b}
+	SumMany(d[:], m[:])
+	return d[0], d[1]
 }
 
 // SumMany sets dst[i] to the SHA-256 digest of msgs[i]. It keeps both
@@ -71,9 +53,9 @@ func SumMany[B ~[]byte](dst [][Size]byte, msgs []B) {
 	}
 	dst = dst[:len(msgs)]
 	var lanes [2]stream
-	var idx [2]int
+	var idx [2]int // the message each lane hashes, -1 for none
 	next := 0
-	for k := range lanes {
+	take := func(k int) {
 		idx[k] = -1
 		if next < len(msgs) {
 			lanes[k].init(msgs[next])
@@ -81,6 +63,8 @@ func SumMany[B ~[]byte](dst [][Size]byte, msgs []B) {
 			next++
 		}
 	}
+	take(0)
+	take(1)
 	for {
 		var p [2][]byte
 		var n [2]int
@@ -91,12 +75,7 @@ func SumMany[B ~[]byte](dst [][Size]byte, msgs []B) {
 				}
 				// Lane k's message is done: take the next.
 				dst[idx[k]] = lanes[k].sum()
-				idx[k] = -1
-				if next < len(msgs) {
-					lanes[k].init(msgs[next])
-					idx[k] = next
-					next++
-				}
+				take(k)
 			}
 		}
 		switch {
