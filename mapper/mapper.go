@@ -401,8 +401,8 @@ func logResult(res Result, err error) {
 }
 
 // bufs holds read buffers, outside the Go heap (mmapfile.Alloc): a
-// file's bytes are needed only while it is mapped, and reusing them saves
-// allocating and faulting in every file. In the heap, buffers the size of
+// file's bytes are needed only while it is decoded, and reusing them
+// saves allocating and faulting in every file. In the heap, buffers the size of
 // a shard raised the collector's target by as much and verify's peak RSS
 // by 70-80 MB. It keeps about two per core: one being decoded, one read
 // ahead.
