@@ -1,6 +1,7 @@
 package main
 
 import (
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"encoding/xml"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/stage"
 )
@@ -128,6 +130,42 @@ func TestEndToEnd(t *testing.T) {
 		}
 		if tool != toolStartup && res.Records != d.Records {
 			t.Fatalf("child %s counted %d release records, want %d", tool, res.Records, d.Records)
+		}
+	}
+
+	// spbench child -cpuprofile: the ceiling's run, profiled.
+	prof := filepath.Join(t.TempDir(), "ceiling.prof")
+	if err := runChildTool(ctx, toolCeiling, mp, prof); err != nil {
+		t.Fatal(err)
+	}
+	checkCPUProfile(t, prof)
+	bad := filepath.Join(t.TempDir(), "no-such-dir", "x.prof")
+	if err := runChildTool(ctx, toolCeiling, mp, bad); errcode.Of(err) != errcode.IO {
+		t.Fatalf("profile into a missing directory: %v (code %s), want %s", err, errcode.Of(err), errcode.IO)
+	}
+}
+
+// checkCPUProfile checks that path holds a CPU profile as runtime/pprof
+// writes it: a gzipped profile.proto whose string table names the CPU
+// sample type.
+func checkCPUProfile(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("profile %s is not gzipped: %v", path, err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("profile %s: %v", path, err)
+	}
+	for _, s := range []string{"samples", "cpu", "nanoseconds"} {
+		if !strings.Contains(string(b), s) {
+			t.Fatalf("profile %s (%d bytes) does not name %q", path, len(b), s)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -85,16 +86,48 @@ type Sample struct {
 
 // runChildTool is the child side: it runs one tool over the dataset
 // described by metaPath and writes its childResult to stdout.
-func runChildTool(ctx context.Context, tool, metaPath string) error {
+func runChildTool(ctx context.Context, tool, metaPath, profile string) error {
 	d, err := loadDataset(metaPath)
 	if err != nil {
 		return err
 	}
+	stop, err := startCPUProfile(profile)
+	if err != nil {
+		return err
+	}
 	res, err := childTool(ctx, tool, d)
+	if perr := stop(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}
 	return json.NewEncoder(os.Stdout).Encode(&res)
+}
+
+// startCPUProfile starts a CPU profile of the tool's run into path (none
+// if path is empty), so the harness's loops and DuckDB can be profiled as
+// verify is (SHARDPROOF_CPUPROFILE): `go tool pprof bin/spbench path`.
+// stop ends it and reports a failed write.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.IO, err, "cpu profile")
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, errcode.Wrap(errcode.Internal, err, "cpu profile")
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return errcode.Wrap(errcode.IO, err, "cpu profile %s", path)
+		}
+		return nil
+	}, nil
 }
 
 // childTool runs one harness-measured tool over d, checking what it read

@@ -24,6 +24,8 @@ const usage = `usage:
   spbench run   [-samples N] [-shards N] [-rounds N] [-tools list] [-shardproof path] ...
   spbench scale [-sizes 1000000,4000000] [-largest] [-rounds N] [-shardproof path] ...
   spbench render results/<run>.json   (rewrites the run's .md and .svg from its JSON)
+  spbench child -tool T -meta .cache/<key>/meta.json [-cpuprofile F]
+                                      (one measured tool, as a run starts it; F: a CPU profile)
 
 run measures verify, its stages, the ceiling loop and DuckDB on one
 synthesized release; scale measures verify at several sizes. Results go to
@@ -88,8 +90,9 @@ func main() {
 		fs := flag.NewFlagSet(childSubcmd, flag.ContinueOnError)
 		tool := fs.String("tool", "", "tool to run")
 		meta := fs.String("meta", "", "dataset meta.json")
+		prof := fs.String("cpuprofile", "", "write a CPU profile of the tool's run to this file")
 		if err = fs.Parse(os.Args[2:]); err == nil {
-			err = runChildTool(ctx, *tool, *meta)
+			err = runChildTool(ctx, *tool, *meta, *prof)
 		}
 	default:
 		fmt.Fprint(os.Stderr, usage)
