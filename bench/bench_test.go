@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
@@ -139,6 +141,31 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkCPUProfile(t, prof)
+	// Every CPU second of the real profile is charged to some kind of work.
+	pf, err := os.Open(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp, err := profile.Parse(pf)
+	pf.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total float64
+	for _, s := range pp.Sample {
+		total += float64(s.Value[1]) / 1e9
+	}
+	a, err := attributeFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, v := range a {
+		sum += v
+	}
+	if math.Abs(sum-total) > 1e-9 {
+		t.Fatalf("attributed %.3f CPU s of the profile's %.3f", sum, total)
+	}
 	bad := filepath.Join(t.TempDir(), "no-such-dir", "x.prof")
 	if err := runChildTool(ctx, toolCeiling, mp, bad); errcode.Of(err) != errcode.IO {
 		t.Fatalf("profile into a missing directory: %v (code %s), want %s", err, errcode.Of(err), errcode.IO)

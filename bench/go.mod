@@ -7,6 +7,7 @@ replace github.com/shardproof/shardproof => ../
 require (
 	github.com/apache/arrow-go/v18 v18.8.0
 	github.com/duckdb/duckdb-go/v2 v2.10506.0
+	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/shardproof/shardproof v0.0.0-00010101000000-000000000000
 	golang.org/x/sys v0.50.0
 )

@@ -24,6 +24,7 @@ const usage = `usage:
   spbench run   [-samples N] [-shards N] [-rounds N] [-tools list] [-shardproof path] ...
   spbench scale [-sizes 1000000,4000000] [-largest] [-rounds N] [-shardproof path] ...
   spbench render results/<run>.json   (rewrites the run's .md and .svg from its JSON)
+  spbench attribute verify.prof ceiling.prof ...   (CPU seconds per kind of work, a column per CPU profile)
   spbench child -tool T -meta .cache/<key>/meta.json [-cpuprofile F]
                                       (one measured tool, as a run starts it; F: a CPU profile)
 
@@ -79,6 +80,8 @@ func main() {
 		err = cmdScale(ctx, os.Args[2:])
 	case "render":
 		err = cmdRender(os.Args[2:])
+	case "attribute":
+		err = cmdAttribute(os.Args[2:])
 	case prepareSubcmd:
 		fs := flag.NewFlagSet(prepareSubcmd, flag.ContinueOnError)
 		cache := fs.String("cache", ".cache", "dataset cache directory")
@@ -243,6 +246,7 @@ func cmdRun(ctx context.Context, args []string) error {
 	samples := fs.Int("samples", 1000000, "records in the synthesized release")
 	shards := fs.Int("shards", 0, "release shards (0: samples / -shard-records)")
 	tools := fs.String("tools", strings.Join(allTools, ","), "tools to measure, comma-separated")
+	profiled := fs.Bool("profile", true, "after the measured rounds, run verify and the ceiling once more with CPU profiles (kept under -cache) and report where each one's CPU went")
 	if err := fs.Parse(args); err != nil {
 		return errcode.Wrap(errcode.Usage, err, "run")
 	}
@@ -289,6 +293,13 @@ func cmdRun(ctx context.Context, args []string) error {
 		}
 	}
 	res.Host.LoadEnd = loadAvg()
+	if *profiled && contains(order, toolVerify) && contains(order, toolCeiling) {
+		dir := filepath.Join(c.cache, "profiles", started.Format("20060102T150405Z"))
+		if res.Attribution, err = r.profiledRound(ctx, dir); err != nil {
+			return fmt.Errorf("profiled round: %w", err)
+		}
+		slog.Info("bench: profiled", "verify", res.Attribution.Profiles[0], "ceiling", res.Attribution.Profiles[1])
+	}
 	res.Host.RSSFloorBytes = selfMaxRSS()
 	sortSamples(res.Samples)
 	if res.Dataset.LogicalBytes > 0 {

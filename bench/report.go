@@ -137,13 +137,17 @@ type Result struct {
 	// on all cores with the tuples dropped (no member files, no shuffle,
 	// no diff). Its ratios bound what verify with this map code can reach
 	// whatever its shuffle and reduce cost. Zero without the ladder.
-	MapSideSeconds             float64     `json:"mapSideSeconds,omitempty"`
-	RatioMapSideOverCeiling    float64     `json:"ratioMapSideOverCeiling,omitempty"`
-	RatioMapSideOverDuckdbDiff float64     `json:"ratioMapSideOverDuckdbDiff,omitempty"`
-	Targets                    []Target    `json:"targets"`
-	Counts                     CountsCheck `json:"counts"`
-	Notes                      []string    `json:"notes"`
-	Samples                    []Sample    `json:"samples"`
+	MapSideSeconds             float64 `json:"mapSideSeconds,omitempty"`
+	RatioMapSideOverCeiling    float64 `json:"ratioMapSideOverCeiling,omitempty"`
+	RatioMapSideOverDuckdbDiff float64 `json:"ratioMapSideOverDuckdbDiff,omitempty"`
+	// Attribution is where verify's and the ceiling's CPU went, by kind
+	// of work, in one more round run with CPU profiles (spbench run
+	// -profile); nil without it.
+	Attribution *Attribution `json:"attribution,omitempty"`
+	Targets     []Target     `json:"targets"`
+	Counts      CountsCheck  `json:"counts"`
+	Notes       []string     `json:"notes"`
+	Samples     []Sample     `json:"samples"`
 }
 
 // roundRatios returns, for every round in which both verify and other
@@ -461,6 +465,9 @@ func (r *Result) Markdown() string {
 	if r.MapSideSeconds > 0 {
 		fmt.Fprintf(&b, "Map side alone (the ladder's last level: `mapper.MapShard`, verify's own map code, over every release shard on all cores, tuples dropped; no member files, no shuffle, no diff): median %.2f s, %.0f records/s, %.2f× the ceiling's records/s and %.2f× DuckDB's diff (tools' medians as above). verify runs this map code and more, so these bound its two ratios from above, whatever its shuffle and reduce cost; a bound below a target says the target is out of reach for this map code.\n\n",
 			r.MapSideSeconds, rate(float64(r.Dataset.Records), r.MapSideSeconds), r.RatioMapSideOverCeiling, r.RatioMapSideOverDuckdbDiff)
+	}
+	if a := r.Attribution; a != nil {
+		fmt.Fprintf(&b, "Where the CPU went, by kind of work: one more round after the measured ones, verify and the ceiling each run with a CPU profile (not timed; `spbench attribute` over the profiles, each sample charged to the first kind any of its stack's functions belongs to, in the table's order):\n\n%s\n", a.markdown())
 	}
 	b.WriteString("| target | value | want | met |\n|---|---:|---|---|\n")
 	for _, t := range r.Targets {
