@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -49,6 +50,9 @@ var classifyCases = []struct {
 	{[]string{"crypto/internal/fips140/sha256.blockSHANI", sp + "tuplehash.BucketLeafInto", sp + "reducer.(*differ).matches", sp + "reducer.Reduce", sp + "coordinator.(*Job).reduce"},
 		"reduce (shuffle reads, bucket leaves, diff)"},
 	{[]string{sp + "internal/sha256x2.block2", sp + "internal/sha256x2.Sum2", sp + "internal/canon.(*ShardHasher).AddColumns", sp + "mapper.(*decoding).readColumns"},
+		"canonical records, logical digest, tuple digests"},
+	// Sum2 runs through SumMany: tuple digests are not content digests.
+	{[]string{sp + "internal/sha256x2.block2", sp + "internal/sha256x2.SumMany[go.shape.[]uint8]", sp + "internal/sha256x2.Sum2", sp + "internal/canon.(*ShardHasher).AddColumns", sp + "mapper.(*contentCol).read"},
 		"canonical records, logical digest, tuple digests"},
 	{[]string{"github.com/apache/arrow-go/v18/parquet/internal/encoding.(*PlainByteArrayDecoder).Decode", "github.com/apache/arrow-go/v18/parquet/file.(*ByteArrayColumnChunkReader).ReadBatchInPage", "main.ceiling.func1"},
 		"Parquet pages and values (all columns but zstd)"},
@@ -168,5 +172,65 @@ func TestAttributionMarkdown(t *testing.T) {
 	r := &Result{Attribution: a}
 	if !strings.Contains(r.Markdown(), md) {
 		t.Errorf("the run's Markdown lacks the attribution table")
+	}
+}
+
+// TestRenderAttributesAgain: spbench render re-attributes a run's kept
+// profiles (so a rule change reaches it), and leaves a run whose profiles
+// are gone as it was.
+func TestRenderAttributesAgain(t *testing.T) {
+	dir := t.TempDir()
+	writeProf := func(name string, stacks [][]string, nanos []int64) string {
+		path := filepath.Join(dir, name)
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cpuProfile(stacks, nanos).Write(f); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		return path
+	}
+	vp := writeProf("verify.prof", [][]string{classifyCases[0].stack, classifyCases[9].stack}, []int64{2e9, 1e9})
+	cp := writeProf("ceiling.prof", [][]string{classifyCases[0].stack}, []int64{3e9})
+	stale := &Attribution{Components: []string{"old"}, Verify: map[string]float64{"old": 9}, Ceiling: map[string]float64{"old": 9}, Profiles: []string{vp, cp}}
+	gone := &Attribution{Components: []string{"old"}, Verify: map[string]float64{"old": 9}, Ceiling: map[string]float64{"old": 9},
+		Profiles: []string{filepath.Join(dir, "no.prof"), cp}}
+	for _, c := range []struct {
+		name string
+		a    *Attribution
+		want map[string]float64
+	}{
+		{"kept", stale, map[string]float64{classifyCases[0].want: 2, classifyCases[9].want: 1}},
+		{"gone", gone, map[string]float64{"old": 9}},
+	} {
+		path := filepath.Join(dir, c.name+".json")
+		if err := writeOutputs(strings.TrimSuffix(path, ".json"), &Result{Schema: ResultSchema, Attribution: c.a}, "", ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmdRender([]string{path}); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r Result
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Attribution == nil || len(r.Attribution.Verify) != len(c.want) {
+			t.Fatalf("%s: attribution %+v, want verify %v", c.name, r.Attribution, c.want)
+		}
+		for k, v := range c.want {
+			if math.Abs(r.Attribution.Verify[k]-v) > 1e-9 {
+				t.Errorf("%s: verify %s = %v, want %v", c.name, k, r.Attribution.Verify[k], v)
+			}
+		}
+		md, err := os.ReadFile(strings.TrimSuffix(path, ".json") + ".md")
+		if err != nil || !strings.Contains(string(md), "verify − ceiling") {
+			t.Errorf("%s: rendered Markdown lacks the attribution (err %v)", c.name, err)
+		}
 	}
 }

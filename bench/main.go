@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -340,7 +342,9 @@ func runNotes(r *Result) []string {
 // cmdRender rewrites the Markdown and SVG of stored run results, so the
 // renderings follow changes to them without measuring again. Figures
 // derived from the samples that a result predates (the map-side bound)
-// are derived again.
+// are derived again, and so is the attribution of a profiled round whose
+// profiles are still where the run kept them (its JSON is rewritten
+// then), so a change to the attribution rules reaches earlier runs.
 func cmdRender(files []string) error {
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -353,6 +357,17 @@ func cmdRender(files []string) error {
 		}
 		r.mapSide() // derived from the samples; older results lack it
 		base := strings.TrimSuffix(f, ".json")
+		if a := r.Attribution; a != nil && len(a.Profiles) == 2 {
+			if fresh, err := attributeProfiles(a.Profiles[0], a.Profiles[1]); err == nil {
+				r.Attribution = fresh
+				if err := writeOutputs(base, &r, r.Markdown(), r.SVG()); err != nil {
+					return err
+				}
+				continue
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
 		if err := writeFileAtomic(base+".md", []byte(r.Markdown())); err != nil {
 			return err
 		}
