@@ -2,19 +2,11 @@ package mapper_test
 
 import (
 	"context"
-	"syscall"
 	"testing"
 
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
-
-// cpuTime returns the process's user+system CPU time in nanoseconds.
-func cpuTime() int64 {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return ru.Utime.Nano() + ru.Stime.Nano()
-}
 
 // BenchmarkMapShard maps one synthetic shard of 20,000 records (~20 MB of
 // text, ~6 MB stored) from a file store with each decoder, tuples

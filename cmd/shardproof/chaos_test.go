@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -323,8 +325,6 @@ func (c *chaosCluster) startFresh(n *chaosNode) {
 		n.httpAddr, n.raftAddr = freeAddr(c.t), freeAddr(c.t)
 	}
 }
-
-var readyClient = &http.Client{Timeout: 2 * time.Second}
 
 // leader returns the running member that says it leads, with the highest
 // term, waiting up to timeout for one.

@@ -436,3 +436,6 @@ func TestGateServeTakesNoClientFlags(t *testing.T) {
 		}
 	}
 }
+
+// readyClient polls /readyz with a short timeout.
+var readyClient = &http.Client{Timeout: 2 * time.Second}

@@ -53,6 +53,9 @@ func unavailable(t testing.TB, format string, args ...any) {
 // and registers their shutdown with t.Cleanup.
 func Start(t testing.TB) *Cluster {
 	t.Helper()
+	if err := supported(); err != nil {
+		unavailable(t, "%v", err)
+	}
 	for _, d := range daemons {
 		if _, err := lookPath(d.bin); err != nil {
 			unavailable(t, "%s not found (Debian package %s)", d.bin, d.pkg)
@@ -241,7 +244,7 @@ func (c *Cluster) start(name string, args ...string) {
 	}
 	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	newProcessGroup(cmd)
 	if err := cmd.Start(); err != nil {
 		unavailable(c.t, "start %s: %v", name, err)
 	}
@@ -273,14 +276,13 @@ func (c *Cluster) stop() {
 func killProcs(procs []*exec.Cmd) {
 	for i := len(procs) - 1; i >= 0; i-- {
 		p := procs[i]
-		pg := -p.Process.Pid
-		_ = syscall.Kill(pg, syscall.SIGTERM)
+		killGroup(p.Process.Pid, syscall.SIGTERM)
 		done := make(chan struct{})
 		go func() { p.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(pg, syscall.SIGKILL)
+			killGroup(p.Process.Pid, syscall.SIGKILL)
 			<-done
 		}
 	}

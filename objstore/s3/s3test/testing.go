@@ -15,7 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -158,7 +157,7 @@ func Binary() (string, error) {
 		return "", err
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+	if err := lockFile(lock); err != nil {
 		return "", fmt.Errorf("lock %s: %w", lock.Name(), err)
 	}
 	if _, err := os.Stat(bin); err == nil {
@@ -195,6 +194,9 @@ func goEnv(name string) (string, error) {
 }
 
 func (s *server) start() error {
+	if err := supported(); err != nil {
+		return err
+	}
 	bin, err := Binary()
 	if err != nil {
 		return err
@@ -232,9 +234,9 @@ func (s *server) run(bin, addr, root, vers string) error {
 		"--region", Region, "--health", "/health", "--quiet",
 		"posix", "--versioning-dir", vers, root)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// The gateway must not outlive the test binary. Pdeathsig fires when
-	// the starting thread exits, so start from a thread that never does.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// The gateway must not outlive the test binary (dieWithParent): start
+	// it from a thread that never exits.
+	dieWithParent(cmd)
 	started := make(chan error)
 	go func() {
 		runtime.LockOSThread()
@@ -277,7 +279,7 @@ func removeStale() {
 	for _, d := range dirs {
 		f := strings.SplitN(strings.TrimPrefix(filepath.Base(d), "shardproof-versitygw-"), "-", 2)
 		pid, err := strconv.Atoi(f[0])
-		if err == nil && pid > 0 && syscall.Kill(pid, 0) == syscall.ESRCH {
+		if err == nil && pid > 0 && processGone(pid) {
 			os.RemoveAll(d)
 		}
 	}
