@@ -105,6 +105,25 @@ type decoding struct {
 	// tuplesOnly gives each the tuples with zero digests (see
 	// canon.ShardHasher.TuplesOnly): a member's partial read.
 	tuplesOnly bool
+	// keep, when set, holds the file's parsed footer across partial
+	// reads (pick) of the same bytes: the first run that parses and checks
+	// it without a failure leaves it there, and later runs start from it
+	// rather than parsing the footer and the schema again (a third of
+	// reading one small bucket of a member). The caller closes it.
+	keep *keptFooter
+}
+
+// keptFooter is a file's footer parsed and checked by decoding.run.
+type keptFooter struct {
+	pf *file.Reader
+}
+
+// Close releases the kept footer.
+func (k *keptFooter) Close() {
+	if k != nil && k.pf != nil {
+		k.pf.Close()
+		k.pf = nil
+	}
 }
 
 func (r *decodeResult) fail(code errcode.Code, format string, args ...any) {
@@ -125,6 +144,10 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 			res.fail(phase, "panic while decoding: %v", p)
 		}
 	}()
+	if d.keep != nil && d.keep.pf != nil && d.pick != nil && dec == DecoderColumnReader {
+		phase = errcode.DecodeError
+		return d.runKept(ctx, d.keep.pf, each)
+	}
 	footerStart, ok := checkFooter(data, &res)
 	if !ok {
 		return res, nil
@@ -142,7 +165,12 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		res.fail(errcode.FooterCorrupt, "footer does not parse: %v", err)
 		return res, nil
 	}
-	defer pf.Close()
+	kept := false
+	defer func() {
+		if !kept {
+			pf.Close()
+		}
+	}()
 	if !checkChunks(pf, footerStart, &res) {
 		return res, nil
 	}
@@ -176,6 +204,9 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 			return res, nil
 		}
 		d.only = sel
+		if d.keep != nil && len(res.failures) == 0 && used == d.want && leaves == nil {
+			d.keep.pf, kept = pf, true
+		}
 	}
 	if dec == DecoderColumnReader {
 		if err := d.readColumns(ctx, pf, used, leaves, h, each); err != nil {
@@ -217,6 +248,34 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		return res, nil
 	}
 	return d.finish(pf, h, res), nil
+}
+
+// runKept is run's partial read (pick) from a footer an earlier run
+// parsed and checked without a failure, for the wanted schema: the same
+// rows decode the same way, with the same checks of every value.
+func (d *decoding) runKept(ctx context.Context, pf *file.Reader, each func(*tuplehash.Tuple, [32]byte) error) (res decodeResult, err error) {
+	h, err := canon.NewShardHasher(d.want, d.logicalSchema, d.tupleSchema)
+	if err != nil {
+		res.fail(errcode.Internal, "record schema: %v", err)
+		return res, nil
+	}
+	defer h.Release()
+	h.TuplesOnly = d.tuplesOnly
+	sel, detail, ok := d.pick(pf)
+	if !ok {
+		res.fail(errcode.DecodeError, "rows not chosen: %s", detail)
+		return res, nil
+	}
+	d.only = sel
+	if err := d.readColumns(ctx, pf, d.want, nil, h, each); err != nil {
+		if ee := (*emitError)(nil); errors.As(err, &ee) || errcode.Of(err) == errcode.Canceled {
+			return res, err
+		}
+		res.fail(errcode.DecodeError, "after %d records: %v", h.Records, err)
+		return res, nil
+	}
+	res.decoded, res.records = true, h.Records
+	return res, nil
 }
 
 // finish checks the row count against the footer and records the figures.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +49,8 @@ type Member struct {
 	intern map[string]string
 	// encs are two tuple encodings, for digest2.
 	encs [2][]byte
+	// footer is the file's footer, parsed once for all bucket reads.
+	footer keptFooter
 }
 
 // memberBuf is a Member's decoded-tuple buffers, kept between members:
@@ -72,7 +73,20 @@ const maxPooledTuples = 1 << 16
 type bucketRun struct {
 	lo, hi uint32
 	rows   rowRange
+	// groupRows is the number of rows in the run's row group.
+	groupRows int64
 }
+
+// readWindow is the row span a bucket read decodes at least, when its
+// bucket is short: a run of fewer than readWindow/4 rows is widened to
+// the aligned windows of readWindow rows holding it, so the buckets that
+// share a page (stage writes members in pages of 1,024 rows) are decoded
+// once for all of them, by consecutive reads (ReadBucket keeps the last
+// rows decoded). A small release with many differing buckets reads
+// dozens of buckets from each page: every one of them decompressed the
+// same pages of every column again. A long run is not widened: its pages
+// are its own, and rows of other buckets would be decoded for nothing.
+const readWindow = 1024
 
 // OpenMember waits for p's read (see Prefetch) and keeps the member's
 // bytes; p is consumed. Close frees them.
@@ -103,8 +117,10 @@ func OpenMember(o Options, p *Fetch) *Member {
 // ReadBucket emits the tuples of bucket b, in stored order, decoding
 // only the rows the member's footer lists as holding b: its runs of b
 // (canon.BucketRunsKey; through the page index, only the pages holding
-// them), or else the row groups whose bucket range holds b
-// (canon.BucketRowGroupsKey), reusing those it decoded last. ok is false,
+// them; a short run with the rest of its read window, readWindow), or
+// else the row groups whose bucket range holds b
+// (canon.BucketRowGroupsKey), reusing the rows it decoded last when
+// they hold b's, and the footer it parsed first. ok is false,
 // with nothing emitted that should be kept, when the member cannot be
 // read that way: its read failed, its footer lists neither or a list that
 // does not fit it, or the rows do not decode. Nothing is checked against
@@ -118,7 +134,7 @@ func (m *Member) ReadBucket(ctx context.Context, b uint32, emit func(*Tuple) err
 	if m.parsed {
 		want = m.covering(b)
 	}
-	if !m.parsed || !slices.Equal(want, m.cached) {
+	if !m.parsed || m.cached == nil || !within(want, m.cached) {
 		if ok, err := m.decode(ctx, b); !ok || err != nil {
 			return false, err
 		}
@@ -176,15 +192,45 @@ func (m *Member) digest2(a, b *Tuple) bool {
 // covering returns the listed rows whose bucket range holds b.
 func (m *Member) covering(b uint32) []rowRange { return covering(m.runs, b) }
 
-// covering returns the rows of runs whose bucket range holds b.
+// covering returns the rows of runs whose bucket range holds b, short
+// runs widened to their read windows (readWindow), overlapping ranges of
+// a row group merged.
 func covering(runs []bucketRun, b uint32) []rowRange {
 	sel := []rowRange{} // not nil: nil reads every row group
 	for _, r := range runs {
-		if r.lo <= b && b <= r.hi {
-			sel = append(sel, r.rows)
+		if r.lo > b || b > r.hi {
+			continue
 		}
+		rr := r.rows
+		if rr.n < readWindow/4 && r.groupRows >= rr.first+rr.n {
+			lo := rr.first / readWindow * readWindow
+			hi := min((rr.first+rr.n+readWindow-1)/readWindow*readWindow, r.groupRows)
+			rr = rowRange{rr.group, lo, hi - lo}
+		}
+		if k := len(sel) - 1; k >= 0 && sel[k].group == rr.group && rr.first <= sel[k].first+sel[k].n {
+			sel[k].n = max(sel[k].first+sel[k].n, rr.first+rr.n) - sel[k].first
+			continue
+		}
+		sel = append(sel, rr)
 	}
 	return sel
+}
+
+// within reports whether every range of want lies inside one of have.
+func within(want, have []rowRange) bool {
+	for _, w := range want {
+		in := false
+		for _, h := range have {
+			if h.group == w.group && h.first <= w.first && w.first+w.n <= h.first+h.n {
+				in = true
+				break
+			}
+		}
+		if !in {
+			return false
+		}
+	}
+	return true
 }
 
 // decode decodes the listed rows holding b into m.tuples.
@@ -206,7 +252,7 @@ func (m *Member) decode(ctx context.Context, b uint32) (bool, error) {
 		m.intern = map[string]string{}
 	}
 	var sel []rowRange
-	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: m.o.SchemaDigest, mapping: m.f.mapping, tuplesOnly: true}
+	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: m.o.SchemaDigest, mapping: m.f.mapping, tuplesOnly: true, keep: &m.footer}
 	d.pick = func(pf *file.Reader) ([]rowRange, string, bool) {
 		if !m.parsed {
 			m.parsed = true
@@ -294,7 +340,8 @@ func bucketGroups(pf *file.Reader) (runs []bucketRun, why string) {
 			return nil, fmt.Sprintf("row-group bucket range %d (%.24q) is not lo-hi at or after the previous one", i, f)
 		}
 		if i < n {
-			runs = append(runs, bucketRun{uint32(lo), uint32(hi), rowRange{i, 0, pf.MetaData().RowGroup(i).NumRows()}})
+			nr := pf.MetaData().RowGroup(i).NumRows()
+			runs = append(runs, bucketRun{uint32(lo), uint32(hi), rowRange{i, 0, nr}, nr})
 		} else {
 			runs = append(runs, bucketRun{lo: uint32(lo), hi: uint32(hi)})
 		}
@@ -333,7 +380,7 @@ func bucketRuns(pf *file.Reader) (runs []bucketRun, why string) {
 		if g == md.NumRowGroups() || n > md.RowGroup(g).NumRows()-used {
 			return nil, fmt.Sprintf("bucket run %d (%.24q) does not fit in a row group", i, f)
 		}
-		runs = append(runs, bucketRun{uint32(b), uint32(b), rowRange{g, used, n}})
+		runs = append(runs, bucketRun{uint32(b), uint32(b), rowRange{g, used, n}, md.RowGroup(g).NumRows()})
 		used += n
 	}
 	for g < md.NumRowGroups() && used == md.RowGroup(g).NumRows() {
@@ -360,6 +407,7 @@ func (m *Member) Close() {
 	if m == nil {
 		return
 	}
+	m.footer.Close()
 	if m.f.file != nil {
 		m.f.file.Close()
 		m.f.file = nil
