@@ -147,25 +147,46 @@ func FuzzMemberBucket(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte, b uint32) {
 		b %= 16
-		d := decoding{want: ms, logicalSchema: sd, tupleSchema: sd}
-		d.pick = func(pf *file.Reader) ([]rowRange, string, bool) {
-			runs, why := listedRuns(pf)
-			if why != "" {
-				return nil, why, false
+		// read decodes bucket bk's rows, keeping the footer in keep (nil:
+		// parsing it afresh), and returns what it emitted.
+		read := func(bk uint32, keep *keptFooter) (decodeResult, []tuplehash.Tuple) {
+			d := decoding{want: ms, logicalSchema: sd, tupleSchema: sd, tuplesOnly: true, keep: keep}
+			d.pick = func(pf *file.Reader) ([]rowRange, string, bool) {
+				runs, why := listedRuns(pf)
+				if why != "" {
+					return nil, why, false
+				}
+				return covering(runs, bk), "", true
 			}
-			return covering(runs, b), "", true
-		}
-		res, err := d.run(context.Background(), data, DecoderColumnReader, func(*tuplehash.Tuple, [32]byte) error { return nil })
-		if err != nil {
-			t.Fatalf("operational error on in-memory bytes: %v", err)
-		}
-		for _, fl := range res.failures {
-			if !errcode.Known(fl.code) {
-				t.Fatalf("unknown code %q", fl.code)
+			var got []tuplehash.Tuple
+			res, err := d.run(context.Background(), data, DecoderColumnReader, func(tp *tuplehash.Tuple, _ [32]byte) error {
+				got = append(got, *tp)
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("operational error on in-memory bytes: %v", err)
 			}
+			for _, fl := range res.failures {
+				if !errcode.Known(fl.code) {
+					t.Fatalf("unknown code %q", fl.code)
+				}
+			}
+			if !res.decoded && len(res.failures) == 0 {
+				t.Fatal("undecoded file without a failure")
+			}
+			return res, got
 		}
-		if !res.decoded && len(res.failures) == 0 {
-			t.Fatal("undecoded file without a failure")
+		var keep keptFooter
+		defer keep.Close()
+		read(b, &keep)
+		// A second bucket read from the kept footer (a member's next
+		// bucket) gives what a read parsing the footer afresh gives.
+		next := (b + 1) % 16
+		fresh, want := read(next, nil)
+		kept, got := read(next, &keep)
+		if kept.decoded != fresh.decoded || len(kept.failures) != len(fresh.failures) || !slices.EqualFunc(got, want, func(x, y tuplehash.Tuple) bool { return x == y }) {
+			t.Fatalf("bucket %d from the kept footer: decoded %v, %d failures, %d tuples; afresh: %v, %d, %d",
+				next, kept.decoded, len(kept.failures), len(got), fresh.decoded, len(fresh.failures), len(want))
 		}
 	})
 }
