@@ -43,7 +43,8 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 	cd bench && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
-# fuzz runs every fuzz target for FUZZTIME each (the seed corpora run in `make test`).
+# fuzz runs every fuzz target for FUZZTIME each, guided then unguided
+# (scripts/fuzz.sh; the seed corpora run in `make test`).
 FUZZTIME ?= 30s
 fuzz:
 	@./scripts/fuzz.sh $(FUZZTIME)
