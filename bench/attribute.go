@@ -232,7 +232,7 @@ func (r *runner) profiledRound(ctx context.Context, dir string) (*Attribution, e
 	if err := r.clearJobs(); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, r.shardproof, "verify", "--store", r.d.StoreDir, "--root", r.d.Root.String(), "--json")
+	cmd := r.verifyCmd(ctx)
 	cmd.Env = append(os.Environ(), "SHARDPROOF_CPUPROFILE="+vp)
 	if _, _, err := measure(cmd, errcode.ExitInvalid); err != nil {
 		return nil, err

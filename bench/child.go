@@ -299,6 +299,12 @@ func (r *runner) clearJobs() error {
 	return nil
 }
 
+// verifyCmd is the verification every round measures: the local
+// executor on all cores, the report as JSON on stdout.
+func (r *runner) verifyCmd(ctx context.Context) *exec.Cmd {
+	return exec.CommandContext(ctx, r.shardproof, "verify", "--store", r.d.StoreDir, "--root", r.d.Root.String(), "--json")
+}
+
 // run measures one tool once.
 func (r *runner) run(ctx context.Context, tool string, round int) (Sample, error) {
 	s := Sample{Tool: tool, Round: round}
@@ -308,7 +314,7 @@ func (r *runner) run(ctx context.Context, tool string, round int) (Sample, error
 		}
 	}
 	if tool == toolVerify {
-		cmd := exec.CommandContext(ctx, r.shardproof, "verify", "--store", r.d.StoreDir, "--root", r.d.Root.String(), "--json")
+		cmd := r.verifyCmd(ctx)
 		// Exit status 1 is verdict INVALID: the drifted release must be.
 		out, u, err := measure(cmd, errcode.ExitInvalid)
 		if err != nil {
