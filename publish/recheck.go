@@ -157,3 +157,62 @@ func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error)
 	slices.SortFunc(out, func(a, b manifest.Digest) int { return bytes.Compare(a[:], b[:]) })
 	return out, nil
 }
+
+// RecheckEvidence reads report d from s, a recheck report
+// (training.shard.recheck.v1) or a verification report
+// (training.shard.verification.v1), and returns the watermark and hits it
+// records for fence kind against root: what a recheck command may claim.
+// The report must name root and have checked a document of that kind; a
+// verification report must show no failure but fence hits, since a
+// release that no longer verifies is not renewed by a recheck.
+func RecheckEvidence(ctx context.Context, s objstore.Store, root manifest.Digest, kind string, d manifest.Digest) (value uint64, hits int64, err error) {
+	b, _, err := objstore.ReadBlob(ctx, s, d, manifest.MaxDocumentSize)
+	if err != nil {
+		return 0, 0, errcode.Wrap(errcode.Of(err), err, "report %s", d)
+	}
+	schema, doc, err := manifest.DecodeAny(b)
+	if err != nil {
+		return 0, 0, errcode.Wrap(errcode.Of(err), err, "report %s", d)
+	}
+	var (
+		reportRoot, fenceDoc manifest.Digest
+		th, bh               int64
+		tw, bf               uint64
+	)
+	switch r := doc.(type) {
+	case *manifest.RecheckReport:
+		reportRoot, tw, th, bf, bh = r.Root, r.TombstoneWatermark, r.TombstoneHits, r.BenchmarkFence, r.BenchmarkHits
+		fenceDoc = r.Tombstones
+		if kind == raftgate.FenceBenchmark {
+			fenceDoc = r.Benchmark
+		}
+	case *manifest.Report:
+		reportRoot, tw, th, bf, bh = r.Root, r.TombstoneWatermark, r.Counts.TombstoneHits, r.BenchmarkFence, r.Counts.BenchmarkHits
+		fenceDoc = r.Tombstones
+		if kind == raftgate.FenceBenchmark {
+			fenceDoc = r.Benchmark
+		}
+		other := r.Counts
+		other.TombstoneHits, other.BenchmarkHits = 0, 0
+		if code := FailureCode(&other); code != "" {
+			return 0, 0, errcode.New(code, "report %s: release %s no longer verifies (%s); it is no recheck evidence", d, r.Root, code)
+		}
+	default:
+		return 0, 0, errcode.New(errcode.BadDocument, "report %s is a %s document, not a recheck or verification report", d, schema)
+	}
+	if reportRoot != root {
+		return 0, 0, errcode.New(errcode.RootMismatch, "report %s checks root %s, not %s", d, reportRoot, root)
+	}
+	switch kind {
+	case raftgate.FenceTombstone:
+		value, hits = tw, th
+	case raftgate.FenceBenchmark:
+		value, hits = bf, bh
+	default:
+		return 0, 0, errcode.New(errcode.Usage, "fence kind %q is not tombstone or benchmark", kind)
+	}
+	if fenceDoc.IsZero() {
+		return 0, 0, errcode.New(errcode.BadInput, "report %s checked no %s document", d, kind)
+	}
+	return value, hits, nil
+}

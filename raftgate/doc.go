@@ -60,7 +60,10 @@
 //     equal is a no-op. Every OPEN permit whose bound for that kind is below
 //     the new value becomes CLOSED.
 //   - recheck(root, kind, value, report, hits) — value below the current
-//     fence is FENCE_BEHIND. Zero hits raises the release's checked value
+//     fence is FENCE_BEHIND. A node refuses to propose one that names no
+//     report (BAD_INPUT, checked before the log, so old logs replay as
+//     they did): the CLI sends the value and hits of a stored report it
+//     has read. Zero hits raises the release's checked value
 //     and reopens its CLOSED permits (re-bound to the new watermarks) when
 //     it satisfies both fences. Non-zero hits make the release INVALID and
 //     its permits stay closed; the command returns TOMBSTONE_HIT or

@@ -343,6 +343,9 @@ func (n *Node) Shutdown() error {
 // the node shut down before it committed: it may or may not take effect),
 // or the command's own coded rejection (Result.Err, returned as err too).
 func (n *Node) Apply(c Command) (*Result, error) {
+	if err := checkProposal(c); err != nil {
+		return nil, err
+	}
 	c.header().Now = time.Now().UnixMilli()
 	b, err := EncodeCommand(c)
 	if err != nil {
@@ -355,6 +358,20 @@ func (n *Node) Apply(c Command) (*Result, error) {
 	res, err := n.apply(c, b)
 	n.met.observe(c, res, err, time.Since(start))
 	return res, err
+}
+
+// checkProposal refuses a command before it is proposed, for rules that
+// Apply cannot enforce: Apply must give, on replay, the state it gave when
+// the entry was first applied, so a rule added after entries were written
+// would change what an old log replays to. Entries already in a log are
+// not checked again.
+func checkProposal(c Command) error {
+	if rc, ok := c.(*RecheckCmd); ok && rc.Report.IsZero() {
+		// A recheck renews permits a fence closed; without the report
+		// that found its hits it is a claim, not evidence.
+		return errcode.New(errcode.BadInput, "recheck of %s names no report", rc.Root)
+	}
+	return nil
 }
 
 func (n *Node) apply(c Command, b []byte) (*Result, error) {

@@ -464,7 +464,7 @@ func TestSidecarFollowsPermitReassignAndCancel(t *testing.T) {
 	}
 	_, err := e.gate.AdmitCheckpoint(e.ctx, "r1", 1, e.gen1.Root)
 	wantCode(t, err, errcode.PermitClosed)
-	if _, err := e.gate.Recheck(e.ctx, &raftgate.RecheckCmd{Root: e.gen1.Root, Kind: raftgate.FenceTombstone, Value: 10, Hits: 0}); err != nil {
+	if _, err := e.gate.Recheck(e.ctx, &raftgate.RecheckCmd{Root: e.gen1.Root, Kind: raftgate.FenceTombstone, Value: 10, Report: manifest.Sum([]byte("recheck at 10")), Hits: 0}); err != nil {
 		t.Fatal(err)
 	}
 	waitState(t, w, StateReady)

@@ -17,6 +17,7 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/publish"
 	"github.com/shardproof/shardproof/raftgate"
 )
 
@@ -400,27 +401,60 @@ alias histories and open permits stay. It is one linearizable command.`,
 }
 
 var gateRecheckFlags struct {
-	kind, report string
-	value        uint64
-	hits         int64
+	store, kind, report string
+	value               uint64
+	hits                int64
 }
 
 var gateRecheckCmd = &cobra.Command{
-	Use:   "recheck ROOT --kind tombstone|benchmark --value N --report DIGEST --hits H",
-	Short: "Record a fence recheck of ROOT: zero hits renews its closed permits",
-	Args:  exactArgs(1),
+	Use:   "recheck ROOT --store URL --kind tombstone|benchmark --report DIGEST [--value N] [--hits H]",
+	Short: "Record a fence recheck of ROOT from its report: zero hits renews its closed permits",
+	Long: `Record, from a stored report, that ROOT was checked against a tombstone
+log or benchmark registry: the low-level step 'shardproof recheck' takes
+after computing the hits.
+
+The report is read from --store (digest-checked, strictly decoded): a
+recheck report (training.shard.recheck.v1) or a verification report that
+shows no failure but fence hits. It must name ROOT and have checked a
+document of --kind; the watermark and hits sent to the gate are the
+report's. --value and --hits, if given, must equal them (a typo is caught,
+not recorded). Zero hits renews ROOT's permits a fence advance closed;
+any hit marks the release INVALID.
+
+Exit status: 0 recorded, 1 the release has hits (now INVALID), 2 usage,
+3 error, 4 refused, 5 indeterminate.`,
+	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		root, err := parseDigestArg(cmd, "ROOT", args[0])
 		if err != nil {
 			return err
 		}
 		f := gateRecheckFlags
-		rc := &raftgate.RecheckCmd{Root: root, Kind: f.kind, Value: f.value, Hits: f.hits}
-		if f.report != "" {
-			if rc.Report, err = parseDigestArg(cmd, "--report", f.report); err != nil {
-				return err
-			}
+		if f.report == "" {
+			return errcode.New(errcode.Usage, "%s: --report is required: a recheck is recorded only with the report that found its hits", cmd.CommandPath())
 		}
+		if f.kind != raftgate.FenceTombstone && f.kind != raftgate.FenceBenchmark {
+			return errcode.New(errcode.Usage, "%s: --kind must be %s or %s", cmd.CommandPath(), raftgate.FenceTombstone, raftgate.FenceBenchmark)
+		}
+		rd, err := parseDigestArg(cmd, "--report", f.report)
+		if err != nil {
+			return err
+		}
+		s, err := openStore(cmd, f.store)
+		if err != nil {
+			return err
+		}
+		value, hits, err := publish.RecheckEvidence(cmd.Context(), s, root, f.kind, rd)
+		if err != nil {
+			return err
+		}
+		if cmd.Flags().Changed("value") && f.value != value {
+			return errcode.New(errcode.BadInput, "--value %d, but report %s checked %s watermark %d", f.value, rd, f.kind, value)
+		}
+		if cmd.Flags().Changed("hits") && f.hits != hits {
+			return errcode.New(errcode.BadInput, "--hits %d, but report %s found %d %s hits", f.hits, rd, hits, f.kind)
+		}
+		rc := &raftgate.RecheckCmd{Root: root, Kind: f.kind, Value: value, Report: rd, Hits: hits}
 		c := gateClient()
 		defer c.Close()
 		r, err := c.Recheck(cmd.Context(), rc)
@@ -428,7 +462,8 @@ var gateRecheckCmd = &cobra.Command{
 			return err
 		}
 		return printResult(cmd, r, func(w io.Writer) {
-			fmt.Fprintf(w, "release %s %s; renewed %d permits %s\n", r.Release.Root, r.Release.State, len(r.Reopened), strings.Join(r.Reopened, ", "))
+			fmt.Fprintf(w, "release %s %s (%s %d, %d hits, report %s); renewed %d permits %s\n",
+				r.Release.Root, r.Release.State, f.kind, value, hits, rd, len(r.Reopened), strings.Join(r.Reopened, ", "))
 		})
 	},
 }
@@ -524,10 +559,11 @@ func init() {
 	gateRollbackCmd.Flags().Uint64Var(&gateRollbackFlags.expect, "expect", 0, "the alias's current generation")
 
 	f = gateRecheckCmd.Flags()
+	f.StringVar(&gateRecheckFlags.store, "store", "", "object store URL or path holding the report")
 	f.StringVar(&gateRecheckFlags.kind, "kind", "", "tombstone or benchmark")
-	f.Uint64Var(&gateRecheckFlags.value, "value", 0, "fence value the release was checked at")
-	f.StringVar(&gateRecheckFlags.report, "report", "", "digest of the recheck report")
-	f.Int64Var(&gateRecheckFlags.hits, "hits", 0, "items of the fence found in the release")
+	f.StringVar(&gateRecheckFlags.report, "report", "", "digest of the recheck or verification report")
+	f.Uint64Var(&gateRecheckFlags.value, "value", 0, "the watermark the report checked (optional; checked against the report)")
+	f.Int64Var(&gateRecheckFlags.hits, "hits", 0, "the hits the report found (optional; checked against the report)")
 
 	gatePruneCmd.Flags().DurationVar(&gatePruneFlags.olderThan, "older-than", 30*24*time.Hour, "prune only what was created, closed or registered longer ago than this")
 	gateStatusCmd.Flags().BoolVar(&gateStatusDigest, "digest", false, "also show the sha256 of the node's state and the command index it reflects")

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -264,9 +265,36 @@ func TestGateCLI(t *testing.T) {
 		expect(t, errcode.ExitRejected, errcode.RootMismatch)
 	g("run", "wait", "job2", "--timeout", "5s").expect(t, errcode.ExitRejected, errcode.RootMismatch)
 
+	// A shard list that is not the rank's assignment is refused before it
+	// reaches the gate, which would fail the whole run: both flags at once,
+	// a repeated shard, another rank's shard, a list from before a
+	// reassignment. With --epoch the gate answers STALE_EPOCH instead.
+	g("run", "create", "job3", "--alias", "main", "--world-size", "2", "--barrier-timeout", "1m").expect(t, 0, "")
+	list := filepath.Join(t.TempDir(), "rank0.txt")
+	if err := os.WriteFile(list, []byte(shards[0].String()+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	attest3 := func(args ...string) gateCLI {
+		return g(append([]string{"run", "attest", "job3", "--root", root.String()}, args...)...)
+	}
+	attest3("--rank", "0", "--shards", shards[0].String(), "--shards-file", list).expect(t, errcode.ExitUsage, errcode.Usage)
+	attest3("--rank", "0", "--shards", shards[0].String()+","+shards[0].String()).expect(t, errcode.ExitInvalid, errcode.BadInput)
+	attest3("--rank", "0", "--shards", shards[1].String()).expect(t, errcode.ExitInvalid, errcode.BadInput)
+	attest3("--rank", "2", "--shards", shards[1].String()).expect(t, errcode.ExitUsage, errcode.Usage)
+	attest3("--rank", "0", "--shards-file", list).expect(t, 0, "")
+	g("run", "reassign", "job3", "--world-size", "1").expect(t, 0, "") // epoch 1: rank 0 holds both shards
+	attest3("--rank", "0", "--shards-file", list).expect(t, errcode.ExitInvalid, errcode.BadInput)
+	attest3("--rank", "0", "--shards-file", list, "--epoch", "0").expect(t, errcode.ExitRejected, errcode.StaleEpoch)
+	r = g("run", "show", "job3").expect(t, 0, "")
+	if !strings.Contains(r.stdout, "epoch 1") || strings.Contains(r.stdout, "FAILED") {
+		t.Fatalf("run show after refused attestations: %s", r.stdout)
+	}
+	attest3("--rank", "0", "--shards", shards[0].String()+","+shards[1].String(), "--epoch", "1").expect(t, 0, "")
+	g("run", "wait", "job3", "--timeout", "10s").expect(t, 0, "")
+
 	// Advancing a fence past the release closes its permits.
 	r = g("gate", "fence", "tombstone", "50000").expect(t, 0, "")
-	if !strings.Contains(r.stdout, "closed 2 permits") {
+	if !strings.Contains(r.stdout, "closed 3 permits") { // the alias's, job's and job3's
 		t.Fatalf("fence output: %s", r.stdout)
 	}
 	g("run", "checkpoint", "job", "--step", "20", "--root", root.String()).expect(t, errcode.ExitRejected, errcode.PermitClosed)

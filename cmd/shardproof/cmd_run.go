@@ -100,10 +100,11 @@ parameters returns it unchanged.`,
 var runAttestFlags struct {
 	rank               int
 	root, shards, file string
+	epoch              uint64
 }
 
-// readDigests parses a comma-separated list and/or a file of digests, one
-// per line.
+// readDigests parses a comma-separated list or a file of digests, one per
+// line.
 func readDigests(list, file string) ([]manifest.Digest, error) {
 	var words []string
 	for _, w := range strings.Split(list, ",") {
@@ -139,27 +140,97 @@ func readDigests(list, file string) ([]manifest.Digest, error) {
 }
 
 var runAttestCmd = &cobra.Command{
-	Use:   "attest RUN --rank R --root DIGEST (--shards D1,D2,… | --shards-file FILE)",
+	Use:   "attest RUN --rank R --root DIGEST (--shards D1,D2,… | --shards-file FILE) [--epoch E]",
 	Short: "Attest that rank R verified its assigned shards of ROOT",
-	Args:  exactArgs(1),
+	Long: `Attest that rank R verified its assigned shards of ROOT.
+
+The attestation is bound to an assignment epoch: --epoch, or the run's
+current epoch, read first. Without --epoch the shards are checked, before
+anything is sent, against rank R's assignment at that epoch: a list that
+differs (a typo, a duplicate, or a list computed before a reassignment) is
+refused with BAD_INPUT and the run is untouched. With --epoch the gate
+answers STALE_EPOCH, changing nothing, when the run has moved on, so a
+script that remembers the epoch of its list can resend the same command
+safely. A ROOT that is not the run's root fails the run (ROOT_MISMATCH):
+the rank read another release.
+
+Exit status: 0 attested, 1 bad input (nothing sent), 2 usage, 3 error,
+4 refused (the run failed, or STALE_EPOCH), 5 indeterminate.`,
+	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := runAttestFlags
 		root, err := parseDigestArg(cmd, "--root", f.root)
 		if err != nil {
 			return err
 		}
+		if cmd.Flags().Changed("shards") == cmd.Flags().Changed("shards-file") {
+			return errcode.New(errcode.Usage, "%s: give exactly one of --shards and --shards-file", cmd.CommandPath())
+		}
 		shards, err := readDigests(f.shards, f.file)
 		if err != nil {
 			return err
 		}
+		ctx := cmd.Context()
 		c := gateClient()
 		defer c.Close()
-		s, err := c.Attest(cmd.Context(), args[0], f.rank, root, shards)
+		epoch := f.epoch
+		if !cmd.Flags().Changed("epoch") {
+			run, err := c.Run(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if err := checkAssigned(ctx, c, run, f.rank, root, shards); err != nil {
+				return err
+			}
+			epoch = run.Epoch
+		}
+		s, err := c.AttestEpoch(ctx, args[0], f.rank, epoch, root, shards)
 		if err != nil {
 			return err
 		}
 		return printRun(cmd, s)
 	},
+}
+
+// checkAssigned refuses, before anything reaches the gate, shards that are
+// not exactly rank's assignment in run at its current epoch: the gate
+// fails the whole run on a shard outside the assignment. A root other than
+// the run's is left to the gate, which fails the run: that is what an
+// attestation of another release must do.
+func checkAssigned(ctx context.Context, c *raftgate.Client, run *raftgate.Run, rank int, root manifest.Digest, shards []manifest.Digest) error {
+	if rank < 0 || rank >= run.WorldSize || rank >= len(run.Assignment) {
+		return errcode.New(errcode.Usage, "--rank %d: run %s has ranks 0..%d", rank, run.ID, run.WorldSize-1)
+	}
+	if root != run.Root {
+		return nil
+	}
+	rel, err := c.Release(ctx, run.Root)
+	if err != nil {
+		return err
+	}
+	want := map[manifest.Digest]int{}
+	for _, i := range run.Assignment[rank] {
+		if i < 0 || i >= len(rel.Shards) {
+			return errcode.New(errcode.Internal, "run %s assigns shard %d of a release with %d", run.ID, i, len(rel.Shards))
+		}
+		want[rel.Shards[i]]++
+	}
+	for _, d := range shards {
+		want[d]--
+	}
+	var extra, missing int
+	for _, n := range want {
+		if n < 0 {
+			extra -= n
+		} else {
+			missing += n
+		}
+	}
+	if extra > 0 || missing > 0 {
+		return errcode.New(errcode.BadInput, "rank %d of run %s is assigned %d shards at epoch %d; the %d given include %d not assigned (or repeated) and miss %d; nothing was sent (a list from before a reassignment is stale: 'run show %s')",
+			rank, run.ID, len(run.Assignment[rank]), run.Epoch, len(shards), extra, missing, run.ID)
+	}
+	return nil
 }
 
 var runWaitFlags struct{ timeout time.Duration }
@@ -334,6 +405,7 @@ func init() {
 	f.StringVar(&runAttestFlags.root, "root", "", "root digest the worker verified against")
 	f.StringVar(&runAttestFlags.shards, "shards", "", "comma-separated digests of the verified shards")
 	f.StringVar(&runAttestFlags.file, "shards-file", "", "file with one shard digest per line")
+	f.Uint64Var(&runAttestFlags.epoch, "epoch", 0, "the assignment epoch the shard list belongs to (default: the run's current one, and the list is checked against it first)")
 
 	runWaitCmd.Flags().DurationVar(&runWaitFlags.timeout, "timeout", 10*time.Minute, "give up waiting after this long")
 

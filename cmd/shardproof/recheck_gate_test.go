@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/raftgate"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// gate recheck records only what a stored report shows: no report, a
+// report of another root or kind, a document that is no report, or a
+// --value/--hits that disagrees with the report changes nothing, and a
+// permit closed by a fence advance stays closed until the report that
+// found zero hits is named. The gate itself refuses a recheck command
+// without a report, whoever sends it.
+func TestGateRecheckNeedsEvidence(t *testing.T) {
+	ctx := context.Background()
+	dir, s := tempFileStore(t)
+	gen1 := stagetest.Synth(t, s, 600, 3, 1)
+	gen2 := stagetest.Synth(t, s, 400, 2, 2)
+	node, g := startLeader(t)
+	base := []string{"--store", dir, "--gate", node.URL(), "-q"}
+	run := func(args ...string) (string, error) { return cli(t, append(args, base...)...) }
+	for _, p := range []struct {
+		alias string
+		root  manifest.Digest
+	}{{"main", gen1.Root}, {"other", gen2.Root}} {
+		if out, err := run("publish", "--alias", p.alias, "--root", p.root.String()); err != nil {
+			t.Fatalf("publish %s: %q %v", p.alias, out, err)
+		}
+	}
+	td, _, _, err := objstore.PutBlob(ctx, s, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tomb := manifest.Digest(td)
+	if out, err := cli(t, "gate", "fence", "advance", "--store", dir, "--gate", node.URL(), "--tombstones", tomb.String()); err != nil {
+		t.Fatalf("fence advance: %q %v", out, err)
+	}
+	openPermits := func(root manifest.Digest) int {
+		t.Helper()
+		ps, err := g.Permits(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, p := range ps {
+			if p.Root == root && p.State == raftgate.PermitOpen {
+				n++
+			}
+		}
+		return n
+	}
+	if n := openPermits(gen1.Root); n != 0 {
+		t.Fatalf("gen1 has %d open permits after the fence advance", n)
+	}
+	before, _ := g.Release(ctx, gen1.Root)
+
+	// The report of a full verification of gen1 against the log: zero hits.
+	out, err := cli(t, "verify", "--store", dir, "--root", gen1.Root.String(), "--tombstones", tomb.String())
+	if err != nil {
+		t.Fatalf("verify: %q %v", out, err)
+	}
+	m := regexp.MustCompile(`report\s+(sha256:[0-9a-f]{64})`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no report digest in %q", out)
+	}
+	rep := m[1]
+	// A recheck report of gen2, from the member files (recorded for gen2).
+	out, err = run("recheck", "--members", "--root", gen2.Root.String(), "--tombstones", tomb.String())
+	if err != nil {
+		t.Fatalf("recheck gen2: %q %v", out, err)
+	}
+	m = regexp.MustCompile(`report (sha256:[0-9a-f]{64})`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no report digest in %q", out)
+	}
+	otherRep := m[1]
+
+	root := gen1.Root.String()
+	for _, c := range []struct {
+		name string
+		args []string
+		code errcode.Code
+		exit int
+	}{
+		{"no report", []string{"--kind", "tombstone", "--value", "4", "--hits", "0"}, errcode.Usage, errcode.ExitUsage},
+		{"no kind", []string{"--report", rep}, errcode.Usage, errcode.ExitUsage},
+		{"a value the report did not check", []string{"--kind", "tombstone", "--report", rep, "--value", "40"}, errcode.BadInput, errcode.ExitInvalid},
+		{"hits the report did not find", []string{"--kind", "tombstone", "--report", rep, "--hits", "1"}, errcode.BadInput, errcode.ExitInvalid},
+		{"a kind the report did not check", []string{"--kind", "benchmark", "--report", rep}, errcode.BadInput, errcode.ExitInvalid},
+		{"another root's report", []string{"--kind", "tombstone", "--report", otherRep}, errcode.RootMismatch, errcode.RootMismatch.Exit()},
+		{"a manifest, not a report", []string{"--kind", "tombstone", "--report", root}, errcode.BadDocument, errcode.ExitInvalid},
+		{"a report not in the store", []string{"--kind", "tombstone", "--report", manifest.Sum([]byte("nowhere")).String()}, errcode.NotFound, errcode.NotFound.Exit()},
+	} {
+		_, err := cli(t, append([]string{"gate", "recheck", root, "--store", dir, "--gate", node.URL()}, c.args...)...)
+		if errcode.Of(err) != c.code || exitStatus(err) != c.exit {
+			t.Errorf("%s: code %s exit %d (%v), want %s / %d", c.name, errcode.Of(err), exitStatus(err), err, c.code, c.exit)
+		}
+	}
+	if after, _ := g.Release(ctx, gen1.Root); len(after.Rechecks) != len(before.Rechecks) || after.TombstoneWatermark != before.TombstoneWatermark {
+		t.Fatalf("a refused recheck reached the gate: %d → %d rechecks, watermark %d → %d",
+			len(before.Rechecks), len(after.Rechecks), before.TombstoneWatermark, after.TombstoneWatermark)
+	}
+	if n := openPermits(gen1.Root); n != 0 {
+		t.Fatalf("a refused recheck opened %d permits", n)
+	}
+
+	// The gate refuses a recheck without a report, whoever sends it.
+	_, err = g.Recheck(ctx, &raftgate.RecheckCmd{Root: gen1.Root, Kind: raftgate.FenceTombstone, Value: 99})
+	if errcode.Of(err) != errcode.BadInput {
+		t.Fatalf("recheck command without a report: %v, want BAD_INPUT", err)
+	}
+
+	// The report itself, with or without matching --value/--hits: renewed.
+	out, err = cli(t, "gate", "recheck", root, "--store", dir, "--gate", node.URL(), "--kind", "tombstone", "--report", rep, "--value", "4", "--hits", "0")
+	if err != nil || !strings.Contains(out, "renewed 1 permits") {
+		t.Fatalf("gate recheck with the report: %q %v", out, err)
+	}
+	after, _ := g.Release(ctx, gen1.Root)
+	if after.TombstoneWatermark != 4 || len(after.Rechecks) != len(before.Rechecks)+1 || after.Rechecks[len(after.Rechecks)-1].Report.String() != rep {
+		t.Fatalf("after the recheck: watermark %d, rechecks %+v", after.TombstoneWatermark, after.Rechecks)
+	}
+	if n := openPermits(gen1.Root); n != 1 {
+		t.Fatalf("gen1 has %d open permits after its recheck, want 1", n)
+	}
+}
