@@ -15,7 +15,7 @@ import (
 // Gate is what publishing needs from the gate. *raftgate.Client
 // implements it; tests wrap a real client to break one method.
 type Gate interface {
-	Status(ctx context.Context) (*raftgate.Status, error)
+	Fences(ctx context.Context) (*raftgate.Fences, error)
 	Alias(ctx context.Context, name string) (*raftgate.Alias, error)
 	Release(ctx context.Context, root manifest.Digest) (*raftgate.Release, error)
 	Register(ctx context.Context, cmd *raftgate.Register) (*raftgate.RecheckResult, error)
@@ -107,7 +107,10 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	for i, sh := range rel.Shards {
 		shards[i] = sh.Digest
 	}
-	st, err := g.Status(ctx)
+	// Linearizable: a follower's own view may lag behind a fence
+	// advance, and a verification against old fences would be refused
+	// once done (FENCE_BEHIND), hours later at scale.
+	fences, err := g.Fences(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +135,21 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		expected = 0
 	case al.Root == o.Root:
 		// A rerun after an unknown outcome: the alias already points
-		// here. Publishing again would only add a generation.
+		// here. Publishing again would only add a generation. But the
+		// answer "published" must still be true of the root: the gate
+		// may have found it INVALID since (a recheck with hits), or a
+		// fence advance may have closed its permits.
+		gr, err := g.Release(ctx, o.Root)
+		if err != nil {
+			return nil, err
+		}
+		if gr.State == raftgate.ReleaseInvalid {
+			return nil, invalidError(ctx, s, gr)
+		}
+		if gr.TombstoneWatermark < fences.Tombstone || gr.BenchmarkFence < fences.Benchmark {
+			return nil, errcode.New(errcode.PermitClosed, "alias %s already points at %s (generation %d), but the fences (tombstone %d, benchmark %d) have passed the watermarks it was checked at (%d, %d): its permits are closed until 'shardproof recheck --alias %s' finds zero hits",
+				o.Alias, o.Root, al.Generation, fences.Tombstone, fences.Benchmark, gr.TombstoneWatermark, gr.BenchmarkFence, o.Alias)
+		}
 		log.Info("alias already points at root", "generation", al.Generation)
 		return &Outcome{Already: true, Result: raftgate.PublishResult{
 			Alias: al.Name, Generation: al.Generation, Root: al.Root, Kind: al.History[len(al.History)-1].Kind, Permit: al.Permit,
@@ -146,14 +163,14 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		attempts = 5
 	}
 	out := &Outcome{}
-	if out.Report, out.ReportDigest, err = reusable(ctx, s, g, o, st.Fences, rel.DatasetSnapshot); err != nil {
+	if out.Report, out.ReportDigest, err = reusable(ctx, s, g, o, *fences, rel.DatasetSnapshot); err != nil {
 		return nil, err
 	}
 	out.Reused = out.Report != nil
 	if !out.Reused {
 		// The gate holds nothing reusable: what verify checks against
 		// must reach the current fences, or the work is wasted.
-		if err := checkFenceDocs(ctx, s, o.Tombstones, o.Benchmark, st.Fences); err != nil {
+		if err := checkFenceDocs(ctx, s, o.Tombstones, o.Benchmark, *fences); err != nil {
 			return nil, err
 		}
 		// Stage the candidate first, so the gate shows it (STAGED) even
@@ -249,8 +266,7 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 		return nil, none, err
 	}
 	if known && rel.State == raftgate.ReleaseInvalid {
-		return nil, none, errcode.New(errcode.NotVerified, "release %s was found INVALID (report %s, %d tombstone and %d benchmark hits); it cannot be published",
-			o.Root, rel.Report, rel.TombstoneHits, rel.BenchmarkHits)
+		return nil, none, invalidError(ctx, s, rel)
 	}
 	if !o.Report.IsZero() {
 		rep, err := loadReport(ctx, s, o.Report)
@@ -277,6 +293,29 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 		return nil, none, nil
 	}
 	return rep, rel.Report, nil
+}
+
+// invalidError is the error for a release the gate holds INVALID, with the
+// code a publish that found it so gave: the first failure of its report,
+// or the fence it was rechecked with hits against, so a rerun exits as
+// the first run did. NOT_VERIFIED only when neither is known.
+func invalidError(ctx context.Context, s objstore.Store, rel *raftgate.Release) error {
+	var code errcode.Code
+	switch {
+	case rel.TombstoneHits > 0:
+		code = errcode.TombstoneHit
+	case rel.BenchmarkHits > 0:
+		code = errcode.BenchmarkHit
+	case !rel.Report.IsZero():
+		if rep, err := loadReport(ctx, s, rel.Report); err == nil && rep.Verdict == manifest.Invalid {
+			code = FailureCode(&rep.Counts)
+		}
+	}
+	if code == "" {
+		code = errcode.NotVerified
+	}
+	return errcode.New(code, "release %s was found INVALID (report %s, %d tombstone and %d benchmark hits); it cannot be published",
+		rel.Root, rel.Report, rel.TombstoneHits, rel.BenchmarkHits)
 }
 
 // mismatch says why rep is not a report of o.Root against its snapshot and

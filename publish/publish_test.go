@@ -297,10 +297,10 @@ func TestListingMissingOneShardPublishesNothing(t *testing.T) {
 	if rel2.State != raftgate.ReleaseInvalid {
 		t.Fatalf("candidate is %s, want INVALID", rel2.State)
 	}
-	// A second attempt is refused at once, and the gate refuses the raw
-	// CAS too.
+	// A second attempt is refused at once, with the first one's code (and
+	// exit status), and the gate refuses the raw CAS too.
 	_, err = e.publish(nil, e.opts(cand.Root))
-	wantCode(t, err, errcode.NotVerified)
+	wantCode(t, err, errcode.MissingMember)
 	_, err = e.gate.Publish(e.ctx, "main", cand.Root, 1, 0)
 	wantCode(t, err, errcode.NotVerified)
 }
@@ -390,6 +390,38 @@ func TestFenceAdvanceRecheckRollback(t *testing.T) {
 	// refused.
 	_, err = e.gate.Rollback(e.ctx, "main", gen2.Root, 3)
 	wantCode(t, err, errcode.RollbackIneligible)
+}
+
+// A rerun of a publish whose alias already points at the root answers
+// "published" only while that is true: once a fence advance closed the
+// root's permits it is PERMIT_CLOSED, once a recheck found hits it is
+// the hit's code, and the alias stays where it is.
+func TestRerunOnAliasAtRootReportsItsState(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 1200, 4, 1)
+	if _, err := e.publish(nil, e.opts(gen1.Root)); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := e.publish(nil, e.opts(gen1.Root)); err != nil || !again.Already {
+		t.Fatalf("rerun at the root: %+v %v", again, err)
+	}
+	victim := stagetest.ShardRows(t, e.store, gen1, 0)[0].SampleID
+	tomb := e.putFenceLog(manifest.TombstonesSchema, manifest.FenceEntry{Seq: 2, SampleID: victim})
+	if _, err := e.gate.AdvanceFence(e.ctx, raftgate.FenceTombstone, 2); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.publish(nil, e.opts(gen1.Root))
+	wantCode(t, err, errcode.PermitClosed)
+	if out != nil {
+		t.Fatalf("a rerun with closed permits returned %+v", out)
+	}
+	_, err = publish.Recheck(e.ctx, e.store, e.gate, publish.RecheckOptions{Root: gen1.Root, Tombstones: tomb, Verify: verifier(e.store), Logger: e.quiet})
+	wantCode(t, err, errcode.TombstoneHit)
+	_, err = e.publish(nil, e.opts(gen1.Root))
+	wantCode(t, err, errcode.TombstoneHit)
+	if al := e.alias(); al.Generation != 1 || al.Root != gen1.Root {
+		t.Fatalf("alias moved to %d -> %s", al.Generation, al.Root)
+	}
 }
 
 func TestRunPermitClosedMustBeCancelledAndRecreated(t *testing.T) {

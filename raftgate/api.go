@@ -92,6 +92,7 @@ func (n *Node) handler() http.Handler {
 		}
 		return nil, errcode.New(errcode.UnknownRelease, "no release %s", truncate(r.PathValue("root")))
 	}))
+	mux.HandleFunc("GET /v1/fences", n.read(func(s *State, r *http.Request) (any, error) { return s.Fences, nil }))
 	mux.HandleFunc("GET /v1/permits", n.read(func(s *State, r *http.Request) (any, error) {
 		out := []*Permit{}
 		for _, id := range sortedKeys(s.Permits) {

@@ -276,6 +276,14 @@ func (c *Client) Release(ctx context.Context, root manifest.Digest) (*Release, e
 	return &r, c.do(ctx, http.MethodGet, "/v1/releases/"+root.String(), nil, &r)
 }
 
+// Fences reads the current fences (linearizable): what a verification
+// must reach to be publishable. Status has them too, but as one node's
+// own view, which may lag behind the leader's.
+func (c *Client) Fences(ctx context.Context) (*Fences, error) {
+	var f Fences
+	return &f, c.do(ctx, http.MethodGet, "/v1/fences", nil, &f)
+}
+
 // Permits reads every permit (linearizable).
 func (c *Client) Permits(ctx context.Context) ([]*Permit, error) {
 	var p []*Permit
