@@ -96,6 +96,9 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	if err := raftgate.CheckAliasName(o.Alias); err != nil {
 		return nil, errcode.Wrap(errcode.Usage, err, "publish")
 	}
+	if o.Retain < 0 || o.Retain > raftgate.MaxRetain {
+		return nil, errcode.New(errcode.Usage, "publish: retain %d outside [1,%d] (0: the gate's default)", o.Retain, raftgate.MaxRetain)
+	}
 	if o.Verify == nil {
 		return nil, errcode.New(errcode.Internal, "publish: no verifier")
 	}
@@ -130,6 +133,10 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 			if err := raftgate.StalePublish(al, o.Root, expected); err != nil {
 				return nil, err
 			}
+		} else if expected != 0 {
+			// Only generation 0 creates an alias: the gate would
+			// refuse this one after the verification.
+			return nil, errcode.New(errcode.UnknownAlias, "alias %s does not exist, so it is not at generation %d (generation 0 creates it)", o.Alias, expected)
 		}
 	case unknown:
 		expected = 0
@@ -189,6 +196,20 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	rep := out.Report
 	if rep.Root != o.Root {
 		return nil, errcode.New(errcode.BadDocument, "report %s verifies %s, not %s", out.ReportDigest, rep.Root, o.Root)
+	}
+	if rep.Verdict != manifest.Verified && copyFailure(&rep.Counts) {
+		// This store's bytes are not the ones the manifest names. If
+		// the gate already holds a VERIFIED report of the root, those
+		// bytes were proven once: what is bad is this copy (a damaged
+		// store, another store given by mistake), not the release, and
+		// registering the verdict would close every permit of every
+		// alias and run on the root.
+		if gr, err := g.Release(ctx, o.Root); err == nil && (gr.State == raftgate.ReleaseVerified || gr.State == raftgate.ReleasePublished) {
+			code := FailureCode(&rep.Counts)
+			log.Warn("this store's copy of a VERIFIED release is damaged; nothing registered", "report", out.ReportDigest.String(), "code", code, "state", gr.State)
+			return out, errcode.New(code, "this store's copy of release %s does not match its manifest (report %s: %d digest failures, %d size mismatches, %d versions missing); the gate holds the release %s from report %s, proven on other bytes, and nothing was registered: repair or replace the copy",
+				o.Root, out.ReportDigest, rep.Counts.DigestFailures, rep.Counts.SizeMismatches, rep.Counts.VersionMissing, gr.State, gr.Report)
+		}
 	}
 	var reg *raftgate.RecheckResult
 	err = resend(ctx, log, "register", attempts, func() (err error) {
@@ -293,6 +314,13 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 		return nil, none, nil
 	}
 	return rep, rel.Report, nil
+}
+
+// copyFailure reports whether c counts failures of the stored bytes
+// themselves (digest, size, missing version): the verdict then describes
+// the copy that was read as much as the release.
+func copyFailure(c *manifest.Counts) bool {
+	return c.DigestFailures != 0 || c.SizeMismatches != 0 || c.VersionMissing != 0
 }
 
 // invalidError is the error for a release the gate holds INVALID, with the

@@ -424,6 +424,56 @@ func TestRerunOnAliasAtRootReportsItsState(t *testing.T) {
 	}
 }
 
+// A publish of a VERIFIED root from a store whose copy of a shard is
+// damaged fails with the damage's code and registers nothing: the
+// release, its alias and its runs keep their permits. A root the gate
+// never verified is registered INVALID as before.
+func TestDamagedCopyDoesNotInvalidateVerifiedRelease(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 1200, 4, 1)
+	if _, err := e.publish(nil, e.opts(gen1.Root)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.gate.CreateRun(e.ctx, &raftgate.CreateRun{Run: "r1", Alias: "main", WorldSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	attest(t, e, "r1", gen1)
+	key := gen1.Release.Shards[2].Digest.BlobKey()
+	damaged := &faults.BitFlip{Store: e.store, Match: func(k string) bool { return k == key }, Offset: 100, Bit: 2}
+	// A fence document the stored report was not checked against, so
+	// publish verifies again, through the damaged store.
+	tomb := e.putFenceLog(manifest.TombstonesSchema, manifest.FenceEntry{Seq: 1, SampleID: "nobody"})
+	o := e.opts(gen1.Root)
+	o.Alias, o.Tombstones, o.Verify = "scratch", tomb, verifier(damaged)
+	out, err := publish.Publish(e.ctx, damaged, e.gate, o)
+	wantCode(t, err, errcode.DigestMismatch)
+	if out == nil || out.Report == nil || out.Report.Counts.DigestFailures != 1 {
+		t.Fatalf("outcome %+v", out)
+	}
+	rel, _ := e.gate.Release(e.ctx, gen1.Root)
+	if rel.State != raftgate.ReleasePublished || rel.Report == out.ReportDigest {
+		t.Fatalf("after the damaged copy: release %s, report %s", rel.State, rel.Report)
+	}
+	if _, err := e.gate.AdmitCheckpoint(e.ctx, "r1", 1, gen1.Root); err != nil {
+		t.Fatalf("the run's permit after the damaged copy: %v", err)
+	}
+	if _, err := e.gate.Alias(e.ctx, "scratch"); errcode.Of(err) != errcode.UnknownAlias {
+		t.Fatalf("alias scratch: %v, want UNKNOWN_ALIAS", err)
+	}
+
+	// The same damage in a root the gate never verified: INVALID.
+	gen2 := stagetest.Synth(t, e.store, 800, 2, 2)
+	key2 := gen2.Release.Shards[0].Digest.BlobKey()
+	damaged2 := &faults.BitFlip{Store: e.store, Match: func(k string) bool { return k == key2 }, Offset: 100, Bit: 2}
+	o = e.opts(gen2.Root)
+	o.Alias, o.Verify = "other", verifier(damaged2)
+	_, err = publish.Publish(e.ctx, damaged2, e.gate, o)
+	wantCode(t, err, errcode.DigestMismatch)
+	if rel, _ := e.gate.Release(e.ctx, gen2.Root); rel.State != raftgate.ReleaseInvalid {
+		t.Fatalf("a never-verified root with a damaged shard is %s, want INVALID", rel.State)
+	}
+}
+
 func TestRunPermitClosedMustBeCancelledAndRecreated(t *testing.T) {
 	e := newEnv(t)
 	gen1 := stagetest.Synth(t, e.store, 1500, 4, 1)
@@ -559,8 +609,21 @@ func TestPublishBadAliasBeforeVerify(t *testing.T) {
 			t.Fatalf("%q: %v, want the alias name's error", name, err)
 		}
 	}
+	// A rollback window the gate would refuse, and a generation a new
+	// alias cannot be at, are refused before verifying too.
+	o.Alias = "fresh"
+	for _, retain := range []int{-1, raftgate.MaxRetain + 1} {
+		o.Retain = retain
+		_, err := e.publish(nil, o)
+		wantCode(t, err, errcode.Usage)
+	}
+	o.Retain = 0
+	o.HasExpect, o.ExpectGeneration = true, 3
+	_, err := e.publish(nil, o)
+	wantCode(t, err, errcode.UnknownAlias)
+	o.HasExpect, o.ExpectGeneration = false, 0
 	if *verified != 0 {
-		t.Fatalf("verified %d times for refused alias names", *verified)
+		t.Fatalf("verified %d times for refused publishes", *verified)
 	}
 	if _, err := e.gate.Release(e.ctx, gen1.Root); errcode.Of(err) != errcode.UnknownRelease {
 		t.Fatalf("release after refused publishes: %v, want UNKNOWN_RELEASE", err)

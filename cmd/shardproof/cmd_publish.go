@@ -91,7 +91,14 @@ one the gate already holds for the same root at or above the current fences; reg
 one compare-and-swap on the alias generation.
 
 A candidate that fails verification is registered INVALID and the alias does
-not move (exit 1, with the first failure's code). --expect-generation G
+not move (exit 1, with the first failure's code). One exception: when the
+gate already holds a VERIFIED report of the root and this store's bytes
+fail their digests or sizes, the copy is what is bad, not the release:
+publish exits with that code and registers nothing, so a damaged or
+mistaken --store cannot close the permits of the root's aliases and runs.
+An alias already pointing at the root is reported as published only while
+the root still is: a root since found INVALID, or whose permits a fence
+advance closed, exits with that code. --expect-generation G
 publishes only if the alias is still at generation G (exit 4,
 GENERATION_CONFLICT or PUBLISH_CONFLICT otherwise). A publish whose outcome
 was lost (exit 5, INDETERMINATE) is safe to run again with the same flags:
