@@ -30,7 +30,8 @@ const SerializerVersion = "6"
 type ParquetOptions struct {
 	// Codec is "zstd" (the default), "snappy", "gzip" or "none".
 	Codec string
-	// Level is the codec's level (zstd default 3).
+	// Level is the codec's level: zstd 1–22 (default 3), gzip 1–9
+	// (default 6); zero for snappy and none, which have none.
 	Level int
 	// RowGroupRows caps the rows per row group (default 8192).
 	RowGroupRows int64
@@ -44,13 +45,44 @@ func (o ParquetOptions) withDefaults() ParquetOptions {
 	if o.Codec == "" {
 		o.Codec = "zstd"
 	}
-	if o.Level == 0 && o.Codec == "zstd" {
-		o.Level = 3
+	if o.Level == 0 {
+		switch o.Codec {
+		case "zstd":
+			o.Level = 3
+		case "gzip":
+			o.Level = 6
+		}
 	}
 	if o.RowGroupRows <= 0 {
 		o.RowGroupRows = 8192
 	}
 	return o
+}
+
+// Check refuses a codec shardproof does not write and a level the codec
+// does not have, after defaults (an empty codec is zstd, level 0 the
+// codec's default). The level is recorded in the manifest, so a level the
+// codec does not have would name bytes it cannot make (and gzip's writer
+// panics on one).
+func (o ParquetOptions) Check() error {
+	o = o.withDefaults()
+	if _, ok := codecs[o.Codec]; !ok {
+		return errcode.New(errcode.Usage, "unknown compression %q (want zstd, snappy, gzip or none)", o.Codec)
+	}
+	lo, hi := 0, 0
+	switch o.Codec {
+	case "zstd":
+		lo, hi = 1, 22
+	case "gzip":
+		lo, hi = 1, 9
+	}
+	if o.Level < lo || o.Level > hi {
+		if hi == 0 {
+			return errcode.New(errcode.Usage, "compression %s has no levels; --level %d", o.Codec, o.Level)
+		}
+		return errcode.New(errcode.Usage, "compression %s: level %d outside [%d,%d]", o.Codec, o.Level, lo, hi)
+	}
+	return nil
 }
 
 // memberPageRows and memberPageBytes shape member files' pages: the
@@ -73,10 +105,10 @@ var codecs = map[string]compress.Compression{
 // files (an offset index, no statistics), dictionaries only for the
 // low-cardinality tuple and attribute columns.
 func writerProperties(s *manifest.RecordSchema, o ParquetOptions) (*parquet.WriterProperties, error) {
-	codec, ok := codecs[o.Codec]
-	if !ok {
-		return nil, errcode.New(errcode.Usage, "unknown compression %q (want zstd, snappy, gzip or none)", o.Codec)
+	if err := o.Check(); err != nil {
+		return nil, err
 	}
+	codec := codecs[o.Codec]
 	opts := []parquet.WriterProperty{
 		parquet.WithCreatedBy(Serializer + " " + SerializerVersion),
 		parquet.WithVersion(parquet.V2_6),

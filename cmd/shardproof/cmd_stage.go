@@ -32,11 +32,17 @@ func (f *stagingFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.store, "store", "", "object store URL or directory (required)")
 	c.Flags().IntVar(&f.shards, "shards", 0, "number of release shards (required, >= 1)")
 	c.Flags().StringVar(&f.codec, "compression", "zstd", "Parquet codec: zstd, snappy, gzip or none")
-	c.Flags().IntVar(&f.level, "level", 3, "compression level (zstd, gzip)")
+	c.Flags().IntVar(&f.level, "level", 0, "compression level: zstd 1-22, gzip 1-9 (default: zstd 3, gzip 6; snappy and none have none)")
 	c.Flags().Uint64Var(&f.tombstone, "tombstone-watermark", 0, "tombstone watermark the release is built against")
 	c.Flags().Uint64Var(&f.benchmark, "benchmark-fence", 0, "benchmark fence the release is built against")
 	c.Flags().StringVar(&f.snapshotOut, "snapshot-out", "", "also write the snapshot digest to this file")
 	c.Flags().BoolVar(&f.json, "json", false, "print the result as JSON")
+}
+
+// check refuses, before a store is created or a row read, a codec and
+// level the Parquet writer would refuse.
+func (f *stagingFlags) check() error {
+	return stage.ParquetOptions{Codec: f.codec, Level: f.level}.Check()
 }
 
 func (f *stagingFlags) options(errOut io.Writer) (stage.Options, func()) {
@@ -126,6 +132,9 @@ Staging the same input again prints the same digests and writes nothing.`,
 		f := &stageFlags
 		if f.shards < 1 {
 			return errcode.New(errcode.Usage, "--shards must be at least 1")
+		}
+		if err := f.check(); err != nil {
+			return err
 		}
 		s, err := createStore(cmd, f.store)
 		if err != nil {

@@ -32,6 +32,12 @@ run writes nothing.`,
 		if f.shards < 1 {
 			return errcode.New(errcode.Usage, "--shards must be at least 1")
 		}
+		if f.seed < 0 {
+			return errcode.New(errcode.Usage, "--seed must be at least 0, got %d", f.seed)
+		}
+		if err := f.check(); err != nil {
+			return err
+		}
 		s, err := createStore(cmd, f.store)
 		if err != nil {
 			return err

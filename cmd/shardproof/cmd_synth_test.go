@@ -15,6 +15,7 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
@@ -150,4 +151,57 @@ func missingColumnsFile(t *testing.T, dir string) string {
 	p := filepath.Join(dir, "two-columns.parquet")
 	os.WriteFile(p, stagetest.EncodeRecord(t, two, s, stage.ParquetOptions{}), 0o644)
 	return p
+}
+
+// A codec or level the Parquet writer does not have is a usage error
+// before anything is written (gzip's writer panicked on one, leaving
+// temporary directories and a store holding one blob), and a codec's
+// default level is the one recorded.
+func TestStagingRefusesLevelsTheCodecLacks(t *testing.T) {
+	parent := t.TempDir()
+	for _, c := range [][]string{
+		{"--compression", "gzip", "--level", "99"},
+		{"--compression", "gzip", "--level", "-5"},
+		{"--compression", "zstd", "--level", "23"},
+		{"--compression", "snappy", "--level", "7"},
+		{"--compression", "none", "--level", "1"},
+		{"--compression", "brotli"},
+		{"--seed", "-1"},
+	} {
+		dir := filepath.Join(parent, "store")
+		_, err := stagingRun(t, append([]string{"synth", "--samples", "10", "--shards", "2", "--store", dir}, c...)...)
+		if errcode.Of(err) != errcode.Usage || exitStatus(err) != errcode.ExitUsage {
+			t.Errorf("%v: %v, want USAGE (exit 2)", c, err)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%v: the store was created (%v)", c, err)
+		}
+	}
+	for codec, level := range map[string]int{"gzip": 6, "zstd": 3, "snappy": 0} {
+		dir := filepath.Join(parent, codec)
+		out, err := stagingRun(t, "synth", "--samples", "10", "--shards", "2", "--store", dir, "--compression", codec, "--json")
+		if err != nil {
+			t.Fatalf("%s: %v", codec, err)
+		}
+		var js stageOutput
+		if err := json.Unmarshal([]byte(out), &js); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := manifest.ParseDigest(js.Root)
+		s, err := file.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _, err := objstore.ReadBlob(context.Background(), s, d, manifest.MaxDocumentSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, err := manifest.DecodeRelease(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rel.Build.Compression != codec || rel.Build.CompressionLevel != level {
+			t.Errorf("%s without --level: manifest records %s level %d, want level %d", codec, rel.Build.Compression, rel.Build.CompressionLevel, level)
+		}
+	}
 }
