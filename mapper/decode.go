@@ -361,7 +361,9 @@ func checkFooter(data []byte, res *decodeResult) (int64, bool) {
 		return 0, false
 	}
 	if string(data[:4]) != "PAR1" || string(data[n-4:]) != "PAR1" {
-		res.fail(errcode.FooterCorrupt, "missing PAR1 magic (head %q, tail %q)", data[:4], data[n-4:])
+		// Which end lacks it, not the bytes there: in a damaged or
+		// uncompressed file they may be record text.
+		res.fail(errcode.FooterCorrupt, "missing PAR1 magic (head %s, tail %s)", magicState(data[:4]), magicState(data[n-4:]))
 		return 0, false
 	}
 	fl := int64(binary.LittleEndian.Uint32(data[n-8 : n-4]))
@@ -416,3 +418,11 @@ func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) bool {
 
 // decoders lists every Decoder, for tests and benchmarks.
 var decoders = []Decoder{DecoderColumnReader, DecoderPQArrow}
+
+// magicState says whether b is the Parquet magic, without quoting it.
+func magicState(b []byte) string {
+	if string(b) == "PAR1" {
+		return "PAR1"
+	}
+	return "not PAR1"
+}
