@@ -115,6 +115,9 @@ type Worker struct {
 
 	mu     sync.Mutex
 	status Status
+	// readyErr is the last failure to write or remove the ready file,
+	// nil once a later one succeeds.
+	readyErr error
 }
 
 // NewWorker returns a worker; Run starts it.
@@ -167,7 +170,8 @@ func (w *Worker) set(f func(*Status)) {
 	}
 	// The ready file changes under the lock, so it never lags the state.
 	if w.cfg.ReadyFile != "" && ready != was {
-		if err := w.writeReadyFile(ready); err != nil {
+		w.readyErr = w.writeReadyFile(ready)
+		if err := w.readyErr; err != nil {
 			w.log.Error("ready file", "path", w.cfg.ReadyFile, "code", errcode.Of(err), "err", err)
 		}
 	}
@@ -257,7 +261,11 @@ func (w *Worker) run(ctx context.Context, once bool) error {
 				if st := w.Status(); st.State == StateBlocked {
 					return errcode.New(errcode.PermitClosed, "run %s: barrier open but %s", w.cfg.Run, st.Reason)
 				}
-				return nil
+				// Nor without the ready file it hands the trainer.
+				w.mu.Lock()
+				err := w.readyErr
+				w.mu.Unlock()
+				return err
 			}
 		}
 		select {

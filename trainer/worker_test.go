@@ -691,3 +691,19 @@ func TestGateOutageWhileWaiting(t *testing.T) {
 		t.Fatalf("rank 0: %+v", st)
 	}
 }
+
+// An init container whose ready file cannot be written fails, even with
+// the barrier open: the trainer it would let start reads that file.
+func TestOnceFailsWithoutItsReadyFile(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 20*time.Second)
+	w := e.worker("r1", 0, nil, nil)
+	w.cfg.ReadyFile = filepath.Join(t.TempDir(), "missing", "ready.json")
+	err := w.Run(e.ctx, true)
+	wantCode(t, err, errcode.IO)
+	run, gerr := e.gate.Run(e.ctx, "r1")
+	if gerr != nil || run.Barrier != raftgate.BarrierOpen {
+		t.Fatalf("the barrier: %+v %v (the rank attested before the file failed)", run, gerr)
+	}
+}

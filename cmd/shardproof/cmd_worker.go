@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -36,7 +38,10 @@ DIR/sha256/<hex of the shard digest>.
 
 With --ready-file PATH it writes, while ready, a JSON file with the root,
 the epoch and every assigned shard's id, digest and cache path: what an init
-container hands to the trainer container on a shared volume.
+container hands to the trainer container on a shared volume. Its
+directory must exist (USAGE otherwise, before any work), and with --once a
+file that cannot be written fails the worker (IO) even once the barrier
+has opened.
 
 With --listen it serves /readyz (200 only while the barrier and the run's
 permit are open), /healthz, /status (JSON, including the shard list) and
@@ -54,6 +59,14 @@ failed; the rank did not attest), GATE_UNAVAILABLE.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if run == "" || !cmd.Flags().Changed("rank") || cacheDir == "" {
 				return errcode.New(errcode.Usage, "%s: --run, --rank and --cache are required", cmd.CommandPath())
+			}
+			if readyFile != "" {
+				// Before any verification: the file is written only
+				// once the barrier opens, and an init container that
+				// cannot write it fails (IO) even then.
+				if fi, err := os.Stat(filepath.Dir(readyFile)); err != nil || !fi.IsDir() {
+					return errcode.New(errcode.Usage, "%s: --ready-file %s: its directory does not exist", cmd.CommandPath(), readyFile)
+				}
 			}
 			s, err := openStore(cmd, store)
 			if err != nil {
