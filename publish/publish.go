@@ -96,6 +96,9 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	if err := raftgate.CheckAliasName(o.Alias); err != nil {
 		return nil, errcode.Wrap(errcode.Usage, err, "publish")
 	}
+	if err := raftgate.CheckPathName("alias", o.Alias); err != nil {
+		return nil, errcode.Wrap(errcode.Usage, err, "publish")
+	}
 	if o.Retain < 0 || o.Retain > raftgate.MaxRetain {
 		return nil, errcode.New(errcode.Usage, "publish: retain %d outside [1,%d] (0: the gate's default)", o.Retain, raftgate.MaxRetain)
 	}

@@ -38,9 +38,12 @@ type Client struct {
 	// Endpoints are base URLs of gate nodes, tried in turn.
 	Endpoints []string
 	HTTP      *http.Client
-	// RetryFor bounds the total time spent retrying; zero means 15 s.
+	// RetryFor bounds the total time spent retrying; zero means 15 s,
+	// negative one attempt per endpoint and no waiting.
 	RetryFor time.Duration
 	next     atomic.Uint32
+	// err refuses every request: an endpoint NewClient could not use.
+	err error
 }
 
 // NewClient returns a client for a comma-separated list of gate URLs or
@@ -55,6 +58,10 @@ func NewClient(urls string) *Client {
 		if !strings.Contains(u, "://") {
 			u = "http://" + u
 		}
+		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			// Retrying would only repeat the refusal for RetryFor.
+			c.err = errcode.New(errcode.Usage, "gate URL %q: want http://host:port or https://host:port", truncate(u))
+		}
 		c.Endpoints = append(c.Endpoints, u)
 	}
 	return c
@@ -66,6 +73,9 @@ func (c *Client) Close() { c.HTTP.CloseIdleConnections() }
 // do sends one request, retrying as described on Client, and decodes a
 // successful answer (or the state-changing result of a rejection) into out.
 func (c *Client) do(ctx context.Context, method, path string, in any, out any) error {
+	if c.err != nil {
+		return c.err
+	}
 	if len(c.Endpoints) == 0 {
 		return errcode.New(errcode.Usage, "no gate URL given")
 	}
@@ -99,6 +109,12 @@ func (c *Client) do(ctx context.Context, method, path string, in any, out any) e
 		last = err
 		if ctx.Err() != nil {
 			return errcode.Wrap(errcode.Canceled, ctx.Err(), "gate request %s %s (last: %v)", method, path, last)
+		}
+		if retryFor < 0 {
+			if attempt+1 >= len(c.Endpoints) {
+				return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s (no retries)", method, path)
+			}
+			continue
 		}
 		if time.Now().After(deadline) {
 			return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s within %s", method, path, retryFor)
@@ -162,6 +178,12 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	}
 	var eb ErrorBody
 	if err := json.Unmarshal(b, &eb); err != nil || !errcode.Known(eb.Error.Code) {
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests {
+			// Not a gate's answer, and not a transient one: a URL that
+			// is no gate API path (a name like ".." that the path
+			// cleaning removes), or a server that is no gate.
+			return false, errcode.New(errcode.Usage, "%s %s: HTTP %d, not an answer of the gate's API", method, u, resp.StatusCode)
+		}
 		return true, errcode.New(errcode.GateUnavailable, "%s %s: HTTP %d", method, u, resp.StatusCode)
 	}
 	if out != nil && len(eb.Result) > 0 {
@@ -267,6 +289,9 @@ func (c *Client) State(ctx context.Context) (*State, error) {
 // Alias reads one alias (linearizable).
 func (c *Client) Alias(ctx context.Context, name string) (*Alias, error) {
 	var a Alias
+	if !addressable(name) {
+		return nil, errcode.New(errcode.Usage, "alias name %q cannot be addressed", name)
+	}
 	return &a, c.do(ctx, http.MethodGet, "/v1/aliases/"+url.PathEscape(name), nil, &a)
 }
 
@@ -293,6 +318,9 @@ func (c *Client) Permits(ctx context.Context) ([]*Permit, error) {
 // Run reads one run with its tables (linearizable).
 func (c *Client) Run(ctx context.Context, id string) (*Run, error) {
 	var r Run
+	if !addressable(id) {
+		return nil, errcode.New(errcode.Usage, "run name %q cannot be addressed", id)
+	}
 	return &r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &r)
 }
 
@@ -315,6 +343,9 @@ func (c *Client) StatusDigest(ctx context.Context) (*Status, error) {
 // answered, GATE_UNAVAILABLE if none did before ctx's deadline (CANCELED
 // if ctx was cancelled first).
 func (c *Client) WaitRun(ctx context.Context, id string) (*RunSummary, error) {
+	if !addressable(id) {
+		return nil, errcode.New(errcode.Usage, "run name %q cannot be addressed", id)
+	}
 	var last *RunSummary
 	for {
 		poll := 30 * time.Second

@@ -366,13 +366,32 @@ func (n *Node) Apply(c Command) (*Result, error) {
 // would change what an old log replays to. Entries already in a log are
 // not checked again.
 func checkProposal(c Command) error {
-	if rc, ok := c.(*RecheckCmd); ok && rc.Report.IsZero() {
-		// A recheck renews permits a fence closed; without the report
-		// that found its hits it is a claim, not evidence.
-		return errcode.New(errcode.BadInput, "recheck of %s names no report", rc.Root)
+	switch c := c.(type) {
+	case *RecheckCmd:
+		if c.Report.IsZero() {
+			// A recheck renews permits a fence closed; without the
+			// report that found its hits it is a claim, not evidence.
+			return errcode.New(errcode.BadInput, "recheck of %s names no report", c.Root)
+		}
+	case *Publish:
+		return CheckPathName("alias", c.Alias)
+	case *CreateRun:
+		return CheckPathName("run", c.Run)
 	}
 	return nil
 }
+
+// CheckPathName refuses the names an HTTP path cannot carry as one
+// segment: empty, "." and "..", which path cleaning removes, so an alias
+// or run of that name could be created but never read back.
+func CheckPathName(kind, name string) error {
+	if !addressable(name) {
+		return errcode.New(errcode.BadInput, "%s name %q cannot be addressed", kind, name)
+	}
+	return nil
+}
+
+func addressable(name string) bool { return name != "" && name != "." && name != ".." }
 
 func (n *Node) apply(c Command, b []byte) (*Result, error) {
 	f := n.raft.Apply(b, n.cfg.ApplyTimeout)

@@ -8,10 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -593,5 +595,66 @@ func TestDataDirInUse(t *testing.T) {
 	b = StartTestNode(t, second)
 	if st, err := NewClient("http://" + b.HTTPAddr()).State(t.Context()); err != nil || st.Fences.Tombstone != 7 {
 		t.Fatalf("the directory reopened after the first node stopped: %+v, %v", st, err)
+	}
+}
+
+// What retrying cannot fix is not retried: a URL that is no http(s) gate,
+// a 4xx that is not the gate's own answer, and names that cannot be
+// addressed. RetryFor < 0 tries each endpoint once.
+func TestClientRefusesWhatRetryingCannotFix(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	var hits atomic.Int64
+	notFound := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.NotFound(w, r)
+	}))
+	defer notFound.Close()
+	busy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		http.Error(w, "busy", http.StatusServiceUnavailable)
+	}))
+	defer busy.Close()
+
+	c := NewClient(notFound.URL)
+	if _, err := c.Status(ctx); errcode.Of(err) != errcode.Usage || hits.Load() != 1 {
+		t.Fatalf("a plain 404: %v after %d requests, want USAGE after 1", err, hits.Load())
+	}
+	hits.Store(0)
+	c = NewClient(busy.URL + "," + busy.URL)
+	c.RetryFor = -1
+	if _, err := c.Status(ctx); errcode.Of(err) != errcode.GateUnavailable || hits.Load() != 2 {
+		t.Fatalf("503 without retries: %v after %d requests, want GATE_UNAVAILABLE after 2", err, hits.Load())
+	}
+	hits.Store(0)
+	c = NewClient("ftp://" + strings.TrimPrefix(busy.URL, "http://"))
+	if _, err := c.Status(ctx); errcode.Of(err) != errcode.Usage || hits.Load() != 0 {
+		t.Fatalf("an ftp URL: %v after %d requests, want USAGE before any", err, hits.Load())
+	}
+
+	n := StartTestNode(t, TestConfig(t.TempDir(), "names"))
+	g := NewClient(n.URL())
+	defer g.Close()
+	root := registerVerified(t, ctx, g, "rel", 2, 0, 0)
+	for _, name := range []string{".", ".."} {
+		if _, err := g.Publish(ctx, name, root, 0, 0); errcode.Of(err) != errcode.BadInput {
+			t.Fatalf("publish alias %q: %v, want BAD_INPUT", name, err)
+		}
+		if _, err := g.Alias(ctx, name); errcode.Of(err) != errcode.Usage {
+			t.Fatalf("read alias %q: %v, want USAGE", name, err)
+		}
+		if _, err := g.Run(ctx, name); errcode.Of(err) != errcode.Usage {
+			t.Fatalf("read run %q: %v, want USAGE", name, err)
+		}
+	}
+	if _, err := g.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{".", ".."} {
+		if _, err := g.CreateRun(ctx, &CreateRun{Run: name, Alias: "main", WorldSize: 1}); errcode.Of(err) != errcode.BadInput {
+			t.Fatalf("create run %q: %v, want BAD_INPUT", name, err)
+		}
+	}
+	if _, err := g.WaitRun(ctx, ""); errcode.Of(err) != errcode.Usage {
+		t.Fatalf("wait for run \"\": %v, want USAGE", err)
 	}
 }

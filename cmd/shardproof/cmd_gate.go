@@ -51,13 +51,16 @@ func addGateClientFlags(f *pflag.FlagSet) {
 	}
 	f.StringVar(&gateClientFlags.url, "gate", def, "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
 	f.BoolVar(&gateClientFlags.asJSON, "json", false, "print the result as JSON")
-	f.DurationVar(&gateClientFlags.retry, "retry", 15*time.Second, "keep retrying an unreachable gate or a leader election this long")
+	f.DurationVar(&gateClientFlags.retry, "retry", 15*time.Second, "keep retrying an unreachable gate or a leader election this long (0: one attempt per gate URL)")
 }
 
 // gateClient returns a client for --gate.
 func gateClient() *raftgate.Client {
 	c := raftgate.NewClient(gateClientFlags.url)
 	c.RetryFor = gateClientFlags.retry
+	if c.RetryFor <= 0 {
+		c.RetryFor = -1 // one attempt per URL
+	}
 	return c
 }
 
