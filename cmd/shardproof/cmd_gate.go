@@ -81,11 +81,23 @@ func parseDigestArg(cmd *cobra.Command, what, s string) (manifest.Digest, error)
 	if s == "" {
 		return manifest.Digest{}, errcode.New(errcode.Usage, "%s: %s is required (sha256:<64 hex>)", cmd.CommandPath(), what)
 	}
-	d, err := manifest.ParseDigest(s)
+	d, err := parseDigestValue(s)
 	if err != nil {
 		return d, errcode.Wrap(errcode.Usage, err, "%s: %s", cmd.CommandPath(), what)
 	}
 	return d, nil
+}
+
+// parseDigestValue parses a digest given on the command line. The
+// all-zero digest is well formed but names nothing, and shardproof's
+// zero value means "not given": accepted, it would silently turn a flag
+// off (verify --tombstones sha256:000… checked no fence).
+func parseDigestValue(s string) (manifest.Digest, error) {
+	d, err := manifest.ParseDigest(s)
+	if err == nil && d.IsZero() {
+		err = fmt.Errorf("%s names no document", s) // the caller gives the code
+	}
+	return d, err
 }
 
 // gateWrapStream decorates `gate serve`'s Raft links. Nil in the

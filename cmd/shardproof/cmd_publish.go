@@ -57,7 +57,7 @@ func parseOptionalDigest(cmd *cobra.Command, flag, v string) (manifest.Digest, e
 	if v == "" {
 		return manifest.Digest{}, nil
 	}
-	d, err := manifest.ParseDigest(v)
+	d, err := parseDigestValue(v)
 	if err != nil {
 		return d, errcode.Wrap(errcode.Usage, err, "%s: %s", cmd.CommandPath(), flag)
 	}

@@ -130,7 +130,7 @@ func readDigests(list, file string) ([]manifest.Digest, error) {
 	}
 	out := make([]manifest.Digest, 0, len(words))
 	for _, w := range words {
-		d, err := manifest.ParseDigest(w)
+		d, err := parseDigestValue(w)
 		if err != nil {
 			return nil, errcode.Wrap(errcode.Usage, err, "shard digest")
 		}

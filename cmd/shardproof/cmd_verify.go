@@ -79,7 +79,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 					}
 					continue
 				}
-				d, err := manifest.ParseDigest(f.val)
+				d, err := parseDigestValue(f.val)
 				if err != nil {
 					return errcode.Wrap(errcode.Usage, err, "verify: %s", f.flag)
 				}

@@ -192,7 +192,7 @@ func verifyOptionsFromFlags(cmd *cobra.Command) (opts coordinator.Options, store
 			}
 			continue
 		}
-		if *d.dst, err = manifest.ParseDigest(v); err != nil {
+		if *d.dst, err = parseDigestValue(v); err != nil {
 			return opts, "", false, errcode.Wrap(errcode.Usage, err, "verify: --%s", d.flag)
 		}
 	}

@@ -74,3 +74,25 @@ func TestMissingDigestIsUsage(t *testing.T) {
 		}
 	}
 }
+
+// The all-zero digest is well formed but names no document: given for a
+// document, it is USAGE, where it used to read as "flag not given" (verify
+// --tombstones sha256:000… checked no fence and said VERIFIED).
+func TestZeroDigestIsUsage(t *testing.T) {
+	zero := "sha256:" + strings.Repeat("0", 64)
+	root := "sha256:" + strings.Repeat("1", 64)
+	store := t.TempDir()
+	for _, args := range [][]string{
+		{"verify", "--store", store, "--root", root, "--tombstones", zero},
+		{"verify", "--store", store, "--root", root, "--benchmark", zero},
+		{"verify", "--store", store, "--root", zero},
+		{"publish", "--store", store, "--alias", "a", "--root", root, "--report", zero, "--gate", "http://127.0.0.1:1"},
+		{"run", "attest", "r1", "--rank", "0", "--root", root, "--shards", zero, "--gate", "http://127.0.0.1:1"},
+		{"gate", "recheck", root, "--store", store, "--kind", "tombstone", "--report", zero, "--gate", "http://127.0.0.1:1"},
+	} {
+		r := runCLI(t, cliEnv(), args...)
+		if r.status != 2 || !strings.Contains(r.stderr, zero+" names no document") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and the zero digest refused", args, r.status, r.stderr)
+		}
+	}
+}
