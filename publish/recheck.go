@@ -72,10 +72,14 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 	if o.Verify == nil && !o.Members {
 		return nil, errcode.New(errcode.Internal, "recheck: no verifier")
 	}
-	// Fail fast on a root the gate does not know.
+	// Fail fast on a root the gate does not know, or holds INVALID:
+	// no recheck renews its permits, so verifying it again is wasted.
 	gr, err := g.Release(ctx, o.Root)
 	if err != nil {
 		return nil, err
+	}
+	if gr.State == raftgate.ReleaseInvalid {
+		return nil, errcode.New(errcode.NotVerified, "release %s is INVALID (report %s); no recheck renews its permits", o.Root, gr.Report)
 	}
 	if o.Members {
 		doc, d, err := recheckMembers(ctx, s, gr, o)
@@ -134,13 +138,18 @@ func record(ctx context.Context, log *slog.Logger, g Gate, o RecheckOptions, out
 	return nil
 }
 
-// PermitLister lists the gate's permits; *raftgate.Client implements it.
+// PermitLister lists the gate's permits and reads its releases;
+// *raftgate.Client implements it.
 type PermitLister interface {
 	Permits(ctx context.Context) ([]*raftgate.Permit, error)
+	Release(ctx context.Context, root manifest.Digest) (*raftgate.Release, error)
 }
 
 // ClosedRoots returns, sorted and without repeats, the roots of every
-// permit a fence advance closed: the roots a recheck can renew.
+// permit a fence advance closed: the roots a recheck can renew. Roots the
+// gate holds INVALID are left out: their permits stay closed whatever a
+// recheck finds, so rechecking them would only verify again, each time,
+// to be refused.
 func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error) {
 	ps, err := g.Permits(ctx)
 	if err != nil {
@@ -149,8 +158,15 @@ func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error)
 	seen := map[manifest.Digest]bool{}
 	var out []manifest.Digest
 	for _, p := range ps {
-		if p.State == raftgate.PermitClosed && !seen[p.Root] {
-			seen[p.Root] = true
+		if p.State != raftgate.PermitClosed || seen[p.Root] {
+			continue
+		}
+		seen[p.Root] = true
+		rel, err := g.Release(ctx, p.Root)
+		if err != nil {
+			return nil, err
+		}
+		if rel.State != raftgate.ReleaseInvalid {
 			out = append(out, p.Root)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
@@ -156,7 +157,15 @@ func printRecheckOutcome(w io.Writer, root manifest.Digest, out *publish.Recheck
 	if err != nil {
 		verdict = string(errcode.Of(err))
 	}
-	fmt.Fprintf(w, "%s  %s  hits %v  report %s  reopened %v\n", root, verdict, out.Hits, out.ReportDigest, out.Reopened)
+	var hits []string
+	for _, k := range slices.Sorted(maps.Keys(out.Hits)) {
+		hits = append(hits, fmt.Sprintf("%s=%d", k, out.Hits[k]))
+	}
+	reopened := "none"
+	if len(out.Reopened) > 0 {
+		reopened = strings.Join(out.Reopened, ",")
+	}
+	fmt.Fprintf(w, "%s  %s  hits %s  report %s  reopened %s\n", root, verdict, strings.Join(hits, " "), out.ReportDigest, reopened)
 }
 
 // `gate fence advance` lives here, next to recheck, because the two are

@@ -113,6 +113,12 @@ func TestRecheckMembersCLI(t *testing.T) {
 	// INVALID now: nothing to recheck from.
 	_, err = run("recheck", "--members", "--root", gen1.Root.String(), "--tombstones", hit.String())
 	wantExit(t, err, errcode.NotVerified, errcode.ExitRejected)
+	// --closed leaves the INVALID root out (its permits stay closed
+	// whatever a recheck finds) and renews gen2, which the advance closed.
+	out, err = run("recheck", "--members", "--closed", "--tombstones", hit.String())
+	if err != nil || strings.Contains(out, gen1.Root.String()) || !strings.Contains(out, gen2.Root.String()+"  renewed") {
+		t.Fatalf("recheck --closed with an INVALID root about: %q %v", out, err)
+	}
 
 	// A member file of gen2 rewritten on disk: the recheck fails with the
 	// member's code and the gate hears nothing.
