@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -31,9 +32,11 @@ training runs.
 
 Client commands take --gate URL[,URL…] (default $SHARDPROOF_GATE or
 ` + raftgate.DefaultGateURL + `). Exit status: 0 done, 1 the release is
-INVALID (register with an INVALID report, recheck with hits), 2 usage, 3
-gate unreachable, 4 the gate refused (the code says why), 5 outcome
-unknown — retrying the same command is safe.`,
+INVALID (register with an INVALID report, recheck with hits) or an input
+file or value the gate checked is wrong (BAD_INPUT; what the CLI can
+check itself is usage), 2 usage, 3 gate unreachable, 4 the gate refused
+(the code says why), 5 outcome unknown — retrying the same command is
+safe.`,
 }
 
 // gateClientFlags are shared by the gate and run client commands.
@@ -86,6 +89,20 @@ func parseDigestArg(cmd *cobra.Command, what, s string) (manifest.Digest, error)
 		return d, errcode.Wrap(errcode.Usage, err, "%s: %s", cmd.CommandPath(), what)
 	}
 	return d, nil
+}
+
+// checkAliasArg refuses, as USAGE before any request, an alias name the
+// gate would refuse.
+func checkAliasArg(cmd *cobra.Command, name string) error {
+	err := raftgate.CheckAliasName(name)
+	if err == nil {
+		err = raftgate.CheckPathName("alias", name)
+	}
+	var e *errcode.Error
+	if errors.As(err, &e) {
+		return errcode.New(errcode.Usage, "%s: %s", cmd.CommandPath(), e.Msg)
+	}
+	return err
 }
 
 // parseDigestValue parses a digest given on the command line. The
@@ -307,11 +324,18 @@ var gatePublishCmd = &cobra.Command{
 	Long: `Compare-and-set ALIAS from --expect GENERATION to GENERATION+1 pointing
 at ROOT. ROOT must be VERIFIED (or PUBLISHED), checked at or above the
 current fences with zero hits. A new alias is created with --expect 0 and
-keeps the last --retain generations rollback-eligible. Retrying the same
-command returns the original result, so after exit status 5 (outcome
-unknown) simply run it again.`,
+keeps the roots of its last --retain generations, the current one
+included: --retain N leaves N-1 earlier generations to roll back to.
+Retrying the same command returns the original result, so after exit
+status 5 (outcome unknown) simply run it again.`,
 	Args: exactArgs(2),
 	RunE: func(cmd *cobra.Command, args []string) error {
+		if err := checkAliasArg(cmd, args[0]); err != nil {
+			return err
+		}
+		if r := gatePublishFlags.retain; r < 0 || r > raftgate.MaxRetain {
+			return errcode.New(errcode.Usage, "%s: --retain %d outside [1,%d] (0: the gate's default, %d)", cmd.CommandPath(), r, raftgate.MaxRetain, raftgate.DefaultRetain)
+		}
 		root, err := parseDigestArg(cmd, "ROOT", args[1])
 		if err != nil {
 			return err
@@ -333,6 +357,12 @@ var gateRollbackCmd = &cobra.Command{
 	Short: "Point ALIAS at a retained previous ROOT under a new generation",
 	Args:  exactArgs(2),
 	RunE: func(cmd *cobra.Command, args []string) error {
+		if err := checkAliasArg(cmd, args[0]); err != nil {
+			return err
+		}
+		if !cmd.Flags().Changed("expect") {
+			return errcode.New(errcode.Usage, "%s: --expect GENERATION is required: the alias's current generation", cmd.CommandPath())
+		}
 		root, err := parseDigestArg(cmd, "ROOT", args[1])
 		if err != nil {
 			return err
@@ -360,13 +390,16 @@ var gateFenceCmd = &cobra.Command{
 		c := gateClient()
 		defer c.Close()
 		if len(args) == 0 {
-			s, err := c.State(cmd.Context())
+			f, err := c.Fences(cmd.Context())
 			if err != nil {
 				return err
 			}
-			return printResult(cmd, s.Fences, func(w io.Writer) {
-				fmt.Fprintf(w, "tombstone %d\nbenchmark %d\n", s.Fences.Tombstone, s.Fences.Benchmark)
+			return printResult(cmd, f, func(w io.Writer) {
+				fmt.Fprintf(w, "tombstone %d\nbenchmark %d\n", f.Tombstone, f.Benchmark)
 			})
+		}
+		if args[0] != raftgate.FenceTombstone && args[0] != raftgate.FenceBenchmark {
+			return errcode.New(errcode.Usage, "%s: fence kind %q: want %s or %s", cmd.CommandPath(), args[0], raftgate.FenceTombstone, raftgate.FenceBenchmark)
 		}
 		v, err := strconv.ParseUint(args[1], 10, 64)
 		if err != nil {
@@ -570,7 +603,7 @@ func init() {
 	f.StringVar(&gateRegisterFlags.root, "root", "", "root digest (without --report: stage the release)")
 
 	gatePublishCmd.Flags().Uint64Var(&gatePublishFlags.expect, "expect", 0, "the alias's current generation (0 creates it)")
-	gatePublishCmd.Flags().IntVar(&gatePublishFlags.retain, "retain", 0, fmt.Sprintf("rollback window of a new alias, in generations (default %d)", raftgate.DefaultRetain))
+	gatePublishCmd.Flags().IntVar(&gatePublishFlags.retain, "retain", 0, fmt.Sprintf("rollback window of a new alias: the roots of its last N generations, the current one included, are kept (default %d)", raftgate.DefaultRetain))
 	gateRollbackCmd.Flags().Uint64Var(&gateRollbackFlags.expect, "expect", 0, "the alias's current generation")
 
 	f = gateRecheckCmd.Flags()

@@ -265,6 +265,31 @@ func TestGateCLI(t *testing.T) {
 		expect(t, errcode.ExitRejected, errcode.RootMismatch)
 	g("run", "wait", "job2", "--timeout", "5s").expect(t, errcode.ExitRejected, errcode.RootMismatch)
 
+	// Mistakes in arguments are USAGE (exit 2) before any request, not
+	// the gate's BAD_INPUT (exit 1, which reads as "INVALID").
+	dir := t.TempDir()
+	for name, body := range map[string]string{"empty.json": "[]", "null.json": "null", "trailing.json": "[[0],[1]] [[1],[0]]", "short.json": "[[0,1]]"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		g("run", "create", "a-"+strings.TrimSuffix(name, ".json"), "--alias", "main", "--world-size", "2", "--assignment", filepath.Join(dir, name)).
+			expect(t, errcode.ExitInvalid, errcode.BadInput)
+	}
+	for _, args := range [][]string{
+		{"run", "create", "", "--alias", "main", "--world-size", "1"},
+		{"run", "create", "..", "--alias", "main", "--world-size", "1"},
+		{"run", "create", "w0", "--alias", "main", "--world-size", "0"},
+		{"run", "create", "noalias", "--world-size", "1"},
+		{"run", "create", "neg", "--alias", "main", "--world-size", "1", "--barrier-timeout", "-5s"},
+		{"run", "reassign", "job", "--world-size", "2", "--reset", "7"},
+		{"gate", "fence", "bogus", "5"},
+		{"gate", "publish", "bad alias!", root.String(), "--expect", "0"},
+		{"gate", "publish", "fresh", root.String(), "--expect", "0", "--retain", "5000"},
+		{"gate", "rollback", "main", root.String()},
+	} {
+		g(args...).expect(t, errcode.ExitUsage, errcode.Usage)
+	}
+
 	// A shard list that is not the rank's assignment is refused before it
 	// reaches the gate, which would fail the whole run: both flags at once,
 	// a repeated shard, another rank's shard, a list from before a

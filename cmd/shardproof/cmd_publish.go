@@ -153,7 +153,7 @@ Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
 	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest to verify against")
 	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest to verify against")
 	f.StringVar(&report, "report", "", "stored report of this root (from 'shardproof verify') to use instead of verifying again")
-	f.IntVar(&retain, "retain", 0, "rollback window (generations) of a new alias (default: the gate's)")
+	f.IntVar(&retain, "retain", 0, fmt.Sprintf("rollback window of a new alias: the roots of its last N generations, the current one included, are kept (default: the gate's, %d)", raftgate.DefaultRetain))
 	f.IntVar(&parallelism, "parallelism", 0, "verify tasks run at once (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "log warnings only")

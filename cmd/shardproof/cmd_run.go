@@ -46,7 +46,7 @@ func printRun(cmd *cobra.Command, s *raftgate.RunSummary) error {
 
 // readAssignment reads a JSON array of arrays of shard indices (rank →
 // indices) from path, or returns nil for round-robin when path is empty.
-func readAssignment(path string) ([][]int, error) {
+func readAssignment(path string, worldSize int) ([][]int, error) {
 	if path == "" {
 		return nil, nil
 	}
@@ -59,6 +59,14 @@ func readAssignment(path string) ([][]int, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&a); err != nil {
 		return nil, errcode.Wrap(errcode.BadInput, err, "assignment file %s: want [[shard indices of rank 0], …]", path)
+	}
+	if dec.More() {
+		return nil, errcode.New(errcode.BadInput, "assignment file %s: data after the assignment", path)
+	}
+	// An empty or null one would read as "no assignment" and give the
+	// round-robin one: the file names every rank's shards or it is wrong.
+	if len(a) != worldSize {
+		return nil, errcode.New(errcode.BadInput, "assignment file %s: %d ranks, --world-size is %d", path, len(a), worldSize)
 	}
 	return a, nil
 }
@@ -80,7 +88,19 @@ parameters returns it unchanged.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := runCreateFlags
-		a, err := readAssignment(f.assignment)
+		if err := raftgate.CheckPathName("run", args[0]); err != nil {
+			return errcode.New(errcode.Usage, "%s: run name %q cannot be addressed", cmd.CommandPath(), args[0])
+		}
+		if f.alias == "" {
+			return errcode.New(errcode.Usage, "%s: --alias is required", cmd.CommandPath())
+		}
+		if f.worldSize < 1 || f.worldSize > raftgate.MaxWorldSize {
+			return errcode.New(errcode.Usage, "%s: --world-size %d outside [1,%d]", cmd.CommandPath(), f.worldSize, raftgate.MaxWorldSize)
+		}
+		if f.barrierTimeout < 0 {
+			return errcode.New(errcode.Usage, "%s: --barrier-timeout %s: must not be negative", cmd.CommandPath(), f.barrierTimeout)
+		}
+		a, err := readAssignment(f.assignment, f.worldSize)
 		if err != nil {
 			return err
 		}
@@ -287,7 +307,10 @@ another epoch and making the reset ranks attest again.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := runReassignFlags
-		a, err := readAssignment(f.assignment)
+		if f.worldSize < 1 || f.worldSize > raftgate.MaxWorldSize {
+			return errcode.New(errcode.Usage, "%s: --world-size %d outside [1,%d]", cmd.CommandPath(), f.worldSize, raftgate.MaxWorldSize)
+		}
+		a, err := readAssignment(f.assignment, f.worldSize)
 		if err != nil {
 			return err
 		}
@@ -299,6 +322,9 @@ another epoch and making the reset ranks attest again.`,
 			r, err := strconv.Atoi(w)
 			if err != nil {
 				return errcode.Wrap(errcode.Usage, err, "%s: --reset", cmd.CommandPath())
+			}
+			if r < 0 || r >= f.worldSize {
+				return errcode.New(errcode.Usage, "%s: --reset %d: ranks are 0..%d", cmd.CommandPath(), r, f.worldSize-1)
 			}
 			reset = append(reset, r)
 		}
