@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -228,6 +229,25 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.raft, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "start raft")
+	}
+	if existing {
+		// A node started on another member's data (a forgotten --id on
+		// a restart) would serve, but never vote or lead: every write
+		// would answer NOT_LEADER with no word of why.
+		f := n.raft.GetConfiguration()
+		if err := f.Error(); err != nil {
+			return errcode.Wrap(errcode.Internal, err, "read the stored configuration")
+		}
+		var ids []string
+		member := false
+		for _, s := range f.Configuration().Servers {
+			ids = append(ids, string(s.ID))
+			member = member || s.ID == rc.LocalID
+		}
+		if len(ids) > 0 && !member {
+			return errcode.New(errcode.Usage, "%s holds the state of a gate whose members are %s, and %q is not one of them: restart with the ID it was created with (--id)",
+				n.cfg.DataDir, strings.Join(ids, ", "), n.cfg.ID)
+		}
 	}
 	if !existing && n.cfg.Join == "" {
 		f := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{

@@ -658,3 +658,33 @@ func TestClientRefusesWhatRetryingCannotFix(t *testing.T) {
 		t.Fatalf("wait for run \"\": %v, want USAGE", err)
 	}
 }
+
+// A node started on another member's data directory is refused with the
+// members it holds, where it used to serve and answer every write
+// NOT_LEADER; with the right ID the same directory starts, state intact.
+func TestRestartWithAnotherIDIsRefused(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	dir := t.TempDir()
+	cfg := TestConfig(dir, "gate-a")
+	n := StartTestNode(t, cfg)
+	cfg.RaftAddr, cfg.HTTPAddr = n.RaftAddr(), n.HTTPAddr()
+	cl := NewClient(n.URL())
+	defer cl.Close()
+	registerVerified(t, ctx, cl, "r1", 2, 0, 0)
+	waitSelfRecorded(t, n, cfg.ID)
+	before := stateBytes(t, n)
+	if err := n.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	other := cfg
+	other.ID = "gate-b"
+	err := NewNode(other).Start(ctx)
+	if errcode.Of(err) != errcode.Usage || !strings.Contains(err.Error(), "gate-a") {
+		t.Fatalf("start with another ID: %v, want USAGE naming gate-a", err)
+	}
+	again := StartTestNode(t, cfg)
+	waitSelfRecorded(t, again, cfg.ID)
+	if after := stateBytes(t, again); !bytes.Equal(after, before) {
+		t.Fatalf("state after the refused start differs:\n%s\n%s", before, after)
+	}
+}
