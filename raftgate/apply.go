@@ -3,6 +3,7 @@ package raftgate
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -582,10 +583,14 @@ func (a *applier) fail(run *Run, code errcode.Code, format string, args ...any) 
 	return errcode.New(code, "run %s failed: %s", run.ID, msg)
 }
 
+// stamp formats a command time (Unix milliseconds) for a message.
+func stamp(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z") }
+
 // timedOut fails run if its barrier deadline has passed.
 func (a *applier) timedOut(run *Run) error {
 	if run.Barrier == BarrierClosed && a.now > run.Deadline {
-		return a.fail(run, errcode.BarrierTimeout, "barrier closed at %d with %d of %d ranks attested, deadline %d", a.now, run.Attested, run.WorldSize, run.Deadline)
+		return a.fail(run, errcode.BarrierTimeout, "barrier still closed at %s with %d of %d ranks attested; its deadline was %s",
+			stamp(a.now), run.Attested, run.WorldSize, stamp(run.Deadline))
 	}
 	return nil
 }

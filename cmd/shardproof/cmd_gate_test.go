@@ -286,6 +286,8 @@ func TestGateCLI(t *testing.T) {
 		{"gate", "publish", "bad alias!", root.String(), "--expect", "0"},
 		{"gate", "publish", "fresh", root.String(), "--expect", "0", "--retain", "5000"},
 		{"gate", "rollback", "main", root.String()},
+		{"run", "checkpoint", "job", "--step", "-5", "--root", root.String()},
+		{"run", "checkpoint", "job", "--root", root.String()},
 	} {
 		g(args...).expect(t, errcode.ExitUsage, errcode.Usage)
 	}

@@ -364,6 +364,9 @@ var runCheckpointCmd = &cobra.Command{
 		if err != nil {
 			return err
 		}
+		if !cmd.Flags().Changed("step") || runCheckpointFlags.step < 0 {
+			return errcode.New(errcode.Usage, "%s: --step S (0 or more) is required", cmd.CommandPath())
+		}
 		c := gateClient()
 		defer c.Close()
 		s, err := c.AdmitCheckpoint(cmd.Context(), args[0], runCheckpointFlags.step, root)

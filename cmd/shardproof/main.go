@@ -120,6 +120,11 @@ func exitStatus(err error) int {
 		// key): the line still starts with the code.
 		msg = string(code) + ": " + msg
 	}
+	// And says it once: context wrapped around a coded error repeats it
+	// ("GENERATION_CONFLICT: publish main at generation 5:
+	// GENERATION_CONFLICT: alias main is at …").
+	head := string(code) + ": "
+	msg = head + strings.ReplaceAll(msg[len(head):], ": "+head, ": ")
 	fmt.Fprintf(os.Stderr, "shardproof: %s\n", msg)
 	slog.Debug("command failed", "code", code)
 	return code.Exit()

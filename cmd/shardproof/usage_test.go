@@ -96,3 +96,13 @@ func TestZeroDigestIsUsage(t *testing.T) {
 		}
 	}
 }
+
+// An error wrapped in context names its code once, at the front of the
+// line, however many layers repeated it.
+func TestErrorLineNamesItsCodeOnce(t *testing.T) {
+	missing := "sha256:" + strings.Repeat("1", 64)
+	r := runCLI(t, cliEnv(), "gate", "register", "--store", t.TempDir(), "--report", missing, "--gate", "http://127.0.0.1:1", "--retry", "0")
+	if r.status != 3 || !strings.HasPrefix(r.stderr, "shardproof: NOT_FOUND: report "+missing) || strings.Count(r.stderr, "NOT_FOUND") != 1 {
+		t.Fatalf("exit %d, stderr %q; want 3 and NOT_FOUND once, first", r.status, r.stderr)
+	}
+}
