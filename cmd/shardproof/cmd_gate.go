@@ -598,7 +598,7 @@ func init() {
 	f.DurationVar(&gateServeFlags.autoPrune, "auto-prune", 0, "while leader, run 'gate prune --older-than' with this age every hour (0: never)")
 
 	f = gateRegisterCmd.Flags()
-	f.StringVar(&gateRegisterFlags.store, "store", "", "object store URL or path")
+	f.StringVar(&gateRegisterFlags.store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&gateRegisterFlags.report, "report", "", "digest of the verification report")
 	f.StringVar(&gateRegisterFlags.root, "root", "", "root digest (without --report: stage the release)")
 
@@ -607,7 +607,7 @@ func init() {
 	gateRollbackCmd.Flags().Uint64Var(&gateRollbackFlags.expect, "expect", 0, "the alias's current generation")
 
 	f = gateRecheckCmd.Flags()
-	f.StringVar(&gateRecheckFlags.store, "store", "", "object store URL or path holding the report")
+	f.StringVar(&gateRecheckFlags.store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path holding the report (default $SHARDPROOF_STORE)")
 	f.StringVar(&gateRecheckFlags.kind, "kind", "", "tombstone or benchmark")
 	f.StringVar(&gateRecheckFlags.report, "report", "", "digest of the recheck or verification report")
 	f.Uint64Var(&gateRecheckFlags.value, "value", 0, "the watermark the report checked (optional; checked against the report)")

@@ -144,7 +144,7 @@ Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&store, "store", "", "object store URL or path")
+	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the verification's shuffle files and task commit records (as verify --scratch; default: --store)")
 	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
 	f.StringVar(&alias, "alias", "", "alias to move, e.g. pretrain-main")

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 
@@ -133,7 +134,7 @@ Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&store, "store", "", "object store URL or path")
+	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the verification's shuffle files and task commit records (as verify --scratch; default: --store)")
 	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
 	f.StringArrayVar(&roots, "root", nil, "root digest to recheck (repeatable)")
@@ -236,7 +237,7 @@ unreachable, 4 refused (FENCE_REGRESSION: the fence is already higher).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&store, "store", "", "object store URL or path holding the fence document")
+	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path holding the fence document (default $SHARDPROOF_STORE)")
 	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest")
 	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest")
 	fence.AddCommand(cmd)

@@ -29,7 +29,7 @@ type stagingFlags struct {
 }
 
 func (f *stagingFlags) register(c *cobra.Command) {
-	c.Flags().StringVar(&f.store, "store", "", "object store URL or directory (required)")
+	c.Flags().StringVar(&f.store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or directory (required) (default $SHARDPROOF_STORE)")
 	c.Flags().IntVar(&f.shards, "shards", 0, "number of release shards (required, >= 1)")
 	c.Flags().StringVar(&f.codec, "compression", "zstd", "Parquet codec: zstd, snappy, gzip or none")
 	c.Flags().IntVar(&f.level, "level", 0, "compression level: zstd 1-22, gzip 1-9 (default: zstd 3, gzip 6; snappy and none have none)")

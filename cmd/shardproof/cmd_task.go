@@ -104,7 +104,7 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 	}
 	f := cmd.Flags()
 	f.StringVar(&plan, "plan", "", `plan URL "<store URL>#sha256:…", or "sha256:…" with --store`)
-	f.StringVar(&store, "store", "", "object store URL or path (when --plan is a bare digest)")
+	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (when --plan is a bare digest) (default $SHARDPROOF_STORE)")
 	f.StringVar(&scratch, "scratch", "", "store URL or path holding the job's files (jobs/<plan>/) when verify was given --scratch")
 	f.IntVar(&index, "index", -1, "task index (default: from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or AWS_BATCH_JOB_ARRAY_INDEX)")
 	f.BoolVar(&keepJob, "keep-job", false, "aggregate: keep the job's shuffle files and task commit records once the report is stored")

@@ -104,7 +104,7 @@ Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&store, "store", "", "object store URL or path")
+	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&root, "root", "", "root digest of the release manifest to verify")
 	f.StringVar(&snapshot, "snapshot", "", "snapshot manifest digest (default: the manifest's datasetSnapshot)")
 	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest to check against")

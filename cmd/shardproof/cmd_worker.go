@@ -112,7 +112,7 @@ failed; the rank did not attest), GATE_UNAVAILABLE.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&store, "store", "", "object store URL or path")
+	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
 	f.StringVar(&run, "run", "", "run id")
 	f.IntVar(&rank, "rank", 0, "this worker's rank")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -104,5 +105,23 @@ func TestErrorLineNamesItsCodeOnce(t *testing.T) {
 	r := runCLI(t, cliEnv(), "gate", "register", "--store", t.TempDir(), "--report", missing, "--gate", "http://127.0.0.1:1", "--retry", "0")
 	if r.status != 3 || !strings.HasPrefix(r.stderr, "shardproof: NOT_FOUND: report "+missing) || strings.Count(r.stderr, "NOT_FOUND") != 1 {
 		t.Fatalf("exit %d, stderr %q; want 3 and NOT_FOUND once, first", r.status, r.stderr)
+	}
+}
+
+// --store defaults to $SHARDPROOF_STORE in every command, not only in
+// manifest and store: synth writes there and verify reads there.
+func TestStoreFromEnvironment(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	env := cliEnv("SHARDPROOF_STORE=" + dir)
+	r := runCLI(t, env, "synth", "--samples", "50", "--shards", "2")
+	root, ok := strings.CutPrefix(strings.SplitN(r.stdout, "\n", 2)[0], "root ")
+	if r.status != 0 || !ok {
+		t.Fatalf("synth without --store: exit %d, stdout %q, stderr %q", r.status, r.stdout, r.stderr)
+	}
+	if r = runCLI(t, env, "verify", "--root", root); r.status != 0 || !strings.Contains(r.stdout, "VERIFIED") {
+		t.Fatalf("verify without --store: exit %d, stdout %q, stderr %q", r.status, r.stdout, r.stderr)
+	}
+	if r = runCLI(t, cliEnv(), "verify", "--root", root); r.status != 2 {
+		t.Fatalf("verify with neither --store nor $SHARDPROOF_STORE: exit %d, stderr %q; want 2", r.status, r.stderr)
 	}
 }
