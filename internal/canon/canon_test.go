@@ -16,7 +16,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/tuplehash"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/vectors.json (never for published vectors)")
@@ -344,5 +346,44 @@ func TestLogicalHasherStream(t *testing.T) {
 	}
 	if got := l.Sum(); [32]byte(got) != [32]byte(want.Sum(nil)) {
 		t.Fatalf("logical digest %x, want %x", got, want.Sum(nil))
+	}
+}
+
+// A negative token count, or counts whose sum overflows, is a decode
+// error, not a meaningless total (a damaged uncompressed shard summed to
+// -1945555039023940205).
+func TestShardTokensNeverNegativeOrOverflowing(t *testing.T) {
+	s := vectorSchema()
+	sd, err := SchemaDigest(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := vectorRows()
+	for _, c := range []struct {
+		name   string
+		tokens []int64
+		want   int64 // -1: DECODE_ERROR
+	}{
+		{"counts", []int64{5, 0, 7}, 12},
+		{"negative", []int64{5, -1, 7}, -1},
+		{"overflow", []int64{5, 0, math.MaxInt64}, -1},
+	} {
+		for i := range rows {
+			rows[i].tokens = c.tokens[i]
+		}
+		h, err := NewShardHasher(s, sd, sd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := buildBatch(t, s, rows)
+		err = h.AddBatch(rec, func(*tuplehash.Tuple, [32]byte) error { return nil })
+		rec.Release()
+		h.Release()
+		switch {
+		case c.want < 0 && errcode.Of(err) != errcode.DecodeError:
+			t.Errorf("%s: %v, want DECODE_ERROR", c.name, err)
+		case c.want >= 0 && (err != nil || h.Tokens != c.want):
+			t.Errorf("%s: tokens %d (%v), want %d", c.name, h.Tokens, err, c.want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package canon
 
 import (
 	"crypto/sha256"
+	"math"
 	"runtime"
 	"slices"
 
@@ -130,7 +131,14 @@ func (h *ShardHasher) AddColumns(cols []Column, n int, each func(t *tuplehash.Tu
 			h.lh.Add(row.Record)
 			h.LogicalBytes += row.LogicalBytes
 			if tok != nil && !tok.IsNull(i+k) {
-				h.Tokens += tok.Value(i + k)
+				// A count is never negative, and a sum past int64 is
+				// damage, not a corpus: either would report a
+				// meaningless total.
+				v := tok.Value(i + k)
+				if v < 0 || h.Tokens > math.MaxInt64-v {
+					return errcode.New(errcode.DecodeError, "record %d: token count %d is negative or overflows the shard's total", rec, v)
+				}
+				h.Tokens += v
 			}
 			t := &h.pair[k]
 			t.SampleID, t.SourceID, t.Split = sid.Value(i+k), src.Value(i+k), split.Value(i+k)
