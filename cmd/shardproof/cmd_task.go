@@ -59,6 +59,9 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 				return err
 			}
 			idx := index
+			if cmd.Flags().Changed("index") && idx < 0 {
+				return errcode.New(errcode.Usage, "%s: --index %d: must not be negative", cmd.CommandPath(), idx)
+			}
 			if kind == coordinator.KindAggregate && idx < 0 {
 				idx = 0
 			}

@@ -48,6 +48,7 @@ func TestNegativeCountIsUsage(t *testing.T) {
 		{"--world-size -4", []string{"run", "create", "r1", "--alias", "a", "--world-size", "-4"}},
 		{"--rank -1", []string{"worker", "--store", store, "--run", "r1", "--rank", "-1", "--cache", t.TempDir()}},
 		{"--samples -5", []string{"synth", "--store", store, "--samples", "-5", "--shards", "1"}},
+		{"--index -5", []string{"task", "map", "--plan", "file://" + store + "#" + root, "--index", "-5"}},
 	} {
 		r := runCLI(t, cliEnv(), c.args...)
 		if r.status != 2 || !strings.Contains(r.stderr, "USAGE: shardproof "+c.args[0]) || !strings.Contains(r.stderr, c.flag+": must not be negative") {
