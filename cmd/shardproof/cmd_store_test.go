@@ -195,7 +195,7 @@ func TestStoreCLIS3(t *testing.T) {
 func TestStoreMustExist(t *testing.T) {
 	base := t.TempDir()
 	missing := filepath.Join(base, "stroe")
-	root := "sha256:" + strings.Repeat("0", 64)
+	root := "sha256:" + strings.Repeat("1", 64)
 	for _, args := range [][]string{
 		{"verify", "--store", missing, "--root", root},
 		{"manifest", "show", "--store", missing, root},
