@@ -221,7 +221,10 @@ With --report, the report and the root manifest it names are read from the
 store (digest-checked, strictly decoded) and the gate records the verdict,
 the watermarks checked and the hit counts: a VERIFIED report moves the
 release to VERIFIED (or renews its permits if it was checked at newer
-fences), an INVALID one to INVALID. With only --root the release is STAGED.
+fences), an INVALID one to INVALID. A VERIFIED report checked below the
+watermarks the gate already records for the release is refused
+(FENCE_BEHIND): the gate would name it without it backing them. With only
+--root the release is STAGED.
 
 Exit status: 0 registered, 1 the release is INVALID (recorded as such),
 2 usage, 3 error, 4 rejected, 5 indeterminate.`,
@@ -281,6 +284,22 @@ Exit status: 0 registered, 1 the release is INVALID (recorded as such),
 		}
 		c := gateClient()
 		defer c.Close()
+		if reg.Report != nil && reg.Report.Verdict == manifest.Verified {
+			// The gate keeps the highest watermarks any VERIFIED report
+			// or recheck showed but names the last report registered:
+			// one checked below them would leave it naming a report
+			// that does not back them.
+			gr, err := c.Release(ctx, reg.Root)
+			if err != nil && errcode.Of(err) != errcode.UnknownRelease {
+				return err
+			}
+			if err == nil && !gr.Report.IsZero() && gr.Report != reg.Report.Digest && gr.State != raftgate.ReleaseInvalid &&
+				reg.Report.TombstoneWatermark <= gr.TombstoneWatermark && reg.Report.BenchmarkFence <= gr.BenchmarkFence &&
+				(reg.Report.TombstoneWatermark < gr.TombstoneWatermark || reg.Report.BenchmarkFence < gr.BenchmarkFence) {
+				return errcode.New(errcode.FenceBehind, "report %s was checked at tombstone %d, benchmark %d; the gate holds release %s from report %s at %d, %d: it would change nothing but the report named",
+					reg.Report.Digest, reg.Report.TombstoneWatermark, reg.Report.BenchmarkFence, reg.Root, gr.Report, gr.TombstoneWatermark, gr.BenchmarkFence)
+			}
+		}
 		res, err := c.Register(ctx, reg)
 		if err != nil {
 			return err

@@ -130,4 +130,21 @@ func TestGateRecheckNeedsEvidence(t *testing.T) {
 	if n := openPermits(gen1.Root); n != 1 {
 		t.Fatalf("gen1 has %d open permits after its recheck, want 1", n)
 	}
+
+	// The report checked at the watermarks the gate records is
+	// registered; one checked below them would leave the gate naming a
+	// report that does not back them: refused, and nothing changes.
+	if out, err := cli(t, "gate", "register", "--store", dir, "--gate", node.URL(), "--report", rep); err != nil {
+		t.Fatalf("register of the report at tombstone 4: %q %v", out, err)
+	}
+	if rel, _ := g.Release(ctx, gen1.Root); rel.Report.String() != rep || rel.TombstoneWatermark != 4 {
+		t.Fatalf("after registering the report at 4: report %s, watermark %d", rel.Report, rel.TombstoneWatermark)
+	}
+	_, err = cli(t, "gate", "register", "--store", dir, "--gate", node.URL(), "--report", before.Report.String())
+	if before.Report.IsZero() || errcode.Of(err) != errcode.FenceBehind {
+		t.Fatalf("register of the report at tombstone 0: %v, want FENCE_BEHIND", err)
+	}
+	if rel, _ := g.Release(ctx, gen1.Root); rel.Report.String() != rep {
+		t.Fatalf("a refused register changed the report named to %s", rel.Report)
+	}
 }
