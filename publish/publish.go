@@ -398,7 +398,12 @@ func checkFenceDocs(ctx context.Context, s objstore.Store, tomb, bench manifest.
 			}
 			w = l.Watermark()
 		}
-		if w < d.fence {
+		switch {
+		case w >= d.fence:
+		case d.digest.IsZero():
+			return errcode.New(errcode.FenceBehind, "no %s given, and the gate's fence is %d: pass the %s document at watermark %d or later",
+				d.flag, d.fence, d.schema, d.fence)
+		default:
 			return errcode.New(errcode.FenceBehind, "%s document %s has watermark %d; the gate's fence is %d (pass the current %s log with %s)",
 				d.schema, d.digest, w, d.fence, d.schema, d.flag)
 		}

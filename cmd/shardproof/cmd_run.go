@@ -36,7 +36,11 @@ func printRun(cmd *cobra.Command, s *raftgate.RunSummary) error {
 		fmt.Fprintf(w, "run %s: %s, barrier %s, %d/%d ranks attested (epoch %d)\n", s.ID, s.State, s.Barrier, s.Attested, s.WorldSize, s.Epoch)
 		fmt.Fprintf(w, "root %s (alias %s generation %d, permit %s)\n", s.Root, s.Alias, s.Generation, s.Permit)
 		if s.FailCode != "" {
-			fmt.Fprintf(w, "%s: %s\n", s.FailCode, s.FailReason)
+			reason := s.FailReason
+			if reason == "" {
+				reason = "no reason given"
+			}
+			fmt.Fprintf(w, "%s: %s\n", s.FailCode, reason)
 		}
 		if s.Step >= 0 {
 			fmt.Fprintf(w, "last checkpoint step %d (%d admitted)\n", s.Step, s.Checkpoints)
