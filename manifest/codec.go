@@ -164,11 +164,22 @@ func DecodeFenceLog(b []byte, schema string) (*FenceLog, error) {
 	return &l, nil
 }
 
-// DecodeRecordSchema strictly decodes and validates a record schema.
+// DecodeRecordSchema strictly decodes and validates a record schema, and
+// requires b to be its canonical encoding: the record schema digest is
+// sha256 of that encoding, and it is what logical digests and tuples
+// name, so a schema stored with other bytes (spaces, another field order,
+// a trailing newline) would be named by a digest that is not its own.
 func DecodeRecordSchema(b []byte) (*RecordSchema, error) {
 	var s RecordSchema
 	if err := decodeStrict(b, RecordSchemaSchema, &s); err != nil {
 		return nil, err
+	}
+	c, err := EncodeRecordSchema(&s)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(c, b) {
+		return nil, errcode.New(errcode.BadDocument, "record schema is not in its canonical encoding (compact JSON, fields in order, no trailing newline): its digest would not be sha256 of the canonical JSON, %s", Sum(c))
 	}
 	return &s, nil
 }

@@ -2,10 +2,12 @@ package manifest
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,6 +130,21 @@ func TestRecordSchemaDigest(t *testing.T) {
 	}
 	if d2, _ := back.Digest(); d2 != d {
 		t.Fatal("digest changed across a round trip")
+	}
+	// The same schema in other bytes is refused: it would be named by a
+	// digest that is not sha256 of its canonical JSON.
+	canonical := mustEncode(t, s)
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, canonical, "", " "); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{
+		"trailing newline": append(slices.Clone(canonical), '\n'),
+		"indented":         indented.Bytes(),
+	} {
+		if _, err := DecodeRecordSchema(b); errcode.Of(err) != errcode.BadDocument || !strings.Contains(err.Error(), d.String()) {
+			t.Errorf("%s: %v, want BAD_DOCUMENT naming the canonical digest %s", name, err, d)
+		}
 	}
 	s.Fields[4].Nullable = false
 	s.Fields[5].Nullable = false
