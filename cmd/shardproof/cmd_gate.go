@@ -488,8 +488,9 @@ report's. --value and --hits, if given, must equal them (a typo is caught,
 not recorded). Zero hits renews ROOT's permits a fence advance closed;
 any hit marks the release INVALID.
 
-Exit status: 0 recorded, 1 the release has hits (now INVALID), 2 usage,
-3 error, 4 refused, 5 indeterminate.`,
+Exit status: 0 recorded, 1 the release has hits (now INVALID), or the
+report does not show what --value/--hits say (BAD_INPUT; nothing
+recorded), 2 usage, 3 error, 4 refused, 5 indeterminate.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		root, err := parseDigestArg(cmd, "ROOT", args[0])

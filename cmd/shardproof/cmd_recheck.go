@@ -198,8 +198,10 @@ its watermark (the highest seq). Every open permit bound below it is closed:
 runs on those roots can no longer admit checkpoints, and rollbacks to them
 are refused, until 'shardproof recheck' finds zero hits at that watermark.
 
-Exit status: 0 advanced (or already there), 2 usage, 3 store or gate
-unreachable, 4 refused (FENCE_REGRESSION: the fence is already higher).`,
+Exit status: 0 advanced (or already there), 1 the document is not a
+tombstone log or benchmark registry (BAD_DOCUMENT), 2 usage, 3 store or
+gate unreachable, 4 refused (FENCE_REGRESSION: the fence is already
+higher).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (tombstones == "") == (benchmark == "") {

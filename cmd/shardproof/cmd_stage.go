@@ -118,9 +118,10 @@ var stageCmd = &cobra.Command{
 	Short: "Stage source Parquet files as a release: shards, snapshot and manifest",
 	Long: `stage reads source rows from Parquet files carrying the record schema
 (sample_id, source_id, source_version, split, lang, text, tokens), sorts
-them with the sort seed, writes S zstd Parquet shards, the snapshot member
-files, the snapshot manifest and the release manifest to blobs/sha256/<hex>
-with conditional creates, and prints the root and snapshot digests.
+them with the sort seed, writes S Parquet shards (zstd unless
+--compression says otherwise), the snapshot member files, the snapshot
+manifest and the release manifest to blobs/sha256/<hex> with conditional
+creates, and prints the root and snapshot digests.
 Staging the same input again prints the same digests and writes nothing.`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {

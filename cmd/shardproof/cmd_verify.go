@@ -38,7 +38,9 @@ func init() {
 snapshot to tuples, diffs them bucket by bucket, recomputes both tuple roots,
 and stores a content-addressed report bound to the root digest.
 
-Exit status: 0 VERIFIED, 1 INVALID, 2 usage, 3 operational error.`,
+Exit status: 0 VERIFIED, 1 INVALID (a report is stored) or an input
+document that is not what it is given as (BAD_DOCUMENT, no report),
+2 usage, 3 operational error.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if engine.executor != "local" {
