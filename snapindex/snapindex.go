@@ -24,6 +24,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/verifyread"
@@ -67,8 +68,11 @@ func Decode(b []byte, k uint, root manifest.Digest) ([]byte, error) {
 	if k < 1 || k > MaxK {
 		return nil, errcode.New(errcode.BadDocument, "snapshot leaf index: k=%d not indexed (at most %d)", k, MaxK)
 	}
-	if int64(len(b)) != Size(k) || !bytes.HasPrefix(b, []byte(magic)) {
-		return nil, errcode.New(errcode.BadDocument, "snapshot leaf index: %d bytes, want %s header and %d bytes for k=%d", len(b), "sp.leaves.v1", Size(k), k)
+	if int64(len(b)) != Size(k) {
+		return nil, errcode.New(errcode.BadDocument, "snapshot leaf index: %d bytes, want %d for k=%d", len(b), Size(k), k)
+	}
+	if !bytes.HasPrefix(b, []byte(magic)) {
+		return nil, errcode.New(errcode.BadDocument, "snapshot leaf index: no %q header", strings.TrimSuffix(magic, "\x00"))
 	}
 	p := b[len(magic):]
 	if got := p[32]; uint(got) != k {
