@@ -446,8 +446,12 @@ func TestVerifyScratchS3(t *testing.T) {
 	for _, executor := range []string{"local", "process"} {
 		t.Run(executor, func(t *testing.T) {
 			scratch := filepath.Join(t.TempDir(), "scratch") // verify creates it
-			got := cliReport(t, runCLI(t, cliEnv(), "verify", "--executor", executor, "--task-binary", os.Args[0],
-				"--store", url, "--scratch", scratch, "--root", root, "--reducers", "3", "--keep-job", "--json"))
+			args := []string{"verify", "--executor", executor,
+				"--store", url, "--scratch", scratch, "--root", root, "--reducers", "3", "--keep-job", "--json"}
+			if executor == "process" {
+				args = append(args, "--task-binary", os.Args[0])
+			}
+			got := cliReport(t, runCLI(t, cliEnv(), args...))
 			sameReport(t, executor+" with a scratch", want, got)
 			// The leaf index stage put in the bucket (a versioned
 			// object, read by exact version) let every member go unread.

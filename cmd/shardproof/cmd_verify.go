@@ -43,6 +43,9 @@ document that is not what it is given as (BAD_DOCUMENT, no report),
 2 usage, 3 operational error.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := engine.checkApplies(cmd); err != nil {
+				return err
+			}
 			if engine.executor != "local" {
 				if resume != "" {
 					// The engines rerun a plan's uncommitted tasks

@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -49,6 +51,40 @@ func (x *executorFlags) addFlags(f *pflag.FlagSet) {
 	f.IntVar(&x.k8s.Parallelism, "k8s-parallelism", 0, "kubernetes: pods of one Job at once (default: all)")
 	f.StringVar(&x.k8s.Kubectl, "kubectl", "kubectl", "kubernetes: kubectl executable (--submit)")
 	f.StringArrayVar(&x.k8sEnv, "k8s-env", nil, "kubernetes: container environment variable NAME=VALUE (repeatable)")
+}
+
+// executorOnly names the executors each engine setting applies to; given
+// with another executor it would be silently ignored.
+var executorOnly = map[string][]string{
+	"task-binary":                 {"process", "slurm"},
+	"task-store":                  {"process", "slurm", "kubernetes"},
+	"task-attempts":               {"process", "slurm"},
+	"slurm-dir":                   {"slurm"},
+	"slurm-partition":             {"slurm"},
+	"slurm-arg":                   {"slurm"},
+	"emit":                        {"kubernetes"},
+	"submit":                      {"kubernetes"},
+	"image":                       {"kubernetes"},
+	"image-command":               {"kubernetes"},
+	"namespace":                   {"kubernetes"},
+	"k8s-backoff-limit-per-index": {"kubernetes"},
+	"k8s-parallelism":             {"kubernetes"},
+	"kubectl":                     {"kubernetes"},
+	"k8s-env":                     {"kubernetes"},
+}
+
+// checkApplies refuses an engine setting given for an executor it does
+// not apply to, and a --task-attempts below 1.
+func (x *executorFlags) checkApplies(cmd *cobra.Command) error {
+	for _, name := range slices.Sorted(maps.Keys(executorOnly)) {
+		if ex := executorOnly[name]; cmd.Flags().Changed(name) && !slices.Contains(ex, x.executor) {
+			return errcode.New(errcode.Usage, "verify: --%s applies to --executor %s, not %s", name, strings.Join(ex, " or "), x.executor)
+		}
+	}
+	if cmd.Flags().Changed("task-attempts") && x.attempts < 1 {
+		return errcode.New(errcode.Usage, "verify: --task-attempts %d: a task runs at least once", x.attempts)
+	}
+	return nil
 }
 
 // run is verify with an external engine: plan, run the tasks there,

@@ -126,3 +126,25 @@ func TestStoreFromEnvironment(t *testing.T) {
 		t.Fatalf("verify with neither --store nor $SHARDPROOF_STORE: exit %d, stderr %q; want 2", r.status, r.stderr)
 	}
 }
+
+// An engine setting given for an executor it does not apply to is USAGE,
+// where it was silently ignored (verify --image foo ran locally).
+func TestExecutorSettingsApplyToTheirExecutor(t *testing.T) {
+	root := "sha256:" + strings.Repeat("1", 64)
+	store := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--image", "x"}, "--image applies to --executor kubernetes, not local"},
+		{[]string{"--slurm-partition", "p"}, "--slurm-partition applies to --executor slurm, not local"},
+		{[]string{"--executor", "process", "--namespace", "n"}, "--namespace applies to --executor kubernetes, not process"},
+		{[]string{"--executor", "kubernetes", "--task-binary", "b", "--emit", store}, "--task-binary applies to --executor process or slurm, not kubernetes"},
+		{[]string{"--executor", "process", "--task-attempts", "0"}, "--task-attempts 0: a task runs at least once"},
+	} {
+		r := runCLI(t, cliEnv(), append([]string{"verify", "--store", store, "--root", root}, c.args...)...)
+		if r.status != 2 || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, r.status, r.stderr, c.want)
+		}
+	}
+}
