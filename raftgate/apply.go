@@ -3,7 +3,6 @@ package raftgate
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -583,14 +582,14 @@ func (a *applier) fail(run *Run, code errcode.Code, format string, args ...any) 
 	return errcode.New(code, "run %s failed: %s", run.ID, msg)
 }
 
-// stamp formats a command time (Unix milliseconds) for a message.
-func stamp(ms int64) string { return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z") }
-
 // timedOut fails run if its barrier deadline has passed.
 func (a *applier) timedOut(run *Run) error {
 	if run.Barrier == BarrierClosed && a.now > run.Deadline {
-		return a.fail(run, errcode.BarrierTimeout, "barrier still closed at %s with %d of %d ranks attested; its deadline was %s",
-			stamp(a.now), run.Attested, run.WorldSize, stamp(run.Deadline))
+		// The text is part of the state: it stays as entries already in
+		// logs and snapshots have it (Unix milliseconds), so a replica
+		// that replays them and one that restores a snapshot agree.
+		// `run show` prints the deadline as a time.
+		return a.fail(run, errcode.BarrierTimeout, "barrier closed at %d with %d of %d ranks attested, deadline %d", a.now, run.Attested, run.WorldSize, run.Deadline)
 	}
 	return nil
 }

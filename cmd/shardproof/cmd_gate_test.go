@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -313,7 +314,7 @@ func TestGateCLI(t *testing.T) {
 	attest3("--rank", "0", "--shards-file", list).expect(t, errcode.ExitInvalid, errcode.BadInput)
 	attest3("--rank", "0", "--shards-file", list, "--epoch", "0").expect(t, errcode.ExitRejected, errcode.StaleEpoch)
 	r = g("run", "show", "job3").expect(t, 0, "")
-	if !strings.Contains(r.stdout, "epoch 1") || strings.Contains(r.stdout, "FAILED") {
+	if !strings.Contains(r.stdout, "epoch 1") || strings.Contains(r.stdout, "FAILED") || !regexp.MustCompile(`barrier deadline 20\d\d-\d\d-\d\dT`).MatchString(r.stdout) {
 		t.Fatalf("run show after refused attestations: %s", r.stdout)
 	}
 	attest3("--rank", "0", "--shards", shards[0].String()+","+shards[1].String(), "--epoch", "1").expect(t, 0, "")

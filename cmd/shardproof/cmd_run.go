@@ -42,6 +42,9 @@ func printRun(cmd *cobra.Command, s *raftgate.RunSummary) error {
 			}
 			fmt.Fprintf(w, "%s: %s\n", s.FailCode, reason)
 		}
+		if s.Barrier == raftgate.BarrierClosed && s.Deadline > 0 {
+			fmt.Fprintf(w, "barrier deadline %s\n", time.UnixMilli(s.Deadline).UTC().Format("2006-01-02T15:04:05.000Z"))
+		}
 		if s.Step >= 0 {
 			fmt.Fprintf(w, "last checkpoint step %d (%d admitted)\n", s.Step, s.Checkpoints)
 		}
