@@ -207,11 +207,19 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		// store, another store given by mistake), not the release, and
 		// registering the verdict would close every permit of every
 		// alias and run on the root.
-		if gr, err := g.Release(ctx, o.Root); err == nil && (gr.State == raftgate.ReleaseVerified || gr.State == raftgate.ReleasePublished) {
+		if gr, err := g.Release(ctx, o.Root); err == nil && (gr.State == raftgate.ReleaseVerified || gr.State == raftgate.ReleasePublished || gr.State == raftgate.ReleaseRetired) {
 			code := FailureCode(&rep.Counts)
 			log.Warn("this store's copy of a VERIFIED release is damaged; nothing registered", "report", out.ReportDigest.String(), "code", code, "state", gr.State)
-			return out, errcode.New(code, "this store's copy of release %s does not match its manifest (report %s: %d digest failures, %d size mismatches, %d versions missing); the gate holds the release %s from report %s, proven on other bytes, and nothing was registered: repair or replace the copy",
-				o.Root, out.ReportDigest, rep.Counts.DigestFailures, rep.Counts.SizeMismatches, rep.Counts.VersionMissing, gr.State, gr.Report)
+			hits := ""
+			if n := rep.Counts.TombstoneHits + rep.Counts.BenchmarkHits; rep.Counts.TombstoneHits > 0 || rep.Counts.BenchmarkHits > 0 {
+				// Fence hits are the gate's business once its fences
+				// reach these documents: a fence advance closes the
+				// permits, and a recheck on sound bytes records them.
+				hits = fmt.Sprintf(" The report also counts %d tombstone and %d benchmark hits (%d in all): advance the fence and recheck from a sound copy.",
+					rep.Counts.TombstoneHits, rep.Counts.BenchmarkHits, n)
+			}
+			return out, errcode.New(code, "this store's copy of release %s does not match its manifest (report %s: %d digest failures, %d size mismatches, %d versions missing); the gate holds the release %s from report %s, proven on other bytes, and nothing was registered: repair or replace the copy.%s",
+				o.Root, out.ReportDigest, rep.Counts.DigestFailures, rep.Counts.SizeMismatches, rep.Counts.VersionMissing, gr.State, gr.Report, hits)
 		}
 	}
 	var reg *raftgate.RecheckResult
