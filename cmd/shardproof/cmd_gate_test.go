@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -269,7 +270,7 @@ func TestGateCLI(t *testing.T) {
 	// Mistakes in arguments are USAGE (exit 2) before any request, not
 	// the gate's BAD_INPUT (exit 1, which reads as "INVALID").
 	dir := t.TempDir()
-	for name, body := range map[string]string{"empty.json": "[]", "null.json": "null", "trailing.json": "[[0],[1]] [[1],[0]]", "short.json": "[[0,1]]"} {
+	for name, body := range map[string]string{"empty.json": "[]", "null.json": "null", "trailing.json": "[[0],[1]] [[1],[0]]", "bracket.json": "[[0],[1]]]", "short.json": "[[0,1]]"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -306,6 +307,7 @@ func TestGateCLI(t *testing.T) {
 		return g(append([]string{"run", "attest", "job3", "--root", root.String()}, args...)...)
 	}
 	attest3("--rank", "0", "--shards", shards[0].String(), "--shards-file", list).expect(t, errcode.ExitUsage, errcode.Usage)
+	attest3("--rank", "0").expect(t, errcode.ExitInvalid, errcode.BadInput) // rank 0 has a shard to attest
 	attest3("--rank", "0", "--shards", shards[0].String()+","+shards[0].String()).expect(t, errcode.ExitInvalid, errcode.BadInput)
 	attest3("--rank", "0", "--shards", shards[1].String()).expect(t, errcode.ExitInvalid, errcode.BadInput)
 	attest3("--rank", "2", "--shards", shards[1].String()).expect(t, errcode.ExitUsage, errcode.Usage)
@@ -319,6 +321,17 @@ func TestGateCLI(t *testing.T) {
 	}
 	attest3("--rank", "0", "--shards", shards[0].String()+","+shards[1].String(), "--epoch", "1").expect(t, 0, "")
 	g("run", "wait", "job3", "--timeout", "10s").expect(t, 0, "")
+
+	// A world larger than the release leaves the last rank no shards: it
+	// attests an empty list, with neither flag.
+	world := len(shards) + 1
+	g("run", "create", "job4", "--alias", "main", "--world-size", strconv.Itoa(world), "--barrier-timeout", "1m").expect(t, 0, "")
+	for rank, d := range shards {
+		g("run", "attest", "job4", "--rank", strconv.Itoa(rank), "--root", root.String(), "--shards", d.String()).expect(t, 0, "")
+	}
+	g("run", "attest", "job4", "--rank", strconv.Itoa(world-1), "--root", root.String()).expect(t, 0, "")
+	g("run", "wait", "job4", "--timeout", "10s").expect(t, 0, "")
+	g("run", "cancel", "job4").expect(t, 0, "")
 
 	// Advancing a fence past the release closes its permits.
 	r = g("gate", "fence", "tombstone", "50000").expect(t, 0, "")
@@ -372,8 +385,9 @@ func TestGateCLI(t *testing.T) {
 	}
 	g("gate", "publish", "main", root.String(), "--expect", "2").expect(t, errcode.ExitRejected, errcode.NotVerified)
 
-	// prune drops the failed run and its permit; the running run, the
-	// alias's permits and its current (now INVALID) root stay.
+	// prune drops the failed and the cancelled run and their permits; the
+	// running run, the alias's permits and its current (now INVALID) root
+	// stay.
 	g("gate", "prune", "--older-than", "-1s").expect(t, errcode.ExitUsage, errcode.Usage)
 	r = g("gate", "prune").expect(t, 0, "")
 	if !strings.Contains(r.stdout, "pruned 0 runs, 0 permits, the shard lists of 0 releases") {
@@ -381,7 +395,7 @@ func TestGateCLI(t *testing.T) {
 	}
 	r = g("gate", "prune", "--older-than", "0s", "--json").expect(t, 0, "")
 	var pruned raftgate.PruneResult
-	if err := json.Unmarshal([]byte(r.stdout), &pruned); err != nil || !slices.Equal(pruned.Runs, []string{"job2"}) || len(pruned.Permits) != 1 || len(pruned.Releases) != 0 {
+	if err := json.Unmarshal([]byte(r.stdout), &pruned); err != nil || !slices.Equal(pruned.Runs, []string{"job2", "job4"}) || len(pruned.Permits) != 2 || len(pruned.Releases) != 0 {
 		t.Fatalf("prune --json: %+v %v\n%s", pruned, err, r.stdout)
 	}
 	g("run", "show", "job").expect(t, 0, "")

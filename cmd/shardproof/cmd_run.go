@@ -67,7 +67,8 @@ func readAssignment(path string, worldSize int) ([][]int, error) {
 	if err := dec.Decode(&a); err != nil {
 		return nil, errcode.Wrap(errcode.BadInput, err, "assignment file %s: want [[shard indices of rank 0], …]", path)
 	}
-	if dec.More() {
+	// Only white space may follow (More would miss a stray ']').
+	if rest := b[dec.InputOffset():]; len(bytes.TrimSpace(rest)) > 0 {
 		return nil, errcode.New(errcode.BadInput, "assignment file %s: data after the assignment", path)
 	}
 	// An empty or null one would read as "no assignment" and give the
@@ -167,9 +168,10 @@ func readDigests(list, file string) ([]manifest.Digest, error) {
 }
 
 var runAttestCmd = &cobra.Command{
-	Use:   "attest RUN --rank R --root DIGEST (--shards D1,D2,… | --shards-file FILE) [--epoch E]",
+	Use:   "attest RUN --rank R --root DIGEST [--shards D1,D2,… | --shards-file FILE] [--epoch E]",
 	Short: "Attest that rank R verified its assigned shards of ROOT",
-	Long: `Attest that rank R verified its assigned shards of ROOT.
+	Long: `Attest that rank R verified its assigned shards of ROOT (none for a rank
+whose assignment is empty, when the world is larger than the release).
 
 The attestation is bound to an assignment epoch: --epoch, or the run's
 current epoch, read first. Without --epoch the shards are checked, before
@@ -190,8 +192,9 @@ Exit status: 0 attested, 1 bad input (nothing sent), 2 usage, 3 error,
 		if err != nil {
 			return err
 		}
-		if cmd.Flags().Changed("shards") == cmd.Flags().Changed("shards-file") {
-			return errcode.New(errcode.Usage, "%s: give exactly one of --shards and --shards-file", cmd.CommandPath())
+		if cmd.Flags().Changed("shards") && cmd.Flags().Changed("shards-file") {
+			// Joined, the two lists would repeat the shards both name.
+			return errcode.New(errcode.Usage, "%s: give --shards or --shards-file, not both", cmd.CommandPath())
 		}
 		shards, err := readDigests(f.shards, f.file)
 		if err != nil {
