@@ -182,7 +182,7 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 			// Not a gate's answer, and not a transient one: a URL that
 			// is no gate API path (a name like ".." that the path
 			// cleaning removes), or a server that is no gate.
-			return false, errcode.New(errcode.Usage, "%s %s: HTTP %d, not an answer of the gate's API", method, u, resp.StatusCode)
+			return false, errcode.Wrap(errcode.Usage, errNotAPI, "%s %s: HTTP %d", method, u, resp.StatusCode)
 		}
 		return true, errcode.New(errcode.GateUnavailable, "%s %s: HTTP %d", method, u, resp.StatusCode)
 	}
@@ -301,12 +301,25 @@ func (c *Client) Release(ctx context.Context, root manifest.Digest) (*Release, e
 	return &r, c.do(ctx, http.MethodGet, "/v1/releases/"+root.String(), nil, &r)
 }
 
+// errNotAPI is a 4xx answer that is not the gate's own: a path it does
+// not serve, or a server that is no gate.
+var errNotAPI = errors.New("not an answer of the gate's API")
+
 // Fences reads the current fences (linearizable): what a verification
 // must reach to be publishable. Status has them too, but as one node's
-// own view, which may lag behind the leader's.
+// own view, which may lag behind the leader's. A gate from before
+// /v1/fences answers from its whole state (as linearizable).
 func (c *Client) Fences(ctx context.Context) (*Fences, error) {
 	var f Fences
-	return &f, c.do(ctx, http.MethodGet, "/v1/fences", nil, &f)
+	err := c.do(ctx, http.MethodGet, "/v1/fences", nil, &f)
+	if errors.Is(err, errNotAPI) {
+		s, err := c.State(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &s.Fences, nil
+	}
+	return &f, err
 }
 
 // Permits reads every permit (linearizable).

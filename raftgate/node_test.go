@@ -688,3 +688,37 @@ func TestRestartWithAnotherIDIsRefused(t *testing.T) {
 		t.Fatalf("state after the refused start differs:\n%s\n%s", before, after)
 	}
 }
+
+// A gate from before GET /v1/fences answers it with a plain 404: Fences
+// reads them from the whole state instead, so publish works against it
+// during a rolling upgrade.
+func TestFencesFromAnOlderGate(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	n := StartTestNode(t, TestConfig(t.TempDir(), "old"))
+	g := NewClient(n.URL())
+	defer g.Close()
+	if _, err := g.AdvanceFence(ctx, FenceBenchmark, 7); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := url.Parse(n.URL())
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var asked atomic.Int64
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/fences" {
+			asked.Add(1)
+			http.NotFound(w, r)
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer old.Close()
+	c := NewClient(old.URL)
+	defer c.Close()
+	f, err := c.Fences(ctx)
+	if err != nil || f.Benchmark != 7 || asked.Load() != 1 {
+		t.Fatalf("fences from an older gate: %+v %v (asked /v1/fences %d times)", f, err, asked.Load())
+	}
+	if f, err := g.Fences(ctx); err != nil || f.Benchmark != 7 {
+		t.Fatalf("fences: %+v %v", f, err)
+	}
+}
