@@ -233,20 +233,30 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if existing {
 		// A node started on another member's data (a forgotten --id on
 		// a restart) would serve, but never vote or lead: every write
-		// would answer NOT_LEADER with no word of why.
+		// would answer NOT_LEADER with no word of why. Its address is in
+		// the stored configuration under the other ID. A node killed
+		// while joining holds a configuration without itself, and
+		// without its address: the leader adds it once it is back.
 		f := n.raft.GetConfiguration()
 		if err := f.Error(); err != nil {
 			return errcode.Wrap(errcode.Internal, err, "read the stored configuration")
 		}
 		var ids []string
-		member := false
+		member, owner := false, ""
 		for _, s := range f.Configuration().Servers {
 			ids = append(ids, string(s.ID))
 			member = member || s.ID == rc.LocalID
+			if s.Address == n.trans.LocalAddr() && s.ID != rc.LocalID {
+				owner = string(s.ID)
+			}
 		}
-		if len(ids) > 0 && !member {
-			return errcode.New(errcode.Usage, "%s holds the state of a gate whose members are %s, and %q is not one of them: restart with the ID it was created with (--id)",
-				n.cfg.DataDir, strings.Join(ids, ", "), n.cfg.ID)
+		switch {
+		case member:
+		case owner != "":
+			return errcode.New(errcode.Usage, "%s holds the state of gate member %q at %s (members: %s), not of %q: restart with the ID it was created with (--id %s)",
+				n.cfg.DataDir, owner, n.trans.LocalAddr(), strings.Join(ids, ", "), n.cfg.ID, owner)
+		case len(ids) > 0:
+			n.log.Warn("this node is not in the stored configuration yet; the leader adds it when it joins", "id", n.cfg.ID, "members", strings.Join(ids, ","))
 		}
 	}
 	if !existing && n.cfg.Join == "" {

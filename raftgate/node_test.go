@@ -659,9 +659,10 @@ func TestClientRefusesWhatRetryingCannotFix(t *testing.T) {
 	}
 }
 
-// A node started on another member's data directory is refused with the
-// members it holds, where it used to serve and answer every write
-// NOT_LEADER; with the right ID the same directory starts, state intact.
+// A node started on another member's data directory (its address under
+// another ID) is refused with the members it holds, where it used to
+// serve and answer every write NOT_LEADER; with the right ID the same
+// directory starts, state intact.
 func TestRestartWithAnotherIDIsRefused(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	dir := t.TempDir()
@@ -681,6 +682,18 @@ func TestRestartWithAnotherIDIsRefused(t *testing.T) {
 	err := NewNode(other).Start(ctx)
 	if errcode.Of(err) != errcode.Usage || !strings.Contains(err.Error(), "gate-a") {
 		t.Fatalf("start with another ID: %v, want USAGE naming gate-a", err)
+	}
+	// Another ID at another address is a node that was killed while
+	// joining, before the configuration naming it reached it: it starts,
+	// and waits for the leader to add it.
+	joining := other
+	joining.RaftAddr, joining.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	jn := NewNode(joining)
+	if err := jn.Start(ctx); err != nil {
+		t.Fatalf("start of a node not yet in the configuration: %v", err)
+	}
+	if err := jn.Shutdown(); err != nil {
+		t.Fatal(err)
 	}
 	again := StartTestNode(t, cfg)
 	waitSelfRecorded(t, again, cfg.ID)
