@@ -217,7 +217,7 @@ func RecheckEvidence(ctx context.Context, s objstore.Store, root manifest.Digest
 		return 0, 0, errcode.New(errcode.BadDocument, "report %s is a %s document, not a recheck or verification report", d, schema)
 	}
 	if reportRoot != root {
-		return 0, 0, errcode.New(errcode.RootMismatch, "report %s checks root %s, not %s", d, reportRoot, root)
+		return 0, 0, errcode.New(errcode.BadDocument, "report %s checks root %s, not %s", d, reportRoot, root)
 	}
 	switch kind {
 	case raftgate.FenceTombstone:

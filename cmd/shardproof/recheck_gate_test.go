@@ -95,7 +95,7 @@ func TestGateRecheckNeedsEvidence(t *testing.T) {
 		{"a value the report did not check", []string{"--kind", "tombstone", "--report", rep, "--value", "40"}, errcode.BadInput, errcode.ExitInvalid},
 		{"hits the report did not find", []string{"--kind", "tombstone", "--report", rep, "--hits", "1"}, errcode.BadInput, errcode.ExitInvalid},
 		{"a kind the report did not check", []string{"--kind", "benchmark", "--report", rep}, errcode.BadInput, errcode.ExitInvalid},
-		{"another root's report", []string{"--kind", "tombstone", "--report", otherRep}, errcode.RootMismatch, errcode.RootMismatch.Exit()},
+		{"another root's report", []string{"--kind", "tombstone", "--report", otherRep}, errcode.BadDocument, errcode.ExitInvalid},
 		{"a manifest, not a report", []string{"--kind", "tombstone", "--report", root}, errcode.BadDocument, errcode.ExitInvalid},
 		{"a report not in the store", []string{"--kind", "tombstone", "--report", manifest.Sum([]byte("nowhere")).String()}, errcode.NotFound, errcode.NotFound.Exit()},
 	} {
@@ -141,8 +141,8 @@ func TestGateRecheckNeedsEvidence(t *testing.T) {
 		t.Fatalf("after registering the report at 4: report %s, watermark %d", rel.Report, rel.TombstoneWatermark)
 	}
 	_, err = cli(t, "gate", "register", "--store", dir, "--gate", node.URL(), "--report", before.Report.String())
-	if before.Report.IsZero() || errcode.Of(err) != errcode.FenceBehind {
-		t.Fatalf("register of the report at tombstone 0: %v, want FENCE_BEHIND", err)
+	if before.Report.IsZero() || errcode.Of(err) != errcode.BadInput {
+		t.Fatalf("register of the report at tombstone 0: %v, want BAD_INPUT", err)
 	}
 	if rel, _ := g.Release(ctx, gen1.Root); rel.Report.String() != rep {
 		t.Fatalf("a refused register changed the report named to %s", rel.Report)
