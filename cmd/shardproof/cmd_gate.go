@@ -221,9 +221,10 @@ With --report, the report and the root manifest it names are read from the
 store (digest-checked, strictly decoded) and the gate records the verdict,
 the watermarks checked and the hit counts: a VERIFIED report moves the
 release to VERIFIED (or renews its permits if it was checked at newer
-fences), an INVALID one to INVALID. A VERIFIED report checked below
-either watermark the gate already records for the release is refused
-(BAD_INPUT): the gate would name it without it backing them. With only
+fences), an INVALID one to INVALID. A VERIFIED report that is older
+than what the gate records for the release (no watermark higher, one
+lower) is refused (BAD_INPUT): it would bring nothing but leave the gate
+naming a report that does not back its watermarks. With only
 --root the release is STAGED.
 
 Exit status: 0 registered, 1 the release is INVALID (recorded as such),
@@ -294,8 +295,13 @@ Exit status: 0 registered, 1 the release is INVALID (recorded as such),
 				return err
 			}
 			if err == nil && !gr.Report.IsZero() && gr.Report != reg.Report.Digest && gr.State != raftgate.ReleaseInvalid &&
+				reg.Report.TombstoneWatermark <= gr.TombstoneWatermark && reg.Report.BenchmarkFence <= gr.BenchmarkFence &&
 				(reg.Report.TombstoneWatermark < gr.TombstoneWatermark || reg.Report.BenchmarkFence < gr.BenchmarkFence) {
-				return errcode.New(errcode.BadInput, "report %s was checked at tombstone %d, benchmark %d, below the %d, %d the gate records for release %s (report %s and rechecks): it would name a report that does not back them; register one checked at both",
+				// Older on both: it brings nothing. A report newer on one
+				// kind and older on the other is registered: it raises
+				// one watermark (the other stays backed by the report or
+				// recheck that raised it, in the release's rechecks).
+				return errcode.New(errcode.BadInput, "report %s was checked at tombstone %d, benchmark %d, below the %d, %d the gate records for release %s (report %s and rechecks): it would bring nothing but name a report that does not back them",
 					reg.Report.Digest, reg.Report.TombstoneWatermark, reg.Report.BenchmarkFence, gr.TombstoneWatermark, gr.BenchmarkFence, reg.Root, gr.Report)
 			}
 		}
