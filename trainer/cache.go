@@ -38,8 +38,11 @@ type FillResult struct {
 	// Corrupt is true when an entry was present but its bytes did not
 	// match the descriptor; it was removed and fetched again.
 	Corrupt bool
-	// Reason describes the corrupt entry (sizes or digests), for logs.
+	// Reason describes the corrupt entry (sizes or digests), for logs,
+	// and Code classifies it: SIZE_MISMATCH, DIGEST_MISMATCH, or
+	// BAD_INPUT for something that is not a regular file.
 	Reason string
+	Code   errcode.Code
 	// Fetched is the number of bytes read from the store.
 	Fetched int64
 }
@@ -92,14 +95,14 @@ func (c *Cache) Path(d manifest.Digest) string {
 func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard) (FillResult, error) {
 	var res FillResult
 	path := c.Path(desc.Digest)
-	switch ok, reason, err := c.check(path, desc); {
+	switch ok, code, reason, err := c.check(path, desc); {
 	case err != nil:
 		return res, err
 	case ok:
 		res.Hit = true
 		return res, nil
 	case reason != "":
-		res.Corrupt, res.Reason = true, reason
+		res.Corrupt, res.Code, res.Reason = true, code, reason
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return res, errcode.Wrap(errcode.IO, err, "remove corrupt cache entry %s", path)
 		}
@@ -110,39 +113,50 @@ func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard)
 }
 
 // check reports whether path holds desc's bytes. A missing entry is
-// (false, "", nil); a wrong one is (false, reason, nil).
-func (c *Cache) check(path string, desc manifest.Shard) (bool, string, error) {
-	f, err := os.Open(path)
+// (false, "", "", nil); a wrong one is (false, code, reason, nil).
+func (c *Cache) check(path string, desc manifest.Shard) (bool, errcode.Code, string, error) {
+	// Lstat before opening: opening a FIFO put in an entry's place blocks
+	// until a writer comes, and a signal does not end the wait.
+	st, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, "", nil
+		return false, "", "", nil
 	}
 	if err != nil {
-		return false, "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return false, "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+		return false, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
 	}
 	if !st.Mode().IsRegular() {
-		return false, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
+		return false, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
+	}
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, "", "", nil
+	}
+	if err != nil {
+		return false, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+	}
+	defer f.Close()
+	if st, err = f.Stat(); err != nil {
+		return false, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+	}
+	if !st.Mode().IsRegular() {
+		return false, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
 	}
 	if st.Size() != desc.Size {
-		return false, fmt.Sprintf("%s: manifest.size=%d, cache entry size=%d", desc.ID, desc.Size, st.Size()), nil
+		return false, errcode.SizeMismatch, fmt.Sprintf("%s: manifest.size=%d, cache entry size=%d", desc.ID, desc.Size, st.Size()), nil
 	}
 	h := sha256.New()
 	// Read one byte past the expected size so a file growing under us is
 	// caught rather than hashed partially.
 	n, err := io.Copy(h, io.LimitReader(f, desc.Size+1))
 	if err != nil {
-		return false, "", errcode.Wrap(errcode.IO, err, "read cache entry %s", path)
+		return false, "", "", errcode.Wrap(errcode.IO, err, "read cache entry %s", path)
 	}
 	var got manifest.Digest
 	h.Sum(got[:0])
 	if n != desc.Size || got != desc.Digest {
-		return false, fmt.Sprintf("%s: manifest.digest=%s, cache entry hashes to %s (%d bytes)", desc.ID, desc.Digest, got, n), nil
+		return false, errcode.DigestMismatch, fmt.Sprintf("%s: manifest.digest=%s, cache entry hashes to %s (%d bytes)", desc.ID, desc.Digest, got, n), nil
 	}
-	return true, "", nil
+	return true, "", "", nil
 }
 
 // fetch copies version desc.ObjectVersion of the shard from s into path.
@@ -176,6 +190,11 @@ func (c *Cache) fetch(ctx context.Context, s objstore.Store, desc manifest.Shard
 			err = errcode.Wrap(errcode.IO, err, "read")
 		}
 		return n, fmt.Errorf("%s: fetch %s version %s: %w", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion, err)
+	}
+	// Readable by the trainer, which may run as another user on a
+	// shared volume (CreateTemp makes 0600).
+	if err := tmp.Chmod(0o644); err != nil {
+		return n, errcode.Wrap(errcode.IO, err, "cache chmod")
 	}
 	if err := tmp.Sync(); err != nil {
 		return n, errcode.Wrap(errcode.IO, err, "cache fsync")

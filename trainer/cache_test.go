@@ -32,6 +32,10 @@ func TestCacheFillHitAndCorruptEntries(t *testing.T) {
 	if got, _ := os.ReadFile(c.Path(d.Digest)); !bytes.Equal(got, want) {
 		t.Fatal("cache entry differs from the shard's bytes")
 	}
+	// Readable by a trainer running as another user on a shared volume.
+	if st, err := os.Stat(c.Path(d.Digest)); err != nil || st.Mode().Perm() != 0o644 {
+		t.Fatalf("cache entry mode %v (%v), want 0644", st.Mode(), err)
+	}
 	if res, err = c.Fill(ctx, s, d); err != nil || !res.Hit || res.Fetched != 0 {
 		t.Fatalf("second fill: %+v, %v; want a hit", res, err)
 	}
@@ -39,19 +43,22 @@ func TestCacheFillHitAndCorruptEntries(t *testing.T) {
 	// A stale cache: the entry under gen2's digest holds gen1's part
 	// (same size class, different bytes), as a cache keyed by shard id
 	// would after a release switch.
-	for name, bad := range map[string][]byte{
-		"previous release's part": stagetest.ShardBytes(t, s, gen1.Release.Shards[0]),
-		"bit flip":                stagetest.FlipBit(want, len(want)/2, 3),
-		"truncated":               stagetest.Truncate(want, 7),
-		"empty":                   {},
+	for name, c2 := range map[string]struct {
+		bad  []byte
+		code errcode.Code
+	}{
+		"previous release's part": {stagetest.ShardBytes(t, s, gen1.Release.Shards[0]), errcode.SizeMismatch},
+		"bit flip":                {stagetest.FlipBit(want, len(want)/2, 3), errcode.DigestMismatch},
+		"truncated":               {stagetest.Truncate(want, 7), errcode.SizeMismatch},
+		"empty":                   {[]byte{}, errcode.SizeMismatch},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if err := os.WriteFile(c.Path(d.Digest), bad, 0o644); err != nil {
+			if err := os.WriteFile(c.Path(d.Digest), c2.bad, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			res, err := c.Fill(ctx, s, d)
-			if err != nil || res.Hit || !res.Corrupt || res.Reason == "" || res.Fetched != d.Size {
-				t.Fatalf("fill over a bad entry: %+v, %v; want corrupt and refetched", res, err)
+			if err != nil || res.Hit || !res.Corrupt || res.Reason == "" || res.Fetched != d.Size || res.Code != c2.code {
+				t.Fatalf("fill over a bad entry: %+v, %v; want corrupt (%s) and refetched", res, err, c2.code)
 			}
 			if got, _ := os.ReadFile(c.Path(d.Digest)); !bytes.Equal(got, want) {
 				t.Fatal("bad entry was not replaced by the shard's bytes")

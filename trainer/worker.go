@@ -517,7 +517,7 @@ func (w *Worker) verifyOne(ctx context.Context, rel *manifest.Release, desc mani
 		m.ReadBytes.WithLabelValues(label).Add(float64(res.Fetched))
 		if res.Corrupt {
 			m.CacheCorruptions.WithLabelValues(label).Inc()
-			w.log.Warn("corrupt cache entry refetched", "shard", desc.ID, "digest", desc.Digest.String(), "code", errcode.DigestMismatch, "detail", res.Reason)
+			w.log.Warn("corrupt cache entry refetched", "shard", desc.ID, "digest", desc.Digest.String(), "code", res.Code, "detail", res.Reason)
 		}
 		if res.Hit {
 			m.CacheHits.WithLabelValues(label).Inc()
