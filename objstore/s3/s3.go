@@ -68,8 +68,9 @@ type Options struct {
 
 // ParseURL reads Options from an s3://bucket/prefix?… URL.
 func ParseURL(u *url.URL) (Options, error) {
+	shown := redact(u)
 	bad := func(format string, args ...any) (Options, error) {
-		return Options{}, errcode.New(errcode.Usage, "store URL %q: %s", u.Redacted(), fmt.Sprintf(format, args...))
+		return Options{}, errcode.New(errcode.Usage, "store URL %q: %s", shown, fmt.Sprintf(format, args...))
 	}
 	if u.Scheme != "s3" {
 		return bad("scheme is not s3")
@@ -91,6 +92,14 @@ func ParseURL(u *url.URL) (Options, error) {
 		v := vs[len(vs)-1]
 		switch k {
 		case "endpoint":
+			e, err := url.Parse(v)
+			switch {
+			case err != nil || (e.Scheme != "http" && e.Scheme != "https") || e.Host == "":
+				return bad("endpoint: want http://host:port or https://host:port")
+			case e.User != nil:
+				// It would be printed in logs and task command lines.
+				return bad("endpoint: credentials do not belong in the URL; use the AWS credential chain")
+			}
 			o.Endpoint = v
 		case "region":
 			o.Region = v
@@ -115,6 +124,23 @@ func ParseURL(u *url.URL) (Options, error) {
 		o.PathStyle = true
 	}
 	return o, nil
+}
+
+// redact returns u as it may be shown: without the password of its own
+// user info or of an endpoint option's.
+func redact(u *url.URL) string {
+	c := *u
+	q := c.Query()
+	changed := false
+	for i, v := range q["endpoint"] {
+		if e, err := url.Parse(v); err == nil && e.User != nil {
+			q["endpoint"][i], changed = e.Redacted(), true
+		}
+	}
+	if changed {
+		c.RawQuery = q.Encode()
+	}
+	return c.Redacted()
 }
 
 // Store is an objstore.Store on a versioned S3 bucket.

@@ -190,6 +190,15 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("ParseURL(%q) = %v, want USAGE", bad, err)
 		}
 	}
+	// Credentials in the endpoint option are refused, and the refusal
+	// does not repeat them (they would reach logs and task command lines).
+	for _, bad := range []string{"s3://b/?endpoint=http://user:hunter2@127.0.0.1:7070", "s3://b/?endpoint=ftp://127.0.0.1:7070", "s3://b/?endpoint=127.0.0.1:7070"} {
+		u, _ := url.Parse(bad)
+		_, err := s3.ParseURL(u)
+		if errcode.Of(err) != errcode.Usage || strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("ParseURL(%q) = %v, want USAGE without the password", bad, err)
+		}
+	}
 	u, _ := url.Parse("s3://bkt/a/b/?endpoint=http%3A%2F%2F127.0.0.1%3A7070&region=eu-west-1&multipart_threshold=6291456")
 	o, err := s3.ParseURL(u)
 	want := s3.Options{Bucket: "bkt", Prefix: "a/b", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Region: "eu-west-1", MultipartThreshold: 6 << 20}
