@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -105,27 +106,79 @@ func GetBlob(ctx context.Context, s Store, d [32]byte, v Version, size int64) (i
 	return verifyread.New(rc, key, d, size), nil
 }
 
-// ReadBlob reads the latest version of the blob with digest d, at most max
-// bytes, and checks its digest. It is for documents (manifests, reports)
-// whose size is not known in advance; a blob larger than max fails with
-// DOCUMENT_TOO_LARGE without reading past max+1 bytes.
+// ReadBlob reads the blob with digest d, at most max bytes, and checks
+// its digest. It is for documents (manifests, reports) whose size is not
+// known in advance; a blob larger than max fails with DOCUMENT_TOO_LARGE
+// without reading past max+1 bytes.
+//
+// It reads the latest version. A blob is created once, by conditional
+// create, and never rewritten; but a version written on top of it out of
+// band (an overwrite, or an S3 delete marker) would hide it. So when the
+// latest version is missing or does not hash to d, and s can list a key's
+// versions (VersionLister), ReadBlob tries the older ones, newest first
+// and at most MaxBlobVersions of them, and returns the first whose bytes
+// hash to d, logging the anomaly. Otherwise it fails with the latest
+// version's error.
 func ReadBlob(ctx context.Context, s Store, d [32]byte, max int64) ([]byte, Version, error) {
+	data, v, err := readBlobVersion(ctx, s, d, "", max)
+	if err == nil || !hidden(err) {
+		return data, v, err
+	}
+	vl, ok := s.(VersionLister)
+	if !ok {
+		return nil, "", err
+	}
 	key := BlobKey(d)
-	info, err := s.Head(ctx, key, "")
+	vs, lerr := vl.Versions(ctx, key, MaxBlobVersions)
+	if lerr != nil {
+		return nil, "", err
+	}
+	for _, info := range vs {
+		if info.Version == v {
+			continue
+		}
+		if data, got, verr := readBlobVersion(ctx, s, d, info.Version, max); verr == nil {
+			slog.Warn("a blob's latest version is not its bytes; an older version is",
+				"key", key, "version", string(got), "code", errcode.Of(err))
+			return data, got, nil
+		}
+	}
+	return nil, "", err
+}
+
+// MaxBlobVersions bounds the versions ReadBlob tries when the latest one
+// is not the blob.
+const MaxBlobVersions = 64
+
+// hidden reports whether err may mean the blob's latest version hides
+// the blob: a delete marker, or other bytes on top of it.
+func hidden(err error) bool {
+	switch errcode.Of(err) {
+	case errcode.DigestMismatch, errcode.SizeMismatch, errcode.DocumentTooLarge:
+		return true
+	}
+	return IsNotExist(err)
+}
+
+// readBlobVersion reads version v of the blob with digest d ("" the
+// latest), at most max bytes, and checks its digest.
+func readBlobVersion(ctx context.Context, s Store, d [32]byte, v Version, max int64) ([]byte, Version, error) {
+	key := BlobKey(d)
+	info, err := s.Head(ctx, key, v)
 	if err != nil {
 		return nil, "", err
 	}
 	if info.Size > max {
-		return nil, "", fmt.Errorf("%s: stored size=%d: %w", key, info.Size, &verifyread.TooLargeError{Max: max})
+		return nil, info.Version, fmt.Errorf("%s: stored size=%d: %w", key, info.Size, &verifyread.TooLargeError{Max: max})
 	}
 	r, err := GetBlob(ctx, s, d, info.Version, info.Size)
 	if err != nil {
-		return nil, "", err
+		return nil, info.Version, err
 	}
 	defer r.Close()
 	data, err := verifyread.ReadAll(r, max)
 	if err != nil {
-		return nil, "", err
+		return nil, info.Version, err
 	}
 	return data, info.Version, nil
 }

@@ -71,6 +71,14 @@ func (r *Routed) Head(ctx context.Context, key string, v Version) (ObjectInfo, e
 // List implements Store: a prefix under Prefix lists Scratch, one outside
 // it lists Main, and a shorter one ("", "jo", "jobs") merges Main's keys
 // outside Prefix with Scratch's keys under it.
+// Versions implements VersionLister when the store key belongs to does.
+func (r *Routed) Versions(ctx context.Context, key string, limit int) ([]ObjectInfo, error) {
+	if vl, ok := r.For(key).(VersionLister); ok {
+		return vl.Versions(ctx, key, limit)
+	}
+	return nil, nil
+}
+
 func (r *Routed) List(ctx context.Context, prefix, after string, limit int) (ListPage, error) {
 	switch {
 	case strings.HasPrefix(prefix, r.Prefix):

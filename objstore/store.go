@@ -63,6 +63,16 @@ func ValidateDeletePrefix(prefix string) error {
 	return nil
 }
 
+// VersionLister is implemented by stores that can list a key's versions:
+// ReadBlob uses it to find a blob hidden by a version written on top of it
+// out of band.
+type VersionLister interface {
+	// Versions returns up to limit versions of key, newest first; not
+	// deleted ones (an S3 delete marker is no version). A key with none
+	// gives an empty list.
+	Versions(ctx context.Context, key string, limit int) ([]ObjectInfo, error)
+}
+
 // Version is an opaque, immutable version id issued by a Store.
 type Version string
 

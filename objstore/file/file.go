@@ -326,25 +326,61 @@ func (s *Store) syncDir(dir string) error {
 
 // latest returns the highest version sequence of key, or 0 if it has none.
 func (s *Store) latest(key string) (uint64, error) {
+	seqs, err := s.seqs(key)
+	if err != nil || len(seqs) == 0 {
+		return 0, err
+	}
+	return seqs[len(seqs)-1], nil
+}
+
+// seqs returns key's version sequences, ascending.
+func (s *Store) seqs(key string) ([]uint64, error) {
 	d, err := s.root.Open(key)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, s.ioErr(err, "read %s", key)
+		return nil, s.ioErr(err, "read %s", key)
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
 	if err != nil {
-		return 0, s.ioErr(err, "read %s", key)
+		return nil, s.ioErr(err, "read %s", key)
 	}
-	var max uint64
+	var out []uint64
 	for _, n := range names {
-		if seq, ok := parseSeqName(n); ok && seq > max {
-			max = seq
+		if seq, ok := parseSeqName(n); ok {
+			out = append(out, seq)
 		}
 	}
-	return max, nil
+	slices.Sort(out)
+	return out, nil
+}
+
+// Versions implements objstore.VersionLister.
+func (s *Store) Versions(ctx context.Context, key string, limit int) ([]objstore.ObjectInfo, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	seqs, err := s.seqs(key)
+	if err != nil {
+		return nil, err
+	}
+	var out []objstore.ObjectInfo
+	for i := len(seqs) - 1; i >= 0 && len(out) < limit; i-- {
+		if err := ctx.Err(); err != nil {
+			return nil, errcode.Wrap(errcode.Canceled, err, "versions of %s", key)
+		}
+		info, err := s.Head(ctx, key, versionOf(seqs[i]))
+		if objstore.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
 }
 
 // versionFile resolves (key, version) to a version file name and its id.

@@ -533,6 +533,38 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 	}
 }
 
+// Versions implements objstore.VersionLister: ListObjectVersions lists a
+// key's versions newest first, delete markers apart.
+func (s *Store) Versions(ctx context.Context, key string, limit int) ([]objstore.ObjectInfo, error) {
+	if err := objstore.ValidateKey(key); err != nil {
+		return nil, err
+	}
+	full := s.base + key
+	in := &awss3.ListObjectVersionsInput{Bucket: aws.String(s.bucket), Prefix: aws.String(full)}
+	var out []objstore.ObjectInfo
+	for len(out) < limit {
+		page, err := s.client.ListObjectVersions(ctx, in)
+		if err != nil {
+			return nil, s.mapErr(ctx, err, "list versions", key, "")
+		}
+		for _, v := range page.Versions {
+			if aws.ToString(v.Key) != full || len(out) == limit {
+				continue // a longer key under the same prefix
+			}
+			info := objstore.ObjectInfo{Key: key, Version: objstore.Version(aws.ToString(v.VersionId)), Size: aws.ToInt64(v.Size)}
+			if v.LastModified != nil {
+				info.Modified = *v.LastModified
+			}
+			out = append(out, info)
+		}
+		if !aws.ToBool(page.IsTruncated) {
+			break
+		}
+		in.KeyMarker, in.VersionIdMarker = page.NextKeyMarker, page.NextVersionIdMarker
+	}
+	return out, nil
+}
+
 func (s *Store) notExist(key string, v objstore.Version) error {
 	if v == "" {
 		return fmt.Errorf("s3://%s/%s%s: %w", s.bucket, s.base, key, objstore.ErrNotExist)

@@ -88,7 +88,9 @@ func TestUnavailable(t *testing.T) {
 // An object overwritten in place (a new version under the same key): the
 // old VersionId still returns the old bytes, through the verifying reader.
 func TestOverwriteKeepsOldVersion(t *testing.T) {
-	s := open(t, s3test.Start(t))
+	u := s3test.Start(t)
+	s := open(t, u)
+	pu, _ := url.Parse(u)
 	ctx := t.Context()
 	old := []byte("shard bytes as verified")
 	d, v1, _, err := objstore.PutBlob(ctx, s, old)
@@ -109,12 +111,20 @@ func TestOverwriteKeepsOldVersion(t *testing.T) {
 	if err != nil || !bytes.Equal(got, old) {
 		t.Fatalf("old version: %q, %v", got, err)
 	}
-	// The latest version no longer verifies, and a re-stage notices.
-	if _, _, err := objstore.ReadBlob(ctx, s, d, 1<<20); errcode.Of(err) == "" {
-		t.Fatal("tampered latest version verified")
+	// The latest version no longer verifies: a document read finds the
+	// blob under it (its bytes, its version), and a re-stage notices.
+	if got, v, err := objstore.ReadBlob(ctx, s, d, 1<<20); err != nil || !bytes.Equal(got, old) || v != v1 {
+		t.Fatalf("ReadBlob under a tampered latest version: %q, %s, %v; want the original, %s", got, v, err, v1)
 	}
 	if _, _, _, err := objstore.PutBlob(ctx, s, old); errcode.Of(err) != errcode.SizeMismatch && errcode.Of(err) != errcode.DigestMismatch {
 		t.Fatalf("PutBlob over tampered latest: %v", err)
+	}
+	// A delete marker on top hides it no more.
+	if _, err := s.(*s3.Store).Client().DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(pu.Host), Key: aws.String(objstore.BlobKey(d))}); err != nil {
+		t.Fatal(err)
+	}
+	if got, v, err := objstore.ReadBlob(ctx, s, d, 1<<20); err != nil || !bytes.Equal(got, old) || v != v1 {
+		t.Fatalf("ReadBlob under a delete marker: %q, %s, %v; want the original, %s", got, v, err, v1)
 	}
 }
 

@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) objstore.Store) {
 		{"SHA256Option", testSHA256Option},
 		{"Canceled", testCanceled},
 		{"DeletePrefix", testDeletePrefix},
+		{"HiddenBlob", testHiddenBlob},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, open(t)) })
 	}
@@ -547,4 +548,44 @@ func Bench(b *testing.B, s objstore.Store, size int) {
 			}
 		}
 	})
+}
+
+// testHiddenBlob: a store that lists versions lists them newest first,
+// and a blob with versions written on top of it out of band (other bytes,
+// then an empty object) is still read by ReadBlob, at its own version.
+func testHiddenBlob(t *testing.T, s objstore.Store) {
+	vl, ok := s.(objstore.VersionLister)
+	if !ok {
+		t.Skip("the store lists no versions")
+	}
+	ctx := t.Context()
+	doc := []byte(`{"schema":"example"}`)
+	d, v1, _, err := objstore.PutBlob(ctx, s, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := objstore.BlobKey(d)
+	v2 := put(t, s, key, []byte("other bytes on top"), objstore.PutOptions{})
+	v3 := put(t, s, key, nil, objstore.PutOptions{})
+	vs, err := vl.Versions(ctx, key, 10)
+	if err != nil || len(vs) != 3 || vs[0].Version != v3 || vs[1].Version != v2 || vs[2].Version != v1 || vs[2].Size != int64(len(doc)) {
+		t.Fatalf("Versions = %+v, %v; want %s, %s, %s", vs, err, v3, v2, v1)
+	}
+	if vs, err := vl.Versions(ctx, key, 2); err != nil || len(vs) != 2 || vs[1].Version != v2 {
+		t.Fatalf("Versions(limit 2) = %+v, %v", vs, err)
+	}
+	if vs, err := vl.Versions(ctx, "no/such/key", 10); err != nil || len(vs) != 0 {
+		t.Fatalf("Versions of a missing key = %+v, %v; want none", vs, err)
+	}
+	got, v, err := objstore.ReadBlob(ctx, s, d, 1<<20)
+	if err != nil || !bytes.Equal(got, doc) || v != v1 {
+		t.Fatalf("ReadBlob under two versions: %q, %s, %v; want the document at %s", got, v, err, v1)
+	}
+	// No version hashes to the digest: the latest version's error.
+	d3 := sha256.Sum256([]byte("a document never stored"))
+	put(t, s, objstore.BlobKey(d3), []byte("junk"), objstore.PutOptions{})
+	put(t, s, objstore.BlobKey(d3), []byte("more junk"), objstore.PutOptions{})
+	if _, _, err := objstore.ReadBlob(ctx, s, d3, 1<<20); errcode.Of(err) != errcode.SizeMismatch && errcode.Of(err) != errcode.DigestMismatch {
+		t.Fatalf("ReadBlob of a digest no version has: %v, want a size or digest mismatch", err)
+	}
 }
