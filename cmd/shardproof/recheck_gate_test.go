@@ -10,7 +10,6 @@ import (
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/raftgate"
-	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
 // gate recheck records only what a stored report shows: no report, a
@@ -21,20 +20,8 @@ import (
 // without a report, whoever sends it.
 func TestGateRecheckNeedsEvidence(t *testing.T) {
 	ctx := context.Background()
-	dir, s := tempFileStore(t)
-	gen1 := stagetest.Synth(t, s, 600, 3, 1)
-	gen2 := stagetest.Synth(t, s, 400, 2, 2)
-	node, g := startLeader(t)
-	base := []string{"--store", dir, "--gate", node.URL(), "-q"}
-	run := func(args ...string) (string, error) { return cli(t, append(args, base...)...) }
-	for _, p := range []struct {
-		alias string
-		root  manifest.Digest
-	}{{"main", gen1.Root}, {"other", gen2.Root}} {
-		if out, err := run("publish", "--alias", p.alias, "--root", p.root.String()); err != nil {
-			t.Fatalf("publish %s: %q %v", p.alias, out, err)
-		}
-	}
+	e := publishTwo(t, 600, 400)
+	dir, s, gen1, gen2, node, g, run := e.dir, e.s, e.gen1, e.gen2, e.node, e.g, e.run
 	td, _, _, err := objstore.PutBlob(ctx, s, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`))
 	if err != nil {
 		t.Fatal(err)

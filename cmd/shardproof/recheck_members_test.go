@@ -13,7 +13,9 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/raftgate"
+	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
@@ -23,20 +25,8 @@ import (
 // the gate holds no VERIFIED report of is refused.
 func TestRecheckMembersCLI(t *testing.T) {
 	ctx := context.Background()
-	dir, s := tempFileStore(t)
-	gen1 := stagetest.Synth(t, s, 1500, 4, 1)
-	gen2 := stagetest.Synth(t, s, 900, 3, 2)
-	node, g := startLeader(t)
-	base := []string{"--store", dir, "--gate", node.URL(), "-q"}
-	run := func(args ...string) (string, error) { return cli(t, append(args, base...)...) }
-	for _, p := range []struct {
-		alias string
-		root  manifest.Digest
-	}{{"main", gen1.Root}, {"other", gen2.Root}} {
-		if out, err := run("publish", "--alias", p.alias, "--root", p.root.String()); err != nil {
-			t.Fatalf("publish %s: %q %v", p.alias, out, err)
-		}
-	}
+	e := publishTwo(t, 1500, 900)
+	dir, s, gen1, gen2, node, g, run := e.dir, e.s, e.gen1, e.gen2, e.node, e.g, e.run
 	fence := func(body string) manifest.Digest {
 		t.Helper()
 		d, _, _, err := objstore.PutBlob(ctx, s, []byte(body))
@@ -149,4 +139,36 @@ func TestRecheckMembersCLI(t *testing.T) {
 	}
 	_, err = run("recheck", "--members", "--root", gen3.Root.String(), "--tombstones", hit.String())
 	wantExit(t, err, errcode.NotVerified, errcode.ExitRejected)
+}
+
+// twoAliases is a file store holding two synthetic releases, gen1
+// published to alias main and gen2 to alias other, on a one-node gate;
+// run runs the CLI with --store, --gate and -q.
+type twoAliases struct {
+	dir        string
+	s          *file.Store
+	gen1, gen2 stage.Result
+	node       *raftgate.Node
+	g          *raftgate.Client
+	run        func(args ...string) (string, error)
+}
+
+func publishTwo(t *testing.T, n1, n2 int) *twoAliases {
+	t.Helper()
+	e := &twoAliases{}
+	e.dir, e.s = tempFileStore(t)
+	e.gen1 = stagetest.Synth(t, e.s, n1, 4, 1)
+	e.gen2 = stagetest.Synth(t, e.s, n2, 3, 2)
+	e.node, e.g = startLeader(t)
+	base := []string{"--store", e.dir, "--gate", e.node.URL(), "-q"}
+	e.run = func(args ...string) (string, error) { return cli(t, append(args, base...)...) }
+	for _, p := range []struct {
+		alias string
+		root  manifest.Digest
+	}{{"main", e.gen1.Root}, {"other", e.gen2.Root}} {
+		if out, err := e.run("publish", "--alias", p.alias, "--root", p.root.String()); err != nil {
+			t.Fatalf("publish %s: %q %v", p.alias, out, err)
+		}
+	}
+	return e
 }
