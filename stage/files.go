@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/scratchdir"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -77,6 +78,7 @@ type fileSource struct {
 	ids     []string // sampleId of every global row
 	tempDir string
 	dir     string
+	held    *scratchdir.Dir
 	shardOf []int32
 	spool   []string
 }
@@ -227,11 +229,11 @@ func (s *fileSource) partition(ctx context.Context, order []int, shards int) err
 		}
 	}
 	s.ids = nil // the sort is done; the spools carry the ids from here
-	dir, err := os.MkdirTemp(s.tempDir, "shardproof-stage-")
+	held, err := scratchdir.New(s.tempDir, StageTempPrefix)
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "spool directory")
 	}
-	s.dir = dir
+	s.dir, s.held = held.Path, held
 	s.spool = make([]string, shards)
 	spoolSchema := arrow.NewSchema(append(s.schema.Fields(), arrow.Field{Name: "_row", Type: arrow.PrimitiveTypes.Int64}), nil)
 	for lo := 0; lo < shards; lo += maxOpenSpools {
@@ -386,7 +388,7 @@ func (s *fileSource) Build(idx []int, b *array.RecordBuilder) error {
 }
 
 func (s *fileSource) close() {
-	if s.dir != "" {
-		os.RemoveAll(s.dir)
+	if s.held != nil {
+		s.held.Remove()
 	}
 }

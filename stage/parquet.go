@@ -22,6 +22,15 @@ import (
 // Serializer is the build.serializer of releases written by this package.
 const Serializer = "shardproof-stage"
 
+// StageTempPrefix and MembersTempPrefix name the temporary directories
+// stage spools source rows and snapshot tuples to, in Options' temp
+// directory ($TMPDIR by default); each stage removes its own, and the next
+// stage removes those whose stage died (internal/scratchdir).
+const (
+	StageTempPrefix   = "shardproof-stage-"
+	MembersTempPrefix = "shardproof-members-"
+)
+
 // SerializerVersion changes whenever the bytes written for the same rows
 // and options change.
 const SerializerVersion = "6"

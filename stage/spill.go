@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/scratchdir"
 	"github.com/shardproof/shardproof/tuplehash"
 )
 
@@ -20,6 +21,7 @@ import (
 // when it is written; the order they were added in does not matter.
 type memberSpill struct {
 	dir    string
+	held   *scratchdir.Dir
 	schema [32]byte // every tuple's schemaDigest (not stored per tuple)
 	member []uint32 // bucket → member index
 	mu     sync.Mutex
@@ -32,11 +34,11 @@ type memberSpill struct {
 const spillBufferBytes = 32 << 20
 
 func newMemberSpill(tempDir string, members int, schema [32]byte) (*memberSpill, error) {
-	dir, err := os.MkdirTemp(tempDir, "shardproof-members-")
+	held, err := scratchdir.New(tempDir, MembersTempPrefix)
 	if err != nil {
 		return nil, errcode.Wrap(errcode.IO, err, "member spill directory")
 	}
-	sp := &memberSpill{dir: dir, schema: schema, member: make([]uint32, 1<<tuplehash.DefaultK), bufs: make([][]byte, members)}
+	sp := &memberSpill{dir: held.Path, held: held, schema: schema, member: make([]uint32, 1<<tuplehash.DefaultK), bufs: make([][]byte, members)}
 	sp.bufCap = max(4<<10, min(256<<10, spillBufferBytes/members))
 	for j := range members {
 		lo, hi := memberRange(j, members)
@@ -50,7 +52,7 @@ func newMemberSpill(tempDir string, members int, schema [32]byte) (*memberSpill,
 func (sp *memberSpill) path(j int) string { return filepath.Join(sp.dir, fmt.Sprintf("m%05d", j)) }
 
 // close removes the spill files.
-func (sp *memberSpill) close() { os.RemoveAll(sp.dir) }
+func (sp *memberSpill) close() { sp.held.Remove() }
 
 // add appends the tuples of one release shard.
 func (sp *memberSpill) add(ts []memberTuple) error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/scratchdir"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/snapindex"
@@ -244,6 +245,13 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 	o.Parquet = o.Parquet.withDefaults()
 	if _, err := writerProperties(s, o.Parquet); err != nil {
 		return Result{}, err
+	}
+	// Spool and spill directories of stages killed before they could
+	// remove them (kill -9, the OOM killer): gigabytes at scale.
+	for _, prefix := range []string{StageTempPrefix, MembersTempPrefix} {
+		if n := scratchdir.Sweep(tempDir, prefix); n > 0 {
+			slog.Info("stage: removed temporary directories of stages that died", "prefix", prefix, "count", n)
+		}
 	}
 	order, err := sortOrder(ctx, src, seed)
 	if err != nil {
