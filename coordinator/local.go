@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"runtime"
 	"sync"
 	"time"
@@ -68,6 +69,10 @@ func Verify(ctx context.Context, s objstore.Store, o Options) (*Outcome, error) 
 	if err != nil {
 		return nil, err
 	}
+	// Said now, not only when the run ends: a process killed outright
+	// (kill -9, the OOM killer) prints nothing more, and its committed
+	// tasks are reused only by a resume that names this plan.
+	slog.Info("verification planned; if this process dies, verify --resume with this plan finishes it", "plan", pd.String())
 	return Run(ctx, s, pd, o.Parallelism, o.Progress)
 }
 
