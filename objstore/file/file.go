@@ -285,6 +285,18 @@ func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want 
 // (if sync) each parent that gained an entry so the new path survives a
 // crash.
 func (s *Store) mkdirs(key string, sync bool) error {
+	// A DeletePrefix running at the same time removes the ancestors it
+	// leaves empty, and may remove one this loop has just seen, before
+	// it makes the next level: then start again from the top.
+	for attempt := 0; ; attempt++ {
+		err := s.mkdirsOnce(key, sync)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || attempt == 8 {
+			return err
+		}
+	}
+}
+
+func (s *Store) mkdirsOnce(key string, sync bool) error {
 	dir := ""
 	for seg := range strings.SplitSeq(key, "/") {
 		parent := dir
@@ -299,9 +311,15 @@ func (s *Store) mkdirs(key string, sync bool) error {
 				return err
 			}
 		case errors.Is(err, fs.ErrExist):
-			if fi, serr := s.root.Stat(dir); serr != nil || !fi.IsDir() {
+			fi, serr := s.root.Stat(dir)
+			if errors.Is(serr, fs.ErrNotExist) {
+				return serr // removed since: start again
+			}
+			if serr != nil || !fi.IsDir() {
 				return s.ioErr(fmt.Errorf("%s is not a directory", dir), "put %s", key)
 			}
+		case errors.Is(err, fs.ErrNotExist):
+			return err // a parent vanished under us
 		default:
 			return s.ioErr(err, "put %s: mkdir", key)
 		}

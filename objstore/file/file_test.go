@@ -5,12 +5,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -420,5 +422,40 @@ func TestEphemeralPut(t *testing.T) {
 	}
 	if tmp, _ := os.ReadDir(filepath.Join(dir, "@tmp")); len(tmp) != 0 {
 		t.Fatalf("temp files left: %v", tmp)
+	}
+}
+
+// Jobs written and deleted side by side: DeletePrefix removes the
+// ancestors it leaves empty, "jobs/" among them, which another writer may
+// have just found and not yet made its own directory in. Put makes its
+// directories again then, rather than fail with an I/O error (119 of
+// 6,000 Puts did, two writers at a time).
+func TestPutBesideDeletePrefix(t *testing.T) {
+	s, err := file.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for w := range 2 {
+		wg.Go(func() {
+			for i := range 800 {
+				p := fmt.Sprintf("jobs/%d-%d/", w, i)
+				if _, err := s.Put(ctx, p+"map/0/commit.json", strings.NewReader("x"), objstore.PutOptions{IfNoneMatch: true, Ephemeral: true}); err != nil {
+					errs <- err
+					return
+				}
+				if err := s.DeletePrefix(ctx, p); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
