@@ -182,7 +182,15 @@ type TaskError struct {
 }
 
 func (e *TaskError) Error() string {
-	return fmt.Sprintf("%s task %d failed with exit status %d: %s", e.Kind, e.Index, e.Status, strings.TrimSpace(e.Log))
+	how := fmt.Sprintf("failed with exit status %d", e.Status)
+	if e.Status < 0 {
+		how = "was ended by a signal" // exec's ExitCode is -1 then
+	}
+	log := strings.TrimSpace(e.Log)
+	if log == "" {
+		log = "(it wrote nothing to standard error)"
+	}
+	return fmt.Sprintf("%s task %d %s: %s", e.Kind, e.Index, how, log)
 }
 
 // ErrorCode implements errcode.Coder: the task's own code, so an engine's

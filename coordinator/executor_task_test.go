@@ -95,6 +95,11 @@ func TestTaskErrorCode(t *testing.T) {
 	if errcode.Of(newTaskError(KindReduce, 0, -1, []byte("killed"))) != errcode.IO {
 		t.Error("a task that printed no code should fail with IO")
 	}
+	// A task a signal ended, having written nothing, says both, not
+	// "exit status -1: ".
+	if msg := newTaskError(KindMap, 2, -1, nil).Error(); msg != "map task 2 was ended by a signal: (it wrote nothing to standard error)" {
+		t.Errorf("signalled task: %q", msg)
+	}
 	var te *TaskError
 	if !errors.As(err, &te) || te.Index != 1 || te.Kind != KindMap {
 		t.Errorf("errors.As: %+v", te)
