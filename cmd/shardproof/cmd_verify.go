@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -323,6 +324,12 @@ func resumeVerify(cmd *cobra.Command, store, scratch, plan string, parallelism i
 	prog := newVerifyProgress(cmd.ErrOrStderr())
 	out, err := coordinator.Run(cmd.Context(), s, pd, parallelism, prog.update)
 	prog.finish()
+	if objstore.IsNotExist(err) && strings.Contains(err.Error(), "jobs/"+pd.Hex()+"/") {
+		// A committed task's output is gone: the job's files were being
+		// deleted, which happens only once its report is stored. A
+		// resume cannot finish it, and need not.
+		return errcode.Wrap(errcode.NotFound, err, "verify --resume %s: the plan's files are partly deleted, as by a verification killed while it removed them after storing its report; verify the root again for a report, and `shardproof store prune-jobs` removes what is left", pd)
+	}
 	if err != nil {
 		resumeHint(cmd, store, scratch, err)
 		return err

@@ -177,6 +177,26 @@ func TestVerifyCLIResume(t *testing.T) {
 	}
 }
 
+// A verification killed while it deleted its job's files, after storing
+// its report, leaves commit records whose outputs are gone: a resume says
+// so and what to do, not a bare NOT_FOUND after the hint that promised it
+// would finish.
+func TestVerifyCLIResumePartlyDeleted(t *testing.T) {
+	r := newRelease(t)
+	js := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--keep-job", "--json"))
+	jobs := filepath.Join(r.dir, "jobs", js.Execution.Plan.Hex())
+	if err := os.RemoveAll(filepath.Join(jobs, "reduce")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(jobs, "map", "0", "r0.arrow")); err != nil {
+		t.Fatal(err)
+	}
+	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", js.Execution.Plan.String())
+	if res.status != errcode.NotFound.Exit() || !strings.Contains(res.stderr, "NOT_FOUND") || !strings.Contains(res.stderr, "partly deleted") {
+		t.Fatalf("resume of a partly deleted job: exit %d\n%s", res.status, res.stderr)
+	}
+}
+
 // A local verification that stops on an operational error after planning
 // says which plan it leaves and the command that finishes it; that
 // command, once the store is whole again, finishes it to the same report
