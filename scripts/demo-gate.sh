@@ -41,10 +41,25 @@ echo "generation 1 candidate $r1"
 echo "generation 2 candidate $r2"
 
 say "start a single-node gate on 127.0.0.1:$port"
+# The demo must talk to its own gate: one already on these ports (another
+# demo, a real gate) would take its commands, and the demo would report
+# what that gate did.
+for p in "$port" "$((port + 1))" "$((port + 2))"; do
+	if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+		echo "demo: 127.0.0.1:$p is already in use; stop what listens there or pick other ports with DEMO_GATE_PORT=N (N, N+1 and N+2 are used)" >&2
+		exit 1
+	fi
+done
 "$bin" gate serve --data "$dir/gate" --http-addr "127.0.0.1:$port" --raft-addr "127.0.0.1:$((port + 1))" \
 	>"$dir/gate.log" 2>&1 &
-pids+=($!)
+gate=$!
+pids+=($gate)
 for _ in $(seq 100); do
+	if ! kill -0 "$gate" 2>/dev/null; then
+		echo "demo: the gate exited; its log:" >&2
+		tail -5 "$dir/gate.log" >&2
+		exit 1
+	fi
 	case $("$bin" gate status --retry 200ms 2>/dev/null) in *Leader,*) break ;; esac
 	sleep 0.1
 done
