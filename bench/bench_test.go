@@ -417,3 +417,26 @@ func TestRoundOrder(t *testing.T) {
 		t.Errorf("-tools ladder,verify, round 2: %v", o)
 	}
 }
+
+// Bad arguments are USAGE before any work (BENCH_SAMPLES=0 was INTERNAL,
+// caught only after synthesis had started and left a cache directory).
+func TestUsageBeforeWork(t *testing.T) {
+	cache := t.TempDir()
+	for _, args := range [][]string{
+		{"-samples", "0"}, {"-samples", "-5"}, {"-samples", "10", "-shards", "-1"}, {"-samples", "10", "-shards", "11"},
+	} {
+		err := cmdRun(t.Context(), append(args, "-shardproof", os.Args[0], "-cache", cache, "-results", t.TempDir()))
+		if errcode.Of(err) != errcode.Usage {
+			t.Errorf("run %v: %v, want USAGE", args, err)
+		}
+	}
+	if es, _ := os.ReadDir(cache); len(es) != 0 {
+		t.Errorf("refused runs left %d entries in the cache", len(es))
+	}
+	if err := cmdRender(nil); errcode.Of(err) != errcode.Usage {
+		t.Errorf("render with no file: %v, want USAGE", err)
+	}
+	if err := runChildTool(t.Context(), "verify", "", ""); errcode.Of(err) != errcode.Usage {
+		t.Errorf("child without -meta: %v, want USAGE", err)
+	}
+}

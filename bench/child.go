@@ -87,6 +87,9 @@ type Sample struct {
 // runChildTool is the child side: it runs one tool over the dataset
 // described by metaPath and writes its childResult to stdout.
 func runChildTool(ctx context.Context, tool, metaPath, profile string) error {
+	if tool == "" || metaPath == "" {
+		return errcode.New(errcode.Usage, "child: -tool and -meta are required")
+	}
 	d, err := loadDataset(metaPath)
 	if err != nil {
 		return err

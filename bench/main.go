@@ -74,6 +74,10 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(errcode.ExitUsage)
 	}
+	if a := os.Args[1]; a == "-h" || a == "-help" || a == "--help" || a == "help" {
+		fmt.Fprint(os.Stdout, usage)
+		return
+	}
 	var err error
 	switch os.Args[1] {
 	case "run":
@@ -103,9 +107,13 @@ func main() {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(errcode.ExitUsage)
 	}
+	if errors.Is(err, flag.ErrHelp) {
+		return // -h printed the flags: not an error
+	}
 	if err != nil {
 		code := errcode.Of(err)
-		fmt.Fprintf(os.Stderr, "spbench: %s: %v\n", code, err)
+		msg := strings.TrimPrefix(err.Error(), string(code)+": ")
+		fmt.Fprintf(os.Stderr, "spbench: %s: %s\n", code, msg)
 		os.Exit(code.Exit())
 	}
 }
@@ -255,6 +263,9 @@ func cmdRun(ctx context.Context, args []string) error {
 	if err := c.check(); err != nil {
 		return err
 	}
+	if *samples < 1 || *shards < 0 || *shards > *samples {
+		return errcode.New(errcode.Usage, "run: -samples %d, -shards %d: want at least one sample and 0 (derived) to samples shards", *samples, *shards)
+	}
 	order := strings.Split(*tools, ",")
 	for _, t := range order {
 		if !contains(allTools, t) {
@@ -346,6 +357,9 @@ func runNotes(r *Result) []string {
 // profiles are still where the run kept them (its JSON is rewritten
 // then), so a change to the attribution rules reaches earlier runs.
 func cmdRender(files []string) error {
+	if len(files) == 0 {
+		return errcode.New(errcode.Usage, "render: name the result JSON files to render again")
+	}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
