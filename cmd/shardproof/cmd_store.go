@@ -193,7 +193,7 @@ count and bytes; --dry-run only prints.`,
 func init() {
 	storePruneJobsCmd.Flags().DurationVar(&pruneFlags.olderThan, "older-than", 24*time.Hour, "delete jobs whose newest object is older than this")
 	storePruneJobsCmd.Flags().BoolVar(&pruneFlags.dryRun, "dry-run", false, "print what would be deleted and delete nothing")
-	storeCmd.PersistentFlags().StringVar(&storeFlags.url, "store", os.Getenv("SHARDPROOF_STORE"), "store URL or path")
+	storeCmd.PersistentFlags().StringVar(&storeFlags.url, "store", os.Getenv("SHARDPROOF_STORE"), "store URL or path (default $SHARDPROOF_STORE)")
 	storeGetCmd.Flags().StringVar(&storeFlags.version, "version", "", "read this version instead of the latest")
 	storePutCmd.Flags().BoolVar(&storeFlags.overwrite, "overwrite", false, "add a new version even if KEY exists")
 	storeCmd.AddCommand(storeLsCmd, storeGetCmd, storePutCmd, storePruneJobsCmd)
