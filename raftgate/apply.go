@@ -278,7 +278,7 @@ func retried(al *Alias, kind string, root manifest.Digest, expected uint64) (any
 		return PublishResult{Alias: al.Name, Generation: h.Generation, Root: h.Root, Kind: h.Kind, Permit: h.Permit}, nil
 	}
 	if h.Generation == al.Generation {
-		return nil, errcode.New(errcode.PublishConflict, "alias %s generation %d is %s %s, not %s %s", al.Name, h.Generation, h.Kind, h.Root, kind, root)
+		return nil, errcode.New(errcode.PublishConflict, "alias %s generation %d was made by a %s of %s, not by this %s of %s", al.Name, h.Generation, h.Kind, h.Root, kind, root)
 	}
 	return nil, errcode.New(errcode.GenerationConflict, "alias %s is at generation %d, expected %d", al.Name, al.Generation, expected)
 }
