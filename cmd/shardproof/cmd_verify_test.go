@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,7 +17,10 @@ import (
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
-var reportLine = regexp.MustCompile(`(?m)^report (sha256:[0-9a-f]{64})$`)
+var (
+	reportLine   = regexp.MustCompile(`(?m)^report (sha256:[0-9a-f]{64})$`)
+	progressLine = regexp.MustCompile(`(?m)^shardproof: verify: checked (\d+)/(\d+) files`)
+)
 
 // `shardproof verify` as a user runs it: exit 0 with a summary naming the
 // stored report for a clean release, --json printing that report.
@@ -29,18 +33,24 @@ func TestVerifyCLIClean(t *testing.T) {
 	// Not a terminal: plain progress lines on stderr, ending with every
 	// release shard mapped and, the release matching its snapshot, every
 	// member skipped (stage wrote the snapshot's leaf index).
+	// Every line counts against the same total, shards and members.
 	shards, members := len(r.res.Release.Shards), len(r.res.SnapshotDoc.Members)
-	if want := fmt.Sprintf("shardproof: verify: mapped %d/%d files, ", shards, shards); !strings.Contains(res.stderr, want) ||
+	files := shards + members
+	if want := fmt.Sprintf("shardproof: verify: checked %d/%d files, ", files, files); !strings.Contains(res.stderr, want) ||
 		!strings.Contains(res.stderr, fmt.Sprintf(", %d snapshot members skipped (leaf index)\n", members)) {
 		t.Errorf("stderr lacks %q and the skipped members:\n%s", want, res.stderr)
+	}
+	for _, m := range progressLine.FindAllStringSubmatch(res.stderr, -1) {
+		if m[2] != strconv.Itoa(files) {
+			t.Errorf("progress line %q counts against %s files, want %d", m[0], m[2], files)
+		}
 	}
 	if want := fmt.Sprintf("members  0 read, %d skipped", members); !strings.Contains(res.stdout, want) {
 		t.Errorf("summary lacks %q:\n%s", want, res.stdout)
 	}
 	// --read-all-members maps every file, members too.
 	all := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--read-all-members")
-	files := shards + members
-	if want := fmt.Sprintf("shardproof: verify: mapped %d/%d files, ", files, files); all.status != errcode.ExitOK || !strings.Contains(all.stderr, want) || strings.Contains(all.stderr, "skipped") || strings.Contains(all.stdout, "members ") {
+	if want := fmt.Sprintf("shardproof: verify: checked %d/%d files, ", files, files); all.status != errcode.ExitOK || !strings.Contains(all.stderr, want) || strings.Contains(all.stderr, "skipped") || strings.Contains(all.stdout, "members ") {
 		t.Errorf("--read-all-members: exit %d, want %q in\n%s\n%s", all.status, want, all.stderr, all.stdout)
 	}
 	m := reportLine.FindStringSubmatch(res.stdout)
