@@ -86,6 +86,9 @@ type Config struct {
 	// and os.Stderr.
 	Logger  *slog.Logger
 	RaftLog io.Writer
+	// RaftLogJSON writes RaftLog's lines as JSON objects, for a log
+	// collector that parses the gate's own logs as JSON too.
+	RaftLogJSON bool
 	// SweepInterval is how often the leader fails runs whose barrier
 	// deadline passed; zero means 250 ms.
 	SweepInterval time.Duration
@@ -172,7 +175,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return errcode.Wrap(errcode.IO, err, "gate data dir")
 	}
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: n.cfg.RaftLog})
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: n.cfg.RaftLog, JSONFormat: n.cfg.RaftLogJSON})
 	// bbolt locks the file for its one writer and, without a timeout,
 	// waits for the lock for ever: a second gate started on a running
 	// gate's directory hung without a word.

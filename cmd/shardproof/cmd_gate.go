@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -152,11 +151,11 @@ in DIR/snapshots.`,
 		if f.autoPrune < 0 {
 			return errcode.New(errcode.Usage, "%s: --auto-prune %s is negative", cmd.CommandPath(), f.autoPrune)
 		}
-		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+		logger := newLogger(cmd.ErrOrStderr(), logSettings.level)
 		n := raftgate.NewNode(raftgate.Config{
 			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join,
 			RaftAdvertise: f.raftAdvertise, HTTPAdvertise: f.httpAdvertise,
-			Logger: logger, RaftLog: cmd.ErrOrStderr(),
+			Logger: logger, RaftLog: cmd.ErrOrStderr(), RaftLogJSON: logSettings.json,
 			PruneOlderThan: f.autoPrune,
 			WrapStream:     gateWrapStream,
 		})

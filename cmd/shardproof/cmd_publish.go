@@ -64,15 +64,6 @@ func parseOptionalDigest(cmd *cobra.Command, flag, v string) (manifest.Digest, e
 	return d, nil
 }
 
-// cmdLogger logs to stderr at info level, or warnings only with quiet.
-func cmdLogger(w io.Writer, quiet bool) *slog.Logger {
-	level := slog.LevelInfo
-	if quiet {
-		level = slog.LevelWarn
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
-}
-
 func init() {
 	var (
 		store, gateURL, alias, root, tombstones, benchmark, report string

@@ -156,7 +156,12 @@ func init() {
 	rootCmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return errcode.Wrap(errcode.Usage, err, "%s", c.CommandPath())
 	})
-	rootCmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error { return checkCounts(cmd) }
+	rootCmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkCounts(cmd); err != nil {
+			return err
+		}
+		return setupLogging(cmd)
+	}
 	// Runs after every cmd_*.go init (files initialize in name order), so
 	// every command is registered.
 	requireSubcommand(rootCmd)
