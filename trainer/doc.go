@@ -12,7 +12,9 @@
 // refetched and counted), optionally decodes each shard (ShardVerifier),
 // attests (runId, rank, root, shard digests) to the gate and waits at the
 // barrier. Only then does /readyz turn green; it turns red again while the
-// run's permit is closed by a fence advance, and the worker exits with the
+// run's permit is closed by a fence advance, or while a cache entry that
+// changed on disk since it was verified (a stat per entry per poll) is
+// verified again, and the worker exits with the
 // run's failure code (ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED, …) when
 // the run fails. Metrics are Prometheus, labelled by release digest.
 package trainer

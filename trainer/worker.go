@@ -118,6 +118,19 @@ type Worker struct {
 	// readyErr is the last failure to write or remove the ready file,
 	// nil once a later one succeeds.
 	readyErr error
+
+	// entries are this rank's verified cache entries as they were when
+	// verified, and rel the release they belong to: a ready sidecar
+	// stats them every poll (recheckEntries). Only the Run goroutine
+	// uses them.
+	entries []entry
+	rel     *manifest.Release
+}
+
+// entry is one verified cache entry and the file it was then.
+type entry struct {
+	desc manifest.Shard
+	info fs.FileInfo
 }
 
 // NewWorker returns a worker; Run starts it.
@@ -272,6 +285,9 @@ func (w *Worker) run(ctx context.Context, once bool) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		}
+		if err := w.recheckEntries(ctx); err != nil {
+			return err
 		}
 		next, err := w.watch(ctx)
 		if err != nil {
@@ -501,6 +517,14 @@ func (w *Worker) verifyAll(ctx context.Context, run *raftgate.Run, rel *manifest
 	if len(failed) > 0 {
 		return &ShardsFailedError{Root: run.Root, Failures: failed}
 	}
+	w.rel, w.entries = rel, w.entries[:0]
+	for _, desc := range shards {
+		info, err := os.Lstat(w.cfg.Cache.Path(desc.Digest))
+		if err != nil {
+			return errcode.Wrap(errcode.IO, err, "cache entry of %s", desc.ID)
+		}
+		w.entries = append(w.entries, entry{desc: desc, info: info})
+	}
 	w.log.Info("verified assigned shards", "root", label, "shards", len(shards), "readBytes", fetched, "seconds", time.Since(start).Seconds())
 	return nil
 }
@@ -663,4 +687,53 @@ func (w *Worker) watch(ctx context.Context) (next, error) {
 		s.Epoch = run.Epoch
 	})
 	return stay, w.checkPermit(ctx, run.Permit)
+}
+
+// recheckEntries stats every verified cache entry and verifies again, with
+// the worker not ready meanwhile, each one that is no longer the file it
+// verified: deleted, replaced, truncated or written to (another size, file
+// or modification time). Cache.Fill re-hashes it and fetches it again when
+// its bytes are wrong, which counts as a cache corruption; an entry merely
+// replaced by the same bytes (another worker sharing the cache filled it
+// again) is kept. It costs a stat per entry per poll, so a sidecar that
+// stays ready for a week notices a damaged entry within one poll rather
+// than never; a change that keeps size and time (a write that resets
+// mtime) is not seen, and an entry's bytes are not re-hashed while they
+// look unchanged.
+func (w *Worker) recheckEntries(ctx context.Context) error {
+	for i := range w.entries {
+		e := &w.entries[i]
+		path := w.cfg.Cache.Path(e.desc.Digest)
+		info, err := os.Lstat(path)
+		if err == nil && os.SameFile(info, e.info) && info.Size() == e.info.Size() && info.ModTime().Equal(e.info.ModTime()) && info.Mode() == e.info.Mode() {
+			continue
+		}
+		what := "changed"
+		if errors.Is(err, fs.ErrNotExist) {
+			what = "missing"
+		} else if err != nil {
+			return errcode.Wrap(errcode.IO, err, "cache entry of %s", e.desc.ID)
+		}
+		var prev Status
+		w.set(func(s *Status) {
+			prev = *s
+			s.State, s.Code, s.Reason = StateVerifying, "", fmt.Sprintf("cache entry of %s %s while ready; verifying it again", e.desc.ID, what)
+		})
+		w.log.Warn("cache entry "+what+" while ready; verifying it again", "shard", e.desc.ID, "digest", e.desc.Digest.String())
+		if _, err := w.verifyOne(ctx, w.rel, e.desc, prev.Root.String()); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if e.info, err = os.Lstat(path); err != nil {
+			return errcode.Wrap(errcode.IO, err, "cache entry of %s", e.desc.ID)
+		}
+		w.set(func(s *Status) {
+			if s.State == StateVerifying {
+				s.State, s.Code, s.Reason = prev.State, prev.Code, prev.Reason
+			}
+		})
+	}
+	return nil
 }

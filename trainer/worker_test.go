@@ -707,3 +707,131 @@ func TestOnceFailsWithoutItsReadyFile(t *testing.T) {
 		t.Fatalf("the barrier: %+v %v (the rank attested before the file failed)", run, gerr)
 	}
 }
+
+// heldGet holds every Get while hold is set, until release is closed: a
+// store whose reads are slow enough to watch the worker mid-refetch.
+type heldGet struct {
+	objstore.Store
+	hold    sync.Mutex
+	held    bool
+	release chan struct{}
+}
+
+func (h *heldGet) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	h.hold.Lock()
+	held := h.held
+	h.hold.Unlock()
+	if held {
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return h.Store.Get(ctx, key, v)
+}
+
+// A ready sidecar notices a cache entry that changes under it: damaged in
+// place, it is not ready while the entry is fetched again (counted as a
+// corruption), and ready once the entry holds the shard's bytes; deleted,
+// it is fetched again; replaced by the same bytes (another worker sharing
+// the cache), it is kept, re-hashed, not counted.
+func TestSidecarRefetchesEntryChangedWhileReady(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 20*time.Second)
+	h := &heldGet{Store: e.store, release: make(chan struct{})}
+	w := e.worker("r1", 0, h, nil)
+	w.cfg.ReadyFile = filepath.Join(t.TempDir(), "ready.json")
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, false) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("sidecar: %v", err)
+		}
+	}()
+	waitState(t, w, StateReady)
+	label := e.gen1.Root.String()
+	m := w.Metrics()
+	shards := e.gen1.Release.Shards
+	want := func(d manifest.Shard) {
+		t.Helper()
+		if res, err := w.cfg.Cache.Fill(e.ctx, e.store, d); err != nil || !res.Hit {
+			t.Fatalf("%s: entry after the refetch: %+v %v", d.ID, res, err)
+		}
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: status %+v, corruptions %v", what, w.Status(), value(m.CacheCorruptions.WithLabelValues(label)))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+
+	// Damaged in place, same size: not ready while the fetch is held.
+	h.hold.Lock()
+	h.held = true
+	h.hold.Unlock()
+	path := w.cfg.Cache.Path(shards[0].Digest)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0xff
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w, StateVerifying)
+	if w.Ready() || !strings.Contains(w.Status().Reason, shards[0].ID) {
+		t.Fatalf("mid-refetch status %+v", w.Status())
+	}
+	if _, err := os.Stat(w.cfg.ReadyFile); !os.IsNotExist(err) {
+		t.Fatalf("ready file while the entry is fetched again: %v", err)
+	}
+	h.hold.Lock()
+	h.held = false
+	h.hold.Unlock()
+	close(h.release)
+	waitState(t, w, StateReady)
+	if n := value(m.CacheCorruptions.WithLabelValues(label)); n != 1 {
+		t.Fatalf("cache corruptions %v, want 1", n)
+	}
+	want(shards[0])
+	if _, err := os.Stat(w.cfg.ReadyFile); err != nil {
+		t.Fatalf("ready file after the refetch: %v", err)
+	}
+
+	// Deleted: fetched again, not a corruption.
+	read := value(m.ReadBytes.WithLabelValues(label))
+	if err := os.Remove(w.cfg.Cache.Path(shards[1].Digest)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("deleted entry fetched again", func() bool {
+		return value(m.ReadBytes.WithLabelValues(label)) == read+float64(shards[1].Size) && w.Ready()
+	})
+	want(shards[1])
+
+	// The same bytes renamed over it: re-hashed, a hit, nothing fetched.
+	hits, read := value(m.CacheHits.WithLabelValues(label)), value(m.ReadBytes.WithLabelValues(label))
+	p2 := w.cfg.Cache.Path(shards[2].Digest)
+	same, err := os.ReadFile(p2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(w.cfg.Cache.Dir(), "tmp", "same")
+	if err := os.WriteFile(tmp, same, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p2); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("replaced entry re-hashed", func() bool { return value(m.CacheHits.WithLabelValues(label)) == hits+1 && w.Ready() })
+	if n, r := value(m.CacheCorruptions.WithLabelValues(label)), value(m.ReadBytes.WithLabelValues(label)); n != 1 || r != read {
+		t.Fatalf("after a same-bytes replacement: corruptions %v (want 1), read %v bytes (want %v)", n, r, read)
+	}
+}
