@@ -27,8 +27,8 @@ var logSettings = struct {
 
 func init() {
 	pf := rootCmd.PersistentFlags()
-	pf.StringVar(&logFlags.format, "log-format", envOr("SHARDPROOF_LOG_FORMAT", "text"), "log format: text (key=value) or json (one object per line) (default $SHARDPROOF_LOG_FORMAT, else text)")
-	pf.StringVar(&logFlags.level, "log-level", envOr("SHARDPROOF_LOG_LEVEL", "info"), "lowest level logged: debug, info, warn or error (default $SHARDPROOF_LOG_LEVEL, else info)")
+	pf.StringVar(&logFlags.format, "log-format", envOr("SHARDPROOF_LOG_FORMAT", "text"), "log format: text (key=value) or json (one object per line); $SHARDPROOF_LOG_FORMAT sets the default")
+	pf.StringVar(&logFlags.level, "log-level", envOr("SHARDPROOF_LOG_LEVEL", "info"), "lowest level logged: debug, info, warn or error; $SHARDPROOF_LOG_LEVEL sets the default")
 }
 
 func envOr(name, def string) string {
