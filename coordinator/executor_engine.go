@@ -170,7 +170,8 @@ func Retryable(status int) bool {
 
 // TaskError is a task that an engine saw fail for good.
 type TaskError struct {
-	Kind  Kind
+	Kind Kind
+	// Index is the task's index, or -1 for several tasks that never ran.
 	Index int
 	// Status is the task's exit status (-1: killed or never started).
 	Status int
@@ -189,6 +190,10 @@ func (e *TaskError) Error() string {
 	log := strings.TrimSpace(e.Log)
 	if log == "" {
 		log = "(it wrote nothing to standard error)"
+	}
+	if e.Index < 0 {
+		// Tasks the engine reports together, none of which ran.
+		return fmt.Sprintf("%s tasks: %s", e.Kind, log)
 	}
 	return fmt.Sprintf("%s task %d %s: %s", e.Kind, e.Index, how, log)
 }

@@ -63,7 +63,27 @@ func (s *Slurm) Run(ctx context.Context, ref PlanRef, maps, reduces int) error {
 			return errcode.Wrap(errcode.Internal, err, "slurm executor: locate the shardproof binary")
 		}
 	}
+	// Array tasks start in --chdir and slurmd opens their logs from its
+	// own directory: a relative binary or directory names another file
+	// there (exit 127, or a launch failure with no log at all).
+	if !filepath.IsAbs(bin) && strings.ContainsRune(bin, filepath.Separator) {
+		abs, err := filepath.Abs(bin)
+		if err != nil {
+			return errcode.Wrap(errcode.Usage, err, "slurm executor: task binary %s", bin)
+		}
+		bin = abs
+	}
+	if err := s.checkArraySize(ctx, maps, reduces); err != nil {
+		return err
+	}
 	dir := s.Dir
+	if dir != "" && !filepath.IsAbs(dir) {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return errcode.Wrap(errcode.Usage, err, "slurm executor: work directory %s", dir)
+		}
+		dir = abs
+	}
 	if dir == "" {
 		var err error
 		if dir, err = os.MkdirTemp("", "shardproof-slurm-"); err != nil {
@@ -92,19 +112,59 @@ func (s *Slurm) Run(ctx context.Context, ref PlanRef, maps, reduces int) error {
 	}
 	log := slog.With("plan", ref.Plan.String(), "mapJob", mapID, "reduceJob", redID)
 	log.Info("slurm arrays submitted", "mapTasks", maps, "reducers", reduces, "dir", dir)
-	if err := s.wait(ctx, mapID, redID); err != nil {
-		s.cancel(mapID, redID)
-		return err
-	}
+	// Each array is checked as soon as it leaves the queue: the
+	// controller forgets a finished job after MinJobAge (300 s by
+	// default), which a long reduce phase outlasts.
 	for _, j := range []struct {
 		kind Kind
 		id   string
 	}{{KindMap, mapID}, {KindReduce, redID}} {
+		if err := s.wait(ctx, j.id); err != nil {
+			s.cancel(mapID, redID)
+			return err
+		}
 		if err := s.check(ctx, dir, name, j.kind, j.id); err != nil {
+			s.cancel(redID)
 			return err
 		}
 	}
 	log.Info("slurm arrays completed")
+	return nil
+}
+
+// maxArrayIndex bounds the array task indices check takes for one task:
+// Slurm's own limit is far below it, NO_VAL far above.
+const maxArrayIndex = 1 << 26
+
+// checkArraySize refuses, before anything is submitted, arrays larger than
+// the cluster's MaxArraySize (1001 unless slurm.conf says otherwise):
+// sbatch would refuse the first with "Invalid job array specification".
+// A controller that does not answer is not refused here: sbatch decides.
+func (s *Slurm) checkArraySize(ctx context.Context, maps, reduces int) error {
+	out, err := s.command(ctx, "scontrol", "show", "config")
+	if err != nil {
+		slog.Warn("slurm executor: scontrol show config failed; array sizes unchecked", "code", errcode.Of(err))
+		return nil
+	}
+	limit := 0
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "MaxArraySize" {
+			limit, _ = strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	if limit <= 0 {
+		return nil
+	}
+	for _, a := range []struct {
+		kind Kind
+		flag string
+		n    int
+	}{{KindMap, "--map-tasks", maps}, {KindReduce, "--reducers", reduces}} {
+		if a.n > limit {
+			return errcode.New(errcode.Usage, "slurm executor: the plan has %d %s tasks, more than the cluster's MaxArraySize %d allows in one job array; verify again with %s %d or fewer",
+				a.n, a.kind, limit, a.flag, limit)
+		}
+	}
 	return nil
 }
 
@@ -210,8 +270,18 @@ func (s *Slurm) wait(ctx context.Context, ids ...string) error {
 
 // check reads every array task of job id with scontrol and returns a
 // TaskError for the first one that did not complete.
+//
+// A job the controller no longer knows (purged after MinJobAge) is not a
+// failure: check logs it and returns nil, and the task commit records,
+// which the caller aggregates from, decide (a task that did not commit is
+// TASK_NOT_READY there).
 func (s *Slurm) check(ctx context.Context, dir, name string, kind Kind, id string) error {
 	out, err := s.command(ctx, "scontrol", "show", "job", "-o", id)
+	if err != nil && strings.Contains(err.Error(), "Invalid job id") {
+		slog.Warn("slurm executor: the controller no longer knows the job (purged after MinJobAge); its tasks' commit records decide",
+			"job", id, "kind", string(kind), "logs", dir)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -226,15 +296,19 @@ func (s *Slurm) check(ctx context.Context, dir, name string, kind Kind, id strin
 			continue
 		}
 		index := f["ArrayTaskId"]
+		idx, err := strconv.Atoi(index)
+		if err != nil || idx < 0 || idx > maxArrayIndex {
+			// Tasks still pending when the array ended (cancelled,
+			// or never scheduled) share one record whose
+			// ArrayTaskId is a range such as "4-11" or NO_VAL.
+			return &TaskError{Kind: kind, Index: -1, Status: -1, Code: errcode.IO,
+				Log: fmt.Sprintf("Slurm job %s: array tasks that never ran (ArrayTaskId %s) ended %s (reason %s)", id, index, f["JobState"], f["Reason"])}
+		}
 		status := -1
 		if rc, _, ok := strings.Cut(f["ExitCode"], ":"); ok {
 			if n, err := strconv.Atoi(rc); err == nil && n != 0 {
 				status = n
 			}
-		}
-		idx, err := strconv.Atoi(index)
-		if err != nil {
-			idx = -1
 		}
 		tail, _ := readTail(s.logPath(dir, name, kind, index), 4096)
 		terr := newTaskError(kind, idx, status, tail)

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,6 +13,7 @@ import (
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
 )
 
 func init() {
@@ -42,8 +45,9 @@ A reduce task starts only when every map task has committed, an aggregate
 only when every task has: otherwise TASK_NOT_READY, or, with --wait, after
 waiting up to that long for the commits to appear.
 
-Exit status: 0 committed, 1 invalid input (bad plan or document,
-NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
+Exit status: 0 committed (aggregate: the report is VERIFIED), 1 invalid
+input (bad plan or document, NONDETERMINISM: retrying cannot help;
+aggregate: the report is stored and INVALID), 2 usage, 3 operational error
 (store unreachable, inputs not ready: retrying may help).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -54,7 +58,15 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 			if plan == "" {
 				return errcode.New(errcode.Usage, "task: --plan is required")
 			}
-			ref, err := coordinator.ParsePlanRef(plan, store)
+			// A plan URL names its store; --store only has to agree with
+			// it when given on the command line: $SHARDPROOF_STORE, which
+			// tasks inherit from the verify that started them (and Slurm
+			// passes on), may name another store.
+			given := store
+			if !cmd.Flags().Changed("store") && strings.Contains(plan, "#") {
+				given = ""
+			}
+			ref, err := coordinator.ParsePlanRef(plan, given)
 			if err != nil {
 				return err
 			}
@@ -95,6 +107,11 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 				return nil
 			}
 			rep, d, err := j.Aggregate(ctx, manifest.Execution{Executor: "task"})
+			if errcode.Of(err) == errcode.TaskNotReady && wait == 0 && jobGone(ctx, s, ref.Plan) {
+				// No commit record at all: an aggregate that already
+				// ran (a retried pod) deleted the job's files.
+				return errcode.Wrap(errcode.NotFound, err, "aggregate of plan %s: the job has no task commit records, as after an aggregate that already stored the report and removed them; its report is the one that aggregate printed (verify the root again for a new one)", ref.Plan)
+			}
 			if err != nil {
 				return err
 			}
@@ -102,6 +119,9 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 				removeJob(ctx, s, ref.Plan)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "verdict %s\nreport %s\n", rep.Verdict, d)
+			if rep.Verdict != manifest.Verified {
+				return &exitError{status: errcode.ExitInvalid}
+			}
 			return nil
 		},
 	}
@@ -113,4 +133,11 @@ NONDETERMINISM: retrying cannot help), 2 usage, 3 operational error
 	f.BoolVar(&keepJob, "keep-job", false, "aggregate: keep the job's shuffle files and task commit records once the report is stored")
 	f.DurationVar(&wait, "wait", 0, "wait up to this long for the earlier phase's commit records (reduce, aggregate)")
 	rootCmd.AddCommand(cmd)
+}
+
+// jobGone reports whether the job of plan pd has no task commit record
+// left (its files were removed once its report was stored).
+func jobGone(ctx context.Context, s objstore.Store, pd manifest.Digest) bool {
+	page, err := s.List(ctx, "jobs/"+pd.Hex()+"/", "", 1)
+	return err == nil && len(page.Objects) == 0
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -75,5 +76,67 @@ func TestVerifySlurmExecutor(t *testing.T) {
 		if _, err := r.store.Head(t.Context(), key, ""); !objstore.IsNotExist(err) {
 			t.Errorf("reduce task %d: commit record %v; want none, a map task failed", i, err)
 		}
+	}
+}
+
+// TestSlurmExecutorOperatorPaths: what a site's Slurm does that the
+// cluster above does not.
+//   - The controller forgot the finished arrays (MinJobAge, 300 s by
+//     default, passed during a long reduce phase): `scontrol show job`
+//     answers "Invalid job id". The executor does not fail a
+//     verification whose tasks all committed; the commit records decide.
+//     (scontrol is decorated: its "show job" answers as after a purge.)
+//   - Arrays larger than MaxArraySize (1001 by default) are USAGE before
+//     anything is submitted, naming the flag to change.
+//   - A relative --task-binary and --slurm-dir work (array tasks start in
+//     the work directory, and slurmd opens their logs from its own).
+func TestSlurmExecutorOperatorPaths(t *testing.T) {
+	c := slurmtest.Start(t)
+	r := newRelease(t)
+	want := r.localReport(t)
+
+	real, err := exec.LookPath("scontrol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrap := t.TempDir()
+	script := "#!/bin/sh\nif [ \"$1 $2\" = \"show job\" ]; then echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1; fi\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(wrap, "scontrol"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := append(cliEnv("SLURM_CONF="+c.Conf), "PATH="+wrap+string(os.PathListSeparator)+os.Getenv("PATH"))
+	j := planJob(t, r, 2, 2)
+	out, err := coordinator.RunWith(t.Context(), r.store, r.dir, j.PlanDigest, &coordinator.Slurm{Binary: os.Args[0], Dir: t.TempDir(), Env: env})
+	if err != nil {
+		t.Fatalf("arrays the controller forgot: %v", err)
+	}
+	sameReport(t, "slurm, purged", want, out.Report)
+
+	// Reducers cut at member boundaries unless members are mapped.
+	_, bigPlan, err := coordinator.NewPlan(t.Context(), r.store, coordinator.PlanOptions{
+		Root: r.res.Root, MapTasks: 2, Reducers: 1002, MapMembers: true, Parallelism: 2, Tool: "shardproof " + version,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Run("squeue", "-h", "-o", "%i")
+	_, err = coordinator.RunWith(t.Context(), r.store, r.dir, bigPlan, &coordinator.Slurm{Binary: os.Args[0], Dir: t.TempDir(), Env: cliEnv("SLURM_CONF=" + c.Conf)})
+	if errcode.Of(err) != errcode.Usage || !strings.Contains(err.Error(), "MaxArraySize 1001") || !strings.Contains(err.Error(), "--reducers 1001") {
+		t.Fatalf("1002 reducers: %v; want USAGE naming MaxArraySize and --reducers", err)
+	}
+	if after := c.Run("squeue", "-h", "-o", "%i"); after != before {
+		t.Errorf("jobs submitted before the refusal: %q, then %q", before, after)
+	}
+
+	cwd := t.TempDir()
+	if err := os.Symlink(os.Args[0], filepath.Join(cwd, "sp")); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "verify", "--executor", "slurm", "--store", r.dir, "--root", r.res.Root.String(),
+		"--map-tasks", "2", "--reducers", "2", "--task-binary", "./sp", "--slurm-dir", "work", "--json")
+	cmd.Env, cmd.Dir = cliEnv("SLURM_CONF="+c.Conf), cwd
+	sameReport(t, "slurm, relative paths", want, cliReport(t, runChild(t, cmd, cmd.Args)))
+	if logs, _ := filepath.Glob(filepath.Join(cwd, "work", "*-map-*.log")); len(logs) != 2 {
+		t.Errorf("map task logs in the relative --slurm-dir: %v, want 2", logs)
 	}
 }

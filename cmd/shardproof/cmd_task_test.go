@@ -205,7 +205,9 @@ func aggregateReport(t *testing.T, s objstore.Store, res cliResult) *manifest.Re
 func TestVerifyProcessExecutor(t *testing.T) {
 	r := newRelease(t)
 	want := r.localReport(t)
-	res := runCLI(t, cliEnv(), "verify", "--executor", "process", "--store", r.dir, "--root", r.res.Root.String(),
+	// A site-wide $SHARDPROOF_STORE naming another store, which the
+	// children inherit, does not override the store their plan URL names.
+	res := runCLI(t, cliEnv("SHARDPROOF_STORE="+t.TempDir()), "verify", "--executor", "process", "--store", r.dir, "--root", r.res.Root.String(),
 		"--map-tasks", "3", "--reducers", "4", "--parallelism", "2", "--task-binary", os.Args[0], "--json")
 	got := cliReport(t, res)
 	sameReport(t, "process", want, got)
@@ -359,6 +361,40 @@ func TestConcurrentDuplicateTasks(t *testing.T) {
 	// The aggregate deleted the job's scratch once the report was stored.
 	if page, err := r.store.List(t.Context(), "jobs/"+j.PlanDigest.Hex()+"/", "", 10); err != nil || len(page.Objects) != 0 {
 		t.Fatalf("after task aggregate: %d job keys left, err %v", len(page.Objects), err)
+	}
+	// A retried aggregate pod says why it cannot aggregate again.
+	again := runCLI(t, cliEnv(), "task", "aggregate", "--plan", ref)
+	if again.status != errcode.ExitError || !strings.Contains(again.stderr, string(errcode.NotFound)) || !strings.Contains(again.stderr, "already stored the report") {
+		t.Fatalf("aggregate again: exit %d: %s", again.status, again.stderr)
+	}
+}
+
+// TestTaskAggregateInvalid: `task aggregate`, the last step a pipeline
+// runs, exits 1 when the report it stores is INVALID, as verify does.
+func TestTaskAggregateInvalid(t *testing.T) {
+	r := newRelease(t)
+	data := stagetest.ShardBytes(t, r.store, r.res.Release.Shards[0])
+	bad := stagetest.ReplaceShardBytes(t, r.store, r.res, 0, stagetest.Truncate(data, 1))
+	_, pd, err := coordinator.NewPlan(t.Context(), r.store, coordinator.PlanOptions{
+		Root: bad.Root, MapTasks: 2, Reducers: 2, Parallelism: 2, Tool: "shardproof " + version,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := coordinator.PlanRef{Store: r.dir, Plan: pd}.String()
+	for _, kind := range []string{"map", "reduce"} {
+		for i := range 2 {
+			if res := runCLI(t, cliEnv(), "task", kind, "--plan", ref, "--index", fmt.Sprint(i)); res.status != 0 {
+				t.Fatalf("%s task %d: exit %d: %s", kind, i, res.status, res.stderr)
+			}
+		}
+	}
+	res := runCLI(t, cliEnv(), "task", "aggregate", "--plan", ref)
+	if res.status != errcode.ExitInvalid || !strings.Contains(res.stdout, "verdict INVALID") {
+		t.Fatalf("aggregate of an INVALID release: exit %d, want %d: %s %s", res.status, errcode.ExitInvalid, res.stdout, res.stderr)
+	}
+	if rep := aggregateReport(t, r.store, res); rep.Verdict != manifest.Invalid || rep.Root != bad.Root {
+		t.Fatalf("stored report: verdict %s for %s", rep.Verdict, rep.Root)
 	}
 }
 
