@@ -124,6 +124,19 @@ func (s *Slurm) Run(ctx context.Context, ref PlanRef, maps, reduces int) error {
 			return err
 		}
 		if err := s.check(ctx, dir, name, j.kind, j.id); err != nil {
+			// A failed map task leaves the reducers to
+			// --kill-on-invalid-dep: wait a little for Slurm to end
+			// them, so none is left pending; cancel them if it does
+			// not, or if the check could not tell.
+			var te *TaskError
+			if errors.As(err, &te) && j.kind == KindMap {
+				wctx, stop := context.WithTimeout(ctx, 30*time.Second)
+				werr := s.wait(wctx, redID)
+				stop()
+				if werr == nil {
+					return err
+				}
+			}
 			s.cancel(redID)
 			return err
 		}

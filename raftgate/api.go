@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -40,19 +41,25 @@ type ErrorBody struct {
 
 // Status is a node's own view (GET /v1/status), not linearizable.
 type Status struct {
-	ID           string      `json:"id"`
-	RaftState    string      `json:"raftState"`
-	Leader       string      `json:"leader"`
-	LeaderHTTP   string      `json:"leaderHttp"`
-	Term         uint64      `json:"term"`
-	LastIndex    uint64      `json:"lastIndex"`
-	CommitIndex  uint64      `json:"commitIndex"`
-	AppliedIndex uint64      `json:"appliedIndex"`
-	Fences       Fences      `json:"fences"`
-	Aliases      int         `json:"aliases"`
-	Releases     int         `json:"releases"`
-	Runs         int         `json:"runs"`
-	Nodes        []*NodeInfo `json:"nodes"`
+	ID           string `json:"id"`
+	RaftState    string `json:"raftState"`
+	Leader       string `json:"leader"`
+	LeaderHTTP   string `json:"leaderHttp"`
+	Term         uint64 `json:"term"`
+	LastIndex    uint64 `json:"lastIndex"`
+	CommitIndex  uint64 `json:"commitIndex"`
+	AppliedIndex uint64 `json:"appliedIndex"`
+	Fences       Fences `json:"fences"`
+	Aliases      int    `json:"aliases"`
+	Releases     int    `json:"releases"`
+	Runs         int    `json:"runs"`
+	// Nodes are the members' join records in the state (their HTTP
+	// addresses, for forwarding); Voters is this node's Raft
+	// configuration, which decides quorums: the two differ after a
+	// member is removed, or on a node that holds a configuration of its
+	// own (a wiped member that founded a second cluster).
+	Nodes  []*NodeInfo `json:"nodes"`
+	Voters []*Voter    `json:"voters"`
 	// StateIndex and StateDigest are set when the request asks for them
 	// (?digest=1): the sha256 of this member's state and the log index of
 	// the last command it reflects (0: none applied since start-up or the
@@ -62,10 +69,23 @@ type Status struct {
 	StateDigest *manifest.Digest `json:"stateDigest,omitempty"`
 }
 
+// Voter is one server of a node's Raft configuration.
+type Voter struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raftAddr"`
+	Suffrage string `json:"suffrage"`
+}
+
+// Remove asks the leader to remove a member from the Raft configuration.
+type Remove struct {
+	ID string `json:"id"`
+}
+
 // handler routes the API:
 //
 //	POST /v1/commands          a command envelope (writes; forwarded to the leader)
 //	POST /v1/join              add a voter (leader)
+//	POST /v1/remove            remove a member from the Raft configuration (leader)
 //	GET  /v1/state             the whole state (linearizable)
 //	GET  /v1/aliases/{name}    one alias with its history (linearizable)
 //	GET  /v1/releases/{root}   one release (linearizable)
@@ -79,6 +99,7 @@ func (n *Node) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/commands", n.handleCommand)
 	mux.HandleFunc("POST /v1/join", n.handleJoin)
+	mux.HandleFunc("POST /v1/remove", n.handleRemove)
 	mux.HandleFunc("GET /v1/state", n.read(func(s *State, r *http.Request) (any, error) { return s, nil }))
 	mux.HandleFunc("GET /v1/aliases/{name}", n.read(func(s *State, r *http.Request) (any, error) {
 		if a := s.Aliases[r.PathValue("name")]; a != nil {
@@ -243,6 +264,72 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, CommandResponse{Result: raw})
 }
 
+// handleRemove removes a member from the Raft configuration: the way to
+// shrink a cluster, or to replace a dead member by one with another ID
+// (which would otherwise be a voter more, and raise the quorum). The
+// leader may remove itself; it steps down once the change commits. The
+// last voter cannot be removed, nor an ID that is not in the
+// configuration (BAD_INPUT, changing nothing).
+func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	if err != nil {
+		writeError(w, errcode.Wrap(errcode.IO, err, "read remove"), nil)
+		return
+	}
+	var req Remove
+	if err := json.Unmarshal(b, &req); err != nil || req.ID == "" {
+		writeError(w, errcode.New(errcode.BadDocument, "remove body must be {\"id\": \"<member ID>\"}"), nil)
+		return
+	}
+	if !n.IsLeader() {
+		n.forward(w, r, b)
+		return
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		writeError(w, errcode.Wrap(errcode.Internal, err, "read the configuration"), nil)
+		return
+	}
+	cfg := f.Configuration()
+	found := false
+	var ids []string
+	for _, sv := range cfg.Servers {
+		ids = append(ids, string(sv.ID))
+		found = found || string(sv.ID) == req.ID
+	}
+	switch {
+	case !found:
+		writeError(w, errcode.New(errcode.BadInput, "%s is not a member (members: %s)", truncate(req.ID), strings.Join(ids, ", ")), nil)
+		return
+	case len(cfg.Servers) == 1:
+		writeError(w, errcode.New(errcode.BadInput, "%s is the only member: a gate cannot remove its last one", req.ID), nil)
+		return
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(req.ID), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			writeError(w, errcode.Wrap(errcode.NotLeader, err, "remove server"), nil)
+		} else {
+			writeError(w, errcode.Wrap(errcode.Indeterminate, err, "remove server %s", req.ID), nil)
+		}
+		return
+	}
+	n.log.Info("member removed", "id", req.ID)
+	writeJSON(w, http.StatusOK, map[string]any{"removed": req.ID})
+}
+
+// voters returns this node's Raft configuration.
+func (n *Node) voters() []*Voter {
+	out := []*Voter{}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return out
+	}
+	for _, sv := range f.Configuration().Servers {
+		out = append(out, &Voter{ID: string(sv.ID), RaftAddr: string(sv.Address), Suffrage: sv.Suffrage.String()})
+	}
+	return out
+}
+
 // read wraps a linearizable read: on the leader it verifies leadership
 // before reading; elsewhere it forwards the request to the leader.
 func (n *Node) read(fn func(*State, *http.Request) (any, error)) http.HandlerFunc {
@@ -343,7 +430,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		ID: n.cfg.ID, RaftState: n.raft.State().String(), Leader: string(id),
 		Term: n.raft.CurrentTerm(), LastIndex: n.raft.LastIndex(),
 		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(),
-		Nodes: []*NodeInfo{},
+		Nodes: []*NodeInfo{}, Voters: n.voters(),
 	}
 	if addr != "" {
 		st.LeaderHTTP = n.leaderHTTP()

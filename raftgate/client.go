@@ -337,6 +337,12 @@ func (c *Client) Run(ctx context.Context, id string) (*Run, error) {
 	return &r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &r)
 }
 
+// RemoveMember asks the leader to remove member id from the Raft
+// configuration (see POST /v1/remove).
+func (c *Client) RemoveMember(ctx context.Context, id string) error {
+	return c.do(ctx, http.MethodPost, "/v1/remove", &Remove{ID: id}, nil)
+}
+
 // Status reads the first reachable node's own view.
 func (c *Client) Status(ctx context.Context) (*Status, error) {
 	var s Status

@@ -161,8 +161,10 @@
 // {"error":{"code","message"}} with 409 for rejections, 400 for bad input,
 // 404 for unknown names, 410 for a pruned run, 503 NOT_LEADER/GATE_UNAVAILABLE, 504
 // INDETERMINATE. A node with no state
-// and no Join bootstraps a single-node cluster of itself; a node with Join
-// asks that member to AddVoter it. Writes on a follower are forwarded
+// bootstraps a single-node cluster of itself only with Config.Bootstrap
+// (else it refuses: it may be a wiped member, which must rejoin rather
+// than found a second cluster); a node with Join asks that member to
+// AddVoter it (the same ID at a new address replaces the old one). Writes on a follower are forwarded
 // once to the leader (X-Shardproof-Forwarded prevents loops). Reads that
 // must be linearizable run on the leader after VerifyLeader and, once per
 // term, a Barrier, so they observe every write acknowledged before them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -71,10 +72,19 @@ type Config struct {
 	RaftAdvertise string
 	HTTPAdvertise string
 	// Join is the HTTP address of a running member. A node with Join set
-	// and no state on disk asks that member to add it; otherwise a node
-	// without state bootstraps a single-node cluster of itself.
-	Join   string
-	Timing Timing
+	// and no state on disk asks that member to add it.
+	Join string
+	// Bootstrap lets a node with no state on disk and no Join found a new
+	// single-node cluster of itself. Without it such a node refuses to
+	// start (USAGE): it may be a wiped member of a running cluster, which
+	// must rejoin, and founding a second cluster under the same addresses
+	// would answer reads from an empty state and acknowledge writes the
+	// real cluster never sees. A node whose stored configuration has
+	// other members also refuses Bootstrap, so it is given on a cluster's
+	// first start only and never stays in a restart command. A node with
+	// state and a single-member configuration ignores it.
+	Bootstrap bool
+	Timing    Timing
 	// ApplyTimeout bounds how long a write waits to be enqueued and for a
 	// linearizable read's barrier; zero means 10 s.
 	ApplyTimeout time.Duration
@@ -157,6 +167,12 @@ func NewNode(cfg Config) *Node {
 	return n
 }
 
+// noStateError refuses to found a cluster that Config did not ask for.
+func (n *Node) noStateError() error {
+	return errcode.New(errcode.Usage, "%s holds no gate state: give --bootstrap to found a new single-node cluster (the first start of a gate's first node), or --join HTTP-ADDR of a running member to join (or, for a member whose directory was wiped, rejoin) its cluster",
+		n.cfg.DataDir)
+}
+
 // dataLockWait is how long Start waits for another process's lock on the
 // data directory's raft.db (one that is shutting down) before it gives up.
 const dataLockWait = 2 * time.Second
@@ -166,6 +182,12 @@ const dataLockWait = 2 * time.Second
 func (n *Node) Start(ctx context.Context) (err error) {
 	if n.cfg.ID == "" || n.cfg.DataDir == "" {
 		return errcode.New(errcode.Usage, "gate node needs an ID and a data directory")
+	}
+	if n.cfg.Join == "" && !n.cfg.Bootstrap {
+		// Refused before anything is created in the directory.
+		if _, err := os.Stat(filepath.Join(n.cfg.DataDir, "raft.db")); errors.Is(err, fs.ErrNotExist) {
+			return n.noStateError()
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -254,6 +276,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			}
 		}
 		switch {
+		case member && n.cfg.Bootstrap && len(ids) > 1:
+			return errcode.New(errcode.Usage, "%s holds the state of member %q of a %d-member gate cluster (%s): --bootstrap founds a new cluster and belongs to the first start of its first node only; restart without it (and if this directory is ever wiped, rejoin with --join, never --bootstrap)",
+				n.cfg.DataDir, n.cfg.ID, len(ids), strings.Join(ids, ", "))
 		case member:
 		case owner != "":
 			return errcode.New(errcode.Usage, "%s holds the state of gate member %q at %s (members: %s), not of %q: restart with the ID it was created with (--id %s)",
@@ -261,6 +286,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		case len(ids) > 0:
 			n.log.Warn("this node is not in the stored configuration yet; the leader adds it when it joins", "id", n.cfg.ID, "members", strings.Join(ids, ","))
 		}
+	}
+	if !existing && n.cfg.Join == "" && !n.cfg.Bootstrap {
+		return n.noStateError()
 	}
 	if !existing && n.cfg.Join == "" {
 		f := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{

@@ -735,3 +735,60 @@ func TestFencesFromAnOlderGate(t *testing.T) {
 		t.Fatalf("fences: %+v %v", f, err)
 	}
 }
+
+// Replacing a dead member by one with a new ID: without removing the dead
+// one, the newcomer is a fourth voter and losing one more member loses the
+// quorum (2 of 4); removed first, the cluster of three survives it. A
+// remove of a non-member or of the last member is BAD_INPUT and changes
+// nothing; status shows each node's Raft configuration.
+func TestRemoveMemberReplacesADeadOne(t *testing.T) {
+	if testing.Short() {
+		t.Skip("4 nodes")
+	}
+	ctx := ctxT(t, 90*time.Second)
+	c := MakeCluster(t, 3)
+	cl := c.Client()
+	registerVerified(t, ctx, cl, "before", 2, 0, 0)
+	c.Stop(2) // node3 dies for good
+
+	if err := cl.RemoveMember(ctx, "node9"); errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "node3") {
+		t.Fatalf("remove of a non-member: %v, want BAD_INPUT listing the members", err)
+	}
+	if err := cl.RemoveMember(ctx, "node3"); err != nil {
+		t.Fatalf("remove node3: %v", err)
+	}
+	cfg := TestConfig(t.TempDir(), "node4")
+	cfg.Join, cfg.Bootstrap = c.Configs[0].HTTPAddr+","+c.Configs[1].HTTPAddr, false
+	n4 := StartTestNode(t, cfg)
+	leader := c.Leader(10 * time.Second)
+	st, err := NewClient(leader.URL()).Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, v := range st.Voters {
+		ids = append(ids, v.ID+"/"+v.Suffrage)
+	}
+	if got := strings.Join(ids, ","); got != "node1/Voter,node2/Voter,node4/Voter" {
+		t.Fatalf("leader's configuration %s, want node1, node2, node4", got)
+	}
+	// node2 dies too: node1 and node4 are 2 of 3.
+	c.Stop(1)
+	cl4 := NewClient(n4.URL() + "," + c.Nodes[0].URL())
+	defer cl4.Close()
+	registerVerified(t, ctx, cl4, "after", 2, 0, 0)
+
+	// The last member cannot be removed.
+	solo := StartTestNode(t, TestConfig(t.TempDir(), "solo"))
+	sc := NewClient(solo.URL())
+	defer sc.Close()
+	for !solo.IsLeader() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := sc.RemoveMember(ctx, "solo"); errcode.Of(err) != errcode.BadInput {
+		t.Fatalf("remove the only member: %v, want BAD_INPUT", err)
+	}
+	if st, err := sc.Status(ctx); err != nil || len(st.Voters) != 1 {
+		t.Fatalf("after the refused remove: %+v %v", st, err)
+	}
+}

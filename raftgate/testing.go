@@ -23,7 +23,7 @@ type TestCluster struct {
 // chosen by the kernel, fast timeouts, quiet logs.
 func TestConfig(dir, id string) Config {
 	return Config{
-		ID: id, DataDir: filepath.Join(dir, id),
+		ID: id, DataDir: filepath.Join(dir, id), Bootstrap: true,
 		RaftAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Timing: FastTiming, ApplyTimeout: 5 * time.Second,
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -57,12 +57,13 @@ func MakeCluster(t testing.TB, size int, options ...func(*Config)) *TestCluster 
 			o(&cfg)
 		}
 		if i > 0 {
-			cfg.Join = c.Nodes[0].HTTPAddr()
+			cfg.Join, cfg.Bootstrap = c.Nodes[0].HTTPAddr(), false
 		}
 		n := StartTestNode(t, cfg)
 		// Pin the ports the kernel chose, so a restart reuses them (the
-		// Raft configuration in the log names these addresses).
-		cfg.RaftAddr, cfg.HTTPAddr = n.RaftAddr(), n.HTTPAddr()
+		// Raft configuration in the log names these addresses). A
+		// restart of the first node does not bootstrap again.
+		cfg.RaftAddr, cfg.HTTPAddr, cfg.Bootstrap = n.RaftAddr(), n.HTTPAddr(), false
 		c.Nodes = append(c.Nodes, n)
 		c.Configs = append(c.Configs, cfg)
 		if i == 0 {

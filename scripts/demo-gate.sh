@@ -50,7 +50,7 @@ for p in "$port" "$((port + 1))" "$((port + 2))"; do
 		exit 1
 	fi
 done
-"$bin" gate serve --data "$dir/gate" --http-addr "127.0.0.1:$port" --raft-addr "127.0.0.1:$((port + 1))" \
+"$bin" gate serve --bootstrap --data "$dir/gate" --http-addr "127.0.0.1:$port" --raft-addr "127.0.0.1:$((port + 1))" \
 	>"$dir/gate.log" 2>&1 &
 gate=$!
 pids+=($gate)

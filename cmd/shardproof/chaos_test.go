@@ -89,12 +89,16 @@ type chaosNode struct {
 
 func (n *chaosNode) url() string { return "http://" + n.httpAddr }
 
-// start launches the process; join is passed on the first start only.
+// start launches the process; --join, or --bootstrap for the node that
+// joins none, is passed on the first start only.
 func (n *chaosNode) start(t *testing.T, first bool) {
 	t.Helper()
 	args := []string{"gate", "serve", "--data", n.dir, "--id", n.id, "--http-addr", n.httpAddr, "--raft-addr", n.raftAddr}
-	if first && n.join != "" {
+	switch {
+	case first && n.join != "":
 		args = append(args, "--join", n.join)
+	case first:
+		args = append(args, "--bootstrap")
 	}
 	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

@@ -133,12 +133,20 @@ var gateServeCmd = &cobra.Command{
 	Short: "Run a gate node (single node on loopback by default)",
 	Long: `Run a gate node until interrupted.
 
-With no --join the node bootstraps a single-node cluster of itself on first
-start (--bootstrap says so explicitly); later starts recover from DIR. To
-form a cluster, start the first node, then start the others with
---join HTTP-ADDR of a running member and distinct --id, --raft-addr and
---http-addr. The Raft log and stable store live in DIR/raft.db, snapshots
-in DIR/snapshots.`,
+The first start of a gate's first node takes --bootstrap: it founds a
+single-node cluster of itself. Later starts recover from DIR and take
+neither --bootstrap nor --join. To form a cluster, start the first node
+with --bootstrap, then the others with --join HTTP-ADDR of a running member
+and distinct --id, --raft-addr and --http-addr; restart them all without
+either flag.
+
+A DIR with no state and neither flag is refused (USAGE): it may be a member
+whose directory was wiped, which must rejoin with --join, since founding a
+second cluster under the same addresses would answer from an empty state
+and acknowledge writes its cluster never sees. --bootstrap on a DIR whose
+stored configuration has other members is refused too, so it never stays
+in a restart command. The Raft log and stable store live in DIR/raft.db,
+snapshots in DIR/snapshots.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := gateServeFlags
@@ -153,7 +161,7 @@ in DIR/snapshots.`,
 		}
 		logger := newLogger(cmd.ErrOrStderr(), logSettings.level)
 		n := raftgate.NewNode(raftgate.Config{
-			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join,
+			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join, Bootstrap: f.bootstrap,
 			RaftAdvertise: f.raftAdvertise, HTTPAdvertise: f.httpAdvertise,
 			Logger: logger, RaftLog: cmd.ErrOrStderr(), RaftLogJSON: logSettings.json,
 			PruneOlderThan: f.autoPrune,
@@ -200,10 +208,50 @@ until the node applies a command after start-up or a snapshot restore.`,
 			}
 			fmt.Fprintf(w, "fences: tombstone %d, benchmark %d\n", st.Fences.Tombstone, st.Fences.Benchmark)
 			fmt.Fprintf(w, "%d aliases, %d releases, %d runs\n", st.Aliases, st.Releases, st.Runs)
+			// Members are the node's Raft configuration, which decides
+			// quorums; HTTP addresses come from their join records.
+			httpOf := map[string]string{}
 			for _, n := range st.Nodes {
-				fmt.Fprintf(w, "member %s: http %s, raft %s\n", n.ID, n.HTTPAddr, n.RaftAddr)
+				httpOf[n.ID] = n.HTTPAddr
+			}
+			for _, v := range st.Voters {
+				h := httpOf[v.ID]
+				if h == "" {
+					h = "(not recorded yet)"
+				}
+				fmt.Fprintf(w, "member %s: http %s, raft %s, %s\n", v.ID, h, v.RaftAddr, strings.ToLower(v.Suffrage))
 			}
 		})
+	},
+}
+
+var gateRemoveCmd = &cobra.Command{
+	Use:   "remove ID",
+	Short: "Remove a member from the gate cluster's Raft configuration",
+	Long: `Remove member ID from the cluster's Raft configuration (on the leader).
+
+Use it to shrink a cluster, and before replacing a dead member by a node
+with another ID: the newcomer would otherwise be one voter more, and the
+quorum one larger (a 3-node cluster that lost a member and gained a new one
+without this has 4 voters and stops at the next loss). A replacement that
+reuses the dead member's --id needs no remove: its --join updates the
+address. Stop the removed member's process (it no longer counts, and a
+restart of it would not rejoin without --join). Removing a non-member or
+the last member is BAD_INPUT and changes nothing; the leader may remove
+itself, and steps down.
+
+Exit status: 0 removed, 1 not a member or the last one (BAD_INPUT), 2
+usage, 3 error, 5 indeterminate (run "gate status" to see the
+configuration).`,
+	Args: exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		c := gateClient()
+		defer c.Close()
+		if err := c.RemoveMember(cmd.Context(), args[0]); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
+		return nil
 	},
 }
 
@@ -618,7 +666,7 @@ func init() {
 	f.StringVar(&gateServeFlags.raftAdvertise, "raft-advertise", "", "Raft address other members dial, if not --raft-addr (e.g. when binding 0.0.0.0)")
 	f.StringVar(&gateServeFlags.httpAdvertise, "http-advertise", "", "HTTP address other members forward to, if not --http-addr")
 	f.StringVar(&gateServeFlags.join, "join", "", "HTTP address of a running member to join (first start only)")
-	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "bootstrap a new cluster of this node (the default without --join)")
+	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "found a new single-node cluster of this node: the first start of a gate's first node only")
 	f.DurationVar(&gateServeFlags.autoPrune, "auto-prune", 0, "while leader, run 'gate prune --older-than' with this age every hour (0: never)")
 
 	f = gateRegisterCmd.Flags()
@@ -644,7 +692,7 @@ func init() {
 
 	// The client flags go on each client command, not on `gate` itself:
 	// `gate serve` is the server and takes none of them.
-	clients := []*cobra.Command{gateStatusCmd, gateRegisterCmd, gatePublishCmd, gateRollbackCmd,
+	clients := []*cobra.Command{gateStatusCmd, gateRemoveCmd, gateRegisterCmd, gatePublishCmd, gateRollbackCmd,
 		gateFenceCmd, gateRecheckCmd, gatePermitsCmd, gateHistoryCmd, gatePruneCmd}
 	for _, c := range clients {
 		addGateClientFlags(c.PersistentFlags())

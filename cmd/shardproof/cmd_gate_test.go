@@ -223,7 +223,7 @@ func TestGateCLI(t *testing.T) {
 		t.Skip("builds the binary and runs a gate server")
 	}
 	storeDir, root, report, shards := storeRelease(t)
-	gate, _ := startGateServe(t, t.TempDir())
+	gate, _ := startGateServe(t, t.TempDir(), "--bootstrap")
 	g := func(args ...string) gateCLI {
 		t.Helper()
 		return runGateCLI(t, append(args, "--gate", gate)...)
@@ -428,7 +428,8 @@ func TestGateServeCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three gate servers")
 	}
-	first, stopFirst := startGateServe(t, t.TempDir(), "--id", "n1")
+	firstDir := t.TempDir()
+	first, stopFirst := startGateServe(t, firstDir, "--id", "n1", "--bootstrap")
 	join := strings.TrimPrefix(first, "http://")
 	second, _ := startGateServe(t, t.TempDir(), "--id", "n2", "--join", join)
 	third, _ := startGateServe(t, t.TempDir(), "--id", "n3", "--join", join)
@@ -483,6 +484,52 @@ func TestGateServeCluster(t *testing.T) {
 	var f raftgate.Fences
 	if err := json.Unmarshal([]byte(r.stdout), &f); err != nil || f != (raftgate.Fences{Tombstone: 5, Benchmark: 7}) {
 		t.Fatalf("fences after failover: %+v %v\n%s", f, err, r.stdout)
+	}
+
+	// The first node's start command kept --bootstrap: on its state, that
+	// of a 3-member cluster, it is refused.
+	serve := func(dir string, extra ...string) cliResult {
+		return runCLI(t, cliEnv(), append([]string{"gate", "serve", "--data", dir, "--id", "n1", "--http-addr", freeAddr(t), "--raft-addr", freeAddr(t)}, extra...)...)
+	}
+	if res := serve(firstDir, "--bootstrap"); res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "3-member gate cluster") {
+		t.Fatalf("restart with --bootstrap: exit %d: %s", res.status, res.stderr)
+	}
+	// Wiped, it must not found a second cluster: with neither flag it is
+	// refused and creates nothing; with --bootstrap it would (the flag
+	// belongs to a gate's first start), with --join it rejoins.
+	if err := os.RemoveAll(firstDir); err != nil {
+		t.Fatal(err)
+	}
+	if res := serve(firstDir); res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "holds no gate state") || !strings.Contains(res.stderr, "--join") {
+		t.Fatalf("wiped member started with neither flag: exit %d: %s", res.status, res.stderr)
+	}
+	if _, err := os.Stat(firstDir); !os.IsNotExist(err) {
+		t.Fatalf("the refused start created its data directory: %v", err)
+	}
+	rejoined, _ := startGateServe(t, firstDir, "--id", "n1", "--join", strings.TrimPrefix(second, "http://")+","+strings.TrimPrefix(third, "http://"))
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		a, b, c := digestOf(rejoined), digestOf(second), digestOf(third)
+		if a == b && b == c {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rejoined member disagrees:\n%s\n%s\n%s", a, b, c)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// Shrinking the cluster: a typo changes nothing, a member leaves the
+	// configuration status shows.
+	runGateCLI(t, "gate", "remove", "n9", "--gate", all).expect(t, errcode.ExitInvalid, errcode.BadInput)
+	runGateCLI(t, "gate", "remove", "n3", "--gate", second+","+rejoined).expect(t, 0, "")
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		st := runGateCLI(t, "gate", "status", "--gate", rejoined).expect(t, 0, "").stdout
+		if strings.Contains(st, "member n1: http ") && strings.Contains(st, "member n2: http ") && !strings.Contains(st, "member n3") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status after removing n3:\n%s", st)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

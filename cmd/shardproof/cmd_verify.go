@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -45,6 +46,9 @@ document that is not what it is given as (BAD_DOCUMENT, no report),
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := engine.checkApplies(cmd); err != nil {
+				return err
+			}
+			if err := checkMetricsFile(cmd); err != nil {
 				return err
 			}
 			if engine.executor != "local" {
@@ -125,6 +129,7 @@ document that is not what it is given as (BAD_DOCUMENT, no report),
 	f.BoolVar(&readAllMembers, "read-all-members", false, "read every snapshot member, even those whose buckets all match the snapshot's leaf index (index/snapshots/<hex>/leaves.v1, written by stage and by a verify that read every member): a full audit of the snapshot's files too")
 	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store, or in --scratch) after the report is stored; by default they are deleted")
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the job's shuffle files and task commit records (jobs/<plan>/), created if missing; plans, reports and inputs stay in --store (default: --store). A local directory keeps an S3 release's shuffle off the network")
+	f.String("metrics-file", "", "also write the verification's figures (verified shard ratio, failures by class, throughput, decompression ratio; labelled by root digest) to this file in Prometheus text format, for node_exporter's textfile collector")
 	f.StringVar(&resume, "resume", "", "finish an interrupted local verification: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
 	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)
@@ -257,11 +262,37 @@ func (p *verifyProgress) finish() {
 // finishVerify removes the job's scratch, unless --keep-job, and prints
 // the result. The report is stored by then, so a removal that fails is
 // logged, with its code, and does not change the outcome.
+//
+// With --metrics-file it also writes the report's figures there; a file
+// that cannot be written is logged and, for a VERIFIED release, exit
+// status 3 (an INVALID one keeps its 1).
 func finishVerify(cmd *cobra.Command, s objstore.Store, out *coordinator.Outcome, asJSON bool) error {
 	if keep, _ := cmd.Flags().GetBool("keep-job"); !keep {
 		removeJob(cmd.Context(), s, out.Plan)
 	}
-	return printVerifyResult(cmd.OutOrStdout(), out, asJSON)
+	var merr error
+	if path, _ := cmd.Flags().GetString("metrics-file"); path != "" {
+		if merr = writeVerifyMetrics(path, out); merr != nil {
+			slog.Error("metrics file not written", "path", path, "code", string(errcode.Of(merr)), "err", merr)
+		}
+	}
+	if err := printVerifyResult(cmd.OutOrStdout(), out, asJSON); err != nil {
+		return err
+	}
+	return merr
+}
+
+// checkMetricsFile refuses, before any work, a --metrics-file whose
+// directory does not exist.
+func checkMetricsFile(cmd *cobra.Command) error {
+	path, _ := cmd.Flags().GetString("metrics-file")
+	if path == "" {
+		return nil
+	}
+	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
+		return errcode.New(errcode.Usage, "%s: --metrics-file %s: its directory does not exist", cmd.CommandPath(), path)
+	}
+	return nil
 }
 
 // removeJob deletes plan's job scratch once its report is stored. The

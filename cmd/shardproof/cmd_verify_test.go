@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -315,5 +318,84 @@ func TestVerifyFileLimit(t *testing.T) {
 	res = runCLIWithFileLimit(t, 70, "task", "reduce", "--plan", r.dir+"#"+pd.String(), "--index", "0")
 	if res.status != errcode.ExitError || !strings.Contains(res.stderr, "FILE_LIMIT") {
 		t.Fatalf("task reduce under ulimit -n 70: exit %d, stderr %q; want FILE_LIMIT", res.status, res.stderr)
+	}
+}
+
+// TestVerifyMetricsFile: --metrics-file leaves the verification's figures
+// for node_exporter's textfile collector: an INVALID release shows its
+// failure classes, verified 0 and a shard ratio below 1, every series
+// labelled by the root digest (and the class), nothing else; a missing
+// directory is USAGE before any work.
+func TestVerifyMetricsFile(t *testing.T) {
+	r := newRelease(t)
+	data := stagetest.ShardBytes(t, r.store, r.res.Release.Shards[0])
+	bad := stagetest.ReplaceShardBytes(t, r.store, r.res, 0, stagetest.Truncate(data, 1))
+	path := filepath.Join(t.TempDir(), "verify.prom")
+	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", bad.Root.String(), "--metrics-file", path)
+	if res.status != errcode.ExitInvalid {
+		t.Fatalf("exit %d, want %d\n%s", res.status, errcode.ExitInvalid, res.stderr)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(f)
+	if err != nil {
+		t.Fatalf("metrics file does not parse: %v", err)
+	}
+	value := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		fam := fams[name]
+		if fam == nil {
+			t.Fatalf("no %s in the metrics file", name)
+		}
+		for _, m := range fam.GetMetric() {
+			match := true
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					match = false
+				}
+			}
+			if match {
+				return m.GetGauge().GetValue()
+			}
+		}
+		t.Fatalf("no %s%v in the metrics file", name, labels)
+		return 0
+	}
+	root := bad.Root.String()
+	for class, want := range map[string]float64{"size_mismatch": 1, "digest_mismatch": 1, "tuple_root_mismatch": 1, "split_conflict": 0} {
+		if got := value("shardproof_verify_failures", map[string]string{"root": root, "class": class}); got != want {
+			t.Errorf("failures{class=%s} = %v, want %v", class, got, want)
+		}
+	}
+	if got := value("shardproof_verify_failures", map[string]string{"root": root, "class": "missing_member"}); got == 0 {
+		t.Errorf("failures{class=missing_member} = 0; the truncated shard's members are missing")
+	}
+	if v := value("shardproof_verify_verified", map[string]string{"root": root}); v != 0 {
+		t.Errorf("verified = %v for an INVALID release", v)
+	}
+	if v := value("shardproof_verify_verified_shard_ratio", map[string]string{"root": root}); v >= 1 || v <= 0 {
+		t.Errorf("verified shard ratio %v, want in (0, 1)", v)
+	}
+	if v := value("shardproof_verify_decompression_ratio", map[string]string{"root": root}); v <= 1 {
+		t.Errorf("decompression ratio %v", v)
+	}
+	for name, fam := range fams {
+		for _, m := range fam.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() != "root" && l.GetName() != "class" || l.GetName() == "root" && l.GetValue() != root {
+					t.Errorf("%s has label %s=%q", name, l.GetName(), l.GetValue())
+				}
+			}
+		}
+	}
+
+	missing := filepath.Join(t.TempDir(), "no", "such", "dir", "v.prom")
+	res = runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--metrics-file", missing)
+	if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "--metrics-file") || strings.Contains(res.stderr, "verification planned") {
+		t.Fatalf("missing directory: exit %d\n%s", res.status, res.stderr)
 	}
 }
