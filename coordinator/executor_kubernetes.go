@@ -62,6 +62,9 @@ type Kubernetes struct {
 // Name implements Engine.
 func (k *Kubernetes) Name() string { return "kubernetes" }
 
+// jobTTL is the emitted Jobs' ttlSecondsAfterFinished.
+const jobTTL = 24 * 60 * 60
+
 // The subset of the batch/v1 Job API that the executor writes.
 type (
 	k8sJob struct {
@@ -81,6 +84,7 @@ type (
 		Parallelism          int              `yaml:"parallelism"`
 		BackoffLimitPerIndex int              `yaml:"backoffLimitPerIndex"`
 		MaxFailedIndexes     int              `yaml:"maxFailedIndexes"`
+		TTLAfterFinished     int              `yaml:"ttlSecondsAfterFinished"`
 		PodFailurePolicy     k8sFailurePolicy `yaml:"podFailurePolicy"`
 		Template             k8sPodTemplate   `yaml:"template"`
 	}
@@ -168,6 +172,10 @@ func (k *Kubernetes) JobYAML(ref PlanRef, kind Kind, n int) ([]byte, error) {
 			// One index failed for good fails the Job: the phase
 			// cannot succeed without it.
 			MaxFailedIndexes: 0,
+			// The Job and its pods go a day after it ends (long after
+			// --submit read its outcome): every verification left
+			// two Jobs and a pod per task behind.
+			TTLAfterFinished: jobTTL,
 			PodFailurePolicy: k8sFailurePolicy{Rules: []k8sFailureRule{
 				{Action: "FailIndex", OnExitCodes: &k8sExitCodes{ContainerName: "task", Operator: "In",
 					Values: []int{errcode.ExitInvalid, errcode.ExitUsage, errcode.ExitRejected}}},

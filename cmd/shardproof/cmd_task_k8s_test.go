@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -208,7 +209,12 @@ func emitJobs(t *testing.T, r *release, extra ...string) (string, emuJob, emuJob
 	}
 	var paths []string
 	for _, l := range lines[1:3] {
-		paths = append(paths, strings.Fields(l)[3])
+		f := strings.Fields(l)
+		i := slices.Index(f, "-f")
+		if i < 0 {
+			t.Fatalf("emit printed %q, no kubectl apply -f", l)
+		}
+		paths = append(paths, strings.Trim(f[i+1], "'"))
 	}
 	m, red := loadJob(t, paths[0]), loadJob(t, paths[1])
 	if m.completions != 3 || red.completions != 2 || m.backoff != 2 || m.maxFails != 0 {
@@ -334,8 +340,15 @@ func (exitT) Fatalf(format string, args ...any) {
 
 func kubectlMain(state string) {
 	args := os.Args[1:]
-	if len(args) >= 2 && args[0] == "--namespace" {
+	if f, err := os.OpenFile(filepath.Join(state, "calls.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		fmt.Fprintln(f, strings.Join(args, " "))
+		f.Close()
+	}
+	if len(args) >= 2 && (args[0] == "--namespace" || args[0] == "-n") {
 		args = args[2:]
+	}
+	if len(args) >= 2 && args[0] == "get" && strings.HasPrefix(args[1], "job/") {
+		args = append([]string{"get", "job", strings.TrimPrefix(args[1], "job/")}, args[2:]...)
 	}
 	switch {
 	case len(args) == 3 && args[0] == "apply" && args[1] == "-f":
@@ -402,5 +415,78 @@ func TestKubernetesSubmit(t *testing.T) {
 	_, err := coordinator.RunWith(t.Context(), r2.store, r2.dir, j.PlanDigest, eng)
 	if errcode.Of(err) != errcode.IO || !strings.Contains(fmt.Sprint(err), "FailedIndexes") {
 		t.Fatalf("failed map index: %v; want the map Job's FailedIndexes condition", err)
+	}
+}
+
+// TestKubernetesEmittedCommands runs the commands `verify --emit` prints,
+// as an operator pastes them into a shell, with the emulator as kubectl:
+// they carry the namespace, wait for the map Job before the reduce Job,
+// stop (no 24 h wait) on a Job that Failed, and the aggregate line keeps
+// --keep-job. --json, which needs a report, is refused with --emit alone.
+func TestKubernetesEmittedCommands(t *testing.T) {
+	bin := t.TempDir()
+	for _, name := range []string{"kubectl", "shardproof"} {
+		if err := os.Symlink(os.Args[0], filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(r *release, before func(plan string)) (string, cliResult, string) {
+		t.Helper()
+		args := ([]string{"verify", "--executor", "kubernetes", "--emit", t.TempDir(), "--image", "registry.example/shardproof:test",
+			"--namespace", "verify", "--store", r.dir, "--root", r.res.Root.String(), "--map-tasks", "3", "--reducers", "2", "--keep-job"})
+		emit := runCLI(t, cliEnv(), args...)
+		if emit.status != 0 {
+			t.Fatalf("emit: exit %d: %s", emit.status, emit.stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(emit.stdout), "\n")
+		if before != nil {
+			before(strings.TrimPrefix(lines[0], "plan "))
+		}
+		script := "set -e\n" + strings.Join(lines[1:], "\n") + "\n"
+		state := t.TempDir()
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "sh", "-c", script)
+		cmd.WaitDelay = 5 * time.Second
+		cmd.Env = append(cliEnv(asKubectl+"="+state), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		res := runChild(t, cmd, []string{"sh", "-c", "<emitted commands>"})
+		calls, _ := os.ReadFile(filepath.Join(state, "calls.log"))
+		return strings.TrimPrefix(lines[0], "plan "), res, string(calls)
+	}
+
+	r := newRelease(t)
+	want := r.localReport(t)
+	plan, res, calls := run(r, nil)
+	if res.status != 0 || !strings.Contains(res.stdout, "verdict VERIFIED") {
+		t.Fatalf("emitted commands: exit %d\n%s\n%s", res.status, res.stdout, res.stderr)
+	}
+	out := res.stdout[strings.Index(res.stdout, "verdict "):]
+	sameReport(t, "emitted commands", want, aggregateReport(t, r.store, cliResult{stdout: out}))
+	for _, l := range strings.Split(strings.TrimSpace(calls), "\n") {
+		if !strings.HasPrefix(l, "-n verify ") {
+			t.Errorf("kubectl call without the namespace: %q", l)
+		}
+	}
+	pd := plan[strings.LastIndex(plan, "#")+1:]
+	if page, err := r.store.List(t.Context(), "jobs/"+strings.TrimPrefix(pd, "sha256:")+"/", "", 1); err != nil || len(page.Objects) == 0 {
+		t.Errorf("--keep-job: the aggregate removed the job's files (%v)", err)
+	}
+
+	// A map index that fails for good (a stray output its rerun cannot
+	// match): the commands stop at once, with a failure, and never apply
+	// the reduce Job.
+	r2 := newRelease(t)
+	_, res, calls = run(r2, func(plan string) {
+		key := "jobs/" + strings.TrimPrefix(plan[strings.LastIndex(plan, "#")+1:], "sha256:") + "/map/1/r0.arrow"
+		if _, err := r2.store.Put(t.Context(), key, strings.NewReader("stray"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if res.status == 0 || strings.Contains(calls, "reduce") {
+		t.Fatalf("a failed map Job: exit %d, kubectl calls:\n%s\nstdout %s\nstderr %s", res.status, calls, res.stdout, res.stderr)
+	}
+
+	if res := runCLI(t, cliEnv(), "verify", "--executor", "kubernetes", "--emit", t.TempDir(), "--image", "x", "--store", r.dir, "--root", r.res.Root.String(), "--json"); res.status != errcode.ExitUsage {
+		t.Fatalf("--emit --json: exit %d: %s", res.status, res.stderr)
 	}
 }

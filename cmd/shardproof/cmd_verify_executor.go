@@ -121,6 +121,12 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 			x.k8s.Env[k] = v
 		}
 		if !x.submit {
+			// Only planned here: no report to print or measure.
+			for _, name := range []string{"json", "metrics-file"} {
+				if cmd.Flags().Changed(name) {
+					return errcode.New(errcode.Usage, "verify: --%s needs a report, and --emit without --submit only plans (the printed task aggregate stores and names it)", name)
+				}
+			}
 			return x.emitOnly(cmd, opts, taskStore)
 		}
 		engine = &x.k8s
@@ -165,15 +171,32 @@ func (x *executorFlags) emitOnly(cmd *cobra.Command, opts coordinator.Options, t
 	}
 	w := cmd.OutOrStdout()
 	fmt.Fprintf(w, "plan %s\n", ref)
-	fmt.Fprintf(w, "kubectl apply -f %s && kubectl wait --for=condition=Complete --timeout=24h job/%s\n", paths[0], x.k8s.JobName(ref, coordinator.KindMap))
-	fmt.Fprintf(w, "kubectl apply -f %s && kubectl wait --for=condition=Complete --timeout=24h job/%s\n", paths[1], x.k8s.JobName(ref, coordinator.KindReduce))
-	scratchArg := ""
-	if ref.Scratch != "" {
-		scratchArg = fmt.Sprintf(" --scratch '%s'", ref.Scratch)
+	kubectl := "kubectl"
+	if x.k8s.Namespace != "" {
+		kubectl += " -n " + shellQuote(x.k8s.Namespace)
 	}
-	fmt.Fprintf(w, "shardproof task aggregate --plan '%s'%s\n", ref, scratchArg)
+	// kubectl wait takes one condition: waiting for Complete alone sat
+	// out its whole timeout on a Job that had Failed. The loop ends on
+	// either and fails on Failed (with a plain false, which set -e
+	// honours: it ignores a failure inverted with !).
+	for i, kind := range []coordinator.Kind{coordinator.KindMap, coordinator.KindReduce} {
+		job := "job/" + x.k8s.JobName(ref, kind)
+		fmt.Fprintf(w, "%[1]s apply -f %[2]s && until c=$(%[1]s get %[3]s -o jsonpath='{.status.conditions[?(@.status==\"True\")].type}') && echo \"$c\" | grep -Eq 'Complete|Failed'; do sleep 10; done && case $c in *Failed*) echo %[3]s failed >&2; false;; esac\n",
+			kubectl, shellQuote(paths[i]), job)
+	}
+	extra := ""
+	if ref.Scratch != "" {
+		extra += " --scratch " + shellQuote(ref.Scratch)
+	}
+	if keep, _ := cmd.Flags().GetBool("keep-job"); keep {
+		extra += " --keep-job"
+	}
+	fmt.Fprintf(w, "shardproof task aggregate --plan %s%s\n", shellQuote(ref.String()), extra)
 	return nil
 }
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // taskURL is a store URL as tasks reach it: a plain path made absolute,
 // since tasks run in other working directories; "" stays "".
