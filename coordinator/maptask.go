@@ -278,6 +278,23 @@ func (j *Job) checkMapCommit(i int, c *MapCommit) error {
 		if uint8(r.Side) != ins[k].Side || r.Index != ins[k].Index {
 			return bad("result %d is (side %d, index %d), plan says (side %d, index %d)", k, r.Side, r.Index, ins[k].Side, ins[k].Index)
 		}
+		if err := checkResult(&r); err != nil {
+			return bad("result %d: %v", k, err)
+		}
+	}
+	return nil
+}
+
+// checkResult refuses a file's result no mapper produces: a negative
+// figure, or a failure code the report has no counter for.
+func checkResult(r *mapper.Result) error {
+	if r.Records < 0 || r.Tokens < 0 || r.StoredBytes < 0 || r.LogicalBytes < 0 || r.BucketsRead < 0 {
+		return fmt.Errorf("negative figures (records %d, tokens %d, stored %d, logical %d, buckets %d)", r.Records, r.Tokens, r.StoredBytes, r.LogicalBytes, r.BucketsRead)
+	}
+	for _, f := range r.Failures {
+		if failureCounter[f.Code] == nil {
+			return fmt.Errorf("failure code %.40q is not a shard-level code", f.Code)
+		}
 	}
 	return nil
 }

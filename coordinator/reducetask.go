@@ -224,6 +224,9 @@ func (j *Job) checkReduceCommit(r int, c *ReduceCommit) error {
 		if m.Side != mapper.SideSnapshot || m.Index != rng.Members[k] {
 			return bad("member result %d is (side %d, index %d), plan says (side 1, index %d)", k, m.Side, m.Index, rng.Members[k])
 		}
+		if err := checkResult(&m); err != nil {
+			return bad("member result %d: %v", k, err)
+		}
 		if (m.Skipped || m.BucketsRead != 0) && (j.Plan.SnapshotLeaves == nil || m.Skipped && m.BucketsRead != 0 || m.BucketsRead < 0 || m.Decoded || m.Records != 0 || len(m.Failures) > 0) {
 			return bad("member result %d is skipped or read by bucket with figures, or without a snapshot leaf index in the plan", k)
 		}

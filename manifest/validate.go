@@ -439,6 +439,16 @@ func compareFailures(a, b *ShardFailure) int {
 	return cmp.Or(cmp.Compare(a.Side, b.Side), cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Detail, b.Detail))
 }
 
+// Validate checks that every count is non-negative (BAD_DOCUMENT).
+func (c *Counts) Validate() error { return c.validate() }
+
+// IsExampleClass reports whether a report keeps examples for code: the
+// member-level failure codes.
+func IsExampleClass(code string) bool {
+	_, ok := exampleCounter[errcode.Code(code)]
+	return ok
+}
+
 func (c *Counts) validate() error {
 	for _, f := range []struct {
 		v    int64

@@ -15,6 +15,7 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -149,6 +150,25 @@ func MapShard(ctx context.Context, o Options, in Input, emit func(*Tuple) error)
 		}
 	}
 	return res, nil
+}
+
+// checkText refuses a tuple whose string columns are not UTF-8. Arrow's
+// utf8 type promises it and nothing checked it: such sampleIds went into
+// reports as examples, which JSON turns into U+FFFD, so two of them in one
+// reducer's range made the stored result fail its own check
+// (SHUFFLE_CORRUPT, no verdict), and elsewhere collapsed into one example.
+// The file fails with DECODE_ERROR instead; the message names the column,
+// never the value.
+func checkText(t *tuplehash.Tuple) error {
+	switch {
+	case !utf8.ValidString(t.SampleID):
+		return errors.New("a sampleId is not valid UTF-8")
+	case !utf8.ValidString(t.SourceID):
+		return errors.New("a sourceId is not valid UTF-8")
+	case !utf8.ValidString(t.Split):
+		return errors.New("a split is not valid UTF-8")
+	}
+	return nil
 }
 
 // emitError carries an error returned by emit through the decoder, which
@@ -327,6 +347,9 @@ func mapData(ctx context.Context, o Options, in Input, f *fileBytes, res Result,
 	d := decoding{want: want, logicalSchema: logicalSchema, tupleSchema: o.SchemaDigest, mapping: mapping}
 	start := time.Now()
 	dr, err := d.run(ctx, data, o.Decoder, func(t *tuplehash.Tuple, dg [32]byte) error {
+		if err := checkText(t); err != nil {
+			return err
+		}
 		tp.Tuple, tp.Digest, tp.Bucket = *t, dg, tuplehash.Bucket(t.SampleID, o.K)
 		if rng != nil && (tp.Bucket < rng.Lo || tp.Bucket >= rng.Hi) {
 			if outside == 0 {

@@ -267,6 +267,9 @@ func (m *Member) decode(ctx context.Context, b uint32) (bool, error) {
 	}
 	start := time.Now()
 	dr, err := d.run(ctx, m.f.data, DecoderColumnReader, func(t *tuplehash.Tuple, _ [32]byte) error {
+		if err := checkText(t); err != nil {
+			return err
+		}
 		m.ids = append(m.ids, t.SampleID...)
 		m.ends = append(m.ends, len(m.ids))
 		m.tuples = append(m.tuples, Tuple{Tuple: *t, Bucket: tuplehash.Bucket(t.SampleID, m.o.K)})

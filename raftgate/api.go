@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
@@ -242,8 +243,18 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.New(errcode.BadDocument, "join body must be a join command"), nil)
 		return
 	}
+	// Checked before the voter is added: a join the command would refuse
+	// must not change the configuration either.
+	if err := checkJoin(j); err != nil {
+		writeError(w, err, nil)
+		return
+	}
 	if !n.IsLeader() {
 		n.forward(w, r, b)
+		return
+	}
+	if err := probeJoiner(r.Context(), j); err != nil {
+		writeError(w, err, nil)
 		return
 	}
 	if err := n.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
@@ -316,6 +327,37 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 	n.log.Info("member removed", "id", req.ID)
 	writeJSON(w, http.StatusOK, map[string]any{"removed": req.ID})
 }
+
+// probeJoiner checks, before a joiner becomes a voter, that it is there:
+// its Raft address accepts a connection and its HTTP API answers
+// /v1/status with its ID. A voter nobody answers for costs the cluster
+// its quorum (a single node that added one stayed a candidate for good,
+// and so it stays after a restart), so a join from a process that is not
+// the member it names is refused (BAD_INPUT) and changes nothing.
+func probeJoiner(ctx context.Context, j *Join) error {
+	ctx, cancel := context.WithTimeout(ctx, joinProbeTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", j.RaftAddr)
+	if err != nil {
+		return errcode.Wrap(errcode.BadInput, err, "join of %s: nothing accepts connections at raftAddr %s", truncate(j.ID), truncate(j.RaftAddr))
+	}
+	conn.Close()
+	c := NewClient(j.HTTPAddr)
+	defer c.Close()
+	c.RetryFor = -1
+	st, err := c.Status(ctx)
+	if err != nil {
+		return errcode.Wrap(errcode.BadInput, err, "join of %s: no gate answers at httpAddr %s", truncate(j.ID), truncate(j.HTTPAddr))
+	}
+	if st.ID != j.ID {
+		return errcode.New(errcode.BadInput, "join of %s: the gate at httpAddr %s is %s", truncate(j.ID), truncate(j.HTTPAddr), truncate(st.ID))
+	}
+	return nil
+}
+
+// joinProbeTimeout bounds probeJoiner.
+const joinProbeTimeout = 5 * time.Second
 
 // voters returns this node's Raft configuration.
 func (n *Node) voters() []*Voter {

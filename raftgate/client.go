@@ -167,12 +167,12 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 		if method == http.MethodPost { // every POST answers a CommandResponse
 			var cr CommandResponse
 			if err := json.Unmarshal(b, &cr); err != nil {
-				return false, errcode.Wrap(errcode.Internal, err, "decode gate answer")
+				return false, notAGate(u, err)
 			}
 			b = cr.Result
 		}
 		if err := json.Unmarshal(b, out); err != nil {
-			return false, errcode.Wrap(errcode.Internal, err, "decode gate answer")
+			return false, notAGate(u, err)
 		}
 		return false, nil
 	}
@@ -334,7 +334,22 @@ func (c *Client) Run(ctx context.Context, id string) (*Run, error) {
 	if !addressable(id) {
 		return nil, errcode.New(errcode.Usage, "run name %q cannot be addressed", id)
 	}
-	return &r, c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &r)
+	if err := c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &r); err != nil {
+		return nil, err
+	}
+	// Workers index both lists by rank: an answer whose lists do not
+	// match its world size (not from a gate, or from a broken one) is
+	// refused here rather than trusted.
+	if r.WorldSize < 0 || len(r.Assignment) != r.WorldSize || len(r.Attestations) != r.WorldSize {
+		return nil, errcode.New(errcode.BadDocument, "gate answer for run %s: world size %d with %d assignments and %d attestations", truncate(id), r.WorldSize, len(r.Assignment), len(r.Attestations))
+	}
+	return &r, nil
+}
+
+// notAGate is the error for a 200 answer that does not decode: whatever
+// answered at u is not a gate (a wrong --gate), not a gate's failure.
+func notAGate(u string, err error) error {
+	return errcode.Wrap(errcode.Usage, err, "%s answered 200 with something that is not a gate's answer: is it the gate's HTTP address?", u)
 }
 
 // RemoveMember asks the leader to remove member id from the Raft

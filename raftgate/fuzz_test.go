@@ -2,6 +2,8 @@ package raftgate
 
 import (
 	"bytes"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -63,4 +65,28 @@ func FuzzApply(f *testing.F) {
 			t.Fatalf("snapshot round trip changed bytes after %q", data)
 		}
 	})
+}
+
+// A snapshot whose nextPermit is below a permit it holds is refused: the
+// next permit issued would overwrite one that aliases and runs name.
+func TestStateRefusesPermitAboveNextPermit(t *testing.T) {
+	fuzzSetup(t)
+	s, err := DecodeState(fuzzBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Permits) == 0 {
+		t.Fatal("the base state holds no permits")
+	}
+	s.NextPermit = 0
+	b, err := EncodeState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeState(b); err == nil || !strings.Contains(err.Error(), "nextPermit") {
+		t.Fatalf("state with nextPermit 0 and %d permits: %v, want refused", len(s.Permits), err)
+	}
+	if err := NewFSM().Restore(io.NopCloser(bytes.NewReader(b))); err == nil {
+		t.Fatal("Restore accepted it")
+	}
 }

@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -438,6 +440,37 @@ func checkProposal(c Command) error {
 		return CheckPathName("alias", c.Alias)
 	case *CreateRun:
 		return CheckPathName("run", c.Run)
+	case *Join:
+		return checkJoin(c)
+	}
+	return nil
+}
+
+// checkJoin refuses a join whose fields could not name a reachable member:
+// POST /v1/join adds the Raft voter before the join command is applied,
+// and a voter at an address nothing answers costs the cluster its quorum
+// (a single node asked to add one stayed a candidate for good).
+func checkJoin(c *Join) error {
+	if err := CheckPathName("member", c.ID); err != nil {
+		return err
+	}
+	if !utf8.ValidString(c.ID) || len(c.ID) > 256 {
+		return errcode.New(errcode.BadInput, "member ID %q is not UTF-8 of at most 256 bytes", truncate(c.ID))
+	}
+	for _, a := range []struct{ name, addr string }{{"raftAddr", c.RaftAddr}, {"httpAddr", c.HTTPAddr}} {
+		host, port, err := net.SplitHostPort(a.addr)
+		if err == nil && host == "" {
+			err = errors.New("no host")
+		}
+		if err == nil {
+			var p uint64
+			if p, err = strconv.ParseUint(port, 10, 16); err == nil && p == 0 {
+				err = errors.New("port 0")
+			}
+		}
+		if err != nil || !utf8.ValidString(a.addr) || len(a.addr) > 256 {
+			return errcode.New(errcode.BadInput, "join of %s: %s %q is not host:port (%v)", truncate(c.ID), a.name, truncate(a.addr), err)
+		}
 	}
 	return nil
 }

@@ -792,3 +792,84 @@ func TestRemoveMemberReplacesADeadOne(t *testing.T) {
 		t.Fatalf("after the refused remove: %+v %v", st, err)
 	}
 }
+
+// A join the gate refuses changes nothing: not the state, not the Raft
+// configuration. Before, POST /v1/join added the voter first and checked
+// the command after, so a body naming no reachable member left a single
+// node a candidate for good (and a 3-node cluster one loss from stopping).
+func TestRefusedJoinChangesNothing(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	n := StartTestNode(t, TestConfig(t.TempDir(), "solo"))
+	cl := NewClient(n.URL())
+	defer cl.Close()
+	registerVerified(t, ctx, cl, "r1", 2, 0, 0)
+	before := stateBytes(t, n)
+	listening, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listening.Close()
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return l.Addr().String()
+	}()
+	for _, c := range []struct{ name, path, body, want string }{
+		{"no httpAddr", "/v1/join", `{"type":"join","id":"evil","raftAddr":"127.0.0.1:1","httpAddr":""}`, "httpAddr"},
+		{"not host:port", "/v1/join", `{"type":"join","id":"evil","raftAddr":"nonsense","httpAddr":"nonsense"}`, "raftAddr"},
+		{"port 0", "/v1/join", `{"type":"join","id":"evil","raftAddr":"127.0.0.1:0","httpAddr":"127.0.0.1:80"}`, "port 0"},
+		{"nothing at raftAddr", "/v1/join", `{"type":"join","id":"evil","raftAddr":"` + free + `","httpAddr":"` + free + `"}`, "nothing accepts"},
+		{"no gate at httpAddr", "/v1/join", `{"type":"join","id":"evil","raftAddr":"` + listening.Addr().String() + `","httpAddr":"` + free + `"}`, "no gate answers"},
+		{"another gate's address", "/v1/join", `{"type":"join","id":"evil","raftAddr":"` + n.RaftAddr() + `","httpAddr":"` + n.HTTPAddr() + `"}`, "is solo"},
+		{"garbage through commands", "/v1/commands", `{"type":"join","id":"solo","raftAddr":"nonsense","httpAddr":"nonsense"}`, "raftAddr"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			resp, err := http.Post(n.URL()+c.path, "application/json", strings.NewReader(c.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "BAD_INPUT") || !strings.Contains(string(b), c.want) {
+				t.Fatalf("%s: %d %s; want 400 BAD_INPUT naming %q", c.body, resp.StatusCode, b, c.want)
+			}
+			st, err := cl.Status(ctx)
+			if err != nil || len(st.Voters) != 1 || st.Voters[0].ID != "solo" || !n.IsLeader() {
+				t.Fatalf("after the refused join: %+v %v, leader %v", st, err, n.IsLeader())
+			}
+		})
+	}
+	if after := stateBytes(t, n); !bytes.Equal(after, before) {
+		t.Fatalf("state changed by refused joins:\n%s\n%s", before, after)
+	}
+	registerVerified(t, ctx, cl, "r2", 2, 0, 0)
+}
+
+// Something other than a gate answering 200 (a wrong --gate) is USAGE,
+// not INTERNAL; a run whose lists do not match its world size is
+// BAD_DOCUMENT, which the worker relies on.
+func TestClientRefusesNonGateAnswers(t *testing.T) {
+	ctx := ctxT(t, 10*time.Second)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/runs/") {
+			io.WriteString(w, `{"id":"r1","worldSize":2,"assignment":[[0]],"attestations":[null]}`)
+			return
+		}
+		io.WriteString(w, "<html>hello</html>")
+	}))
+	defer srv.Close()
+	c := NewClient(srv.URL)
+	defer c.Close()
+	if _, err := c.Fences(ctx); errcode.Of(err) != errcode.Usage || !strings.Contains(err.Error(), "not a gate's answer") {
+		t.Fatalf("fences from a web page: %v, want USAGE", err)
+	}
+	if _, err := c.AdvanceFence(ctx, FenceTombstone, 5); errcode.Of(err) != errcode.Usage {
+		t.Fatalf("write answered by a web page: %v, want USAGE", err)
+	}
+	if _, err := c.Run(ctx, "r1"); errcode.Of(err) != errcode.BadDocument {
+		t.Fatalf("malformed run: %v, want BAD_DOCUMENT", err)
+	}
+}

@@ -3,6 +3,8 @@ package raftgate
 import (
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 
 	"github.com/shardproof/shardproof/manifest"
 )
@@ -329,6 +331,11 @@ func (s *State) Validate() error {
 	for k, p := range s.Permits {
 		if p == nil || p.ID != k {
 			return fmt.Errorf("permit %s: key/id mismatch", k)
+		}
+		// Permits are numbered from NextPermit: one numbered above it
+		// would be overwritten by a later permit.
+		if n, err := strconv.ParseUint(strings.TrimPrefix(k, "p-"), 10, 64); !strings.HasPrefix(k, "p-") || err != nil || n == 0 || n > s.NextPermit {
+			return fmt.Errorf("permit %s: not p-N with 0 < N <= nextPermit %d", k, s.NextPermit)
 		}
 		if s.Releases[p.Root.String()] == nil {
 			return fmt.Errorf("permit %s: unknown root %s", k, p.Root)

@@ -538,7 +538,13 @@ func (r *Result) Validate(lo, hi uint32) error {
 	if len(r.ReleaseLeaves) != n || len(r.SnapshotLeaves) != n {
 		return errcode.New(errcode.ShuffleCorrupt, "reduce result has %d/%d leaf bytes, want %d", len(r.ReleaseLeaves), len(r.SnapshotLeaves), n)
 	}
+	if err := r.Counts.Validate(); err != nil {
+		return errcode.Wrap(errcode.ShuffleCorrupt, err, "reduce result")
+	}
 	for code, ids := range r.Examples {
+		if !manifest.IsExampleClass(code) {
+			return errcode.New(errcode.ShuffleCorrupt, "reduce result has examples for %.40q, not a member-level failure code", code)
+		}
 		if len(ids) > MaxExamples || !slices.IsSorted(ids) {
 			return errcode.New(errcode.ShuffleCorrupt, "reduce result examples for %s are not a sorted list of at most %d", code, MaxExamples)
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -135,6 +136,11 @@ func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
 				split := rec.Column(1).(*array.String)
 				tokens := rec.Column(2).(*array.Int64)
 				for i := 0; i < ids.Len(); i++ {
+					// verify refuses such a shard (DECODE_ERROR): a
+					// release of them could never be VERIFIED.
+					if !utf8.ValidString(ids.Value(i)) || !utf8.ValidString(split.Value(i)) {
+						return errcode.New(errcode.BadInput, "input %s: row %d: sampleId or split is not valid UTF-8", p, in.rows+i)
+					}
 					if len(split.Value(i)) > tuplehash.MaxSplitLen {
 						return errcode.New(errcode.BadInput, "input %s: row %d: split longer than %d bytes", p, in.rows+i, tuplehash.MaxSplitLen)
 					}

@@ -340,7 +340,7 @@ func runErr(run *raftgate.Run) error {
 func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 	w.set(func(s *Status) { s.State, s.Code, s.Reason = StateVerifying, "", "" })
 	for {
-		run, err := w.cfg.Gate.Run(ctx, w.cfg.Run)
+		run, err := w.getRun(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -361,7 +361,7 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 		// A reassignment while we verified changes what we must attest:
 		// attesting the old assignment would fail the whole run with
 		// SHARD_NOT_ASSIGNED, so verify the new one instead.
-		cur, err := w.cfg.Gate.Run(ctx, w.cfg.Run)
+		cur, err := w.getRun(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -381,7 +381,7 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 		if err != nil {
 			if errcode.Of(err) == errcode.RunFailed {
 				// The run failed before this attestation: report why.
-				if cur, rerr := w.cfg.Gate.Run(ctx, w.cfg.Run); rerr == nil && runErr(cur) != nil {
+				if cur, rerr := w.getRun(ctx); rerr == nil && runErr(cur) != nil {
 					w.countRootMismatch(cur)
 					return nil, runErr(cur)
 				}
@@ -597,7 +597,7 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		}
 		// The slice ended without news. The run's own deadline decides
 		// when waiting is over; meanwhile check this rank still belongs.
-		cur, err := w.cfg.Gate.Run(ctx, w.cfg.Run)
+		cur, err := w.getRun(ctx)
 		switch {
 		case err != nil:
 			w.log.Warn("gate read failed while waiting", "code", errcode.Of(err))
@@ -653,7 +653,7 @@ func (w *Worker) checkPermit(ctx context.Context, id string) error {
 // a dropped attestation means attest again, a closed barrier (another rank
 // was reset) means wait again, and the permit decides READY or BLOCKED.
 func (w *Worker) watch(ctx context.Context) (next, error) {
-	run, err := w.cfg.Gate.Run(ctx, w.cfg.Run)
+	run, err := w.getRun(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return stay, nil
@@ -736,4 +736,20 @@ func (w *Worker) recheckEntries(ctx context.Context) error {
 		})
 	}
 	return nil
+}
+
+// getRun reads the worker's run from the gate. The worker indexes its
+// lists by rank, so a run whose assignment or attestations do not have
+// one entry per rank of its world size (not a gate's answer, or a broken
+// gate's) is BAD_DOCUMENT here rather than an index out of range later.
+func (w *Worker) getRun(ctx context.Context) (*raftgate.Run, error) {
+	run, err := w.cfg.Gate.Run(ctx, w.cfg.Run)
+	if err != nil {
+		return nil, err
+	}
+	if run.WorldSize < 0 || len(run.Assignment) != run.WorldSize || len(run.Attestations) != run.WorldSize {
+		return nil, errcode.New(errcode.BadDocument, "gate answer for run %s: world size %d with %d assignments and %d attestations",
+			w.cfg.Run, run.WorldSize, len(run.Assignment), len(run.Attestations))
+	}
+	return run, nil
 }

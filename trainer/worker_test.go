@@ -274,6 +274,9 @@ func TestAliasSwitchScaleOutAndRecoveryReadRunRoot(t *testing.T) {
 	if err := repl.Run(e.ctx, true); err != nil {
 		t.Fatalf("replacement: %v", err)
 	}
+	// before[0] is a sidecar polling every 50 ms: it sees the barrier
+	// open again at its next poll, not at once.
+	waitState(t, before[0], StateReady)
 	for i, w := range []*Worker{before[0], added[0], added[1], repl} {
 		if st := w.Status(); st.Root != e.gen1.Root || st.State != StateReady || len(st.Shards) != 2 {
 			t.Fatalf("worker %d: %+v, want READY on generation 1's root %s", i, st, e.gen1.Root)
@@ -833,5 +836,31 @@ func TestSidecarRefetchesEntryChangedWhileReady(t *testing.T) {
 	waitFor("replaced entry re-hashed", func() bool { return value(m.CacheHits.WithLabelValues(label)) == hits+1 && w.Ready() })
 	if n, r := value(m.CacheCorruptions.WithLabelValues(label)), value(m.ReadBytes.WithLabelValues(label)); n != 1 || r != read {
 		t.Fatalf("after a same-bytes replacement: corruptions %v (want 1), read %v bytes (want %v)", n, r, read)
+	}
+}
+
+// shortAssignment is a gate whose run answers list fewer assignment rows
+// and attestations than the world size, as a foreign or broken answer
+// could.
+type shortAssignment struct{ Gate }
+
+func (g shortAssignment) Run(ctx context.Context, id string) (*raftgate.Run, error) {
+	r, err := g.Gate.Run(ctx, id)
+	if err == nil {
+		r.Assignment, r.Attestations = r.Assignment[:1], r.Attestations[:1]
+	}
+	return r, err
+}
+
+// A malformed run from the gate fails the worker with BAD_DOCUMENT; it
+// used to index the assignment by rank and panic.
+func TestWorkerRefusesMalformedRun(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 2, 20*time.Second)
+	w := e.worker("r1", 1, nil, shortAssignment{e.gate})
+	wantCode(t, w.Run(e.ctx, true), errcode.BadDocument)
+	if st := w.Status(); st.State != StateFailed || st.Code != string(errcode.BadDocument) {
+		t.Fatalf("status %+v", st)
 	}
 }

@@ -1,0 +1,94 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/stage"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// Commit records no task writes are SHUFFLE_CORRUPT when aggregated: a
+// failure code without a counter (was INTERNAL), negative figures (were
+// summed into a VERIFIED report with wrong totals), an example class no
+// report keeps (was BAD_DOCUMENT from the report's encoding).
+func TestForgedCommitRecords(t *testing.T) {
+	commitFuzzSetup(t)
+	j0 := commitFuzzJob
+	maps := len(j0.Plan.MapTasks)
+	mc, rc := commitFuzzBody[0], commitFuzzBody[maps]
+	for _, c := range []struct {
+		name     string
+		w        int
+		old, new string
+	}{
+		{"map: unknown failure code", 0, `"Failures":null`, `"Failures":[{"shard":"x","side":"release","code":"BOGUS","detail":""}]`},
+		{"map: negative StoredBytes", 0, `"StoredBytes":`, `"StoredBytes":-`},
+		{"map: negative Records", 0, `"Records":`, `"Records":-`},
+		{"map: negative Tokens", 0, `"Tokens":`, `"Tokens":-`},
+		{"reduce: unknown example class", maps, `"examples":{}`, `"examples":{"NOT_A_CLASS":["a"]}`},
+		{"reduce: negative count", maps, `"records":`, `"records":-`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := commitFuzzBody[c.w]
+			if c.w == 0 {
+				body = mc
+			} else {
+				body = rc
+			}
+			forged := bytes.Replace(body, []byte(c.old), []byte(c.new), 1)
+			if bytes.Equal(forged, body) {
+				t.Fatalf("%q not in the record %.300s", c.old, body)
+			}
+			j := *j0
+			j.Store = &overlayStore{Store: j0.Store, key: commitFuzzKeys[c.w], body: forged}
+			rep, _, err := j.Aggregate(context.Background(), manifest.Execution{Executor: "test"})
+			if errcode.Of(err) != errcode.ShuffleCorrupt {
+				t.Fatalf("aggregate: %v (report %+v), want SHUFFLE_CORRUPT", err, rep)
+			}
+		})
+	}
+}
+
+// A shard whose sampleIds are not UTF-8 (a Parquet utf8 column nothing
+// checked) fails with DECODE_ERROR and the release is INVALID with a
+// report that decodes; two such IDs in one reducer's range made verify
+// fail with SHUFFLE_CORRUPT and no verdict.
+func TestNonUTF8SampleIDs(t *testing.T) {
+	s, res := synth(t)
+	res = stagetest.RewriteShard(t, s, res, 1, func(rows []stage.Row) []stage.Row {
+		rows[0].SampleID = "x\U0001F600"
+		rows[1].SampleID = "x\xff"
+		rows[2].SampleID = "x\xfe"
+		return rows
+	})
+	out, err := Verify(context.Background(), s, Options{PlanOptions: PlanOptions{Root: res.Root, Tool: "test", Reducers: 1}})
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	r := out.Report
+	if r.Verdict != manifest.Invalid || r.Counts.DecodeErrors != 1 {
+		t.Fatalf("verdict %s with %d decode errors, want INVALID with 1", r.Verdict, r.Counts.DecodeErrors)
+	}
+	found := false
+	for _, f := range r.Failures {
+		if f.Code == string(errcode.DecodeError) && strings.Contains(f.Detail, "sampleId is not valid UTF-8") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no DECODE_ERROR naming the sampleId column in %+v", r.Failures)
+	}
+	b, _, err := objstore.ReadBlob(context.Background(), s, out.ReportDigest, manifest.MaxDocumentSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := manifest.DecodeReport(b); err != nil {
+		t.Errorf("the stored report does not decode: %v", err)
+	}
+}
