@@ -529,3 +529,32 @@ func TestVerifyScratchS3(t *testing.T) {
 		})
 	}
 }
+
+// TestResumeWithAnEngine: a verification an engine could not finish (here
+// a map task's leftover output that its rerun cannot match, NONDETERMINISM)
+// prints the plan and the command that finishes it; once the cause is
+// gone, `verify --executor process --resume PLAN` runs what did not
+// commit and reports what the local executor does.
+func TestResumeWithAnEngine(t *testing.T) {
+	r := newRelease(t)
+	want := r.localReport(t)
+	j := planJob(t, r, 3, 2)
+	stray := "jobs/" + j.PlanDigest.Hex() + "/map/1/r0.arrow"
+	if _, err := r.store.Put(t.Context(), stray, strings.NewReader("stray"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"verify", "--executor", "process", "--store", r.dir, "--resume", j.PlanDigest.String(), "--task-binary", os.Args[0], "--json"}
+	res := runCLI(t, cliEnv(), args...)
+	hint := "--executor process --store '" + r.dir + "' --resume " + j.PlanDigest.String()
+	if res.status != errcode.ExitInvalid || !strings.Contains(res.stderr, "NONDETERMINISM") || !strings.Contains(res.stderr, hint) {
+		t.Fatalf("exit %d; want 1 with NONDETERMINISM and the resume command %q:\n%s", res.status, hint, res.stderr)
+	}
+	if err := r.store.(objstore.Deleter).DeletePrefix(t.Context(), "jobs/"+j.PlanDigest.Hex()+"/map/1/"); err != nil {
+		t.Fatal(err)
+	}
+	got := cliReport(t, runCLI(t, cliEnv(), args...))
+	sameReport(t, "resumed with the process executor", want, got)
+	if got.Execution.Plan != j.PlanDigest || got.Execution.Executor != "process" {
+		t.Errorf("execution %+v, want plan %s on the process executor", got.Execution, j.PlanDigest)
+	}
+}

@@ -52,12 +52,7 @@ document that is not what it is given as (BAD_DOCUMENT, no report),
 				return err
 			}
 			if engine.executor != "local" {
-				if resume != "" {
-					// The engines rerun a plan's uncommitted tasks
-					// themselves (Slurm requeue, Kubernetes backoff).
-					return errcode.New(errcode.Usage, "verify: --resume works with --executor local; %s reruns failed tasks itself", engine.executor)
-				}
-				return engine.run(cmd)
+				return engine.run(cmd, resume)
 			}
 			if resume != "" {
 				return resumeVerify(cmd, store, scratch, resume, parallelism, asJSON, root != "" || snapshot != "" || tombstones != "" || benchmark != "")
@@ -130,7 +125,7 @@ document that is not what it is given as (BAD_DOCUMENT, no report),
 	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store, or in --scratch) after the report is stored; by default they are deleted")
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the job's shuffle files and task commit records (jobs/<plan>/), created if missing; plans, reports and inputs stay in --store (default: --store). A local directory keeps an S3 release's shuffle off the network")
 	f.String("metrics-file", "", "also write the verification's figures (verified shard ratio, failures by class, throughput, decompression ratio; labelled by root digest) to this file in Prometheus text format, for node_exporter's textfile collector")
-	f.StringVar(&resume, "resume", "", "finish an interrupted local verification: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
+	f.StringVar(&resume, "resume", "", "finish an interrupted verification with any executor: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
 	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"runtime"
@@ -89,9 +90,35 @@ func (x *executorFlags) checkApplies(cmd *cobra.Command) error {
 
 // run is verify with an external engine: plan, run the tasks there,
 // aggregate here, print like the local executor.
-func (x *executorFlags) run(cmd *cobra.Command) error {
-	opts, storeURL, asJSON, err := verifyOptionsFromFlags(cmd)
-	if err != nil {
+//
+// With resume (a plan digest) it plans nothing: the engine runs the plan's
+// tasks that have not committed (those that have return at once), as
+// after a verify that was killed, an engine that ran out of attempts, or
+// a cluster that lost track of its jobs.
+func (x *executorFlags) run(cmd *cobra.Command, resume string) error {
+	var (
+		opts     coordinator.Options
+		storeURL string
+		asJSON   bool
+		err      error
+		pd       manifest.Digest
+	)
+	if resume != "" {
+		f := cmd.Flags()
+		for _, name := range []string{"root", "snapshot", "tombstones", "benchmark"} {
+			if f.Changed(name) {
+				return errcode.New(errcode.Usage, "verify: --resume takes the root, snapshot and fences from the plan; do not give --%s", name)
+			}
+		}
+		if pd, err = manifest.ParseDigest(resume); err != nil {
+			return errcode.Wrap(errcode.Usage, err, "verify: --resume")
+		}
+		storeURL, _ = f.GetString("store")
+		asJSON, _ = f.GetBool("json")
+		if opts.Parallelism, _ = f.GetInt("parallelism"); opts.Parallelism <= 0 {
+			opts.Parallelism = runtime.NumCPU()
+		}
+	} else if opts, storeURL, asJSON, err = verifyOptionsFromFlags(cmd); err != nil {
 		return err
 	}
 	taskStore := x.taskStore
@@ -120,6 +147,9 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 			}
 			x.k8s.Env[k] = v
 		}
+		if !x.submit && resume != "" {
+			return errcode.New(errcode.Usage, "verify: --resume with --executor kubernetes needs --submit (it runs the plan's Jobs)")
+		}
 		if !x.submit {
 			// Only planned here: no report to print or measure.
 			for _, name := range []string{"json", "metrics-file"} {
@@ -137,11 +167,22 @@ func (x *executorFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	if resume == "" {
+		if _, pd, err = coordinator.NewPlan(cmd.Context(), s, opts.PlanOptions); err != nil {
+			return err
+		}
+		slog.Info("verification planned; if it stops, verify --resume with this plan finishes it", "plan", pd.String(), "executor", x.executor)
+	}
 	prog := newVerifyProgress(cmd.ErrOrStderr())
-	opts.Progress = prog.update
-	out, err := coordinator.VerifyWith(cmd.Context(), s, taskStore, opts, engine)
+	out, err := coordinator.RunWithProgress(cmd.Context(), s, coordinator.PlanRef{Store: taskStore, Plan: pd, Scratch: opts.TaskScratch}, engine, prog.update)
 	prog.finish()
 	if err != nil {
+		scratchArg, jobs := "", storeURL
+		if scratch != "" {
+			scratchArg, jobs = " --scratch "+shellQuote(scratch), scratch
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "shardproof: verify: plan %s stopped; its committed tasks are kept: `shardproof verify --executor %s --store %s%s --resume %s` (with this executor's flags, or --executor local) finishes it, `shardproof store prune-jobs --store %s` deletes what is left once it is old\n",
+			pd, x.executor, shellQuote(storeURL), scratchArg, pd, shellQuote(jobs))
 		return err
 	}
 	return finishVerify(cmd, s, out, asJSON)

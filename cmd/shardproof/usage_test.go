@@ -23,11 +23,11 @@ func TestUnknownCommandIsUsage(t *testing.T) {
 	}
 }
 
-// --resume finishes a local job; the engines rerun tasks themselves.
-func TestResumeIsLocalOnly(t *testing.T) {
-	r := runCLI(t, cliEnv(), "verify", "--executor", "process", "--store", t.TempDir(),
+// --resume takes its inputs from the plan, with every executor.
+func TestResumeTakesNoInputs(t *testing.T) {
+	r := runCLI(t, cliEnv(), "verify", "--executor", "process", "--store", t.TempDir(), "--root", "sha256:"+strings.Repeat("0", 64),
 		"--resume", "sha256:0000000000000000000000000000000000000000000000000000000000000000")
-	if r.status != 2 || !strings.Contains(r.stderr, "USAGE: verify: --resume works with --executor local") {
+	if r.status != 2 || !strings.Contains(r.stderr, "USAGE: verify: --resume takes the root") {
 		t.Fatalf("exit %d, stderr %q", r.status, r.stderr)
 	}
 }
