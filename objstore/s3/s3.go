@@ -483,7 +483,8 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 // them by version id, so the bucket keeps nothing of them. Every listing
 // starts from the beginning of what is left: a marker naming a version
 // just deleted is not a position every server can resume from (versitygw
-// skipped versions after one).
+// skipped versions after one). Multipart uploads left open under prefix
+// are aborted too.
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 	if err := objstore.ValidateDeletePrefix(prefix); err != nil {
 		return err
@@ -506,7 +507,7 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 			ids = append(ids, types.ObjectIdentifier{Key: m.Key, VersionId: m.VersionId})
 		}
 		if len(ids) == 0 {
-			return nil
+			return s.abortUploads(ctx, prefix)
 		}
 		if first := ids[0]; aws.ToString(first.Key) == aws.ToString(last.Key) && aws.ToString(first.VersionId) == aws.ToString(last.VersionId) {
 			// Deleted, yet listed again: stop rather than loop.
@@ -627,4 +628,25 @@ func sleep(ctx context.Context, attempt int) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// abortUploads aborts the multipart uploads left open under prefix: a
+// writer killed mid-upload (a map task's large shuffle file) leaves its
+// parts stored, and billed, until aborted; nothing lists them as objects.
+func (s *Store) abortUploads(ctx context.Context, prefix string) error {
+	p := awss3.NewListMultipartUploadsPaginator(s.client, &awss3.ListMultipartUploadsInput{Bucket: aws.String(s.bucket), Prefix: aws.String(s.base + prefix)})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return s.mapErr(ctx, err, "list uploads", prefix, "")
+		}
+		for _, u := range out.Uploads {
+			_, err := s.client.AbortMultipartUpload(ctx, &awss3.AbortMultipartUploadInput{Bucket: aws.String(s.bucket), Key: u.Key, UploadId: u.UploadId})
+			var nsu *types.NoSuchUpload
+			if err != nil && !errors.As(err, &nsu) {
+				return s.mapErr(ctx, err, "abort upload", strings.TrimPrefix(aws.ToString(u.Key), s.base), "")
+			}
+		}
+	}
+	return nil
 }

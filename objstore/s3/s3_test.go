@@ -357,3 +357,42 @@ func TestDeletePrefixPages(t *testing.T) {
 	}
 	rc.Close()
 }
+
+// DeletePrefix aborts the multipart uploads a killed writer left open
+// under the prefix (their parts are stored and billed, and listed as no
+// object), and only those.
+func TestDeletePrefixAbortsOpenUploads(t *testing.T) {
+	u := s3test.Start(t)
+	st := open(t, u)
+	ctx := t.Context()
+	c := st.(*s3.Store).Client()
+	pu, _ := url.Parse(u)
+	bucket := pu.Host
+	for _, key := range []string{"jobs/p1/map/0/r0.arrow", "jobs/p2/map/0/r0.arrow"} {
+		up, err := c.CreateMultipartUpload(ctx, &awss3.CreateMultipartUploadInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.UploadPart(ctx, &awss3.UploadPartInput{Bucket: aws.String(bucket), Key: aws.String(key), UploadId: up.UploadId,
+			PartNumber: aws.Int32(1), Body: bytes.NewReader(bytes.Repeat([]byte{3}, 5<<20))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Put(ctx, "jobs/p1/map/0/commit.json", strings.NewReader("{}"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.(objstore.Deleter).DeletePrefix(ctx, "jobs/p1/"); err != nil {
+		t.Fatal(err)
+	}
+	ups, err := c.ListMultipartUploads(ctx, &awss3.ListMultipartUploadsInput{Bucket: aws.String(bucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, up := range ups.Uploads {
+		left = append(left, aws.ToString(up.Key))
+	}
+	if len(left) != 1 || left[0] != "jobs/p2/map/0/r0.arrow" {
+		t.Fatalf("open uploads after DeletePrefix(jobs/p1/): %v, want only jobs/p2's", left)
+	}
+}
