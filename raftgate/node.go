@@ -302,7 +302,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		n.log.Info("bootstrapped single-node gate", "raftAddr", n.trans.LocalAddr())
 	}
 
-	n.srv = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
+	// A client that sends a body slowly holds its memory (up to
+	// MaxCommandSize) until ReadTimeout; responses have no timeout, since
+	// /v1/runs/{id}/wait long-polls.
+	n.srv = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()

@@ -126,6 +126,7 @@ var gateServeFlags struct {
 	raftAdvertise, httpAdvertise       string
 	bootstrap                          bool
 	autoPrune                          time.Duration
+	heartbeat, election, lease         time.Duration
 }
 
 var gateServeCmd = &cobra.Command{
@@ -159,12 +160,18 @@ snapshots in DIR/snapshots.`,
 		if f.autoPrune < 0 {
 			return errcode.New(errcode.Usage, "%s: --auto-prune %s is negative", cmd.CommandPath(), f.autoPrune)
 		}
+		// hashicorp/raft's own rules (ValidateConfig), said before it starts.
+		if min(f.heartbeat, f.election, f.lease) < 5*time.Millisecond || f.election < f.heartbeat || f.lease > f.heartbeat {
+			return errcode.New(errcode.Usage, "%s: --raft-heartbeat %s, --raft-election %s, --raft-lease %s: each at least 5ms, election at least heartbeat, lease at most heartbeat",
+				cmd.CommandPath(), f.heartbeat, f.election, f.lease)
+		}
 		logger := newLogger(cmd.ErrOrStderr(), logSettings.level)
 		n := raftgate.NewNode(raftgate.Config{
 			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join, Bootstrap: f.bootstrap,
 			RaftAdvertise: f.raftAdvertise, HTTPAdvertise: f.httpAdvertise,
 			Logger: logger, RaftLog: cmd.ErrOrStderr(), RaftLogJSON: logSettings.json,
 			PruneOlderThan: f.autoPrune,
+			Timing:         raftgate.Timing{Heartbeat: f.heartbeat, Election: f.election, LeaderLease: f.lease},
 			WrapStream:     gateWrapStream,
 		})
 		if err := n.Start(cmd.Context()); err != nil {
@@ -668,6 +675,9 @@ func init() {
 	f.StringVar(&gateServeFlags.join, "join", "", "HTTP address of a running member to join (first start only)")
 	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "found a new single-node cluster of this node: the first start of a gate's first node only")
 	f.DurationVar(&gateServeFlags.autoPrune, "auto-prune", 0, "while leader, run 'gate prune --older-than' with this age every hour (0: never)")
+	f.DurationVar(&gateServeFlags.heartbeat, "raft-heartbeat", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before it starts an election (every member should use the same values)")
+	f.DurationVar(&gateServeFlags.election, "raft-election", time.Second, "Raft election timeout, at least --raft-heartbeat")
+	f.DurationVar(&gateServeFlags.lease, "raft-lease", 500*time.Millisecond, "Raft leader lease: how long a leader keeps leading without hearing from a quorum, at most --raft-heartbeat (raise all three on slow disks or loaded hosts, where leaders step down on 'failed to contact quorum')")
 
 	f = gateRegisterCmd.Flags()
 	f.StringVar(&gateRegisterFlags.store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")

@@ -556,3 +556,24 @@ func TestGateServeTakesNoClientFlags(t *testing.T) {
 
 // readyClient polls /readyz with a short timeout.
 var readyClient = &http.Client{Timeout: 2 * time.Second}
+
+// Raft timeouts hashicorp/raft would refuse are USAGE before the node
+// creates anything; valid ones start a node.
+func TestGateServeRaftTimings(t *testing.T) {
+	for _, bad := range [][]string{
+		{"--raft-lease", "2s"},
+		{"--raft-heartbeat", "2s", "--raft-election", "1s"},
+		{"--raft-heartbeat", "1ms"},
+	} {
+		dir := filepath.Join(t.TempDir(), "gate")
+		res := runCLI(t, cliEnv(), append([]string{"gate", "serve", "--bootstrap", "--data", dir, "--http-addr", freeAddr(t), "--raft-addr", freeAddr(t)}, bad...)...)
+		if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "--raft-lease") {
+			t.Errorf("%v: exit %d: %s", bad, res.status, res.stderr)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%v: data directory created (%v)", bad, err)
+		}
+	}
+	gate, _ := startGateServe(t, t.TempDir(), "--bootstrap", "--raft-heartbeat", "300ms", "--raft-election", "300ms", "--raft-lease", "150ms")
+	runGateCLI(t, "gate", "fence", "tombstone", "3", "--gate", gate).expect(t, 0, "")
+}
