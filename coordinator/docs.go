@@ -117,7 +117,7 @@ func putExactWith(ctx context.Context, s objstore.Store, key string, data []byte
 	}
 	defer rc.Close()
 	if _, err := io.Copy(io.Discard, check(rc)); err != nil {
-		return "", errcode.Wrap(errcode.Nondeterminism, err, "%s: existing version %s (size %d) differs from this run's output (size %d, %s)",
+		return "", errcode.Wrap(errcode.Nondeterminism, err, "%s: existing version %s (size %d) differs from this run's output (size %d, %s); no rerun of this task can commit while it is there (another binary ran the task, or the file was altered): verify again, which plans anew, or remove the job's files and resume",
 			key, info.Version, info.Size, len(data), sum)
 	}
 	return info.Version, nil

@@ -40,9 +40,10 @@ func init() {
 snapshot to tuples, diffs them bucket by bucket, recomputes both tuple roots,
 and stores a content-addressed report bound to the root digest.
 
-Exit status: 0 VERIFIED, 1 INVALID (a report is stored) or an input
-document that is not what it is given as (BAD_DOCUMENT, no report),
-2 usage, 3 operational error.`,
+Exit status: 0 VERIFIED, 1 INVALID (a report is stored), an input
+document that is not what it is given as (BAD_DOCUMENT, no report) or a
+task whose output differs from its committed one (NONDETERMINISM, no
+report), 2 usage, 3 operational error.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := engine.checkApplies(cmd); err != nil {
