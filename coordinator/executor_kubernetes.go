@@ -5,12 +5,14 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -273,7 +275,10 @@ func (k *Kubernetes) waitJob(ctx context.Context, name string) error {
 			case "Complete":
 				return nil
 			case "Failed":
-				return errcode.New(errcode.IO, "kubernetes job %s failed (%s); see kubectl describe job %s", name, reason, name)
+				if te := k.failedTask(ctx, name, reason); te != nil {
+					return te
+				}
+				return errcode.New(errcode.IO, "kubernetes job %s failed (%s); see kubectl%s describe job %s", name, reason, k.nsArg(), name)
 			}
 		}
 		select {
@@ -282,6 +287,47 @@ func (k *Kubernetes) waitJob(ctx context.Context, name string) error {
 		case <-time.After(poll):
 		}
 	}
+}
+
+// nsArg is the namespace flag of a kubectl command shown to the user.
+func (k *Kubernetes) nsArg() string {
+	if k.Namespace == "" {
+		return ""
+	}
+	return " -n " + k.Namespace
+}
+
+// failedTask finds a pod of the failed Job whose task exited non-zero and
+// returns it as a TaskError with that task's own code, read from the tail
+// of its log, as the process and Slurm executors report a failed task (a
+// deterministic failure such as NONDETERMINISM or BAD_DOCUMENT then keeps
+// its exit status 1). It returns nil when the cluster does not tell.
+func (k *Kubernetes) failedTask(ctx context.Context, job, reason string) *TaskError {
+	kind := KindMap
+	if strings.HasSuffix(job, "-"+string(KindReduce)) {
+		kind = KindReduce
+	}
+	out, err := k.kubectl(ctx, "get", "pods", "-l", "batch.kubernetes.io/job-name="+job, "-o",
+		`jsonpath={range .items[*]}{.metadata.name}{" "}{.metadata.annotations.batch\.kubernetes\.io/job-completion-index}{" "}{.status.containerStatuses[0].state.terminated.exitCode}{"\n"}{end}`)
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		index, err1 := strconv.Atoi(f[1])
+		status, err2 := strconv.Atoi(f[2])
+		if err1 != nil || err2 != nil || status == 0 {
+			continue
+		}
+		logs, _ := k.kubectl(ctx, "logs", f[0], "-c", "task", "--tail=40")
+		te := newTaskError(kind, index, status, []byte(logs))
+		te.Log = fmt.Sprintf("kubernetes job %s failed (%s), pod %s: %s", job, reason, f[0], strings.TrimSpace(te.Log))
+		return te
+	}
+	return nil
 }
 
 func (k *Kubernetes) kubectl(ctx context.Context, args ...string) (string, error) {

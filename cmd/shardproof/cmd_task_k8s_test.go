@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -353,19 +355,38 @@ func kubectlMain(state string) {
 	switch {
 	case len(args) == 3 && args[0] == "apply" && args[1] == "-f":
 		j := loadJob(exitT{}, args[2])
+		// Each index's last pod: its exit code and log, for "get pods"
+		// and "logs".
+		var pods []string
 		_, failed := j.run(func(env, command []string) int {
 			cmd := exec.Command(os.Args[0], command[1:]...)
 			cmd.Env = append(append(os.Environ(), asCLI+"=1", asKubectl+"="), env...)
-			cmd.Stderr = os.Stderr
+			var log bytes.Buffer
+			cmd.Stderr = io.MultiWriter(os.Stderr, &log)
+			code := 0
 			if err := cmd.Run(); err != nil {
+				code = -1
 				var ee *exec.ExitError
 				if errors.As(err, &ee) {
-					return ee.ExitCode()
+					code = ee.ExitCode()
 				}
-				return -1
 			}
-			return 0
+			index := ""
+			for _, kv := range env {
+				if v, ok := strings.CutPrefix(kv, "JOB_COMPLETION_INDEX="); ok {
+					index = v
+				}
+			}
+			pod := j.name + "-" + index
+			pods = append(pods, fmt.Sprintf("%s %s %d", pod, index, code))
+			if err := os.WriteFile(filepath.Join(state, "log-"+pod), log.Bytes(), 0o644); err != nil {
+				exitT{}.Fatalf("%v", err)
+			}
+			return code
 		})
+		if err := os.WriteFile(filepath.Join(state, "pods-"+j.name), []byte(strings.Join(pods, "\n")+"\n"), 0o644); err != nil {
+			exitT{}.Fatalf("%v", err)
+		}
 		cond := "Complete "
 		if len(failed) > j.maxFails {
 			cond = "Failed FailedIndexes"
@@ -374,6 +395,18 @@ func kubectlMain(state string) {
 			exitT{}.Fatalf("%v", err)
 		}
 		fmt.Printf("job.batch/%s created\n", j.name)
+	case len(args) >= 3 && args[0] == "get" && args[1] == "pods" && args[2] == "-l":
+		b, err := os.ReadFile(filepath.Join(state, "pods-"+strings.TrimPrefix(args[3], "batch.kubernetes.io/job-name=")))
+		if err != nil {
+			exitT{}.Fatalf("no pods: %v", err)
+		}
+		fmt.Print(string(b))
+	case len(args) >= 2 && args[0] == "logs":
+		b, err := os.ReadFile(filepath.Join(state, "log-"+args[1]))
+		if err != nil {
+			exitT{}.Fatalf("pod %s not found", args[1])
+		}
+		fmt.Print(string(b))
 	case len(args) >= 3 && args[0] == "get" && args[1] == "job":
 		b, err := os.ReadFile(filepath.Join(state, args[2]))
 		if err != nil {
@@ -413,8 +446,12 @@ func TestKubernetesSubmit(t *testing.T) {
 	t.Setenv(asKubectl, t.TempDir())
 	eng := &coordinator.Kubernetes{Image: "registry.example/shardproof:test", Kubectl: os.Args[0], Poll: 100 * time.Millisecond}
 	_, err := coordinator.RunWith(t.Context(), r2.store, r2.dir, j.PlanDigest, eng)
-	if errcode.Of(err) != errcode.IO || !strings.Contains(fmt.Sprint(err), "FailedIndexes") {
-		t.Fatalf("failed map index: %v; want the map Job's FailedIndexes condition", err)
+	// The failed pod's own code and exit status, as the other executors
+	// report a task (it was IO, exit 3, for every failed Job).
+	var te *coordinator.TaskError
+	if !errors.As(err, &te) || te.Kind != coordinator.KindMap || te.Index != 1 || te.Status != errcode.ExitInvalid ||
+		errcode.Of(err) != errcode.Nondeterminism || !strings.Contains(fmt.Sprint(err), "FailedIndexes") {
+		t.Fatalf("failed map index: %v; want map task 1's NONDETERMINISM (exit 1) from its pod, with the Job's FailedIndexes condition", err)
 	}
 }
 
