@@ -82,7 +82,9 @@ func RunWithProgress(ctx context.Context, s objstore.Store, ref PlanRef, e Engin
 		}()
 		stop = func() { close(finished); <-watched }
 	}
+	release := j.keepAlive(ctx)
 	err = e.Run(ctx, ref, len(j.Plan.MapTasks), len(j.Plan.Reducers))
+	release()
 	stop()
 	if err != nil {
 		return nil, err
@@ -96,6 +98,46 @@ func RunWithProgress(ctx context.Context, s objstore.Store, ref PlanRef, e Engin
 		return nil, err
 	}
 	return &Outcome{Plan: pd, Report: rep, ReportDigest: d}, nil
+}
+
+// LeaseInterval is how often a verification that waits for an engine
+// writes a new version of its job's lease (jobs/<plan>/lease).
+var LeaseInterval = 10 * time.Minute
+
+// LeaseKey is the key, under a job's prefix, of its lease.
+const LeaseKey = "lease"
+
+// keepAlive writes a new version of the job's lease now and every
+// LeaseInterval until the returned function is called. `store prune-jobs`
+// keeps a job whose newest object is younger than its cutoff: without the
+// lease, a reduce array that waited in a queue for longer than the cutoff
+// after the map phase lost the map outputs it was about to read.
+func (j *Job) keepAlive(ctx context.Context) (release func()) {
+	key := j.prefix() + LeaseKey
+	touch := func() {
+		body := time.Now().UTC().Format(time.RFC3339Nano)
+		if _, err := j.Store.Put(ctx, key, strings.NewReader(body), objstore.PutOptions{Size: int64(len(body))}); err != nil && ctx.Err() == nil {
+			j.log().Warn("job lease not written; store prune-jobs may take this running job for abandoned", "key", key, "code", string(errcode.Of(err)), "err", err)
+		}
+	}
+	touch()
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(LeaseInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				touch()
+			}
+		}
+	}()
+	return func() { close(done); <-stopped }
 }
 
 // watchMaps polls the task commit records every ProgressInterval until

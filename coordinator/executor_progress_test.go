@@ -96,3 +96,34 @@ func TestEngineProgress(t *testing.T) {
 		t.Fatalf("report %s by %s", out.Report.Verdict, out.Report.Execution.Executor)
 	}
 }
+
+// While an engine runs the tasks, the job's lease gets a new version every
+// LeaseInterval, so `store prune-jobs` (newest object younger than its
+// cutoff) leaves a job alone whose reduce array sits in a queue long after
+// its map phase wrote anything.
+func TestEngineLease(t *testing.T) {
+	s, res := synth(t)
+	defer func(d time.Duration) { LeaseInterval = d }(LeaseInterval)
+	LeaseInterval = 30 * time.Millisecond
+	_, pd, err := NewPlan(t.Context(), s, PlanOptions{Root: res.Root, Tool: "shardproof test", MapTasks: 2, Reducers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := RunWithProgress(t.Context(), s, PlanRef{Store: "unused", Plan: pd}, &inProcess{s: s, pause: 150 * time.Millisecond}, nil)
+	if err != nil || out.Report.Verdict != manifest.Verified {
+		t.Fatalf("run: %v", err)
+	}
+	key := jobPrefix(pd) + LeaseKey
+	vs, err := s.(objstore.VersionLister).Versions(t.Context(), key, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 300 ms of map tasks at one version per 30 ms, on a loaded machine.
+	if len(vs) < 3 {
+		t.Fatalf("%d versions of %s after 300 ms, want one per %s", len(vs), key, LeaseInterval)
+	}
+	jobs, err := ListJobs(t.Context(), s)
+	if err != nil || len(jobs) != 1 || jobs[0].Plan != pd {
+		t.Fatalf("jobs %+v, %v", jobs, err)
+	}
+}

@@ -151,8 +151,13 @@ var storePruneJobsCmd = &cobra.Command{
 report is stored. A verification that was interrupted and never resumed
 (verify --resume PLAN), or one run with --keep-job, leaves them behind.
 prune-jobs deletes every job whose newest object is older than
---older-than (default 24h, so a verification still running is left
-alone), reduce commit records first. Each job is printed with its object
+--older-than (default 24h), reduce commit records first. A verification
+still running is left alone: its tasks write as they go, and a verify
+waiting for an engine (process, Slurm, Kubernetes --submit) writes a new
+version of jobs/<plan>/lease every 10 minutes, so a reduce array held in
+a queue after the map phase keeps its inputs. Jobs run by hand (task
+commands, or --emit alone) have no lease: give them a cutoff longer than
+their longest gap between phases. Each job is printed with its object
 count and bytes; --dry-run only prints.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, _ []string) error {
