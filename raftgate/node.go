@@ -86,7 +86,15 @@ type Config struct {
 	// first start only and never stays in a restart command. A node with
 	// state and a single-member configuration ignores it.
 	Bootstrap bool
-	Timing    Timing
+	// Recover makes a node with state the only member of its cluster,
+	// keeping every command it has: the way out when a majority of the
+	// members is lost for good, which leaves the rest unable to elect a
+	// leader or answer a read. It commits entries that were only in this
+	// node's log, and a member that comes back must not be restarted on
+	// its old directory (it would form a rival majority): wipe it and
+	// rejoin with Join. Used once, then dropped from the restart command.
+	Recover bool
+	Timing  Timing
 	// ApplyTimeout bounds how long a write waits to be enqueued and for a
 	// linearizable read's barrier; zero means 10 s.
 	ApplyTimeout time.Duration
@@ -188,6 +196,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.cfg.Join == "" && !n.cfg.Bootstrap {
 		// Refused before anything is created in the directory.
 		if _, err := os.Stat(filepath.Join(n.cfg.DataDir, "raft.db")); errors.Is(err, fs.ErrNotExist) {
+			if n.cfg.Recover {
+				return errcode.New(errcode.Usage, "%s holds no gate state to recover", n.cfg.DataDir)
+			}
 			return n.noStateError()
 		}
 	}
@@ -253,6 +264,20 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "inspect raft state")
 	}
+	if n.cfg.Recover {
+		if !existing {
+			return errcode.New(errcode.Usage, "%s holds no gate state to recover", n.cfg.DataDir)
+		}
+		// Replays this node's log into a snapshot and rewrites the
+		// configuration to this node alone (hashicorp/raft's manual
+		// recovery, as peers.json does).
+		if err := raft.RecoverCluster(rc, n.fsm, n.store, n.store, snaps, n.trans, raft.Configuration{Servers: []raft.Server{{
+			Suffrage: raft.Voter, ID: rc.LocalID, Address: n.trans.LocalAddr(),
+		}}}); err != nil {
+			return errcode.Wrap(errcode.Internal, err, "recover %s", n.cfg.DataDir)
+		}
+		n.log.Warn("recovered as a single-node cluster from this node's own state; other members must rejoin with wiped directories and --join", "id", n.cfg.ID)
+	}
 	n.raft, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, err, "start raft")
@@ -278,6 +303,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			}
 		}
 		switch {
+		case n.cfg.Recover:
 		case member && n.cfg.Bootstrap && len(ids) > 1:
 			return errcode.New(errcode.Usage, "%s holds the state of member %q of a %d-member gate cluster (%s): --bootstrap founds a new cluster and belongs to the first start of its first node only; restart without it (and if this directory is ever wiped, rejoin with --join, never --bootstrap)",
 				n.cfg.DataDir, n.cfg.ID, len(ids), strings.Join(ids, ", "))

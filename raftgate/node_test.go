@@ -873,3 +873,69 @@ func TestClientRefusesNonGateAnswers(t *testing.T) {
 		t.Fatalf("malformed run: %v, want BAD_DOCUMENT", err)
 	}
 }
+
+// A cluster that lost a majority for good: the survivor cannot elect a
+// leader; restarted with Recover it is a single-node cluster holding every
+// command it had, and takes writes and new members.
+func TestRecoverAfterLosingTheMajority(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
+	ctx := ctxT(t, 60*time.Second)
+	c := MakeCluster(t, 3)
+	cl := c.Client()
+	registerVerified(t, ctx, cl, "kept", 2, 0, 0)
+	leader := c.Leader(5 * time.Second)
+	var survivor int
+	for i, n := range c.Nodes {
+		if n != leader {
+			survivor = i
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for stateBytes(t, c.Nodes[survivor]) == nil || !bytes.Equal(stateBytes(t, c.Nodes[survivor]), stateBytes(t, leader)) {
+		if time.Now().After(deadline) {
+			t.Fatal("the survivor did not catch up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	want := stateBytes(t, leader)
+	for i := range c.Nodes {
+		if i != survivor {
+			c.Stop(i)
+		}
+	}
+	cfg := c.Configs[survivor]
+	c.Stop(survivor)
+	// A plain restart waits for a quorum that never comes.
+	plain := NewNode(cfg)
+	if err := plain.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if plain.IsLeader() {
+		t.Fatal("one member of three became leader alone")
+	}
+	if err := plain.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Recover = true
+	n := StartTestNode(t, cfg)
+	deadline = time.Now().Add(10 * time.Second)
+	for !n.IsLeader() {
+		if time.Now().After(deadline) {
+			t.Fatal("the recovered node did not become leader")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := stateBytes(t, n); !bytes.Equal(got, want) {
+		t.Fatalf("state after recovery differs:\n%s\n%s", want, got)
+	}
+	rc := NewClient(n.URL())
+	defer rc.Close()
+	registerVerified(t, ctx, rc, "after", 2, 0, 0)
+	st, err := rc.Status(ctx)
+	if err != nil || len(st.Voters) != 1 {
+		t.Fatalf("configuration after recovery: %+v %v", st, err)
+	}
+}

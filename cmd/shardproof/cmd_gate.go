@@ -124,7 +124,7 @@ var gateWrapStream func(raft.StreamLayer) raft.StreamLayer
 var gateServeFlags struct {
 	data, id, raftAddr, httpAddr, join string
 	raftAdvertise, httpAdvertise       string
-	bootstrap                          bool
+	bootstrap, recover                 bool
 	autoPrune                          time.Duration
 	heartbeat, election, lease         time.Duration
 }
@@ -146,16 +146,22 @@ whose directory was wiped, which must rejoin with --join, since founding a
 second cluster under the same addresses would answer from an empty state
 and acknowledge writes its cluster never sees. --bootstrap on a DIR whose
 stored configuration has other members is refused too, so it never stays
-in a restart command. The Raft log and stable store live in DIR/raft.db,
-snapshots in DIR/snapshots.`,
+in a restart command.
+
+When a majority of the members is lost for good, the rest cannot elect a
+leader or answer a read. --recover, once, on the member with the most
+recent state makes it the only member of its cluster with every command it
+has; wipe every other member's DIR and rejoin it with --join (restarted on
+its old DIR it would form a rival majority). The Raft log and stable store
+live in DIR/raft.db, snapshots in DIR/snapshots.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := gateServeFlags
 		if f.data == "" {
 			return errcode.New(errcode.Usage, "%s: --data DIR is required", cmd.CommandPath())
 		}
-		if f.bootstrap && f.join != "" {
-			return errcode.New(errcode.Usage, "%s: --bootstrap and --join exclude each other", cmd.CommandPath())
+		if f.bootstrap && f.join != "" || f.recover && (f.bootstrap || f.join != "") {
+			return errcode.New(errcode.Usage, "%s: --bootstrap, --join and --recover exclude each other", cmd.CommandPath())
 		}
 		if f.autoPrune < 0 {
 			return errcode.New(errcode.Usage, "%s: --auto-prune %s is negative", cmd.CommandPath(), f.autoPrune)
@@ -167,7 +173,7 @@ snapshots in DIR/snapshots.`,
 		}
 		logger := newLogger(cmd.ErrOrStderr(), logSettings.level)
 		n := raftgate.NewNode(raftgate.Config{
-			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join, Bootstrap: f.bootstrap,
+			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join, Bootstrap: f.bootstrap, Recover: f.recover,
 			RaftAdvertise: f.raftAdvertise, HTTPAdvertise: f.httpAdvertise,
 			Logger: logger, RaftLog: cmd.ErrOrStderr(), RaftLogJSON: logSettings.json,
 			PruneOlderThan: f.autoPrune,
@@ -675,6 +681,7 @@ func init() {
 	f.StringVar(&gateServeFlags.join, "join", "", "HTTP address of a running member to join (first start only)")
 	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "found a new single-node cluster of this node: the first start of a gate's first node only")
 	f.DurationVar(&gateServeFlags.autoPrune, "auto-prune", 0, "while leader, run 'gate prune --older-than' with this age every hour (0: never)")
+	f.BoolVar(&gateServeFlags.recover, "recover", false, "make this member, with its state, the only member of its cluster: once, after a majority of the members is lost for good (the others must then be wiped and rejoin with --join)")
 	f.DurationVar(&gateServeFlags.heartbeat, "raft-heartbeat", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before it starts an election (every member should use the same values)")
 	f.DurationVar(&gateServeFlags.election, "raft-election", time.Second, "Raft election timeout, at least --raft-heartbeat")
 	f.DurationVar(&gateServeFlags.lease, "raft-lease", 500*time.Millisecond, "Raft leader lease: how long a leader keeps leading without hearing from a quorum, at most --raft-heartbeat (raise all three on slow disks or loaded hosts, where leaders step down on 'failed to contact quorum')")
