@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -489,7 +490,7 @@ func TestGateServeCluster(t *testing.T) {
 	// The first node's start command kept --bootstrap: on its state, that
 	// of a 3-member cluster, it is refused.
 	serve := func(dir string, extra ...string) cliResult {
-		return runCLI(t, cliEnv(), append([]string{"gate", "serve", "--data", dir, "--id", "n1", "--http-addr", freeAddr(t), "--raft-addr", freeAddr(t)}, extra...)...)
+		return runRefused(t, append([]string{"gate", "serve", "--data", dir, "--id", "n1", "--http-addr", freeAddr(t), "--raft-addr", freeAddr(t)}, extra...)...)
 	}
 	if res := serve(firstDir, "--bootstrap"); res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "3-member gate cluster") {
 		t.Fatalf("restart with --bootstrap: exit %d: %s", res.status, res.stderr)
@@ -566,7 +567,7 @@ func TestGateServeRaftTimings(t *testing.T) {
 		{"--raft-heartbeat", "1ms"},
 	} {
 		dir := filepath.Join(t.TempDir(), "gate")
-		res := runCLI(t, cliEnv(), append([]string{"gate", "serve", "--bootstrap", "--data", dir, "--http-addr", freeAddr(t), "--raft-addr", freeAddr(t)}, bad...)...)
+		res := runRefused(t, append([]string{"gate", "serve", "--bootstrap", "--data", dir, "--http-addr", freeAddr(t), "--raft-addr", freeAddr(t)}, bad...)...)
 		if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "--raft-lease") {
 			t.Errorf("%v: exit %d: %s", bad, res.status, res.stderr)
 		}
@@ -576,4 +577,16 @@ func TestGateServeRaftTimings(t *testing.T) {
 	}
 	gate, _ := startGateServe(t, t.TempDir(), "--bootstrap", "--raft-heartbeat", "300ms", "--raft-election", "300ms", "--raft-lease", "150ms")
 	runGateCLI(t, "gate", "fence", "tombstone", "3", "--gate", gate).expect(t, 0, "")
+}
+
+// runRefused runs a `gate serve` the test expects to be refused: one that
+// is not would serve until killed, so 20 s bound it and the test fails
+// rather than hangs.
+func runRefused(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = cliEnv()
+	return runChild(t, cmd, args)
 }
