@@ -35,10 +35,8 @@ func TestForgedCommitRecords(t *testing.T) {
 		{"reduce: negative count", maps, `"records":`, `"records":-`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			body := commitFuzzBody[c.w]
-			if c.w == 0 {
-				body = mc
-			} else {
+			body := mc
+			if c.w != 0 {
 				body = rc
 			}
 			forged := bytes.Replace(body, []byte(c.old), []byte(c.new), 1)
