@@ -468,16 +468,20 @@ func TestGateServeCluster(t *testing.T) {
 		t.Fatalf("status --digest of %s names no state:\n%s", url, r.stdout)
 		return ""
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		a, b, c := digestOf(first), digestOf(second), digestOf(third)
-		if a == b && b == c {
-			break
+	agree := func(what string, urls ...string) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			a, b, c := digestOf(urls[0]), digestOf(urls[1]), digestOf(urls[2])
+			if a == b && b == c {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s:\n%s\n%s\n%s", what, a, b, c)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("members disagree:\n%s\n%s\n%s", a, b, c)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
+	agree("members disagree", first, second, third)
 	// Stop the leader; a client that knows every member carries on.
 	stopFirst()
 	runGateCLI(t, "gate", "fence", "benchmark", "7", "--gate", all).expect(t, 0, "")
@@ -508,16 +512,7 @@ func TestGateServeCluster(t *testing.T) {
 		t.Fatalf("the refused start created its data directory: %v", err)
 	}
 	rejoined, _ := startGateServe(t, firstDir, "--id", "n1", "--join", strings.TrimPrefix(second, "http://")+","+strings.TrimPrefix(third, "http://"))
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		a, b, c := digestOf(rejoined), digestOf(second), digestOf(third)
-		if a == b && b == c {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the rejoined member disagrees:\n%s\n%s\n%s", a, b, c)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	agree("the rejoined member disagrees", rejoined, second, third)
 	// Shrinking the cluster: a typo changes nothing, a member leaves the
 	// configuration status shows.
 	runGateCLI(t, "gate", "remove", "n9", "--gate", all).expect(t, errcode.ExitInvalid, errcode.BadInput)
