@@ -348,7 +348,11 @@ func probeJoiner(ctx context.Context, j *Join) error {
 	c.RetryFor = -1
 	st, err := c.Status(ctx)
 	if err != nil {
-		return errcode.Wrap(errcode.BadInput, err, "join of %s: no gate answers at httpAddr %s", truncate(j.ID), truncate(j.HTTPAddr))
+		// Members forward writes to the leader's HTTP address, so
+		// every member must reach every other's, this one's too once
+		// it leads. The joiner retries this answer (503) for a while:
+		// a joiner still starting, or a network still settling.
+		return errcode.Wrap(errcode.GateUnavailable, err, "join of %s: the leader cannot reach its httpAddr %s; members forward writes to the leader's HTTP address, so each must reach every other's (give --http-advertise an address the other members reach)", truncate(j.ID), truncate(j.HTTPAddr))
 	}
 	if st.ID != j.ID {
 		return errcode.New(errcode.BadInput, "join of %s: the gate at httpAddr %s is %s", truncate(j.ID), truncate(j.HTTPAddr), truncate(st.ID))

@@ -177,6 +177,10 @@ func NewNode(cfg Config) *Node {
 	return n
 }
 
+// recoveredMarker is the file, in a data directory, that a recovery
+// leaves (Config.Recover).
+const recoveredMarker = "recovered"
+
 // noStateError refuses to found a cluster that Config did not ask for.
 func (n *Node) noStateError() error {
 	return errcode.New(errcode.Usage, "%s holds no gate state: give --bootstrap to found a new single-node cluster (the first start of a gate's first node), or --join HTTP-ADDR of a running member to join (or, for a member whose directory was wiped, rejoin) its cluster",
@@ -246,6 +250,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "gate HTTP listener on %s", n.cfg.HTTPAddr)
 	}
+	if a, ok := n.ln.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() && n.cfg.HTTPAdvertise == "" && n.cfg.Join != "" {
+		// The address a member records is the one others forward
+		// writes to when it leads: [::]:port names each of them.
+		return errcode.New(errcode.Usage, "gate HTTP address %s binds every interface; a member joining a cluster needs --http-advertise, the address the other members reach it at", a)
+	}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.cfg.ID)
@@ -268,6 +277,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		if !existing {
 			return errcode.New(errcode.Usage, "%s holds no gate state to recover", n.cfg.DataDir)
 		}
+		// A second recovery, with the rejoined members alive, would
+		// make this node a cluster of its own again, behind them: the
+		// marker the first one left refuses it.
+		marker := filepath.Join(n.cfg.DataDir, recoveredMarker)
+		if b, err := os.ReadFile(marker); err == nil {
+			return errcode.New(errcode.Usage, "%s was recovered already (%s): --recover is for once, after a majority is lost; restart without it (if a majority is lost again, delete %s first)",
+				n.cfg.DataDir, strings.TrimSpace(string(b)), marker)
+		}
 		// Replays this node's log into a snapshot and rewrites the
 		// configuration to this node alone (hashicorp/raft's manual
 		// recovery, as peers.json does).
@@ -275,6 +292,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			Suffrage: raft.Voter, ID: rc.LocalID, Address: n.trans.LocalAddr(),
 		}}}); err != nil {
 			return errcode.Wrap(errcode.Internal, err, "recover %s", n.cfg.DataDir)
+		}
+		if err := os.WriteFile(marker, []byte("at "+time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+			return errcode.Wrap(errcode.IO, err, "recovery marker")
 		}
 		n.log.Warn("recovered as a single-node cluster from this node's own state; other members must rejoin with wiped directories and --join", "id", n.cfg.ID)
 	}

@@ -227,7 +227,15 @@ until the node applies a command after start-up or a snapshot restore.`,
 			for _, n := range st.Nodes {
 				httpOf[n.ID] = n.HTTPAddr
 			}
-			for _, v := range st.Voters {
+			voters := st.Voters
+			if voters == nil {
+				// A node from before /v1/status carried its
+				// configuration: its join records.
+				for _, n := range st.Nodes {
+					voters = append(voters, &raftgate.Voter{ID: n.ID, RaftAddr: n.RaftAddr, Suffrage: "voter (join record)"})
+				}
+			}
+			for _, v := range voters {
 				h := httpOf[v.ID]
 				if h == "" {
 					h = "(not recorded yet)"

@@ -110,7 +110,7 @@ aggregate: the report is stored and INVALID), 2 usage, 3 operational error
 			if errcode.Of(err) == errcode.TaskNotReady && wait == 0 && jobGone(ctx, s, ref.Plan) {
 				// No commit record at all: an aggregate that already
 				// ran (a retried pod) deleted the job's files.
-				return errcode.Wrap(errcode.NotFound, err, "aggregate of plan %s: the job has no task commit records, as after an aggregate that already stored the report and removed them; its report is the one that aggregate printed (verify the root again for a new one)", ref.Plan)
+				return errcode.Wrap(errcode.NotFound, err, "aggregate of plan %s: the job has no task commit records: no task has committed yet (run the map and reduce tasks first), or an earlier aggregate stored the report and removed them (its report is the one it printed)", ref.Plan)
 			}
 			if err != nil {
 				return err

@@ -100,17 +100,26 @@ func TestSlurmExecutorOperatorPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrap := t.TempDir()
-	script := "#!/bin/sh\nif [ \"$1 $2\" = \"show job\" ]; then echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1; fi\nexec " + real + " \"$@\"\n"
+	called := filepath.Join(wrap, "called")
+	script := "#!/bin/sh\nif [ \"$1 $2\" = \"show job\" ]; then touch " + called + "; echo 'slurm_load_jobs error: Invalid job id specified' >&2; exit 1; fi\nexec " + real + " \"$@\"\n"
 	if err := os.WriteFile(filepath.Join(wrap, "scontrol"), []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	env := append(cliEnv("SLURM_CONF="+c.Conf), "PATH="+wrap+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// exec looks commands up on this process's PATH, not the child
+	// environment's.
+	path := wrap + string(os.PathListSeparator) + os.Getenv("PATH")
+	t.Setenv("PATH", path)
+	env := append(cliEnv("SLURM_CONF="+c.Conf), "PATH="+path)
 	j := planJob(t, r, 2, 2)
 	out, err := coordinator.RunWith(t.Context(), r.store, r.dir, j.PlanDigest, &coordinator.Slurm{Binary: os.Args[0], Dir: t.TempDir(), Env: env})
 	if err != nil {
 		t.Fatalf("arrays the controller forgot: %v", err)
 	}
 	sameReport(t, "slurm, purged", want, out.Report)
+	if _, err := os.Stat(called); err != nil {
+		t.Fatalf("the decorated scontrol was never asked: %v", err)
+	}
+	t.Setenv("PATH", os.Getenv("PATH")[len(wrap)+1:])
 
 	// Reducers cut at member boundaries unless members are mapped.
 	_, bigPlan, err := coordinator.NewPlan(t.Context(), r.store, coordinator.PlanOptions{

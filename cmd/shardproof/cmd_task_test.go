@@ -364,7 +364,7 @@ func TestConcurrentDuplicateTasks(t *testing.T) {
 	}
 	// A retried aggregate pod says why it cannot aggregate again.
 	again := runCLI(t, cliEnv(), "task", "aggregate", "--plan", ref)
-	if again.status != errcode.ExitError || !strings.Contains(again.stderr, string(errcode.NotFound)) || !strings.Contains(again.stderr, "already stored the report") {
+	if again.status != errcode.ExitError || !strings.Contains(again.stderr, string(errcode.NotFound)) || !strings.Contains(again.stderr, "an earlier aggregate stored the report") {
 		t.Fatalf("aggregate again: exit %d: %s", again.status, again.stderr)
 	}
 }
