@@ -307,27 +307,56 @@ func (k *Kubernetes) failedTask(ctx context.Context, job, reason string) *TaskEr
 	if strings.HasSuffix(job, "-"+string(KindReduce)) {
 		kind = KindReduce
 	}
+	// Kubernetes keeps the pods of retried attempts: a transient failure
+	// of an index that later succeeded is among them. The Job names the
+	// indexes that failed for good; of their pods, the newest failed one
+	// is the failure that counted.
+	failed := map[int]bool{}
+	if out, err := k.kubectl(ctx, "get", "job", job, "-o", "jsonpath={.status.failedIndexes}"); err == nil {
+		for _, part := range strings.Split(strings.TrimSpace(out), ",") {
+			lo, hi, isRange := strings.Cut(part, "-")
+			a, err1 := strconv.Atoi(lo)
+			b, err2 := strconv.Atoi(hi)
+			if !isRange {
+				b, err2 = a, err1
+			}
+			for i := a; err1 == nil && err2 == nil && i <= b && i-a < 1<<16; i++ {
+				failed[i] = true
+			}
+		}
+	}
 	out, err := k.kubectl(ctx, "get", "pods", "-l", "batch.kubernetes.io/job-name="+job, "-o",
-		`jsonpath={range .items[*]}{.metadata.name}{" "}{.metadata.annotations.batch\.kubernetes\.io/job-completion-index}{" "}{.status.containerStatuses[0].state.terminated.exitCode}{"\n"}{end}`)
+		`jsonpath={range .items[*]}{.metadata.name}{" "}{.metadata.annotations.batch\.kubernetes\.io/job-completion-index}{" "}{.status.containerStatuses[0].state.terminated.exitCode}{" "}{.metadata.creationTimestamp}{"\n"}{end}`)
 	if err != nil {
 		return nil
 	}
+	var pod, created string
+	var index, status int
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) != 3 {
+		if len(f) < 3 {
 			continue
 		}
-		index, err1 := strconv.Atoi(f[1])
-		status, err2 := strconv.Atoi(f[2])
-		if err1 != nil || err2 != nil || status == 0 {
+		i, err1 := strconv.Atoi(f[1])
+		st, err2 := strconv.Atoi(f[2])
+		if err1 != nil || err2 != nil || st == 0 || len(failed) > 0 && !failed[i] {
 			continue
 		}
-		logs, _ := k.kubectl(ctx, "logs", f[0], "-c", "task", "--tail=40")
-		te := newTaskError(kind, index, status, []byte(logs))
-		te.Log = fmt.Sprintf("kubernetes job %s failed (%s), pod %s: %s", job, reason, f[0], strings.TrimSpace(te.Log))
-		return te
+		c := ""
+		if len(f) > 3 {
+			c = f[3]
+		}
+		if pod == "" || c > created {
+			pod, created, index, status = f[0], c, i, st
+		}
 	}
-	return nil
+	if pod == "" {
+		return nil
+	}
+	logs, _ := k.kubectl(ctx, "logs", pod, "-c", "task", "--tail=40")
+	te := newTaskError(kind, index, status, []byte(logs))
+	te.Log = fmt.Sprintf("kubernetes job %s failed (%s), pod %s: %s", job, reason, pod, strings.TrimSpace(te.Log))
+	return te
 }
 
 func (k *Kubernetes) kubectl(ctx context.Context, args ...string) (string, error) {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -378,13 +379,20 @@ func kubectlMain(state string) {
 				}
 			}
 			pod := j.name + "-" + index
-			pods = append(pods, fmt.Sprintf("%s %s %d", pod, index, code))
+			pods = append(pods, fmt.Sprintf("%s %s %d %s", pod, index, code, time.Now().UTC().Format(time.RFC3339Nano)))
 			if err := os.WriteFile(filepath.Join(state, "log-"+pod), log.Bytes(), 0o644); err != nil {
 				exitT{}.Fatalf("%v", err)
 			}
 			return code
 		})
 		if err := os.WriteFile(filepath.Join(state, "pods-"+j.name), []byte(strings.Join(pods, "\n")+"\n"), 0o644); err != nil {
+			exitT{}.Fatalf("%v", err)
+		}
+		var fi []string
+		for _, i := range failed {
+			fi = append(fi, strconv.Itoa(i))
+		}
+		if err := os.WriteFile(filepath.Join(state, "failed-"+j.name), []byte(strings.Join(fi, ",")), 0o644); err != nil {
 			exitT{}.Fatalf("%v", err)
 		}
 		cond := "Complete "
@@ -406,6 +414,9 @@ func kubectlMain(state string) {
 		if err != nil {
 			exitT{}.Fatalf("pod %s not found", args[1])
 		}
+		fmt.Print(string(b))
+	case len(args) >= 5 && args[0] == "get" && args[1] == "job" && strings.Contains(args[4], "failedIndexes"):
+		b, _ := os.ReadFile(filepath.Join(state, "failed-"+args[2]))
 		fmt.Print(string(b))
 	case len(args) >= 3 && args[0] == "get" && args[1] == "job":
 		b, err := os.ReadFile(filepath.Join(state, args[2]))

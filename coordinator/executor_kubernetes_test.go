@@ -1,0 +1,41 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// A map Job whose index 1 failed for good with NONDETERMINISM (exit 1,
+// FailIndex) while index 0 had a transient failure (exit 3) that its retry
+// got past: Kubernetes keeps every failed pod, listed by name, and the
+// Job's failedIndexes names the index that counted. The answers are what
+// kubectl prints for such a Job (the emulator in cmd/shardproof keeps one
+// pod per index, so it cannot show this).
+func TestFailedJobReportsItsFailedIndex(t *testing.T) {
+	dir := t.TempDir()
+	kubectl := filepath.Join(dir, "kubectl")
+	script := `#!/bin/sh
+case "$*" in
+*"failedIndexes"*) printf '1' ;;
+*"get job"*) printf 'Failed FailedIndexes\n' ;;
+*"get pods"*) printf 'j-map-0-aaaaa 0 3 2026-11-30T10:00:00Z\nj-map-0-bbbbb 0 0 2026-11-30T10:00:05Z\nj-map-1-ccccc 1 3 2026-11-30T10:00:01Z\nj-map-1-ddddd 1 1 2026-11-30T10:00:06Z\n' ;;
+*"logs j-map-0-aaaaa"*) echo 'shardproof: IO: map task 0: store unreachable' ;;
+*"logs j-map-1-ccccc"*) echo 'shardproof: IO: map task 1: store unreachable' ;;
+*"logs j-map-1-ddddd"*) echo 'shardproof: NONDETERMINISM: map task 1: differs' ;;
+esac
+`
+	if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k := &Kubernetes{Kubectl: kubectl}
+	err := k.waitJob(context.Background(), "j-map")
+	var te *TaskError
+	if !errors.As(err, &te) || te.Index != 1 || te.Status != 1 || errcode.Of(err) != errcode.Nondeterminism {
+		t.Fatalf("failed Job reported as %v; want map task 1's NONDETERMINISM from its newest pod", err)
+	}
+}
