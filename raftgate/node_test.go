@@ -3,6 +3,7 @@ package raftgate
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -955,4 +957,44 @@ func TestRecoverAfterLosingTheMajority(t *testing.T) {
 	}
 	cfg.Recover = false
 	StartTestNode(t, cfg)
+}
+
+// With RaftLogJSON, hashicorp/raft's own lines (a fresh single node warns
+// that its heartbeat timed out before it elects itself) are JSON objects.
+func TestRaftLogJSON(t *testing.T) {
+	var buf syncBuf
+	cfg := TestConfig(t.TempDir(), "json")
+	cfg.RaftLog, cfg.RaftLogJSON = &buf, true
+	n := StartTestNode(t, cfg)
+	deadline := time.Now().Add(10 * time.Second)
+	for !n.IsLeader() || buf.String() == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("no raft line logged (leader %v)", n.IsLeader())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil || m["@level"] == nil || m["@module"] != "raft" {
+			t.Fatalf("raft line %q is not hclog JSON (%v)", l, err)
+		}
+	}
+}
+
+// syncBuf is a bytes.Buffer safe for raft's logger and the test at once.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
