@@ -61,6 +61,9 @@ type Status struct {
 	// own (a wiped member that founded a second cluster).
 	Nodes  []*NodeInfo `json:"nodes"`
 	Voters []*Voter    `json:"voters"`
+	// RaftTimeouts are the node's Raft timeouts in milliseconds, which
+	// every member should share.
+	RaftTimeouts *RaftTimeouts `json:"raftTimeouts,omitempty"`
 	// StateIndex and StateDigest are set when the request asks for them
 	// (?digest=1): the sha256 of this member's state and the log index of
 	// the last command it reflects (0: none applied since start-up or the
@@ -68,6 +71,13 @@ type Status struct {
 	// agree on the digest.
 	StateIndex  uint64           `json:"stateIndex,omitempty"`
 	StateDigest *manifest.Digest `json:"stateDigest,omitempty"`
+}
+
+// RaftTimeouts are a node's Raft timeouts in milliseconds.
+type RaftTimeouts struct {
+	HeartbeatMs   int64 `json:"heartbeatMs"`
+	ElectionMs    int64 `json:"electionMs"`
+	LeaderLeaseMs int64 `json:"leaderLeaseMs"`
 }
 
 // Voter is one server of a node's Raft configuration.
@@ -478,6 +488,8 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(),
 		Nodes: []*NodeInfo{}, Voters: n.voters(),
 	}
+	rl := n.raft.ReloadableConfig()
+	st.RaftTimeouts = &RaftTimeouts{HeartbeatMs: rl.HeartbeatTimeout.Milliseconds(), ElectionMs: rl.ElectionTimeout.Milliseconds(), LeaderLeaseMs: n.leaderLease.Milliseconds()}
 	if addr != "" {
 		st.LeaderHTTP = n.leaderHTTP()
 	}

@@ -128,16 +128,19 @@ type Config struct {
 
 // Node is one gate server: a Raft member with its FSM and HTTP API.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	fsm   *FSM
-	raft  *raft.Raft
-	trans *raft.NetworkTransport
-	store *raftboltdb.BoltStore
-	ln    net.Listener
-	srv   *http.Server
-	hc    *http.Client
-	met   *metrics
+	cfg  Config
+	log  *slog.Logger
+	fsm  *FSM
+	raft *raft.Raft
+	// leaderLease is the Raft leader lease in effect (not reloadable, so
+	// raft does not report it).
+	leaderLease time.Duration
+	trans       *raft.NetworkTransport
+	store       *raftboltdb.BoltStore
+	ln          net.Listener
+	srv         *http.Server
+	hc          *http.Client
+	met         *metrics
 
 	// barrierTerm is the term in which this node, as leader, last
 	// completed a barrier; reads in that term need only VerifyLeader.
@@ -265,6 +268,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			rc.CommitTimeout = t.Commit
 		}
 	}
+	n.leaderLease = rc.LeaderLeaseTimeout
 	if n.cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = n.cfg.SnapshotThreshold
 		rc.TrailingLogs = n.cfg.SnapshotThreshold

@@ -216,6 +216,9 @@ until the node applies a command after start-up or a snapshot restore.`,
 		return printResult(cmd, st, func(w io.Writer) {
 			fmt.Fprintf(w, "node %s: %s, term %d, leader %s (%s)\n", st.ID, st.RaftState, st.Term, st.Leader, st.LeaderHTTP)
 			fmt.Fprintf(w, "log: last %d, committed %d, applied %d\n", st.LastIndex, st.CommitIndex, st.AppliedIndex)
+			if t := st.RaftTimeouts; t != nil {
+				fmt.Fprintf(w, "raft timeouts: heartbeat %dms, election %dms, lease %dms\n", t.HeartbeatMs, t.ElectionMs, t.LeaderLeaseMs)
+			}
 			if st.StateDigest != nil {
 				fmt.Fprintf(w, "state: %s at command index %d\n", st.StateDigest, st.StateIndex)
 			}

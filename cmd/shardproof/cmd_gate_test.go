@@ -570,8 +570,17 @@ func TestGateServeRaftTimings(t *testing.T) {
 			t.Errorf("%v: data directory created (%v)", bad, err)
 		}
 	}
-	gate, _ := startGateServe(t, t.TempDir(), "--bootstrap", "--raft-heartbeat", "300ms", "--raft-election", "300ms", "--raft-lease", "150ms")
+	gate, _ := startGateServe(t, t.TempDir(), "--bootstrap", "--raft-heartbeat", "300ms", "--raft-election", "400ms", "--raft-lease", "150ms")
 	runGateCLI(t, "gate", "fence", "tombstone", "3", "--gate", gate).expect(t, 0, "")
+	// The values reach Raft: status reports what it runs with.
+	if st := runGateCLI(t, "gate", "status", "--gate", gate).expect(t, 0, "").stdout; !strings.Contains(st, "raft timeouts: heartbeat 300ms, election 400ms, lease 150ms") {
+		t.Fatalf("status does not show the timeouts given:\n%s", st)
+	}
+	// The defaults are hashicorp/raft's.
+	def, _ := startGateServe(t, t.TempDir(), "--bootstrap")
+	if st := runGateCLI(t, "gate", "status", "--gate", def).expect(t, 0, "").stdout; !strings.Contains(st, "raft timeouts: heartbeat 1000ms, election 1000ms, lease 500ms") {
+		t.Fatalf("status of a node with default timeouts:\n%s", st)
+	}
 }
 
 // runRefused runs a `gate serve` the test expects to be refused: one that
