@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -245,6 +246,12 @@ func (p *verifyProgress) update(pr coordinator.Progress) {
 	}
 	if time.Since(p.last) >= time.Second || pr.Done == pr.Total {
 		p.last = time.Now()
+		if logSettings.json {
+			// A collector parsing JSON gets progress as log records.
+			slog.Info("verify progress", "done", pr.Done, "total", pr.Total, "recordsPerSecond", math.Round(float64(p.records)/secs),
+				"storedMBPerSecond", math.Round(float64(p.stored)/1e5/secs)/10, "snapshotMembersSkipped", p.skipped)
+			return
+		}
 		fmt.Fprintf(p.w, "shardproof: verify: %s\n", desc)
 	}
 }

@@ -59,6 +59,11 @@ func TestLogFormatJSON(t *testing.T) {
 	if debug == 0 || stored != 1 {
 		t.Errorf("%d debug lines and %d report lines, want some and 1:\n%s", debug, stored, res.stderr)
 	}
+	// Progress is a log record too; only the final error line, if any,
+	// stays plain.
+	if strings.Contains(res.stderr, "shardproof: verify: checked") || !strings.Contains(res.stderr, `"msg":"verify progress"`) {
+		t.Errorf("progress under --log-format json:\n%s", res.stderr)
+	}
 
 	// The environment sets the same, and warn leaves out info and debug.
 	res = runCLI(t, cliEnv("SHARDPROOF_LOG_FORMAT=json", "SHARDPROOF_LOG_LEVEL=warn"), "verify", "--store", r.dir, "--root", r.res.Root.String())
