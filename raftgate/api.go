@@ -173,6 +173,8 @@ func httpStatus(c errcode.Code) int {
 		return http.StatusNotFound
 	case errcode.RunPruned:
 		return http.StatusGone
+	case errcode.Unauthenticated:
+		return http.StatusUnauthorized
 	case errcode.TombstoneHit, errcode.BenchmarkHit:
 		// A recheck that found hits: a rejection that changed state (the
 		// release is INVALID now), not bad input.
@@ -263,7 +265,7 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		n.forward(w, r, b)
 		return
 	}
-	if err := probeJoiner(r.Context(), j); err != nil {
+	if err := probeJoiner(r.Context(), j, n.cfg.Token); err != nil {
 		writeError(w, err, nil)
 		return
 	}
@@ -344,7 +346,7 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 // its quorum (a single node that added one stayed a candidate for good,
 // and so it stays after a restart), so a join from a process that is not
 // the member it names is refused (BAD_INPUT) and changes nothing.
-func probeJoiner(ctx context.Context, j *Join) error {
+func probeJoiner(ctx context.Context, j *Join, tok []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, joinProbeTimeout)
 	defer cancel()
 	var d net.Dialer
@@ -355,6 +357,7 @@ func probeJoiner(ctx context.Context, j *Join) error {
 	conn.Close()
 	c := NewClient(j.HTTPAddr)
 	defer c.Close()
+	c.Token = string(tok)
 	c.RetryFor = -1
 	st, err := c.Status(ctx)
 	if err != nil {
@@ -536,6 +539,9 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 		return
 	}
 	req.Header.Set(forwardedHeader, n.cfg.ID)
+	if len(n.cfg.Token) > 0 {
+		req.Header.Set("Authorization", bearer(n.cfg.Token))
+	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := n.hc.Do(req)
 	if err != nil {

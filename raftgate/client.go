@@ -41,7 +41,10 @@ type Client struct {
 	// RetryFor bounds the total time spent retrying; zero means 15 s,
 	// negative one attempt per endpoint and no waiting.
 	RetryFor time.Duration
-	next     atomic.Uint32
+	// Token, if set, is sent as "Authorization: Bearer TOKEN" with every
+	// request (see Config.Token).
+	Token string
+	next  atomic.Uint32
 	// err refuses every request: an endpoint NewClient could not use.
 	err error
 }
@@ -65,6 +68,23 @@ func NewClient(urls string) *Client {
 		c.Endpoints = append(c.Endpoints, u)
 	}
 	return c
+}
+
+// UseTokenFile sets Token from a token file (see LoadToken); an empty
+// path leaves it unset. A file LoadToken refuses makes every request
+// fail with its error.
+func (c *Client) UseTokenFile(path string) {
+	if path == "" {
+		return
+	}
+	tok, err := LoadToken(path)
+	if err != nil {
+		if c.err == nil {
+			c.err = err
+		}
+		return
+	}
+	c.Token = string(tok)
 }
 
 // Close releases idle connections.
@@ -142,6 +162,9 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 		return false, errcode.Wrap(errcode.Usage, err, "gate URL %s", u)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		if ctx.Err() != nil && method == http.MethodPost && wrote.Load() {

@@ -159,7 +159,7 @@
 // /v1/runs/{id}, /v1/runs/{id}/wait?timeout=ms (long poll), /v1/status
 // (the node's own view; ?digest=1 adds its state digest), /metrics, /healthz and /readyz. Errors are
 // {"error":{"code","message"}} with 409 for rejections, 400 for bad input,
-// 404 for unknown names, 410 for a pruned run, 503 NOT_LEADER/GATE_UNAVAILABLE, 504
+// 404 for unknown names, 410 for a pruned run, 401 UNAUTHENTICATED, 503 NOT_LEADER/GATE_UNAVAILABLE, 504
 // INDETERMINATE. A node with no state
 // bootstraps a single-node cluster of itself only with Config.Bootstrap
 // (else it refuses: it may be a wiped member, which must rejoin rather
@@ -168,6 +168,9 @@
 // once to the leader (X-Shardproof-Forwarded prevents loops). Reads that
 // must be linearizable run on the leader after VerifyLeader and, once per
 // term, a Barrier, so they observe every write acknowledged before them.
+// With Config.Token every request but /healthz and /readyz must carry it
+// (401 UNAUTHENTICATED otherwise) and every Raft connection starts with a
+// mutual HMAC challenge-response keyed by it (auth.go).
 //
 // Outcomes: raft.ErrNotLeader / ErrEnqueueTimeout / a leadership transfer
 // mean the entry was never appended: NOT_LEADER, retried by the Client.

@@ -124,6 +124,11 @@ type Config struct {
 	PruneOlderThan time.Duration
 	// PruneInterval is how often the leader prunes; zero means an hour.
 	PruneInterval time.Duration
+	// Token, if set, is the gate's shared secret (see LoadToken): every
+	// API request but the health probes must carry it, and every Raft
+	// connection between members must prove both ends hold it. Every
+	// member of a cluster needs the same token.
+	Token []byte
 }
 
 // Node is one gate server: a Raft member with its FSM and HTTP API.
@@ -243,6 +248,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if stream, err = listenTCPStream(n.cfg.RaftAddr, advertise); err != nil {
 		return errcode.Wrap(errcode.IO, err, "raft transport on %s", n.cfg.RaftAddr)
 	}
+	if len(n.cfg.Token) > 0 {
+		stream = newAuthStream(stream, n.cfg.Token, n.log)
+	}
 	if n.cfg.WrapStream != nil {
 		stream = n.cfg.WrapStream(stream)
 	}
@@ -355,7 +363,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// A client that sends a body slowly holds its memory (up to
 	// MaxCommandSize) until ReadTimeout; responses have no timeout, since
 	// /v1/runs/{id}/wait long-polls.
-	n.srv = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
+	h := n.handler()
+	if len(n.cfg.Token) > 0 {
+		h = requireToken(n.cfg.Token, n.log, h)
+	}
+	n.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
@@ -381,6 +393,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 // retrying until ctx ends.
 func (n *Node) join(ctx context.Context) error {
 	c := NewClient(n.cfg.Join)
+	c.Token = string(n.cfg.Token)
 	c.RetryFor = 30 * time.Second
 	req := &Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()}
 	if err := c.do(ctx, http.MethodPost, "/v1/join", req, nil); err != nil {

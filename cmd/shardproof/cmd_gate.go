@@ -54,11 +54,28 @@ func addGateClientFlags(f *pflag.FlagSet) {
 	f.StringVar(&gateClientFlags.url, "gate", def, "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
 	f.BoolVar(&gateClientFlags.asJSON, "json", false, "print the result as JSON")
 	f.DurationVar(&gateClientFlags.retry, "retry", 15*time.Second, "keep retrying an unreachable gate or a leader election this long (0: one attempt per gate URL)")
+	addGateTokenFlag(f)
+}
+
+// gateTokenFile is --gate-token-file of every command that talks to a gate.
+var gateTokenFile string
+
+// addGateTokenFlag registers --gate-token-file.
+func addGateTokenFlag(f *pflag.FlagSet) {
+	f.StringVar(&gateTokenFile, "gate-token-file", os.Getenv("SHARDPROOF_GATE_TOKEN_FILE"), "file holding the gate's token, for a gate started with --token-file (env SHARDPROOF_GATE_TOKEN_FILE)")
+}
+
+// newGateClient returns a client for a --gate value that sends
+// --gate-token-file's token.
+func newGateClient(urls string) *raftgate.Client {
+	c := raftgate.NewClient(urls)
+	c.UseTokenFile(gateTokenFile)
+	return c
 }
 
 // gateClient returns a client for --gate.
 func gateClient() *raftgate.Client {
-	c := raftgate.NewClient(gateClientFlags.url)
+	c := newGateClient(gateClientFlags.url)
 	c.RetryFor = gateClientFlags.retry
 	if c.RetryFor <= 0 {
 		c.RetryFor = -1 // one attempt per URL
@@ -125,6 +142,7 @@ var gateServeFlags struct {
 	data, id, raftAddr, httpAddr, join string
 	raftAdvertise, httpAdvertise       string
 	bootstrap, recover                 bool
+	tokenFile                          string
 	autoPrune                          time.Duration
 	heartbeat, election, lease         time.Duration
 }
@@ -153,10 +171,24 @@ leader or answer a read. --recover, once, on the member with the most
 recent state makes it the only member of its cluster with every command it
 has; wipe every other member's DIR and rejoin it with --join (restarted on
 its old DIR it would form a rival majority). The Raft log and stable store
-live in DIR/raft.db, snapshots in DIR/snapshots.`,
+live in DIR/raft.db, snapshots in DIR/snapshots.
+
+--token-file FILE (or $SHARDPROOF_GATE_TOKEN_FILE) makes the gate require
+a shared token: every API request but /healthz and /readyz must carry it
+(clients take --gate-token-file, or the same variable), or is refused with
+UNAUTHENTICATED; and Raft connections between members must prove that
+both ends hold it. Every member needs the same token. The token
+authenticates; it does not encrypt.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := gateServeFlags
+		var token []byte
+		if f.tokenFile != "" {
+			var err error
+			if token, err = raftgate.LoadToken(f.tokenFile); err != nil {
+				return err
+			}
+		}
 		if f.data == "" {
 			return errcode.New(errcode.Usage, "%s: --data DIR is required", cmd.CommandPath())
 		}
@@ -179,6 +211,7 @@ live in DIR/raft.db, snapshots in DIR/snapshots.`,
 			PruneOlderThan: f.autoPrune,
 			Timing:         raftgate.Timing{Heartbeat: f.heartbeat, Election: f.election, LeaderLease: f.lease},
 			WrapStream:     gateWrapStream,
+			Token:          token,
 		})
 		if err := n.Start(cmd.Context()); err != nil {
 			return err
@@ -692,6 +725,7 @@ func init() {
 	f.StringVar(&gateServeFlags.join, "join", "", "HTTP address of a running member to join (first start only)")
 	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "found a new single-node cluster of this node: the first start of a gate's first node only")
 	f.DurationVar(&gateServeFlags.autoPrune, "auto-prune", 0, "while leader, run 'gate prune --older-than' with this age every hour (0: never)")
+	f.StringVar(&gateServeFlags.tokenFile, "token-file", os.Getenv("SHARDPROOF_GATE_TOKEN_FILE"), "require this file's token of every client and member (env SHARDPROOF_GATE_TOKEN_FILE; see above)")
 	f.BoolVar(&gateServeFlags.recover, "recover", false, "make this member, with its state, the only member of its cluster: once, after a majority of the members is lost for good (the others must then be wiped and rejoin with --join)")
 	f.DurationVar(&gateServeFlags.heartbeat, "raft-heartbeat", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before it starts an election (every member should use the same values)")
 	f.DurationVar(&gateServeFlags.election, "raft-election", time.Second, "Raft election timeout, at least --raft-heartbeat")

@@ -539,7 +539,7 @@ func TestGateServeTakesNoClientFlags(t *testing.T) {
 		t.Fatalf("gate serve --retry: %v, want a USAGE error for an unknown flag", err)
 	}
 	out, _, err := runInProcess(t, nil, "gate", "serve", "--help")
-	if err != nil || strings.Contains(string(out), "--gate") || !strings.Contains(string(out), "--http-addr") {
+	if err != nil || strings.Contains(string(out), "--gate string") || !strings.Contains(string(out), "--http-addr") {
 		t.Fatalf("gate serve --help (%v):\n%s", err, out)
 	}
 	for _, c := range [][]string{{"gate", "status", "--help"}, {"gate", "fence", "advance", "--help"}} {
@@ -593,4 +593,60 @@ func runRefused(t *testing.T, args ...string) cliResult {
 	cmd := exec.CommandContext(ctx, os.Args[0], args...)
 	cmd.Env = cliEnv()
 	return runChild(t, cmd, args)
+}
+
+// TestGateServeToken: a gate started with --token-file refuses client
+// commands without the token (UNAUTHENTICATED, exit 2, nothing changed),
+// serves them with --gate-token-file or $SHARDPROOF_GATE_TOKEN_FILE, and
+// a token file too short to be one is refused before anything starts.
+func TestGateServeToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a gate server")
+	}
+	storeDir, root, report, _ := storeRelease(t)
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte("c2hhcmRwcm9vZiBnYXRlIHRva2Vu\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(t.TempDir(), "short")
+	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	res := runRefused(t, "gate", "serve", "--bootstrap", "--data", filepath.Join(data, "refused"), "--token-file", short,
+		"--http-addr", freeAddr(t), "--raft-addr", freeAddr(t))
+	gateCLI(res).expect(t, errcode.ExitUsage, errcode.Usage)
+	if _, err := os.Stat(filepath.Join(data, "refused")); !os.IsNotExist(err) {
+		t.Fatalf("a refused start created its data directory: %v", err)
+	}
+
+	gate, _ := startGateServe(t, filepath.Join(data, "gate"), "--bootstrap", "--token-file", tokFile)
+	g := func(args ...string) gateCLI {
+		t.Helper()
+		return runGateCLI(t, append(args, "--gate", gate, "--retry", "0")...)
+	}
+	g("gate", "register", "--store", storeDir, "--report", report.String()).expect(t, errcode.ExitUsage, errcode.Unauthenticated)
+	g("gate", "status").expect(t, errcode.ExitUsage, errcode.Unauthenticated)
+	g("gate", "status", "--gate-token-file", short).expect(t, errcode.ExitUsage, errcode.Usage)
+
+	g("gate", "register", "--store", storeDir, "--report", report.String(), "--gate-token-file", tokFile).expect(t, 0, "")
+	g("gate", "history", "main", "--gate-token-file", tokFile).expect(t, errcode.ExitRejected, errcode.UnknownAlias)
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "gate", "publish", "main", root.String(), "--expect", "0", "--gate", gate)
+	cmd.Env = cliEnv("SHARDPROOF_GATE=", "SHARDPROOF_GATE_TOKEN_FILE="+tokFile)
+	if res := runChild(t, cmd, cmd.Args); res.status != 0 {
+		t.Fatalf("publish with $SHARDPROOF_GATE_TOKEN_FILE: exit %d\n%s", res.status, res.stderr)
+	}
+	// The worker (and publish and recheck, which build their client the
+	// same way) sends the token too: without it the gate refuses it,
+	// with it the gate answers (here: no such run).
+	worker := []string{"worker", "--store", storeDir, "--run", "nope", "--rank", "0", "--cache", t.TempDir(), "--once", "-q"}
+	worker = append(worker, "--gate", gate)
+	runGateCLI(t, worker...).expect(t, errcode.ExitUsage, errcode.Unauthenticated)
+	runGateCLI(t, append(worker, "--gate-token-file", tokFile)...).expect(t, errcode.ExitRejected, errcode.UnknownRun)
+
+	r := g("gate", "history", "main", "--gate-token-file", tokFile, "--json").expect(t, 0, "")
+	var a raftgate.Alias
+	if err := json.Unmarshal([]byte(r.stdout), &a); err != nil || a.Generation != 1 || a.Root != root {
+		t.Fatalf("history after publish: %+v %v", a, err)
+	}
 }

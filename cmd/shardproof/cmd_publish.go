@@ -121,7 +121,7 @@ Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
 			if err != nil {
 				return err
 			}
-			g := raftgate.NewClient(gateURL)
+			g := newGateClient(gateURL)
 			defer g.Close()
 			o.Verify = localVerifier(s, parallelism, progressOut(cmd, quiet))
 			o.Logger = cmdLogger(cmd.ErrOrStderr(), quiet)
@@ -138,6 +138,7 @@ Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
 	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the verification's shuffle files and task commit records (as verify --scratch; default: --store)")
 	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
+	addGateTokenFlag(f)
 	f.StringVar(&alias, "alias", "", "alias to move, e.g. pretrain-main")
 	f.StringVar(&root, "root", "", "root digest of the release manifest to publish")
 	f.Uint64Var(&expect, "expect-generation", 0, "publish only if the alias is at this generation (0: a new alias)")

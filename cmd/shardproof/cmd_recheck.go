@@ -82,7 +82,7 @@ Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 			if err != nil {
 				return err
 			}
-			g := raftgate.NewClient(gateURL)
+			g := newGateClient(gateURL)
 			defer g.Close()
 			if alias != "" {
 				al, err := g.Alias(cmd.Context(), alias)
@@ -137,6 +137,7 @@ Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
 	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the verification's shuffle files and task commit records (as verify --scratch; default: --store)")
 	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
+	addGateTokenFlag(f)
 	f.StringArrayVar(&roots, "root", nil, "root digest to recheck (repeatable)")
 	f.StringVar(&alias, "alias", "", "recheck this alias's current root")
 	f.BoolVar(&closed, "closed", false, "recheck every root that has a permit closed by a fence advance")

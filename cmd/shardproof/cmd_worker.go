@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardproof/shardproof/internal/errcode"
-	"github.com/shardproof/shardproof/raftgate"
 	"github.com/shardproof/shardproof/trainer"
 )
 
@@ -76,7 +75,7 @@ failed; the rank did not attest), GATE_UNAVAILABLE.`,
 			if err != nil {
 				return err
 			}
-			g := raftgate.NewClient(gateURL)
+			g := newGateClient(gateURL)
 			defer g.Close()
 			cfg := trainer.Config{
 				Gate: g, Store: s, Cache: c, Run: run, Rank: rank,
@@ -114,6 +113,7 @@ failed; the rank did not attest), GATE_UNAVAILABLE.`,
 	f := cmd.Flags()
 	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&gateURL, "gate", defaultGateURL(), "gate URL(s), comma-separated (env SHARDPROOF_GATE)")
+	addGateTokenFlag(f)
 	f.StringVar(&run, "run", "", "run id")
 	f.IntVar(&rank, "rank", 0, "this worker's rank")
 	f.StringVar(&cacheDir, "cache", "", "local cache directory (digest-addressed)")

@@ -96,6 +96,7 @@ var catalogue = map[Code]entry{
 	StepRegression:     {ExitRejected, "a checkpoint step is lower than one already admitted"},
 	StaleEpoch:         {ExitRejected, "an attestation names an assignment epoch a reassignment has replaced; verify the new assignment and attest again"},
 	DataDirInUse:       {ExitError, "the gate's data directory is held by another running gate process"},
+	Unauthenticated:    {ExitUsage, "the gate requires a token and the request carries none or another (--gate-token-file)"},
 
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
@@ -166,6 +167,7 @@ const (
 	StepRegression     Code = "STEP_REGRESSION"
 	StaleEpoch         Code = "STALE_EPOCH"
 	DataDirInUse       Code = "DATA_DIR_IN_USE"
+	Unauthenticated    Code = "UNAUTHENTICATED"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"

@@ -1,0 +1,171 @@
+package raftgate
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+func TestLoadToken(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tok, err := LoadToken(write("ok", "  c2hhcmRwcm9vZi10ZXN0LXRva2Vu\n"))
+	if err != nil || string(tok) != "c2hhcmRwcm9vZi10ZXN0LXRva2Vu" {
+		t.Fatalf("LoadToken = %q, %v; want the file's content without white space", tok, err)
+	}
+	for name, content := range map[string]string{
+		"short":   "tooshort\n",
+		"space":   "a token with spaces in it\n",
+		"control": "abcdefghijklmnop\x01qrstuvw",
+		"large":   strings.Repeat("a", maxTokenFile+1),
+	} {
+		if _, err := LoadToken(write(name, content)); errcode.Of(err) != errcode.Usage {
+			t.Errorf("%s: err = %v, want USAGE", name, err)
+		}
+	}
+	if _, err := LoadToken(filepath.Join(dir, "missing")); errcode.Of(err) != errcode.Usage {
+		t.Errorf("missing file: err = %v, want USAGE", err)
+	}
+}
+
+// TestTokenGuardsTheAPI runs a 3-node cluster with a token: clients with
+// it work through any member (followers forward with it), clients without
+// it or with another are refused with UNAUTHENTICATED and change nothing,
+// and the health probes stay open.
+func TestTokenGuardsTheAPI(t *testing.T) {
+	tok := []byte("0123456789abcdef-gate-token")
+	c := MakeCluster(t, 3, func(cfg *Config) { cfg.Token = tok })
+	leader := c.Leader(10 * time.Second)
+	var follower *Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	ctx := ctxT(t, time.Minute)
+
+	good := NewClient(follower.URL())
+	good.Token = string(tok)
+	t.Cleanup(good.Close)
+	root := registerVerified(t, ctx, good, "r1", 2, 0, 0)
+	if _, err := good.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatalf("publish through a follower with the token: %v", err)
+	}
+	before := stateBytes(t, leader)
+
+	for name, token := range map[string]string{"none": "", "another": "0123456789abcdef-other-token"} {
+		cl := NewClient(follower.URL() + "," + leader.URL())
+		cl.Token = token
+		cl.RetryFor = -1
+		t.Cleanup(cl.Close)
+		_, err := cl.Publish(ctx, "main", root, 1, 0)
+		if errcode.Of(err) != errcode.Unauthenticated {
+			t.Errorf("%s token: publish err = %v, want UNAUTHENTICATED", name, err)
+		}
+		if _, err := cl.Alias(ctx, "main"); errcode.Of(err) != errcode.Unauthenticated {
+			t.Errorf("%s token: read err = %v, want UNAUTHENTICATED", name, err)
+		}
+		if _, err := cl.Status(ctx); errcode.Of(err) != errcode.Unauthenticated {
+			t.Errorf("%s token: status err = %v, want UNAUTHENTICATED", name, err)
+		}
+		if errcode.Of(err).Exit() != errcode.ExitUsage {
+			t.Errorf("UNAUTHENTICATED exits %d, want usage", errcode.Of(err).Exit())
+		}
+	}
+	if after := stateBytes(t, leader); !bytes.Equal(before, after) {
+		t.Fatal("refused requests changed the state")
+	}
+
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 200, "/metrics": 401, "/v1/state": 401} {
+		resp, err := http.Get(leader.URL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET %s without token: HTTP %d, want %d", path, resp.StatusCode, want)
+		}
+		if want == 401 && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+			t.Errorf("GET %s: 401 without a Bearer challenge", path)
+		}
+	}
+}
+
+// TestJoinWithoutTheTokenIsRefused: a node started without the cluster's
+// token (or with another) cannot join it, and the configuration is
+// unchanged.
+func TestJoinWithoutTheTokenIsRefused(t *testing.T) {
+	tok := []byte("0123456789abcdef-gate-token")
+	c := MakeCluster(t, 1, func(cfg *Config) { cfg.Token = tok })
+	leader := c.Leader(10 * time.Second)
+	for name, other := range map[string][]byte{"none": nil, "another": []byte("0123456789abcdef-other-token")} {
+		cfg := TestConfig(t.TempDir(), "intruder-"+name)
+		cfg.Bootstrap, cfg.Join, cfg.Token = false, leader.HTTPAddr(), other
+		n := NewNode(cfg)
+		err := n.Start(ctxT(t, 40*time.Second))
+		n.Shutdown()
+		if errcode.Of(err) != errcode.Unauthenticated {
+			t.Errorf("%s token: join err = %v, want UNAUTHENTICATED", name, err)
+		}
+	}
+	if v := leader.voters(); len(v) != 1 || v[0].ID != "node1" {
+		t.Fatalf("voters after refused joins: %+v, want node1 alone", v)
+	}
+}
+
+// TestRaftConnectionsNeedTheToken sends an AppendEntries with a far
+// higher term to a member's Raft port from a transport without the
+// token: with a token the member never reads it (its term and leadership
+// are kept); without one the same request deposes the leader, which is
+// what the handshake prevents.
+func TestRaftConnectionsNeedTheToken(t *testing.T) {
+	for _, withToken := range []bool{true, false} {
+		var tok []byte
+		if withToken {
+			tok = []byte("0123456789abcdef-gate-token")
+		}
+		c := MakeCluster(t, 1, func(cfg *Config) { cfg.Token = tok })
+		leader := c.Leader(10 * time.Second)
+		term := leader.Raft().CurrentTerm()
+
+		rogue, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp raft.AppendEntriesResponse
+		err = rogue.AppendEntries(raft.ServerID("node1"), raft.ServerAddress(leader.RaftAddr()), &raft.AppendEntriesRequest{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("rogue"), Addr: []byte(rogue.LocalAddr())},
+			Term:      term + 100,
+		}, &resp)
+		rogue.Close()
+		got := leader.Raft().CurrentTerm()
+		if withToken {
+			if err == nil || got != term {
+				t.Fatalf("with a token: rogue RequestVote err = %v, term %d → %d; want an error and the term kept", err, term, got)
+			}
+			if !leader.IsLeader() {
+				t.Fatal("with a token: the rogue request deposed the leader")
+			}
+		} else if err != nil || got <= term {
+			t.Fatalf("without a token (control): err = %v, term %d → %d; want the rogue request to reach Raft", err, term, got)
+		}
+		c.Shutdown()
+	}
+}
