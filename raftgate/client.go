@@ -309,6 +309,16 @@ func (c *Client) State(ctx context.Context) (*State, error) {
 	return s, c.do(ctx, http.MethodGet, "/v1/state", nil, s)
 }
 
+// StateBytes returns the whole state as the leader encodes it
+// (linearizable): a gate backup, which Config.Restore founds a cluster on.
+func (c *Client) StateBytes(ctx context.Context) ([]byte, error) {
+	var raw json.RawMessage
+	if err := c.do(ctx, http.MethodGet, "/v1/state", nil, &raw); err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
 // Alias reads one alias (linearizable).
 func (c *Client) Alias(ctx context.Context, name string) (*Alias, error) {
 	var a Alias

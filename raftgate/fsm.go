@@ -180,14 +180,15 @@ func EncodeState(s *State) ([]byte, error) {
 	return b, nil
 }
 
-// maxSnapshotSize bounds what Restore reads.
-const maxSnapshotSize = 1 << 30
+// MaxStateSize bounds a gate state's encoding: what Restore reads, and a
+// backup.
+const MaxStateSize = 1 << 30
 
 // Restore implements raft.FSM: it strictly decodes and validates a snapshot
 // and replaces the state with it.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxSnapshotSize+1))
+	b, err := io.ReadAll(io.LimitReader(rc, MaxStateSize+1))
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "read gate snapshot")
 	}
@@ -204,8 +205,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 
 // DecodeState strictly decodes and validates snapshot bytes.
 func DecodeState(b []byte) (*State, error) {
-	if len(b) > maxSnapshotSize {
-		return nil, errcode.New(errcode.DocumentTooLarge, "gate snapshot exceeds %d bytes", maxSnapshotSize)
+	if len(b) > MaxStateSize {
+		return nil, errcode.New(errcode.DocumentTooLarge, "gate snapshot exceeds %d bytes", MaxStateSize)
 	}
 	s := NewState()
 	dec := json.NewDecoder(bytes.NewReader(b))

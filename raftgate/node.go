@@ -94,6 +94,13 @@ type Config struct {
 	// its old directory (it would form a rival majority): wipe it and
 	// rejoin with Join. Used once, then dropped from the restart command.
 	Recover bool
+	// Restore, with Bootstrap, founds the new cluster on a gate backup
+	// (the bytes of GET /v1/state, as `gate backup` writes them) instead
+	// of an empty state: the way back after every member's directory is
+	// lost, or to move a gate to new machines. The backup is decoded and
+	// validated first; a DIR that holds state is refused. The backup's
+	// member records are dropped: the new members record their own.
+	Restore []byte
 	Timing  Timing
 	// ApplyTimeout bounds how long a write waits to be enqueued and for a
 	// linearizable read's barrier; zero means 10 s.
@@ -205,6 +212,20 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.cfg.ID == "" || n.cfg.DataDir == "" {
 		return errcode.New(errcode.Usage, "gate node needs an ID and a data directory")
 	}
+	var restored *State
+	if n.cfg.Restore != nil {
+		if !n.cfg.Bootstrap || n.cfg.Join != "" || n.cfg.Recover {
+			return errcode.New(errcode.Usage, "restoring a gate backup founds a new cluster: it goes with --bootstrap, and without --join or --recover")
+		}
+		if _, err := os.Stat(filepath.Join(n.cfg.DataDir, "raft.db")); !errors.Is(err, fs.ErrNotExist) {
+			return errcode.New(errcode.Usage, "%s holds gate state already: a backup is restored into an empty directory only", n.cfg.DataDir)
+		}
+		var err error
+		if restored, err = DecodeState(n.cfg.Restore); err != nil {
+			return errcode.Wrap(errcode.Of(err), err, "gate backup")
+		}
+		restored.Nodes = map[string]*NodeInfo{}
+	}
 	if n.cfg.Join == "" && !n.cfg.Bootstrap {
 		// Refused before anything is created in the directory.
 		if _, err := os.Stat(filepath.Join(n.cfg.DataDir, "raft.db")); errors.Is(err, fs.ErrNotExist) {
@@ -285,6 +306,15 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "inspect raft state")
 	}
+	if restored != nil {
+		if existing {
+			return errcode.New(errcode.Usage, "%s holds gate state already: a backup is restored into an empty directory only", n.cfg.DataDir)
+		}
+		if err := seedSnapshot(snaps, n.trans, rc.LocalID, restored); err != nil {
+			return err
+		}
+		n.log.Info("restored a gate backup as a new single-node cluster", "aliases", len(restored.Aliases), "releases", len(restored.Releases), "runs", len(restored.Runs))
+	}
 	if n.cfg.Recover {
 		if !existing {
 			return errcode.New(errcode.Usage, "%s holds no gate state to recover", n.cfg.DataDir)
@@ -350,7 +380,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if !existing && n.cfg.Join == "" && !n.cfg.Bootstrap {
 		return n.noStateError()
 	}
-	if !existing && n.cfg.Join == "" {
+	if !existing && n.cfg.Join == "" && restored == nil {
 		f := n.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{
 			Suffrage: raft.Voter, ID: rc.LocalID, Address: n.trans.LocalAddr(),
 		}}})
@@ -668,4 +698,28 @@ func (n *Node) leaderLoop() {
 			}
 		}
 	}
+}
+
+// seedSnapshot writes s as the snapshot a new single-node cluster of id
+// starts from, at index 1 of term 1 with a configuration of id alone: what
+// BootstrapCluster does with a log entry, with a state instead of an empty
+// one. Raft restores it into the FSM when it starts.
+func seedSnapshot(snaps raft.SnapshotStore, trans raft.Transport, id raft.ServerID, s *State) error {
+	b, err := EncodeState(s)
+	if err != nil {
+		return err
+	}
+	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: id, Address: trans.LocalAddr()}}}
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 1, 1, conf, 1, trans)
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "create the restored snapshot")
+	}
+	if _, err := sink.Write(b); err != nil {
+		sink.Cancel()
+		return errcode.Wrap(errcode.IO, err, "write the restored snapshot")
+	}
+	if err := sink.Close(); err != nil {
+		return errcode.Wrap(errcode.IO, err, "write the restored snapshot")
+	}
+	return nil
 }

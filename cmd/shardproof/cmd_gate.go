@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -142,7 +144,7 @@ var gateServeFlags struct {
 	data, id, raftAddr, httpAddr, join string
 	raftAdvertise, httpAdvertise       string
 	bootstrap, recover                 bool
-	tokenFile                          string
+	tokenFile, restore                 string
 	autoPrune                          time.Duration
 	heartbeat, election, lease         time.Duration
 }
@@ -173,6 +175,10 @@ has; wipe every other member's DIR and rejoin it with --join (restarted on
 its old DIR it would form a rival majority). The Raft log and stable store
 live in DIR/raft.db, snapshots in DIR/snapshots.
 
+--bootstrap --restore FILE founds the new cluster on a backup written by
+"gate backup" instead of an empty state (DIR must hold none): after every
+member's directory is lost, or to move a gate to new machines.
+
 --token-file FILE (or $SHARDPROOF_GATE_TOKEN_FILE) makes the gate require
 a shared token: every API request but /healthz and /readyz must carry it
 (clients take --gate-token-file, or the same variable), or is refused with
@@ -191,6 +197,16 @@ authenticates; it does not encrypt.`,
 		}
 		if f.data == "" {
 			return errcode.New(errcode.Usage, "%s: --data DIR is required", cmd.CommandPath())
+		}
+		var restore []byte
+		if f.restore != "" {
+			if !f.bootstrap {
+				return errcode.New(errcode.Usage, "%s: --restore founds a new cluster on a backup and goes with --bootstrap", cmd.CommandPath())
+			}
+			var err error
+			if restore, err = readBackup(f.restore); err != nil {
+				return err
+			}
 		}
 		if f.bootstrap && f.join != "" || f.recover && (f.bootstrap || f.join != "") {
 			return errcode.New(errcode.Usage, "%s: --bootstrap, --join and --recover exclude each other", cmd.CommandPath())
@@ -212,6 +228,7 @@ authenticates; it does not encrypt.`,
 			Timing:         raftgate.Timing{Heartbeat: f.heartbeat, Election: f.election, LeaderLease: f.lease},
 			WrapStream:     gateWrapStream,
 			Token:          token,
+			Restore:        restore,
 		})
 		if err := n.Start(cmd.Context()); err != nil {
 			return err
@@ -310,6 +327,113 @@ configuration).`,
 		fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", args[0])
 		return nil
 	},
+}
+
+var gateBackupForce bool
+
+// readBackup reads a gate backup file, bounded by the largest state a
+// gate restores.
+func readBackup(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Usage, err, "gate backup")
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, raftgate.MaxStateSize+1))
+	if err != nil {
+		return nil, errcode.Wrap(errcode.IO, err, "read gate backup %s", path)
+	}
+	if len(b) > raftgate.MaxStateSize {
+		return nil, errcode.New(errcode.DocumentTooLarge, "gate backup %s exceeds %d bytes", path, raftgate.MaxStateSize)
+	}
+	return b, nil
+}
+
+var gateBackupCmd = &cobra.Command{
+	Use:   "backup FILE",
+	Short: "Write the gate's whole state to FILE, to found a new gate on with serve --restore",
+	Long: `Write the gate's whole state, read linearizably on the leader, to FILE:
+the bytes of GET /v1/state, which are the Raft snapshot format (JSON). It
+prints the state's sha256, which is what "gate status --digest" shows on a
+member at the same command index.
+
+A backup is the way back when every member's directory is lost, and the way
+to move a gate to new machines: "gate serve --bootstrap --restore FILE
+--data NEWDIR" founds a new single-node cluster on it (other members then
+join it with --join). It keeps aliases with their generations and history,
+releases, fences, permits and runs; it drops the old members' addresses.
+Commands acknowledged after the backup are not in it.
+
+FILE is written to a temporary file beside it, synced, and moved into
+place; an existing FILE is refused unless --force.
+
+Exit status: 0 written, 2 usage (FILE exists), 3 error (gate unreachable,
+I/O).`,
+	Args: exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		path := args[0]
+		if _, err := os.Lstat(path); err == nil && !gateBackupForce {
+			return errcode.New(errcode.Usage, "%s exists: give another name, or --force to replace it", path)
+		}
+		c := gateClient()
+		defer c.Close()
+		b, err := c.StateBytes(cmd.Context())
+		if err != nil {
+			return err
+		}
+		// What the gate sent must found a gate: checked here, not on
+		// the day it is needed.
+		st, err := raftgate.DecodeState(b)
+		if err != nil {
+			return errcode.Wrap(errcode.Of(err), err, "the gate's state")
+		}
+		if err := writeFileAtomic(path, b, gateBackupForce); err != nil {
+			return err
+		}
+		d := manifest.Sum(b)
+		out := map[string]any{"file": path, "bytes": len(b), "stateDigest": d, "aliases": len(st.Aliases),
+			"releases": len(st.Releases), "runs": len(st.Runs), "permits": len(st.Permits), "fences": st.Fences}
+		return printResult(cmd, out, func(w io.Writer) {
+			fmt.Fprintf(w, "backup %s: %d bytes, state %s: %d aliases, %d releases, %d runs, %d permits, tombstone fence %d, benchmark fence %d\n",
+				path, len(b), d, len(st.Aliases), len(st.Releases), len(st.Runs), len(st.Permits), st.Fences.Tombstone, st.Fences.Benchmark)
+		})
+	},
+}
+
+// writeFileAtomic writes b to path through a synced temporary file in the
+// same directory, so path holds either nothing (or its old bytes) or all
+// of b. Without replace an existing path is refused, also one created
+// meanwhile.
+func writeFileAtomic(path string, b []byte, replace bool) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "write %s", path)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err = f.Write(b); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "write %s", path)
+	}
+	if replace {
+		err = os.Rename(tmp, path)
+	} else if err = os.Link(tmp, path); errors.Is(err, fs.ErrExist) {
+		return errcode.New(errcode.Usage, "%s exists: give another name, or --force to replace it", path)
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "write %s", path)
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
 }
 
 var gateRegisterFlags struct {
@@ -725,6 +849,7 @@ func init() {
 	f.StringVar(&gateServeFlags.join, "join", "", "HTTP address of a running member to join (first start only)")
 	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "found a new single-node cluster of this node: the first start of a gate's first node only")
 	f.DurationVar(&gateServeFlags.autoPrune, "auto-prune", 0, "while leader, run 'gate prune --older-than' with this age every hour (0: never)")
+	f.StringVar(&gateServeFlags.restore, "restore", "", "with --bootstrap: found the new cluster on a backup FILE written by 'gate backup' (an empty --data only)")
 	f.StringVar(&gateServeFlags.tokenFile, "token-file", os.Getenv("SHARDPROOF_GATE_TOKEN_FILE"), "require this file's token of every client and member (env SHARDPROOF_GATE_TOKEN_FILE; see above)")
 	f.BoolVar(&gateServeFlags.recover, "recover", false, "make this member, with its state, the only member of its cluster: once, after a majority of the members is lost for good (the others must then be wiped and rejoin with --join)")
 	f.DurationVar(&gateServeFlags.heartbeat, "raft-heartbeat", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before it starts an election (every member should use the same values)")
@@ -748,13 +873,14 @@ func init() {
 	f.Int64Var(&gateRecheckFlags.hits, "hits", 0, "the hits the report found (optional; checked against the report)")
 
 	gatePruneCmd.Flags().DurationVar(&gatePruneFlags.olderThan, "older-than", 30*24*time.Hour, "prune only what was created, closed or registered longer ago than this")
+	gateBackupCmd.Flags().BoolVar(&gateBackupForce, "force", false, "replace FILE if it exists")
 	gateStatusCmd.Flags().BoolVar(&gateStatusDigest, "digest", false, "also show the sha256 of the node's state and the command index it reflects")
 	gatePermitsCmd.Flags().StringVar(&gatePermitsFlags.root, "root", "", "only permits of this root")
 	gatePermitsCmd.Flags().BoolVar(&gatePermitsFlags.open, "open", false, "only open permits")
 
 	// The client flags go on each client command, not on `gate` itself:
 	// `gate serve` is the server and takes none of them.
-	clients := []*cobra.Command{gateStatusCmd, gateRemoveCmd, gateRegisterCmd, gatePublishCmd, gateRollbackCmd,
+	clients := []*cobra.Command{gateStatusCmd, gateBackupCmd, gateRemoveCmd, gateRegisterCmd, gatePublishCmd, gateRollbackCmd,
 		gateFenceCmd, gateRecheckCmd, gatePermitsCmd, gateHistoryCmd, gatePruneCmd}
 	for _, c := range clients {
 		addGateClientFlags(c.PersistentFlags())

@@ -650,3 +650,67 @@ func TestGateServeToken(t *testing.T) {
 		t.Fatalf("history after publish: %+v %v", a, err)
 	}
 }
+
+// TestGateBackupRestore: `gate backup` writes the leader's state, refuses
+// to overwrite a file without --force, and `gate serve --bootstrap
+// --restore` founds a new gate on it that answers with the old alias and
+// fence.
+func TestGateBackupRestore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gate servers")
+	}
+	storeDir, root, report, _ := storeRelease(t)
+	gate, stop := startGateServe(t, t.TempDir(), "--bootstrap")
+	g := func(gate string, args ...string) gateCLI {
+		t.Helper()
+		return runGateCLI(t, append(args, "--gate", gate, "--retry", "0")...)
+	}
+	g(gate, "gate", "register", "--store", storeDir, "--report", report.String()).expect(t, 0, "")
+	g(gate, "gate", "publish", "main", root.String(), "--expect", "0").expect(t, 0, "")
+	g(gate, "gate", "fence", "tombstone", "3").expect(t, 0, "")
+
+	file := filepath.Join(t.TempDir(), "gate.backup")
+	r := g(gate, "gate", "backup", file, "--json").expect(t, 0, "")
+	var out struct {
+		Bytes       int             `json:"bytes"`
+		StateDigest manifest.Digest `json:"stateDigest"`
+		Aliases     int             `json:"aliases"`
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("backup --json: %v\n%s", err, r.stdout)
+	}
+	if out.Bytes != len(b) || out.StateDigest != manifest.Sum(b) || out.Aliases != 1 {
+		t.Fatalf("backup says %+v; the file holds %d bytes with sha256 %s", out, len(b), manifest.Sum(b))
+	}
+	g(gate, "gate", "backup", file).expect(t, errcode.ExitUsage, errcode.Usage)
+	g(gate, "gate", "backup", file, "--force").expect(t, 0, "")
+	if entries, _ := os.ReadDir(filepath.Dir(file)); len(entries) != 1 {
+		t.Fatalf("backup left temporary files: %v", entries)
+	}
+	stop()
+
+	// Without --bootstrap, or with a backup that is not one, nothing starts.
+	newDir := filepath.Join(t.TempDir(), "new")
+	gateCLI(runRefused(t, "gate", "serve", "--data", newDir, "--restore", file,
+		"--http-addr", freeAddr(t), "--raft-addr", freeAddr(t))).expect(t, errcode.ExitUsage, errcode.Usage)
+	bad := filepath.Join(t.TempDir(), "bad")
+	os.WriteFile(bad, b[:len(b)/2], 0o600)
+	gateCLI(runRefused(t, "gate", "serve", "--data", newDir, "--bootstrap", "--restore", bad,
+		"--http-addr", freeAddr(t), "--raft-addr", freeAddr(t))).expect(t, errcode.ExitInvalid, errcode.BadDocument)
+	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
+		t.Fatalf("a refused restore created %s", newDir)
+	}
+
+	restored, _ := startGateServe(t, newDir, "--bootstrap", "--restore", file)
+	r = g(restored, "gate", "history", "main", "--json").expect(t, 0, "")
+	var a raftgate.Alias
+	if err := json.Unmarshal([]byte(r.stdout), &a); err != nil || a.Generation != 1 || a.Root != root {
+		t.Fatalf("history on the restored gate: %+v %v", a, err)
+	}
+	g(restored, "gate", "fence", "tombstone", "2").expect(t, errcode.ExitRejected, errcode.FenceRegression)
+	g(restored, "gate", "fence", "tombstone", "4").expect(t, 0, "")
+}

@@ -1,0 +1,132 @@
+package raftgate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// TestBackupRestore takes a backup of a gate with an alias, a run and a
+// fence, founds a new cluster on it, and checks that the new cluster holds
+// the same state (members aside), takes writes that depend on it, keeps it
+// across a restart, and hands it to a member that joins.
+func TestBackupRestore(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	old := MakeCluster(t, 3)
+	cl := old.Client()
+	r1 := registerVerified(t, ctx, cl, "r1", 2, 0, 0)
+	if _, err := cl.Publish(ctx, "main", r1, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "job", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 600_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 7); err != nil {
+		t.Fatal(err)
+	}
+	backup, err := cl.StateBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := DecodeState(backup)
+	if err != nil {
+		t.Fatalf("the backup does not decode: %v", err)
+	}
+	if len(want.Nodes) == 0 {
+		t.Fatal("the backup records no member: the test would not see them dropped")
+	}
+	want.Nodes = map[string]*NodeInfo{}
+	wantBytes, _ := EncodeState(want)
+	old.Shutdown()
+
+	cfg := TestConfig(t.TempDir(), "new1")
+	cfg.Restore = backup
+	n := StartTestNode(t, cfg)
+	waitLeader(t, n)
+	got := stateBytes(t, n)
+	var gotState State
+	json.Unmarshal(got, &gotState)
+	if len(gotState.Nodes) > 1 || (len(gotState.Nodes) == 1 && gotState.Nodes["new1"] == nil) {
+		t.Fatalf("restored state keeps the old members: %v", gotState.Nodes)
+	}
+	gotState.Nodes = map[string]*NodeInfo{}
+	if b, _ := EncodeState(&gotState); !bytes.Equal(b, wantBytes) {
+		t.Fatalf("restored state differs from the backup:\nwant %s\ngot  %s", wantBytes, b)
+	}
+
+	// Writes that depend on the restored state: the alias is at
+	// generation 1 and the fence at 7.
+	nc := NewClient(n.URL())
+	defer nc.Close()
+	r2 := registerVerified(t, ctx, nc, "r2", 2, 7, 0)
+	if _, err := nc.Publish(ctx, "main", r2, 0, 0); !errors.Is(err, ErrPublishConflict) {
+		t.Fatalf("publish at generation 0 on the restored gate: %v, want PUBLISH_CONFLICT (generation 1 is r1's)", err)
+	}
+	if _, err := nc.Publish(ctx, "main", r2, 1, 0); err != nil {
+		t.Fatalf("publish at generation 1 on the restored gate: %v", err)
+	}
+	if _, err := nc.AdvanceFence(ctx, FenceTombstone, 3); errcode.Of(err) != errcode.FenceRegression {
+		t.Fatalf("fence below the restored one: %v, want FENCE_REGRESSION", err)
+	}
+
+	// A restart keeps it (Restore is for the first start: a second one
+	// on the same directory is refused), and a joiner receives it.
+	after := stateBytes(t, n)
+	n.Shutdown()
+	if err := NewNode(cfg).Start(ctx); errcode.Of(err) != errcode.Usage {
+		t.Fatalf("restore into a directory with state: %v, want USAGE", err)
+	}
+	cfg.Restore, cfg.Bootstrap = nil, false
+	n = StartTestNode(t, cfg)
+	waitLeader(t, n)
+	if !bytes.Equal(stateBytes(t, n), after) {
+		t.Fatal("state changed across a restart of the restored node")
+	}
+	jc := TestConfig(t.TempDir(), "new2")
+	jc.Bootstrap, jc.Join = false, n.HTTPAddr()
+	j := StartTestNode(t, jc)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		a, b := stateBytes(t, n), stateBytes(t, j)
+		if bytes.Equal(a, b) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the joiner did not receive the restored state:\n%s\n%s", a, b)
+		}
+	}
+}
+
+// A backup that does not decode, or a restore without --bootstrap, is
+// refused before the directory is created.
+func TestRestoreRefusals(t *testing.T) {
+	for name, mod := range map[string]func(*Config){
+		"garbage":      func(c *Config) { c.Restore = []byte(`{"releases":`) },
+		"unknown":      func(c *Config) { c.Restore = []byte(`{"nope":1}`) },
+		"no bootstrap": func(c *Config) { c.Restore, c.Bootstrap = []byte(`{}`), false },
+	} {
+		cfg := TestConfig(t.TempDir(), "n1")
+		mod(&cfg)
+		err := NewNode(cfg).Start(ctxT(t, 10*time.Second))
+		if c := errcode.Of(err); c != errcode.BadDocument && c != errcode.Usage {
+			t.Errorf("%s: %v, want BAD_DOCUMENT or USAGE", name, err)
+		}
+		if _, err := os.Stat(filepath.Join(cfg.DataDir)); !os.IsNotExist(err) {
+			t.Errorf("%s: the refused restore created %s", name, cfg.DataDir)
+		}
+	}
+}
+
+func waitLeader(t *testing.T, n *Node) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !n.IsLeader(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+	}
+}
