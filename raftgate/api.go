@@ -207,10 +207,67 @@ func writeError(w http.ResponseWriter, err error, result any) {
 	writeJSON(w, httpStatus(body.Error.Code), body)
 }
 
+// readBody reads a request body of up to limit+1 bytes (one more than
+// allowed, so the decoder can say it is too large), taking the bytes from
+// the node's request-memory budget as they arrive: all at once when the
+// request declares its length, else chunk by chunk. A body the budget
+// cannot hold is GATE_UNAVAILABLE (503), which clients retry with backoff,
+// so many large bodies in flight at once (slow senders, a burst of
+// registers of huge releases) queue at the clients instead of growing the
+// gate's memory without bound. release returns the bytes to the budget.
+func (n *Node) readBody(r *http.Request, limit int64, what string) (b []byte, release func(), err error) {
+	var taken int64
+	release = func() {
+		if taken > 0 {
+			n.bodies.Release(taken)
+			taken = 0
+		}
+	}
+	take := func(k int64) error {
+		if !n.bodies.TryAcquire(k) {
+			release()
+			n.met.bodyBudgetRefusals.Inc()
+			return errcode.New(errcode.GateUnavailable, "the gate holds %d MiB of request bodies already (its limit); retry", n.bodyBudget>>20)
+		}
+		taken += k
+		return nil
+	}
+	if cl := r.ContentLength; cl >= 0 && cl <= limit+1 {
+		if err := take(cl); err != nil {
+			return nil, release, err
+		}
+		b = make([]byte, cl)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			release()
+			return nil, release, errcode.Wrap(errcode.IO, err, "read %s", what)
+		}
+		return b, release, nil
+	}
+	lr := io.LimitReader(r.Body, limit+1)
+	chunk := make([]byte, 64<<10)
+	for {
+		k, rerr := lr.Read(chunk)
+		if k > 0 {
+			if err := take(int64(k)); err != nil {
+				return nil, release, err
+			}
+			b = append(b, chunk[:k]...)
+		}
+		if rerr == io.EOF {
+			return b, release, nil
+		}
+		if rerr != nil {
+			release()
+			return nil, release, errcode.Wrap(errcode.IO, rerr, "read %s", what)
+		}
+	}
+}
+
 func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, MaxCommandSize+1))
+	b, release, err := n.readBody(r, MaxCommandSize, "command")
+	defer release()
 	if err != nil {
-		writeError(w, errcode.Wrap(errcode.IO, err, "read command"), nil)
+		writeError(w, err, nil)
 		return
 	}
 	c, err := DecodeCommand(b)
@@ -244,9 +301,10 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	b, release, err := n.readBody(r, 64<<10, "join")
+	defer release()
 	if err != nil {
-		writeError(w, errcode.Wrap(errcode.IO, err, "read join"), nil)
+		writeError(w, err, nil)
 		return
 	}
 	c, err := DecodeCommand(b)
@@ -294,9 +352,10 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 // last voter cannot be removed, nor an ID that is not in the
 // configuration (BAD_INPUT, changing nothing).
 func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(io.LimitReader(r.Body, 64<<10))
+	b, release, err := n.readBody(r, 64<<10, "remove")
+	defer release()
 	if err != nil {
-		writeError(w, errcode.Wrap(errcode.IO, err, "read remove"), nil)
+		writeError(w, err, nil)
 		return
 	}
 	var req Remove

@@ -2,6 +2,7 @@ package raftgate
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -168,4 +169,63 @@ func TestRaftConnectionsNeedTheToken(t *testing.T) {
 		}
 		c.Shutdown()
 	}
+}
+
+// TestRequestMemoryBudget: request bodies in flight share one budget. A
+// slow sender holding most of it makes a large body that does not fit
+// answer GATE_UNAVAILABLE (which clients retry) at once, small commands
+// still pass, and the budget is whole again once the sender is gone.
+func TestRequestMemoryBudget(t *testing.T) {
+	cfg := TestConfig(t.TempDir(), "n1")
+	cfg.RequestMemory = 1 << 20
+	n := StartTestNode(t, cfg)
+	waitLeader(t, n)
+	ctx := ctxT(t, 30*time.Second)
+
+	// A body of 900 KB declared and never sent in full.
+	pr, pw := io.Pipe()
+	slow, _ := http.NewRequestWithContext(ctx, http.MethodPost, n.URL()+"/v1/commands", pr)
+	slow.ContentLength = 900 << 10
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if resp, err := http.DefaultClient.Do(slow); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	pw.Write([]byte(`{"type":`))
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	post := func(body []byte) (int, errcode.Code) {
+		resp, err := http.Post(n.URL()+"/v1/commands", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var eb ErrorBody
+		json.NewDecoder(resp.Body).Decode(&eb)
+		return resp.StatusCode, eb.Error.Code
+	}
+	large := append([]byte(`{"type":"register","x":"`), bytes.Repeat([]byte("a"), 300<<10)...)
+	waitFor("the slow body to hold the budget", func() bool {
+		st, code := post(large)
+		return st == http.StatusServiceUnavailable && code == errcode.GateUnavailable
+	})
+	cl := NewClient(n.URL())
+	defer cl.Close()
+	registerVerified(t, ctx, cl, "small", 2, 0, 0)
+
+	pw.CloseWithError(io.ErrUnexpectedEOF)
+	<-done
+	waitFor("the budget to come back", func() bool {
+		st, code := post(large)
+		// Now the body is read and decoded: a bad command, not a busy gate.
+		return st != http.StatusServiceUnavailable && code == errcode.BadDocument
+	})
 }

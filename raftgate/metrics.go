@@ -26,6 +26,9 @@ type metrics struct {
 	// runFailures counts runs failed in Apply, per release and code
 	// (ROOT_MISMATCH, SHARD_NOT_ASSIGNED, BARRIER_TIMEOUT).
 	runFailures *prometheus.CounterVec
+	// bodyBudgetRefusals counts requests refused because the request
+	// bodies in flight held the whole budget (Config.RequestMemory).
+	bodyBudgetRefusals prometheus.Counter
 }
 
 func newMetrics(n *Node) *metrics {
@@ -49,6 +52,10 @@ func newMetrics(n *Node) *metrics {
 			Name: "shardproof_gate_run_failures_total",
 			Help: "Runs failed before step 0, by release root digest and code (e.g. ROOT_MISMATCH).",
 		}, []string{"release", "code"}),
+		bodyBudgetRefusals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardproof_gate_body_budget_refusals_total",
+			Help: "Requests answered GATE_UNAVAILABLE because the request bodies in flight held the node's whole request-memory budget.",
+		}),
 	}
 	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardproof_gate_leader",
@@ -68,7 +75,7 @@ func newMetrics(n *Node) *metrics {
 		}
 		return float64(n.raft.AppliedIndex())
 	})
-	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, leader, applied)
+	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, leader, applied)
 	return m
 }
 

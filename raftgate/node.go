@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 )
@@ -131,6 +132,11 @@ type Config struct {
 	PruneOlderThan time.Duration
 	// PruneInterval is how often the leader prunes; zero means an hour.
 	PruneInterval time.Duration
+	// RequestMemory bounds the request bodies a node holds at once,
+	// across requests; a body beyond it is answered GATE_UNAVAILABLE,
+	// which clients retry. Zero means 256 MiB (eight commands of the
+	// largest size).
+	RequestMemory int64
 	// Token, if set, is the gate's shared secret (see LoadToken): every
 	// API request but the health probes must carry it, and every Raft
 	// connection between members must prove both ends hold it. Every
@@ -153,6 +159,9 @@ type Node struct {
 	srv         *http.Server
 	hc          *http.Client
 	met         *metrics
+	// bodies is the request-memory budget (bodyBudget bytes).
+	bodies     *semaphore.Weighted
+	bodyBudget int64
 
 	// barrierTerm is the term in which this node, as leader, last
 	// completed a barrier; reads in that term need only VerifyLeader.
@@ -189,6 +198,11 @@ func NewNode(cfg Config) *Node {
 		stop: make(chan struct{}),
 	}
 	n.met = newMetrics(n)
+	n.bodyBudget = cfg.RequestMemory
+	if n.bodyBudget <= 0 {
+		n.bodyBudget = 8 * MaxCommandSize
+	}
+	n.bodies = semaphore.NewWeighted(n.bodyBudget)
 	return n
 }
 
