@@ -43,7 +43,7 @@ func Create(ctx context.Context, rawURL string) (Store, error) {
 
 func open(ctx context.Context, rawURL string, create bool) (Store, error) {
 	if rawURL == "" {
-		return nil, errcode.New(errcode.Usage, "no store given (use --store URL or a path)")
+		return nil, errcode.New(errcode.Usage, "no store given (use --store URL or a path, or set $SHARDPROOF_STORE)")
 	}
 	u := &url.URL{Scheme: "file", Path: rawURL}
 	if strings.Contains(rawURL, "://") {
@@ -51,6 +51,15 @@ func open(ctx context.Context, rawURL string, create bool) (Store, error) {
 		if u, err = url.Parse(rawURL); err != nil {
 			return nil, errcode.Wrap(errcode.Usage, err, "store URL %q", rawURL)
 		}
+	} else if scheme, ok := schemeTypo(rawURL); ok {
+		// "s3:/bucket/x" or "file:/data" would otherwise be a relative
+		// directory named "s3:" or "file:": created by synth and stage,
+		// and STORE_UNAVAILABLE (not a URL error) for everything else.
+		want := scheme + "://…"
+		if scheme == "file" {
+			want = "file:///abs/path"
+		}
+		return nil, errcode.New(errcode.Usage, "store %q: scheme %q without \"//\" (want %s); for a directory of that name, write ./%s", rawURL, scheme, want, rawURL)
 	}
 	openersMu.RLock()
 	o := openers[u.Scheme]
@@ -59,4 +68,19 @@ func open(ctx context.Context, rawURL string, create bool) (Store, error) {
 		return nil, errcode.New(errcode.Usage, "store URL %q: unknown scheme %q", rawURL, u.Scheme)
 	}
 	return o(ctx, u, create)
+}
+
+// schemeTypo reports whether a store argument without "://" starts with
+// the name of a registered scheme and a colon ("s3:/bucket", "file:/x"):
+// a URL with a slash missing, not a directory anyone means.
+func schemeTypo(rawURL string) (string, bool) {
+	i := strings.IndexByte(rawURL, ':')
+	if i <= 0 {
+		return "", false
+	}
+	scheme := strings.ToLower(rawURL[:i])
+	openersMu.RLock()
+	_, known := openers[scheme]
+	openersMu.RUnlock()
+	return scheme, known
 }
