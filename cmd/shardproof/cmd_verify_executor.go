@@ -147,6 +147,9 @@ func (x *executorFlags) run(cmd *cobra.Command, resume string) error {
 			}
 			x.k8s.Env[k] = v
 		}
+		if x.k8s.Image == "" {
+			return errcode.New(errcode.Usage, "verify: --executor kubernetes needs --image IMAGE, a container image holding the shardproof binary")
+		}
 		if !x.submit && resume != "" {
 			return errcode.New(errcode.Usage, "verify: --resume with --executor kubernetes needs --submit (it runs the plan's Jobs)")
 		}

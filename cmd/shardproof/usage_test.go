@@ -141,6 +141,7 @@ func TestExecutorSettingsApplyToTheirExecutor(t *testing.T) {
 		{[]string{"--executor", "process", "--namespace", "n"}, "--namespace applies to --executor kubernetes, not process"},
 		{[]string{"--executor", "kubernetes", "--task-binary", "b", "--emit", store}, "--task-binary applies to --executor process or slurm, not kubernetes"},
 		{[]string{"--executor", "process", "--task-attempts", "0"}, "--task-attempts 0: a task runs at least once"},
+		{[]string{"--executor", "kubernetes", "--emit", store}, "--executor kubernetes needs --image IMAGE"},
 	} {
 		r := runCLI(t, cliEnv(), append([]string{"verify", "--store", store, "--root", root}, c.args...)...)
 		if r.status != 2 || !strings.Contains(r.stderr, c.want) {
