@@ -32,7 +32,7 @@ func (f *stagingFlags) register(c *cobra.Command) {
 	c.Flags().StringVar(&f.store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or directory (required) (default $SHARDPROOF_STORE)")
 	c.Flags().IntVar(&f.shards, "shards", 0, "number of release shards (required, >= 1)")
 	c.Flags().StringVar(&f.codec, "compression", "zstd", "Parquet codec: zstd, snappy, gzip or none")
-	c.Flags().IntVar(&f.level, "level", 3, "compression level: zstd 1-22, gzip 1-9 (snappy and none have none: recorded, no effect)")
+	c.Flags().IntVar(&f.level, "level", 3, "compression level: zstd 1-22, gzip 1-9, or 0 for the codec's own default (zstd 3, gzip 6); snappy and none have none (recorded, no effect)")
 	c.Flags().Uint64Var(&f.tombstone, "tombstone-watermark", 0, "tombstone watermark the release is built against")
 	c.Flags().Uint64Var(&f.benchmark, "benchmark-fence", 0, "benchmark fence the release is built against")
 	c.Flags().StringVar(&f.snapshotOut, "snapshot-out", "", "also write the snapshot digest to this file")
