@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -49,6 +51,9 @@ type Client struct {
 	err error
 }
 
+// mistypedScheme matches a gate URL whose scheme lost a colon or a slash.
+var mistypedScheme = regexp.MustCompile(`^(?i)(https?)(:/?|/+)(?:[^/]|$)`)
+
 // NewClient returns a client for a comma-separated list of gate URLs or
 // host:port addresses.
 func NewClient(urls string) *Client {
@@ -58,16 +63,29 @@ func NewClient(urls string) *Client {
 		if u == "" {
 			continue
 		}
+		if m := mistypedScheme.FindStringSubmatch(u); m != nil {
+			// "http//host" or "http:/host" would become the host "http"
+			// and fail with a DNS error, after RetryFor.
+			c.err = errcode.New(errcode.Usage, "gate URL %q: did you mean %s://%s?", truncate(u), strings.ToLower(m[1]), truncate(u[len(m[1])+len(m[2]):]))
+		}
 		if !strings.Contains(u, "://") {
 			u = "http://" + u
 		}
-		if pu, err := url.Parse(u); err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		if pu, err := url.Parse(u); c.err == nil && (err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "") {
 			// Retrying would only repeat the refusal for RetryFor.
 			c.err = errcode.New(errcode.Usage, "gate URL %q: want http://host:port or https://host:port", truncate(u))
 		}
 		c.Endpoints = append(c.Endpoints, u)
 	}
 	return c
+}
+
+// noGateHint says what to do when nothing listens at a gate URL.
+func noGateHint(last error) string {
+	if !errors.Is(last, syscall.ECONNREFUSED) {
+		return ""
+	}
+	return " (nothing listens there: start a gate with `shardproof gate serve --data DIR --bootstrap`, or name a running one with --gate or $SHARDPROOF_GATE)"
 }
 
 // UseTokenFile sets Token from a token file (see LoadToken); an empty
@@ -132,12 +150,12 @@ func (c *Client) do(ctx context.Context, method, path string, in any, out any) e
 		}
 		if retryFor < 0 {
 			if attempt+1 >= len(c.Endpoints) {
-				return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s (no retries)", method, path)
+				return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s (no retries)%s", method, path, noGateHint(last))
 			}
 			continue
 		}
 		if time.Now().After(deadline) {
-			return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s within %s", method, path, retryFor)
+			return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s within %s%s", method, path, retryFor, noGateHint(last))
 		}
 		select {
 		case <-ctx.Done():

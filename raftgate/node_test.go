@@ -633,6 +633,24 @@ func TestClientRefusesWhatRetryingCannotFix(t *testing.T) {
 		t.Fatalf("an ftp URL: %v after %d requests, want USAGE before any", err, hits.Load())
 	}
 
+	hostPort := strings.TrimPrefix(busy.URL, "http://")
+	for _, typo := range []string{"http//" + hostPort, "http:/" + hostPort, "HTTPS//" + hostPort, "https:" + hostPort} {
+		c = NewClient(typo)
+		_, err := c.Status(ctx)
+		if errcode.Of(err) != errcode.Usage || hits.Load() != 0 || !strings.Contains(err.Error(), "://"+hostPort+"?") {
+			t.Fatalf("gate URL %s: %v after %d requests, want USAGE suggesting ://%s before any", typo, err, hits.Load(), hostPort)
+		}
+	}
+	// Nothing listening: the error says what to start.
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	closed := ln.Addr().String()
+	ln.Close()
+	c = NewClient(closed)
+	c.RetryFor = -1
+	if _, err := c.Status(ctx); errcode.Of(err) != errcode.GateUnavailable || !strings.Contains(err.Error(), "gate serve --data DIR --bootstrap") {
+		t.Fatalf("nothing at %s: %v, want GATE_UNAVAILABLE with a hint", closed, err)
+	}
+
 	n := StartTestNode(t, TestConfig(t.TempDir(), "names"))
 	g := NewClient(n.URL())
 	defer g.Close()
