@@ -323,7 +323,7 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		n.forward(w, r, b)
 		return
 	}
-	if err := probeJoiner(r.Context(), j, n.cfg.Token); err != nil {
+	if err := n.probeJoiner(r.Context(), j); err != nil {
 		writeError(w, err, nil)
 		return
 	}
@@ -405,7 +405,7 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 // its quorum (a single node that added one stayed a candidate for good,
 // and so it stays after a restart), so a join from a process that is not
 // the member it names is refused (BAD_INPUT) and changes nothing.
-func probeJoiner(ctx context.Context, j *Join, tok []byte) error {
+func (n *Node) probeJoiner(ctx context.Context, j *Join) error {
 	ctx, cancel := context.WithTimeout(ctx, joinProbeTimeout)
 	defer cancel()
 	var d net.Dialer
@@ -414,9 +414,8 @@ func probeJoiner(ctx context.Context, j *Join, tok []byte) error {
 		return errcode.Wrap(errcode.BadInput, err, "join of %s: nothing accepts connections at raftAddr %s", truncate(j.ID), truncate(j.RaftAddr))
 	}
 	conn.Close()
-	c := NewClient(j.HTTPAddr)
+	c := n.memberClient(j.HTTPAddr)
 	defer c.Close()
-	c.Token = string(tok)
 	c.RetryFor = -1
 	st, err := c.Status(ctx)
 	if err != nil {
@@ -592,7 +591,7 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})
-	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+leader+r.URL.RequestURI(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, r.Method, n.scheme()+"://"+leader+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		writeError(w, errcode.Wrap(errcode.Internal, err, "forward"), nil)
 		return

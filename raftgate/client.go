@@ -3,6 +3,7 @@ package raftgate
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,6 +79,30 @@ func NewClient(urls string) *Client {
 		c.Endpoints = append(c.Endpoints, u)
 	}
 	return c
+}
+
+// UseTLS verifies the gate's HTTPS certificates with cfg (RootCAs: the
+// gate's CA) instead of the system's roots.
+func (c *Client) UseTLS(cfg *tls.Config) {
+	c.HTTP.Transport.(*http.Transport).TLSClientConfig = cfg
+}
+
+// UseCAFile verifies the gate's HTTPS certificates against the CA
+// certificates in a PEM file (see LoadCAs); an empty path keeps the
+// system's roots. A file LoadCAs refuses makes every request fail with
+// its error.
+func (c *Client) UseCAFile(path string) {
+	if path == "" {
+		return
+	}
+	pool, err := LoadCAs(path)
+	if err != nil {
+		if c.err == nil {
+			c.err = err
+		}
+		return
+	}
+	c.UseTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 }
 
 // noGateHint says what to do when nothing listens at a gate URL.
@@ -190,6 +215,11 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 		}
 		if method == http.MethodPost && wrote.Load() {
 			return false, errcode.Wrap(errcode.Indeterminate, err, "%s %s: connection lost after the command was sent; retrying it is safe", method, u)
+		}
+		var cv *tls.CertificateVerificationError
+		if errors.As(err, &cv) {
+			// Retrying would only repeat it for RetryFor.
+			return false, errcode.Wrap(errcode.Usage, err, "%s %s: the gate's certificate does not verify (give its CA with --gate-ca or $SHARDPROOF_GATE_CA, and a URL whose host the certificate names)", method, u)
 		}
 		return true, errcode.Wrap(errcode.GateUnavailable, err, "%s %s", method, u)
 	}

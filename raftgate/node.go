@@ -2,6 +2,7 @@ package raftgate
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"io/fs"
@@ -138,6 +139,9 @@ type Config struct {
 	// which clients retry. Zero means 256 MiB (eight commands of the
 	// largest size).
 	RequestMemory int64
+	// TLS, if set, serves the API over HTTPS and makes Raft connections
+	// between members mutual TLS (see TLSConfig).
+	TLS *TLSConfig
 	// Token, if set, is the gate's shared secret (see LoadToken): every
 	// API request but the health probes must carry it, and every Raft
 	// connection between members must prove both ends hold it. Every
@@ -197,6 +201,9 @@ func NewNode(cfg Config) *Node {
 		fsm:  NewFSM(),
 		hc:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
 		stop: make(chan struct{}),
+	}
+	if cfg.TLS != nil {
+		n.hc.Transport.(*http.Transport).TLSClientConfig = cfg.TLS.client()
 	}
 	n.met = newMetrics(n)
 	n.bodyBudget = cfg.RequestMemory
@@ -283,6 +290,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	var stream raft.StreamLayer
 	if stream, err = listenTCPStream(n.cfg.RaftAddr, advertise); err != nil {
 		return errcode.Wrap(errcode.IO, err, "raft transport on %s", n.cfg.RaftAddr)
+	}
+	if n.cfg.TLS != nil {
+		stream = &tlsStream{StreamLayer: stream, server: n.cfg.TLS.raftServer(), client: n.cfg.TLS.client()}
 	}
 	if len(n.cfg.Token) > 0 {
 		stream = newAuthStream(stream, n.cfg.Token, n.log)
@@ -413,10 +423,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		h = requireToken(n.cfg.Token, n.log, h)
 	}
 	n.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
+	ln := n.ln
+	if n.cfg.TLS != nil {
+		ln = tls.NewListener(ln, n.cfg.TLS.server())
+	}
 	n.wg.Add(2)
 	go func() {
 		defer n.wg.Done()
-		if err := n.srv.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := n.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error("gate HTTP server stopped", "err", err, "code", errcode.IO)
 		}
 	}()
@@ -437,8 +451,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 // join asks the member at Config.Join to add this node as a voter,
 // retrying until ctx ends.
 func (n *Node) join(ctx context.Context) error {
-	c := NewClient(n.cfg.Join)
-	c.Token = string(n.cfg.Token)
+	c := n.memberClient(n.cfg.Join)
 	c.RetryFor = 30 * time.Second
 	req := &Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()}
 	if err := c.do(ctx, http.MethodPost, "/v1/join", req, nil); err != nil {
@@ -461,7 +474,30 @@ func (n *Node) HTTPAddr() string {
 func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
 
 // URL is the API's base URL.
-func (n *Node) URL() string { return "http://" + n.HTTPAddr() }
+func (n *Node) URL() string { return n.scheme() + "://" + n.HTTPAddr() }
+
+// scheme is the API's URL scheme.
+func (n *Node) scheme() string {
+	if n.cfg.TLS != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// memberClient returns a client for another member's API at addr
+// (host:port, or a URL): over HTTPS verified against the gate's CAs when
+// the gate runs TLS, with the gate's token when it has one.
+func (n *Node) memberClient(addr string) *Client {
+	if !strings.Contains(addr, "://") {
+		addr = n.scheme() + "://" + addr
+	}
+	c := NewClient(addr)
+	if n.cfg.TLS != nil {
+		c.UseTLS(n.cfg.TLS.client())
+	}
+	c.Token = string(n.cfg.Token)
+	return c
+}
 
 // ID is the node's Raft server ID.
 func (n *Node) ID() string { return n.cfg.ID }

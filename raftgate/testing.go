@@ -2,9 +2,18 @@ package raftgate
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,7 +123,11 @@ func (c *TestCluster) Restart(i int) *Node {
 func (c *TestCluster) URLs() string {
 	var u []string
 	for _, cfg := range c.Configs {
-		u = append(u, "http://"+cfg.HTTPAddr)
+		scheme := "http://"
+		if cfg.TLS != nil {
+			scheme = "https://"
+		}
+		u = append(u, scheme+cfg.HTTPAddr)
 	}
 	return strings.Join(u, ",")
 }
@@ -131,4 +144,54 @@ func (c *TestCluster) Shutdown() {
 	for i := range c.Nodes {
 		c.Stop(i)
 	}
+}
+
+// TestPKI is a CA and a member certificate it signed for 127.0.0.1 and
+// localhost, as PEM files and as a TLSConfig.
+type TestPKI struct {
+	CAFile, CertFile, KeyFile string
+	TLS                       *TLSConfig
+}
+
+// NewTestPKI writes a new TestPKI named name into dir.
+func NewTestPKI(t testing.TB, dir, name string) *TestPKI {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name + " member"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	p := &TestPKI{CAFile: filepath.Join(dir, name+"-ca.pem"), CertFile: filepath.Join(dir, name+".pem"), KeyFile: filepath.Join(dir, name+"-key.pem")}
+	for f, b := range map[string][]byte{
+		p.CAFile:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		p.CertFile: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		p.KeyFile:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.TLS, err = LoadTLS(p.CertFile, p.KeyFile, p.CAFile); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

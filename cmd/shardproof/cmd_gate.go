@@ -65,13 +65,18 @@ var gateTokenFile string
 // addGateTokenFlag registers --gate-token-file.
 func addGateTokenFlag(f *pflag.FlagSet) {
 	f.StringVar(&gateTokenFile, "gate-token-file", os.Getenv("SHARDPROOF_GATE_TOKEN_FILE"), "file holding the gate's token, for a gate started with --token-file (env SHARDPROOF_GATE_TOKEN_FILE)")
+	f.StringVar(&gateCAFile, "gate-ca", os.Getenv("SHARDPROOF_GATE_CA"), "PEM file of the CA that signed an https:// gate's certificate, instead of the system's roots (env SHARDPROOF_GATE_CA)")
 }
 
+// gateCAFile is --gate-ca of every command that talks to a gate.
+var gateCAFile string
+
 // newGateClient returns a client for a --gate value that sends
-// --gate-token-file's token.
+// --gate-token-file's token and verifies an https gate against --gate-ca.
 func newGateClient(urls string) *raftgate.Client {
 	c := raftgate.NewClient(urls)
 	c.UseTokenFile(gateTokenFile)
+	c.UseCAFile(gateCAFile)
 	return c
 }
 
@@ -145,6 +150,7 @@ var gateServeFlags struct {
 	raftAdvertise, httpAdvertise       string
 	bootstrap, recover                 bool
 	tokenFile, restore                 string
+	tlsCert, tlsKey, tlsCA             string
 	autoPrune                          time.Duration
 	heartbeat, election, lease         time.Duration
 }
@@ -184,7 +190,15 @@ a shared token: every API request but /healthz and /readyz must carry it
 (clients take --gate-token-file, or the same variable), or is refused with
 UNAUTHENTICATED; and Raft connections between members must prove that
 both ends hold it. Every member needs the same token. The token
-authenticates; it does not encrypt.`,
+authenticates; it does not encrypt.
+
+--tls-cert, --tls-key and --tls-ca put the member on TLS: the API is
+served over HTTPS (clients use https:// URLs, and --gate-ca or
+$SHARDPROOF_GATE_CA when the CA is not in the system's roots), and Raft
+connections between members are mutual TLS, each end's certificate
+verified against --tls-ca. A member's certificate must name the host or
+IP of its advertised HTTP and Raft addresses; --join HOST:PORT is then
+reached over HTTPS. With both, the token still guards the API.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := gateServeFlags
@@ -197,6 +211,16 @@ authenticates; it does not encrypt.`,
 		}
 		if f.data == "" {
 			return errcode.New(errcode.Usage, "%s: --data DIR is required", cmd.CommandPath())
+		}
+		var tlsCfg *raftgate.TLSConfig
+		if f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" {
+			if f.tlsCert == "" || f.tlsKey == "" || f.tlsCA == "" {
+				return errcode.New(errcode.Usage, "%s: TLS takes --tls-cert, --tls-key and --tls-ca together", cmd.CommandPath())
+			}
+			var err error
+			if tlsCfg, err = raftgate.LoadTLS(f.tlsCert, f.tlsKey, f.tlsCA); err != nil {
+				return err
+			}
 		}
 		var restore []byte
 		if f.restore != "" {
@@ -229,6 +253,7 @@ authenticates; it does not encrypt.`,
 			WrapStream:     gateWrapStream,
 			Token:          token,
 			Restore:        restore,
+			TLS:            tlsCfg,
 		})
 		if err := n.Start(cmd.Context()); err != nil {
 			return err
@@ -832,6 +857,9 @@ func init() {
 	f.BoolVar(&gateServeFlags.bootstrap, "bootstrap", false, "found a new single-node cluster of this node: the first start of a gate's first node only")
 	f.DurationVar(&gateServeFlags.autoPrune, "auto-prune", 0, "while leader, run 'gate prune --older-than' with this age every hour (0: never)")
 	f.StringVar(&gateServeFlags.restore, "restore", "", "with --bootstrap: found the new cluster on a backup FILE written by 'gate backup' (an empty --data only)")
+	f.StringVar(&gateServeFlags.tlsCert, "tls-cert", "", "PEM certificate (chain) of this member: serve the API over HTTPS and talk mutual TLS to the other members (with --tls-key and --tls-ca)")
+	f.StringVar(&gateServeFlags.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
+	f.StringVar(&gateServeFlags.tlsCA, "tls-ca", "", "PEM file of the CA(s) that signed every member's certificate")
 	f.StringVar(&gateServeFlags.tokenFile, "token-file", os.Getenv("SHARDPROOF_GATE_TOKEN_FILE"), "require this file's token of every client and member (env SHARDPROOF_GATE_TOKEN_FILE; see above)")
 	f.BoolVar(&gateServeFlags.recover, "recover", false, "make this member, with its state, the only member of its cluster: once, after a majority of the members is lost for good (the others must then be wiped and rejoin with --join)")
 	f.DurationVar(&gateServeFlags.heartbeat, "raft-heartbeat", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before it starts an election (every member should use the same values)")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"context"
 	"encoding/json"
 	"errors"
@@ -121,14 +122,19 @@ func tryGateServe(t *testing.T, dir string, extra ...string) (gateURL string, st
 			}
 		})
 	}
+	scheme, probe := "http://", readyClient
+	if slices.Contains(extra, "--tls-cert") {
+		// Readiness only: the tests check the certificate themselves.
+		scheme, probe = "https://", &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, err := readyClient.Get("http://" + httpAddr + "/readyz")
+		resp, err := probe.Get(scheme + httpAddr + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				t.Cleanup(stop)
-				return "http://" + httpAddr, stop, false
+				return scheme + httpAddr, stop, false
 			}
 		}
 		select {
@@ -713,4 +719,34 @@ func TestGateBackupRestore(t *testing.T) {
 	}
 	g(restored, "gate", "fence", "tombstone", "2").expect(t, errcode.ExitRejected, errcode.FenceRegression)
 	g(restored, "gate", "fence", "tombstone", "4").expect(t, 0, "")
+}
+
+// TestGateServeTLS: a gate on TLS serves https:// clients that trust its
+// CA (--gate-ca or $SHARDPROOF_GATE_CA), refuses with USAGE those that do
+// not, and takes its TLS flags together only.
+func TestGateServeTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a gate server")
+	}
+	dir := t.TempDir()
+	pki := raftgate.NewTestPKI(t, dir, "gate")
+	res := runRefused(t, "gate", "serve", "--bootstrap", "--data", filepath.Join(dir, "half"), "--tls-cert", pki.CertFile,
+		"--http-addr", freeAddr(t), "--raft-addr", freeAddr(t))
+	gateCLI(res).expect(t, errcode.ExitUsage, errcode.Usage)
+
+	gate, _ := startGateServe(t, filepath.Join(dir, "gate"), "--bootstrap", "--tls-cert", pki.CertFile, "--tls-key", pki.KeyFile, "--tls-ca", pki.CAFile)
+	if !strings.HasPrefix(gate, "https://") {
+		t.Fatalf("gate URL %s", gate)
+	}
+	r := runGateCLI(t, "gate", "status", "--gate", gate, "--gate-ca", pki.CAFile, "--json").expect(t, 0, "")
+	var st raftgate.Status
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.ID != "gate-1" || st.RaftState != "Leader" {
+		t.Fatalf("status over TLS: %+v %v", st, err)
+	}
+	runGateCLI(t, "gate", "status", "--gate", gate, "--retry", "0").expect(t, errcode.ExitUsage, errcode.Usage)
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "gate", "fence", "tombstone", "1", "--gate", gate)
+	cmd.Env = cliEnv("SHARDPROOF_GATE=", "SHARDPROOF_GATE_CA="+pki.CAFile)
+	if res := runChild(t, cmd, cmd.Args); res.status != 0 || !strings.Contains(res.stdout, "1") {
+		t.Fatalf("fence with $SHARDPROOF_GATE_CA: exit %d\n%s%s", res.status, res.stdout, res.stderr)
+	}
 }

@@ -1,0 +1,109 @@
+package raftgate
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"os"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// TLSConfig puts a gate node on TLS: its HTTP API is served over HTTPS
+// with Cert, and Raft connections between members are mutual TLS, each
+// end presenting Cert and verifying the other's against CAs. Members also
+// verify each other's HTTPS (forwarded writes, joins, join probes)
+// against CAs. A member's certificate must name the hosts or IPs of its
+// advertised HTTP and Raft addresses. Clients reach the gate at https://
+// URLs and verify it against the same CA (Client.UseTLS).
+type TLSConfig struct {
+	Cert tls.Certificate
+	CAs  *x509.CertPool
+}
+
+// LoadTLS reads a PEM certificate (chain) and key, and a PEM file of CA
+// certificates. Files that are missing or do not parse are USAGE.
+func LoadTLS(certFile, keyFile, caFile string) (*TLSConfig, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Usage, err, "gate TLS certificate %s and key %s", certFile, keyFile)
+	}
+	pool, err := LoadCAs(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return &TLSConfig{Cert: cert, CAs: pool}, nil
+}
+
+// LoadCAs reads a PEM file of CA certificates.
+func LoadCAs(caFile string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Usage, err, "gate CA file")
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, errcode.New(errcode.Usage, "gate CA file %s holds no PEM certificate", caFile)
+	}
+	return pool, nil
+}
+
+// server is the HTTPS configuration of the API: clients present no
+// certificate (the token, if any, authenticates them).
+func (t *TLSConfig) server() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{t.Cert}, MinVersion: tls.VersionTLS12}
+}
+
+// raftServer accepts Raft connections from members only: their
+// certificate must chain to CAs.
+func (t *TLSConfig) raftServer() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{t.Cert}, ClientCAs: t.CAs, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12}
+}
+
+// client dials other members (HTTPS and Raft), presenting Cert.
+func (t *TLSConfig) client() *tls.Config {
+	return &tls.Config{Certificates: []tls.Certificate{t.Cert}, RootCAs: t.CAs, MinVersion: tls.VersionTLS12}
+}
+
+// tlsStream is a raft.StreamLayer of mutual TLS over another one.
+type tlsStream struct {
+	raft.StreamLayer
+	server, client *tls.Config
+}
+
+// Accept returns at once; the TLS handshake runs on the connection's
+// first Read or Write, on raft's goroutine for it.
+func (s *tlsStream) Accept() (net.Conn, error) {
+	c, err := s.StreamLayer.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return tls.Server(c, s.server), nil
+}
+
+// Dial completes the handshake, verifying the member's certificate for
+// the host of address, before returning.
+func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	c, err := s.StreamLayer.Dial(address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.client.Clone()
+	if host, _, err := net.SplitHostPort(string(address)); err == nil {
+		cfg.ServerName = host
+	}
+	tc := tls.Client(c, cfg)
+	if timeout <= 0 || timeout > handshakeTimeout {
+		timeout = handshakeTimeout
+	}
+	tc.SetDeadline(time.Now().Add(timeout))
+	if err := tc.Handshake(); err != nil {
+		c.Close()
+		return nil, errcode.Wrap(errcode.Unauthenticated, err, "TLS handshake with member %s", address)
+	}
+	tc.SetDeadline(time.Time{})
+	return tc, nil
+}

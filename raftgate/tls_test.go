@@ -1,0 +1,115 @@
+package raftgate
+
+import (
+	"crypto/tls"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// TestTLSCluster runs three members on TLS: they join, probe and forward
+// over HTTPS, a client that trusts the gate's CA writes through a
+// follower, and a client that does not, or speaks plain HTTP, is refused.
+func TestTLSCluster(t *testing.T) {
+	pki := NewTestPKI(t, t.TempDir(), "gate")
+	c := MakeCluster(t, 3, func(cfg *Config) { cfg.TLS = pki.TLS })
+	leader := c.Leader(10 * time.Second)
+	var follower *Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+		}
+	}
+	if follower.URL()[:8] != "https://" {
+		t.Fatalf("URL %s, want https", follower.URL())
+	}
+	ctx := ctxT(t, time.Minute)
+	cl := NewClient(follower.URL())
+	cl.UseTLS(&tls.Config{RootCAs: pki.TLS.CAs})
+	t.Cleanup(cl.Close)
+	root := registerVerified(t, ctx, cl, "r1", 2, 0, 0)
+	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatalf("publish through a follower over TLS: %v", err)
+	}
+
+	untrusting := NewClient(follower.URL())
+	untrusting.RetryFor = -1
+	t.Cleanup(untrusting.Close)
+	if _, err := untrusting.Status(ctx); errcode.Of(err) != errcode.Usage {
+		t.Fatalf("a client that does not trust the gate's CA: %v, want USAGE", err)
+	}
+	caClient := NewClient(follower.URL())
+	caClient.UseCAFile(pki.CAFile)
+	t.Cleanup(caClient.Close)
+	if st, err := caClient.Status(ctx); err != nil || st.ID != follower.ID() {
+		t.Fatalf("a client with the CA file: %+v %v", st, err)
+	}
+	resp, err := http.Get("http://" + follower.HTTPAddr() + "/v1/status")
+	if err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Fatal("plain HTTP got an answer from a TLS gate")
+		}
+	}
+}
+
+// TestRaftConnectionsNeedAMemberCertificate: AppendEntries with a far
+// higher term, sent over plain TCP or over TLS with a certificate another
+// CA signed, never reaches Raft: the leader keeps its term.
+func TestRaftConnectionsNeedAMemberCertificate(t *testing.T) {
+	dir := t.TempDir()
+	pki, stranger := NewTestPKI(t, dir, "gate"), NewTestPKI(t, dir, "stranger")
+	c := MakeCluster(t, 1, func(cfg *Config) { cfg.TLS = pki.TLS })
+	leader := c.Leader(10 * time.Second)
+	term := leader.Raft().CurrentTerm()
+
+	// The stranger trusts the gate's CA but presents its own certificate.
+	strangerClient := stranger.TLS.client()
+	strangerClient.RootCAs = pki.TLS.CAs
+	for name, wrap := range map[string]func(raft.StreamLayer) raft.StreamLayer{
+		"plain TCP": func(s raft.StreamLayer) raft.StreamLayer { return s },
+		"another CA's cert": func(s raft.StreamLayer) raft.StreamLayer {
+			return &tlsStream{StreamLayer: s, server: stranger.TLS.raftServer(), client: strangerClient}
+		},
+	} {
+		s, err := listenTCPStream("127.0.0.1:0", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rogue := raft.NewNetworkTransport(wrap(s), 1, 2*time.Second, io.Discard)
+		var resp raft.AppendEntriesResponse
+		err = rogue.AppendEntries(raft.ServerID("node1"), raft.ServerAddress(leader.RaftAddr()), &raft.AppendEntriesRequest{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("rogue"), Addr: []byte(rogue.LocalAddr())},
+			Term:      term + 100,
+		}, &resp)
+		rogue.Close()
+		if err == nil || leader.Raft().CurrentTerm() != term || !leader.IsLeader() {
+			t.Fatalf("%s: rogue AppendEntries err = %v, term %d → %d; want an error and the term kept", name, err, term, leader.Raft().CurrentTerm())
+		}
+	}
+}
+
+func TestLoadTLSRefusals(t *testing.T) {
+	dir := t.TempDir()
+	pki := NewTestPKI(t, dir, "gate")
+	junk := filepath.Join(dir, "junk")
+	os.WriteFile(junk, []byte("not pem\n"), 0o600)
+	for name, args := range map[string][3]string{
+		"missing cert": {filepath.Join(dir, "nope"), pki.KeyFile, pki.CAFile},
+		"key mismatch": {pki.CertFile, pki.CAFile, pki.CAFile},
+		"junk CA":      {pki.CertFile, pki.KeyFile, junk},
+		"missing CA":   {pki.CertFile, pki.KeyFile, filepath.Join(dir, "nope")},
+	} {
+		if _, err := LoadTLS(args[0], args[1], args[2]); errcode.Of(err) != errcode.Usage {
+			t.Errorf("%s: %v, want USAGE", name, err)
+		}
+	}
+}
