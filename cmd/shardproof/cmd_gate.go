@@ -614,6 +614,16 @@ var gateRollbackFlags struct{ expect uint64 }
 var gateRollbackCmd = &cobra.Command{
 	Use:   "rollback ALIAS ROOT --expect GENERATION",
 	Short: "Point ALIAS at a retained previous ROOT under a new generation",
+	Long: `Point ALIAS at ROOT again under a new generation (GENERATION+1), as a
+compare-and-set on --expect GENERATION, the alias's current one. ROOT must
+be inside the alias's rollback window (see "gate history") and still
+satisfy both current fences; a rollback issues a new permit, as a publish
+does.
+
+Exit status: 0 rolled back, 2 usage, 3 gate unreachable, 4 refused
+(GENERATION_CONFLICT: the alias moved; ROLLBACK_INELIGIBLE: ROOT is not
+retained or fails a fence; UNKNOWN_ALIAS), 5 indeterminate: sending the
+same command again is safe.`,
 	Args:  exactArgs(2),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		if err := checkAliasArg(cmd, args[0]); err != nil {
@@ -784,6 +794,12 @@ var gatePermitsFlags struct {
 var gatePermitsCmd = &cobra.Command{
 	Use:   "permits [--root DIGEST] [--open]",
 	Short: "List permits",
+	Long: `List the gate's permits, sorted by ID: the alias or run each was issued
+for, its root and generation, the fence values it was bound at, and
+whether it is OPEN or CLOSED (with the reason). A fence advance closes
+every open permit bound below it until a recheck shows zero hits.
+
+Exit status: 0 listed, 2 usage, 3 gate unreachable.`,
 	Args:  exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		var root manifest.Digest
@@ -823,6 +839,11 @@ var gatePermitsCmd = &cobra.Command{
 var gateHistoryCmd = &cobra.Command{
 	Use:   "history ALIAS",
 	Short: "Show an alias's generations and its rollback window",
+	Long: `Show ALIAS's current generation and root, its permit, and every
+generation it has had, newest first; "*" marks the generations inside the
+rollback window, whose roots "gate rollback" may return to.
+
+Exit status: 0 shown, 2 usage, 3 gate unreachable, 4 UNKNOWN_ALIAS.`,
 	Args:  exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()

@@ -368,6 +368,15 @@ var runCheckpointFlags struct {
 var runCheckpointCmd = &cobra.Command{
 	Use:   "checkpoint RUN --step S --root DIGEST",
 	Short: "Admit a checkpoint: only the run's root, only while its permit is open",
+	Long: `Admit a checkpoint of run RUN at step S: only for the run's own root,
+only while the barrier is open and the run's permit is open (a fence
+advance closes it until a recheck shows zero hits), and never at a step
+lower than one already admitted.
+
+Exit status: 0 admitted, 2 usage, 3 gate unreachable, 4 refused
+(PERMIT_CLOSED, ROOT_MISMATCH, BARRIER_CLOSED, STEP_REGRESSION,
+RUN_FAILED, UNKNOWN_RUN, RUN_PRUNED), 5 indeterminate: sending the same
+command again is safe.`,
 	Args:  exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		root, err := parseDigestArg(cmd, "--root", runCheckpointFlags.root)
@@ -392,6 +401,13 @@ var runCancelFlags struct{ reason string }
 var runCancelCmd = &cobra.Command{
 	Use:   "cancel RUN [--reason TEXT]",
 	Short: "Cancel a run and release its permit",
+	Long: `Cancel run RUN: it ends in state CANCELLED, its permit is released, and
+no worker of it can attest or admit a checkpoint any more. A run that has
+ended already (failed or cancelled) is answered unchanged.
+
+Exit status: 0 cancelled, 2 usage, 3 gate unreachable, 4 refused
+(UNKNOWN_RUN, RUN_PRUNED), 5 indeterminate: sending the same command
+again is safe.`,
 	Args:  exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()
@@ -407,6 +423,12 @@ var runCancelCmd = &cobra.Command{
 var runShowCmd = &cobra.Command{
 	Use:   "show RUN",
 	Short: "Show a run with its assignment and attestations",
+	Long: `Show run RUN: its root and generation, state, barrier, epoch, each
+rank's assigned shards and attestation, and its last admitted checkpoint
+step.
+
+Exit status: 0 shown, 2 usage, 3 gate unreachable, 4 UNKNOWN_RUN or
+RUN_PRUNED.`,
 	Args:  exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()
@@ -452,7 +474,7 @@ func init() {
 	f.IntVar(&runReassignFlags.worldSize, "world-size", 1, "new number of ranks")
 	f.StringVar(&runReassignFlags.assignment, "assignment", "", "JSON file: rank → shard indices (default round-robin)")
 	f.StringVar(&runReassignFlags.reset, "reset", "", "comma-separated ranks that must attest again")
-	f.Int64Var(&runReassignFlags.expectEpoch, "expect-epoch", -1, "the run's epoch this reassignment starts from (default: the current one)")
+	unsetIntVar(f, &runReassignFlags.expectEpoch, "expect-epoch", "the run's epoch this reassignment starts from (default: the current one)")
 
 	runCheckpointCmd.Flags().Int64Var(&runCheckpointFlags.step, "step", 0, "training step of the checkpoint")
 	runCheckpointCmd.Flags().StringVar(&runCheckpointFlags.root, "root", "", "root digest the checkpoint was trained on")

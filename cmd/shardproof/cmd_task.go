@@ -19,7 +19,7 @@ import (
 func init() {
 	var (
 		store, plan, scratch string
-		index                int
+		index                int64
 		wait                 time.Duration
 		keepJob              bool
 	)
@@ -70,7 +70,7 @@ aggregate: the report is stored and INVALID), 2 usage, 3 operational error
 			if err != nil {
 				return err
 			}
-			idx := index
+			idx := int(index)
 			if cmd.Flags().Changed("index") && idx < 0 {
 				return errcode.New(errcode.Usage, "%s: --index %d: must not be negative", cmd.CommandPath(), idx)
 			}
@@ -129,7 +129,7 @@ aggregate: the report is stored and INVALID), 2 usage, 3 operational error
 	f.StringVar(&plan, "plan", "", `plan URL "<store URL>#sha256:…", or "sha256:…" with --store`)
 	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (when --plan is a bare digest) (default $SHARDPROOF_STORE)")
 	f.StringVar(&scratch, "scratch", "", "store URL or path holding the job's files (jobs/<plan>/) when verify was given --scratch")
-	f.IntVar(&index, "index", -1, "task index (default: from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or AWS_BATCH_JOB_ARRAY_INDEX)")
+	unsetIntVar(f, &index, "index", "task index (default: from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or AWS_BATCH_JOB_ARRAY_INDEX)")
 	f.BoolVar(&keepJob, "keep-job", false, "aggregate: keep the job's shuffle files and task commit records once the report is stored")
 	f.DurationVar(&wait, "wait", 0, "wait up to this long for the earlier phase's commit records (reduce, aggregate)")
 	rootCmd.AddCommand(cmd)

@@ -18,6 +18,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -222,4 +223,37 @@ func exactArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// unsetInt is an int64 flag whose default, "not given", is -1 to the
+// code and shown as no default at all (pflag would print "(default -1)"
+// after a usage text that says what not giving it means).
+type unsetInt struct{ p *int64 }
+
+func (u unsetInt) String() string {
+	if u.p == nil || *u.p < 0 {
+		return ""
+	}
+	return strconv.FormatInt(*u.p, 10)
+}
+
+func (u unsetInt) Set(s string) error {
+	if s == "" {
+		*u.p = -1
+		return nil
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return err
+	}
+	*u.p = v
+	return nil
+}
+
+func (unsetInt) Type() string { return "int" }
+
+// unsetIntVar registers an unsetInt flag, initially -1.
+func unsetIntVar(f *pflag.FlagSet, p *int64, name, usage string) {
+	*p = -1
+	f.Var(unsetInt{p}, name, usage)
 }
