@@ -146,20 +146,15 @@ func TestRaftConnectionsNeedTheToken(t *testing.T) {
 		leader := c.Leader(10 * time.Second)
 		term := leader.Raft().CurrentTerm()
 
-		rogue, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
+		s, err := listenTCPStream("127.0.0.1:0", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var resp raft.AppendEntriesResponse
-		err = rogue.AppendEntries(raft.ServerID("node1"), raft.ServerAddress(leader.RaftAddr()), &raft.AppendEntriesRequest{
-			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("rogue"), Addr: []byte(rogue.LocalAddr())},
-			Term:      term + 100,
-		}, &resp)
-		rogue.Close()
+		err = rogueAppendEntries(s, leader, term+100)
 		got := leader.Raft().CurrentTerm()
 		if withToken {
 			if err == nil || got != term {
-				t.Fatalf("with a token: rogue RequestVote err = %v, term %d → %d; want an error and the term kept", err, term, got)
+				t.Fatalf("with a token: rogue AppendEntries err = %v, term %d → %d; want an error and the term kept", err, term, got)
 			}
 			if !leader.IsLeader() {
 				t.Fatal("with a token: the rogue request deposed the leader")
@@ -228,4 +223,17 @@ func TestRequestMemoryBudget(t *testing.T) {
 		// Now the body is read and decoded: a bad command, not a busy gate.
 		return st != http.StatusServiceUnavailable && code == errcode.BadDocument
 	})
+}
+
+// rogueAppendEntries sends leader, over stream s, an AppendEntries of a
+// process that is no member, at term: one that reaches Raft deposes the
+// leader.
+func rogueAppendEntries(s raft.StreamLayer, leader *Node, term uint64) error {
+	rogue := raft.NewNetworkTransport(s, 1, 2*time.Second, io.Discard)
+	defer rogue.Close()
+	var resp raft.AppendEntriesResponse
+	return rogue.AppendEntries(raft.ServerID("node1"), raft.ServerAddress(leader.RaftAddr()), &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("rogue"), Addr: []byte(rogue.LocalAddr())},
+		Term:      term,
+	}, &resp)
 }

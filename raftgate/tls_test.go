@@ -84,13 +84,7 @@ func TestRaftConnectionsNeedAMemberCertificate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rogue := raft.NewNetworkTransport(wrap(s), 1, 2*time.Second, io.Discard)
-		var resp raft.AppendEntriesResponse
-		err = rogue.AppendEntries(raft.ServerID("node1"), raft.ServerAddress(leader.RaftAddr()), &raft.AppendEntriesRequest{
-			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("rogue"), Addr: []byte(rogue.LocalAddr())},
-			Term:      term + 100,
-		}, &resp)
-		rogue.Close()
+		err = rogueAppendEntries(wrap(s), leader, term+100)
 		if err == nil || leader.Raft().CurrentTerm() != term || !leader.IsLeader() {
 			t.Fatalf("%s: rogue AppendEntries err = %v, term %d → %d; want an error and the term kept", name, err, term, leader.Raft().CurrentTerm())
 		}
