@@ -624,7 +624,7 @@ Exit status: 0 rolled back, 2 usage, 3 gate unreachable, 4 refused
 (GENERATION_CONFLICT: the alias moved; ROLLBACK_INELIGIBLE: ROOT is not
 retained or fails a fence; UNKNOWN_ALIAS), 5 indeterminate: sending the
 same command again is safe.`,
-	Args:  exactArgs(2),
+	Args: exactArgs(2),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		if err := checkAliasArg(cmd, args[0]); err != nil {
 			return err
@@ -800,7 +800,7 @@ whether it is OPEN or CLOSED (with the reason). A fence advance closes
 every open permit bound below it until a recheck shows zero hits.
 
 Exit status: 0 listed, 2 usage, 3 gate unreachable.`,
-	Args:  exactArgs(0),
+	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		var root manifest.Digest
 		if gatePermitsFlags.root != "" {
@@ -844,7 +844,7 @@ generation it has had, newest first; "*" marks the generations inside the
 rollback window, whose roots "gate rollback" may return to.
 
 Exit status: 0 shown, 2 usage, 3 gate unreachable, 4 UNKNOWN_ALIAS.`,
-	Args:  exactArgs(1),
+	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()
 		defer c.Close()

@@ -2,8 +2,8 @@ package main
 
 import (
 	"bytes"
-	"crypto/tls"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"net"

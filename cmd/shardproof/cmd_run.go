@@ -377,7 +377,7 @@ Exit status: 0 admitted, 2 usage, 3 gate unreachable, 4 refused
 (PERMIT_CLOSED, ROOT_MISMATCH, BARRIER_CLOSED, STEP_REGRESSION,
 RUN_FAILED, UNKNOWN_RUN, RUN_PRUNED), 5 indeterminate: sending the same
 command again is safe.`,
-	Args:  exactArgs(1),
+	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		root, err := parseDigestArg(cmd, "--root", runCheckpointFlags.root)
 		if err != nil {
@@ -408,7 +408,7 @@ ended already (failed or cancelled) is answered unchanged.
 Exit status: 0 cancelled, 2 usage, 3 gate unreachable, 4 refused
 (UNKNOWN_RUN, RUN_PRUNED), 5 indeterminate: sending the same command
 again is safe.`,
-	Args:  exactArgs(1),
+	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()
 		defer c.Close()
@@ -429,7 +429,7 @@ step.
 
 Exit status: 0 shown, 2 usage, 3 gate unreachable, 4 UNKNOWN_RUN or
 RUN_PRUNED.`,
-	Args:  exactArgs(1),
+	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()
 		defer c.Close()
