@@ -408,10 +408,17 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 func (n *Node) probeJoiner(ctx context.Context, j *Join) error {
 	ctx, cancel := context.WithTimeout(ctx, joinProbeTimeout)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", j.RaftAddr)
+	// The leader must be able to talk Raft to the joiner, through the
+	// TLS and token handshakes members use: a plain TCP dial passed a
+	// joiner whose certificate named its HTTP host but not the IP its
+	// Raft address resolves to, and the voter added cost a single node
+	// its quorum for good.
+	conn, err := n.stream.Dial(raft.ServerAddress(j.RaftAddr), joinProbeTimeout)
 	if err != nil {
-		return errcode.Wrap(errcode.BadInput, err, "join of %s: nothing accepts connections at raftAddr %s", truncate(j.ID), truncate(j.RaftAddr))
+		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+			return errcode.Wrap(errcode.BadInput, err, "join of %s: nothing accepts connections at raftAddr %s", truncate(j.ID), truncate(j.RaftAddr))
+		}
+		return errcode.Wrap(errcode.BadInput, err, "join of %s: the Raft handshake with raftAddr %s failed (with TLS, the joiner's certificate must name the IP of its Raft address and be signed by the gate's CA; with a token, the joiner must hold the gate's)", truncate(j.ID), truncate(j.RaftAddr))
 	}
 	conn.Close()
 	c := n.memberClient(j.HTTPAddr)

@@ -159,11 +159,14 @@ type Node struct {
 	// raft does not report it).
 	leaderLease time.Duration
 	trans       *raft.NetworkTransport
-	store       *raftboltdb.BoltStore
-	ln          net.Listener
-	srv         *http.Server
-	hc          *http.Client
-	met         *metrics
+	// stream is the Raft stream layer as members dial each other (TLS,
+	// token handshake), which a joiner's probe goes through too.
+	stream raft.StreamLayer
+	store  *raftboltdb.BoltStore
+	ln     net.Listener
+	srv    *http.Server
+	hc     *http.Client
+	met    *metrics
 	// bodies is the request-memory budget (bodyBudget bytes).
 	bodies     *semaphore.Weighted
 	bodyBudget int64
@@ -300,6 +303,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.cfg.WrapStream != nil {
 		stream = n.cfg.WrapStream(stream)
 	}
+	n.stream = stream
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: hl,
 	})

@@ -16,8 +16,9 @@ import (
 // with Cert, and Raft connections between members are mutual TLS, each
 // end presenting Cert and verifying the other's against CAs. Members also
 // verify each other's HTTPS (forwarded writes, joins, join probes)
-// against CAs. A member's certificate must name the hosts or IPs of its
-// advertised HTTP and Raft addresses. Clients reach the gate at https://
+// against CAs. A member's certificate must name the host or IP of its
+// advertised HTTP address and the IP of its Raft address (Raft addresses
+// are resolved to IPs at start, so a DNS name alone does not verify). Clients reach the gate at https://
 // URLs and verify it against the same CA (Client.UseTLS).
 type TLSConfig struct {
 	Cert tls.Certificate

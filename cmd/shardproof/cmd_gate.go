@@ -197,7 +197,8 @@ served over HTTPS (clients use https:// URLs, and --gate-ca or
 $SHARDPROOF_GATE_CA when the CA is not in the system's roots), and Raft
 connections between members are mutual TLS, each end's certificate
 verified against --tls-ca. A member's certificate must name the host or
-IP of its advertised HTTP and Raft addresses; --join HOST:PORT is then
+IP of its advertised HTTP address and the IP of its Raft address (always
+an IP: a host name there is resolved at start); --join HOST:PORT is then
 reached over HTTPS. With both, the token still guards the API.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
