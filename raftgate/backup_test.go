@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -128,5 +129,36 @@ func waitLeader(t *testing.T, n *Node) {
 		if time.Now().After(deadline) {
 			t.Fatal("no leader")
 		}
+	}
+}
+
+// TestRestoreAfterAFailedStart: a restore whose first start fails after
+// the store is opened (its Raft port in use) leaves an empty raft.db; the
+// retry must restore, not refuse the directory as one holding state (the
+// operator then dropped --restore and founded an empty gate).
+func TestRestoreAfterAFailedStart(t *testing.T) {
+	s := NewState()
+	s.Fences.Tombstone = 7
+	backup, err := EncodeState(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg := TestConfig(t.TempDir(), "new1")
+	cfg.Restore, cfg.RaftAddr = backup, busy.Addr().String()
+	if err := NewNode(cfg).Start(ctxT(t, 10*time.Second)); err == nil {
+		t.Fatal("a start on a Raft port in use succeeded")
+	}
+	cfg.RaftAddr = "127.0.0.1:0"
+	n := StartTestNode(t, cfg)
+	waitLeader(t, n)
+	var got uint64
+	n.FSM().Read(func(s *State) { got = s.Fences.Tombstone })
+	if got != 7 {
+		t.Fatalf("restored tombstone fence %d, want 7", got)
 	}
 }

@@ -242,9 +242,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		if !n.cfg.Bootstrap || n.cfg.Join != "" || n.cfg.Recover {
 			return errcode.New(errcode.Usage, "restoring a gate backup founds a new cluster: it goes with --bootstrap, and without --join or --recover")
 		}
-		if _, err := os.Stat(filepath.Join(n.cfg.DataDir, "raft.db")); !errors.Is(err, fs.ErrNotExist) {
-			return errcode.New(errcode.Usage, "%s holds gate state already: a backup is restored into an empty directory only", n.cfg.DataDir)
-		}
+		// Whether DIR holds state is asked of raft below, not of the
+		// file: a start that failed after opening the store (a port in
+		// use) leaves an empty raft.db, and refusing the retry sent the
+		// operator to --bootstrap alone, which founded an empty gate.
 		var err error
 		if restored, err = DecodeState(n.cfg.Restore); err != nil {
 			return errcode.Wrap(errcode.Of(err), err, "gate backup")
