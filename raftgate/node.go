@@ -252,6 +252,18 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 		restored.Nodes = map[string]*NodeInfo{}
 	}
+	if n.cfg.TLS != nil {
+		raftAddr, httpAddr := n.cfg.RaftAddr, n.cfg.HTTPAddr
+		if n.cfg.RaftAdvertise != "" {
+			raftAddr = n.cfg.RaftAdvertise
+		}
+		if n.cfg.HTTPAdvertise != "" {
+			httpAddr = n.cfg.HTTPAdvertise
+		}
+		if err := n.cfg.TLS.checkNames(raftAddr, httpAddr); err != nil {
+			return err
+		}
+	}
 	if n.cfg.Join == "" && !n.cfg.Bootstrap {
 		// Refused before anything is created in the directory.
 		if _, err := os.Stat(filepath.Join(n.cfg.DataDir, "raft.db")); errors.Is(err, fs.ErrNotExist) {

@@ -108,3 +108,35 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 	tc.SetDeadline(time.Time{})
 	return tc, nil
 }
+
+// checkNames refuses (USAGE) a member certificate that does not name the
+// addresses other members verify it against: the IP of the Raft address
+// (raftAddr is resolved, as the transport advertises it) and the host of
+// the advertised HTTP address. Such a member served HTTPS and passed a
+// join, but no member could open a Raft connection to it. Unspecified
+// hosts (a bind to every interface) are not checked.
+func (t *TLSConfig) checkNames(raftAddr, httpAddr string) error {
+	leaf := t.Cert.Leaf
+	if leaf == nil && len(t.Cert.Certificate) > 0 {
+		var err error
+		if leaf, err = x509.ParseCertificate(t.Cert.Certificate[0]); err != nil {
+			return errcode.Wrap(errcode.Usage, err, "gate TLS certificate")
+		}
+	}
+	if leaf == nil {
+		return errcode.New(errcode.Usage, "gate TLS certificate: none given")
+	}
+	if a, err := net.ResolveTCPAddr("tcp", raftAddr); err == nil && a.IP != nil && !a.IP.IsUnspecified() {
+		if err := leaf.VerifyHostname(a.IP.String()); err != nil {
+			return errcode.Wrap(errcode.Usage, err, "gate TLS certificate: members reach this one's Raft address %s at the IP %s, which the certificate must name (an IP SAN)", raftAddr, a.IP)
+		}
+	}
+	if host, _, err := net.SplitHostPort(httpAddr); err == nil && host != "" {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+			if err := leaf.VerifyHostname(host); err != nil {
+				return errcode.Wrap(errcode.Usage, err, "gate TLS certificate: members reach this one's API at %s, whose host the certificate must name", httpAddr)
+			}
+		}
+	}
+	return nil
+}

@@ -107,3 +107,31 @@ func TestJoinProbeNeedsTheRaftHandshake(t *testing.T) {
 		t.Fatalf("the gate cannot commit after the refused join: %v", err)
 	}
 }
+
+// TestCertificateMustNameTheAddresses: a member certificate that names
+// its HTTP host but not the IP its Raft address resolves to (a DNS-only
+// certificate, with --raft-advertise a host name) is refused at start
+// (USAGE): the member would serve HTTPS and pass a join, but no member
+// could open a Raft connection to it. So is one that does not name the
+// advertised HTTP host.
+func TestCertificateMustNameTheAddresses(t *testing.T) {
+	ca := newTestCA(t)
+	for name, tc := range map[string]struct {
+		tls                     *TLSConfig
+		raftAdvertise, httpAdvr string
+		ok                      bool
+	}{
+		"dns only, raft by name": {ca.member(nil, "localhost"), "localhost:" + freePort(t), "localhost:" + freePort(t), false},
+		"ip only, http by name":  {ca.member([]net.IP{net.ParseIP("127.0.0.1")}), "", "localhost:" + freePort(t), false},
+		"both":                   {ca.member([]net.IP{net.ParseIP("127.0.0.1")}, "localhost"), "localhost:" + freePort(t), "localhost:" + freePort(t), true},
+	} {
+		cfg := TestConfig(t.TempDir(), "n1")
+		cfg.TLS, cfg.RaftAdvertise, cfg.HTTPAdvertise = tc.tls, tc.raftAdvertise, tc.httpAdvr
+		n := NewNode(cfg)
+		err := n.Start(ctxT(t, 10*time.Second))
+		n.Shutdown()
+		if tc.ok && err != nil || !tc.ok && errcode.Of(err) != errcode.Usage {
+			t.Errorf("%s: start: %v, want ok=%v (else USAGE)", name, err, tc.ok)
+		}
+	}
+}
