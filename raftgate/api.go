@@ -208,13 +208,17 @@ func writeError(w http.ResponseWriter, err error, result any) {
 }
 
 // readBody reads a request body of up to limit+1 bytes (one more than
-// allowed, so the decoder can say it is too large), taking the bytes from
-// the node's request-memory budget as they arrive: all at once when the
-// request declares its length, else chunk by chunk. A body the budget
-// cannot hold is GATE_UNAVAILABLE (503), which clients retry with backoff,
-// so many large bodies in flight at once (slow senders, a burst of
-// registers of huge releases) queue at the clients instead of growing the
-// gate's memory without bound. release returns the bytes to the budget.
+// allowed, so the decoder can say it is too large), taking the memory it
+// holds from the node's request-memory budget as the bytes arrive: the
+// buffer grows (doubling, never beyond the declared Content-Length) only
+// once bytes that do not fit it came, and each growth is taken from the
+// budget. A declared length is never trusted for allocation: eight
+// connections that declared 32 MiB and sent nothing held the whole budget
+// and refused every write until ReadTimeout. A body the budget cannot hold
+// is GATE_UNAVAILABLE (503), which clients retry with backoff, so many
+// large bodies in flight at once (slow senders, a burst of registers of
+// huge releases) queue at the clients instead of growing the gate's memory
+// without bound. release returns the bytes to the budget.
 func (n *Node) readBody(r *http.Request, limit int64, what string) (b []byte, release func(), err error) {
 	var taken int64
 	release = func() {
@@ -223,33 +227,26 @@ func (n *Node) readBody(r *http.Request, limit int64, what string) (b []byte, re
 			taken = 0
 		}
 	}
-	take := func(k int64) error {
-		if !n.bodies.TryAcquire(k) {
-			release()
-			n.met.bodyBudgetRefusals.Inc()
-			return errcode.New(errcode.GateUnavailable, "the gate holds %d MiB of request bodies already (its limit); retry", n.bodyBudget>>20)
-		}
-		taken += k
-		return nil
-	}
-	if cl := r.ContentLength; cl >= 0 && cl <= limit+1 {
-		if err := take(cl); err != nil {
-			return nil, release, err
-		}
-		b = make([]byte, cl)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
-			release()
-			return nil, release, errcode.Wrap(errcode.IO, err, "read %s", what)
-		}
-		return b, release, nil
-	}
 	lr := io.LimitReader(r.Body, limit+1)
-	chunk := make([]byte, 64<<10)
+	chunk := make([]byte, 16<<10)
 	for {
 		k, rerr := lr.Read(chunk)
 		if k > 0 {
-			if err := take(int64(k)); err != nil {
-				return nil, release, err
+			if need := int64(len(b) + k); need > int64(cap(b)) {
+				size := max(2*int64(cap(b)), need, int64(len(chunk)))
+				if cl := r.ContentLength; cl >= need {
+					size = min(size, cl)
+				}
+				size = min(size, limit+1)
+				if !n.bodies.TryAcquire(size - int64(cap(b))) {
+					release()
+					n.met.bodyBudgetRefusals.Inc()
+					return nil, release, errcode.New(errcode.GateUnavailable, "the gate holds %d MiB of request bodies already (its limit); retry", n.bodyBudget>>20)
+				}
+				taken += size - int64(cap(b))
+				nb := make([]byte, len(b), size)
+				copy(nb, b)
+				b = nb
 			}
 			b = append(b, chunk[:k]...)
 		}

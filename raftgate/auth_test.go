@@ -3,7 +3,9 @@ package raftgate
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -166,10 +168,48 @@ func TestRaftConnectionsNeedTheToken(t *testing.T) {
 	}
 }
 
+// slowBody opens a raw connection to n and sends a POST /v1/commands
+// that declares declared body bytes and sends sent of them, then waits:
+// the node holds what it read until the connection closes.
+func slowBody(t *testing.T, n *Node, declared, sent int) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", n.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	head := fmt.Sprintf("POST /v1/commands HTTP/1.1\r\nHost: gate\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", declared)
+	go c.Write(append([]byte(head), bytes.Repeat([]byte("a"), sent)...))
+	return c
+}
+
+// postCode posts body to n's /v1/commands and returns the HTTP status and
+// the error code.
+func postCode(t *testing.T, n *Node, body []byte) (int, errcode.Code) {
+	t.Helper()
+	resp, err := http.Post(n.URL()+"/v1/commands", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb ErrorBody
+	json.NewDecoder(resp.Body).Decode(&eb)
+	return resp.StatusCode, eb.Error.Code
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
 // TestRequestMemoryBudget: request bodies in flight share one budget. A
 // slow sender holding most of it makes a large body that does not fit
-// answer GATE_UNAVAILABLE (which clients retry) at once, small commands
-// still pass, and the budget is whole again once the sender is gone.
+// answer GATE_UNAVAILABLE (which clients retry), small commands still
+// pass, and the budget is whole again once the sender is gone.
 func TestRequestMemoryBudget(t *testing.T) {
 	cfg := TestConfig(t.TempDir(), "n1")
 	cfg.RequestMemory = 1 << 20
@@ -177,52 +217,42 @@ func TestRequestMemoryBudget(t *testing.T) {
 	waitLeader(t, n)
 	ctx := ctxT(t, 30*time.Second)
 
-	// A body of 900 KB declared and never sent in full.
-	pr, pw := io.Pipe()
-	slow, _ := http.NewRequestWithContext(ctx, http.MethodPost, n.URL()+"/v1/commands", pr)
-	slow.ContentLength = 900 << 10
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if resp, err := http.DefaultClient.Do(slow); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	pw.Write([]byte(`{"type":`))
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
-	post := func(body []byte) (int, errcode.Code) {
-		resp, err := http.Post(n.URL()+"/v1/commands", "application/json", bytes.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var eb ErrorBody
-		json.NewDecoder(resp.Body).Decode(&eb)
-		return resp.StatusCode, eb.Error.Code
-	}
-	large := append([]byte(`{"type":"register","x":"`), bytes.Repeat([]byte("a"), 300<<10)...)
-	waitFor("the slow body to hold the budget", func() bool {
-		st, code := post(large)
+	slow := slowBody(t, n, 700<<10, 600<<10)
+	large := append([]byte(`{"type":"register","x":"`), bytes.Repeat([]byte("a"), 400<<10)...)
+	waitFor(t, "the slow body to hold the budget", func() bool {
+		st, code := postCode(t, n, large)
 		return st == http.StatusServiceUnavailable && code == errcode.GateUnavailable
 	})
 	cl := NewClient(n.URL())
 	defer cl.Close()
 	registerVerified(t, ctx, cl, "small", 2, 0, 0)
 
-	pw.CloseWithError(io.ErrUnexpectedEOF)
-	<-done
-	waitFor("the budget to come back", func() bool {
-		st, code := post(large)
+	slow.Close()
+	waitFor(t, "the budget to come back", func() bool {
 		// Now the body is read and decoded: a bad command, not a busy gate.
+		st, code := postCode(t, n, large)
 		return st != http.StatusServiceUnavailable && code == errcode.BadDocument
 	})
+}
+
+// TestRequestMemoryBudgetCountsBytesReceived: a request that declares a
+// large Content-Length and sends a few bytes holds about what it sent, not
+// what it declared: connections sending headers only (eight of them held
+// the default 256 MiB) must not refuse every write.
+func TestRequestMemoryBudgetCountsBytesReceived(t *testing.T) {
+	cfg := TestConfig(t.TempDir(), "n1")
+	cfg.RequestMemory = 1 << 20
+	n := StartTestNode(t, cfg)
+	waitLeader(t, n)
+	for range 3 {
+		slowBody(t, n, 900<<10, 10)
+	}
+	// Give the node time to reach its handlers for the idle bodies.
+	time.Sleep(300 * time.Millisecond)
+	large := append([]byte(`{"type":"register","x":"`), bytes.Repeat([]byte("a"), 300<<10)...)
+	if st, code := postCode(t, n, large); st == http.StatusServiceUnavailable || code != errcode.BadDocument {
+		t.Fatalf("a 300 KB body while three requests declared 900 KB and sent 10 bytes each: HTTP %d %s, want BAD_DOCUMENT", st, code)
+	}
 }
 
 // rogueAppendEntries sends leader, over stream s, an AppendEntries of a
