@@ -25,7 +25,6 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/shardproof/shardproof/internal/errcode"
-	"github.com/shardproof/shardproof/manifest"
 )
 
 // Sentinel conditions; errors.Is matches any error carrying the same code.
@@ -573,13 +572,6 @@ func (n *Node) Apply(c Command) (*Result, error) {
 	if err := checkProposal(c); err != nil {
 		return nil, err
 	}
-	if reg, ok := c.(*Register); ok {
-		var err error
-		n.fsm.Read(func(s *State) { err = checkOlderReport(s.Releases[reg.Root.String()], reg) })
-		if err != nil {
-			return nil, err
-		}
-	}
 	c.header().Now = time.Now().UnixMilli()
 	b, err := EncodeCommand(c)
 	if err != nil {
@@ -592,29 +584,6 @@ func (n *Node) Apply(c Command) (*Result, error) {
 	res, err := n.apply(c, b)
 	n.met.observe(c, res, err, time.Since(start))
 	return res, err
-}
-
-// checkOlderReport refuses, before it is proposed, a VERIFIED report older
-// than what the gate records for its release (rel; nil when unknown): no
-// watermark higher, one lower. The gate keeps the highest watermarks any
-// VERIFIED report or recheck showed but names the last report registered,
-// so such a report would bring nothing but leave the gate naming a report
-// that does not back them. A report newer on one kind and older on the
-// other is registered: it raises one watermark (the other stays backed by
-// the report or recheck that raised it). It reads the proposer's state, so
-// two registers racing may both pass; Apply is unchanged, so old logs
-// replay as before.
-func checkOlderReport(rel *Release, reg *Register) error {
-	r := reg.Report
-	if rel == nil || r == nil || r.Verdict != manifest.Verified || rel.Report.IsZero() || rel.Report == r.Digest || rel.State == ReleaseInvalid {
-		return nil
-	}
-	if r.TombstoneWatermark <= rel.TombstoneWatermark && r.BenchmarkFence <= rel.BenchmarkFence &&
-		(r.TombstoneWatermark < rel.TombstoneWatermark || r.BenchmarkFence < rel.BenchmarkFence) {
-		return errcode.New(errcode.BadInput, "report %s was checked at tombstone %d, benchmark %d, below the %d, %d the gate records for release %s (report %s and rechecks): it would bring nothing but name a report that does not back them",
-			r.Digest, r.TombstoneWatermark, r.BenchmarkFence, rel.TombstoneWatermark, rel.BenchmarkFence, reg.Root, rel.Report)
-	}
-	return nil
 }
 
 // checkProposal refuses a command before it is proposed, for rules that

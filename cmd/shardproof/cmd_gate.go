@@ -539,8 +539,26 @@ Exit status: 0 registered, 1 the release is INVALID (recorded as such),
 		}
 		c := gateClient()
 		defer c.Close()
-		// A VERIFIED report older than what the gate records for the
-		// release is refused by the gate (BAD_INPUT), before it proposes.
+		if reg.Report != nil && reg.Report.Verdict == manifest.Verified {
+			// The gate keeps the highest watermarks any VERIFIED report
+			// or recheck showed but names the last report registered:
+			// one checked below them would leave it naming a report
+			// that does not back them.
+			gr, err := c.Release(ctx, reg.Root)
+			if err != nil && errcode.Of(err) != errcode.UnknownRelease {
+				return err
+			}
+			if err == nil && !gr.Report.IsZero() && gr.Report != reg.Report.Digest && gr.State != raftgate.ReleaseInvalid &&
+				reg.Report.TombstoneWatermark <= gr.TombstoneWatermark && reg.Report.BenchmarkFence <= gr.BenchmarkFence &&
+				(reg.Report.TombstoneWatermark < gr.TombstoneWatermark || reg.Report.BenchmarkFence < gr.BenchmarkFence) {
+				// Older on both: it brings nothing. A report newer on one
+				// kind and older on the other is registered: it raises
+				// one watermark (the other stays backed by the report or
+				// recheck that raised it, in the release's rechecks).
+				return errcode.New(errcode.BadInput, "report %s was checked at tombstone %d, benchmark %d, below the %d, %d the gate records for release %s (report %s and rechecks): it would bring nothing but name a report that does not back them",
+					reg.Report.Digest, reg.Report.TombstoneWatermark, reg.Report.BenchmarkFence, gr.TombstoneWatermark, gr.BenchmarkFence, reg.Root, gr.Report)
+			}
+		}
 		res, err := c.Register(ctx, reg)
 		if err != nil {
 			return err
