@@ -224,6 +224,7 @@ func (n *Node) readBody(r *http.Request, limit int64, what string) (b []byte, re
 	release = func() {
 		if taken > 0 {
 			n.bodies.Release(taken)
+			n.bodyBytes.Add(-taken)
 			taken = 0
 		}
 	}
@@ -244,6 +245,7 @@ func (n *Node) readBody(r *http.Request, limit int64, what string) (b []byte, re
 					return nil, release, errcode.New(errcode.GateUnavailable, "the gate holds %d MiB of request bodies already (its limit); retry", n.bodyBudget>>20)
 				}
 				taken += size - int64(cap(b))
+				n.bodyBytes.Add(size - int64(cap(b)))
 				nb := make([]byte, len(b), size)
 				copy(nb, b)
 				b = nb

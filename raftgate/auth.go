@@ -15,6 +15,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -117,10 +118,18 @@ func requireToken(tok []byte, log *slog.Logger, h http.Handler) http.Handler {
 // keyed by the token and bound to its role, so neither can be replayed or
 // reflected.
 const (
-	raftMagic        = "SPRAFT1\n"
-	nonceLen         = 32
-	handshakeTimeout = 10 * time.Second
+	raftMagic = "SPRAFT1\n"
+	nonceLen  = 32
 )
+
+// handshakeNanos bounds a Raft connection's token or TLS handshake (see
+// handshakeTimeout; tests shorten it).
+var handshakeNanos atomic.Int64
+
+func init() { handshakeNanos.Store(int64(10 * time.Second)) }
+
+// handshakeTimeout is how long a Raft connection's handshake may take.
+func handshakeTimeout() time.Duration { return time.Duration(handshakeNanos.Load()) }
 
 func handshakeMAC(tok []byte, role string, cn, sn []byte) []byte {
 	m := hmac.New(sha256.New, tok)
@@ -163,8 +172,8 @@ func (s *authStream) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 	if err != nil {
 		return nil, err
 	}
-	if timeout <= 0 || timeout > handshakeTimeout {
-		timeout = handshakeTimeout
+	if timeout <= 0 || timeout > handshakeTimeout() {
+		timeout = handshakeTimeout()
 	}
 	c.SetDeadline(time.Now().Add(timeout))
 	if err := s.dialHandshake(c); err != nil {
@@ -205,7 +214,7 @@ type acceptedConn struct {
 
 func (c *acceptedConn) handshake() error {
 	c.once.Do(func() {
-		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
+		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout()))
 		c.err = c.acceptHandshake()
 		if c.err != nil {
 			c.s.log.Warn("raft connection refused", "code", errcode.Unauthenticated, "remote", c.Conn.RemoteAddr().String(), "err", c.err)

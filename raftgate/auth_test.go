@@ -218,17 +218,18 @@ func TestRequestMemoryBudget(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 
 	slow := slowBody(t, n, 700<<10, 600<<10)
+	waitFor(t, "the slow body to be read", func() bool { return n.bodyBytes.Load() >= 600<<10 })
 	large := append([]byte(`{"type":"register","x":"`), bytes.Repeat([]byte("a"), 400<<10)...)
-	waitFor(t, "the slow body to hold the budget", func() bool {
-		st, code := postCode(t, n, large)
-		return st == http.StatusServiceUnavailable && code == errcode.GateUnavailable
-	})
+	if st, code := postCode(t, n, large); st != http.StatusServiceUnavailable || code != errcode.GateUnavailable {
+		t.Fatalf("a 400 KB body while another holds 700 KB of 1 MiB: HTTP %d %s, want 503 GATE_UNAVAILABLE", st, code)
+	}
 	cl := NewClient(n.URL())
 	defer cl.Close()
 	registerVerified(t, ctx, cl, "small", 2, 0, 0)
 
 	slow.Close()
-	waitFor(t, "the budget to come back", func() bool {
+	waitFor(t, "the budget to come back", func() bool { return n.bodyBytes.Load() == 0 })
+	waitFor(t, "a large body to be read", func() bool {
 		// Now the body is read and decoded: a bad command, not a busy gate.
 		st, code := postCode(t, n, large)
 		return st != http.StatusServiceUnavailable && code == errcode.BadDocument

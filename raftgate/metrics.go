@@ -75,7 +75,11 @@ func newMetrics(n *Node) *metrics {
 		}
 		return float64(n.raft.AppliedIndex())
 	})
-	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, leader, applied)
+	bodyBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shardproof_gate_request_body_bytes",
+		Help: "Bytes of the request-memory budget that request bodies being read hold now.",
+	}, func() float64 { return float64(n.bodyBytes.Load()) })
+	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, leader, applied, bodyBytes)
 	return m
 }
 

@@ -169,6 +169,8 @@ type Node struct {
 	// bodies is the request-memory budget (bodyBudget bytes).
 	bodies     *semaphore.Weighted
 	bodyBudget int64
+	// bodyBytes is how much of the budget request bodies hold now.
+	bodyBytes atomic.Int64
 
 	// barrierTerm is the term in which this node, as leader, last
 	// completed a barrier; reads in that term need only VerifyLeader.

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -82,7 +83,42 @@ func (s *tlsStream) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tls.Server(c, s.server), nil
+	return &acceptedTLS{Conn: tls.Server(c, s.server)}, nil
+}
+
+// acceptedTLS runs the server side of the handshake on first use, within
+// handshakeTimeout: a peer that connects and sends nothing would otherwise
+// hold raft's goroutine and the descriptor for good.
+type acceptedTLS struct {
+	*tls.Conn
+	once sync.Once
+	err  error
+}
+
+func (c *acceptedTLS) handshake() error {
+	c.once.Do(func() {
+		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout()))
+		if c.err = c.Conn.Handshake(); c.err != nil {
+			c.Conn.Close()
+			return
+		}
+		c.Conn.SetDeadline(time.Time{})
+	})
+	return c.err
+}
+
+func (c *acceptedTLS) Read(p []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+func (c *acceptedTLS) Write(p []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
 }
 
 // Dial completes the handshake, verifying the member's certificate for
@@ -97,8 +133,8 @@ func (s *tlsStream) Dial(address raft.ServerAddress, timeout time.Duration) (net
 		cfg.ServerName = host
 	}
 	tc := tls.Client(c, cfg)
-	if timeout <= 0 || timeout > handshakeTimeout {
-		timeout = handshakeTimeout
+	if timeout <= 0 || timeout > handshakeTimeout() {
+		timeout = handshakeTimeout()
 	}
 	tc.SetDeadline(time.Now().Add(timeout))
 	if err := tc.Handshake(); err != nil {

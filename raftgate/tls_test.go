@@ -3,6 +3,7 @@ package raftgate
 import (
 	"crypto/tls"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -105,5 +106,29 @@ func TestLoadTLSRefusals(t *testing.T) {
 		if _, err := LoadTLS(args[0], args[1], args[2]); errcode.Of(err) != errcode.Usage {
 			t.Errorf("%s: %v, want USAGE", name, err)
 		}
+	}
+}
+
+// A peer that opens a Raft connection to a TLS member and sends nothing is
+// disconnected once the handshake timeout passes, with or without a token.
+func TestSilentRaftPeerIsDisconnected(t *testing.T) {
+	old := handshakeNanos.Swap(int64(300 * time.Millisecond))
+	t.Cleanup(func() { handshakeNanos.Store(old) })
+	pki := NewTestPKI(t, t.TempDir(), "gate")
+	for name, tok := range map[string][]byte{"TLS": nil, "TLS and token": []byte("0123456789abcdef-gate-token")} {
+		c := MakeCluster(t, 1, func(cfg *Config) { cfg.TLS, cfg.Token = pki.TLS, tok })
+		leader := c.Leader(10 * time.Second)
+		conn, err := net.Dial("tcp", leader.RaftAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		start := time.Now()
+		_, err = io.ReadAll(conn)
+		conn.Close()
+		if err != nil || time.Since(start) > 5*time.Second {
+			t.Errorf("%s: a silent peer stayed connected %s (%v), want it closed after the handshake timeout", name, time.Since(start), err)
+		}
+		c.Shutdown()
 	}
 }
