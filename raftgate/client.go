@@ -42,18 +42,32 @@ type Client struct {
 	Endpoints []string
 	HTTP      *http.Client
 	// RetryFor bounds the total time spent retrying; zero means 15 s,
-	// negative one attempt per endpoint and no waiting.
+	// negative one attempt per endpoint and no waiting. Every endpoint is
+	// tried at least once, however long the attempts took.
 	RetryFor time.Duration
 	// Token, if set, is sent as "Authorization: Bearer TOKEN" with every
 	// request (see Config.Token).
 	Token string
-	next  atomic.Uint32
+	// AttemptTimeout bounds one attempt at one endpoint (beyond the wait
+	// a long-poll asks for); zero means DefaultAttemptTimeout, negative
+	// no bound. A member that accepts connections but never answers (a
+	// frozen process, a paused VM, a black-holed network path) otherwise
+	// held a request for good, while the other members had elected a
+	// leader: a read that times out goes to the next endpoint, a write
+	// whose request was sent is INDETERMINATE (retrying it is safe).
+	AttemptTimeout time.Duration
+	next           atomic.Uint32
 	// err refuses every request: an endpoint NewClient could not use.
 	err error
 }
 
 // mistypedScheme matches a gate URL whose scheme lost a colon or a slash.
 var mistypedScheme = regexp.MustCompile(`^(?i)(https?)(:/?|/+)(?:[^/]|$)`)
+
+// DefaultAttemptTimeout is AttemptTimeout's default: twice a node's
+// default apply timeout, so a write the leader is still committing is
+// not cut short.
+const DefaultAttemptTimeout = 20 * time.Second
 
 // NewClient returns a client for a comma-separated list of gate URLs or
 // host:port addresses.
@@ -136,6 +150,12 @@ func (c *Client) Close() { c.HTTP.CloseIdleConnections() }
 // do sends one request, retrying as described on Client, and decodes a
 // successful answer (or the state-changing result of a rejection) into out.
 func (c *Client) do(ctx context.Context, method, path string, in any, out any) error {
+	return c.doPoll(ctx, method, path, in, out, 0)
+}
+
+// doPoll is do for a request the server may hold for up to poll (a
+// long-poll): each attempt's bound is AttemptTimeout plus poll.
+func (c *Client) doPoll(ctx context.Context, method, path string, in any, out any, poll time.Duration) error {
 	if c.err != nil {
 		return c.err
 	}
@@ -164,7 +184,7 @@ func (c *Client) do(ctx context.Context, method, path string, in any, out any) e
 	var last error
 	for attempt := 0; ; attempt++ {
 		i := (start + attempt) % len(c.Endpoints)
-		retry, err := c.once(ctx, method, c.Endpoints[i]+path, body, out)
+		retry, err := c.once(ctx, method, c.Endpoints[i]+path, body, out, poll)
 		if !retry {
 			c.next.Store(uint32(i))
 			return err
@@ -179,7 +199,9 @@ func (c *Client) do(ctx context.Context, method, path string, in any, out any) e
 			}
 			continue
 		}
-		if time.Now().After(deadline) {
+		// An attempt may take longer than retryFor (one that timed out):
+		// every endpoint gets its chance before giving up.
+		if time.Now().After(deadline) && attempt+1 >= len(c.Endpoints) {
 			return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s within %s%s", method, path, retryFor, noGateHint(last))
 		}
 		select {
@@ -191,9 +213,21 @@ func (c *Client) do(ctx context.Context, method, path string, in any, out any) e
 }
 
 // once sends one request and says whether a failure may be retried.
-func (c *Client) once(ctx context.Context, method, u string, body []byte, out any) (retry bool, err error) {
+func (c *Client) once(ctx context.Context, method, u string, body []byte, out any, poll time.Duration) (retry bool, err error) {
+	actx := ctx
+	if c.AttemptTimeout >= 0 {
+		limit := c.AttemptTimeout
+		if limit == 0 {
+			limit = DefaultAttemptTimeout
+		}
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, limit+poll)
+		defer cancel()
+	}
+	// timedOut: this attempt's bound ended, not the caller's context.
+	timedOut := func() bool { return actx.Err() != nil && ctx.Err() == nil }
 	var wrote atomic.Bool
-	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+	tctx := httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})
 	var rd io.Reader
@@ -210,6 +244,12 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	}
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
+		if timedOut() {
+			if method == http.MethodPost && wrote.Load() {
+				return false, errcode.Wrap(errcode.Indeterminate, err, "%s %s: no answer within the attempt timeout after the command was sent; retrying it is safe", method, u)
+			}
+			return true, errcode.Wrap(errcode.GateUnavailable, err, "%s %s: no answer within the attempt timeout", method, u)
+		}
 		if ctx.Err() != nil && method == http.MethodPost && wrote.Load() {
 			return false, errcode.Wrap(errcode.Indeterminate, err, "%s %s canceled after it was sent", method, u)
 		}
@@ -471,7 +511,7 @@ func (c *Client) WaitRun(ctx context.Context, id string) (*RunSummary, error) {
 		var s RunSummary
 		var err error
 		if poll > 0 {
-			err = c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/runs/%s/wait?timeout=%d", url.PathEscape(id), poll.Milliseconds()), nil, &s)
+			err = c.doPoll(ctx, http.MethodGet, fmt.Sprintf("/v1/runs/%s/wait?timeout=%d", url.PathEscape(id), poll.Milliseconds()), nil, &s, poll)
 		} else {
 			err = c.do(ctx, http.MethodGet, "/v1/runs/"+url.PathEscape(id), nil, &s)
 		}

@@ -1016,3 +1016,89 @@ func (s *syncBuf) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// silentMember accepts connections and reads requests but never answers:
+// a gate process frozen by SIGSTOP, a paused VM, a black-holed path.
+func silentMember(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return ln.Addr().String()
+}
+
+// A member that accepts connections and never answers held every request
+// sent to it for good, while the members after it in the list answered:
+// a worker sidecar stayed READY on a cancelled run, and `run checkpoint`
+// never returned. Each attempt is bounded now: reads move on to the next
+// member (even once RetryFor has passed), writes already sent are
+// INDETERMINATE, and a long-poll gets its wait on top of the bound.
+func TestClientSkipsSilentMember(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	n := StartTestNode(t, TestConfig(t.TempDir(), "live"))
+	good := NewClient(n.URL())
+	defer good.Close()
+	root := registerVerified(t, ctx, good, "rel", 2, 0, 0)
+	if _, err := good.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := good.CreateRun(ctx, &CreateRun{Run: "r", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+
+	c := NewClient(silentMember(t) + "," + n.URL())
+	defer c.Close()
+	c.AttemptTimeout = 300 * time.Millisecond
+	c.RetryFor = 50 * time.Millisecond // shorter than one attempt: the next member still gets its turn
+	start := time.Now()
+	run, err := c.Run(ctx, "r")
+	if err != nil || run.Root != root {
+		t.Fatalf("read past a silent member: %+v %v", run, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("read took %s", d)
+	}
+
+	// A write sent to the silent member may or may not have reached a
+	// leader behind it: INDETERMINATE, not a hang.
+	w := NewClient(silentMember(t) + "," + n.URL())
+	defer w.Close()
+	w.AttemptTimeout = 300 * time.Millisecond
+	if _, err := w.CancelRun(ctx, "r", "x"); !IsIndeterminate(err) {
+		t.Fatalf("write to a silent member: %v, want INDETERMINATE", err)
+	}
+
+	// A long-poll is not cut at the attempt bound: the server holds it
+	// for the poll asked, and the answer comes back.
+	lp := NewClient(n.URL())
+	defer lp.Close()
+	lp.AttemptTimeout = 200 * time.Millisecond
+	wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	if _, err := lp.WaitRun(wctx, "r"); errcode.Of(err) != errcode.BarrierClosed {
+		t.Fatalf("long-poll with a short attempt bound: %v, want BARRIER_CLOSED", err)
+	}
+}
