@@ -658,6 +658,13 @@ func (w *Worker) watch(ctx context.Context) (next, error) {
 		if ctx.Err() != nil {
 			return stay, nil
 		}
+		if code := errcode.Of(err); code == errcode.RunPruned || code == errcode.UnknownRun {
+			// Not an unreachable gate: one answered that the run is
+			// gone (cancelled or failed, then pruned between two polls)
+			// or never was. Staying ready would let the trainer step on
+			// a run whose permit is released, for good.
+			return stay, err
+		}
 		// A gate that is briefly unreachable does not change what this
 		// rank verified; keep the last state and ask again next tick.
 		w.log.Warn("gate read failed", "code", errcode.Of(err))

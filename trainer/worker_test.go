@@ -864,3 +864,41 @@ func TestWorkerRefusesMalformedRun(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 }
+
+// A sidecar's run is cancelled and pruned between two of its polls (an
+// operator's `run cancel` then `gate prune --older-than 0s`). The gate
+// answers RUN_PRUNED from then on; the sidecar took that for an
+// unreachable gate and stayed READY for good, /readyz green on a run
+// whose permit was released. It fails with RUN_PRUNED now.
+func TestSidecarFailsWhenItsRunIsPruned(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 20*time.Second)
+	c, err := OpenCache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := NewWorker(Config{
+		Gate: e.gate, Store: e.store, Cache: c, Run: "r1", Rank: 0, PollInterval: time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(e.ctx, false) }()
+	waitState(t, w, StateReady)
+	if _, err := e.gate.CancelRun(e.ctx, "r1", "done"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // the prune's cutoff must be past the run's end
+	if res, err := e.gate.Prune(e.ctx, 0); err != nil || len(res.Runs) != 1 {
+		t.Fatalf("prune: %+v %v", res, err)
+	}
+	select {
+	case err := <-done:
+		wantCode(t, err, errcode.RunPruned)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("sidecar still %s after its run was pruned", w.Status().State)
+	}
+	if st := w.Status(); st.State != StateFailed || st.Code != string(errcode.RunPruned) {
+		t.Fatalf("status %+v", st)
+	}
+}

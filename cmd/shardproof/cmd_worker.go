@@ -51,7 +51,8 @@ red until a recheck renews it.
 
 Exit status: 0 barrier open and permit open (--once) or stopped by a signal;
 otherwise the code of the failure: ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED
-(cancelled), PERMIT_CLOSED (--once: a fence advance closed the run's permit),
+(cancelled), RUN_PRUNED (the run ended and was pruned between two polls),
+PERMIT_CLOSED (--once: a fence advance closed the run's permit),
 DIGEST_MISMATCH / SIZE_MISMATCH / SCHEMA_MISMATCH / … (a shard of this rank
 failed; the rank did not attest), GATE_UNAVAILABLE.`,
 		Args: exactArgs(0),
