@@ -587,9 +587,11 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		if ctx.Err() != nil {
 			return stay, errcode.Wrap(errcode.BarrierClosed, ctx.Err(), "run %s: stopped waiting at the barrier after %s", w.cfg.Run, time.Since(start).Round(time.Millisecond))
 		}
-		// A slice that ended without an answer (the gate down or
-		// electing) is no news either: the run's deadline decides.
-		if code := errcode.Of(err); code != errcode.BarrierClosed && !(sliceOver && (code == errcode.Canceled || code == errcode.GateUnavailable)) {
+		// A slice that ended without an answer, or a gate that stayed
+		// down or electing for longer than the client retries (which
+		// may be shorter than a slice: --poll 5s makes 25 s slices), is
+		// no news either: the run's deadline decides.
+		if code := errcode.Of(err); code != errcode.BarrierClosed && code != errcode.GateUnavailable && !(sliceOver && code == errcode.Canceled) {
 			if code == errcode.RootMismatch {
 				w.cfg.Metrics.RootMismatches.WithLabelValues(label).Inc()
 			}

@@ -902,3 +902,39 @@ func TestSidecarFailsWhenItsRunIsPruned(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 }
+
+// The gate is down for longer than the client keeps retrying but shorter
+// than the run's deadline, while rank 0 waits at the barrier with wait
+// slices longer than the client's retries (as `worker --poll 5s` makes
+// 25 s slices against 15 s of retries). The slice's request ended with
+// GATE_UNAVAILABLE before the slice did, and the worker failed, where a
+// slice that ran out first was no news. Both are no news now.
+func TestGateOutageLongerThanRetries(t *testing.T) {
+	c := raftgate.MakeCluster(t, 1)
+	s := stagetest.Store(t)
+	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
+	g := c.Client()
+	g.RetryFor = 300 * time.Millisecond // much shorter than the 2 s wait slice
+	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
+	e.publish(gen1, 0)
+	e.createRun("r1", 2, 60*time.Second)
+	w0 := e.worker("r1", 0, nil, nil)
+	done := make(chan error, 1)
+	go func() { done <- w0.Run(e.ctx, true) }()
+	waitState(t, w0, StateWaiting)
+	c.Stop(0)
+	time.Sleep(3 * time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("rank 0 gave up while the gate was down: %v", err)
+	default:
+	}
+	c.Restart(0)
+	c.Leader(10 * time.Second)
+	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
+		t.Fatalf("rank 1 after the outage: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("rank 0 across the outage: %v", err)
+	}
+}
