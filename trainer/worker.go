@@ -373,7 +373,7 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 		for i, d := range shards {
 			digests[i] = d.Digest
 		}
-		sum, err := w.cfg.Gate.AttestEpoch(ctx, w.cfg.Run, w.cfg.Rank, run.Epoch, run.Root, digests)
+		sum, err := w.attest(ctx, run, digests)
 		if errcode.Of(err) == errcode.StaleEpoch {
 			w.log.Info("run reassigned before the attestation landed; verifying again", "epoch", run.Epoch)
 			continue
@@ -394,6 +394,35 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 		w.log.Info("attested", "root", run.Root.String(), "epoch", sum.Epoch, "shards", len(digests), "attested", sum.Attested, "world", sum.WorldSize)
 		w.set(func(s *Status) { s.State, s.Epoch = StateWaiting, sum.Epoch })
 		return run, nil
+	}
+}
+
+// attest sends this rank's attestation bound to run's epoch. An answer
+// lost with the leader (INDETERMINATE) or a gate unreachable for longer
+// than the client retries (GATE_UNAVAILABLE) is sent again until the
+// run's barrier deadline: the same attestation at the same epoch is
+// idempotent, and giving up would throw away a verification the next
+// start must redo, or leave an init container failed while the gate
+// elects a leader.
+func (w *Worker) attest(ctx context.Context, run *raftgate.Run, digests []manifest.Digest) (*raftgate.RunSummary, error) {
+	deadline := time.UnixMilli(run.Deadline)
+	if run.Deadline <= 0 {
+		deadline = time.Now().Add(time.Minute)
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		sum, err := w.cfg.Gate.AttestEpoch(ctx, w.cfg.Run, w.cfg.Rank, run.Epoch, run.Root, digests)
+		code := errcode.Of(err)
+		if err == nil || code != errcode.Indeterminate && code != errcode.GateUnavailable || ctx.Err() != nil || time.Now().After(deadline) {
+			return sum, err
+		}
+		w.log.Warn("attestation outcome unknown; sending it again", "code", code, "epoch", run.Epoch)
+		select {
+		case <-ctx.Done():
+			return sum, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

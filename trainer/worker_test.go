@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -936,5 +938,49 @@ func TestGateOutageLongerThanRetries(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("rank 0 across the outage: %v", err)
+	}
+}
+
+// lostAnswers loses the answer of the first attestations it sends
+// (applied, when applied is set): the leader died after committing, or
+// before, and the client reports INDETERMINATE.
+type lostAnswers struct {
+	Gate
+	lose    atomic.Int32
+	applied bool
+}
+
+func (g *lostAnswers) AttestEpoch(ctx context.Context, run string, rank int, epoch uint64, root manifest.Digest, shards []manifest.Digest) (*raftgate.RunSummary, error) {
+	if g.lose.Add(-1) >= 0 {
+		if g.applied {
+			g.Gate.AttestEpoch(ctx, run, rank, epoch, root, shards)
+		}
+		return nil, errcode.New(errcode.Indeterminate, "POST /v1/commands: connection lost after the command was sent; retrying it is safe")
+	}
+	return g.Gate.AttestEpoch(ctx, run, rank, epoch, root, shards)
+}
+
+// The leader dies while a rank attests (kill -9 during startup): the
+// attestation's outcome is INDETERMINATE, which the client documents as
+// safe to send again. The worker failed with exit 5, an init container
+// that had verified every shard; it sends the attestation again and the
+// barrier opens, whether the lost one was applied or not.
+func TestAttestationWithLostAnswerIsSentAgain(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	for i, applied := range []bool{true, false} {
+		run := fmt.Sprintf("r%d", i)
+		e.createRun(run, 2, 30*time.Second)
+		g := &lostAnswers{Gate: e.gate, applied: applied}
+		g.lose.Store(2)
+		errs := runAll(e.ctx, e.worker(run, 0, nil, g), e.worker(run, 1, nil, nil))
+		for r, err := range errs {
+			if err != nil {
+				t.Fatalf("applied=%v rank %d: %v", applied, r, err)
+			}
+		}
+		if sum, err := e.gate.WaitRun(e.ctx, run); err != nil || sum.Attested != 2 {
+			t.Fatalf("applied=%v: %+v %v", applied, sum, err)
+		}
 	}
 }
