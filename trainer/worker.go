@@ -610,8 +610,13 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		w.cfg.Metrics.BarrierWait.WithLabelValues(label).Set(time.Since(start).Seconds())
 		if err == nil {
 			w.log.Info("barrier open", "root", label, "epoch", sum.Epoch, "waited", time.Since(start).Seconds())
-			w.set(func(s *Status) { s.State, s.Epoch = StateReady, sum.Epoch })
-			return stay, w.checkPermit(ctx, sum.Permit)
+			err := w.barrierOpen(ctx, sum.Epoch, sum.Permit)
+			if err == nil || !transient(err) || ctx.Err() != nil {
+				return stay, err
+			}
+			// Not ready until the permit is known: ask again.
+			w.log.Warn("gate read failed with the barrier open", "code", errcode.Of(err))
+			continue
 		}
 		if ctx.Err() != nil {
 			return stay, errcode.Wrap(errcode.BarrierClosed, ctx.Err(), "run %s: stopped waiting at the barrier after %s", w.cfg.Run, time.Since(start).Round(time.Millisecond))
@@ -652,9 +657,22 @@ func (w *Worker) countRootMismatch(run *raftgate.Run) {
 	}
 }
 
-// checkPermit turns the worker BLOCKED while the run's permit is not open
-// (a fence advanced past it) and READY again once a recheck renews it.
-func (w *Worker) checkPermit(ctx context.Context, id string) error {
+// transient reports whether err says nothing of the run: no gate
+// answered (down, electing, unreachable) or the request was cut short.
+func transient(err error) bool {
+	switch errcode.Of(err) {
+	case errcode.GateUnavailable, errcode.NotLeader, errcode.Canceled:
+		return true
+	}
+	return false
+}
+
+// barrierOpen sets the worker READY at epoch, or BLOCKED while the run's
+// permit is not open (a fence advanced past it) until a recheck renews
+// it. The permit is read first and the state set once: READY is never
+// claimed (the ready file written, /readyz green) for a run whose permit
+// is closed. On an error the state is left as it was.
+func (w *Worker) barrierOpen(ctx context.Context, epoch uint64, id string) error {
 	ps, err := w.cfg.Gate.Permits(ctx)
 	if err != nil {
 		return err
@@ -664,16 +682,12 @@ func (w *Worker) checkPermit(ctx context.Context, id string) error {
 			continue
 		}
 		if p.State == raftgate.PermitOpen {
-			w.set(func(s *Status) {
-				if s.State == StateBlocked {
-					s.State, s.Code, s.Reason = StateReady, "", ""
-				}
-			})
+			w.set(func(s *Status) { s.State, s.Epoch, s.Code, s.Reason = StateReady, epoch, "", "" })
 			return nil
 		}
 		w.log.Warn("run permit not open", "permit", id, "state", p.State, "reason", p.Reason, "code", errcode.PermitClosed)
 		w.set(func(s *Status) {
-			s.State, s.Code, s.Reason = StateBlocked, string(errcode.PermitClosed), fmt.Sprintf("permit %s is %s (%s)", id, p.State, p.Reason)
+			s.State, s.Epoch, s.Code, s.Reason = StateBlocked, epoch, string(errcode.PermitClosed), fmt.Sprintf("permit %s is %s (%s)", id, p.State, p.Reason)
 		})
 		return nil
 	}
@@ -718,13 +732,18 @@ func (w *Worker) watch(ctx context.Context) (next, error) {
 		w.set(func(s *Status) { s.State, s.Epoch = StateWaiting, run.Epoch })
 		return w.wait(ctx, run)
 	}
-	w.set(func(s *Status) {
-		if s.State == StateWaiting {
-			s.State = StateReady
+	if err := w.barrierOpen(ctx, run.Epoch, run.Permit); err != nil {
+		if ctx.Err() != nil {
+			return stay, nil
 		}
-		s.Epoch = run.Epoch
-	})
-	return stay, w.checkPermit(ctx, run.Permit)
+		if !transient(err) {
+			return stay, err
+		}
+		// As for the run itself: a gate briefly unreachable changes
+		// nothing; keep the last state and ask again next tick.
+		w.log.Warn("gate read failed", "code", errcode.Of(err))
+	}
+	return stay, nil
 }
 
 // recheckEntries stats every verified cache entry and verifies again, with

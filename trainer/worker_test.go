@@ -984,3 +984,90 @@ func TestAttestationWithLostAnswerIsSentAgain(t *testing.T) {
 		}
 	}
 }
+
+// permitsWatcher calls seen with every Permits read, before it is made.
+type permitsWatcher struct {
+	Gate
+	seen func()
+}
+
+func (g *permitsWatcher) Permits(ctx context.Context) ([]*raftgate.Permit, error) {
+	g.seen()
+	return g.Gate.Permits(ctx)
+}
+
+// A fence advance closed the run's permit before its barrier opened. The
+// worker claimed READY (ready file written, /readyz green, ready gauge 1)
+// as soon as the barrier opened and only then read the permit and turned
+// BLOCKED: a trainer watching the ready file could start on a run that
+// may not checkpoint. The permit is read before the state is set now.
+func TestNeverReadyWithAClosedPermit(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 20*time.Second)
+	if _, err := e.gate.AdvanceFence(e.ctx, raftgate.FenceBenchmark, 3); err != nil {
+		t.Fatal(err)
+	}
+	var w *Worker
+	var claimed []string
+	g := &permitsWatcher{Gate: e.gate}
+	g.seen = func() {
+		if st := w.Status(); st.State == StateReady {
+			claimed = append(claimed, "state READY")
+		}
+		if _, err := os.Stat(w.cfg.ReadyFile); err == nil {
+			claimed = append(claimed, "ready file written")
+		}
+	}
+	w = e.worker("r1", 0, nil, g)
+	w.cfg.ReadyFile = filepath.Join(t.TempDir(), "ready.json")
+	wantCode(t, w.Run(e.ctx, true), errcode.PermitClosed)
+	if len(claimed) > 0 {
+		t.Fatalf("before the permit was read: %v", claimed)
+	}
+}
+
+// flakyPermits fails Permits reads with GATE_UNAVAILABLE while down is set.
+type flakyPermits struct {
+	Gate
+	down atomic.Bool
+}
+
+func (g *flakyPermits) Permits(ctx context.Context) ([]*raftgate.Permit, error) {
+	if g.down.Load() {
+		return nil, errcode.New(errcode.GateUnavailable, "no gate answered GET /v1/permits within 15s")
+	}
+	return g.Gate.Permits(ctx)
+}
+
+// A ready sidecar whose permit read fails (the gate went away between its
+// read of the run and of the permits, for longer than the client retries)
+// failed for good with GATE_UNAVAILABLE, where a failed read of the run
+// kept the last state. Both keep it now.
+func TestSidecarSurvivesFailedPermitRead(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 20*time.Second)
+	g := &flakyPermits{Gate: e.gate}
+	w := e.worker("r1", 0, nil, g)
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, false) }()
+	waitState(t, w, StateReady)
+	g.down.Store(true)
+	select {
+	case err := <-done:
+		t.Fatalf("sidecar ended while the permit read failed: %v", err)
+	case <-time.After(time.Second): // 20 polls
+	}
+	g.down.Store(false)
+	if _, err := e.gate.AdvanceFence(e.ctx, raftgate.FenceBenchmark, 3); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, w, StateBlocked)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
