@@ -36,7 +36,8 @@ type FillResult struct {
 	// Hit is true when an intact entry was already present.
 	Hit bool
 	// Corrupt is true when an entry was present but its bytes did not
-	// match the descriptor; it was removed and fetched again.
+	// match the descriptor; it was replaced by a fresh fetch (removed when
+	// that fetch failed).
 	Corrupt bool
 	// Reason describes the corrupt entry (sizes or digests), for logs,
 	// and Code classifies it: SIZE_MISMATCH, DIGEST_MISMATCH, or
@@ -87,11 +88,11 @@ func (c *Cache) Path(d manifest.Digest) string {
 
 // Fill makes the cache hold exactly the bytes of shard desc. An existing
 // entry is used only if it has desc.Size bytes hashing to desc.Digest;
-// otherwise it is removed and the shard is fetched from s at exactly
-// desc.ObjectVersion (never the latest version), through a size-bounded,
-// hash-checking reader. A fetch that does not yield those bytes fails with
-// DIGEST_MISMATCH or SIZE_MISMATCH and leaves no entry behind; a version
-// that does not exist fails with VERSION_MISSING.
+// otherwise the shard is fetched from s at exactly desc.ObjectVersion
+// (never the latest version) through a size-bounded, hash-checking
+// reader and renamed over it. A fetch that does not yield those bytes
+// fails with DIGEST_MISMATCH or SIZE_MISMATCH and leaves no entry behind;
+// a version that does not exist fails with VERSION_MISSING.
 func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard) (FillResult, error) {
 	var res FillResult
 	path := c.Path(desc.Digest)
@@ -103,12 +104,28 @@ func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard)
 		return res, nil
 	case reason != "":
 		res.Corrupt, res.Code, res.Reason = true, code, reason
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return res, errcode.Wrap(errcode.IO, err, "remove corrupt cache entry %s", path)
+		if code == errcode.BadInput {
+			// Not a regular file: a rename cannot replace a directory.
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return res, errcode.Wrap(errcode.IO, err, "remove corrupt cache entry %s", path)
+			}
 		}
 	}
+	// The fetched bytes are renamed over a corrupt entry, never after
+	// removing it: a trainer reading the entry, or a worker sharing the
+	// directory that has just filled it (two workers that both found
+	// the same damaged entry: the slower one removed the faster one's
+	// fresh copy), never finds the path missing.
 	n, err := c.fetch(ctx, s, desc, path)
 	res.Fetched = n
+	if err != nil && res.Corrupt {
+		// Still leave no corrupt entry behind.
+		if ok, _, _, cerr := c.check(path, desc); cerr == nil && !ok {
+			if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				return res, errors.Join(err, errcode.Wrap(errcode.IO, rerr, "remove corrupt cache entry %s", path))
+			}
+		}
+	}
 	return res, err
 }
 

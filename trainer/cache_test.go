@@ -3,12 +3,14 @@ package trainer
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
@@ -137,5 +139,80 @@ func TestOpenCacheRemovesOnlyStaleTemps(t *testing.T) {
 	}
 	if _, err := os.Stat(live); err != nil {
 		t.Fatalf("live temp file removed: %v", err)
+	}
+}
+
+// slowGet delays every Get: a fetch from a remote store.
+type slowGet struct {
+	objstore.Store
+	d time.Duration
+}
+
+func (s slowGet) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	time.Sleep(s.d)
+	return s.Store.Get(ctx, key, v)
+}
+
+// A damaged entry was removed before the shard was fetched again: for
+// the whole fetch its path was missing, to a trainer reading it and to a
+// worker sharing the directory, which failed (IO) when it statted the
+// entry it had just verified -- or, having found the same damage a moment
+// later, removed the first worker's fresh copy. The fresh bytes are
+// renamed over the damaged entry now; a fetch that fails still leaves no
+// damaged entry behind.
+func TestCacheRefetchReplacesInPlace(t *testing.T) {
+	ctx := context.Background()
+	s := stagetest.Store(t)
+	gen := stagetest.Synth(t, s, 600, 3, 4)
+	d := gen.Release.Shards[0]
+	want := stagetest.ShardBytes(t, s, d)
+	c, err := OpenCache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := c.Path(d.Digest)
+	if err := os.WriteFile(path, stagetest.FlipBit(want, 10, 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	missing := make(chan bool, 1)
+	go func() {
+		seen := false
+		for {
+			select {
+			case <-stop:
+				missing <- seen
+				return
+			default:
+			}
+			if _, err := os.Lstat(path); os.IsNotExist(err) {
+				seen = true
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	res, err := c.Fill(ctx, slowGet{s, 200 * time.Millisecond}, d)
+	close(stop)
+	if err != nil || !res.Corrupt {
+		t.Fatalf("fill: %+v %v", res, err)
+	}
+	if <-missing {
+		t.Fatal("the entry's path was missing while the shard was fetched again")
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, want) {
+		t.Fatal("entry not replaced by the shard's bytes")
+	}
+
+	// A fetch that fails over a damaged entry leaves no entry.
+	if err := os.WriteFile(path, stagetest.FlipBit(want, 10, 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	only := func(k string) bool { return k == d.Digest.BlobKey() }
+	_, err = c.Fill(ctx, &faults.BitFlip{Store: s, Match: only, Offset: 100, Bit: 1}, d)
+	if errcode.Of(err) != errcode.DigestMismatch {
+		t.Fatalf("fetch in error: %v", err)
+	}
+	if _, err := os.Lstat(path); !os.IsNotExist(err) {
+		t.Fatalf("a failed refetch left the damaged entry: %v", err)
 	}
 }
