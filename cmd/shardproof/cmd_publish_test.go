@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +17,7 @@ import (
 	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/raftgate"
 	"github.com/shardproof/shardproof/stage/stagetest"
+	"github.com/shardproof/shardproof/trainer"
 )
 
 // cli runs `shardproof args…` in-process and returns stdout. Flags of the
@@ -188,6 +192,64 @@ func TestPublishScratch(t *testing.T) {
 	for _, d := range []string{filepath.Join(scratch, "jobs"), filepath.Join(dir, "jobs")} {
 		if _, err := os.Stat(d); !os.IsNotExist(err) {
 			t.Fatalf("%s after publish: %v", d, err)
+		}
+	}
+}
+
+// A worker stopped by a signal while it waits at the barrier: an init
+// container (--once) exits CANCELED, since it never saw the barrier open;
+// a sidecar exits 0.
+func TestWorkerStoppedAtTheBarrier(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs worker processes")
+	}
+	ctx := context.Background()
+	dir, s := tempFileStore(t)
+	gen := stagetest.Synth(t, s, 600, 4, 1)
+	node, g := startLeader(t)
+	if _, err := cli(t, "publish", "--store", dir, "--gate", node.URL(), "-q", "--alias", "main", "--root", gen.Root.String()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.CreateRun(ctx, &raftgate.CreateRun{Run: "r1", Alias: "main", WorldSize: 2, BarrierTimeoutMs: 600_000}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		flags []string
+		want  int
+	}{{[]string{"--once"}, errcode.ExitError}, {nil, errcode.ExitOK}} {
+		listen := freeAddr(t)
+		args := append([]string{"worker", "--store", dir, "--gate", node.URL(), "--run", "r1", "--rank", "0", "--cache", t.TempDir(), "--listen", listen}, tc.flags...)
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = cliEnv()
+		var stderr syncBuffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Rank 0 attests; rank 1 never comes, so the barrier stays closed.
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var st trainer.Status
+			if resp, err := readyClient.Get("http://" + listen + "/status"); err == nil {
+				json.NewDecoder(resp.Body).Decode(&st)
+				resp.Body.Close()
+			}
+			if st.State == trainer.StateWaiting {
+				break
+			}
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("%v: rank 0 did not attest\n%s", tc.flags, stderr.String())
+			}
+		}
+		cmd.Process.Signal(os.Interrupt)
+		err := cmd.Wait()
+		status := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			status = ee.ExitCode()
+		}
+		if status != tc.want || (tc.want != 0 && !strings.Contains(stderr.String(), string(errcode.Canceled))) {
+			t.Fatalf("worker %v stopped at the barrier: exit %d, want %d\n%s", tc.flags, status, tc.want, stderr.String())
 		}
 	}
 }

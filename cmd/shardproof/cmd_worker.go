@@ -49,8 +49,9 @@ watching the run: a reassignment that resets this rank is verified and
 attested again; a fence advance that closes the run's permit turns /readyz
 red until a recheck renews it.
 
-Exit status: 0 barrier open and permit open (--once) or stopped by a signal;
-otherwise the code of the failure: ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED
+Exit status: 0 barrier open and permit open (--once), or a sidecar stopped
+by a signal; 3 CANCELED: --once stopped by a signal before that; otherwise
+the code of the failure: ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED
 (cancelled), RUN_PRUNED (the run ended and was pruned between two polls),
 PERMIT_CLOSED (--once: a fence advance closed the run's permit),
 DIGEST_MISMATCH / SIZE_MISMATCH / SCHEMA_MISMATCH / … (a shard of this rank
@@ -105,8 +106,15 @@ failed; the rank did not attest), GATE_UNAVAILABLE.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "ready run=%s rank=%d root=%s generation=%d epoch=%d shards=%d cache=%s\n",
 					run, rank, st.Root, st.Generation, st.Epoch, len(st.Shards), st.Cache)
 			}
-			if errors.Is(cmd.Context().Err(), context.Canceled) && err != nil && errcode.Of(err) == errcode.BarrierClosed {
-				return nil // stopped by a signal while waiting
+			if errors.Is(cmd.Context().Err(), context.Canceled) && err != nil {
+				if once {
+					// An init container that did not see the barrier
+					// open must not exit as if it had.
+					return errcode.New(errcode.Canceled, "stopped by a signal before the barrier opened")
+				}
+				if errcode.Of(err) == errcode.BarrierClosed {
+					return nil // a sidecar stopped by a signal while waiting
+				}
 			}
 			return err
 		},
