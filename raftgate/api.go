@@ -101,6 +101,7 @@ type Remove struct {
 //	GET  /v1/aliases/{name}    one alias with its history (linearizable)
 //	GET  /v1/releases/{root}   one release (linearizable)
 //	GET  /v1/permits           every permit, sorted by id (linearizable)
+//	GET  /v1/permits/{id}      one permit (linearizable)
 //	GET  /v1/runs/{id}         one run with its tables (linearizable)
 //	GET  /v1/runs/{id}/wait    long-poll until the barrier opens or the run fails (?timeout=ms)
 //	GET  /v1/status            this node's view (local; ?digest=1 adds its state digest)
@@ -131,6 +132,12 @@ func (n *Node) handler() http.Handler {
 			out = append(out, s.Permits[id])
 		}
 		return out, nil
+	}))
+	mux.HandleFunc("GET /v1/permits/{id}", n.read(func(s *State, r *http.Request) (any, error) {
+		if p := s.Permits[r.PathValue("id")]; p != nil {
+			return p, nil
+		}
+		return nil, errcode.New(errcode.UnknownPermit, "no permit %s", truncate(r.PathValue("id")))
 	}))
 	mux.HandleFunc("GET /v1/runs/{id}", n.read(func(s *State, r *http.Request) (any, error) {
 		if run := s.Runs[r.PathValue("id")]; run != nil {
@@ -169,7 +176,7 @@ func httpStatus(c errcode.Code) int {
 		return http.StatusServiceUnavailable
 	case errcode.Indeterminate:
 		return http.StatusGatewayTimeout
-	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun:
+	case errcode.UnknownAlias, errcode.UnknownRelease, errcode.UnknownRun, errcode.UnknownPermit:
 		return http.StatusNotFound
 	case errcode.RunPruned:
 		return http.StatusGone

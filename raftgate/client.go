@@ -449,6 +449,29 @@ func (c *Client) Permits(ctx context.Context) ([]*Permit, error) {
 	return p, c.do(ctx, http.MethodGet, "/v1/permits", nil, &p)
 }
 
+// Permit reads one permit (linearizable). Against a gate too old to serve
+// one permit it reads them all and picks it.
+func (c *Client) Permit(ctx context.Context, id string) (*Permit, error) {
+	if !addressable(id) {
+		return nil, errcode.New(errcode.Usage, "permit ID %q cannot be addressed", id)
+	}
+	var p Permit
+	err := c.do(ctx, http.MethodGet, "/v1/permits/"+url.PathEscape(id), nil, &p)
+	if !errors.Is(err, errNotAPI) {
+		return &p, err
+	}
+	ps, err := c.Permits(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range ps {
+		if p.ID == id {
+			return p, nil
+		}
+	}
+	return nil, errcode.New(errcode.UnknownPermit, "no permit %s", id)
+}
+
 // Run reads one run with its tables (linearizable).
 func (c *Client) Run(ctx context.Context, id string) (*Run, error) {
 	var r Run

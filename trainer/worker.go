@@ -31,7 +31,10 @@ import (
 type Gate interface {
 	Run(ctx context.Context, id string) (*raftgate.Run, error)
 	Release(ctx context.Context, root manifest.Digest) (*raftgate.Release, error)
-	Permits(ctx context.Context) ([]*raftgate.Permit, error)
+	// Permit reads one permit: the run's, on every poll (reading every
+	// permit made each poll cost as much as the gate's whole permit
+	// table, times the ranks).
+	Permit(ctx context.Context, id string) (*raftgate.Permit, error)
 	AttestEpoch(ctx context.Context, run string, rank int, epoch uint64, root manifest.Digest, shards []manifest.Digest) (*raftgate.RunSummary, error)
 	WaitRun(ctx context.Context, id string) (*raftgate.RunSummary, error)
 }
@@ -673,25 +676,22 @@ func transient(err error) bool {
 // claimed (the ready file written, /readyz green) for a run whose permit
 // is closed. On an error the state is left as it was.
 func (w *Worker) barrierOpen(ctx context.Context, epoch uint64, id string) error {
-	ps, err := w.cfg.Gate.Permits(ctx)
+	p, err := w.cfg.Gate.Permit(ctx, id)
+	if errcode.Of(err) == errcode.UnknownPermit {
+		return errcode.Wrap(errcode.Internal, err, "run permit %s not found", id)
+	}
 	if err != nil {
 		return err
 	}
-	for _, p := range ps {
-		if p.ID != id {
-			continue
-		}
-		if p.State == raftgate.PermitOpen {
-			w.set(func(s *Status) { s.State, s.Epoch, s.Code, s.Reason = StateReady, epoch, "", "" })
-			return nil
-		}
-		w.log.Warn("run permit not open", "permit", id, "state", p.State, "reason", p.Reason, "code", errcode.PermitClosed)
-		w.set(func(s *Status) {
-			s.State, s.Epoch, s.Code, s.Reason = StateBlocked, epoch, string(errcode.PermitClosed), fmt.Sprintf("permit %s is %s (%s)", id, p.State, p.Reason)
-		})
+	if p.State == raftgate.PermitOpen {
+		w.set(func(s *Status) { s.State, s.Epoch, s.Code, s.Reason = StateReady, epoch, "", "" })
 		return nil
 	}
-	return errcode.New(errcode.Internal, "run permit %s not found", id)
+	w.log.Warn("run permit not open", "permit", id, "state", p.State, "reason", p.Reason, "code", errcode.PermitClosed)
+	w.set(func(s *Status) {
+		s.State, s.Epoch, s.Code, s.Reason = StateBlocked, epoch, string(errcode.PermitClosed), fmt.Sprintf("permit %s is %s (%s)", id, p.State, p.Reason)
+	})
+	return nil
 }
 
 // watch re-reads the run once and follows it: a failed run is an error,

@@ -985,15 +985,15 @@ func TestAttestationWithLostAnswerIsSentAgain(t *testing.T) {
 	}
 }
 
-// permitsWatcher calls seen with every Permits read, before it is made.
+// permitsWatcher calls seen with every Permit read, before it is made.
 type permitsWatcher struct {
 	Gate
 	seen func()
 }
 
-func (g *permitsWatcher) Permits(ctx context.Context) ([]*raftgate.Permit, error) {
+func (g *permitsWatcher) Permit(ctx context.Context, id string) (*raftgate.Permit, error) {
 	g.seen()
-	return g.Gate.Permits(ctx)
+	return g.Gate.Permit(ctx, id)
 }
 
 // A fence advance closed the run's permit before its barrier opened. The
@@ -1027,17 +1027,17 @@ func TestNeverReadyWithAClosedPermit(t *testing.T) {
 	}
 }
 
-// flakyPermits fails Permits reads with GATE_UNAVAILABLE while down is set.
+// flakyPermits fails Permit reads with GATE_UNAVAILABLE while down is set.
 type flakyPermits struct {
 	Gate
 	down atomic.Bool
 }
 
-func (g *flakyPermits) Permits(ctx context.Context) ([]*raftgate.Permit, error) {
+func (g *flakyPermits) Permit(ctx context.Context, id string) (*raftgate.Permit, error) {
 	if g.down.Load() {
-		return nil, errcode.New(errcode.GateUnavailable, "no gate answered GET /v1/permits within 15s")
+		return nil, errcode.New(errcode.GateUnavailable, "no gate answered GET /v1/permits/%s within 15s", id)
 	}
-	return g.Gate.Permits(ctx)
+	return g.Gate.Permit(ctx, id)
 }
 
 // A ready sidecar whose permit read fails (the gate went away between its

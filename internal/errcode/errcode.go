@@ -97,6 +97,7 @@ var catalogue = map[Code]entry{
 	StaleEpoch:         {ExitRejected, "an attestation names an assignment epoch a reassignment has replaced; verify the new assignment and attest again"},
 	DataDirInUse:       {ExitError, "the gate's data directory is held by another running gate process"},
 	Unauthenticated:    {ExitUsage, "the gate requires a token and the request carries none or another (--gate-token-file)"},
+	UnknownPermit:      {ExitRejected, "no such permit (pruned, or never issued)"},
 
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
@@ -168,6 +169,7 @@ const (
 	StaleEpoch         Code = "STALE_EPOCH"
 	DataDirInUse       Code = "DATA_DIR_IN_USE"
 	Unauthenticated    Code = "UNAUTHENTICATED"
+	UnknownPermit      Code = "UNKNOWN_PERMIT"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"
