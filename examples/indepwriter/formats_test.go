@@ -25,7 +25,7 @@ func mustDigest(t *testing.T, s string) Digest {
 }
 
 func TestTupleVectors(t *testing.T) {
-	raw, err := os.ReadFile("../tuplehash/testdata/vectors.json")
+	raw, err := os.ReadFile("../../tuplehash/testdata/vectors.json")
 	if err != nil {
 		t.Skip(err)
 	}
@@ -59,7 +59,7 @@ func TestTupleVectors(t *testing.T) {
 }
 
 func TestDigestVectors(t *testing.T) {
-	raw, err := os.ReadFile("../tuplehash/testdata/digests.json")
+	raw, err := os.ReadFile("../../tuplehash/testdata/digests.json")
 	if err != nil {
 		t.Skip(err)
 	}
@@ -115,7 +115,7 @@ func TestDigestVectors(t *testing.T) {
 }
 
 func TestCanonVectors(t *testing.T) {
-	raw, err := os.ReadFile("../internal/canon/testdata/vectors.json")
+	raw, err := os.ReadFile("../../internal/canon/testdata/vectors.json")
 	if err != nil {
 		t.Skip(err)
 	}

@@ -1,11 +1,11 @@
 #!/bin/sh
 # Writes a correct release and one release per fault class with indepwriter,
 # then runs shardproof's manifest check and verify on each.
-# usage: indep/check.sh [SHARDPROOF_BINARY]   (from the repository root)
+# usage: examples/indepwriter/check.sh [SHARDPROOF_BINARY]   (from the repository root)
 set -eu
 SP=${1:-bin/shardproof}
 W=bin/indepwriter
-(cd indep && go build -o ../$W .)
+(cd examples/indepwriter && go build -o ../../$W .)
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 fail=0
