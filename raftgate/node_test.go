@@ -185,7 +185,10 @@ func TestHTTPAPI(t *testing.T) {
 	if !errors.Is(err, ErrGenerationConflict) {
 		t.Fatalf("stale publish over HTTP: %v", err)
 	}
-	// Malformed commands never reach the log.
+	// Malformed commands never reach the log. (The leader records its
+	// own address in a command of its own once it leads: wait for it,
+	// or it may land between the two reads of the index.)
+	waitSelfRecorded(t, n, "api")
 	before := n.Raft().LastIndex()
 	resp, err := http.Post(n.URL()+"/v1/commands", "application/json", bytes.NewReader([]byte(`{"type":"publish","alias":"x","evil":1}`)))
 	if err != nil {
