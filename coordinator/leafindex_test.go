@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"io"
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/canon"
@@ -165,4 +166,76 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// memberGone decorates a store: the version of key is gone (Head and Get
+// answer not-exist), or, with grow, holds one byte more (replaced out of
+// band by other bytes).
+type memberGone struct {
+	objstore.Store
+	key  string
+	grow bool
+}
+
+func (m *memberGone) Head(ctx context.Context, key string, v objstore.Version) (objstore.ObjectInfo, error) {
+	info, err := m.Store.Head(ctx, key, v)
+	if key == m.key {
+		if !m.grow {
+			return objstore.ObjectInfo{}, objstore.ErrNotExist
+		}
+		info.Size++
+	}
+	return info, err
+}
+
+func (m *memberGone) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	if key != m.key {
+		return m.Store.Get(ctx, key, v)
+	}
+	if !m.grow {
+		return nil, objstore.ErrNotExist
+	}
+	rc, err := m.Store.Get(ctx, key, v)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	return io.NopCloser(bytes.NewReader(append(b, 0))), err
+}
+
+// A snapshot member whose buckets all match the leaf index is not read,
+// but its version must still be in the store with its size: a member
+// deleted or replaced out of band is VERSION_MISSING or SIZE_MISMATCH, as
+// a full read finds it, and the release is not VERIFIED on a snapshot
+// whose files are gone.
+func TestLeafIndexSkippedMemberMustExist(t *testing.T) {
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 4000, 8, 11)
+	m := res.SnapshotDoc.Members[2]
+	for _, tc := range []struct {
+		grow bool
+		code string
+	}{{false, "VERSION_MISSING"}, {true, "SIZE_MISMATCH"}} {
+		st := &memberGone{Store: s, key: m.Digest.BlobKey(), grow: tc.grow}
+		r := verify(t, st, PlanOptions{Root: res.Root, Parallelism: 2})
+		if r.Verdict != manifest.Invalid || r.Execution.SnapshotMembersSkipped == 0 {
+			t.Fatalf("%s: verdict %s with %d members skipped, want INVALID with skipped members", tc.code, r.Verdict, r.Execution.SnapshotMembersSkipped)
+		}
+		var found bool
+		for _, f := range r.Failures {
+			found = found || f.Shard == m.ID && f.Code == tc.code && f.Side == "snapshot"
+		}
+		if !found || r.Counts.VersionMissing+r.Counts.SizeMismatches != 1 {
+			t.Fatalf("%s: failures %+v, counts %+v; want one %s of member %s", tc.code, r.Failures, r.Counts, tc.code, m.ID)
+		}
+		full := verify(t, st, PlanOptions{Root: res.Root, Parallelism: 2, ReadAllMembers: true})
+		if full.Verdict != manifest.Invalid {
+			t.Fatalf("%s: a full read says %s", tc.code, full.Verdict)
+		}
+	}
+	// The same store, untouched: VERIFIED, every member skipped.
+	if r := verify(t, s, PlanOptions{Root: res.Root, Parallelism: 2}); r.Verdict != manifest.Verified || r.Execution.SnapshotMembersSkipped != len(res.SnapshotDoc.Members) {
+		t.Fatalf("untouched: %s, %d of %d members skipped", r.Verdict, r.Execution.SnapshotMembersSkipped, len(res.SnapshotDoc.Members))
+	}
 }

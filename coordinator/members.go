@@ -129,7 +129,9 @@ func (s *memberSource) Bucket(b uint32) ([]shuffle.Row, error) {
 			}
 			s.todo = s.todo[1:]
 			if r.Hi <= b {
-				s.skip(i)
+				if err := s.skip(i); err != nil {
+					return nil, err
+				}
 				continue
 			}
 			start := time.Now()
@@ -195,22 +197,33 @@ func (s *memberSource) closeOpen() {
 
 // finish records the member still open and skips the members a lazy
 // source was never asked to read.
-func (s *memberSource) finish() {
+func (s *memberSource) finish() error {
 	if s.open >= 0 {
 		s.closeOpen()
 	}
 	for _, i := range s.todo {
-		s.skip(i)
+		if err := s.skip(i); err != nil {
+			return err
+		}
 	}
 	s.todo = nil
+	return nil
 }
 
-func (s *memberSource) skip(i int) {
+// skip records member i as not read, after checking that the store still
+// holds its version with its size (a Head, no body).
+func (s *memberSource) skip(i int) error {
 	res := mapper.Result{Side: mapper.SideSnapshot, Index: i, ShardID: s.members[i].ID, Skipped: true}
+	failures, err := mapper.CheckStored(s.ctx, s.opts.Store, mapper.SideSnapshot, s.members[i])
+	if err != nil {
+		return wrap(err, "snapshot member %s", s.members[i].ID)
+	}
+	res.Failures = failures
 	s.results = append(s.results, res)
 	if s.progress != nil {
 		s.progress(res)
 	}
+	return nil
 }
 
 // release hands the source's buffers on; s must not be used after.

@@ -127,7 +127,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 	res, err := reducer.Reduce(ctx, ro, sources)
 	if members != nil {
 		if err == nil {
-			members.finish()
+			err = members.finish()
 		}
 		// Mapping members is timed as map stages; the rest is reducing.
 		commit.Members = members.results
@@ -227,8 +227,14 @@ func (j *Job) checkReduceCommit(r int, c *ReduceCommit) error {
 		if err := checkResult(&m); err != nil {
 			return bad("member result %d: %v", k, err)
 		}
-		if (m.Skipped || m.BucketsRead != 0) && (j.Plan.SnapshotLeaves == nil || m.Skipped && m.BucketsRead != 0 || m.BucketsRead < 0 || m.Decoded || m.Records != 0 || len(m.Failures) > 0) {
+		if (m.Skipped || m.BucketsRead != 0) && (j.Plan.SnapshotLeaves == nil || m.Skipped && m.BucketsRead != 0 || m.BucketsRead < 0 || m.Decoded || m.Records != 0 || m.BucketsRead != 0 && len(m.Failures) > 0) {
 			return bad("member result %d is skipped or read by bucket with figures, or without a snapshot leaf index in the plan", k)
+		}
+		// A skipped member was only looked up (mapper.CheckStored).
+		for _, f := range m.Failures {
+			if m.Skipped && f.Code != string(errcode.VersionMissing) && f.Code != string(errcode.SizeMismatch) {
+				return bad("member result %d is skipped with a %s failure", k, f.Code)
+			}
 		}
 	}
 	return nil

@@ -109,7 +109,9 @@ type Result struct {
 	Decoded bool
 	// Skipped marks a snapshot member a reducer did not need to read:
 	// every bucket it declares matched the snapshot's leaf index (see
-	// package snapindex). Only Side, Index and ShardID are set.
+	// package snapindex). Only Side, Index and ShardID are set, and
+	// Failures when the store no longer holds the member's version with
+	// its size (CheckStored).
 	Skipped bool `json:",omitempty"`
 	// BucketsRead marks a snapshot member a reducer read bucket by
 	// bucket, through the row groups of the buckets it needed alone:
@@ -550,6 +552,35 @@ func (f *fileBytes) finish(o Options, mapIt bool, fail func(errcode.Code, string
 		fail(errcode.SizeMismatch, "manifest.size=%d, version %s holds more than the %d-byte cap; not decoded", f.descSize, f.version, o.MaxBytes)
 	}
 	return nil
+}
+
+// CheckStored checks, without reading it, that the store holds the version
+// d names with d's size: what can be said of a snapshot member that a
+// reducer had no bucket to read (every bucket it declares matched the
+// snapshot's leaf index). The leaf index proves the member's leaves, not
+// that the member file is still there: a member deleted or replaced out of
+// band is VERSION_MISSING or SIZE_MISMATCH here, as it is to a full read.
+// An error is the store's own (I/O, unreachable).
+func CheckStored(ctx context.Context, st objstore.Store, side Side, d manifest.Shard) ([]manifest.ShardFailure, error) {
+	var out []manifest.ShardFailure
+	fail := func(code errcode.Code, format string, args ...any) {
+		out = append(out, manifest.ShardFailure{Shard: d.ID, Side: side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...)})
+	}
+	key, v := d.Digest.BlobKey(), objstore.Version(d.ObjectVersion)
+	if v == "" {
+		fail(errcode.VersionMissing, "manifest.objectVersion is empty; refusing to read the latest version of %s", key)
+		return out, nil
+	}
+	info, err := st.Head(ctx, key, v)
+	switch {
+	case objstore.IsNotExist(err):
+		fail(errcode.VersionMissing, "store has no version %s of %s", v, key)
+	case err != nil:
+		return nil, err
+	case info.Size != d.Size:
+		fail(errcode.SizeMismatch, "manifest.size=%d, store size=%d (version %s)", d.Size, info.Size, v)
+	}
+	return out, nil
 }
 
 // open starts reading exactly the descriptor's version, or records a
