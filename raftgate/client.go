@@ -48,9 +48,10 @@ type Client struct {
 	// Token, if set, is sent as "Authorization: Bearer TOKEN" with every
 	// request (see Config.Token).
 	Token string
-	// AttemptTimeout bounds one attempt at one endpoint (beyond the wait
-	// a long-poll asks for); zero means DefaultAttemptTimeout, negative
-	// no bound. A member that accepts connections but never answers (a
+	// AttemptTimeout bounds how long one attempt at one endpoint waits
+	// for the answer (beyond the wait a long-poll asks for), then for
+	// each next part of its body: a large answer that keeps arriving is
+	// not cut. Zero means DefaultAttemptTimeout, negative no bound. A member that accepts connections but never answers (a
 	// frozen process, a paused VM, a black-holed network path) otherwise
 	// held a request for good, while the other members had elected a
 	// leader: a read that times out goes to the next endpoint, a write
@@ -214,18 +215,23 @@ func (c *Client) doPoll(ctx context.Context, method, path string, in any, out an
 
 // once sends one request and says whether a failure may be retried.
 func (c *Client) once(ctx context.Context, method, u string, body []byte, out any, poll time.Duration) (retry bool, err error) {
-	actx := ctx
-	if c.AttemptTimeout >= 0 {
-		limit := c.AttemptTimeout
-		if limit == 0 {
-			limit = DefaultAttemptTimeout
-		}
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, limit+poll)
-		defer cancel()
+	// The bound is on silence, not on the transfer: waiting for the
+	// answer (plus a long-poll's wait), then for each next part of its
+	// body. A large answer that keeps arriving (the whole state of a big
+	// gate, read by `gate backup`) is not cut short.
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	limit := c.AttemptTimeout
+	if limit == 0 {
+		limit = DefaultAttemptTimeout
+	}
+	var timer *time.Timer
+	if limit > 0 {
+		timer = time.AfterFunc(limit+poll, func() { cancel(errAttemptTimeout) })
+		defer timer.Stop()
 	}
 	// timedOut: this attempt's bound ended, not the caller's context.
-	timedOut := func() bool { return actx.Err() != nil && ctx.Err() == nil }
+	timedOut := func() bool { return context.Cause(actx) == errAttemptTimeout && ctx.Err() == nil }
 	var wrote atomic.Bool
 	tctx := httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
@@ -264,8 +270,16 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 		return true, errcode.Wrap(errcode.GateUnavailable, err, "%s %s", method, u)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseSize))
+	var rbody io.Reader = resp.Body
+	if timer != nil {
+		timer.Reset(limit)
+		rbody = &progressReader{r: resp.Body, timer: timer, limit: limit}
+	}
+	b, err := io.ReadAll(io.LimitReader(rbody, maxResponseSize))
 	if err != nil {
+		if timedOut() {
+			err = fmt.Errorf("no part of the answer within the attempt timeout: %w", err)
+		}
 		if method == http.MethodPost {
 			return false, errcode.Wrap(errcode.Indeterminate, err, "%s %s: answer lost; retrying it is safe", method, u)
 		}
@@ -307,6 +321,24 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 		return true, rerr
 	}
 	return false, rerr
+}
+
+// errAttemptTimeout is the cause of an attempt cut at Client.AttemptTimeout.
+var errAttemptTimeout = errors.New("attempt timeout")
+
+// progressReader re-arms an attempt's timer whenever bytes arrive.
+type progressReader struct {
+	r     io.Reader
+	timer *time.Timer
+	limit time.Duration
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.timer.Reset(p.limit)
+	}
+	return n, err
 }
 
 // Apply sends a command and decodes its result into out (may be nil).
