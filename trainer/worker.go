@@ -619,6 +619,7 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 			}
 			// Not ready until the permit is known: ask again.
 			w.log.Warn("gate read failed with the barrier open", "code", errcode.Of(err))
+			w.pause(ctx)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -640,6 +641,12 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		switch {
 		case err != nil:
 			w.log.Warn("gate read failed while waiting", "code", errcode.Of(err))
+			if !sliceOver {
+				// The gate gave up at once (a client that does not
+				// retry, every member refusing connections): wait a
+				// poll before asking again instead of spinning.
+				w.pause(ctx)
+			}
 		case runErr(cur) != nil:
 			w.countRootMismatch(cur)
 			return stay, runErr(cur)
@@ -650,6 +657,16 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 			w.log.Info("reassigned while waiting; attesting again", "epoch", cur.Epoch)
 			return reattest, nil
 		}
+	}
+}
+
+// pause waits one poll interval, or until ctx ends.
+func (w *Worker) pause(ctx context.Context) {
+	t := time.NewTimer(w.cfg.PollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 

@@ -1071,3 +1071,49 @@ func TestSidecarSurvivesFailedPermitRead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// waitCounter counts WaitRun calls.
+type waitCounter struct {
+	Gate
+	n atomic.Int64
+}
+
+func (g *waitCounter) WaitRun(ctx context.Context, id string) (*raftgate.RunSummary, error) {
+	g.n.Add(1)
+	return g.Gate.WaitRun(ctx, id)
+}
+
+// A gate client that does not retry (RetryFor < 0) gives up at once while
+// the gate is down: a worker waiting at the barrier took each such answer
+// as no news and asked again at once, thousands of times a second. It
+// waits a poll between two questions now.
+func TestBarrierWaitDoesNotSpinOnAGateDown(t *testing.T) {
+	c := raftgate.MakeCluster(t, 1)
+	s := stagetest.Store(t)
+	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
+	g := c.Client()
+	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
+	e.publish(gen1, 0)
+	e.createRun("r1", 2, 60*time.Second)
+	g.RetryFor = -1
+	wc := &waitCounter{Gate: g}
+	w0 := e.worker("r1", 0, nil, wc) // polls every 50 ms
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w0.Run(ctx, true) }()
+	waitState(t, w0, StateWaiting)
+	c.Stop(0)
+	n0 := wc.n.Load()
+	time.Sleep(time.Second)
+	if n := wc.n.Load() - n0; n > 100 {
+		t.Fatalf("%d barrier waits in 1 s with the gate down and a 50 ms poll", n)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("rank 0 gave up while the gate was down: %v", err)
+	default:
+	}
+	cancel()
+	<-done
+}
