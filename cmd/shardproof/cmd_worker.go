@@ -106,13 +106,17 @@ failed; the rank did not attest), GATE_UNAVAILABLE.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "ready run=%s rank=%d root=%s generation=%d epoch=%d shards=%d cache=%s\n",
 					run, rank, st.Root, st.Generation, st.Epoch, len(st.Shards), st.Cache)
 			}
-			if errors.Is(cmd.Context().Err(), context.Canceled) && err != nil {
+			// Stopped by a signal: the error is the interruption's, not a
+			// failure that landed at the same moment (ROOT_MISMATCH, …),
+			// which is returned as it is.
+			if c := errcode.Of(err); errors.Is(cmd.Context().Err(), context.Canceled) && err != nil &&
+				(c == errcode.BarrierClosed || c == errcode.Canceled || errors.Is(err, context.Canceled)) {
 				if once {
 					// An init container that did not see the barrier
 					// open must not exit as if it had.
 					return errcode.New(errcode.Canceled, "stopped by a signal before the barrier opened")
 				}
-				if errcode.Of(err) == errcode.BarrierClosed {
+				if c == errcode.BarrierClosed {
 					return nil // a sidecar stopped by a signal while waiting
 				}
 			}
