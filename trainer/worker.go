@@ -67,8 +67,14 @@ type Config struct {
 	// worker becomes ready, and removed when it stops being ready: an init
 	// container's way to hand the trainer its file list.
 	ReadyFile string
-	Metrics   *Metrics
-	Logger    *slog.Logger
+	// DeadlineGrace is how long past the run's barrier deadline a rank
+	// waiting at the barrier keeps asking a gate that does not answer,
+	// before it fails with GATE_UNAVAILABLE: the gate fails such a run
+	// (BARRIER_TIMEOUT), but only a gate that answers can say so. Zero
+	// means a minute, which also covers clock skew with the leader.
+	DeadlineGrace time.Duration
+	Metrics       *Metrics
+	Logger        *slog.Logger
 }
 
 // Worker states, as /readyz and /status report them.
@@ -605,6 +611,11 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 	start := time.Now()
 	label := run.Root.String()
 	slice := max(5*w.cfg.PollInterval, 2*time.Second)
+	deadline := run.Deadline // the leader's clock, in ms
+	grace := w.cfg.DeadlineGrace
+	if grace <= 0 {
+		grace = time.Minute
+	}
 	for {
 		wctx, cancel := context.WithTimeout(ctx, slice)
 		sum, err := w.cfg.Gate.WaitRun(wctx, w.cfg.Run)
@@ -641,6 +652,10 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		switch {
 		case err != nil:
 			w.log.Warn("gate read failed while waiting", "code", errcode.Of(err))
+			if past := time.Since(time.UnixMilli(deadline)); deadline > 0 && past > grace {
+				return stay, errcode.Wrap(errcode.GateUnavailable, err, "run %s: its barrier deadline passed %s ago and no gate has answered since (the gate fails such a run with BARRIER_TIMEOUT)",
+					w.cfg.Run, past.Round(time.Second))
+			}
 			if !sliceOver {
 				// The gate gave up at once (a client that does not
 				// retry, every member refusing connections): wait a
@@ -656,6 +671,8 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		case cur.Attestations[w.cfg.Rank] == nil:
 			w.log.Info("reassigned while waiting; attesting again", "epoch", cur.Epoch)
 			return reattest, nil
+		default:
+			deadline = cur.Deadline
 		}
 	}
 }

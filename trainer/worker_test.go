@@ -941,6 +941,36 @@ func TestGateOutageLongerThanRetries(t *testing.T) {
 	}
 }
 
+// A rank waiting at the barrier while the gate is gone for good gives up
+// once the run's deadline and the grace have passed, with
+// GATE_UNAVAILABLE, instead of waiting for ever: only a gate that answers
+// could fail the run.
+func TestGateGoneForGoodAtTheBarrier(t *testing.T) {
+	c := raftgate.MakeCluster(t, 1)
+	s := stagetest.Store(t)
+	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
+	g := c.Client()
+	g.RetryFor = 300 * time.Millisecond
+	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
+	e.publish(gen1, 0)
+	e.createRun("r1", 2, 2*time.Second)
+	w0 := e.worker("r1", 0, nil, nil)
+	w0.cfg.DeadlineGrace = 500 * time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- w0.Run(e.ctx, true) }()
+	waitState(t, w0, StateWaiting)
+	c.Stop(0)
+	select {
+	case err := <-done:
+		wantCode(t, err, errcode.GateUnavailable)
+		if !strings.Contains(err.Error(), "deadline passed") {
+			t.Fatalf("err = %v, want it to say the deadline passed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rank 0 still waits 30 s after a 2 s barrier deadline with the gate gone")
+	}
+}
+
 // lostAnswers loses the answer of the first attestations it sends
 // (applied, when applied is set): the leader died after committing, or
 // before, and the client reports INDETERMINATE.

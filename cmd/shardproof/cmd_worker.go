@@ -55,7 +55,8 @@ the code of the failure: ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED
 (cancelled), RUN_PRUNED (the run ended and was pruned between two polls),
 PERMIT_CLOSED (--once: a fence advance closed the run's permit),
 DIGEST_MISMATCH / SIZE_MISMATCH / SCHEMA_MISMATCH / … (a shard of this rank
-failed; the rank did not attest), GATE_UNAVAILABLE.`,
+failed; the rank did not attest), GATE_UNAVAILABLE (also a minute after the
+run's barrier deadline, when no gate has answered a rank waiting there).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if run == "" || !cmd.Flags().Changed("rank") || cacheDir == "" {
