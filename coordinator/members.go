@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
@@ -201,29 +203,58 @@ func (s *memberSource) finish() error {
 	if s.open >= 0 {
 		s.closeOpen()
 	}
-	for _, i := range s.todo {
-		if err := s.skip(i); err != nil {
+	// A release that matches its snapshot skips every member here: the
+	// lookups run side by side (one round trip each on S3), the results
+	// are recorded in order.
+	failures := make([][]manifest.ShardFailure, len(s.todo))
+	var g errgroup.Group
+	g.SetLimit(skipLookups)
+	for k, i := range s.todo {
+		g.Go(func() (err error) {
+			failures[k], err = s.lookUp(i)
 			return err
-		}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for k, i := range s.todo {
+		s.record(i, failures[k])
 	}
 	s.todo = nil
 	return nil
 }
 
+// skipLookups bounds the member lookups finish runs at once.
+const skipLookups = 16
+
 // skip records member i as not read, after checking that the store still
 // holds its version with its size (a Head, no body).
 func (s *memberSource) skip(i int) error {
-	res := mapper.Result{Side: mapper.SideSnapshot, Index: i, ShardID: s.members[i].ID, Skipped: true}
+	failures, err := s.lookUp(i)
+	if err != nil {
+		return err
+	}
+	s.record(i, failures)
+	return nil
+}
+
+// lookUp checks that the store holds member i's version with its size.
+func (s *memberSource) lookUp(i int) ([]manifest.ShardFailure, error) {
 	failures, err := mapper.CheckStored(s.ctx, s.opts.Store, mapper.SideSnapshot, s.members[i])
 	if err != nil {
-		return wrap(err, "snapshot member %s", s.members[i].ID)
+		return nil, wrap(err, "snapshot member %s", s.members[i].ID)
 	}
-	res.Failures = failures
+	return failures, nil
+}
+
+// record records member i as skipped, with the failures of its lookup.
+func (s *memberSource) record(i int, failures []manifest.ShardFailure) {
+	res := mapper.Result{Side: mapper.SideSnapshot, Index: i, ShardID: s.members[i].ID, Skipped: true, Failures: failures}
 	s.results = append(s.results, res)
 	if s.progress != nil {
 		s.progress(res)
 	}
-	return nil
 }
 
 // release hands the source's buffers on; s must not be used after.
