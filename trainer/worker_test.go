@@ -905,6 +905,30 @@ func TestSidecarFailsWhenItsRunIsPruned(t *testing.T) {
 	}
 }
 
+// waitingWhenTheGateStops runs rank 0 of a 2-rank run with the given
+// barrier timeout (and worker DeadlineGrace, 0 for the default) until it
+// waits at the barrier, then stops the run's single gate node. The
+// client retries for 300 ms, much less than the 2 s wait slice. done
+// receives rank 0's result.
+func waitingWhenTheGateStops(t *testing.T, barrier, grace time.Duration) (*raftgate.TestCluster, *env, chan error) {
+	t.Helper()
+	c := raftgate.MakeCluster(t, 1)
+	s := stagetest.Store(t)
+	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
+	g := c.Client()
+	g.RetryFor = 300 * time.Millisecond
+	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
+	e.publish(gen1, 0)
+	e.createRun("r1", 2, barrier)
+	w0 := e.worker("r1", 0, nil, nil)
+	w0.cfg.DeadlineGrace = grace
+	done := make(chan error, 1)
+	go func() { done <- w0.Run(e.ctx, true) }()
+	waitState(t, w0, StateWaiting)
+	c.Stop(0)
+	return c, e, done
+}
+
 // The gate is down for longer than the client keeps retrying but shorter
 // than the run's deadline, while rank 0 waits at the barrier with wait
 // slices longer than the client's retries (as `worker --poll 5s` makes
@@ -912,19 +936,7 @@ func TestSidecarFailsWhenItsRunIsPruned(t *testing.T) {
 // GATE_UNAVAILABLE before the slice did, and the worker failed, where a
 // slice that ran out first was no news. Both are no news now.
 func TestGateOutageLongerThanRetries(t *testing.T) {
-	c := raftgate.MakeCluster(t, 1)
-	s := stagetest.Store(t)
-	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
-	g := c.Client()
-	g.RetryFor = 300 * time.Millisecond // much shorter than the 2 s wait slice
-	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
-	e.publish(gen1, 0)
-	e.createRun("r1", 2, 60*time.Second)
-	w0 := e.worker("r1", 0, nil, nil)
-	done := make(chan error, 1)
-	go func() { done <- w0.Run(e.ctx, true) }()
-	waitState(t, w0, StateWaiting)
-	c.Stop(0)
+	c, e, done := waitingWhenTheGateStops(t, 60*time.Second, 0)
 	time.Sleep(3 * time.Second)
 	select {
 	case err := <-done:
@@ -946,20 +958,7 @@ func TestGateOutageLongerThanRetries(t *testing.T) {
 // GATE_UNAVAILABLE, instead of waiting for ever: only a gate that answers
 // could fail the run.
 func TestGateGoneForGoodAtTheBarrier(t *testing.T) {
-	c := raftgate.MakeCluster(t, 1)
-	s := stagetest.Store(t)
-	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
-	g := c.Client()
-	g.RetryFor = 300 * time.Millisecond
-	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
-	e.publish(gen1, 0)
-	e.createRun("r1", 2, 2*time.Second)
-	w0 := e.worker("r1", 0, nil, nil)
-	w0.cfg.DeadlineGrace = 500 * time.Millisecond
-	done := make(chan error, 1)
-	go func() { done <- w0.Run(e.ctx, true) }()
-	waitState(t, w0, StateWaiting)
-	c.Stop(0)
+	_, _, done := waitingWhenTheGateStops(t, 2*time.Second, 500*time.Millisecond)
 	select {
 	case err := <-done:
 		wantCode(t, err, errcode.GateUnavailable)
