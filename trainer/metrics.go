@@ -22,6 +22,10 @@ type Metrics struct {
 	CacheCorruptions *prometheus.CounterVec
 	// CacheHits counts shards served from an intact cache entry.
 	CacheHits *prometheus.CounterVec
+	// CacheKept counts shards a rank verifying again within its run (a
+	// reassignment) kept without hashing: their entries were unchanged
+	// since it verified them.
+	CacheKept *prometheus.CounterVec
 	// ShardFailures counts shards that failed verification, by code.
 	ShardFailures *prometheus.CounterVec
 	// BarrierWait is how long the rank waited at the barrier, in seconds.
@@ -55,6 +59,10 @@ func NewMetrics() *Metrics {
 			Name: "shardproof_worker_cache_hits_total",
 			Help: "Shards served from an intact cache entry.",
 		}, rel),
+		CacheKept: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardproof_worker_cache_kept_total",
+			Help: "Shards kept without hashing again when the rank re-verified within its run (a reassignment): entries unchanged since verified.",
+		}, rel),
 		ShardFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardproof_worker_shard_failures_total",
 			Help: "Assigned shards that failed verification, by error code.",
@@ -80,7 +88,7 @@ func NewMetrics() *Metrics {
 			Help: "1 while the worker's /readyz is green.",
 		}, rel),
 	}
-	m.reg.MustRegister(m.VerifiedShardRatio, m.CacheCorruptions, m.CacheHits, m.ShardFailures,
+	m.reg.MustRegister(m.VerifiedShardRatio, m.CacheCorruptions, m.CacheHits, m.CacheKept, m.ShardFailures,
 		m.BarrierWait, m.RootMismatches, m.ReadBytes, m.ReadThroughput, m.Ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -610,6 +611,84 @@ func TestReassignWhileWaitingAtBarrier(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("sidecar: %v", err)
+	}
+}
+
+// A reassignment makes a rank verify its new assignment, but the shards
+// it keeps, whose cache entries are unchanged since it verified them, are
+// not hashed and decoded again: a scale-out must not cost every rank a
+// re-read of its whole cache. A kept entry that changed meanwhile is
+// verified again. Rank 0 is an init container waiting at the barrier,
+// which (unlike a ready sidecar) does not stat its entries every poll.
+func TestReassignKeepsVerifiedEntries(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 2, 20*time.Second)
+	var mu sync.Mutex
+	calls := map[manifest.Digest]int{}
+	w0 := e.worker("r1", 0, nil, nil)
+	decode := w0.cfg.Verify
+	w0.cfg.Verify = func(ctx context.Context, path string, rel *manifest.Release, desc manifest.Shard) error {
+		mu.Lock()
+		calls[desc.Digest]++
+		mu.Unlock()
+		return decode(ctx, path, rel, desc)
+	}
+	done := make(chan error, 1)
+	go func() { done <- w0.Run(e.ctx, true) }()
+	waitState(t, w0, StateWaiting)
+	run, err := e.gate.Run(e.ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old0, old1 := run.Assignment[0], run.Assignment[1]
+	if len(old0) < 3 || len(old1) < 2 {
+		t.Fatalf("assignment %v", run.Assignment)
+	}
+	// Rank 0 keeps three of its shards and takes two of rank 1's; the
+	// third kept one is rewritten with the same bytes (another file)
+	// while rank 0 waits, so it must be verified again.
+	keep, take := old0[:3], old1[:2]
+	assignment := [][]int{append(slices.Clone(keep), take...), append(slices.Clone(old0[3:]), old1[2:]...)}
+	changed := w0.cfg.Cache.Path(e.gen1.Release.Shards[keep[2]].Digest)
+	b, err := os.ReadFile(changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := changed + ".rewrite"
+	if err := os.WriteFile(tmp, b, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, changed); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 2, Assignment: assignment}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
+		t.Fatalf("rank 1 after the reassignment: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("rank 0: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("rank 0 did not finish: %+v", w0.Status())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[int]int{keep[0]: 1, keep[1]: 1, keep[2]: 2, take[0]: 1, take[1]: 1}
+	for i, n := range want {
+		if got := calls[e.gen1.Release.Shards[i].Digest]; got != n {
+			t.Errorf("shard %d verified %d times, want %d (calls %v)", i, got, n, calls)
+		}
+	}
+	if st := w0.Status(); st.State != StateReady || st.Epoch != 1 || st.Verified != 5 || len(st.Shards) != 5 {
+		t.Errorf("status %+v, want READY at epoch 1 with 5 shards verified", st)
+	}
+	if got := value(w0.Metrics().CacheKept.WithLabelValues(e.gen1.Root.String())); got != 2 {
+		t.Errorf("shardproof_worker_cache_kept_total %v, want 2", got)
 	}
 }
 
