@@ -137,6 +137,10 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 		if err := addResults(rc.Members); err != nil {
 			return nil, manifest.Digest{}, err
 		}
+		exec.MergedFiles += len(rc.Merged)
+		for _, o := range rc.Merged {
+			exec.MergedBytes += o.Size
+		}
 		merged.Merge(rc.Result)
 		relLeaves = appendLeaves(relLeaves, rc.Result.ReleaseLeaves)
 		snapLeaves = appendLeaves(snapLeaves, rc.Result.SnapshotLeaves)

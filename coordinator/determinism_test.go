@@ -54,23 +54,39 @@ func TestReportIndependentOfPlanShape(t *testing.T) {
 	s, res := faulty(t)
 	members := len(res.SnapshotDoc.Members)
 	var first []byte
-	var shuffled [6]int64
+	var shuffled [9]int64
 	for i, c := range []struct {
 		maps, reducers int
 		comp           shuffle.Compression
 		mapMembers     bool
+		fanIn          int
 	}{
-		{1, 1, shuffle.None, false},
-		{4, 8, shuffle.None, false},
-		{16, 64, shuffle.None, false},
-		{4, 8, shuffle.Zstd, false},
-		{4, 8, shuffle.None, true},
-		{16, 64, shuffle.None, true},
+		{1, 1, shuffle.None, false, 0},
+		{4, 8, shuffle.None, false, 0},
+		{16, 64, shuffle.None, false, 0},
+		{4, 8, shuffle.Zstd, false, 0},
+		{4, 8, shuffle.None, true, 0},
+		{16, 64, shuffle.None, true, 0},
+		// A merge level: reducers merge their map tasks' files a group
+		// at a time first (groups of 3, 3 and 2; of 2).
+		{8, 8, shuffle.None, false, 3},
+		{8, 4, shuffle.Zstd, false, 2},
+		{16, 8, shuffle.None, true, 5},
 	} {
 		// Parallelism 2 whatever the machine: with more cores than
 		// members, the planner would map the members.
-		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: c.maps, Reducers: c.reducers, ShuffleCompression: c.comp, MapMembers: c.mapMembers, Parallelism: 2})
+		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: c.maps, Reducers: c.reducers, ShuffleCompression: c.comp, MapMembers: c.mapMembers, Parallelism: 2, ReduceFanIn: c.fanIn})
 		shuffled[i] = r.Execution.ShuffleBytes
+		if groups := (c.maps + max(c.fanIn, 1) - 1) / max(c.fanIn, 1); c.fanIn > 0 {
+			if r.Execution.MergedFiles != groups*r.Execution.Reducers || r.Execution.MergedBytes <= 0 {
+				t.Fatalf("case %+v: merge level wrote %d files (%d bytes), want %d per reducer", c, r.Execution.MergedFiles, r.Execution.MergedBytes, groups)
+			}
+			if page, err := s.List(context.Background(), JobsPrefix+r.Execution.Plan.Hex()+"/merge/", "", 10); err != nil || len(page.Objects) > 0 {
+				t.Fatalf("case %+v: merge level files left behind: %+v, %v", c, page.Objects, err)
+			}
+		} else if r.Execution.MergedFiles != 0 || r.Execution.MergedBytes != 0 {
+			t.Fatalf("case %+v: merge level with the default fan-in: %d files", c, r.Execution.MergedFiles)
+		}
 		if r.Execution.Stages.Read <= 0 || r.Execution.Stages.Decode <= 0 || r.Execution.Stages.Tuples <= 0 || r.Execution.Stages.Reduce <= 0 {
 			t.Fatalf("case %+v: local execution stages not measured: %+v", c, r.Execution.Stages)
 		}

@@ -57,6 +57,12 @@ type Plan struct {
 	// release leaf differs from the indexed one. Set only when reducers
 	// read every member themselves.
 	SnapshotLeaves *snapindex.Ref `json:"snapshotLeaves,omitempty"`
+	// ReduceFanIn is the most shuffle files a reduce task merges at
+	// once. A task with more (one per map task) first merges them a
+	// group of this many at a time into files of its own, a merge level,
+	// so its open files and memory stay bounded however many map tasks
+	// the plan has. Zero, in plans from before the field, means no bound.
+	ReduceFanIn int `json:"reduceFanIn,omitempty"`
 }
 
 // Input names one shard to map: Side 0 is the release manifest's shards,
@@ -106,7 +112,21 @@ type PlanOptions struct {
 	// the snapshot's leaf index says which buckets match (a full audit
 	// of the snapshot's files as well as of the release).
 	ReadAllMembers bool
+	// ReduceFanIn bounds the shuffle files a reduce task merges at once
+	// (Plan.ReduceFanIn); zero means DefaultReduceFanIn.
+	ReduceFanIn int
 }
+
+// DefaultReduceFanIn is a plan's reduceFanIn unless told otherwise: a
+// reduce task merges at most this many shuffle files at once. Up to it
+// (about 32M release records with the default map tasks) the files are
+// merged directly; beyond it each group's merge costs one more write
+// and read of its rows, and a reducer holds a batch of each of at most
+// this many files rather than one of each of thousands.
+const DefaultReduceFanIn = 256
+
+// MaxReduceFanIn is the largest reduceFanIn a plan may name.
+const MaxReduceFanIn = 1 << 20
 
 // ReduceBatchBytes is about how much memory a reduce task gives the record
 // batches it holds, one per map task's file, and shuffleRowBytes about
@@ -244,6 +264,13 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 		ShuffleChecksum:    o.ShuffleChecksum,
 		ShuffleBatchRows:   ShuffleBatchRowsFor(m),
 		MapTasks:           make([][]Input, m),
+		ReduceFanIn:        o.ReduceFanIn,
+	}
+	if plan.ReduceFanIn == 0 {
+		plan.ReduceFanIn = DefaultReduceFanIn
+	}
+	if plan.ReduceFanIn < 2 || plan.ReduceFanIn > MaxReduceFanIn {
+		return nil, manifest.Digest{}, errcode.New(errcode.Usage, "reduce fan-in %d outside [2, %d]", plan.ReduceFanIn, MaxReduceFanIn)
 	}
 	// Round-robin spreads release shards and snapshot members evenly.
 	for i, in := range inputs {
@@ -376,6 +403,9 @@ func (p *Plan) validate(shards int, members []manifest.Shard) error {
 	}
 	if p.ShuffleBatchRows < 0 || p.ShuffleBatchRows > shuffle.MaxBatchRows {
 		return bad("shuffleBatchRows %d outside [0, %d]", p.ShuffleBatchRows, shuffle.MaxBatchRows)
+	}
+	if p.ReduceFanIn != 0 && (p.ReduceFanIn < 2 || p.ReduceFanIn > MaxReduceFanIn) {
+		return bad("reduceFanIn %d outside [2, %d]", p.ReduceFanIn, MaxReduceFanIn)
 	}
 	if len(p.MapTasks) == 0 || len(p.Reducers) == 0 {
 		return bad("no map tasks or no reducers")

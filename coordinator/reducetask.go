@@ -26,7 +26,11 @@ type ReduceCommit struct {
 	// Members holds the mapper's figures and failures for each snapshot
 	// member the reducer read itself, in the plan's order.
 	Members []mapper.Result `json:"members,omitempty"`
-	Result  *reducer.Result `json:"result"`
+	// Merged lists the files the task's merge level wrote (Plan.
+	// ReduceFanIn), removed once it committed: a record of what the
+	// level cost.
+	Merged []Output        `json:"merged,omitempty"`
+	Result *reducer.Result `json:"result"`
 }
 
 // Reduce runs reduce task r. Every map task must have committed (else
@@ -86,7 +90,20 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 		if err := j.checkMapCommit(i, &mc); err != nil {
 			return nil, err
 		}
-		out := mc.Outputs[r]
+		commit.Inputs = append(commit.Inputs, mc.Outputs[r])
+	}
+	// Above the plan's fan-in, the map tasks' files are merged a group
+	// at a time into files of this task's own first (a merge level).
+	files := commit.Inputs
+	if fan := j.Plan.ReduceFanIn; fan > 0 && len(files) > fan {
+		merged, cleanup, err := j.mergeLevel(ctx, r, files, fan)
+		defer cleanup()
+		if err != nil {
+			return nil, err
+		}
+		files, commit.Merged = merged, merged
+	}
+	for _, out := range files {
 		rc, err := j.Store.Get(ctx, out.Key, out.Version)
 		if err != nil {
 			return nil, wrap(err, "reduce task %d: %s version %s%s", r, out.Key, out.Version, j.lostShuffleHint())
@@ -100,7 +117,6 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 		closers = append(closers, func() error { rd.Close(); return nil })
 		verified = append(verified, vr)
 		sources = append(sources, rd)
-		commit.Inputs = append(commit.Inputs, out)
 	}
 	ro := reducer.Options{K: j.Plan.K, Lo: rng.Lo, Hi: rng.Hi, Tombstones: j.tombSet, Benchmark: j.benchSet}
 	var members *memberSource
@@ -145,7 +161,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 	// committed digest: drain what the IPC reader left after end-of-stream.
 	for k, vr := range verified {
 		if _, err := io.Copy(io.Discard, vr); err != nil {
-			return nil, errcode.Wrap(errcode.ShuffleCorrupt, err, "reduce task %d: %s%s", r, commit.Inputs[k].Key, j.lostShuffleHint())
+			return nil, errcode.Wrap(errcode.ShuffleCorrupt, err, "reduce task %d: %s%s", r, files[k].Key, j.lostShuffleHint())
 		}
 	}
 	commit.Result = res
@@ -180,10 +196,26 @@ const reduceFileSlack = 8
 // tasks' files and an embedding process's listeners.
 const processFileSlack = 64
 
+// fanIn is the most shuffle files a reduce task of the plan merges at once.
+func (j *Job) fanIn() int {
+	if fan := j.Plan.ReduceFanIn; fan > 0 && fan < len(j.Plan.MapTasks) {
+		return fan
+	}
+	return len(j.Plan.MapTasks)
+}
+
 // reduceFiles is how many files a reduce task of the plan holds open at
 // once: a reducer merges one shuffle file per map task (each an open file,
-// or a connection on S3), all of them from its first bucket to its last.
-func (j *Job) reduceFiles() int { return len(j.Plan.MapTasks) + reduceFileSlack }
+// or a connection on S3), all of them from its first bucket to its last,
+// or, above the plan's fan-in, a group of them and the file it merges
+// them into, then the merged files.
+func (j *Job) reduceFiles() int {
+	m, fan := len(j.Plan.MapTasks), j.Plan.ReduceFanIn
+	if fan <= 0 || m <= fan {
+		return m + reduceFileSlack
+	}
+	return max(fan+1, (m+fan-1)/fan) + reduceFileSlack
+}
 
 // reducersAtOnce returns how many of the plan's reduce tasks this process
 // can run at once within its open-file limit, at most want; FILE_LIMIT if
@@ -198,8 +230,8 @@ func (j *Job) reducersAtOnce(want int) (int, error) {
 	need := j.reduceFiles()
 	avail := int(min(limit, 1<<30)) - processFileSlack
 	if avail < need {
-		return 0, errcode.New(errcode.FileLimit, "a reduce task of this plan holds %d files open at once (one shuffle file per map task: %d map tasks), and this process may open %d (ulimit -n): raise the limit, or plan fewer, larger map tasks (verify --map-tasks)",
-			need, len(j.Plan.MapTasks), limit)
+		return 0, errcode.New(errcode.FileLimit, "a reduce task of this plan holds %d files open at once (the shuffle files of %d map tasks, merged at most %d at a time), and this process may open %d (ulimit -n): raise the limit, or verify with a smaller --reduce-fan-in",
+			need, len(j.Plan.MapTasks), j.fanIn(), limit)
 	}
 	return max(1, min(want, avail/need)), nil
 }

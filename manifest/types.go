@@ -246,11 +246,15 @@ type Stats struct {
 // Execution describes how a verification ran; it is excluded from
 // determinism checks.
 type Execution struct {
-	Plan             Digest  `json:"plan,omitzero"`
-	Executor         string  `json:"executor"`
-	MapTasks         int     `json:"mapTasks"`
-	Reducers         int     `json:"reducers"`
-	ShuffleBytes     int64   `json:"shuffleBytes"`
+	Plan         Digest `json:"plan,omitzero"`
+	Executor     string `json:"executor"`
+	MapTasks     int    `json:"mapTasks"`
+	Reducers     int    `json:"reducers"`
+	ShuffleBytes int64  `json:"shuffleBytes"`
+	// MergedFiles and MergedBytes are what the reduce tasks' merge level
+	// wrote (a plan's reduceFanIn below its map tasks): files read twice.
+	MergedFiles      int     `json:"mergedFiles,omitempty"`
+	MergedBytes      int64   `json:"mergedBytes,omitempty"`
 	Seconds          float64 `json:"seconds"`
 	RecordsPerSecond float64 `json:"recordsPerSecond"`
 	StoredMBPerSec   float64 `json:"storedMBPerSecond"`

@@ -551,3 +551,64 @@ func (r *Result) Validate(lo, hi uint32) error {
 	}
 	return nil
 }
+
+// Combine merges sources over buckets [lo, hi) into one stream of rows in
+// shuffle order, handing emit each bucket's merged rows (valid only during
+// the call): a merge level, which lets a reduce task read many shuffle
+// files a group at a time. Every row is made and checked as Reduce would
+// check a differing bucket's; the rows emitted are the sources' rows, so
+// Reduce over the merged streams gives the Result it gives over the
+// sources.
+func Combine(ctx context.Context, lo, hi uint32, sources []Source, emit func(rows []shuffle.Row) error) error {
+	heads := make([]head, len(sources))
+	for i, s := range sources {
+		heads[i].src = s
+		if err := heads[i].advance(); err != nil {
+			return err
+		}
+	}
+	var (
+		rows []shuffle.Row
+		runs [][]shuffle.Row
+		took []*head
+	)
+	for b := lo; b < hi; b++ {
+		if b%64 == 0 {
+			if err := ctx.Err(); err != nil {
+				return errcode.Wrap(errcode.Canceled, err, "reduce: merge level")
+			}
+		}
+		took, runs = took[:0], runs[:0]
+		for i := range heads {
+			h := &heads[i]
+			if h.done {
+				continue
+			}
+			if h.bucket < b {
+				return errcode.New(errcode.ShuffleCorrupt, "reducer: source %d yielded bucket %d outside or behind the range at %d", i, h.bucket, b)
+			}
+			if h.bucket == b {
+				took = append(took, h)
+				runs = append(runs, h.rows)
+			}
+		}
+		if len(took) == 0 {
+			continue
+		}
+		rows = merge(rows[:0], runs)
+		if err := emit(rows); err != nil {
+			return err
+		}
+		for _, h := range took {
+			if err := h.advance(); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range heads {
+		if !heads[i].done {
+			return errcode.New(errcode.ShuffleCorrupt, "reducer: source %d holds bucket %d outside [%d, %d)", i, heads[i].bucket, lo, hi)
+		}
+	}
+	return nil
+}

@@ -28,7 +28,7 @@ func init() {
 	var (
 		store, root, snapshot, tombstones, benchmark string
 		resume, scratch                              string
-		mapTasks, reducers, parallelism              int
+		mapTasks, reducers, parallelism, fanIn       int
 		asJSON, mapMembers, readAllMembers           bool
 		engine                                       executorFlags
 		shuffleComp                                  shuffle.Compression
@@ -68,7 +68,7 @@ report), 2 usage, 3 operational error.`,
 			opts := coordinator.Options{PlanOptions: coordinator.PlanOptions{
 				MapTasks: mapTasks, Reducers: reducers, Parallelism: parallelism,
 				Tool: "shardproof " + version, ShuffleCompression: shuffleComp, ShuffleChecksum: shuffleSum,
-				MapMembers: mapMembers, ReadAllMembers: readAllMembers,
+				MapMembers: mapMembers, ReadAllMembers: readAllMembers, ReduceFanIn: fanIn,
 			}}
 			for _, f := range []struct {
 				flag, val string
@@ -118,6 +118,7 @@ report), 2 usage, 3 operational error.`,
 	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest to check against")
 	f.IntVar(&mapTasks, "map-tasks", 0, "number of map tasks (default: derived from inputs and parallelism)")
 	f.IntVar(&reducers, "reducers", 0, "number of reduce tasks (default: 2 × parallelism)")
+	f.IntVar(&fanIn, "reduce-fan-in", 0, fmt.Sprintf("the most shuffle files a reduce task merges at once (one per map task); a reduce task with more merges them a group at a time first, into files of its own under jobs/<plan>/merge/, which bounds its open files and memory at the cost of one more write and read of its rows (default %d; at least 2)", coordinator.DefaultReduceFanIn))
 	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local and process executors; the default map-task and reducer counts derive from it (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the report document instead of a summary")
 	f.StringVar((*string)(&shuffleComp), "shuffle-compression", "", "shuffle files: zstd or none (default: none for the local executor, whose reducers would otherwise hold a zstd decoder per map task; zstd for the others)")

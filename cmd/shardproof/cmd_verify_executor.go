@@ -270,6 +270,7 @@ func verifyOptionsFromFlags(cmd *cobra.Command) (opts coordinator.Options, store
 	opts.Tool = "shardproof " + version
 	opts.MapMembers, _ = f.GetBool("map-members")
 	opts.ReadAllMembers, _ = f.GetBool("read-all-members")
+	opts.ReduceFanIn, _ = f.GetInt("reduce-fan-in")
 	comp, _ := f.GetString("shuffle-compression")
 	if opts.ShuffleCompression = shuffle.Compression(comp); !opts.ShuffleCompression.Valid() {
 		return opts, "", false, errcode.New(errcode.Usage, "verify: --shuffle-compression %q: want zstd or none", comp)

@@ -321,6 +321,37 @@ func TestVerifyFileLimit(t *testing.T) {
 	}
 }
 
+// TestVerifyReduceFanIn: --reduce-fan-in bounds the shuffle files a
+// reduce task merges at once. Under an open-file limit that five map
+// tasks' files (and the slack) exceed, verify refuses with FILE_LIMIT;
+// with a fan-in of 2 the reduce tasks merge the files in groups first
+// (three per reduce task, counted in the report), fit, and give the
+// report of a verification without a merge level. A fan-in below 2 is
+// USAGE.
+func TestVerifyReduceFanIn(t *testing.T) {
+	r := newRelease(t)
+	args := []string{"verify", "--store", r.dir, "--root", r.res.Root.String(), "--map-tasks", "5", "--reducers", "2", "--parallelism", "2", "--json"}
+	// 76 leaves 12 files to a reduce task beside the process's 64: not
+	// the 13 it holds with five map tasks' files, enough for the 11 of
+	// groups of two (a group and its merged file, or the three merged
+	// files, and the slack).
+	if res := runCLIWithFileLimit(t, 76, args...); res.status != errcode.ExitError || !strings.Contains(res.stderr, "FILE_LIMIT") {
+		t.Fatalf("verify under ulimit -n 76 without a merge level: exit %d, stderr %q; want FILE_LIMIT", res.status, res.stderr)
+	}
+	res := runCLIWithFileLimit(t, 76, append(args, "--reduce-fan-in", "2")...)
+	got := cliReport(t, res)
+	if got.Execution.MergedFiles != 6 || got.Execution.MergedBytes <= 0 {
+		t.Fatalf("merge level wrote %d files (%d bytes), want 3 per reduce task", got.Execution.MergedFiles, got.Execution.MergedBytes)
+	}
+	sameReport(t, "reduce fan-in 2", r.localReport(t), got)
+	for _, bad := range []string{"1", "-3"} {
+		res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--reduce-fan-in", bad)
+		if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "shardproof: USAGE:") || !strings.Contains(res.stderr, "fan-in") {
+			t.Errorf("--reduce-fan-in %s: exit %d, stderr %q; want USAGE", bad, res.status, res.stderr)
+		}
+	}
+}
+
 // TestVerifyMetricsFile: --metrics-file leaves the verification's figures
 // for node_exporter's textfile collector: an INVALID release shows its
 // failure classes, verified 0 and a shard ratio below 1, every series

@@ -1,0 +1,115 @@
+package coordinator
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/shuffle"
+)
+
+// mergeFiles lists what reduce merge levels left in s for plan j.
+func mergeFiles(t *testing.T, s objstore.Store, j *Job) []objstore.ObjectInfo {
+	t.Helper()
+	page, err := s.List(t.Context(), j.prefix()+"merge/", "", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return page.Objects
+}
+
+// A reduce task whose map tasks' files outnumber the plan's fan-in merges
+// them a group at a time first. A damaged input fails the task with
+// SHUFFLE_CORRUPT naming it, before the group's merged file is stored; a
+// merged file whose upload fails fails the task with the store's code and
+// leaves none of the task's merged files behind; a rerun then commits,
+// listing the files its merge level wrote.
+func TestMergeLevelFailures(t *testing.T) {
+	for _, sum := range []shuffle.Checksum{shuffle.XXH64, shuffle.SHA256} {
+		t.Run(string(sum), func(t *testing.T) {
+			s, res := synth(t)
+			ctx := t.Context()
+			o := PlanOptions{Root: res.Root, MapTasks: 4, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: sum, ReduceFanIn: 2, Parallelism: 2}
+			j := openPlan(t, s, o)
+			if j.Plan.ReduceFanIn != 2 || len(j.Plan.MapTasks) != 4 {
+				t.Fatalf("plan has %d map tasks and fan-in %d", len(j.Plan.MapTasks), j.Plan.ReduceFanIn)
+			}
+			var commits []*MapCommit
+			for i := range 4 {
+				c, err := j.Map(ctx, i, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				commits = append(commits, c)
+			}
+			out := commits[1].Outputs[1]
+			rotted := &faults.BitFlip{Store: s, Match: func(k string) bool { return k == out.Key }, Offset: out.Size - 8 - 16, Bit: 3}
+			jr, err := Open(ctx, rotted, j.PlanDigest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = jr.Reduce(ctx, 1)
+			if errcode.Of(err) != errcode.ShuffleCorrupt || !strings.Contains(err.Error(), out.Key) {
+				t.Fatalf("merge level over a damaged shuffle file: %v; want %s naming %s", err, errcode.ShuffleCorrupt, out.Key)
+			}
+			if left := mergeFiles(t, s, j); len(left) > 0 {
+				t.Fatalf("a merged file of a damaged group was stored: %+v", left)
+			}
+
+			broken := &faults.ErrorOnce{Store: s, Method: faults.Put, Err: errcode.New(errcode.StoreUnavailable, "injected"),
+				Match: func(k string) bool { return strings.Contains(k, "/merge/") && strings.HasSuffix(k, "/1.arrow") }}
+			jb, err := Open(ctx, broken, j.PlanDigest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := jb.Reduce(ctx, 0); errcode.Of(err) != errcode.StoreUnavailable || !broken.Fired() {
+				t.Fatalf("reduce whose second merged file fails to upload: %v (fired %v); want %s", err, broken.Fired(), errcode.StoreUnavailable)
+			}
+			if left := mergeFiles(t, s, j); len(left) > 0 {
+				t.Fatalf("merged files left after a failed reduce task: %+v", left)
+			}
+			for r := range 2 {
+				c, err := jb.Reduce(ctx, r)
+				if err != nil {
+					t.Fatalf("rerun of reduce task %d: %v", r, err)
+				}
+				if len(c.Merged) != 2 || len(c.Inputs) != 4 {
+					t.Fatalf("reduce task %d: %d merged files from %d inputs, want 2 from 4", r, len(c.Merged), len(c.Inputs))
+				}
+				var rows int64
+				for _, in := range c.Inputs {
+					rows += in.Rows
+				}
+				var merged int64
+				for _, m := range c.Merged {
+					if (m.XXH64 != "") != (sum == shuffle.XXH64) || m.Digest.IsZero() != (sum == shuffle.XXH64) {
+						t.Fatalf("merged file %s checked with xxh64 %q and digest %s in a %s plan", m.Key, m.XXH64, m.Digest, sum)
+					}
+					merged += m.Rows
+				}
+				if merged != rows || rows == 0 {
+					t.Fatalf("reduce task %d: merged %d rows of %d", r, merged, rows)
+				}
+			}
+			if left := mergeFiles(t, s, j); len(left) > 0 {
+				t.Fatalf("merged files left after the reduce tasks committed: %+v", left)
+			}
+		})
+	}
+}
+
+// A reduce task above the fan-in holds a group and its merged file open,
+// then the merged files: the open-file check counts that, not one file
+// per map task.
+func TestReduceFilesWithFanIn(t *testing.T) {
+	for _, c := range []struct{ maps, fan, want int }{
+		{10, 0, 10}, {10, 10, 10}, {10, 16, 10}, {10, 4, 5}, {7630, 256, 257}, {100000, 256, 391},
+	} {
+		j := &Job{Plan: &Plan{MapTasks: make([][]Input, c.maps), ReduceFanIn: c.fan}}
+		if got := j.reduceFiles() - reduceFileSlack; got != c.want {
+			t.Errorf("%d map tasks, fan-in %d: %d files open at once, want %d", c.maps, c.fan, got, c.want)
+		}
+	}
+}
