@@ -441,7 +441,10 @@ func TestTaskContract(t *testing.T) {
 
 // TestVerifyProcessExecutorS3: the same with the release staged into S3
 // (versitygw on loopback): the children reach the store by its s3:// URL
-// and the credentials in their environment.
+// and the credentials in their environment. Their reduce tasks merge the
+// three map tasks' files two at a time first (--reduce-fan-in 2): the
+// merged files go to the bucket by streamed upload and are gone with the
+// job.
 func TestVerifyProcessExecutorS3(t *testing.T) {
 	url := s3test.Start(t)
 	s, err := objstore.Open(t.Context(), url)
@@ -451,11 +454,14 @@ func TestVerifyProcessExecutorS3(t *testing.T) {
 	r := &release{dir: url, store: s, res: stagetest.Synth(t, s, 3000, 5, 7)}
 	want := r.localReport(t)
 	res := runCLI(t, cliEnv(), "verify", "--executor", "process", "--store", url, "--root", r.res.Root.String(),
-		"--map-tasks", "3", "--reducers", "4", "--parallelism", "2", "--task-binary", os.Args[0], "--json")
+		"--map-tasks", "3", "--reducers", "4", "--parallelism", "2", "--task-binary", os.Args[0], "--reduce-fan-in", "2", "--json")
 	got := cliReport(t, res)
 	sameReport(t, "process over S3", want, got)
 	if got.Execution.ShuffleBytes == 0 {
 		t.Error("no shuffle bytes recorded")
+	}
+	if got.Execution.MergedFiles != 2*got.Execution.Reducers || got.Execution.MergedBytes == 0 {
+		t.Errorf("merge level wrote %d files (%d bytes) for %d reducers, want 2 each", got.Execution.MergedFiles, got.Execution.MergedBytes, got.Execution.Reducers)
 	}
 	// The job's shuffle files and commit records are deleted from the
 	// bucket once the report is stored.
