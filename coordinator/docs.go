@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -66,6 +67,24 @@ func loadFenceLog(ctx context.Context, s objstore.Store, d manifest.Digest, sche
 		return nil, wrap(err, "%s %s", schema, d)
 	}
 	return r, nil
+}
+
+// checkClaims refuses fence documents (nil: none) that do not reach the
+// watermarks release root claims: a verification against them could not
+// count the hits the claims rule out, so its report could not back them
+// (WATERMARK_UNCHECKED).
+func checkClaims(rel *manifest.Release, root manifest.Digest, tombstones, benchmark *manifest.FenceLog) error {
+	var tw, bf uint64
+	if tombstones != nil {
+		tw = tombstones.Watermark()
+	}
+	if benchmark != nil {
+		bf = benchmark.Watermark()
+	}
+	if err := rel.CheckWatermarks(tw, bf); err != nil {
+		return fmt.Errorf("release %s: %w: verify it against a tombstone log and benchmark registry that reach its claims (--tombstones, --benchmark)", root, err)
+	}
+	return nil
 }
 
 // wrap adds context to err, keeping the code of the cause so the CLI

@@ -146,6 +146,10 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 		}
 		j.benchSet = reducer.NewSet(j.Benchmark)
 	}
+	// NewPlan refuses such a plan; this one was made elsewhere.
+	if err := checkClaims(j.Release, p.Root, j.Tombstones, j.Benchmark); err != nil {
+		return nil, fmt.Errorf("plan %s: %w", planDigest, err)
+	}
 	return j, nil
 }
 

@@ -208,15 +208,21 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 	if err != nil {
 		return nil, manifest.Digest{}, err
 	}
-	for _, f := range []struct {
+	var logs [2]*manifest.FenceLog
+	for i, f := range []struct {
 		d      manifest.Digest
 		schema string
 	}{{o.Tombstones, manifest.TombstonesSchema}, {o.Benchmark, manifest.BenchmarkSchema}} {
 		if !f.d.IsZero() {
-			if _, err := loadFenceLog(ctx, s, f.d, f.schema); err != nil {
+			if logs[i], err = loadFenceLog(ctx, s, f.d, f.schema); err != nil {
 				return nil, manifest.Digest{}, err
 			}
 		}
+	}
+	// Before any byte is read: these documents could not make the
+	// release VERIFIED.
+	if err := checkClaims(rel, o.Root, logs[0], logs[1]); err != nil {
+		return nil, manifest.Digest{}, err
 	}
 	p := max(1, o.Parallelism)
 	r := o.Reducers

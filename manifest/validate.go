@@ -127,6 +127,36 @@ func (r *Release) Validate() error {
 	return nil
 }
 
+// CheckWatermarks reports whether fence documents at watermarks tombstone
+// and benchmark (0 for a kind none was checked of) back r's claims. The
+// release's tombstoneWatermark says the release holds no sample deleted by
+// a tombstone up to that seq, its benchmarkFence no benchmark item up to
+// that seq; only a document reaching the claim lets a verification count
+// those hits, so a claim above it is WATERMARK_UNCHECKED, never VERIFIED.
+// A document beyond the claim is fine: its later entries are checked too.
+func (r *Release) CheckWatermarks(tombstone, benchmark uint64) error {
+	var short []string
+	for _, c := range []struct {
+		field, doc     string
+		claim, checked uint64
+	}{
+		{"tombstoneWatermark", "tombstone log", r.TombstoneWatermark, tombstone},
+		{"benchmarkFence", "benchmark registry", r.BenchmarkFence, benchmark},
+	} {
+		switch {
+		case c.claim <= c.checked:
+		case c.checked == 0:
+			short = append(short, fmt.Sprintf("%s %d, but no %s (or an empty one) was checked", c.field, c.claim, c.doc))
+		default:
+			short = append(short, fmt.Sprintf("%s %d, but the %s checked reaches only %d", c.field, c.claim, c.doc, c.checked))
+		}
+	}
+	if len(short) == 0 {
+		return nil
+	}
+	return errcode.New(errcode.WatermarkUnchecked, "the release claims %s", strings.Join(short, "; and "))
+}
+
 // Validate checks s against training.dataset.snapshot.v1.
 func (s *Snapshot) Validate() error {
 	if err := checkSchema(s.Schema, SnapshotSchema); err != nil {

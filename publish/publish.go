@@ -173,14 +173,15 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		attempts = 5
 	}
 	out := &Outcome{}
-	if out.Report, out.ReportDigest, err = reusable(ctx, s, g, o, *fences, rel.DatasetSnapshot); err != nil {
+	if out.Report, out.ReportDigest, err = reusable(ctx, s, g, o, *fences, rel); err != nil {
 		return nil, err
 	}
 	out.Reused = out.Report != nil
 	if !out.Reused {
 		// The gate holds nothing reusable: what verify checks against
-		// must reach the current fences, or the work is wasted.
-		if err := checkFenceDocs(ctx, s, o.Tombstones, o.Benchmark, *fences); err != nil {
+		// must reach the current fences and the release's claims, or
+		// the work is wasted.
+		if err := checkFenceDocs(ctx, s, rel, o.Tombstones, o.Benchmark, *fences); err != nil {
 			return nil, err
 		}
 		// Stage the candidate first, so the gate shows it (STAGED) even
@@ -285,12 +286,14 @@ func Summary(rep *manifest.Report, d manifest.Digest) *raftgate.ReportSummary {
 
 // reusable returns a stored report that answers the question, so verify
 // need not run again: the one named by o.Report (an error if it is about
-// another root, snapshot or fence documents), else the report the gate
-// registered for o.Root when it is VERIFIED, at or above the current
-// fences with no hits, and checked against the fence documents named (if
-// any). Otherwise it returns nil. A release the gate already holds as
-// INVALID is an error: it cannot be published.
-func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftgate.Fences, snapshot manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+// another root, snapshot or fence documents, or VERIFIED without reaching
+// the watermarks release claims), else the report the gate registered
+// for o.Root when it is VERIFIED, at or above the current fences with no
+// hits, checked against the fence documents named (if any) and at or
+// above the release's claims. Otherwise it returns nil. A release the
+// gate already holds as INVALID is an error: it cannot be published.
+func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftgate.Fences, release *manifest.Release) (*manifest.Report, manifest.Digest, error) {
+	snapshot := release.DatasetSnapshot
 	var none manifest.Digest
 	rel, err := g.Release(ctx, o.Root)
 	known := err == nil
@@ -308,6 +311,13 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 		if why := mismatch(rep, o, snapshot); why != "" {
 			return nil, none, errcode.New(errcode.BadInput, "report %s cannot stand for this publish: %s", o.Report, why)
 		}
+		if rep.Verdict == manifest.Verified {
+			// A report from before verify checked the claims, or
+			// written by hand: VERIFIED below them proves too little.
+			if err := release.CheckWatermarks(rep.TombstoneWatermark, rep.BenchmarkFence); err != nil {
+				return nil, none, fmt.Errorf("report %s cannot stand for this publish: %w", o.Report, err)
+			}
+		}
 		return rep, o.Report, nil
 	}
 	if !known || rel.Report.IsZero() || rel.TombstoneWatermark < f.Tombstone || rel.BenchmarkFence < f.Benchmark ||
@@ -321,7 +331,8 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 	if err != nil {
 		return nil, none, err
 	}
-	if rep.Verdict != manifest.Verified || mismatch(rep, o, snapshot) != "" {
+	if rep.Verdict != manifest.Verified || mismatch(rep, o, snapshot) != "" ||
+		release.CheckWatermarks(rep.TombstoneWatermark, rep.BenchmarkFence) != nil {
 		return nil, none, nil
 	}
 	return rep, rel.Report, nil
@@ -386,10 +397,12 @@ func loadReport(ctx context.Context, s objstore.Store, d manifest.Digest) (*mani
 }
 
 // checkFenceDocs refuses, before any verification work, fence documents
-// whose watermarks are below the gate's fences: the gate would refuse the
-// resulting report with FENCE_BEHIND anyway.
-func checkFenceDocs(ctx context.Context, s objstore.Store, tomb, bench manifest.Digest, f raftgate.Fences) error {
-	for _, d := range []struct {
+// whose watermarks are below the gate's fences (FENCE_BEHIND: the gate
+// would refuse the resulting report) or below the watermarks rel claims
+// (WATERMARK_UNCHECKED: verify would refuse to start).
+func checkFenceDocs(ctx context.Context, s objstore.Store, rel *manifest.Release, tomb, bench manifest.Digest, f raftgate.Fences) error {
+	var ws [2]uint64
+	for i, d := range []struct {
 		digest manifest.Digest
 		schema string
 		fence  uint64
@@ -406,6 +419,7 @@ func checkFenceDocs(ctx context.Context, s objstore.Store, tomb, bench manifest.
 			}
 			w = l.Watermark()
 		}
+		ws[i] = w
 		switch {
 		case w >= d.fence:
 		case d.digest.IsZero():
@@ -415,6 +429,9 @@ func checkFenceDocs(ctx context.Context, s objstore.Store, tomb, bench manifest.
 			return errcode.New(errcode.FenceBehind, "%s document %s has watermark %d; the gate's fence is %d (pass the current %s log with %s)",
 				d.schema, d.digest, w, d.fence, d.schema, d.flag)
 		}
+	}
+	if err := rel.CheckWatermarks(ws[0], ws[1]); err != nil {
+		return fmt.Errorf("publish: %w: pass a tombstone log and benchmark registry that reach them (--tombstones, --benchmark)", err)
 	}
 	return nil
 }

@@ -478,11 +478,14 @@ release to VERIFIED (or renews its permits if it was checked at newer
 fences), an INVALID one to INVALID. A VERIFIED report that is older
 than what the gate records for the release (no watermark higher, one
 lower) is refused (BAD_INPUT): it would bring nothing but leave the gate
-naming a report that does not back its watermarks. With only
---root the release is STAGED.
+naming a report that does not back its watermarks. A VERIFIED report
+checked below the tombstoneWatermark or benchmarkFence the root manifest
+claims is refused too (WATERMARK_UNCHECKED; verify no longer writes
+one). With only --root the release is STAGED.
 
-Exit status: 0 registered, 1 the release is INVALID (recorded as such),
-2 usage, 3 error, 4 rejected, 5 indeterminate.`,
+Exit status: 0 registered, 1 the release is INVALID (recorded as such)
+or the report does not reach its claims (nothing recorded), 2 usage,
+3 error, 4 rejected, 5 indeterminate.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := gateRegisterFlags
@@ -536,6 +539,13 @@ Exit status: 0 registered, 1 the release is INVALID (recorded as such),
 		}
 		for _, sh := range rel.Shards {
 			reg.Shards = append(reg.Shards, sh.Digest)
+		}
+		if reg.Report != nil && reg.Report.Verdict == manifest.Verified {
+			// verify no longer writes such a report, but an older build
+			// did, and a report is only a stored document.
+			if err := rel.CheckWatermarks(reg.Report.TombstoneWatermark, reg.Report.BenchmarkFence); err != nil {
+				return fmt.Errorf("report %s is VERIFIED below the watermarks root manifest %s claims, and cannot make it VERIFIED: %w", reg.Report.Digest, reg.Root, err)
+			}
 		}
 		c := gateClient()
 		defer c.Close()

@@ -96,8 +96,14 @@ was lost (exit 5, INDETERMINATE) is safe to run again with the same flags:
 the gate returns the first result, and without --expect-generation an alias
 already pointing at the root is reported, not published again.
 
-Exit status: 0 published, 1 INVALID, 2 usage, 3 store or gate unreachable,
-4 refused by the gate, 5 outcome unknown.`,
+Fence documents must reach the gate's fences (else FENCE_BEHIND, exit 4)
+and the tombstoneWatermark and benchmarkFence the release claims (else
+WATERMARK_UNCHECKED, exit 1), as verify requires; both are checked before
+anything is registered, and a --report VERIFIED below the claims is
+refused.
+
+Exit status: 0 published, 1 INVALID (or WATERMARK_UNCHECKED), 2 usage,
+3 store or gate unreachable, 4 refused by the gate, 5 outcome unknown.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if alias == "" || root == "" {

@@ -40,6 +40,9 @@ must be cancelled and recreated on a clean release.
 
 --root may be repeated; --alias rechecks the alias's current root; --closed
 rechecks every root with a closed permit (runs and retained generations).
+A full recheck is a verification: a release that claims a tombstoneWatermark
+and a benchmarkFence needs documents reaching both (WATERMARK_UNCHECKED
+otherwise), as verify does; each document given is recorded.
 
 --members counts the hits in the member files of the snapshot that the
 gate's VERIFIED report binds each root to, instead of verifying the release
@@ -52,7 +55,8 @@ recheck. It stores a recheck report (training.shard.recheck.v1) where a full
 recheck stores a verification report.
 
 Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
-(TOMBSTONE_HIT, BENCHMARK_HIT, …), 2 usage, 3 store or gate unreachable,
+(TOMBSTONE_HIT, BENCHMARK_HIT, …) or its claims need other documents
+(WATERMARK_UNCHECKED), 2 usage, 3 store or gate unreachable,
 4 refused by the gate.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {

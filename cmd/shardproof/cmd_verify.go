@@ -41,10 +41,17 @@ func init() {
 snapshot to tuples, diffs them bucket by bucket, recomputes both tuple roots,
 and stores a content-addressed report bound to the root digest.
 
+A release's tombstoneWatermark and benchmarkFence claim that it holds no
+sample deleted, and no benchmark item listed, up to those seqs: it is
+checked against a tombstone log (--tombstones) and benchmark registry
+(--benchmark) that reach its claims, or not at all (WATERMARK_UNCHECKED
+before any byte is read; a claim of 0 needs no document).
+
 Exit status: 0 VERIFIED, 1 INVALID (a report is stored), an input
-document that is not what it is given as (BAD_DOCUMENT, no report) or a
-task whose output differs from its committed one (NONDETERMINISM, no
-report), 2 usage, 3 operational error.`,
+document that is not what it is given as (BAD_DOCUMENT, no report),
+fence documents below the release's claims (WATERMARK_UNCHECKED, no
+report) or a task whose output differs from its committed one
+(NONDETERMINISM, no report), 2 usage, 3 operational error.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := engine.checkApplies(cmd); err != nil {
@@ -114,8 +121,8 @@ report), 2 usage, 3 operational error.`,
 	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&root, "root", "", "root digest of the release manifest to verify")
 	f.StringVar(&snapshot, "snapshot", "", "snapshot manifest digest (default: the manifest's datasetSnapshot)")
-	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest to check against")
-	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest to check against")
+	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest to check against; its watermark must reach the release's tombstoneWatermark")
+	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest to check against; its watermark must reach the release's benchmarkFence")
 	f.IntVar(&mapTasks, "map-tasks", 0, "number of map tasks (default: derived from inputs and parallelism)")
 	f.IntVar(&reducers, "reducers", 0, "number of reduce tasks (default: 2 × parallelism)")
 	f.IntVar(&fanIn, "reduce-fan-in", 0, fmt.Sprintf("the most shuffle files a reduce task merges at once (one per map task); a reduce task with more merges them a group at a time first, into files of its own under jobs/<plan>/merge/, which bounds its open files and memory at the cost of one more write and read of its rows (default %d; at least 2)", coordinator.DefaultReduceFanIn))

@@ -27,4 +27,18 @@ for fault in none missing extra duplicate content split sourceversion sourceid; 
 		printf '%-14s %-20s want %-22s got %s  %s\n' "$fault" "${mode:-default}" "$want" "$got" "$r"
 	done
 done
+# A release that claims tombstoneWatermark 7 (bound into its root) is
+# refused without a tombstone log that reaches 7, and VERIFIED with one.
+root=$($W -store "$T/claims" -tombstone-watermark 7 -out "$T/claims-docs" | awk '/^root/{print $2}')
+"$SP" manifest check "$T/claims-docs/release.json" >/dev/null
+printf '{"schema":"training.tombstones.v1","entries":[{"seq":7,"sampleId":"elsewhere"}]}' >"$T/tombstones.json"
+tomb=$("$SP" manifest put --store "$T/claims" "$T/tombstones.json" --log-level error | awk '{print $2}')
+for log in "" "$tomb"; do
+	want=WATERMARK_UNCHECKED mode="no log"
+	[ -z "$log" ] || want=VERIFIED mode=--tombstones
+	out=$("$SP" verify --store "$T/claims" --root "$root" ${log:+--tombstones "$log"} --log-level error 2>&1 || true)
+	case $out in *"verdict  VERIFIED"*) got=VERIFIED ;; *"shardproof: WATERMARK_UNCHECKED:"*) got=WATERMARK_UNCHECKED ;; *) got=$(echo "$out" | tail -1) ;; esac
+	if [ "$got" = "$want" ]; then r=ok; else r=FAIL; fail=1; fi
+	printf '%-14s %-20s want %-22s got %s  %s\n' claims "$mode" "$want" "$got" "$r"
+done
 exit $fail

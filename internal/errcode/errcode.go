@@ -54,12 +54,13 @@ var catalogue = map[Code]entry{
 	BenchmarkHit:        {ExitInvalid, "the release holds a benchmark (eval) item"},
 
 	// Documents.
-	BadDigest:        {ExitInvalid, "a digest string is not sha256: followed by 64 lowercase hex digits"},
-	BadDocument:      {ExitInvalid, "a document is malformed: unknown field, duplicate key, wrong type or schema"},
-	BadCount:         {ExitInvalid, "a count is negative or inconsistent"},
-	TotalsMismatch:   {ExitInvalid, "totals do not add up over the document's entries"},
-	DocumentTooLarge: {ExitInvalid, "a document exceeds its size cap"},
-	BadInput:         {ExitInvalid, "input data lacks required columns or values are out of range"},
+	BadDigest:          {ExitInvalid, "a digest string is not sha256: followed by 64 lowercase hex digits"},
+	BadDocument:        {ExitInvalid, "a document is malformed: unknown field, duplicate key, wrong type or schema"},
+	BadCount:           {ExitInvalid, "a count is negative or inconsistent"},
+	TotalsMismatch:     {ExitInvalid, "totals do not add up over the document's entries"},
+	DocumentTooLarge:   {ExitInvalid, "a document exceeds its size cap"},
+	BadInput:           {ExitInvalid, "input data lacks required columns or values are out of range"},
+	WatermarkUnchecked: {ExitInvalid, "the release claims a tombstoneWatermark or benchmarkFence the fence documents checked do not reach (none given: 0)"},
 
 	// Store.
 	PreconditionFailed: {ExitRejected, "conditional create found the key already present"},
@@ -128,12 +129,13 @@ const (
 	TombstoneHit        Code = "TOMBSTONE_HIT"
 	BenchmarkHit        Code = "BENCHMARK_HIT"
 
-	BadDigest        Code = "BAD_DIGEST"
-	BadDocument      Code = "BAD_DOCUMENT"
-	BadCount         Code = "BAD_COUNT"
-	TotalsMismatch   Code = "TOTALS_MISMATCH"
-	DocumentTooLarge Code = "DOCUMENT_TOO_LARGE"
-	BadInput         Code = "BAD_INPUT"
+	BadDigest          Code = "BAD_DIGEST"
+	BadDocument        Code = "BAD_DOCUMENT"
+	BadCount           Code = "BAD_COUNT"
+	TotalsMismatch     Code = "TOTALS_MISMATCH"
+	DocumentTooLarge   Code = "DOCUMENT_TOO_LARGE"
+	BadInput           Code = "BAD_INPUT"
+	WatermarkUnchecked Code = "WATERMARK_UNCHECKED"
 
 	PreconditionFailed Code = "PRECONDITION_FAILED"
 	NotFound           Code = "NOT_FOUND"
