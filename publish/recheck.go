@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -52,7 +53,8 @@ type RecheckOutcome struct {
 // the gate renews the root's permits a fence advance closed (a run's
 // permit only while the run lives); with any hit the gate marks the
 // release INVALID, its permits stay closed, and Recheck fails with
-// TOMBSTONE_HIT or BENCHMARK_HIT.
+// TOMBSTONE_HIT or BENCHMARK_HIT. Zero hits that leave the release below
+// a current fence (the other kind's) renew nothing: FENCE_BEHIND.
 //
 // The hits come from a full verification of the root against the new
 // documents, so a recheck also re-proves the bytes: a release that no
@@ -87,7 +89,10 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 			return nil, err
 		}
 		out := &RecheckOutcome{Members: doc, ReportDigest: d, Hits: map[string]int64{}, Reopened: []string{}}
-		return out, record(ctx, log, g, o, out, d, doc.TombstoneWatermark, doc.TombstoneHits, doc.BenchmarkFence, doc.BenchmarkHits)
+		if err := record(ctx, log, g, o, out, d, doc.TombstoneWatermark, doc.TombstoneHits, doc.BenchmarkFence, doc.BenchmarkHits); err != nil {
+			return out, err
+		}
+		return out, stillBehind(ctx, g, o, out)
 	}
 	rep, d, err := o.Verify(ctx, o.Root, o.Tombstones, o.Benchmark)
 	if err != nil {
@@ -104,7 +109,35 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 	if code := FailureCode(&other); code != "" {
 		return out, errcode.New(code, "release %s no longer verifies (report %s); permits are not renewed", o.Root, d)
 	}
-	return out, record(ctx, log, g, o, out, d, rep.TombstoneWatermark, rep.Counts.TombstoneHits, rep.BenchmarkFence, rep.Counts.BenchmarkHits)
+	if err := record(ctx, log, g, o, out, d, rep.TombstoneWatermark, rep.Counts.TombstoneHits, rep.BenchmarkFence, rep.Counts.BenchmarkHits); err != nil {
+		return out, err
+	}
+	return out, stillBehind(ctx, g, o, out)
+}
+
+// stillBehind returns FENCE_BEHIND when the release, as the gate records
+// it after the rechecks, is checked below a current fence: a recheck of
+// one kind renews nothing while the other fence is past the release, and
+// its permits stay closed until that kind is rechecked too. Nil when the
+// release satisfies both fences (its permits are open).
+func stillBehind(ctx context.Context, g Gate, o RecheckOptions, out *RecheckOutcome) error {
+	f, err := g.Fences(ctx)
+	if err != nil {
+		return err
+	}
+	r := &out.Release
+	var behind []string
+	if r.TombstoneWatermark < f.Tombstone {
+		behind = append(behind, fmt.Sprintf("tombstone %d below the fence %d (--tombstones)", r.TombstoneWatermark, f.Tombstone))
+	}
+	if r.BenchmarkFence < f.Benchmark {
+		behind = append(behind, fmt.Sprintf("benchmark %d below the fence %d (--benchmark)", r.BenchmarkFence, f.Benchmark))
+	}
+	if len(behind) == 0 {
+		return nil
+	}
+	return errcode.New(errcode.FenceBehind, "release %s is recorded with no hits, but checked at %s: its permits stay closed until it is rechecked against that document too",
+		o.Root, strings.Join(behind, " and "))
 }
 
 // record sends one recheck command per fence document checked, with the

@@ -54,10 +54,16 @@ own bytes, and a member that no longer reads as the snapshot says fails the
 recheck. It stores a recheck report (training.shard.recheck.v1) where a full
 recheck stores a verification report.
 
-Exit status: 0 every root renewed, 1 a root has hits or no longer verifies
-(TOMBSTONE_HIT, BENCHMARK_HIT, …) or its claims need other documents
-(WATERMARK_UNCHECKED), 2 usage, 3 store or gate unreachable,
-4 refused by the gate.`,
+A root whose release stays checked below the other fence after the
+recheck (a recheck of tombstones while the benchmark fence has passed it)
+keeps its permits closed: that is FENCE_BEHIND, naming the document
+still to recheck it with, not "renewed".
+
+Exit status: 0 every root renewed (its release satisfies both fences),
+1 a root has hits or no longer verifies (TOMBSTONE_HIT, BENCHMARK_HIT, …)
+or its claims need other documents (WATERMARK_UNCHECKED), 2 usage, 3 store
+or gate unreachable, 4 refused by the gate, or still behind the other
+fence (FENCE_BEHIND).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o := publish.RecheckOptions{}
