@@ -429,10 +429,20 @@ func (a *applier) advanceFence(c *AdvanceFence) (any, error) {
 		if c.Kind == FenceBenchmark {
 			bound = p.BenchmarkFence
 		}
-		if bound < c.Value {
-			p.State, p.Changed, p.Reason = PermitClosed, a.now, fmt.Sprintf("%s>=%d", c.Kind, c.Value)
-			closed = append(closed, id)
+		if bound >= c.Value {
+			continue
 		}
+		if c.SpareChecked {
+			// A recheck already showed zero hits at this value (one
+			// made before the advance, so that runs go on): closing
+			// the permit would wait for a recheck the gate holds.
+			if rel := a.s.Releases[p.Root.String()]; rel != nil && rel.State != ReleaseInvalid && rel.satisfies(a.s.Fences) {
+				p.TombstoneWatermark, p.BenchmarkFence = rel.TombstoneWatermark, rel.BenchmarkFence
+				continue
+			}
+		}
+		p.State, p.Changed, p.Reason = PermitClosed, a.now, fmt.Sprintf("%s>=%d", c.Kind, c.Value)
+		closed = append(closed, id)
 	}
 	return FenceResult{Fences: a.s.Fences, Closed: closed}, nil
 }

@@ -100,6 +100,13 @@ type AdvanceFence struct {
 	Header
 	Kind  string `json:"kind"`
 	Value uint64 `json:"value"`
+	// SpareChecked keeps open, re-bound to its release's watermarks, a
+	// permit whose release the gate already holds checked at or above
+	// the new fences with no hits (a recheck or report recorded before
+	// the advance), where the permit's own bound would close it. The
+	// proposing node sets it on every advance; entries written before
+	// the field lack it and replay as they did.
+	SpareChecked bool `json:"spareChecked,omitempty"`
 }
 
 // CreateRun pins a run to the alias's current root. Assignment, when

@@ -56,9 +56,13 @@
 //     current root, is still PUBLISHED (not INVALID/RETIRED) and satisfies
 //     both current fences; otherwise ROLLBACK_INELIGIBLE. It is a new,
 //     higher generation, never a rewrite of history.
-//   - advanceFence(kind, value) — monotonic: lower is FENCE_REGRESSION,
-//     equal is a no-op. Every OPEN permit whose bound for that kind is below
-//     the new value becomes CLOSED.
+//   - advanceFence(kind, value, spareChecked) — monotonic: lower is
+//     FENCE_REGRESSION, equal is a no-op. Every OPEN permit whose bound
+//     for that kind is below the new value becomes CLOSED, except, with
+//     spareChecked (which the proposing node sets on every new advance;
+//     older entries lack it), a permit whose release the gate already
+//     holds checked at or above both new fences with zero hits: it stays
+//     OPEN, re-bound to the release's watermarks.
 //   - recheck(root, kind, value, report, hits) — value below the current
 //     fence is FENCE_BEHIND. A node refuses to propose one that names no
 //     report (BAD_INPUT, checked before the log, so old logs replay as

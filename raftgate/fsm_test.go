@@ -242,6 +242,52 @@ func TestAdvanceFenceClosesAndRecheckRenews(t *testing.T) {
 	h.reject(&CreateRun{Run: "r3", Alias: "a", WorldSize: 1}, errcode.PermitClosed)
 }
 
+// A recheck, or a newer report, recorded before a fence advance already
+// shows zero hits at the new value. With SpareChecked, which a node sets
+// on every advance it proposes, the advance leaves those permits open,
+// re-bound to the release's watermarks, instead of closing them until the
+// same recheck is sent again; without it (entries from before the field)
+// it closes them as it did, so old logs replay to the states they gave.
+func TestAdvanceFenceSparesRechecked(t *testing.T) {
+	for _, spare := range []bool{true, false} {
+		h := newHarness(t)
+		rel, other, newer := h.verified("rel", 2, 100, 10), h.verified("other", 2, 100, 10), h.verified("newer", 2, 100, 10)
+		p := h.ok(&Publish{Alias: "a", Root: rel}).(PublishResult)
+		po := h.ok(&Publish{Alias: "b", Root: other}).(PublishResult)
+		pn := h.ok(&Publish{Alias: "c", Root: newer}).(PublishResult)
+		run := h.ok(&CreateRun{Run: "r", Alias: "a", WorldSize: 1}).(RunSummary)
+		h.ok(&RecheckCmd{Root: rel, Kind: FenceTombstone, Value: 150, Report: dig("rc")})
+		h.ok(&Register{Root: newer, Shards: shardsOf("newer", 2), Report: &ReportSummary{
+			Digest: dig("report2/newer"), Verdict: manifest.Verified, DatasetSnapshot: dig("snap"), TombstoneWatermark: 200, BenchmarkFence: 10,
+		}})
+
+		fr := h.ok(&AdvanceFence{Kind: FenceTombstone, Value: 150, SpareChecked: spare}).(FenceResult)
+		want := []string{po.Permit}
+		if !spare {
+			want = []string{p.Permit, po.Permit, pn.Permit, run.Permit}
+		}
+		if !slices.Equal(fr.Closed, want) {
+			t.Fatalf("spare=%v: closed %v, want %v", spare, fr.Closed, want)
+		}
+		s := h.state()
+		if !spare {
+			h.reject(&CreateRun{Run: "r2", Alias: "a", WorldSize: 1}, errcode.PermitClosed)
+			continue
+		}
+		for id, w := range map[string]uint64{p.Permit: 150, run.Permit: 150, pn.Permit: 200} {
+			if q := s.Permits[id]; q.State != PermitOpen || q.TombstoneWatermark != w || q.BenchmarkFence != 10 {
+				t.Fatalf("spared permit %s: %+v, want OPEN bound at %d/10", id, q, w)
+			}
+		}
+		h.ok(&CreateRun{Run: "r2", Alias: "a", WorldSize: 1})
+		// Past what the release was checked at, its permits close.
+		fr = h.ok(&AdvanceFence{Kind: FenceTombstone, Value: 151, SpareChecked: true}).(FenceResult)
+		if len(fr.Closed) != 3 || slices.Contains(fr.Closed, pn.Permit) {
+			t.Fatalf("advance past the recheck closed %v, want the three permits of %s", fr.Closed, rel)
+		}
+	}
+}
+
 func TestRegisterNewerReportRenews(t *testing.T) {
 	h := newHarness(t)
 	root := h.verified("rel", 2, 10, 10)

@@ -826,7 +826,8 @@ var gatePermitsCmd = &cobra.Command{
 	Long: `List the gate's permits, sorted by ID: the alias or run each was issued
 for, its root and generation, the fence values it was bound at, and
 whether it is OPEN or CLOSED (with the reason). A fence advance closes
-every open permit bound below it until a recheck shows zero hits.
+every open permit bound below it until a recheck shows zero hits (one
+made before the advance keeps its root's permits open).
 
 Exit status: 0 listed, 2 usage, 3 gate unreachable.`,
 	Args: exactArgs(0),

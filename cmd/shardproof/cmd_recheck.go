@@ -208,6 +208,8 @@ func init() {
 its watermark (the highest seq). Every open permit bound below it is closed:
 runs on those roots can no longer admit checkpoints, and rollbacks to them
 are refused, until 'shardproof recheck' finds zero hits at that watermark.
+A root already rechecked at or above it, before the advance, keeps its
+permits open (recheck first, then advance, and its runs go on).
 
 Exit status: 0 advanced (or already there), 1 the document is not a
 tombstone log or benchmark registry (BAD_DOCUMENT), 2 usage, 3 store or

@@ -82,3 +82,62 @@ func TestRecheckOneKindBehindTheOther(t *testing.T) {
 		}
 	}
 }
+
+// A recheck made before the fence advance (so that runs go on) already
+// shows zero hits at the new value: the advance leaves that root's
+// permits open, where it closed them until the same recheck was made
+// again. A root not rechecked is closed as before, and an advance past
+// what the recheck reached closes the rechecked root's too.
+func TestRecheckBeforeFenceAdvance(t *testing.T) {
+	ctx := t.Context()
+	e := publishTwo(t, 600, 400)
+	dir, s, gen1, gen2, node, g, run := e.dir, e.s, e.gen1, e.gen2, e.node, e.g, e.run
+	if _, err := g.CreateRun(ctx, &raftgate.CreateRun{Run: "r1", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 60_000}); err != nil {
+		t.Fatal(err)
+	}
+	var shards []manifest.Digest
+	for _, sh := range gen1.Release.Shards {
+		shards = append(shards, sh.Digest)
+	}
+	if _, err := g.Attest(ctx, "r1", 0, gen1.Root, shards); err != nil {
+		t.Fatal(err)
+	}
+	advance := func(d manifest.Digest) string {
+		t.Helper()
+		out, err := cli(t, "gate", "fence", "advance", "--store", dir, "--gate", node.URL(), "--tombstones", d.String())
+		if err != nil {
+			t.Fatalf("fence advance: %q %v", out, err)
+		}
+		return out
+	}
+
+	t9 := fenceDoc(t, s, manifest.TombstonesSchema, 9)
+	if out, err := run("recheck", "--members", "--root", gen1.Root.String(), "--tombstones", t9.String()); err != nil || !strings.Contains(out, "renewed") {
+		t.Fatalf("recheck ahead of the fence: %q %v", out, err)
+	}
+	if out := advance(t9); !strings.Contains(out, "closed 1 permits") {
+		t.Fatalf("advance to 9 closes only gen2's permit: %q", out)
+	}
+	for id, st := range permitStates(t, g, gen1.Root) {
+		if st != raftgate.PermitOpen {
+			t.Fatalf("permit %s of the root rechecked at 9 is %s after the advance to 9", id, st)
+		}
+	}
+	for id, st := range permitStates(t, g, gen2.Root) {
+		if st != raftgate.PermitClosed {
+			t.Fatalf("permit %s of gen2, not rechecked, is %s after the advance", id, st)
+		}
+	}
+	if _, err := g.AdmitCheckpoint(ctx, "r1", 1, gen1.Root); err != nil {
+		t.Fatalf("checkpoint after the advance: %v", err)
+	}
+	if _, err := g.CreateRun(ctx, &raftgate.CreateRun{Run: "r2", Alias: "main", WorldSize: 1}); err != nil {
+		t.Fatalf("new run after the advance: %v", err)
+	}
+
+	if out := advance(fenceDoc(t, s, manifest.TombstonesSchema, 10)); !strings.Contains(out, "closed 3 permits") {
+		t.Fatalf("advance past the recheck: %q", out)
+	}
+	_, err := g.AdmitCheckpoint(ctx, "r1", 2, gen1.Root)
+	wantExit(t, err, errcode.PermitClosed, errcode.ExitRejected)
+}

@@ -37,9 +37,10 @@ import (
 // up to chaosWM(i). A recheck with no hits raises a root's watermark of
 // one fence; one with a hit makes the release INVALID for good and closes
 // its open permits. A permit is bound to its root's watermarks when
-// issued; a fence advance past its bound closes it; a recheck, or a newer
-// report, of its root reopens it, re-bound, once the root satisfies both
-// fences again. The model keeps the permits that can still be observed:
+// issued; a fence advance past its bound closes it, unless its root was
+// already rechecked at or above the new fence (it stays open, re-bound);
+// a recheck, or a newer report, of its root reopens it, re-bound, once
+// the root satisfies both fences again. The model keeps the permits that can still be observed:
 // those of the aliases' current generations and of each client's latest
 // run.
 
@@ -152,9 +153,9 @@ type modelState struct {
 }
 
 // modelPermit is a permit: the watermarks it is bound to, and whether it
-// is open. A fence advance past its bound closes it; a recheck or a newer
-// report of its root reopens it, re-bound, when the root satisfies the
-// fences again.
+// is open. A fence advance past its bound closes it unless its root
+// satisfies the new fences; a recheck or a newer report of its root
+// reopens it, re-bound, when the root satisfies the fences again.
 type modelPermit struct {
 	bound [2]uint64
 	open  bool
@@ -432,19 +433,28 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 			return fail(errcode.FenceRegression)
 		}
 		if op.value > cur {
-			// Every open permit bound below the new value closes.
+			// Every open permit bound below the new value closes,
+			// unless its root was already rechecked at or above it: it
+			// stays open, re-bound to the root's watermarks.
 			s.fences[op.fence] = op.value
+			pass := func(p *modelPermit, root int) {
+				switch {
+				case !p.open || p.bound[op.fence] >= op.value:
+				case s.rels[root] != 'I' && s.satisfies(root):
+					*p = s.permit(root)
+				default:
+					p.open = false
+				}
+			}
 			s.aperms = slices.Clone(s.aperms)
 			for a := range s.aperms {
-				if p := &s.aperms[a]; p.open && p.bound[op.fence] < op.value {
-					p.open = false
+				if s.aliases[a] != nil {
+					pass(&s.aperms[a], s.aliases[a].root)
 				}
 			}
 			s.runs = slices.Clone(s.runs)
 			for i := range s.runs {
-				if p := &s.runs[i].perm; p.open && p.bound[op.fence] < op.value {
-					p.open = false
-				}
+				pass(&s.runs[i].perm, s.runs[i].root)
 			}
 		}
 		return s, modelOut{fences: s.fences}
@@ -1048,6 +1058,24 @@ func TestGateModel(t *testing.T) {
 			op(1, modelOp{kind: "register", root: 1}, modelOut{state: 'P'}, 22, 23), // its reports say 43: no renewal
 			op(0, modelOp{kind: "createRun", run: 5, prev: 4}, modelOut{code: errcode.PermitClosed}, 24, 25),
 			op(0, pub(0, 1, 1), modelOut{code: errcode.FenceBehind}, 26, 27),
+		}},
+		{"a recheck made before a fence advance keeps the permits open through it", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1), // root 1 checked at 43
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 1, root: 1}, modelOut{attested: 2, open: true, step: -1}, 6, 7),
+			op(1, modelOp{kind: "recheck", root: 1, value: 50}, modelOut{state: 'P'}, 8, 9),
+			op(1, modelOp{kind: "fence", value: 50}, modelOut{fences: [2]uint64{50, 0}}, 10, 11),
+			op(0, modelOp{kind: "checkpoint", run: 3, root: 1, value: 1}, modelOut{attested: 2, open: true, step: 1, ckpts: 1}, 12, 13),
+			op(0, modelOp{kind: "createRun", run: 4, prev: 3}, modelOut{gen: 1, root: 1}, 14, 15),
+			op(1, modelOp{kind: "fence", value: 51}, modelOut{fences: [2]uint64{51, 0}}, 16, 17), // past the recheck
+			op(0, modelOp{kind: "createRun", run: 5, prev: 4}, modelOut{code: errcode.PermitClosed}, 18, 19),
+		}},
+		{"a fence advance past a root's recheck closes its permits", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(1, modelOp{kind: "recheck", root: 1, value: 50}, modelOut{state: 'P'}, 2, 3),
+			op(1, modelOp{kind: "fence", value: 51}, modelOut{fences: [2]uint64{51, 0}}, 4, 5),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 6, 7),
 		}},
 		{"a permit a fence closed stays closed without a recheck", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
