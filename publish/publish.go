@@ -317,6 +317,11 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 			if err := release.CheckWatermarks(rep.TombstoneWatermark, rep.BenchmarkFence); err != nil {
 				return nil, none, fmt.Errorf("report %s cannot stand for this publish: %w", o.Report, err)
 			}
+			if known {
+				if err := OlderReport(rel, Summary(rep, o.Report)); err != nil {
+					return nil, none, fmt.Errorf("publish --report: %w (without --report, publish reuses what the gate holds when it reaches the fences)", err)
+				}
+			}
 		}
 		return rep, o.Report, nil
 	}
@@ -336,6 +341,24 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 		return nil, none, nil
 	}
 	return rep, rel.Report, nil
+}
+
+// OlderReport returns BAD_INPUT when sum, a VERIFIED report of gr's root
+// other than the one the gate names, is checked at no watermark above
+// the ones the gate records for the release and below one of them: the
+// gate keeps the highest watermarks any report or recheck showed but
+// names the last report registered, so registering it would bring nothing
+// but leave the gate naming a report that does not back them. A report
+// newer on one kind and older on the other raises one watermark and is
+// not refused; nor is anything when the release is INVALID.
+func OlderReport(gr *raftgate.Release, sum *raftgate.ReportSummary) error {
+	if sum.Verdict != manifest.Verified || gr.Report.IsZero() || gr.Report == sum.Digest || gr.State == raftgate.ReleaseInvalid ||
+		sum.TombstoneWatermark > gr.TombstoneWatermark || sum.BenchmarkFence > gr.BenchmarkFence ||
+		sum.TombstoneWatermark == gr.TombstoneWatermark && sum.BenchmarkFence == gr.BenchmarkFence {
+		return nil
+	}
+	return errcode.New(errcode.BadInput, "report %s was checked at tombstone %d, benchmark %d, below the %d, %d the gate records for release %s (report %s and rechecks): it would bring nothing but name a report that does not back them",
+		sum.Digest, sum.TombstoneWatermark, sum.BenchmarkFence, gr.TombstoneWatermark, gr.BenchmarkFence, gr.Root, gr.Report)
 }
 
 // copyFailure reports whether c counts failures of the stored bytes

@@ -558,15 +558,10 @@ or the report does not reach its claims (nothing recorded), 2 usage,
 			if err != nil && errcode.Of(err) != errcode.UnknownRelease {
 				return err
 			}
-			if err == nil && !gr.Report.IsZero() && gr.Report != reg.Report.Digest && gr.State != raftgate.ReleaseInvalid &&
-				reg.Report.TombstoneWatermark <= gr.TombstoneWatermark && reg.Report.BenchmarkFence <= gr.BenchmarkFence &&
-				(reg.Report.TombstoneWatermark < gr.TombstoneWatermark || reg.Report.BenchmarkFence < gr.BenchmarkFence) {
-				// Older on both: it brings nothing. A report newer on one
-				// kind and older on the other is registered: it raises
-				// one watermark (the other stays backed by the report or
-				// recheck that raised it, in the release's rechecks).
-				return errcode.New(errcode.BadInput, "report %s was checked at tombstone %d, benchmark %d, below the %d, %d the gate records for release %s (report %s and rechecks): it would bring nothing but name a report that does not back them",
-					reg.Report.Digest, reg.Report.TombstoneWatermark, reg.Report.BenchmarkFence, gr.TombstoneWatermark, gr.BenchmarkFence, reg.Root, gr.Report)
+			if err == nil {
+				if err := publish.OlderReport(gr, reg.Report); err != nil {
+					return err
+				}
 			}
 		}
 		res, err := c.Register(ctx, reg)

@@ -99,8 +99,10 @@ already pointing at the root is reported, not published again.
 Fence documents must reach the gate's fences (else FENCE_BEHIND, exit 4)
 and the tombstoneWatermark and benchmarkFence the release claims (else
 WATERMARK_UNCHECKED, exit 1), as verify requires; both are checked before
-anything is registered, and a --report VERIFIED below the claims is
-refused.
+anything is registered. A --report VERIFIED below the claims is refused,
+and so is one checked below the watermarks the gate already records for
+the release (BAD_INPUT, as gate register refuses it: publish without
+--report reuses what the gate holds).
 
 Exit status: 0 published, 1 INVALID (or WATERMARK_UNCHECKED), 2 usage,
 3 store or gate unreachable, 4 refused by the gate, 5 outcome unknown.`,

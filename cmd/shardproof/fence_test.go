@@ -141,3 +141,47 @@ func TestRecheckBeforeFenceAdvance(t *testing.T) {
 	_, err := g.AdmitCheckpoint(ctx, "r1", 2, gen1.Root)
 	wantExit(t, err, errcode.PermitClosed, errcode.ExitRejected)
 }
+
+// publish --report of a VERIFIED report checked below the watermarks the
+// gate records for the release (raised by a recheck since) is refused
+// before anything is registered, as gate register refuses it: it brought
+// nothing, and left the gate naming a report that does not back them (and
+// publish said "stored report reused" of a report below the fences).
+func TestPublishReportOlderThanGate(t *testing.T) {
+	ctx := t.Context()
+	e := publishTwo(t, 600, 400)
+	dir, s, gen1, node, g, run := e.dir, e.s, e.gen1, e.node, e.g, e.run
+	tomb := fenceDoc(t, s, manifest.TombstonesSchema, 4)
+	if out, err := cli(t, "gate", "fence", "advance", "--store", dir, "--gate", node.URL(), "--tombstones", tomb.String()); err != nil {
+		t.Fatalf("fence advance: %q %v", out, err)
+	}
+	if out, err := run("recheck", "--members", "--root", gen1.Root.String(), "--tombstones", tomb.String()); err != nil {
+		t.Fatalf("recheck: %q %v", out, err)
+	}
+	before, err := g.Release(ctx, gen1.Root)
+	if err != nil || before.TombstoneWatermark != 4 {
+		t.Fatalf("after the recheck: %+v %v", before, err)
+	}
+	// A new verification without the tombstone log: VERIFIED at 0.
+	rep := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", dir, "--root", gen1.Root.String(), "--json"))
+	b, err := manifest.Encode(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := manifest.Sum(b)
+	if _, _, err := objstore.ReadBlob(ctx, s, old, manifest.MaxDocumentSize); err != nil || old == before.Report {
+		t.Fatalf("report %s: %v (the gate names %s)", old, err, before.Report)
+	}
+	_, err = run("publish", "--alias", "third", "--root", gen1.Root.String(), "--report", old.String())
+	wantExit(t, err, errcode.BadInput, errcode.ExitInvalid)
+	if after, err := g.Release(ctx, gen1.Root); err != nil || after.Report != before.Report {
+		t.Fatalf("a refused publish --report changed the report the gate names from %s to %s (%v)", before.Report, after.Report, err)
+	}
+	if al, err := g.Alias(ctx, "third"); errcode.Of(err) != errcode.UnknownAlias {
+		t.Fatalf("alias third: %+v %v", al, err)
+	}
+	// Without --report, what the gate holds is reused.
+	if out, err := run("publish", "--alias", "third", "--root", gen1.Root.String()); err != nil || !strings.Contains(out, "stored report reused") {
+		t.Fatalf("publish without --report: %q %v", out, err)
+	}
+}
