@@ -398,7 +398,44 @@ func (s *Store) Get(ctx context.Context, key string, v objstore.Version) (io.Rea
 	if err != nil {
 		return nil, s.mapErr(ctx, err, "get", key, v)
 	}
-	return out.Body, nil
+	return &body{ReadCloser: out.Body, ctx: ctx, s: s, key: key, v: v}, nil
+}
+
+// body is a GetObject body whose read errors carry a code, as the
+// request's own do: CANCELED once the caller's context is done,
+// STORE_UNAVAILABLE for a lost connection, IO for the rest. The SDK's
+// are bare, and callers that keep the code of a read error (the mapper,
+// commit records, documents) said INTERNAL.
+type body struct {
+	io.ReadCloser
+	ctx context.Context
+	s   *Store
+	key string
+	v   objstore.Version
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = b.s.mapBodyErr(b.ctx, err, b.key, b.v)
+	}
+	return n, err
+}
+
+// mapBodyErr gives an error reading a GetObject body its code.
+func (s *Store) mapBodyErr(ctx context.Context, err error, key string, v objstore.Version) error {
+	what := key
+	if v != "" {
+		what += " version " + string(v)
+	}
+	var ne net.Error
+	switch {
+	case ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return errcode.Wrap(errcode.Canceled, err, "s3 get %s: read", what)
+	case errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF):
+		return errcode.Wrap(errcode.StoreUnavailable, err, "s3 get %s: read: connection lost", what)
+	}
+	return errcode.Wrap(errcode.IO, err, "s3 get %s: read", what)
 }
 
 // Head implements objstore.Store.
