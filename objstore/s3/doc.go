@@ -18,8 +18,13 @@
 //     checked before anything becomes visible;
 //   - List is ListObjectsV2 with StartAfter, and a HeadObject per listed
 //     key for its latest VersionId (ListObjectsV2 does not return one);
-//   - transient failures (5xx, throttling, connection resets) are retried
-//     with backoff by the SDK's standard retryer; a 409
+//   - a request that makes no progress for the timeout (60 s by default:
+//     the server takes none of the bytes sent, or sends none of its answer
+//     or of the next part of a body) fails, and is retried as a transient
+//     failure; a transfer that keeps moving is never cut;
+//   - transient failures (5xx, throttling, connection resets, timeouts)
+//     are retried with backoff by the SDK's standard retryer (5 attempts
+//     in all); a 409
 //     ConditionalRequestConflict (two conditional writes in flight) is
 //     retried here.
 //
@@ -31,6 +36,7 @@
 //	path_style=true|false            path-style bucket addressing
 //	region=us-east-1                 the signing region (default us-east-1)
 //	multipart_threshold=16777216     bytes; larger bodies use multipart (min 5 MiB)
+//	timeout=60s                      the longest silence of a request in flight
 //
 // Credentials come from the standard AWS chain (environment, shared
 // config, IMDS, …), never from the URL.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -11,9 +12,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/s3"
 	"github.com/shardproof/shardproof/objstore/s3/s3test"
 )
 
@@ -77,6 +83,17 @@ func startBreakingProxy(t *testing.T, extra string) (string, *breakingProxy, str
 	q.Set("endpoint", srv.URL)
 	pu.RawQuery = q.Encode()
 	return pu.String() + extra, bp, pu.Host
+}
+
+// stall holds a request without answering until the client gives up on
+// it or the test ends.
+func stall(done <-chan struct{}) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-done:
+		}
+	}
 }
 
 // isGet selects GetObject requests of key.
@@ -151,5 +168,153 @@ func TestGetBodyErrorsHaveCodes(t *testing.T) {
 	rc.Close()
 	if c := errcode.Of(err); c != errcode.Canceled {
 		t.Fatalf("read after cancel: %s (%v), want CANCELED", c, err)
+	}
+}
+
+// blackHole accepts connections and never reads or answers: a frozen
+// server, a paused VM, a black-holed path. It returns its address.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String()
+}
+
+// within runs f with a context that ends after limit and fails the test
+// if f was still waiting then: the bound under test must end f first,
+// with its own error.
+func within(t *testing.T, limit time.Duration, f func(ctx context.Context) error) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	defer cancel()
+	err := f(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("still waiting after %s (the caller's context ended it): %v", limit, err)
+	}
+	return err
+}
+
+// A server that accepts connections but never answers fails Open with
+// STORE_UNAVAILABLE once the timeout has passed on every attempt; it held
+// Open (and with it every command) until the process was killed.
+func TestSilentServerAtOpen(t *testing.T) {
+	s3test.Start(t) // the credential environment
+	u := "s3://b/?endpoint=http://" + blackHole(t) + "&region=us-east-1&timeout=200ms"
+	err := within(t, time.Minute, func(ctx context.Context) error {
+		_, err := objstore.Open(ctx, u)
+		return err
+	})
+	if c := errcode.Of(err); c != errcode.StoreUnavailable || !strings.Contains(err.Error(), "timeout option") {
+		t.Fatalf("Open of a silent server: %s (%v), want STORE_UNAVAILABLE naming the timeout", c, err)
+	}
+}
+
+// A GetObject body that stops arriving is STORE_UNAVAILABLE after the
+// timeout, and one that keeps arriving slowly is read whole, however long
+// it takes: the bound is on silence, not on the transfer.
+func TestSilentBody(t *testing.T) {
+	u, bp, _ := startBreakingProxy(t, "&timeout=300ms")
+	st := open(t, u)
+	ctx := t.Context()
+	body := bytes.Repeat([]byte{7}, 64<<10)
+	v, err := st.Put(ctx, "k", bytes.NewReader(body), objstore.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	defer close(done)
+	bp.set(isGet("k"), bodyThen(bp.proxy, 1000, func(w http.ResponseWriter, r *http.Request) { stall(done)(w, r) }))
+	err = within(t, time.Minute, func(ctx context.Context) error {
+		rc, err := st.Get(ctx, "k", v)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		_, err = io.Copy(io.Discard, rc)
+		return err
+	})
+	if c := errcode.Of(err); c != errcode.StoreUnavailable {
+		t.Fatalf("read of a body that stopped: %s (%v), want STORE_UNAVAILABLE", c, err)
+	}
+
+	// 16 pieces 100 ms apart: 1.6 s in all, never 300 ms of silence.
+	bp.set(isGet("k"), func(w http.ResponseWriter, r *http.Request) {
+		rec := httptest.NewRecorder()
+		bp.proxy.ServeHTTP(rec, r)
+		for k, vs := range rec.Header() {
+			w.Header()[k] = vs
+		}
+		w.WriteHeader(rec.Code)
+		b := rec.Body.Bytes()
+		for len(b) > 0 {
+			n := min(len(b), 4<<10)
+			w.Write(b[:n])
+			w.(http.Flusher).Flush()
+			b = b[n:]
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	rc, err := st.Get(ctx, "k", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("slow but steady body: %d bytes, %v", len(got), err)
+	}
+}
+
+// A multipart upload whose part the server stops taking fails with
+// STORE_UNAVAILABLE after the timeout (it waited for good) and is
+// aborted: no parts are left stored, and billed, and nothing is visible.
+func TestSilentUploadIsAborted(t *testing.T) {
+	u, bp, bucket := startBreakingProxy(t, "&timeout=300ms&multipart_threshold=5242880")
+	st := open(t, u)
+	done := make(chan struct{})
+	defer close(done)
+	bp.set(func(r *http.Request) bool {
+		return r.Method == http.MethodPut && r.URL.Query().Get("partNumber") == "2"
+	}, stall(done))
+	body := bytes.Repeat([]byte{9}, 11<<20)
+	err := within(t, 2*time.Minute, func(ctx context.Context) error {
+		_, err := st.Put(ctx, "big", bytes.NewReader(body), objstore.PutOptions{IfNoneMatch: true})
+		return err
+	})
+	if c := errcode.Of(err); c != errcode.StoreUnavailable {
+		t.Fatalf("Put whose part 2 the server never takes: %s (%v), want STORE_UNAVAILABLE", c, err)
+	}
+	if bp.hitCount() < 2 {
+		t.Fatalf("part 2 sent %d times: a timeout is retried", bp.hitCount())
+	}
+	if _, err := st.Head(t.Context(), "big", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("Head after the failed upload: %v, want NOT_FOUND", err)
+	}
+	ups, err := st.(*s3.Store).Client().ListMultipartUploads(t.Context(), &awss3.ListMultipartUploadsInput{Bucket: aws.String(bucket)})
+	if err != nil || len(ups.Uploads) != 0 {
+		t.Fatalf("uploads left open: %d, %v", len(ups.Uploads), err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"strconv"
@@ -46,6 +47,9 @@ const (
 	maxParts                  = 10000   // S3's limit per upload
 	listHeadConcurrency       = 8
 	conflictRetries           = 5
+	// DefaultTimeout bounds the silence of a connection while a request
+	// is in flight (as boto3's 60 s read_timeout does).
+	DefaultTimeout = 60 * time.Second
 )
 
 // Options configure a Store.
@@ -64,6 +68,14 @@ type Options struct {
 	// in parts of this size. Zero means DefaultMultipartThreshold; values
 	// below MinPartSize are raised to it.
 	MultipartThreshold int64
+	// Timeout is the longest a request may go without progress: the
+	// server accepting none of the bytes sent, or sending none of the
+	// answer (its headers, or the next bytes of a body being read). A
+	// transfer that keeps moving is never cut. Zero means DefaultTimeout,
+	// negative no bound. Without one, a server that accepts connections
+	// but stops answering (a frozen process, a paused VM, a black-holed
+	// path) held a command for good.
+	Timeout time.Duration
 }
 
 // ParseURL reads Options from an s3://bucket/prefix?… URL.
@@ -109,6 +121,12 @@ func ParseURL(u *url.URL) (Options, error) {
 				return bad("path_style=%q: want true or false", v)
 			}
 			o.PathStyle, pathStyleSet = b, true
+		case "timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return bad("timeout=%q: want a positive duration such as 60s or 5m", v)
+			}
+			o.Timeout = d
 		case "multipart_threshold":
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n <= 0 {
@@ -149,6 +167,7 @@ type Store struct {
 	bucket    string
 	base      string // Prefix + "/" or ""
 	threshold int64
+	timeout   time.Duration // Options.Timeout in force; <= 0: none
 	// versionsPage, if > 0, is the page size DeletePrefix asks
 	// ListObjectVersions for (tests; the server's default is 1,000).
 	versionsPage int32
@@ -171,7 +190,29 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
+	timeout := o.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
 	client := awss3.NewFromConfig(cfg, func(so *awss3.Options) {
+		// On the configuration's own client (AWS_CA_BUNDLE sets its
+		// roots); one of the caller's making is left as it is.
+		hc, ok := so.HTTPClient.(*awshttp.BuildableClient)
+		if so.HTTPClient == nil {
+			hc, ok = awshttp.NewBuildableClient(), true
+		}
+		if ok && timeout > 0 {
+			so.HTTPClient = hc.WithTransportOptions(func(tr *http.Transport) {
+				dial := tr.DialContext
+				tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+					c, err := dial(ctx, network, addr)
+					if err != nil {
+						return nil, err
+					}
+					return &silenceConn{Conn: c, limit: timeout}, nil
+				}
+			})
+		}
 		if o.Endpoint != "" {
 			so.BaseEndpoint = aws.String(o.Endpoint)
 		}
@@ -180,7 +221,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		// verifying reader checks every byte anyway, so the warning is noise.
 		so.DisableLogOutputChecksumValidationSkipped = true
 	})
-	s := &Store{client: client, bucket: o.Bucket, threshold: o.MultipartThreshold}
+	s := &Store{client: client, bucket: o.Bucket, threshold: o.MultipartThreshold, timeout: timeout}
 	if o.Prefix != "" {
 		s.base = o.Prefix + "/"
 	}
@@ -193,6 +234,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, errcode.Wrap(errcode.Canceled, err, "s3 store %s", o.Bucket)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, errcode.Wrap(errcode.StoreUnavailable, err, "s3 store %s: get bucket versioning: the server answered nothing for %s (the URL's timeout option)", o.Bucket, timeout)
 		}
 		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "s3 store %s: get bucket versioning", o.Bucket)
 	}
@@ -402,10 +446,10 @@ func (s *Store) Get(ctx context.Context, key string, v objstore.Version) (io.Rea
 }
 
 // body is a GetObject body whose read errors carry a code, as the
-// request's own do: CANCELED once the caller's context is done,
-// STORE_UNAVAILABLE for a lost connection, IO for the rest. The SDK's
-// are bare, and callers that keep the code of a read error (the mapper,
-// commit records, documents) said INTERNAL.
+// request's own do: CANCELED once the caller's context is done, else
+// STORE_UNAVAILABLE for a connection lost or silent (Options.Timeout),
+// IO for the rest. The SDK's were bare, and callers that keep the code
+// of a read error said INTERNAL.
 type body struct {
 	io.ReadCloser
 	ctx context.Context
@@ -432,6 +476,8 @@ func (s *Store) mapBodyErr(ctx context.Context, err error, key string, v objstor
 	switch {
 	case ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return errcode.Wrap(errcode.Canceled, err, "s3 get %s: read", what)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return errcode.Wrap(errcode.StoreUnavailable, err, "s3 get %s: read: the server sent nothing for %s (the URL's timeout option)", what, s.timeout)
 	case errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF):
 		return errcode.Wrap(errcode.StoreUnavailable, err, "s3 get %s: read: connection lost", what)
 	}
@@ -641,12 +687,59 @@ func (s *Store) mapErr(ctx context.Context, err error, op, key string, v objstor
 		// A malformed version id names no version.
 		return s.notExist(key, v)
 	}
+	if status == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		return errcode.Wrap(errcode.StoreUnavailable, err, "s3 %s %s: the server answered nothing for %s (the URL's timeout option)", op, key, s.timeout)
+	}
 	var ne net.Error
 	if status == 0 && errors.As(err, &ne) {
 		return errcode.Wrap(errcode.StoreUnavailable, err, "s3 %s %s", op, key)
 	}
 	return errcode.Wrap(errcode.IO, err, "s3 %s s3://%s/%s%s", op, s.bucket, s.base, key)
 }
+
+// silenceConn fails a read or write that makes no progress for limit:
+// every Read and Write sets its own deadline, and a Write also moves the
+// read deadline, since the transport's pending read for the answer began
+// before the request (and its body, however long it takes to send) was
+// written. A connection idle in the pool times out too, and the
+// transport drops it. The error is os.ErrDeadlineExceeded, which the
+// SDK's retryer takes for a timeout and retries.
+type silenceConn struct {
+	net.Conn
+	limit time.Duration
+}
+
+func (c *silenceConn) Read(p []byte) (int, error) {
+	if err := c.Conn.SetReadDeadline(time.Now().Add(c.limit)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+// Write writes p a piece at a time, each with its own deadline: the
+// transport may hand over a whole part in one call, which a slow link
+// takes longer than the bound to send while making progress throughout.
+func (c *silenceConn) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		d := time.Now().Add(c.limit)
+		if err := c.Conn.SetWriteDeadline(d); err != nil {
+			return n, err
+		}
+		if err := c.Conn.SetReadDeadline(d); err != nil {
+			return n, err
+		}
+		m, err := c.Conn.Write(p[n:min(len(p), n+silenceWriteChunk)])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// silenceWriteChunk is the most silenceConn writes under one deadline.
+const silenceWriteChunk = 64 << 10
 
 // isConflict reports S3's 409 ConditionalRequestConflict: another
 // conditional write to the key was in flight; retrying gives a definite

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
@@ -194,6 +195,7 @@ func TestParseURL(t *testing.T) {
 	for _, bad := range []string{
 		"s3:///prefix", "s3://b/?endpoint=x&bogus=1", "s3://b/../x", "s3://key:secret@b/",
 		"s3://b/?path_style=maybe", "s3://b/?multipart_threshold=-1",
+		"s3://b/?timeout=0s", "s3://b/?timeout=-1s", "s3://b/?timeout=60",
 	} {
 		u, _ := url.Parse(bad)
 		if _, err := s3.ParseURL(u); errcode.Of(err) != errcode.Usage {
@@ -209,9 +211,9 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("ParseURL(%q) = %v, want USAGE without the password", bad, err)
 		}
 	}
-	u, _ := url.Parse("s3://bkt/a/b/?endpoint=http%3A%2F%2F127.0.0.1%3A7070&region=eu-west-1&multipart_threshold=6291456")
+	u, _ := url.Parse("s3://bkt/a/b/?endpoint=http%3A%2F%2F127.0.0.1%3A7070&region=eu-west-1&multipart_threshold=6291456&timeout=90s")
 	o, err := s3.ParseURL(u)
-	want := s3.Options{Bucket: "bkt", Prefix: "a/b", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Region: "eu-west-1", MultipartThreshold: 6 << 20}
+	want := s3.Options{Bucket: "bkt", Prefix: "a/b", Endpoint: "http://127.0.0.1:7070", PathStyle: true, Region: "eu-west-1", MultipartThreshold: 6 << 20, Timeout: 90 * time.Second}
 	if err != nil || o != want {
 		t.Fatalf("ParseURL = %+v, %v; want %+v", o, err, want)
 	}
