@@ -686,6 +686,10 @@ func (s *Store) mapErr(ctx context.Context, err error, op, key string, v objstor
 	case v != "" && status == 400 && (code == "InvalidArgument" || code == "InvalidVersionId" || code == "BadRequest" || code == ""):
 		// A malformed version id names no version.
 		return s.notExist(key, v)
+	case v != "" && (status == 405 || code == "MethodNotAllowed"):
+		// The version id of a delete marker: S3 answers 405 to a GET or
+		// HEAD of it. A delete marker is no version (VersionLister).
+		return fmt.Errorf("s3://%s/%s%s version %s is a delete marker: %w", s.bucket, s.base, key, v, objstore.ErrNotExist)
 	}
 	if status == 0 && errors.Is(err, os.ErrDeadlineExceeded) {
 		return errcode.Wrap(errcode.StoreUnavailable, err, "s3 %s %s: the server answered nothing for %s (the URL's timeout option)", op, key, s.timeout)

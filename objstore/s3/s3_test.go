@@ -129,6 +129,37 @@ func TestOverwriteKeepsOldVersion(t *testing.T) {
 	}
 }
 
+// The version id of a delete marker names no version: Get and Head of it
+// are NOT_FOUND (so a descriptor naming one is VERSION_MISSING), where
+// S3's 405 Method Not Allowed made them IO errors. The version under the
+// marker stays readable.
+func TestDeleteMarkerVersionIsNotFound(t *testing.T) {
+	u := s3test.Start(t)
+	st := open(t, u)
+	pu, _ := url.Parse(u)
+	ctx := t.Context()
+	v, err := st.Put(ctx, "k", strings.NewReader("x"), objstore.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := st.(*s3.Store).Client().DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(pu.Host), Key: aws.String("k")})
+	if err != nil || !aws.ToBool(out.DeleteMarker) {
+		t.Fatalf("DeleteObject: %+v, %v", out, err)
+	}
+	marker := objstore.Version(aws.ToString(out.VersionId))
+	for _, ver := range []objstore.Version{marker, ""} {
+		if _, err := st.Head(ctx, "k", ver); errcode.Of(err) != errcode.NotFound || !objstore.IsNotExist(err) {
+			t.Errorf("Head(version %q) under a delete marker: %s (%v), want NOT_FOUND", ver, errcode.Of(err), err)
+		}
+		if _, err := st.Get(ctx, "k", ver); errcode.Of(err) != errcode.NotFound || !objstore.IsNotExist(err) {
+			t.Errorf("Get(version %q) under a delete marker: %s (%v), want NOT_FOUND", ver, errcode.Of(err), err)
+		}
+	}
+	if info, err := st.Head(ctx, "k", v); err != nil || info.Version != v {
+		t.Fatalf("the version under the marker: %+v, %v", info, err)
+	}
+}
+
 // A conditional multipart create on an existing key is refused by the
 // server at CompleteMultipartUpload, not only by the early Head.
 func TestMultipartConditional(t *testing.T) {
