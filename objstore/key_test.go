@@ -10,8 +10,10 @@ import (
 )
 
 func TestValidateKey(t *testing.T) {
-	good := []string{"a", "a/b", "blobs/sha256/" + strings.Repeat("f", 64), "a.b", "..a", "a@b", "ünï/cødé", strings.Repeat("k/", 511) + "k"}
+	good := []string{"a", "a/b", "blobs/sha256/" + strings.Repeat("f", 64), "a.b", "..a", "a@b", "ünï/cødé", strings.Repeat("k/", 511) + "k",
+		"a b/c+d%20e?f#g&h'i\"j<k>", "a\x7fb", "a\u0085b", "a\ufffdb"}
 	bad := []string{"", "/a", "a/", "a//b", ".", "..", "../x", "a/../../b", "a/./b", "@tmp", "a/@1", "a\\b", "a\x00", "\xff\xfe",
+		"a\x01b", "a\tb", "a/b\n", "a\rb", "a\x1f", "a\ufffeb", "a/\uffff",
 		strings.Repeat("k", 256), strings.Repeat("k/", 512) + "k"}
 	for _, k := range good {
 		if err := ValidateKey(k); err != nil {
@@ -33,7 +35,7 @@ func TestValidatePrefix(t *testing.T) {
 			t.Errorf("ValidatePrefix(%q) = %v", p, err)
 		}
 	}
-	for _, p := range []string{"/", "/a", "../", "a//", "a/../b", "\x00"} {
+	for _, p := range []string{"/", "/a", "../", "a//", "a/../b", "\x00", "a\n", "a/b\x01", "a\tb/c", "\uffff"} {
 		if err := ValidatePrefix(p); !errors.Is(err, ErrBadKey) {
 			t.Errorf("ValidatePrefix(%q) = %v, want BAD_KEY", p, err)
 		}
