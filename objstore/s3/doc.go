@@ -35,7 +35,7 @@
 //	endpoint=http://127.0.0.1:7070   a non-AWS endpoint (implies path_style=true)
 //	path_style=true|false            path-style bucket addressing
 //	region=us-east-1                 the signing region (default us-east-1)
-//	multipart_threshold=16777216     bytes; larger bodies use multipart (min 5 MiB)
+//	multipart_threshold=16777216     bytes; larger bodies use multipart (5 MiB to 5 GiB)
 //	timeout=60s                      the longest silence of a request in flight
 //
 // Credentials come from the standard AWS chain (environment, shared

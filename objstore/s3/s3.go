@@ -44,6 +44,7 @@ func init() {
 const (
 	DefaultMultipartThreshold = 16 << 20
 	MinPartSize               = 5 << 20 // S3's minimum for every part but the last
+	MaxPartSize               = 5 << 30 // S3's maximum for a part and for a single PutObject
 	maxParts                  = 10000   // S3's limit per upload
 	listHeadConcurrency       = 8
 	conflictRetries           = 5
@@ -65,8 +66,9 @@ type Options struct {
 	// Region signs requests; empty means the SDK's resolution, then us-east-1.
 	Region string
 	// MultipartThreshold: bodies larger than this many bytes are uploaded
-	// in parts of this size. Zero means DefaultMultipartThreshold; values
-	// below MinPartSize are raised to it.
+	// in parts of this size (each Put buffers one part). Zero means
+	// DefaultMultipartThreshold; values below MinPartSize are raised to
+	// it, values above MaxPartSize lowered to it.
 	MultipartThreshold int64
 	// Timeout is the longest a request may go without progress: the
 	// server accepting none of the bytes sent, or sending none of the
@@ -129,8 +131,10 @@ func ParseURL(u *url.URL) (Options, error) {
 			o.Timeout = d
 		case "multipart_threshold":
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n <= 0 {
-				return bad("multipart_threshold=%q: want a positive byte count", v)
+			if err != nil || n <= 0 || n > MaxPartSize {
+				// Above 5 GiB, S3 refuses the single PUT and the part, and
+				// each Put buffered that much memory first.
+				return bad("multipart_threshold=%q: want a byte count from 1 to %d (5 GiB, S3's largest part)", v, int64(MaxPartSize))
 			}
 			o.MultipartThreshold = n
 		default:
@@ -228,7 +232,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if s.threshold == 0 {
 		s.threshold = DefaultMultipartThreshold
 	}
-	s.threshold = max(s.threshold, MinPartSize)
+	s.threshold = min(max(s.threshold, MinPartSize), MaxPartSize)
 
 	out, err := client.GetBucketVersioning(ctx, &awss3.GetBucketVersioningInput{Bucket: aws.String(o.Bucket)})
 	if err != nil {

@@ -226,6 +226,7 @@ func TestParseURL(t *testing.T) {
 	for _, bad := range []string{
 		"s3:///prefix", "s3://b/?endpoint=x&bogus=1", "s3://b/../x", "s3://key:secret@b/",
 		"s3://b/?path_style=maybe", "s3://b/?multipart_threshold=-1",
+		"s3://b/?multipart_threshold=5368709121", "s3://b/?multipart_threshold=1e12",
 		"s3://b/?timeout=0s", "s3://b/?timeout=-1s", "s3://b/?timeout=60",
 	} {
 		u, _ := url.Parse(bad)
