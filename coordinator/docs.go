@@ -136,6 +136,14 @@ func putExactWith(ctx context.Context, s objstore.Store, key string, data []byte
 	}
 	defer rc.Close()
 	if _, err := io.Copy(io.Discard, check(rc)); err != nil {
+		if c := errcode.Of(err); c != errcode.DigestMismatch && c != errcode.SizeMismatch {
+			// The read failed (a lost connection, Ctrl-C), not the
+			// comparison: nothing is known of the existing bytes.
+			if c == errcode.Internal {
+				c = errcode.IO
+			}
+			return "", errcode.Wrap(c, err, "%s: read the existing version %s to compare it with this run's output", key, info.Version)
+		}
 		return "", errcode.Wrap(errcode.Nondeterminism, err, "%s: existing version %s (size %d) differs from this run's output (size %d, %s); no rerun of this task can commit while it is there (another binary ran the task, or the file was altered): verify again, which plans anew, or remove the job's files and resume",
 			key, info.Version, info.Size, len(data), sum)
 	}
