@@ -161,6 +161,9 @@ func NewReaderCompression(r io.Reader, c Compression, size int64, name string, k
 	// the runtime cannot survive (not a panic one could recover).
 	head := make([]byte, len(schemaMessage()))
 	if _, err := io.ReadFull(stream, head); err != nil {
+		if ferr := rd.readFailed(err); ferr != nil {
+			return nil, ferr
+		}
 		return nil, rd.corrupt("schema message: %v", err)
 	}
 	if !bytes.Equal(head, schemaMessage()) {
@@ -170,6 +173,9 @@ func NewReaderCompression(r io.Reader, c Compression, size int64, name string, k
 	ir, err := ipc.NewReader(stream, ipc.WithAllocator(freelist.NewAllocator(maxFree, maxAlloc)),
 		ipc.WithBodySizeLimit(limit), ipc.WithMetadataSizeLimit(1<<20))
 	if err != nil {
+		if ferr := rd.readFailed(err); ferr != nil {
+			return nil, ferr
+		}
 		return nil, rd.corrupt("open: %v", err)
 	}
 	rd.ipc = ir
@@ -281,6 +287,9 @@ func (r *Reader) NextDigests() (bucket uint32, digests [][32]byte, allRelease bo
 		if r.pos >= r.n {
 			if !r.ipc.Next() {
 				if err := r.ipc.Err(); err != nil {
+					if ferr := r.readFailed(err); ferr != nil {
+						return 0, nil, false, ferr
+					}
 					return 0, nil, false, r.corrupt("read batch: %v", err)
 				}
 				if started {
@@ -495,6 +504,21 @@ func checkOffsets(s *array.String) error {
 		if offs[i] < 0 || offs[i] > offs[i+1] || int(offs[i+1]) > data+int(offs[0]) {
 			return fmt.Errorf("string column offset %d out of bounds", i)
 		}
+	}
+	return nil
+}
+
+// readFailed returns err, with the file's name, when it is the source's
+// failure to deliver bytes (a lost S3 connection, a silent server,
+// Ctrl-C: STORE_UNAVAILABLE, CANCELED, IO), and nil otherwise: the file
+// was not shown to be corrupt, and SHUFFLE_CORRUPT sent the operator
+// looking for damage. Bytes that fail their digest, and bare errors (a
+// torn local file), stay SHUFFLE_CORRUPT.
+func (r *Reader) readFailed(err error) error {
+	switch errcode.Of(err) {
+	case errcode.StoreUnavailable, errcode.Canceled, errcode.IO:
+		r.err = fmt.Errorf("shuffle file %s: %w", r.name, err)
+		return r.err
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -119,6 +120,38 @@ func TestRoundTripByBucket(t *testing.T) {
 		}
 		if len(buckets) != len(distinct) {
 			t.Fatalf("n=%d: %d bucket groups, want %d", n, len(buckets), len(distinct))
+		}
+	}
+}
+
+// A source that fails to deliver the bytes (a lost S3 connection, a
+// silent server, Ctrl-C) is that failure, with its code, wherever in the
+// file it happens: nothing showed the file to be corrupt. A bare error (a
+// torn local file) is SHUFFLE_CORRUPT as before.
+func TestSourceFailureIsNotCorruption(t *testing.T) {
+	b := encode(t, makeRows(3*BatchRows+17))
+	for _, at := range []int{10, len(b) / 2, len(b) - 1} {
+		for _, fail := range []error{errcode.New(errcode.StoreUnavailable, "connection lost"), errcode.New(errcode.Canceled, "canceled"), errors.New("bare")} {
+			want := errcode.Of(fail)
+			if want == errcode.Internal {
+				want = errcode.ShuffleCorrupt
+			}
+			src := io.MultiReader(bytes.NewReader(b[:at]), iotest.ErrReader(fail))
+			err := func() error {
+				rd, err := NewReaderCompression(src, Zstd, int64(len(b)), "test", testK, 0, 1<<testK)
+				if err != nil {
+					return err
+				}
+				defer rd.Close()
+				for {
+					if _, _, err := rd.Next(); err != nil {
+						return err
+					}
+				}
+			}()
+			if errcode.Of(err) != want {
+				t.Errorf("source failing with %q after %d of %d bytes: %s (%v), want %s", fail, at, len(b), errcode.Of(err), err, want)
+			}
 		}
 	}
 }
