@@ -12,7 +12,9 @@
 //   - Get and Head with a version send its VersionId;
 //   - bodies up to the multipart threshold (16 MiB by default) are buffered
 //     and sent in one PutObject; larger ones go as a multipart upload of
-//     parts of that size, aborted on any failure;
+//     parts of that size, aborted on any failure; a Complete sent again
+//     after its answer was lost is answered without a version id, which
+//     is then found by the upload's ETag and size;
 //   - every upload carries its SHA-256 (x-amz-checksum-sha256), so the
 //     server rejects bytes damaged in transit, and PutOptions.SHA256 is
 //     checked before anything becomes visible;

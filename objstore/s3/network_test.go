@@ -318,3 +318,53 @@ func TestSilentUploadIsAborted(t *testing.T) {
 		t.Fatalf("uploads left open: %d, %v", len(ups.Uploads), err)
 	}
 }
+
+// A CompleteMultipartUpload whose answer is lost (the connection reset
+// after the server completed the upload) is sent again by the SDK's
+// retryer and answered 200 without a version id: the Put returns the
+// version it created, where it said VERSIONING_OFF ("is versioning still
+// enabled?") for an object that was stored.
+func TestCompleteAnswerLost(t *testing.T) {
+	u, bp, _ := startBreakingProxy(t, "&multipart_threshold=5242880")
+	st := open(t, u)
+	ctx := t.Context()
+	bp.set(func(r *http.Request) bool {
+		return r.Method == http.MethodPost && r.URL.Query().Has("uploadId")
+	}, func(w http.ResponseWriter, r *http.Request) {
+		if bp.hitCount() > 1 {
+			bp.proxy.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		bp.proxy.ServeHTTP(rec, r)
+		if rec.Code != http.StatusOK {
+			t.Errorf("first complete: %d %s", rec.Code, rec.Body)
+		}
+		cut(w, r)
+	})
+	// Another version under the key, of another size and ETag.
+	if _, err := st.Put(ctx, "big", strings.NewReader("older"), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Repeat([]byte{9}, 6<<20)
+	v, err := st.Put(ctx, "big", bytes.NewReader(body), objstore.PutOptions{})
+	if err != nil {
+		t.Fatalf("Put whose first complete answer was lost: %v", err)
+	}
+	if n := bp.hitCount(); n != 2 {
+		t.Fatalf("complete sent %d times, want 2", n)
+	}
+	info, err := st.Head(ctx, "big", "")
+	if err != nil || info.Version != v {
+		t.Fatalf("latest version %+v, %v; the Put returned %s", info, err, v)
+	}
+	rc, err := st.Get(ctx, "big", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("version %s: %d bytes, %v", v, len(got), err)
+	}
+}

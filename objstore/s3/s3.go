@@ -354,6 +354,7 @@ func (s *Store) putMultipart(ctx context.Context, key string, body io.Reader, op
 		}
 	}()
 	whole := sha256.New()
+	size := int64(0)
 	buf := make([]byte, s.threshold)
 	var parts []types.CompletedPart
 	for num := int32(1); ; num++ {
@@ -368,6 +369,7 @@ func (s *Store) putMultipart(ctx context.Context, key string, body io.Reader, op
 			return "", errcode.New(errcode.IO, "put %s: body exceeds %d parts of %d bytes", key, maxParts, s.threshold)
 		}
 		part := buf[:n]
+		size += int64(n)
 		whole.Write(part)
 		psum := sha256.Sum256(part)
 		pb64 := base64.StdEncoding.EncodeToString(psum[:])
@@ -407,6 +409,9 @@ func (s *Store) putMultipart(ctx context.Context, key string, body io.Reader, op
 		out, err := s.client.CompleteMultipartUpload(ctx, in)
 		if err == nil {
 			completed = true
+			if out.VersionId == nil {
+				return s.completedVersion(ctx, key, aws.ToString(out.ETag), size)
+			}
 			return s.version(key, out.VersionId)
 		}
 		if !isConflict(err) || attempt == conflictRetries {
@@ -416,6 +421,33 @@ func (s *Store) putMultipart(ctx context.Context, key string, body io.Reader, op
 		if err := sleep(ctx, attempt); err != nil {
 			return "", s.mapErr(ctx, err, "put", key, "")
 		}
+	}
+}
+
+// completedVersion finds the version a CompleteMultipartUpload created
+// when its answer names none: a Complete sent again by the SDK's retryer,
+// after the answer to the first was lost (a reset connection, a silent
+// server), is answered 200 with the ETag but without the version id
+// (versitygw; AWS alike). The newest version of key with that ETag and
+// size is the upload's: its ETag is a digest of its parts' digests. None
+// means the server does not version the key after all.
+func (s *Store) completedVersion(ctx context.Context, key, etag string, size int64) (objstore.Version, error) {
+	full := s.base + key
+	in := &awss3.ListObjectVersionsInput{Bucket: aws.String(s.bucket), Prefix: aws.String(full)}
+	for {
+		page, err := s.client.ListObjectVersions(ctx, in)
+		if err != nil {
+			return "", s.mapErr(ctx, err, "list versions", key, "")
+		}
+		for _, v := range page.Versions {
+			if aws.ToString(v.Key) == full && strings.Trim(aws.ToString(v.ETag), `"`) == strings.Trim(etag, `"`) && aws.ToInt64(v.Size) == size {
+				return s.version(key, v.VersionId)
+			}
+		}
+		if !aws.ToBool(page.IsTruncated) {
+			return s.version(key, nil)
+		}
+		in.KeyMarker, in.VersionIdMarker = page.NextKeyMarker, page.NextVersionIdMarker
 	}
 }
 
