@@ -126,7 +126,13 @@ func Find(ctx context.Context, s objstore.Store, snapDigest manifest.Digest, k u
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, Size(k)+1))
 	if err != nil {
-		return Ref{}, nil, false, errcode.Wrap(errcode.IO, err, "read %s", key)
+		// The store's own code (CANCELED on Ctrl-C, STORE_UNAVAILABLE for
+		// a lost connection) when it gave one.
+		c := errcode.Of(err)
+		if c == errcode.Internal {
+			c = errcode.IO
+		}
+		return Ref{}, nil, false, errcode.Wrap(c, err, "read %s", key)
 	}
 	leaves, err = Decode(b, k, root)
 	if err != nil {

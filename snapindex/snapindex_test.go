@@ -2,9 +2,13 @@ package snapindex
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
 	"testing"
+	"testing/iotest"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -115,5 +119,50 @@ func TestStoreRoundTrip(t *testing.T) {
 	bad.Digest = manifest.Sum([]byte("other bytes"))
 	if _, err := Load(ctx, s, bad, k, root); err == nil {
 		t.Fatal("Load accepted bytes whose sha256 differs from the plan's")
+	}
+}
+
+// failingBodies breaks Get bodies of a real store: they end in err after
+// their first byte, as a connection lost mid-read would.
+type failingBodies struct {
+	objstore.Store
+	err error
+}
+
+func (f failingBodies) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	rc, err := f.Store.Get(ctx, key, v)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(io.LimitReader(rc, 1), iotest.ErrReader(f.err)), rc}, nil
+}
+
+// A read of the index that fails keeps the store's code (CANCELED on
+// Ctrl-C, STORE_UNAVAILABLE for a lost S3 connection), where every
+// failure was IO; a bare one is IO.
+func TestFindReadFailureKeepsCode(t *testing.T) {
+	ctx := t.Context()
+	fs, err := file.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const k = 3
+	ls := testLeaves(k)
+	root := manifest.Digest(tuplehash.MerkleRoot(ls))
+	snap := manifest.Sum([]byte("snapshot"))
+	if _, err := Put(ctx, fs, snap, k, ls); err != nil {
+		t.Fatal(err)
+	}
+	for _, fail := range []error{errcode.New(errcode.Canceled, "canceled"), errcode.New(errcode.StoreUnavailable, "lost"), errors.New("bare")} {
+		want := errcode.Of(fail)
+		if want == errcode.Internal {
+			want = errcode.IO
+		}
+		if _, _, _, err := Find(ctx, failingBodies{fs, fail}, snap, k, root); errcode.Of(err) != want {
+			t.Errorf("Find whose read fails with %q: %s (%v), want %s", fail, errcode.Of(err), err, want)
+		}
 	}
 }
