@@ -28,7 +28,9 @@ func BlobKey(d [32]byte) string { return BlobPrefix + hex.EncodeToString(d[:]) }
 // through verifyread and must hash to the same digest: then PutBlob returns
 // that version with created=false and writes nothing (staging twice is a
 // no-op). Existing bytes that do not match are a *verifyread.DigestMismatchError
-// or *verifyread.SizeMismatchError: the store is corrupt at that key.
+// or *verifyread.SizeMismatchError: the store is corrupt at that key. A
+// key whose latest version is an S3 delete marker gets the blob as a new
+// latest version (created=true), as AWS's conditional create would do.
 func PutBlob(ctx context.Context, s Store, data []byte) (digest [32]byte, v Version, created bool, err error) {
 	digest = sha256.Sum256(data)
 	v, created, err = putBlob(ctx, s, digest, int64(len(data)), func() (io.ReadCloser, error) {
@@ -79,6 +81,24 @@ func putBlob(ctx context.Context, s Store, digest [32]byte, size int64, body fun
 		return "", false, err
 	}
 	info, err := s.Head(ctx, key, "")
+	if IsNotExist(err) {
+		// Refused, yet the key has no latest version: an S3 delete
+		// marker on top (an "aws s3 rm", an expiry rule). versitygw
+		// refuses to create over one, AWS does not. The blob becomes
+		// the key's latest version again, as on AWS: only its own bytes
+		// can, since the store checks them against the digest.
+		slog.Warn("a blob's key has a delete marker on top; storing the blob again", "key", key)
+		rc, err := body()
+		if err != nil {
+			return "", false, err
+		}
+		defer rc.Close()
+		v, err := s.Put(ctx, key, rc, PutOptions{Size: size, SHA256: digest})
+		if err != nil {
+			return "", false, err
+		}
+		return v, true, nil
+	}
 	if err != nil {
 		return "", false, err
 	}

@@ -160,6 +160,48 @@ func TestDeleteMarkerVersionIsNotFound(t *testing.T) {
 	}
 }
 
+// Staging a blob again after a delete marker was put on top of it (an
+// "aws s3 rm", an expiry rule) stores it again as the key's latest
+// version, as AWS's conditional create does: versitygw refuses to create
+// over the marker, and PutBlob then failed NOT_FOUND. The old version
+// stays readable.
+func TestPutBlobOverDeleteMarker(t *testing.T) {
+	u := s3test.Start(t)
+	st := open(t, u)
+	pu, _ := url.Parse(u)
+	ctx := t.Context()
+	doc := []byte(`{"schema":"example"}`)
+	d, v1, _, err := objstore.PutBlob(ctx, st, doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.(*s3.Store).Client().DeleteObject(ctx, &awss3.DeleteObjectInput{Bucket: aws.String(pu.Host), Key: aws.String(objstore.BlobKey(d))}); err != nil {
+		t.Fatal(err)
+	}
+	_, v2, created, err := objstore.PutBlob(ctx, st, doc)
+	if err != nil || !created || v2 == v1 {
+		t.Fatalf("PutBlob over a delete marker: version %s, created %v, %v; want a new version", v2, created, err)
+	}
+	if info, err := st.Head(ctx, objstore.BlobKey(d), ""); err != nil || info.Version != v2 {
+		t.Fatalf("latest version %+v, %v; want %s", info, err, v2)
+	}
+	for _, v := range []objstore.Version{v1, v2} {
+		r, err := objstore.GetBlob(ctx, st, d, v, int64(len(doc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = io.Copy(io.Discard, r)
+		r.Close()
+		if err != nil {
+			t.Fatalf("version %s: %v", v, err)
+		}
+	}
+	// Staging once more finds it as usual.
+	if _, v3, created, err := objstore.PutBlob(ctx, st, doc); err != nil || created || v3 != v2 {
+		t.Fatalf("PutBlob again: %s, %v, %v", v3, created, err)
+	}
+}
+
 // A conditional multipart create on an existing key is refused by the
 // server at CompleteMultipartUpload, not only by the early Head.
 func TestMultipartConditional(t *testing.T) {
