@@ -161,7 +161,7 @@ func (j *Job) writeGroup(ctx context.Context, r int, w io.Writer, sources []redu
 	for k, vr := range verified {
 		if _, err := io.Copy(io.Discard, vr); err != nil {
 			sw.Close()
-			return errcode.Wrap(errcode.ShuffleCorrupt, err, "reduce task %d: %s%s", r, group[k].Key, j.lostShuffleHint())
+			return j.drainError(err, r, group[k].Key)
 		}
 	}
 	*rows = sw.Rows()

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"io"
 	"strings"
 	"testing"
 
@@ -110,6 +111,29 @@ func TestReduceFilesWithFanIn(t *testing.T) {
 		j := &Job{Plan: &Plan{MapTasks: make([][]Input, c.maps), ReduceFanIn: c.fan}}
 		if got := j.reduceFiles() - reduceFileSlack; got != c.want {
 			t.Errorf("%d map tasks, fan-in %d: %d files open at once, want %d", c.maps, c.fan, got, c.want)
+		}
+	}
+}
+
+// The last bytes of a shuffle file that the source fails to deliver keep
+// the source's code; bytes that fail their checksum, or a bare read
+// error, are SHUFFLE_CORRUPT.
+func TestDrainError(t *testing.T) {
+	j := &Job{}
+	for _, c := range []struct {
+		err  error
+		want errcode.Code
+	}{
+		{errcode.New(errcode.StoreUnavailable, "connection lost"), errcode.StoreUnavailable},
+		{errcode.New(errcode.Canceled, "interrupted"), errcode.Canceled},
+		{errcode.New(errcode.IO, "read"), errcode.IO},
+		{errcode.New(errcode.DigestMismatch, "sha256"), errcode.ShuffleCorrupt},
+		{errcode.New(errcode.SizeMismatch, "short"), errcode.ShuffleCorrupt},
+		{io.ErrUnexpectedEOF, errcode.ShuffleCorrupt},
+	} {
+		err := j.drainError(c.err, 3, "jobs/x/map/0/r3.arrow")
+		if errcode.Of(err) != c.want || !strings.Contains(err.Error(), "jobs/x/map/0/r3.arrow") {
+			t.Errorf("%v: %s (%v), want %s naming the file", c.err, errcode.Of(err), err, c.want)
 		}
 	}
 }

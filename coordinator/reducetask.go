@@ -161,7 +161,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 	// committed digest: drain what the IPC reader left after end-of-stream.
 	for k, vr := range verified {
 		if _, err := io.Copy(io.Discard, vr); err != nil {
-			return nil, errcode.Wrap(errcode.ShuffleCorrupt, err, "reduce task %d: %s%s", r, files[k].Key, j.lostShuffleHint())
+			return nil, j.drainError(err, r, files[k].Key)
 		}
 	}
 	commit.Result = res
@@ -175,6 +175,19 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 	j.log().Debug("reduce task committed", "task", r, "lo", rng.Lo, "hi", rng.Hi,
 		"releaseTuples", res.Counts.Records, "snapshotTuples", res.Counts.SnapshotRecords)
 	return commit, nil
+}
+
+// drainError is the failure of reading a shuffle file's last bytes after
+// its rows (the checksum is checked at the end): the source's own failure
+// to deliver them (a lost S3 connection, a silent server, Ctrl-C) keeps
+// its code, since nothing showed the file damaged; bytes that fail their
+// checksum, or a bare read error (a torn local file), are SHUFFLE_CORRUPT.
+func (j *Job) drainError(err error, r int, key string) error {
+	switch errcode.Of(err) {
+	case errcode.StoreUnavailable, errcode.Canceled, errcode.IO:
+		return wrap(err, "reduce task %d: %s", r, key)
+	}
+	return errcode.Wrap(errcode.ShuffleCorrupt, err, "reduce task %d: %s%s", r, key, j.lostShuffleHint())
 }
 
 // lostShuffleHint explains a missing or damaged shuffle file of a local
