@@ -1,0 +1,55 @@
+// Package procid names a process so that another process can later tell
+// whether it still runs: its host, its PID and, on Linux, the machine's
+// boot, the PID namespace and the process's start time, which together
+// tell a live process from a dead one whose PID was reused. A process on
+// another machine (or where /proc is missing) cannot be checked; callers
+// then fall back on something it renews, such as a heartbeat.
+package procid
+
+import "os"
+
+// ID identifies one process. The zero value names no process.
+type ID struct {
+	// Host is os.Hostname(), for people: two machines may share it.
+	Host string `json:"host"`
+	PID  int    `json:"pid"`
+	// Machine is the boot ID and PID namespace of the process (Linux):
+	// a process with the same Machine is one whose PID this process can
+	// look up. Empty where that is unknown.
+	Machine string `json:"machine,omitempty"`
+	// Start is the process's start time in clock ticks since boot
+	// (/proc/PID/stat), so a PID reused by another process is told
+	// apart. Zero where unknown.
+	Start uint64 `json:"start,omitempty"`
+}
+
+// Self returns this process's ID.
+func Self() ID {
+	host, _ := os.Hostname()
+	id := ID{Host: host, PID: os.Getpid()}
+	id.Machine = machine()
+	if id.Machine != "" {
+		if start, _, ok := stat(id.PID); ok {
+			id.Start = start
+		}
+	}
+	return id
+}
+
+// Alive reports whether the process id names still runs. known is false
+// when this process cannot tell: id is of another machine or PID
+// namespace, or the platform has no /proc.
+func (id ID) Alive() (alive, known bool) {
+	if id.Machine == "" || id.PID <= 0 || id.Machine != machine() {
+		return false, false
+	}
+	start, state, ok := stat(id.PID)
+	if !ok {
+		return false, true // no such process
+	}
+	// A zombie has exited: only its parent has not collected it yet.
+	if state == 'Z' || state == 'X' {
+		return false, true
+	}
+	return id.Start == 0 || start == id.Start, true
+}
