@@ -31,10 +31,12 @@ var failureCounter = map[string]func(*manifest.Counts) *int64{
 }
 
 // Aggregate builds the report from every map and reduce commit record
-// (each must exist, else TASK_NOT_READY), stores it content-addressed and
-// returns it with its digest. exec supplies the executor name and timings;
-// Aggregate fills in the plan shape and shuffle size, and derives rates
-// from exec.Seconds when it is positive.
+// (each must exist, else TASK_NOT_READY), stores it content-addressed,
+// records it as the plan's report (see PlanReport) and returns it with
+// its digest; when another aggregation of the plan recorded its report
+// first, that report is returned instead. exec supplies the executor name
+// and timings; Aggregate fills in the plan shape and shuffle size, and
+// derives rates from exec.Seconds when it is positive.
 //
 // Everything but the execution section depends only on the verified inputs:
 // shard failures are sorted, counts are sums, examples are the smallest
@@ -215,9 +217,23 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	if err != nil {
 		return nil, manifest.Digest{}, err
 	}
+	if first, err := j.recordReport(ctx, d); err != nil {
+		return nil, manifest.Digest{}, err
+	} else if first != nil {
+		return first.Report, first.ReportDigest, nil
+	}
 	j.log().Info("verification report stored", "root", rep.Root.String(), "report", manifest.Digest(d).String(),
 		"verdict", rep.Verdict, "records", c.Records, "failures", len(rep.Failures))
 	return rep, d, nil
+}
+
+// aggregate is Aggregate returning an Outcome.
+func (j *Job) aggregate(ctx context.Context, exec manifest.Execution) (*Outcome, error) {
+	rep, d, err := j.Aggregate(ctx, exec)
+	if err != nil {
+		return nil, err
+	}
+	return &Outcome{Plan: j.PlanDigest, Report: rep, ReportDigest: d}, nil
 }
 
 // storeLeafIndex stores the snapshot's leaf index from leaves that hash

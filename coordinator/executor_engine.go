@@ -47,7 +47,8 @@ func VerifyWith(ctx context.Context, s objstore.Store, storeURL string, o Option
 
 // RunWith runs, or resumes, the job of an existing plan with e: the
 // engine runs the map and reduce tasks (those already committed return at
-// once), then the commit records are aggregated here into the report.
+// once), then the commit records are aggregated here into the report. As
+// in Run, a job that finished already returns its recorded report.
 func RunWith(ctx context.Context, s objstore.Store, storeURL string, pd manifest.Digest, e Engine) (*Outcome, error) {
 	return RunWithProgress(ctx, s, PlanRef{Store: storeURL, Plan: pd}, e, nil)
 }
@@ -71,6 +72,9 @@ func RunWithProgress(ctx context.Context, s objstore.Store, ref PlanRef, e Engin
 	if err != nil {
 		return nil, err
 	}
+	if out, err := j.Finished(ctx); out != nil || err != nil {
+		return out, err
+	}
 	j.log().Info("running verify tasks", "executor", e.Name(), "planURL", ref.String(),
 		"mapTasks", len(j.Plan.MapTasks), "reducers", len(j.Plan.Reducers))
 	stop := func() {}
@@ -89,15 +93,11 @@ func RunWithProgress(ctx context.Context, s objstore.Store, ref PlanRef, e Engin
 	if err != nil {
 		return nil, err
 	}
-	rep, d, err := j.Aggregate(ctx, manifest.Execution{
+	return j.aggregate(ctx, manifest.Execution{
 		Executor: e.Name(),
 		Seconds:  time.Since(start).Seconds(),
 		Started:  start.UTC().Format(time.RFC3339),
 	})
-	if err != nil {
-		return nil, err
-	}
-	return &Outcome{Plan: pd, Report: rep, ReportDigest: d}, nil
 }
 
 // LeaseInterval is how often a verification that waits for an engine

@@ -40,6 +40,10 @@ type Outcome struct {
 	Plan         manifest.Digest
 	Report       *manifest.Report
 	ReportDigest manifest.Digest
+	// Reused: the plan's job had finished before (its report record,
+	// see Job.Finished), and nothing ran: Report is the one that run
+	// stored.
+	Reused bool
 }
 
 // Verify plans a new verification (see NewPlan) and runs it with the
@@ -98,7 +102,9 @@ func (e *UnfinishedError) Unwrap() error { return e.Err }
 // Run runs, or resumes, the job of an existing plan with the local
 // executor: goroutines, parallelism at a time (default runtime.NumCPU()),
 // map tasks, then reduce tasks, then the aggregation. Tasks already
-// committed are not redone. progress may be nil.
+// committed are not redone, and a job that finished already (its report
+// is recorded, see Job.Finished) returns that report with nothing run.
+// progress may be nil.
 func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism int, progress func(Progress)) (*Outcome, error) {
 	start := time.Now()
 	if parallelism <= 0 {
@@ -107,6 +113,9 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 	j, err := Open(ctx, s, pd)
 	if err != nil {
 		return nil, err
+	}
+	if out, err := j.Finished(ctx); out != nil || err != nil {
+		return out, err
 	}
 	// Shuffle files are read back from the page cache moments later
 	// and checked by digest: syncing them only made the disk write what
@@ -146,7 +155,7 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 	}); err != nil {
 		return nil, &UnfinishedError{Plan: pd, Err: err}
 	}
-	rep, d, err := j.Aggregate(ctx, manifest.Execution{
+	out, err := j.aggregate(ctx, manifest.Execution{
 		Executor: "local",
 		Seconds:  time.Since(start).Seconds(),
 		Started:  start.UTC().Format(time.RFC3339),
@@ -154,7 +163,7 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 	if err != nil {
 		return nil, &UnfinishedError{Plan: pd, Err: err}
 	}
-	return &Outcome{Plan: pd, Report: rep, ReportDigest: d}, nil
+	return out, nil
 }
 
 // runAll runs f(0..n-1) on p goroutines and returns the first error,

@@ -35,9 +35,10 @@ The plan URL is "<store URL>#sha256:<plan digest>"; alternatively give
 --store URL and --plan sha256:<plan digest>. The index comes from --index,
 else from JOB_COMPLETION_INDEX (Kubernetes Indexed Job), SLURM_ARRAY_TASK_ID
 (Slurm job array) or AWS_BATCH_JOB_ARRAY_INDEX. aggregate has one task
-(index 0, the default); it stores the report, prints its digest and then
-deletes the job's shuffle files and task commit records (--keep-job keeps
-them).
+(index 0, the default); it stores the report, records it as the plan's
+(index/plans/<plan>/report.v1), prints its digest and then deletes the
+job's shuffle files and task commit records (--keep-job keeps them). An
+aggregate of a plan whose report is recorded prints that report.
 
 A task whose commit record exists succeeds at once. A rerun that finds an
 output already present checks it is byte-identical (else NONDETERMINISM).
@@ -92,7 +93,16 @@ aggregate: the report is stored and INVALID), 2 usage, 3 operational error
 			if idx >= j.Tasks(kind) {
 				return errcode.New(errcode.Usage, "task: %s index %d out of range [0, %d)", kind, idx, j.Tasks(kind))
 			}
-			if wait > 0 {
+			var out *coordinator.Outcome
+			if kind == coordinator.KindAggregate {
+				// The aggregate's commit record is the plan's report
+				// record: an aggregate run again (a retried pod, a second
+				// command) prints the report the first one stored.
+				if out, err = j.Finished(ctx); err != nil {
+					return err
+				}
+			}
+			if wait > 0 && out == nil {
 				if err := j.WaitReady(ctx, kind, time.Second, wait); err != nil {
 					return err
 				}
@@ -106,15 +116,18 @@ aggregate: the report is stored and INVALID), 2 usage, 3 operational error
 					"seconds", time.Since(start).Seconds())
 				return nil
 			}
-			rep, d, err := j.Aggregate(ctx, manifest.Execution{Executor: "task"})
+			if out == nil {
+				out = &coordinator.Outcome{Plan: ref.Plan}
+				out.Report, out.ReportDigest, err = j.Aggregate(ctx, manifest.Execution{Executor: "task"})
+			}
 			if errcode.Of(err) == errcode.TaskNotReady && wait == 0 && jobGone(ctx, s, ref.Plan) {
-				// No commit record at all: an aggregate that already
-				// ran (a retried pod) deleted the job's files.
-				return errcode.Wrap(errcode.NotFound, err, "aggregate of plan %s: the job has no task commit records: no task has committed yet (run the map and reduce tasks first), or an earlier aggregate stored the report and removed them (its report is the one it printed)", ref.Plan)
+				// No commit record at all, and no report recorded.
+				return errcode.Wrap(errcode.NotFound, err, "aggregate of plan %s: the job has no task commit records: no task has committed yet (run the map and reduce tasks first), or its files were deleted", ref.Plan)
 			}
 			if err != nil {
 				return err
 			}
+			rep, d := out.Report, out.ReportDigest
 			if !keepJob {
 				removeJob(ctx, s, ref.Plan)
 			}

@@ -362,10 +362,13 @@ func TestConcurrentDuplicateTasks(t *testing.T) {
 	if page, err := r.store.List(t.Context(), "jobs/"+j.PlanDigest.Hex()+"/", "", 10); err != nil || len(page.Objects) != 0 {
 		t.Fatalf("after task aggregate: %d job keys left, err %v", len(page.Objects), err)
 	}
-	// A retried aggregate pod says why it cannot aggregate again.
-	again := runCLI(t, cliEnv(), "task", "aggregate", "--plan", ref)
-	if again.status != errcode.ExitError || !strings.Contains(again.stderr, string(errcode.NotFound)) || !strings.Contains(again.stderr, "an earlier aggregate stored the report") {
-		t.Fatalf("aggregate again: exit %d: %s", again.status, again.stderr)
+	// A retried aggregate pod prints the report the first one stored
+	// (the plan's report record), with --wait too: nothing is waited for.
+	for _, args := range [][]string{{}, {"--wait", "10m"}} {
+		again := runCLI(t, cliEnv(), append([]string{"task", "aggregate", "--plan", ref}, args...)...)
+		if again.status != 0 || again.stdout != res.stdout {
+			t.Fatalf("aggregate %v again: exit %d: %s%s; want %q", args, again.status, again.stdout, again.stderr, res.stdout)
+		}
 	}
 }
 
@@ -468,6 +471,12 @@ func TestVerifyProcessExecutorS3(t *testing.T) {
 	page, err := s.List(t.Context(), "jobs/"+got.Execution.Plan.Hex()+"/", "", 100)
 	if err != nil || len(page.Objects) != 0 {
 		t.Fatalf("job scratch left in S3: %d keys, err %v", len(page.Objects), err)
+	}
+	// A resume of the finished plan prints its report from the bucket's
+	// plan report record, and runs nothing.
+	again := runCLI(t, cliEnv(), "verify", "--executor", "process", "--store", url, "--resume", got.Execution.Plan.String(), "--json")
+	if again.status != 0 || again.stdout != res.stdout || !strings.Contains(again.stderr, "had finished") {
+		t.Fatalf("resume of the finished plan: exit %d, want its report\n%s%s", again.status, again.stdout, again.stderr)
 	}
 }
 

@@ -135,7 +135,7 @@ report) or a task whose output differs from its committed one
 	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store, or in --scratch) after the report is stored; by default they are deleted")
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the job's shuffle files and task commit records (jobs/<plan>/), created if missing; plans, reports and inputs stay in --store (default: --store). A local directory keeps an S3 release's shuffle off the network")
 	f.String("metrics-file", "", "also write the verification's figures (verified shard ratio, failures by class, throughput, decompression ratio; labelled by root digest) to this file in Prometheus text format, for node_exporter's textfile collector")
-	f.StringVar(&resume, "resume", "", "finish an interrupted verification with any executor: the plan digest it logged (committed tasks are reused; inputs come from the plan)")
+	f.StringVar(&resume, "resume", "", "finish an interrupted verification with any executor: the plan digest it logged (committed tasks are reused; inputs come from the plan; a finished one prints its stored report)")
 	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)
 }
@@ -278,6 +278,11 @@ func (p *verifyProgress) finish() {
 // that cannot be written is logged and, for a VERIFIED release, exit
 // status 3 (an INVALID one keeps its 1).
 func finishVerify(cmd *cobra.Command, s objstore.Store, out *coordinator.Outcome, asJSON bool) error {
+	if out.Reused {
+		// Said on stderr: stdout is the report or its summary, as always.
+		fmt.Fprintf(cmd.ErrOrStderr(), "shardproof: verify: plan %s had finished; its report %s is the one shown (nothing was run again; verify --root for a new verification)\n",
+			out.Plan, out.ReportDigest)
+	}
 	if keep, _ := cmd.Flags().GetBool("keep-job"); !keep {
 		removeJob(cmd.Context(), s, out.Plan)
 	}

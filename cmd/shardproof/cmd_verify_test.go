@@ -191,22 +191,41 @@ func TestVerifyCLIResume(t *testing.T) {
 }
 
 // A verification killed while it deleted its job's files, after storing
-// its report, leaves commit records whose outputs are gone: a resume says
-// so and what to do, not a bare NOT_FOUND after the hint that promised it
-// would finish.
+// its report, leaves commit records whose outputs are gone: a resume
+// prints the report that verification stored (the plan's report record)
+// and deletes what is left. Without the record (a job of an earlier
+// build), it says the files are partly deleted and what to do, not a bare
+// NOT_FOUND after the hint that promised it would finish.
 func TestVerifyCLIResumePartlyDeleted(t *testing.T) {
 	r := newRelease(t)
-	js := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--keep-job", "--json"))
-	jobs := filepath.Join(r.dir, "jobs", js.Execution.Plan.Hex())
-	if err := os.RemoveAll(filepath.Join(jobs, "reduce")); err != nil {
+	partly := func() (*manifest.Report, cliResult) {
+		res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--keep-job", "--json")
+		js := cliReport(t, res)
+		jobs := filepath.Join(r.dir, "jobs", js.Execution.Plan.Hex())
+		if err := os.RemoveAll(filepath.Join(jobs, "reduce")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(filepath.Join(jobs, "map", "0", "r0.arrow")); err != nil {
+			t.Fatal(err)
+		}
+		return js, res
+	}
+	js, first := partly()
+	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", js.Execution.Plan.String(), "--json")
+	if res.status != 0 || res.stdout != first.stdout || !strings.Contains(res.stderr, "had finished") {
+		t.Fatalf("resume of a partly deleted job: exit %d, want the stored report\n%s\n%s", res.status, res.stdout, res.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "jobs", js.Execution.Plan.Hex())); !os.IsNotExist(err) {
+		t.Fatalf("the resume left the job's files: %v", err)
+	}
+
+	js, _ = partly()
+	if err := os.RemoveAll(filepath.Join(r.dir, "index", "plans", js.Execution.Plan.Hex())); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.RemoveAll(filepath.Join(jobs, "map", "0", "r0.arrow")); err != nil {
-		t.Fatal(err)
-	}
-	res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", js.Execution.Plan.String())
+	res = runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", js.Execution.Plan.String())
 	if res.status != errcode.NotFound.Exit() || !strings.Contains(res.stderr, "NOT_FOUND") || !strings.Contains(res.stderr, "partly deleted") {
-		t.Fatalf("resume of a partly deleted job: exit %d\n%s", res.status, res.stderr)
+		t.Fatalf("resume of a partly deleted job without a report record: exit %d\n%s", res.status, res.stderr)
 	}
 }
 
