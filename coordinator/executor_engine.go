@@ -48,7 +48,8 @@ func VerifyWith(ctx context.Context, s objstore.Store, storeURL string, o Option
 // RunWith runs, or resumes, the job of an existing plan with e: the
 // engine runs the map and reduce tasks (those already committed return at
 // once), then the commit records are aggregated here into the report. As
-// in Run, a job that finished already returns its recorded report.
+// in Run, the job is held meanwhile, and a job that finished already
+// returns its recorded report.
 func RunWith(ctx context.Context, s objstore.Store, storeURL string, pd manifest.Digest, e Engine) (*Outcome, error) {
 	return RunWithProgress(ctx, s, PlanRef{Store: storeURL, Plan: pd}, e, nil)
 }
@@ -72,9 +73,21 @@ func RunWithProgress(ctx context.Context, s objstore.Store, ref PlanRef, e Engin
 	if err != nil {
 		return nil, err
 	}
-	if out, err := j.Finished(ctx); out != nil || err != nil {
+	h, out, err := j.hold(ctx)
+	if h == nil {
 		return out, err
 	}
+	defer h.Release()
+	out, err = j.runWith(h.Context(), start, ref, e, progress)
+	if lost := h.Lost(); err != nil && lost != nil {
+		return nil, lost
+	}
+	return out, err
+}
+
+// runWith runs the job's tasks with e and aggregates them; see
+// RunWithProgress.
+func (j *Job) runWith(ctx context.Context, start time.Time, ref PlanRef, e Engine, progress func(Progress)) (*Outcome, error) {
 	j.log().Info("running verify tasks", "executor", e.Name(), "planURL", ref.String(),
 		"mapTasks", len(j.Plan.MapTasks), "reducers", len(j.Plan.Reducers))
 	stop := func() {}
@@ -87,7 +100,7 @@ func RunWithProgress(ctx context.Context, s objstore.Store, ref PlanRef, e Engin
 		stop = func() { close(finished); <-watched }
 	}
 	release := j.keepAlive(ctx)
-	err = e.Run(ctx, ref, len(j.Plan.MapTasks), len(j.Plan.Reducers))
+	err := e.Run(ctx, ref, len(j.Plan.MapTasks), len(j.Plan.Reducers))
 	release()
 	stop()
 	if err != nil {

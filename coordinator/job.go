@@ -209,20 +209,41 @@ func ListJobs(ctx context.Context, s objstore.Store) ([]JobScratch, error) {
 // RemoveJob deletes the scratch of plan pd's job, its shuffle files and
 // task commit records (jobs/<plan>/), which nothing needs once the report
 // is stored: a nightly verification would otherwise leave them behind,
-// about 117 MB per million release records with plain shuffle files. Reduce
-// commit records go first and map tasks' files after, so an interrupted
-// removal never leaves a reduce commit naming deleted inputs. The plan
-// and the report, content-addressed blobs, stay. s must implement
-// objstore.Deleter.
+// about 117 MB per million release records with plain shuffle files. It
+// takes the job's hold first (Acquire), so a job another live process
+// runs or deletes is JOB_IN_USE and stays whole. Reduce commit records go
+// first and map tasks' files after, so an interrupted removal never
+// leaves a reduce commit naming deleted inputs, and the hold record goes
+// last: the next process to take the job learns from it that a removal
+// did not finish. The plan and the report, content-addressed blobs, stay.
+// s must implement objstore.Deleter.
 func RemoveJob(ctx context.Context, s objstore.Store, pd manifest.Digest) error {
 	d, ok := s.(objstore.Deleter)
 	if !ok {
 		return errcode.New(errcode.Usage, "store %T cannot delete; remove %s by hand", s, jobPrefix(pd))
 	}
-	for _, p := range []string{jobPrefix(pd) + "reduce/", jobPrefix(pd) + "map/", jobPrefix(pd)} {
-		if err := d.DeletePrefix(ctx, p); err != nil {
-			return wrap(err, "remove job %s", pd)
+	if page, err := s.List(ctx, jobPrefix(pd), "", 1); err != nil {
+		return wrap(err, "remove job %s", pd)
+	} else if len(page.Objects) == 0 {
+		return nil
+	}
+	h, err := Acquire(ctx, s, pd, HoldRemove)
+	if err != nil {
+		return err
+	}
+	defer h.cancel(context.Canceled)
+	if err := removeTaskFiles(h.Context(), d, pd); err != nil {
+		if lost := h.Lost(); lost != nil {
+			return lost
 		}
+		h.Release()
+		return err
+	}
+	if !h.end() {
+		return h.Lost()
+	}
+	if err := d.DeletePrefix(ctx, jobPrefix(pd)); err != nil {
+		return wrap(err, "remove job %s", pd)
 	}
 	return nil
 }

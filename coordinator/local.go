@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
@@ -104,7 +105,8 @@ func (e *UnfinishedError) Unwrap() error { return e.Err }
 // map tasks, then reduce tasks, then the aggregation. Tasks already
 // committed are not redone, and a job that finished already (its report
 // is recorded, see Job.Finished) returns that report with nothing run.
-// progress may be nil.
+// The job is held while it runs (see Acquire): a job another live process
+// runs or deletes is JOB_IN_USE. progress may be nil.
 func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism int, progress func(Progress)) (*Outcome, error) {
 	start := time.Now()
 	if parallelism <= 0 {
@@ -114,20 +116,65 @@ func Run(ctx context.Context, s objstore.Store, pd manifest.Digest, parallelism 
 	if err != nil {
 		return nil, err
 	}
-	if out, err := j.Finished(ctx); out != nil || err != nil {
+	// Before anything is written: a plan whose reducers cannot open
+	// their inputs would otherwise fail after the whole map phase.
+	reducers, err := j.reducersAtOnce(parallelism)
+	if err != nil {
+		return nil, &UnfinishedError{Plan: pd, Err: err}
+	}
+	h, out, err := j.hold(ctx)
+	if h == nil {
 		return out, err
 	}
+	defer h.Release()
+	out, err = j.runLocal(h.Context(), start, parallelism, reducers, progress)
+	if lost := h.Lost(); err != nil && lost != nil {
+		return nil, lost
+	}
+	return out, err
+}
+
+// hold takes the job to run it. When the job has finished already, it
+// returns no hold and that outcome; when its last holder was deleting its
+// files and did not finish, the files left are deleted first (the job
+// then runs from the start). The caller releases the hold.
+func (j *Job) hold(ctx context.Context) (*Hold, *Outcome, error) {
+	if out, err := j.Finished(ctx); out != nil || err != nil {
+		return nil, out, err
+	}
+	h, err := Acquire(ctx, j.Store, j.PlanDigest, HoldRun)
+	if err != nil {
+		return nil, nil, err
+	}
+	// It may have finished between the look and the take.
+	if out, err := j.finished(ctx, false); out != nil || err != nil {
+		h.Release()
+		return nil, out, err
+	}
+	if h.unfinishedRemoval() {
+		d, ok := j.Store.(objstore.Deleter)
+		if !ok {
+			h.Release()
+			return nil, nil, errcode.New(errcode.Usage, "plan %s: its job's files were being deleted, and store %T cannot delete: remove %s by hand", j.PlanDigest, j.Store, j.prefix())
+		}
+		j.log().Info("the job's last holder was deleting its files and did not finish; the rest are deleted and the job runs from the start",
+			"previousPid", h.Previous.Process.PID, "previousHost", h.Previous.Process.Host)
+		if err := removeTaskFiles(h.Context(), d, j.PlanDigest); err != nil {
+			h.Release()
+			return nil, nil, err
+		}
+	}
+	return h, nil, nil
+}
+
+// runLocal runs the job's tasks in this process; see Run.
+func (j *Job) runLocal(ctx context.Context, start time.Time, parallelism, reducers int, progress func(Progress)) (*Outcome, error) {
+	pd := j.PlanDigest
 	// Shuffle files are read back from the page cache moments later
 	// and checked by digest: syncing them only made the disk write what
 	// is deleted seconds later (as in Hadoop and Spark, whose shuffle
 	// files are not synced either). Commit records still are.
 	j.ephemeralShuffle = true
-	// Before any map work: a plan whose reducers cannot open their inputs
-	// would otherwise fail after the whole map phase.
-	reducers, err := j.reducersAtOnce(parallelism)
-	if err != nil {
-		return nil, &UnfinishedError{Plan: pd, Err: err}
-	}
 	if reducers < min(parallelism, len(j.Plan.Reducers)) {
 		j.log().Warn("reduce tasks run fewer at a time than --parallelism: the open-file limit (ulimit -n) allows no more",
 			"atOnce", reducers, "parallelism", parallelism, "filesPerReduceTask", j.reduceFiles())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -157,8 +158,10 @@ waiting for an engine (process, Slurm, Kubernetes --submit) writes a new
 version of jobs/<plan>/lease every 10 minutes, so a reduce array held in
 a queue after the map phase keeps its inputs. Jobs run by hand (task
 commands, or --emit alone) have no lease: give them a cutoff longer than
-their longest gap between phases. Each job is printed with its object
-count and bytes; --dry-run only prints.`,
+their longest gap between phases. A job that a live process holds (a
+verify --resume of it, or another prune-jobs deleting it) is kept, and
+printed with the holder. Each job is printed with its object count and
+bytes; --dry-run only prints.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		if pruneFlags.olderThan < 0 {
@@ -175,19 +178,33 @@ count and bytes; --dry-run only prints.`,
 		cutoff := time.Now().Add(-pruneFlags.olderThan)
 		out := cmd.OutOrStdout()
 		for _, j := range jobs {
-			verb := "kept"
+			verb, holder := "kept", ""
+			var inUse *coordinator.JobInUseError
 			switch {
 			case !j.Newest.Before(cutoff):
 			case pruneFlags.dryRun:
 				verb = "would delete"
+				if inUse, err = coordinator.Holder(cmd.Context(), s, j.Plan); err != nil {
+					return err
+				} else if inUse != nil {
+					verb = "kept"
+				}
 			default:
-				if err := coordinator.RemoveJob(cmd.Context(), s, j.Plan); err != nil {
+				err := coordinator.RemoveJob(cmd.Context(), s, j.Plan)
+				if err != nil && !errors.As(err, &inUse) {
 					return err
 				}
-				verb = "deleted"
+				if inUse == nil {
+					verb = "deleted"
+				}
 			}
-			if _, err := fmt.Fprintf(out, "%s\tjobs/%s/\t%d objects\t%d bytes\tnewest %s\n",
-				verb, j.Plan.Hex(), j.Objects, j.Bytes, j.Newest.UTC().Format(time.RFC3339)); err != nil {
+			if inUse != nil {
+				// A verify --resume of an old job, or another prune.
+				h := &inUse.Holder
+				holder = fmt.Sprintf("\tin use by %q (pid %d on host %s, %s)", h.Command, h.Process.PID, h.Process.Host, h.Purpose)
+			}
+			if _, err := fmt.Fprintf(out, "%s\tjobs/%s/\t%d objects\t%d bytes\tnewest %s%s\n",
+				verb, j.Plan.Hex(), j.Objects, j.Bytes, j.Newest.UTC().Format(time.RFC3339), holder); err != nil {
 				return errcode.Wrap(errcode.IO, err, "write listing")
 			}
 		}

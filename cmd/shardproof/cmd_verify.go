@@ -135,7 +135,7 @@ report) or a task whose output differs from its committed one
 	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store, or in --scratch) after the report is stored; by default they are deleted")
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the job's shuffle files and task commit records (jobs/<plan>/), created if missing; plans, reports and inputs stay in --store (default: --store). A local directory keeps an S3 release's shuffle off the network")
 	f.String("metrics-file", "", "also write the verification's figures (verified shard ratio, failures by class, throughput, decompression ratio; labelled by root digest) to this file in Prometheus text format, for node_exporter's textfile collector")
-	f.StringVar(&resume, "resume", "", "finish an interrupted verification with any executor: the plan digest it logged (committed tasks are reused; inputs come from the plan; a finished one prints its stored report)")
+	f.StringVar(&resume, "resume", "", "finish an interrupted verification with any executor: the plan digest it logged (committed tasks are reused; inputs come from the plan; a finished one prints its stored report; one another process runs is JOB_IN_USE)")
 	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)
 }
@@ -315,7 +315,15 @@ func checkMetricsFile(cmd *cobra.Command) error {
 // verdict stands either way, so a failure is logged with its code, not
 // returned.
 func removeJob(ctx context.Context, s objstore.Store, plan manifest.Digest) {
-	if err := coordinator.RemoveJob(ctx, s, plan); err != nil {
+	err := coordinator.RemoveJob(ctx, s, plan)
+	var inUse *coordinator.JobInUseError
+	switch {
+	case errors.As(err, &inUse):
+		// Another process took the job (a resume that found its report,
+		// or prune-jobs): it deletes the files.
+		slog.Info("job scratch left to the process that holds it", "plan", plan.String(), "holderPid", inUse.Holder.Process.PID,
+			"holderHost", inUse.Holder.Process.Host, "holderPurpose", inUse.Holder.Purpose)
+	case err != nil:
 		slog.Warn("job scratch not removed", "plan", plan.String(), "code", string(errcode.Of(err)), "err", err)
 	}
 }

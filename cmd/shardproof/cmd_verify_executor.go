@@ -179,13 +179,16 @@ func (x *executorFlags) run(cmd *cobra.Command, resume string) error {
 	prog := newVerifyProgress(cmd.ErrOrStderr())
 	out, err := coordinator.RunWithProgress(cmd.Context(), s, coordinator.PlanRef{Store: taskStore, Plan: pd, Scratch: opts.TaskScratch}, engine, prog.update)
 	prog.finish()
-	if err != nil {
+	if err != nil && errcode.Of(err) != errcode.JobInUse {
 		scratchArg, jobs := "", storeURL
 		if scratch != "" {
 			scratchArg, jobs = " --scratch "+shellQuote(scratch), scratch
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "shardproof: verify: plan %s stopped; its committed tasks are kept: `shardproof verify --executor %s --store %s%s --resume %s` (with this executor's flags, or --executor local) finishes it, `shardproof store prune-jobs --store %s` deletes what is left once it is old\n",
 			pd, x.executor, shellQuote(storeURL), scratchArg, pd, shellQuote(jobs))
+	}
+	if err != nil {
+		// Another process holds the job: its message says what to do.
 		return err
 	}
 	return finishVerify(cmd, s, out, asJSON)

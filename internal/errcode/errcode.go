@@ -72,6 +72,7 @@ var catalogue = map[Code]entry{
 	ShuffleCorrupt:     {ExitError, "a shuffle file or task commit record cannot be decoded or breaks its order"},
 	TaskNotReady:       {ExitError, "a task's inputs are not committed yet (run the earlier phase first)"},
 	FileLimit:          {ExitError, "a reduce task would hold more files open at once than the process may (ulimit -n)"},
+	JobInUse:           {ExitError, "another live process runs this verification job or deletes its files (verify --resume, store prune-jobs)"},
 
 	// Gate.
 	GenerationConflict: {ExitRejected, "expected generation differs from the alias's current generation"},
@@ -146,6 +147,7 @@ const (
 	ShuffleCorrupt     Code = "SHUFFLE_CORRUPT"
 	TaskNotReady       Code = "TASK_NOT_READY"
 	FileLimit          Code = "FILE_LIMIT"
+	JobInUse           Code = "JOB_IN_USE"
 
 	GenerationConflict Code = "GENERATION_CONFLICT"
 	PublishConflict    Code = "PUBLISH_CONFLICT"

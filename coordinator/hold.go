@@ -1,0 +1,380 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/procid"
+	"github.com/shardproof/shardproof/internal/verifyread"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// HoldSchema identifies a job's hold records (jobs/<plan>/hold/<n>).
+const HoldSchema = "training.verify.hold.v1"
+
+// What a hold is taken for.
+const (
+	// HoldRun runs the job's tasks and aggregates them (verify, verify
+	// --resume, publish, recheck).
+	HoldRun = "run"
+	// HoldRemove deletes the job's files (verify once its report is
+	// stored, task aggregate, store prune-jobs).
+	HoldRemove = "remove"
+)
+
+// HoldRenewInterval is how often a holder writes a new version of its
+// hold record, and HoldStaleAfter how long a holder whose process cannot
+// be looked up (another machine, no /proc) is taken to live after its
+// last renewal.
+var (
+	HoldRenewInterval = time.Minute
+	HoldStaleAfter    = 5 * time.Minute
+)
+
+// maxHoldRecord bounds the bytes of a hold record read back, and
+// maxHoldGeneration the generations taken for one.
+const (
+	maxHoldRecord     = 64 << 10
+	maxHoldGeneration = 1 << 30
+)
+
+// HoldRecord is a job's hold record: which process holds the job, and
+// for what. Generation n is at jobs/<plan>/hold/<n>; the highest one is
+// the current holder.
+type HoldRecord struct {
+	Schema     string          `json:"schema"`
+	Plan       manifest.Digest `json:"plan"`
+	Generation int             `json:"generation"`
+	Purpose    string          `json:"purpose"`
+	// Command is the shardproof command that holds it ("shardproof
+	// verify"), for people.
+	Command string    `json:"command"`
+	Process procid.ID `json:"process"`
+	// Started is when the hold was taken (RFC 3339, UTC).
+	Started string `json:"started"`
+	// Released is set in the last version a holder writes when it lets
+	// the job go without deleting it (a run that stopped or finished).
+	Released bool `json:"released,omitempty"`
+}
+
+// JobInUseError is a job held by another live process: a second
+// `verify --resume` of one plan, or a resume while `store prune-jobs`
+// deletes the job, is refused at once rather than failing midway when
+// the other one deletes the files under it.
+type JobInUseError struct {
+	Plan   manifest.Digest
+	Holder HoldRecord
+	// Renewed is when the holder last wrote its record.
+	Renewed time.Time
+	// Local: the holder's process was looked up on this machine and runs.
+	Local bool
+	// TakenOver: this process held the job and another took it over
+	// (this one had stopped renewing its hold for HoldStaleAfter).
+	TakenOver bool
+}
+
+func (e *JobInUseError) Error() string {
+	h := &e.Holder
+	who := fmt.Sprintf("%q (pid %d on host %s, %s since %s", h.Command, h.Process.PID, h.Process.Host, h.Purpose, h.Started)
+	if e.Local {
+		who += ", running on this machine)"
+	} else {
+		who += fmt.Sprintf(", hold renewed %s ago; a holder on another machine is taken for dead %s after its last renewal)",
+			time.Since(e.Renewed).Round(time.Second), HoldStaleAfter)
+	}
+	if e.TakenOver {
+		if h.Schema == "" {
+			who = "another process" // its record did not decode
+		}
+		return fmt.Sprintf("plan %s: this process stopped renewing its hold on the job, and %s took it over: it finishes the job", e.Plan, who)
+	}
+	next := "wait for it to end: `verify --resume` of the plan then prints the report it stored (or goes on from where it stopped)"
+	if h.Purpose == HoldRemove {
+		next = "it deletes the job's files; `verify --resume` of the plan then prints the report stored for it, or runs the job again"
+	}
+	return fmt.Sprintf("plan %s: its job is held by %s; %s", e.Plan, who, next)
+}
+
+// ErrorCode implements errcode.Coder.
+func (e *JobInUseError) ErrorCode() errcode.Code { return errcode.JobInUse }
+
+// Hold is this process's hold on a job: while it lasts, no other process
+// runs the job or deletes its files (each takes a hold first, and one
+// that finds a live holder is refused with JOB_IN_USE). It is renewed
+// every HoldRenewInterval until it is released (Release) or the job is
+// deleted (RemoveJob).
+type Hold struct {
+	store objstore.Store
+	plan  manifest.Digest
+	rec   HoldRecord
+	// Previous is the record of the holder this one follows (it ended,
+	// or its process is gone), nil when the job had none.
+	Previous *HoldRecord
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
+	mu     sync.Mutex
+	lost   *JobInUseError
+}
+
+func holdPrefix(pd manifest.Digest) string { return jobPrefix(pd) + "hold/" }
+
+func holdKey(pd manifest.Digest, gen int) string { return holdPrefix(pd) + strconv.Itoa(gen) }
+
+// currentHolder returns the job's newest hold record and when it was last
+// written, or nil when the job has none. gen is the highest generation
+// present, even when its record does not decode (then rec is nil).
+func currentHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (rec *HoldRecord, gen int, info objstore.ObjectInfo, err error) {
+	prefix := holdPrefix(pd)
+	after := ""
+	for {
+		page, err := s.List(ctx, prefix, after, 1000)
+		if err != nil {
+			return nil, 0, info, err
+		}
+		for _, o := range page.Objects {
+			// Generations count holders: a number past maxHoldGeneration
+			// was written by no shardproof (and n+1 must not wrap).
+			n, err := strconv.Atoi(strings.TrimPrefix(o.Key, prefix))
+			if err != nil || n <= 0 || n > maxHoldGeneration || strconv.Itoa(n) != strings.TrimPrefix(o.Key, prefix) {
+				continue
+			}
+			if n > gen {
+				gen, info = n, o
+			}
+		}
+		if page.Next == "" {
+			break
+		}
+		after = page.Next
+	}
+	if gen == 0 {
+		return nil, 0, info, nil
+	}
+	rc, err := s.Get(ctx, info.Key, info.Version)
+	if objstore.IsNotExist(err) {
+		// Deleted since the listing: the job is being removed, or was.
+		return nil, gen, info, nil
+	}
+	if err != nil {
+		return nil, 0, info, err
+	}
+	defer rc.Close()
+	b, err := verifyread.ReadAll(rc, maxHoldRecord)
+	var r HoldRecord
+	if err == nil {
+		err = decodeStrict(b, &r)
+	}
+	if err == nil && (r.Schema != HoldSchema || r.Plan != pd || r.Generation != gen) {
+		err = fmt.Errorf("schema %q, plan %s, generation %d do not match", r.Schema, r.Plan, r.Generation)
+	}
+	if err != nil {
+		slog.Warn("job hold record unreadable; taken for a holder that is gone", "key", info.Key, "version", string(info.Version), "err", err)
+		return nil, gen, info, nil
+	}
+	return &r, gen, info, nil
+}
+
+// live reports whether the holder rec (last written at renewed) may still
+// run, and whether that was looked up on this machine.
+func live(rec *HoldRecord, renewed time.Time) (alive, local bool) {
+	if rec == nil || rec.Released {
+		return false, false
+	}
+	if alive, known := rec.Process.Alive(); known {
+		return alive, true
+	}
+	return time.Since(renewed) < HoldStaleAfter, false
+}
+
+// Holder returns the live holder of plan pd's job, if any, as the error
+// Acquire would give, without taking the job.
+func Holder(ctx context.Context, s objstore.Store, pd manifest.Digest) (*JobInUseError, error) {
+	rec, _, info, err := currentHolder(ctx, s, pd)
+	if err != nil {
+		return nil, err
+	}
+	if alive, local := live(rec, info.Modified); alive {
+		return &JobInUseError{Plan: pd, Holder: *rec, Renewed: info.Modified, Local: local}, nil
+	}
+	return nil, nil
+}
+
+// commandName is how a hold record names this process's command: the
+// executable and the subcommand words before the first flag.
+func commandName() string {
+	words := []string{filepath.Base(os.Args[0])}
+	for _, a := range os.Args[1:min(len(os.Args), 3)] {
+		if strings.HasPrefix(a, "-") {
+			break
+		}
+		words = append(words, a)
+	}
+	return strings.Join(words, " ")
+}
+
+// Acquire takes plan pd's job for purpose (HoldRun or HoldRemove). A job
+// whose current holder lives is JOB_IN_USE (*JobInUseError, naming it);
+// one whose holder released it or is gone (its process no longer runs,
+// or, on another machine, it has not renewed its hold for
+// HoldStaleAfter) is taken over. Taking is a conditional create of the
+// next generation's record, so of any number of processes at once
+// exactly one wins. The hold is renewed until Release.
+func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose string) (*Hold, error) {
+	for attempt := 0; ; attempt++ {
+		rec, gen, info, err := currentHolder(ctx, s, pd)
+		if err != nil {
+			return nil, wrap(err, "plan %s: read the job's hold", pd)
+		}
+		if alive, local := live(rec, info.Modified); alive {
+			return nil, &JobInUseError{Plan: pd, Holder: *rec, Renewed: info.Modified, Local: local}
+		}
+		h := &Hold{store: s, plan: pd, Previous: rec, rec: HoldRecord{
+			Schema: HoldSchema, Plan: pd, Generation: gen + 1, Purpose: purpose,
+			Command: commandName(), Process: procid.Self(), Started: time.Now().UTC().Format(time.RFC3339),
+		}}
+		b, err := h.body()
+		if err != nil {
+			return nil, err
+		}
+		_, err = s.Put(ctx, holdKey(pd, gen+1), bytes.NewReader(b), objstore.PutOptions{IfNoneMatch: true, Size: int64(len(b))})
+		if objstore.IsPrecondition(err) && attempt < 8 {
+			continue // another process took this generation: look again
+		}
+		if err != nil {
+			return nil, wrap(err, "plan %s: take the job's hold", pd)
+		}
+		if rec != nil && !rec.Released {
+			slog.Info("job taken over from a holder that is gone", "plan", pd.String(), "previousPid", rec.Process.PID,
+				"previousHost", rec.Process.Host, "previousPurpose", rec.Purpose, "renewed", info.Modified.UTC().Format(time.RFC3339))
+		}
+		h.ctx, h.cancel = context.WithCancelCause(ctx)
+		h.stop, h.done = make(chan struct{}), make(chan struct{})
+		go h.renew()
+		return h, nil
+	}
+}
+
+func (h *Hold) body() ([]byte, error) {
+	b, err := json.Marshal(&h.rec)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.Internal, err, "encode hold record")
+	}
+	return b, nil
+}
+
+// Context is the context Acquire was given, canceled when another process
+// takes the job over (see Lost).
+func (h *Hold) Context() context.Context { return h.ctx }
+
+// Lost returns the JOB_IN_USE error of a hold another process took over,
+// or nil.
+func (h *Hold) Lost() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost == nil {
+		return nil
+	}
+	return h.lost
+}
+
+// renew writes a new version of the hold record every HoldRenewInterval
+// (its time is what a process on another machine judges it by), and
+// gives the job up when a later generation appeared: this process had
+// stopped renewing long enough to be taken for dead.
+func (h *Hold) renew() {
+	defer close(h.done)
+	t := time.NewTicker(HoldRenewInterval)
+	defer t.Stop()
+	key := holdKey(h.plan, h.rec.Generation)
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-h.ctx.Done():
+			return
+		case <-t.C:
+		}
+		rec, gen, info, err := currentHolder(h.ctx, h.store, h.plan)
+		if err == nil && gen > h.rec.Generation {
+			e := &JobInUseError{Plan: h.plan, Renewed: info.Modified, TakenOver: true}
+			if rec != nil {
+				e.Holder = *rec
+			}
+			h.mu.Lock()
+			h.lost = e
+			h.mu.Unlock()
+			slog.Error("job hold lost: another process took the job over", "plan", h.plan.String(), "code", string(errcode.JobInUse), "err", e)
+			h.cancel(e)
+			return
+		}
+		b, err := h.body()
+		if err == nil {
+			_, err = h.store.Put(h.ctx, key, bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b))})
+		}
+		if err != nil && h.ctx.Err() == nil {
+			slog.Warn("job hold not renewed; a process on another machine may take this job for abandoned", "key", key, "code", string(errcode.Of(err)), "err", err)
+		}
+	}
+}
+
+// end stops the renewals; it reports whether the hold is still this
+// process's.
+func (h *Hold) end() bool {
+	h.once.Do(func() { close(h.stop); <-h.done })
+	return h.Lost() == nil
+}
+
+// Release lets the job go without deleting it: the record's last version
+// says so, and the next process to take the job need not wait for this
+// one to be found gone. Failing to write it is logged: a holder that is
+// gone is taken over anyway.
+func (h *Hold) Release() {
+	if !h.end() {
+		return
+	}
+	h.rec.Released = true
+	b, err := h.body()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 30*time.Second)
+		defer cancel()
+		_, err = h.store.Put(ctx, holdKey(h.plan, h.rec.Generation), bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b))})
+	}
+	if err != nil {
+		slog.Warn("job hold not released; the next process to take the job finds this one gone first", "plan", h.plan.String(), "code", string(errcode.Of(err)), "err", err)
+	}
+	h.cancel(context.Canceled)
+}
+
+// unfinishedRemoval reports whether the holder this hold follows was
+// deleting the job and did not finish (it failed or was killed): the
+// job's files are then partly gone, and none of them can be trusted.
+func (h *Hold) unfinishedRemoval() bool {
+	return h.Previous != nil && h.Previous.Purpose == HoldRemove
+}
+
+// removeTaskFiles deletes the job's task files, reduce commit records
+// first and then the map tasks' files, so an interrupted removal never
+// leaves a reduce commit naming deleted inputs.
+func removeTaskFiles(ctx context.Context, d objstore.Deleter, pd manifest.Digest) error {
+	for _, p := range []string{jobPrefix(pd) + "reduce/", jobPrefix(pd) + "map/"} {
+		if err := d.DeletePrefix(ctx, p); err != nil {
+			return wrap(err, "remove job %s", pd)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,308 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/procid"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// planOnly stores a plan of res's release and returns its digest.
+func planOnly(t *testing.T, s objstore.Store, root manifest.Digest, nonce string) manifest.Digest {
+	t.Helper()
+	_, pd, err := NewPlan(t.Context(), s, PlanOptions{Root: root, MapTasks: 3, Reducers: 2, Tool: "shardproof test", Nonce: nonce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pd
+}
+
+// putHold writes generation gen of pd's hold record as process p.
+func putHold(t *testing.T, s objstore.Store, pd manifest.Digest, gen int, purpose string, p procid.ID) {
+	t.Helper()
+	b, err := json.Marshal(&HoldRecord{Schema: HoldSchema, Plan: pd, Generation: gen, Purpose: purpose,
+		Command: "shardproof verify", Process: p, Started: time.Now().UTC().Format(time.RFC3339)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(t.Context(), holdKey(pd, gen), bytes.NewReader(b), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A job has one holder at a time: while this process holds it, a second
+// hold, a run and a removal are JOB_IN_USE naming this process, and
+// nothing of the job is touched; once released it is taken again, and of
+// many processes (here goroutines) taking it at once exactly one wins.
+func TestHoldOneHolderAtATime(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	pd := planOnly(t, s, res.Root, "hold")
+	h, err := Acquire(ctx, s, pd, HoldRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inUse *JobInUseError
+	_, err = Acquire(ctx, s, pd, HoldRun)
+	if !errors.As(err, &inUse) || errcode.Of(err) != errcode.JobInUse || inUse.Holder.Process.PID != os.Getpid() ||
+		inUse.Holder.Purpose != HoldRun || !strings.Contains(err.Error(), fmt.Sprintf("pid %d on host", os.Getpid())) {
+		t.Fatalf("second hold: %v, want JOB_IN_USE naming this process", err)
+	}
+	if runtime.GOOS == "linux" && (!inUse.Local || !strings.Contains(err.Error(), "running on this machine")) {
+		t.Errorf("the holder was not looked up on this machine: %v", err)
+	}
+	if _, err := Run(ctx, s, pd, 2, nil); errcode.Of(err) != errcode.JobInUse {
+		t.Fatalf("run of a held job: %v, want JOB_IN_USE", err)
+	}
+	if n := jobKeys(t, s, pd, "map/"); n != 0 {
+		t.Fatalf("a refused run wrote %d map keys", n)
+	}
+	if _, err := Verify(ctx, s, Options{PlanOptions: PlanOptions{Root: res.Root, Tool: "shardproof test"}}); err != nil {
+		t.Fatalf("a verification of another plan: %v", err)
+	}
+	if err := RemoveJob(ctx, s, pd); errcode.Of(err) != errcode.JobInUse || jobKeys(t, s, pd, "hold/") != 1 {
+		t.Fatalf("removal of a held job: %v, %d hold keys left", err, jobKeys(t, s, pd, "hold/"))
+	}
+	if held, err := Holder(ctx, s, pd); err != nil || held == nil || held.Holder.Generation != 1 {
+		t.Fatalf("Holder = %+v, %v", held, err)
+	}
+	h.Release()
+	if held, err := Holder(ctx, s, pd); err != nil || held != nil {
+		t.Fatalf("Holder after release = %+v, %v", held, err)
+	}
+
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		won  []*Hold
+		errs []error
+	)
+	for range 8 {
+		wg.Go(func() {
+			h, err := Acquire(ctx, s, pd, HoldRemove)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			} else {
+				won = append(won, h)
+			}
+		})
+	}
+	wg.Wait()
+	if len(won) != 1 {
+		t.Fatalf("%d of 8 concurrent holds won: %v", len(won), errs)
+	}
+	for _, err := range errs {
+		if errcode.Of(err) != errcode.JobInUse {
+			t.Fatalf("a losing hold: %v, want JOB_IN_USE", err)
+		}
+	}
+	if p := won[0].Previous; p == nil || !p.Released || p.Generation != 1 || won[0].rec.Generation != 2 {
+		t.Fatalf("the winner follows %+v as generation %d", p, won[0].rec.Generation)
+	}
+	// A resume while prune-jobs deletes the job.
+	if _, err := Run(ctx, s, pd, 2, nil); errcode.Of(err) != errcode.JobInUse || !strings.Contains(err.Error(), "remove since") ||
+		!strings.Contains(err.Error(), "it deletes the job's files") {
+		t.Fatalf("run of a job being deleted: %v", err)
+	}
+	won[0].Release()
+}
+
+// A holder that is gone is taken over: at once when its process was on
+// this machine and no longer runs (kill -9), and on another machine only
+// once it has not renewed its hold for HoldStaleAfter.
+func TestHoldOfGoneProcess(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	pd := planOnly(t, s, res.Root, "gone")
+	if runtime.GOOS == "linux" {
+		child := exec.Command(os.Args[0], "-test.run=^$")
+		if err := child.Run(); err != nil {
+			t.Fatal(err)
+		}
+		dead := procid.Self()
+		dead.PID = child.Process.Pid
+		putHold(t, s, pd, 1, HoldRun, dead)
+		h, err := Acquire(ctx, s, pd, HoldRun)
+		if err != nil {
+			t.Fatalf("a dead holder on this machine: %v, want the job taken over", err)
+		}
+		if h.Previous == nil || h.Previous.Process.PID != dead.PID || h.rec.Generation != 2 {
+			t.Fatalf("took over from %+v as generation %d", h.Previous, h.rec.Generation)
+		}
+		h.Release()
+	}
+	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
+	putHold(t, s, pd, 3, HoldRun, far)
+	_, err := Acquire(ctx, s, pd, HoldRun)
+	var inUse *JobInUseError
+	if !errors.As(err, &inUse) || inUse.Local || inUse.Holder.Process.Host != "elsewhere" ||
+		!strings.Contains(err.Error(), "pid 4242 on host elsewhere") || !strings.Contains(err.Error(), "renewed") {
+		t.Fatalf("a holder on another machine renewed just now: %v, want JOB_IN_USE naming it", err)
+	}
+	// Its last renewal ages past HoldStaleAfter.
+	old := time.Now().Add(-HoldStaleAfter - time.Minute)
+	dir := filepath.Join(s.(fmt.Stringer).String(), holdKey(pd, 3))
+	versions, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range versions {
+		if err := os.Chtimes(filepath.Join(dir, v.Name()), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := Acquire(ctx, s, pd, HoldRun)
+	if err != nil || h.Previous.Process.Host != "elsewhere" || h.rec.Generation != 4 {
+		t.Fatalf("a holder silent for longer than HoldStaleAfter: %v, want the job taken over", err)
+	}
+	h.Release()
+	// A record that does not decode is no holder.
+	if _, err := s.Put(ctx, holdKey(pd, 5), strings.NewReader("{not json"), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if h, err = Acquire(ctx, s, pd, HoldRun); err != nil || h.rec.Generation != 6 {
+		t.Fatalf("after an unreadable record: %v", err)
+	}
+	h.Release()
+	// Nor is a generation no holder could have reached (its successor
+	// would not fit an int).
+	putHold(t, s, pd, 1<<62, HoldRun, far)
+	if h, err = Acquire(ctx, s, pd, HoldRun); err != nil || h.rec.Generation != 7 {
+		t.Fatalf("after a generation of 2^62: %v", err)
+	}
+	h.Release()
+}
+
+// A holder renews its record; when another process takes the job over
+// anyway (this one was taken for gone), the holder's context ends with
+// JOB_IN_USE and it writes nothing more.
+func TestHoldTakenOver(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	pd := planOnly(t, s, res.Root, "taken")
+	defer func(d time.Duration) { HoldRenewInterval = d }(HoldRenewInterval)
+	HoldRenewInterval = 10 * time.Millisecond
+	h, err := Acquire(ctx, s, pd, HoldRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := func(gen int) []objstore.ObjectInfo {
+		vs, err := s.(objstore.VersionLister).Versions(ctx, holdKey(pd, gen), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vs
+	}
+	for deadline := time.Now().Add(time.Minute); len(versions(1)) < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the hold was not renewed")
+		}
+	}
+	putHold(t, s, pd, 2, HoldRun, procid.ID{Host: "elsewhere", PID: 7, Machine: "another-boot/pid:[1]"})
+	select {
+	case <-h.Context().Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the hold's context did not end when another process took the job")
+	}
+	var inUse *JobInUseError
+	if err := h.Lost(); !errors.As(err, &inUse) || !inUse.TakenOver || inUse.Holder.Process.Host != "elsewhere" ||
+		errcode.Of(err) != errcode.JobInUse || !strings.Contains(err.Error(), "took it over") {
+		t.Fatalf("Lost() = %v", err)
+	}
+	n := len(versions(1))
+	h.Release()
+	if got := len(versions(1)); got != n {
+		t.Fatalf("a lost hold wrote %d more versions of its record", got-n)
+	}
+}
+
+// A removal that did not finish (it failed, or was killed) leaves task
+// files that cannot be trusted, a map commit naming a shuffle file that
+// is gone among them: the next run deletes what is left and runs the job
+// from the start, to the report an undisturbed run gives.
+func TestRunAfterUnfinishedRemoval(t *testing.T) {
+	s, res := faulty(t)
+	ctx := t.Context()
+	pd := planOnly(t, s, res.Root, "half-removed")
+	j, err := Open(ctx, s, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range j.Plan.MapTasks {
+		if _, err := j.Map(ctx, i, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kill := errors.New("killed")
+	broken := &faults.ErrorOnce{Store: s, Method: faults.DeletePrefix, Err: kill,
+		Match: func(p string) bool { return strings.HasSuffix(p, "/map/") }}
+	if err := RemoveJob(ctx, broken, pd); !errors.Is(err, kill) {
+		t.Fatalf("RemoveJob: %v, want the injected failure", err)
+	}
+	// The removal had reached map task 0: its commit record stays, one
+	// of its shuffle files is gone.
+	if err := s.(objstore.Deleter).DeletePrefix(ctx, j.mapOutputKey(0, 0)+"/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Head(ctx, j.mapCommitKey(0), ""); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Run(ctx, s, pd, 2, nil)
+	if err != nil {
+		t.Fatalf("run after an unfinished removal: %v", err)
+	}
+	fresh := verify(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2})
+	if out.Reused || !bytes.Equal(withoutExecution(t, out.Report), withoutExecution(t, fresh)) {
+		t.Fatal("the report after an unfinished removal differs from an undisturbed run's")
+	}
+	if err := RemoveJob(ctx, s, pd); err != nil || jobKeys(t, s, pd, "") != 0 {
+		t.Fatalf("RemoveJob: %v, %d keys left", err, jobKeys(t, s, pd, ""))
+	}
+}
+
+// FuzzHoldRecord gives a job's hold record arbitrary bytes, as anyone
+// who can write the store could: looking for the job's holder must never
+// panic, and an error carries a catalogued code other than INTERNAL.
+func FuzzHoldRecord(f *testing.F) {
+	s := stagetest.Store(f)
+	res := stagetest.Synth(f, s, 200, 2, 3)
+	ctx := context.Background()
+	_, pd, err := NewPlan(ctx, s, PlanOptions{Root: res.Root, Tool: "fuzz", Nonce: "fuzz"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	hold, err := json.Marshal(&HoldRecord{Schema: HoldSchema, Plan: pd, Generation: 1, Purpose: HoldRun,
+		Command: "shardproof verify", Process: procid.Self(), Started: "2026-01-01T00:00:00Z"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := s.Put(ctx, holdKey(pd, 1), bytes.NewReader(hold), objstore.PutOptions{}); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(hold)
+	f.Add(bytes.Replace(hold, []byte(`"pid":`), []byte(`"pid":-`), 1))
+	f.Add(bytes.Replace(hold, []byte(`"generation":1`), []byte(`"generation":2`), 1))
+	f.Add([]byte(`{"schema":"training.verify.hold.v1","released":true}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, err := Holder(ctx, &bodyOf{Store: s, key: holdKey(pd, 1), body: b}, pd)
+		checkCoded(t, "Holder", err, b)
+	})
+}
