@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -140,5 +141,78 @@ func TestVerifyCLIResumeConcurrent(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(r.dir, "jobs", pd.Hex())); !os.IsNotExist(err) {
 		t.Fatalf("the job's files are left: %v", err)
+	}
+}
+
+// exitStatusOf is the exit status Wait's error gives.
+func exitStatusOf(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// TestVerifyCLIKilledAndResumed: a verification killed with SIGKILL
+// during its map phase, after it, during its reduce phase, or once its
+// report is recorded (deleting its job's files), is finished by `verify
+// --resume`: the report equals an undisturbed run's, nothing of the job
+// is left, and `store prune-jobs` finds nothing. The killed run is itself
+// a `verify --resume` of a plan stored beforehand, so its plan is known;
+// it runs exactly what a verify runs once it has planned. With the
+// process executor, its orphaned tasks are waited for before the resume
+// (TestConcurrentDuplicateTasks runs copies of a task at once).
+func TestVerifyCLIKilledAndResumed(t *testing.T) {
+	r := newRelease(t)
+	want := r.localReport(t)
+	if err := coordinator.RemoveJob(t.Context(), r.store, want.Execution.Plan); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		executor, at string
+	}{
+		{"local", "map/0/commit.json"},
+		{"local", "map/4/commit.json"},
+		{"local", "reduce/0/commit.json"},
+		{"local", "report"},
+		{"process", "map/0/commit.json"},
+		{"process", "reduce/0/commit.json"},
+	} {
+		t.Run(c.executor+" "+c.at, func(t *testing.T) {
+			pd, cmd, _ := planResume(t, r, c.executor+" "+c.at, "--executor", c.executor)
+			exited := make(chan error, 1)
+			go func() { exited <- cmd.Wait() }()
+			at := filepath.Join(r.dir, "jobs", pd.Hex(), c.at, "@*")
+			if c.at == "report" {
+				at = filepath.Join(r.dir, "index", "plans", pd.Hex(), "report.v1", "@*")
+			}
+			if !waitFor(t, cmd, exited, at) {
+				t.Skip("the run finished before it could be killed")
+			}
+			syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+			if status := exitStatusOf(<-exited); status != -1 {
+				t.Skipf("the run exited (%d) before it was killed", status)
+			}
+			for deadline := time.Now().Add(time.Minute); syscall.Kill(-cmd.Process.Pid, 0) == nil; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the killed run's tasks did not end")
+				}
+			}
+			res := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", pd.String(), "--json", "--executor", c.executor)
+			js := cliReport(t, res)
+			sameReport(t, "resumed after kill -9 at "+c.at, want, js)
+			if js.Execution.Plan != pd {
+				t.Fatalf("resumed report of plan %s, want %s", js.Execution.Plan, pd)
+			}
+			if _, err := os.Stat(filepath.Join(r.dir, "jobs", pd.Hex())); !os.IsNotExist(err) {
+				t.Fatalf("the job's files are left after the resume: %v", err)
+			}
+			if jobs, err := coordinator.ListJobs(t.Context(), r.store); err != nil || len(jobs) != 0 {
+				t.Fatalf("jobs left for prune-jobs: %+v, %v", jobs, err)
+			}
+		})
 	}
 }
