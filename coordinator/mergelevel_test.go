@@ -1,13 +1,16 @@
 package coordinator
 
 import (
+	"bytes"
 	"io"
 	"strings"
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/reducer"
 	"github.com/shardproof/shardproof/shuffle"
 )
 
@@ -135,5 +138,65 @@ func TestDrainError(t *testing.T) {
 		if errcode.Of(err) != c.want || !strings.Contains(err.Error(), "jobs/x/map/0/r3.arrow") {
 			t.Errorf("%v: %s (%v), want %s naming the file", c.err, errcode.Of(err), err, c.want)
 		}
+	}
+}
+
+// An engine may run one reduce task twice at once (a Kubernetes index
+// whose pod is replaced while the first still runs). Each attempt's merge
+// level writes files of its own, so their commit records differ in
+// merged alone: the second to commit takes the first's record, as it
+// would without a merge level, instead of failing NONDETERMINISM.
+func TestMergeLevelReduceTwiceAtOnce(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 4, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ReduceFanIn: 2, Parallelism: 2})
+	for i := range 4 {
+		if _, err := j.Map(ctx, i, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := j.Reduce(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The second attempt looked for the commit record before the first
+	// wrote it.
+	late := &faults.ErrorOnce{Store: s, Method: faults.Get, Err: objstore.ErrNotExist,
+		Match: func(k string) bool { return k == j.reduceCommitKey(0) }}
+	j2, err := Open(ctx, late, j.PlanDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := j2.Reduce(ctx, 0)
+	if err != nil || !late.Fired() {
+		t.Fatalf("second attempt of a reduce task with a merge level: %v (fired %v); want the first's commit", err, late.Fired())
+	}
+	if len(second.Merged) != 2 || second.Merged[0] != first.Merged[0] || second.Result.Counts != first.Result.Counts {
+		t.Fatalf("second attempt returned merged %+v, counts %+v; the first committed %+v, %+v", second.Merged, second.Result.Counts, first.Merged, first.Result.Counts)
+	}
+	if left := mergeFiles(t, s, j); len(left) > 0 {
+		t.Fatalf("merged files left after both attempts: %+v", left)
+	}
+	// A record that differs in more than merged is still a rerun that
+	// gave another result.
+	altered := *first
+	altered.Result = &reducer.Result{}
+	*altered.Result = *first.Result
+	altered.Result.Counts.Extra++
+	b, err := manifest.Encode(&altered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, j.reduceCommitKey(0), bytes.NewReader(b), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	late = &faults.ErrorOnce{Store: s, Method: faults.Get, Err: objstore.ErrNotExist,
+		Match: func(k string) bool { return k == j.reduceCommitKey(0) }}
+	j3, err := Open(ctx, late, j.PlanDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j3.Reduce(ctx, 0); errcode.Of(err) != errcode.Nondeterminism {
+		t.Fatalf("attempt beside a commit record of another result: %v; want %s", err, errcode.Nondeterminism)
 	}
 }

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"time"
@@ -170,11 +171,39 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 		return nil, err
 	}
 	if _, err := putExact(ctx, j.Store, j.reduceCommitKey(r), b); err != nil {
-		return nil, err
+		if len(commit.Merged) == 0 || errcode.Of(err) != errcode.Nondeterminism {
+			return nil, err
+		}
+		return j.otherAttempt(ctx, r, commit, err)
 	}
 	j.log().Debug("reduce task committed", "task", r, "lo", rng.Lo, "hi", rng.Hi,
 		"releaseTuples", res.Counts.Records, "snapshotTuples", res.Counts.SnapshotRecords)
 	return commit, nil
+}
+
+// otherAttempt returns the commit record another attempt of reduce task
+// r stored before this one's, c, when the two differ in merged alone:
+// each attempt's merge level writes files of its own (an engine may run
+// a task twice at once), so two attempts commit one result under
+// different merged files. Otherwise it returns nondet, the conditional
+// create's failure, or the failure to read the record back.
+func (j *Job) otherAttempt(ctx context.Context, r int, c *ReduceCommit, nondet error) (*ReduceCommit, error) {
+	var other ReduceCommit
+	found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &other)
+	if err != nil {
+		return nil, err
+	}
+	if !found || j.checkReduceCommit(r, &other) != nil {
+		return nil, nondet
+	}
+	mine, theirs := *c, other
+	mine.Merged, theirs.Merged = nil, nil
+	a, aerr := manifest.Encode(&mine)
+	b, berr := manifest.Encode(&theirs)
+	if aerr != nil || berr != nil || !bytes.Equal(a, b) {
+		return nil, nondet
+	}
+	return &other, nil
 }
 
 // drainError is the failure of reading a shuffle file's last bytes after
