@@ -202,6 +202,8 @@ func TestRejectStruct(t *testing.T) {
 		{"negative stored bytes", func(r *Report) { r.Stats.StoredBytes = -1 }, errcode.BadCount},
 		{"negative ratio", func(r *Report) { r.Stats.DecompressionRatio = -0.5 }, errcode.BadCount},
 		{"negative seconds", func(r *Report) { r.Execution.Seconds = -1 }, errcode.BadCount},
+		{"negative merged files", func(r *Report) { r.Execution.MergedFiles = -1 }, errcode.BadCount},
+		{"negative merged bytes", func(r *Report) { r.Execution.MergedBytes = -1 }, errcode.BadCount},
 	}
 	for _, c := range report {
 		t.Run("report/"+c.name, func(t *testing.T) {

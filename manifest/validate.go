@@ -435,6 +435,7 @@ func (r *Report) Validate() error {
 		field string
 	}{
 		{float64(ex.MapTasks), "mapTasks"}, {float64(ex.Reducers), "reducers"}, {float64(ex.ShuffleBytes), "shuffleBytes"},
+		{float64(ex.MergedFiles), "mergedFiles"}, {float64(ex.MergedBytes), "mergedBytes"},
 		{ex.Seconds, "seconds"}, {ex.RecordsPerSecond, "recordsPerSecond"}, {ex.StoredMBPerSec, "storedMBPerSecond"},
 		{ex.Stages.Read, "stages.read"}, {ex.Stages.StorageDigest, "stages.storageDigest"}, {ex.Stages.Decode, "stages.decode"},
 		{ex.Stages.ContentDigest, "stages.contentDigest"}, {ex.Stages.Tuples, "stages.tuples"},
