@@ -454,7 +454,7 @@ func (w *Worker) pin(ctx context.Context, run *raftgate.Run) (*manifest.Release,
 	m := w.cfg.Metrics
 	for _, c := range []interface {
 		WithLabelValues(...string) prometheus.Counter
-	}{m.CacheCorruptions, m.CacheHits, m.RootMismatches, m.ReadBytes} {
+	}{m.CacheCorruptions, m.CacheHits, m.CacheKept, m.RootMismatches, m.ReadBytes} {
 		c.WithLabelValues(label)
 	}
 	m.BarrierWait.WithLabelValues(label)

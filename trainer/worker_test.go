@@ -198,6 +198,9 @@ func TestFourRanksAttestAndBarrierOpens(t *testing.T) {
 	for _, m := range []string{
 		`shardproof_worker_verified_shard_ratio{release="` + label + `"} 1`,
 		`shardproof_worker_read_bytes_total{release="` + label + `"}`,
+		// Series of the release are there from the start, at zero.
+		`shardproof_worker_cache_corruptions_total{release="` + label + `"} 0`,
+		`shardproof_worker_cache_kept_total{release="` + label + `"} 0`,
 		`shardproof_worker_barrier_wait_seconds{release="` + label + `"}`,
 		`shardproof_worker_ready{release="` + label + `"} 1`,
 	} {
