@@ -68,7 +68,8 @@ func TestReportIndependentOfPlanShape(t *testing.T) {
 		{4, 8, shuffle.None, true, 0},
 		{16, 64, shuffle.None, true, 0},
 		// A merge level: reducers merge their map tasks' files a group
-		// at a time first (groups of 3, 3 and 2; of 2).
+		// at a time first (groups of 3, 3 and 2; of 2, in two levels,
+		// 8 files to 4 to 2).
 		{8, 8, shuffle.None, false, 3},
 		{8, 4, shuffle.Zstd, false, 2},
 		{16, 8, shuffle.None, true, 5},
@@ -77,9 +78,9 @@ func TestReportIndependentOfPlanShape(t *testing.T) {
 		// members, the planner would map the members.
 		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: c.maps, Reducers: c.reducers, ShuffleCompression: c.comp, MapMembers: c.mapMembers, Parallelism: 2, ReduceFanIn: c.fanIn})
 		shuffled[i] = r.Execution.ShuffleBytes
-		if groups := (c.maps + max(c.fanIn, 1) - 1) / max(c.fanIn, 1); c.fanIn > 0 {
-			if r.Execution.MergedFiles != groups*r.Execution.Reducers || r.Execution.MergedBytes <= 0 {
-				t.Fatalf("case %+v: merge level wrote %d files (%d bytes), want %d per reducer", c, r.Execution.MergedFiles, r.Execution.MergedBytes, groups)
+		if c.fanIn > 0 {
+			if want := mergedFilesFor(c.maps, c.fanIn); r.Execution.MergedFiles != want*r.Execution.Reducers || r.Execution.MergedBytes <= 0 {
+				t.Fatalf("case %+v: merge level wrote %d files (%d bytes), want %d per reducer", c, r.Execution.MergedFiles, r.Execution.MergedBytes, want)
 			}
 			if page, err := s.List(context.Background(), JobsPrefix+r.Execution.Plan.Hex()+"/merge/", "", 10); err != nil || len(page.Objects) > 0 {
 				t.Fatalf("case %+v: merge level files left behind: %+v, %v", c, page.Objects, err)

@@ -23,17 +23,20 @@ import (
 
 // mergeLevel merges reduce task r's shuffle files, inputs, a group of at
 // most fan at a time, into one file per group of the task's own, and
-// returns those, checked as map outputs are (the plan's compression and
-// checksum). A group's file is stored only once every input of the group
-// has been read to its end and matched its committed checksum, so nothing
+// those again while they are more than fan (a level per pass: above fan²
+// map tasks there are two), and returns the last level's files, checked
+// as map outputs are (the plan's compression and checksum), and every
+// file it wrote. A group's file is stored only once every input of the
+// group has been read to its end and matched its checksum, so nothing
 // unchecked reaches the final merge. The files live under
-// jobs/<plan>/merge/<task>/<attempt>/, a prefix of this attempt alone
-// (an engine may run a task twice at once); cleanup removes it.
-func (j *Job) mergeLevel(ctx context.Context, r int, inputs []Output, fan int) (merged []Output, cleanup func(), err error) {
+// jobs/<plan>/merge/<task>/<attempt>/<level>/, a prefix of this attempt
+// alone (an engine may run a task twice at once); a level's files go
+// once the next level is written, and cleanup removes the rest.
+func (j *Job) mergeLevel(ctx context.Context, r int, inputs []Output, fan int) (final, written []Output, cleanup func(), err error) {
 	var nonce [8]byte
 	rand.Read(nonce[:])
 	prefix := fmt.Sprintf("%smerge/%d/%s/", j.prefix(), r, hex.EncodeToString(nonce[:]))
-	cleanup = func() {
+	remove := func(prefix string) {
 		d, ok := j.Store.(objstore.Deleter)
 		if !ok {
 			return
@@ -45,19 +48,29 @@ func (j *Job) mergeLevel(ctx context.Context, r int, inputs []Output, fan int) (
 			slog.Warn("reduce merge level: files not removed", "prefix", prefix, "code", errcode.Of(err))
 		}
 	}
-	groups := (len(inputs) + fan - 1) / fan
-	batchRows := ShuffleBatchRowsFor(groups)
+	cleanup = func() { remove(prefix) }
 	start := time.Now()
-	for g := range groups {
-		group := inputs[g*fan : min((g+1)*fan, len(inputs))]
-		out, err := j.mergeGroup(ctx, r, group, fmt.Sprintf("%s%d.arrow", prefix, g), batchRows)
-		if err != nil {
-			return merged, cleanup, err
+	level := inputs
+	for l := 0; len(level) > fan; l++ {
+		groups := (len(level) + fan - 1) / fan
+		batchRows := ShuffleBatchRowsFor(groups)
+		next := make([]Output, 0, groups)
+		for g := range groups {
+			group := level[g*fan : min((g+1)*fan, len(level))]
+			out, err := j.mergeGroup(ctx, r, group, fmt.Sprintf("%s%d/%d.arrow", prefix, l, g), batchRows)
+			if err != nil {
+				return nil, written, cleanup, err
+			}
+			next = append(next, out)
 		}
-		merged = append(merged, out)
+		if l > 0 {
+			remove(fmt.Sprintf("%s%d/", prefix, l-1))
+		}
+		written = append(written, next...)
+		level = next
 	}
-	j.log().Debug("reduce merge level", "task", r, "inputs", len(inputs), "files", len(merged), "seconds", time.Since(start).Seconds())
-	return merged, cleanup, nil
+	j.log().Debug("reduce merge level", "task", r, "inputs", len(inputs), "files", len(written), "seconds", time.Since(start).Seconds())
+	return level, written, cleanup, nil
 }
 
 // mergeGroup merges one group of shuffle files into key, streaming: the

@@ -97,12 +97,12 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 	// at a time into files of this task's own first (a merge level).
 	files := commit.Inputs
 	if fan := j.Plan.ReduceFanIn; fan > 0 && len(files) > fan {
-		merged, cleanup, err := j.mergeLevel(ctx, r, files, fan)
+		final, merged, cleanup, err := j.mergeLevel(ctx, r, files, fan)
 		defer cleanup()
 		if err != nil {
 			return nil, err
 		}
-		files, commit.Merged = merged, merged
+		files, commit.Merged = final, merged
 	}
 	for _, out := range files {
 		rc, err := j.Store.Get(ctx, out.Key, out.Version)
@@ -250,13 +250,14 @@ func (j *Job) fanIn() int {
 // once: a reducer merges one shuffle file per map task (each an open file,
 // or a connection on S3), all of them from its first bucket to its last,
 // or, above the plan's fan-in, a group of them and the file it merges
-// them into, then the merged files.
+// them into, then at most fan-in merged files (levels of merging, however
+// many map tasks).
 func (j *Job) reduceFiles() int {
 	m, fan := len(j.Plan.MapTasks), j.Plan.ReduceFanIn
 	if fan <= 0 || m <= fan {
 		return m + reduceFileSlack
 	}
-	return max(fan+1, (m+fan-1)/fan) + reduceFileSlack
+	return fan + 1 + reduceFileSlack
 }
 
 // reducersAtOnce returns how many of the plan's reduce tasks this process

@@ -344,7 +344,7 @@ func TestVerifyFileLimit(t *testing.T) {
 // reduce task merges at once. Under an open-file limit that five map
 // tasks' files (and the slack) exceed, verify refuses with FILE_LIMIT;
 // with a fan-in of 2 the reduce tasks merge the files in groups first
-// (three per reduce task, counted in the report), fit, and give the
+// (five per reduce task in two levels, counted in the report), fit, and give the
 // report of a verification without a merge level. A fan-in below 2 is
 // USAGE.
 func TestVerifyReduceFanIn(t *testing.T) {
@@ -352,15 +352,15 @@ func TestVerifyReduceFanIn(t *testing.T) {
 	args := []string{"verify", "--store", r.dir, "--root", r.res.Root.String(), "--map-tasks", "5", "--reducers", "2", "--parallelism", "2", "--json"}
 	// 76 leaves 12 files to a reduce task beside the process's 64: not
 	// the 13 it holds with five map tasks' files, enough for the 11 of
-	// groups of two (a group and its merged file, or the three merged
-	// files, and the slack).
+	// groups of two (a group and its merged file, and the slack).
 	if res := runCLIWithFileLimit(t, 76, args...); res.status != errcode.ExitError || !strings.Contains(res.stderr, "FILE_LIMIT") {
 		t.Fatalf("verify under ulimit -n 76 without a merge level: exit %d, stderr %q; want FILE_LIMIT", res.status, res.stderr)
 	}
 	res := runCLIWithFileLimit(t, 76, append(args, "--reduce-fan-in", "2")...)
 	got := cliReport(t, res)
-	if got.Execution.MergedFiles != 6 || got.Execution.MergedBytes <= 0 {
-		t.Fatalf("merge level wrote %d files (%d bytes), want 3 per reduce task", got.Execution.MergedFiles, got.Execution.MergedBytes)
+	// Five files to three to two, in two levels: five per reduce task.
+	if got.Execution.MergedFiles != 10 || got.Execution.MergedBytes <= 0 {
+		t.Fatalf("merge level wrote %d files (%d bytes), want 5 per reduce task", got.Execution.MergedFiles, got.Execution.MergedBytes)
 	}
 	sameReport(t, "reduce fan-in 2", r.localReport(t), got)
 	for _, bad := range []string{"1", "-3"} {
