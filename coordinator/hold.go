@@ -36,7 +36,9 @@ const (
 // HoldRenewInterval is how often a holder writes a new version of its
 // hold record, and HoldStaleAfter how long a holder whose process cannot
 // be looked up (another machine, no /proc) is taken to live after its
-// last renewal.
+// last renewal. A holder that has not renewed its record for
+// HoldStaleAfter less one HoldRenewInterval gives the job up (see
+// holdExpiry).
 var (
 	HoldRenewInterval = time.Minute
 	HoldStaleAfter    = 5 * time.Minute
@@ -128,7 +130,10 @@ type Hold struct {
 	done   chan struct{}
 	once   sync.Once
 	mu     sync.Mutex
-	lost   *JobInUseError
+	// lost is why this process no longer holds the job: a
+	// *JobInUseError when another took it over, STORE_UNAVAILABLE when
+	// it could not renew its record in time.
+	lost error
 }
 
 func holdPrefix(pd manifest.Digest) string { return jobPrefix(pd) + "hold/" }
@@ -251,6 +256,7 @@ func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 		if err != nil {
 			return nil, err
 		}
+		written := time.Now()
 		_, err = s.Put(ctx, holdKey(pd, gen+1), bytes.NewReader(b), objstore.PutOptions{IfNoneMatch: true, Size: int64(len(b))})
 		if objstore.IsPrecondition(err) && attempt < 8 {
 			continue // another process took this generation: look again
@@ -264,7 +270,7 @@ func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 		}
 		h.ctx, h.cancel = context.WithCancelCause(ctx)
 		h.stop, h.done = make(chan struct{}), make(chan struct{})
-		go h.renew()
+		go h.renew(written)
 		return h, nil
 	}
 }
@@ -277,59 +283,123 @@ func (h *Hold) body() ([]byte, error) {
 	return b, nil
 }
 
-// Context is the context Acquire was given, canceled when another process
-// takes the job over (see Lost).
+// Context is the context Acquire was given, canceled when the hold is lost:
+// another process took the job over, or this one could not renew its
+// record in time (see Lost).
 func (h *Hold) Context() context.Context { return h.ctx }
 
-// Lost returns the JOB_IN_USE error of a hold another process took over,
-// or nil.
+// Lost returns why the hold is lost, or nil: JOB_IN_USE when another
+// process took the job over, STORE_UNAVAILABLE when this one could not
+// renew its record before another machine could take it for gone.
 func (h *Hold) Lost() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.lost == nil {
-		return nil
-	}
 	return h.lost
+}
+
+// holdExpiry is how long after it began its last write of its record that
+// went through a holder gives the job up: a process on another machine
+// takes it for gone HoldStaleAfter after that write, and the holder must
+// have stopped by then, whatever a renewal that hangs does. The margin,
+// one renewal interval, covers clocks (the store's and the other
+// machine's) that disagree by less.
+func holdExpiry() time.Duration {
+	if d := HoldStaleAfter - HoldRenewInterval; d > 0 {
+		return d
+	}
+	return HoldStaleAfter / 2
+}
+
+// lose records err as why the hold is lost and ends its context.
+func (h *Hold) lose(err error) {
+	h.mu.Lock()
+	h.lost = err
+	h.mu.Unlock()
+	h.cancel(err)
 }
 
 // renew writes a new version of the hold record every HoldRenewInterval
 // (its time is what a process on another machine judges it by), and
-// gives the job up when a later generation appeared: this process had
-// stopped renewing long enough to be taken for dead.
-func (h *Hold) renew() {
+// gives the job up when a later generation appeared (this process had
+// stopped renewing long enough to be taken for dead), or when no renewal has
+// gone through for holdExpiry since written (the start of the last one
+// that did): a process on another machine may then take the job over,
+// and this one must not go on running it or deleting its files beside
+// that one.
+func (h *Hold) renew(written time.Time) {
 	defer close(h.done)
 	t := time.NewTicker(HoldRenewInterval)
 	defer t.Stop()
+	expire := time.NewTimer(time.Until(written.Add(holdExpiry())))
+	defer expire.Stop()
 	key := holdKey(h.plan, h.rec.Generation)
+	var failed error
 	for {
 		select {
 		case <-h.stop:
 			return
 		case <-h.ctx.Done():
 			return
+		case <-expire.C:
+			h.expired(failed)
+			return
 		case <-t.C:
 		}
-		rec, gen, info, err := currentHolder(h.ctx, h.store, h.plan)
+		deadline := written.Add(holdExpiry())
+		if !time.Now().Before(deadline) {
+			h.expired(failed)
+			return
+		}
+		// Bounded by the deadline: a renewal that hangs (a silent
+		// server) must not keep this process working past it.
+		ctx, cancel := context.WithDeadline(h.ctx, deadline)
+		start := time.Now()
+		rec, gen, info, err := currentHolder(ctx, h.store, h.plan)
 		if err == nil && gen > h.rec.Generation {
+			cancel()
 			e := &JobInUseError{Plan: h.plan, Renewed: info.Modified, TakenOver: true}
 			if rec != nil {
 				e.Holder = *rec
 			}
-			h.mu.Lock()
-			h.lost = e
-			h.mu.Unlock()
 			slog.Error("job hold lost: another process took the job over", "plan", h.plan.String(), "code", string(errcode.JobInUse), "err", e)
-			h.cancel(e)
+			h.lose(e)
 			return
 		}
-		b, err := h.body()
-		if err == nil {
-			_, err = h.store.Put(h.ctx, key, bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b))})
-		}
-		if err != nil && h.ctx.Err() == nil {
+		err = h.write(ctx)
+		cancel()
+		switch {
+		case err == nil:
+			written = start
+			expire.Reset(time.Until(written.Add(holdExpiry())))
+		case h.ctx.Err() == nil:
+			failed = err
 			slog.Warn("job hold not renewed; a process on another machine may take this job for abandoned", "key", key, "code", string(errcode.Of(err)), "err", err)
 		}
 	}
+}
+
+// write stores a new version of the hold record.
+func (h *Hold) write(ctx context.Context) error {
+	b, err := h.body()
+	if err != nil {
+		return err
+	}
+	_, err = h.store.Put(ctx, holdKey(h.plan, h.rec.Generation), bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b))})
+	return err
+}
+
+// expired gives the job up: no renewal went through for holdExpiry (the
+// last failure is err, nil when none was seen: this process was not
+// running).
+func (h *Hold) expired(err error) {
+	msg := fmt.Sprintf("plan %s: this process could not renew its hold on the job for %s, and a process on another machine may take the job over %s after its last renewal: it stops (verify --resume of the plan goes on from where it stopped)",
+		h.plan, holdExpiry(), HoldStaleAfter)
+	e := errcode.New(errcode.StoreUnavailable, "%s", msg)
+	if err != nil {
+		e = errcode.Wrap(errcode.StoreUnavailable, err, "%s", msg)
+	}
+	slog.Error("job hold given up", "plan", h.plan.String(), "code", string(errcode.StoreUnavailable), "err", e)
+	h.lose(e)
 }
 
 // end stops the renewals; it reports whether the hold is still this

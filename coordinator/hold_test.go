@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,4 +307,86 @@ func FuzzHoldRecord(f *testing.F) {
 		_, err := Holder(ctx, &bodyOf{Store: s, key: holdKey(pd, 1), body: b}, pd)
 		checkCoded(t, "Holder", err, b)
 	})
+}
+
+// holdOutage is a store whose Puts of hold records stop reaching it once
+// down is set (the store unreachable for the holder alone): each fails at
+// once, or with hang, waits for its context as a silent server would.
+// Every other call passes through.
+type holdOutage struct {
+	objstore.Store
+	hang bool
+	down atomic.Bool
+
+	mu     sync.Mutex
+	lastOK time.Time // when the last hold Put that was stored began
+}
+
+func (o *holdOutage) Put(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+	if !strings.Contains(key, "/hold/") {
+		return o.Store.Put(ctx, key, body, opts)
+	}
+	if o.down.Load() {
+		if o.hang {
+			<-ctx.Done()
+			return "", errcode.Wrap(errcode.Canceled, ctx.Err(), "put %s", key)
+		}
+		return "", errcode.New(errcode.StoreUnavailable, "put %s: the store is unreachable", key)
+	}
+	start := time.Now()
+	v, err := o.Store.Put(ctx, key, body, opts)
+	if err == nil {
+		o.mu.Lock()
+		o.lastOK = start
+		o.mu.Unlock()
+	}
+	return v, err
+}
+
+func (o *holdOutage) last() time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.lastOK
+}
+
+// A holder whose renewals stop reaching the store (they fail, or hang on
+// a silent server) gives the job up before a process on another machine
+// may take it for gone (HoldStaleAfter after its last renewal): its
+// context ends with STORE_UNAVAILABLE, so it stops running the job or
+// deleting its files rather than go on beside the process that takes it
+// over. Release returns even while a renewal hangs.
+func TestHoldGivenUpWhenNotRenewed(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	defer func(r, st time.Duration) { HoldRenewInterval, HoldStaleAfter = r, st }(HoldRenewInterval, HoldStaleAfter)
+	HoldRenewInterval, HoldStaleAfter = 250*time.Millisecond, 1500*time.Millisecond
+	for _, hang := range []bool{false, true} {
+		o := &holdOutage{Store: s, hang: hang}
+		pd := planOnly(t, s, res.Root, fmt.Sprintf("outage-%v", hang))
+		h, err := Acquire(ctx, o, pd, HoldRun)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * HoldRenewInterval)
+		o.down.Store(true)
+		select {
+		case <-h.Context().Done():
+		case <-time.After(10 * HoldStaleAfter):
+			t.Fatalf("hang=%v: a holder whose renewals do not reach the store kept the job %s after its last renewal (others take it over after %s)",
+				hang, time.Since(o.last()).Round(time.Millisecond), HoldStaleAfter)
+		}
+		if since := time.Since(o.last()); since >= HoldStaleAfter {
+			t.Errorf("hang=%v: the holder gave the job up %s after its last renewal, not before %s", hang, since, HoldStaleAfter)
+		}
+		if err := h.Lost(); errcode.Of(err) != errcode.StoreUnavailable || context.Cause(h.Context()) != err {
+			t.Fatalf("hang=%v: Lost() = %v (cause %v), want STORE_UNAVAILABLE", hang, err, context.Cause(h.Context()))
+		}
+		released := make(chan struct{})
+		go func() { h.Release(); close(released) }()
+		select {
+		case <-released:
+		case <-time.After(time.Minute):
+			t.Fatalf("hang=%v: Release of a given-up hold did not return", hang)
+		}
+	}
 }
