@@ -320,8 +320,9 @@ func (h *Hold) lose(err error) {
 
 // renew writes a new version of the hold record every HoldRenewInterval
 // (its time is what a process on another machine judges it by), and
-// gives the job up when a later generation appeared (this process had
-// stopped renewing long enough to be taken for dead), or when no renewal has
+// gives the job up when a later generation appeared, or its record is
+// gone (this process had stopped renewing long enough to be taken for
+// dead, and the job was taken over or deleted), or when no renewal has
 // gone through for holdExpiry since written (the start of the last one
 // that did): a process on another machine may then take the job over,
 // and this one must not go on running it or deleting its files beside
@@ -355,7 +356,7 @@ func (h *Hold) renew(written time.Time) {
 		ctx, cancel := context.WithDeadline(h.ctx, deadline)
 		start := time.Now()
 		rec, gen, info, err := currentHolder(ctx, h.store, h.plan)
-		if err == nil && gen > h.rec.Generation {
+		if err == nil && gen != h.rec.Generation {
 			cancel()
 			e := &JobInUseError{Plan: h.plan, Renewed: info.Modified, TakenOver: true}
 			if rec != nil {

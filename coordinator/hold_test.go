@@ -390,3 +390,35 @@ func TestHoldGivenUpWhenNotRenewed(t *testing.T) {
 		}
 	}
 }
+
+// A holder whose record was deleted under it (the job removed by a
+// process that took it for gone) learns it at its next renewal: its
+// context ends with JOB_IN_USE, and it does not write its record back
+// into the deleted job.
+func TestHoldRecordDeleted(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	pd := planOnly(t, s, res.Root, "deleted")
+	defer func(d time.Duration) { HoldRenewInterval = d }(HoldRenewInterval)
+	HoldRenewInterval = 10 * time.Millisecond
+	h, err := Acquire(ctx, s, pd, HoldRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if err := s.(objstore.Deleter).DeletePrefix(ctx, jobPrefix(pd)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Context().Done():
+	case <-time.After(time.Minute):
+		t.Fatal("the holder of a deleted job went on")
+	}
+	if err := h.Lost(); errcode.Of(err) != errcode.JobInUse {
+		t.Fatalf("Lost() = %v, want JOB_IN_USE", err)
+	}
+	h.Release()
+	if n := jobKeys(t, s, pd, ""); n != 0 {
+		t.Fatalf("the holder wrote %d keys into the deleted job", n)
+	}
+}
