@@ -129,7 +129,10 @@ type Hold struct {
 	stop   chan struct{}
 	done   chan struct{}
 	once   sync.Once
-	mu     sync.Mutex
+	// wmu orders the writes of the record (renewals, setPurpose), so
+	// that its latest version says what this process does.
+	wmu sync.Mutex
+	mu  sync.Mutex
 	// lost is why this process no longer holds the job: a
 	// *JobInUseError when another took it over, STORE_UNAVAILABLE when
 	// it could not renew its record in time.
@@ -275,6 +278,7 @@ func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 	}
 }
 
+// body encodes the hold record; once the renewals run, only with wmu held.
 func (h *Hold) body() ([]byte, error) {
 	b, err := json.Marshal(&h.rec)
 	if err != nil {
@@ -381,12 +385,25 @@ func (h *Hold) renew(written time.Time) {
 
 // write stores a new version of the hold record.
 func (h *Hold) write(ctx context.Context) error {
+	h.wmu.Lock()
+	defer h.wmu.Unlock()
 	b, err := h.body()
 	if err != nil {
 		return err
 	}
 	_, err = h.store.Put(ctx, holdKey(h.plan, h.rec.Generation), bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b))})
 	return err
+}
+
+// setPurpose makes the hold record say purpose p from now on, and writes
+// it, so that whoever takes the job after this process learns what it was
+// doing: a run that deletes what a removal left says HoldRemove while it
+// does (see Job.hold).
+func (h *Hold) setPurpose(ctx context.Context, p string) error {
+	h.wmu.Lock()
+	h.rec.Purpose = p
+	h.wmu.Unlock()
+	return h.write(ctx)
 }
 
 // expired gives the job up: no renewal went through for holdExpiry (the

@@ -422,3 +422,48 @@ func TestHoldRecordDeleted(t *testing.T) {
 		t.Fatalf("the holder wrote %d keys into the deleted job", n)
 	}
 }
+
+// A run that takes a job whose removal did not finish, and fails (or is
+// killed) while it deletes what is left, leaves its record saying so: the
+// run after it deletes the rest too, rather than reuse a map commit whose
+// shuffle file is gone (NOT_FOUND on every resume).
+func TestRunAfterFailedCleanupOfUnfinishedRemoval(t *testing.T) {
+	s, res := faulty(t)
+	ctx := t.Context()
+	pd := planOnly(t, s, res.Root, "cleanup-failed")
+	j, err := Open(ctx, s, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range j.Plan.MapTasks {
+		if _, err := j.Map(ctx, i, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kill := errors.New("killed")
+	mapFiles := func(p string) bool { return strings.HasSuffix(p, "/map/") }
+	if err := RemoveJob(ctx, &faults.ErrorOnce{Store: s, Method: faults.DeletePrefix, Err: kill, Match: mapFiles}, pd); !errors.Is(err, kill) {
+		t.Fatalf("RemoveJob: %v, want the injected failure", err)
+	}
+	// The removal had reached map task 0: its commit record stays, one
+	// of its shuffle files is gone.
+	if err := s.(objstore.Deleter).DeletePrefix(ctx, j.mapOutputKey(0, 0)+"/"); err != nil {
+		t.Fatal(err)
+	}
+	// The next run fails while it deletes the rest.
+	lost := errcode.New(errcode.StoreUnavailable, "connection lost")
+	if _, err := Run(ctx, &faults.ErrorOnce{Store: s, Method: faults.DeletePrefix, Err: lost, Match: mapFiles}, pd, 2, nil); !errors.Is(err, lost) {
+		t.Fatalf("run whose cleanup fails: %v, want the injected failure", err)
+	}
+	if _, err := s.Head(ctx, j.mapCommitKey(0), ""); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Run(ctx, s, pd, 2, nil)
+	if err != nil {
+		t.Fatalf("run after a failed cleanup of an unfinished removal: %v", err)
+	}
+	fresh := verify(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2})
+	if out.Reused || !bytes.Equal(withoutExecution(t, out.Report), withoutExecution(t, fresh)) {
+		t.Fatal("the report differs from an undisturbed run's")
+	}
+}

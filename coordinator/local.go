@@ -159,7 +159,17 @@ func (j *Job) hold(ctx context.Context) (*Hold, *Outcome, error) {
 		}
 		j.log().Info("the job's last holder was deleting its files and did not finish; the rest are deleted and the job runs from the start",
 			"previousPid", h.Previous.Process.PID, "previousHost", h.Previous.Process.Host)
-		if err := removeTaskFiles(h.Context(), d, j.PlanDigest); err != nil {
+		// The record says so while the files go: if this process
+		// fails or is killed before they are all gone, the next holder
+		// must delete the rest too, not run on what is left.
+		err := h.setPurpose(h.Context(), HoldRemove)
+		if err == nil {
+			err = removeTaskFiles(h.Context(), d, j.PlanDigest)
+		}
+		if err == nil {
+			err = h.setPurpose(h.Context(), HoldRun)
+		}
+		if err != nil {
 			h.Release()
 			return nil, nil, err
 		}
