@@ -38,14 +38,22 @@ func Self() ID {
 
 // Alive reports whether the process id names still runs. known is false
 // when this process cannot tell: id is of another machine or PID
-// namespace, or the platform has no /proc.
+// namespace, the platform has no /proc, or /proc hides the process from
+// this user.
 func (id ID) Alive() (alive, known bool) {
 	if id.Machine == "" || id.PID <= 0 || id.Machine != machine() {
 		return false, false
 	}
 	start, state, ok := stat(id.PID)
 	if !ok {
-		return false, true // no such process
+		// No such process, or one /proc will not show this user
+		// (hidepid=1 or 2, common on shared login nodes): only the
+		// kernel can tell them apart. A hidden one may be the holder
+		// as much as a reuse of its PID: unknown.
+		if exists(id.PID) {
+			return false, false
+		}
+		return false, true
 	}
 	// A zombie has exited: only its parent has not collected it yet.
 	if state == 'Z' || state == 'X' {

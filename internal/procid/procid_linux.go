@@ -1,10 +1,13 @@
 package procid
 
 import (
+	"errors"
+	"math"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 var machineOnce = sync.OnceValue(func() string {
@@ -45,4 +48,16 @@ func stat(pid int) (start uint64, state byte, ok bool) {
 		return 0, 0, false
 	}
 	return start, f[0][0], true
+}
+
+// exists reports whether a process pid runs in this PID namespace, seen
+// or not in /proc: kill with signal 0 checks without sending one, and
+// answers EPERM for another user's process. A pid no pid_t holds (from a
+// damaged record) would be cut to one that means a process group.
+func exists(pid int) bool {
+	if pid <= 0 || pid > math.MaxInt32 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }

@@ -7,3 +7,5 @@ package procid
 func machine() string { return "" }
 
 func stat(int) (uint64, byte, bool) { return 0, 0, false }
+
+func exists(int) bool { return false }
