@@ -303,9 +303,32 @@ func FuzzHoldRecord(f *testing.F) {
 	f.Add(bytes.Replace(hold, []byte(`"pid":`), []byte(`"pid":-`), 1))
 	f.Add(bytes.Replace(hold, []byte(`"generation":1`), []byte(`"generation":2`), 1))
 	f.Add([]byte(`{"schema":"training.verify.hold.v1","released":true}`))
+	// Hostile or damaged process names on this machine: a PID that is
+	// any process (start unknown), one no pid_t holds (cut to 32 bits
+	// it is -1, every process), past pid_max, a start that overflows,
+	// no process at all.
+	self := procid.Self()
+	for _, p := range []string{
+		fmt.Sprintf(`{"host":"x","pid":1,"machine":%q}`, self.Machine),
+		fmt.Sprintf(`{"host":"x","pid":4294967295,"machine":%q,"start":1}`, self.Machine),
+		fmt.Sprintf(`{"host":"x","pid":9223372036854775807,"machine":%q,"start":1}`, self.Machine),
+		fmt.Sprintf(`{"host":"x","pid":4194305,"machine":%q,"start":1}`, self.Machine),
+		fmt.Sprintf(`{"host":"x","pid":%d,"machine":%q,"start":18446744073709551616}`, self.PID, self.Machine),
+		`null`,
+		`{"host":"\u0000\n","pid":7,"machine":"","start":0}`,
+	} {
+		i := bytes.Index(hold, []byte(`"process":`))
+		j := bytes.Index(hold, []byte(`,"started"`))
+		f.Add(append(append(append([]byte{}, hold[:i]...), `"process":`+p...), hold[j:]...))
+	}
+	f.Add(bytes.Replace(hold, []byte(`"purpose":"run"`), []byte(`"purpose":"remove"`), 1))
+	f.Add(bytes.Replace(hold, []byte(`"started":"2026-01-01T00:00:00Z"`), []byte(`"started":"`+strings.Repeat("\\u202e", 1000)+`"`), 1))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		_, err := Holder(ctx, &bodyOf{Store: s, key: holdKey(pd, 1), body: b}, pd)
+		inUse, err := Holder(ctx, &bodyOf{Store: s, key: holdKey(pd, 1), body: b}, pd)
 		checkCoded(t, "Holder", err, b)
+		if inUse != nil && (inUse.Error() == "" || errcode.Of(inUse) != errcode.JobInUse) {
+			t.Fatalf("holder %+v: %v", inUse.Holder, inUse)
+		}
 	})
 }
 
