@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -46,7 +49,9 @@ type Client struct {
 	// tried at least once, however long the attempts took.
 	RetryFor time.Duration
 	// Token, if set, is sent as "Authorization: Bearer TOKEN" with every
-	// request (see Config.Token).
+	// request (see Config.Token). Sent in clear text (http://) to an
+	// address that is not loopback, it is logged as a warning once per
+	// gate URL.
 	Token string
 	// AttemptTimeout bounds how long one attempt at one endpoint waits
 	// for the answer (beyond the wait a long-poll asks for), then for
@@ -57,9 +62,18 @@ type Client struct {
 	// leader: a read that times out goes to the next endpoint, a write
 	// whose request was sent is INDETERMINATE (retrying it is safe).
 	AttemptTimeout time.Duration
-	next           atomic.Uint32
+	// Logger receives the client's warnings (a token sent in clear
+	// text); nil means slog.Default().
+	Logger *slog.Logger
+	next   atomic.Uint32
 	// err refuses every request: an endpoint NewClient could not use.
 	err error
+	// cleartextWarned holds the gate URLs warnCleartext warned about.
+	cleartextWarned sync.Map
+	// memberTraffic marks a member's client of another member (a join,
+	// a join probe), which does not warn of a token sent in clear text:
+	// its node warned once at start (see Node.Start).
+	memberTraffic bool
 }
 
 // mistypedScheme matches a gate URL whose scheme lost a colon or a slash.
@@ -234,6 +248,8 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	timedOut := func() bool { return context.Cause(actx) == errAttemptTimeout && ctx.Err() == nil }
 	var wrote atomic.Bool
 	tctx := httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+		// Before the request, and so the token, is written.
+		GotConn:      func(ci httptrace.GotConnInfo) { c.warnCleartext(u, ci.Conn) },
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})
 	var rd io.Reader
@@ -321,6 +337,35 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 		return true, rerr
 	}
 	return false, rerr
+}
+
+// warnCleartext logs a warning, once per gate URL, when the client sends
+// its token over conn in clear text to a host that is not loopback: a
+// plain http:// URL, an address other hosts reach. Whoever sees the
+// traffic can then read the token and use the gate with it. It is a
+// warning, not a refusal: a gate on a network its operators trust may
+// run without TLS, as it did before.
+func (c *Client) warnCleartext(u string, conn net.Conn) {
+	if c.Token == "" || c.memberTraffic {
+		return
+	}
+	pu, err := url.Parse(u)
+	if err != nil || pu.Scheme != "http" {
+		return
+	}
+	if a, ok := conn.RemoteAddr().(*net.TCPAddr); ok && a.IP.IsLoopback() {
+		return
+	}
+	origin := pu.Scheme + "://" + pu.Host
+	if _, warned := c.cleartextWarned.LoadOrStore(origin, true); warned {
+		return
+	}
+	log := c.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("the gate token is sent in clear text to "+origin+": plain http to a host that is not loopback, so whoever sees the traffic can read the token and use the gate; serve the gate with TLS (gate serve --tls-cert, --tls-key, --tls-ca) and give an https:// URL",
+		"url", origin, "addr", conn.RemoteAddr().String())
 }
 
 // errAttemptTimeout is the cause of an attempt cut at Client.AttemptTimeout.

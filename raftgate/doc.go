@@ -178,7 +178,10 @@
 // term, a Barrier, so they observe every write acknowledged before them.
 // With Config.Token every request but /healthz and /readyz must carry it
 // (401 UNAUTHENTICATED otherwise) and every Raft connection starts with a
-// mutual HMAC challenge-response keyed by it (auth.go).
+// mutual HMAC challenge-response keyed by it (auth.go). The token itself
+// travels in every HTTP request: without TLS, a node whose API other hosts
+// reach warns at start, and a Client warns once per URL when it sends it
+// over plain http to an address that is not loopback.
 //
 // Outcomes: raft.ErrNotLeader / ErrEnqueueTimeout / a leadership transfer
 // mean the entry was never appended: NOT_LEADER, retried by the Client.

@@ -433,6 +433,8 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		n.log.Info("bootstrapped single-node gate", "raftAddr", n.trans.LocalAddr())
 	}
 
+	n.warnCleartextToken()
+
 	// A client that sends a body slowly holds its memory (up to
 	// MaxCommandSize) until ReadTimeout; responses have no timeout, since
 	// /v1/runs/{id}/wait long-polls.
@@ -464,6 +466,44 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	n.log.Info("gate node started", "httpAddr", n.HTTPAddr(), "raftAddr", n.RaftAddr(), "existingState", existing)
 	return nil
+}
+
+// warnCleartextToken warns, at start, of a token that travels in clear
+// text: without TLS, every client and every member forwarding to this
+// node sends it with each request, so an API that other hosts reach
+// (bound to an address that is not loopback, or advertised at one) shows
+// it to whoever sees the traffic. Raft connections never carry it (their
+// handshake sends MACs, not the token). A gate on a network its
+// operators trust may run so; the warning says what that trusts.
+func (n *Node) warnCleartextToken() {
+	if len(n.cfg.Token) == 0 || n.cfg.TLS != nil {
+		return
+	}
+	exposed := ""
+	if a, ok := n.ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+		exposed = n.ln.Addr().String()
+	} else if adv := n.cfg.HTTPAdvertise; adv != "" && !loopbackHost(adv) {
+		exposed = adv
+	}
+	if exposed == "" {
+		return
+	}
+	n.log.Warn("the gate token travels in clear text: the API is plain HTTP at "+exposed+", which other hosts reach, and clients and members send the token with every request, so whoever sees the traffic can read it and use the gate; give --tls-cert, --tls-key and --tls-ca, or keep the gate on a network you trust",
+		"httpAddr", exposed)
+}
+
+// loopbackHost reports whether host:port names a loopback address: a
+// loopback IP, or localhost.
+func loopbackHost(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		host = hostport
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	return host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
 // join asks the member at Config.Join to add this node as a voter,
@@ -514,6 +554,7 @@ func (n *Node) memberClient(addr string) *Client {
 		c.UseTLS(n.cfg.TLS.client())
 	}
 	c.Token = string(n.cfg.Token)
+	c.memberTraffic = true
 	return c
 }
 

@@ -190,7 +190,9 @@ a shared token: every API request but /healthz and /readyz must carry it
 (clients take --gate-token-file, or the same variable), or is refused with
 UNAUTHENTICATED; and Raft connections between members must prove that
 both ends hold it. Every member needs the same token. The token
-authenticates; it does not encrypt.
+authenticates; it does not encrypt: without TLS, a member whose API other
+hosts reach warns at start, and clients warn when they send it over plain
+http to a host that is not loopback.
 
 --tls-cert, --tls-key and --tls-ca put the member on TLS: the API is
 served over HTTPS (clients use https:// URLs, and --gate-ca or

@@ -750,3 +750,117 @@ func TestGateServeTLS(t *testing.T) {
 		t.Fatalf("fence with $SHARDPROOF_GATE_CA: exit %d\n%s%s", res.status, res.stdout, res.stderr)
 	}
 }
+
+// nonLoopbackIP returns an address of this machine that is not loopback,
+// the way another host reaches a gate.
+func nonLoopbackIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && !n.IP.IsLinkLocalUnicast() {
+			return n.IP.String()
+		}
+	}
+	t.Skip("this machine has no address but loopback")
+	return ""
+}
+
+// serveLogged runs `gate serve args…`, waits until probe/readyz answers
+// and returns the child's stderr; it stops the child with SIGINT at the
+// end of the test.
+func serveLogged(t *testing.T, probe string, args ...string) *syncBuffer {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"gate", "serve"}, args...)...)
+	cmd.Env = cliEnv()
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("gate serve did not stop on SIGINT")
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := readyClient.Get(probe + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return &stderr
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("gate serve exited before it was ready\n%s", stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gate serve not ready\n%s", stderr.String())
+		}
+	}
+}
+
+// TestGateTokenInClearText: a gate token sent over plain http to a host
+// that is not loopback can be read by whoever sees the traffic. Client
+// commands warn once, naming the URL, and still work (a gate on a network
+// its operators trust keeps running without TLS); `gate serve
+// --token-file` without TLS on an address other hosts reach warns at
+// start. Over loopback, or without a token, nothing is said.
+func TestGateTokenInClearText(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gate servers")
+	}
+	ip := nonLoopbackIP(t)
+	storeDir, _, report, _ := storeRelease(t)
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte("c2hhcmRwcm9vZiBnYXRlIHRva2Vu\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const clientWarning = "the gate token is sent in clear text"
+	const serveWarning = "the gate token travels in clear text"
+
+	// Bound to every interface: reachable from other hosts.
+	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+	stderr := serveLogged(t, "http://127.0.0.1:"+port, "--bootstrap", "--data", t.TempDir(), "--token-file", tokFile,
+		"--http-addr", "0.0.0.0:"+port, "--raft-addr", freeAddr(t))
+	if s := stderr.String(); strings.Count(s, serveWarning) != 1 || !regexp.MustCompile(`httpAddr=\S+:`+port).MatchString(s) {
+		t.Fatalf("gate serve with a token on 0.0.0.0 without TLS: want one warning naming its address\n%s", s)
+	}
+
+	remote := "http://" + net.JoinHostPort(ip, port)
+	// Two requests (the release, then the register) to the same URL: one
+	// warning, naming it, and the command works.
+	r := runGateCLI(t, "gate", "register", "--store", storeDir, "--report", report.String(), "--gate", remote, "--gate-token-file", tokFile, "--retry", "0").expect(t, 0, "")
+	if strings.Count(r.stderr, clientWarning) != 1 || !strings.Contains(r.stderr, "url="+remote) {
+		t.Fatalf("a token sent to %s: want one warning naming the URL\n%s", remote, r.stderr)
+	}
+	// The same over loopback, or without a token: no warning.
+	r = runGateCLI(t, "gate", "status", "--gate", "http://127.0.0.1:"+port, "--gate-token-file", tokFile, "--retry", "0").expect(t, 0, "")
+	if strings.Contains(r.stderr, clientWarning) {
+		t.Fatalf("a token sent over loopback warned\n%s", r.stderr)
+	}
+	r = runGateCLI(t, "gate", "status", "--gate", "http://localhost:"+port, "--gate-token-file", tokFile, "--retry", "0").expect(t, 0, "")
+	if strings.Contains(r.stderr, clientWarning) {
+		t.Fatalf("a token sent to localhost warned\n%s", r.stderr)
+	}
+	r = runGateCLI(t, "gate", "status", "--gate", remote, "--retry", "0").expect(t, errcode.ExitUsage, errcode.Unauthenticated)
+	if strings.Contains(r.stderr, clientWarning) {
+		t.Fatalf("a request without a token warned\n%s", r.stderr)
+	}
+
+	// A token-guarded gate on loopback only says nothing at start.
+	lo := freeAddr(t)
+	stderr = serveLogged(t, "http://"+lo, "--bootstrap", "--data", t.TempDir(), "--token-file", tokFile, "--http-addr", lo, "--raft-addr", freeAddr(t))
+	if s := stderr.String(); strings.Contains(s, serveWarning) {
+		t.Fatalf("gate serve with a token on loopback warned\n%s", s)
+	}
+}
