@@ -271,10 +271,20 @@ func (n *Node) readBody(r *http.Request, limit int64, what string) (b []byte, re
 }
 
 func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > MaxCommandSize {
+		// Refused before a byte of it is read or held.
+		writeError(w, errcode.New(errcode.DocumentTooLarge, "command body declares %d bytes, cap %d", r.ContentLength, MaxCommandSize), nil)
+		return
+	}
 	b, release, err := n.readBody(r, MaxCommandSize, "command")
 	defer release()
 	if err != nil {
 		writeError(w, err, nil)
+		return
+	}
+	if len(b) > MaxCommandSize {
+		// readBody stops one byte past the cap: the body's size is unknown.
+		writeError(w, errcode.New(errcode.DocumentTooLarge, "command body exceeds the cap of %d bytes", MaxCommandSize), nil)
 		return
 	}
 	c, err := DecodeCommand(b)

@@ -1,6 +1,7 @@
 package raftgate
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -254,6 +255,56 @@ func TestRequestMemoryBudgetCountsBytesReceived(t *testing.T) {
 	if st, code := postCode(t, n, large); st == http.StatusServiceUnavailable || code != errcode.BadDocument {
 		t.Fatalf("a 300 KB body while three requests declared 900 KB and sent 10 bytes each: HTTP %d %s, want BAD_DOCUMENT", st, code)
 	}
+}
+
+// TestOversizedCommandRefusedUnread: a command whose Content-Length is
+// over MaxCommandSize is refused with DOCUMENT_TOO_LARGE before any of its
+// body is read. The node read 32 MiB of it first, from the request-memory
+// budget, and then said the command was 33554433 bytes, whatever its size;
+// a body of undeclared size over the cap no longer gets a size it does not
+// have either.
+func TestOversizedCommandRefusedUnread(t *testing.T) {
+	n := StartTestNode(t, TestConfig(t.TempDir(), "n1"))
+	waitLeader(t, n)
+	c := slowBody(t, n, 40<<20, 0)
+	c.SetReadDeadline(time.Now().Add(30 * time.Second)) // a regression fails, it does not hang
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a command declaring 40 MiB before its body: %v", err)
+	}
+	defer resp.Body.Close()
+	var eb ErrorBody
+	json.NewDecoder(resp.Body).Decode(&eb)
+	if resp.StatusCode != http.StatusBadRequest || eb.Error.Code != errcode.DocumentTooLarge || !strings.Contains(eb.Error.Message, "41943040") {
+		t.Fatalf("a command declaring 40 MiB: HTTP %d %+v, want 400 DOCUMENT_TOO_LARGE naming its size", resp.StatusCode, eb.Error)
+	}
+
+	// Chunked, so no size is declared: read up to the cap, then refused.
+	req, _ := http.NewRequest(http.MethodPost, n.URL()+"/v1/commands", io.MultiReader(strings.NewReader(`{"type":"register","x":"`), io.LimitReader(zeros{}, MaxCommandSize)))
+	req.ContentLength = -1
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	eb = ErrorBody{}
+	json.NewDecoder(resp.Body).Decode(&eb)
+	if resp.StatusCode != http.StatusBadRequest || eb.Error.Code != errcode.DocumentTooLarge || strings.Contains(eb.Error.Message, fmt.Sprint(MaxCommandSize+1)) {
+		t.Fatalf("a chunked command over the cap: HTTP %d %+v, want 400 DOCUMENT_TOO_LARGE without a made-up size", resp.StatusCode, eb.Error)
+	}
+	if st, code := postCode(t, n, []byte(`{"type":"nope"}`)); st != http.StatusBadRequest || code != errcode.BadDocument {
+		t.Fatalf("the node after two oversized commands: HTTP %d %s", st, code)
+	}
+}
+
+// zeros reads as endless '0' bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = '0'
+	}
+	return len(p), nil
 }
 
 // rogueAppendEntries sends leader, over stream s, an AppendEntries of a
