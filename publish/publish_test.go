@@ -392,6 +392,47 @@ func TestFenceAdvanceRecheckRollback(t *testing.T) {
 	wantCode(t, err, errcode.RollbackIneligible)
 }
 
+// A recheck against a fence document below the gate's fence of its kind
+// could renew nothing: it is refused (FENCE_BEHIND, naming the document
+// and the fence) before any verification or member read, and the gate
+// records nothing.
+func TestRecheckWithStaleDocumentRefusedFirst(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 1200, 4, 1)
+	if _, err := e.publish(nil, e.opts(gen1.Root)); err != nil {
+		t.Fatal(err)
+	}
+	stale := e.putFenceLog(manifest.TombstonesSchema, manifest.FenceEntry{Seq: 2, SampleID: "no-such-sample"})
+	e.putFenceLog(manifest.TombstonesSchema, manifest.FenceEntry{Seq: 2, SampleID: "no-such-sample"}, manifest.FenceEntry{Seq: 5, SampleID: "another"})
+	if _, err := e.gate.AdvanceFence(e.ctx, raftgate.FenceTombstone, 5); err != nil {
+		t.Fatal(err)
+	}
+	before, err := e.gate.Release(e.ctx, gen1.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, members := range []bool{false, true} {
+		verified := 0
+		verify := verifier(e.store)
+		o := publish.RecheckOptions{Root: gen1.Root, Tombstones: stale, Members: members, Logger: e.quiet,
+			Verify: func(ctx context.Context, root, tomb, bench manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+				verified++
+				return verify(ctx, root, tomb, bench)
+			}}
+		_, err := publish.Recheck(e.ctx, e.store, e.gate, o)
+		wantCode(t, err, errcode.FenceBehind)
+		if !strings.Contains(err.Error(), stale.String()) || !strings.Contains(err.Error(), "watermark 2; the gate's fence is 5") {
+			t.Fatalf("members=%v: %v does not name the document and the fence", members, err)
+		}
+		if verified != 0 {
+			t.Fatalf("members=%v: verified %d times before refusing", members, verified)
+		}
+	}
+	if after, err := e.gate.Release(e.ctx, gen1.Root); err != nil || after.TombstoneWatermark != before.TombstoneWatermark || after.Report != before.Report {
+		t.Fatalf("the gate recorded a refused recheck: %+v -> %+v (%v)", before, after, err)
+	}
+}
+
 // A rerun of a publish whose alias already points at the root answers
 // "published" only while that is true: once a fence advance closed the
 // root's permits it is PERMIT_CLOSED, once a recheck found hits it is

@@ -83,6 +83,9 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 	if gr.State == raftgate.ReleaseInvalid {
 		return nil, errcode.New(errcode.NotVerified, "release %s is INVALID (report %s); no recheck renews its permits", o.Root, gr.Report)
 	}
+	if err := checkRecheckDocs(ctx, s, g, o); err != nil {
+		return nil, err
+	}
 	if o.Members {
 		doc, d, err := recheckMembers(ctx, s, gr, o)
 		if err != nil {
@@ -113,6 +116,39 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 		return out, err
 	}
 	return out, stillBehind(ctx, g, o, out)
+}
+
+// checkRecheckDocs refuses, before any verification work, a fence
+// document below the gate's current fence of its kind (FENCE_BEHIND): its
+// zero hits could renew nothing, so the verification (or the member
+// reads) it would take were wasted.
+func checkRecheckDocs(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) error {
+	f, err := g.Fences(ctx)
+	if err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		digest manifest.Digest
+		schema string
+		fence  uint64
+		flag   string
+	}{
+		{o.Tombstones, manifest.TombstonesSchema, f.Tombstone, "--tombstones"},
+		{o.Benchmark, manifest.BenchmarkSchema, f.Benchmark, "--benchmark"},
+	} {
+		if d.digest.IsZero() {
+			continue
+		}
+		l, err := LoadFenceLog(ctx, s, d.digest, d.schema)
+		if err != nil {
+			return err
+		}
+		if w := l.Watermark(); w < d.fence {
+			return errcode.New(errcode.FenceBehind, "%s document %s has watermark %d; the gate's fence is %d, so a recheck against it renews nothing (pass the current %s log with %s)",
+				d.schema, d.digest, w, d.fence, d.schema, d.flag)
+		}
+	}
+	return nil
 }
 
 // stillBehind returns FENCE_BEHIND when the release, as the gate records
