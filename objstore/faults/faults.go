@@ -152,6 +152,55 @@ func (e *ErrorOnce) List(ctx context.Context, prefix, after string, limit int) (
 	return e.Store.List(ctx, prefix, after, limit)
 }
 
+// LostAnswer stores the first Put of a key selected by Match (nil: every
+// key) in the wrapped store and then fails it with Err, as a Put whose
+// answer the network lost: the caller learns nothing of what was
+// written. An SDK that retries such a conditional create (PutOptions
+// IfNoneMatch) gets a precondition failure from the object it wrote
+// itself, so Err is typically one satisfying
+// objstore.ErrPreconditionFailed. A Put the wrapped store refuses is
+// returned unchanged, and later Puts pass through.
+type LostAnswer struct {
+	objstore.Store
+	Match func(key string) bool
+	Err   error
+
+	mu    sync.Mutex
+	fired bool
+}
+
+// Fired reports whether an answer has been lost.
+func (l *LostAnswer) Fired() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fired
+}
+
+// Put implements objstore.Store.
+func (l *LostAnswer) Put(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+	v, err := l.Store.Put(ctx, key, body, opts)
+	if err != nil || !matches(l.Match, key) {
+		return v, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fired {
+		return v, nil
+	}
+	l.fired = true
+	return "", l.Err
+}
+
+// DeletePrefix implements objstore.Deleter, passing through to the
+// wrapped store, which must implement it.
+func (l *LostAnswer) DeletePrefix(ctx context.Context, prefix string) error {
+	d, ok := l.Store.(objstore.Deleter)
+	if !ok {
+		return errcode.New(errcode.Internal, "faults: %T cannot delete", l.Store)
+	}
+	return d.DeletePrefix(ctx, prefix)
+}
+
 // StaleList serves List from an eventually-consistent view: keys selected
 // by Omit are left out, and after Freeze every List answers from the
 // listing captured then, so keys written later are missing and their

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"slices"
@@ -143,6 +144,34 @@ func TestErrorOnce(t *testing.T) {
 	}
 	if _, err := s.Head(ctx, "sel", ""); !objstore.IsNotExist(err) {
 		t.Fatalf("failed Put reached the store: %v", err)
+	}
+}
+
+// A lost answer stores the Put and fails it once; the retry of a
+// conditional create then meets its own object.
+func TestLostAnswer(t *testing.T) {
+	ctx := t.Context()
+	s := realStore(t)
+	lost := fmt.Errorf("retried: %w", objstore.ErrPreconditionFailed)
+	f := &faults.LostAnswer{Store: s, Match: only("sel"), Err: lost}
+	if _, err := f.Put(ctx, "unsel", strings.NewReader("x"), objstore.PutOptions{IfNoneMatch: true}); err != nil || f.Fired() {
+		t.Fatalf("unselected key: %v, fired %v", err, f.Fired())
+	}
+	if _, err := f.Put(ctx, "sel", strings.NewReader("mine"), objstore.PutOptions{IfNoneMatch: true}); !errors.Is(err, lost) || !f.Fired() {
+		t.Fatalf("selected key: %v, fired %v", err, f.Fired())
+	}
+	if got := read(t, s, "sel"); string(got) != "mine" {
+		t.Fatalf("the Put whose answer was lost stored %q, want %q", got, "mine")
+	}
+	// Refused by the store: its own error, not the injected one.
+	if _, err := f.Put(ctx, "sel", strings.NewReader("again"), objstore.PutOptions{IfNoneMatch: true}); !objstore.IsPrecondition(err) || errors.Is(err, lost) {
+		t.Fatalf("conditional create of an existing key: %v", err)
+	}
+	if _, err := f.Put(ctx, "sel", strings.NewReader("v2"), objstore.PutOptions{}); err != nil {
+		t.Fatalf("a later Put: %v, want pass-through", err)
+	}
+	if err := f.DeletePrefix(ctx, "sel/"); err != nil {
+		t.Fatalf("DeletePrefix: %v", err)
 	}
 }
 
