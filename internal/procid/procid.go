@@ -2,8 +2,9 @@
 // whether it still runs: its host, its PID and, on Linux, the machine's
 // boot, the PID namespace and the process's start time, which together
 // tell a live process from a dead one whose PID was reused. A process on
-// another machine (or where /proc is missing) cannot be checked; callers
-// then fall back on something it renews, such as a heartbeat.
+// another machine (or where /proc is missing, or is not of this
+// process's PID namespace) cannot be checked; callers then fall back on
+// something it renews, such as a heartbeat.
 package procid
 
 import "os"
@@ -23,13 +24,16 @@ type ID struct {
 	Start uint64 `json:"start,omitempty"`
 }
 
+// procRoot is where the proc file system is mounted.
+const procRoot = "/proc"
+
 // Self returns this process's ID.
 func Self() ID {
 	host, _ := os.Hostname()
 	id := ID{Host: host, PID: os.Getpid()}
 	id.Machine = machine()
 	if id.Machine != "" {
-		if start, _, ok := stat(id.PID); ok {
+		if start, _, ok := statAt(procRoot, id.PID); ok {
 			id.Start = start
 		}
 	}
@@ -38,13 +42,18 @@ func Self() ID {
 
 // Alive reports whether the process id names still runs. known is false
 // when this process cannot tell: id is of another machine or PID
-// namespace, the platform has no /proc, or /proc hides the process from
-// this user.
-func (id ID) Alive() (alive, known bool) {
-	if id.Machine == "" || id.PID <= 0 || id.Machine != machine() {
+// namespace, the platform has no /proc, /proc is not of this process's
+// PID namespace (its /proc/self is another PID), or /proc hides the
+// process from this user.
+func (id ID) Alive() (alive, known bool) { return id.aliveAt(procRoot, machine()) }
+
+// aliveAt is Alive as seen through the proc file system at root, by a
+// process whose machine (see machineAt) is here.
+func (id ID) aliveAt(root, here string) (alive, known bool) {
+	if id.Machine == "" || id.PID <= 0 || here == "" || id.Machine != here {
 		return false, false
 	}
-	start, state, ok := stat(id.PID)
+	start, state, ok := statAt(root, id.PID)
 	if !ok {
 		// No such process, or one /proc will not show this user
 		// (hidepid=1 or 2, common on shared login nodes): only the

@@ -2,6 +2,8 @@ package procid
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
 	"math"
 	"os"
 	"strconv"
@@ -11,23 +13,44 @@ import (
 )
 
 var machineOnce = sync.OnceValue(func() string {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	m, err := machineAt(procRoot)
 	if err != nil {
-		return ""
+		slog.Warn("processes on this machine are not looked up; a holder of a job that is gone is found gone only once it stops renewing", "err", err)
 	}
-	ns, err := os.Readlink("/proc/self/ns/pid")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(boot)) + "/" + ns
+	return m
 })
 
 func machine() string { return machineOnce() }
 
-// stat returns the start time (field 22) and state (field 3) of process
-// pid from /proc/PID/stat; ok is false when there is no such process.
-func stat(pid int) (start uint64, state byte, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+// machineAt returns the boot ID and PID namespace of this process as the
+// proc file system at root shows them, or "" when it shows none. It is
+// also "", with an error saying why, when that proc file system is not of
+// this process's PID namespace: /proc/self is not os.Getpid() (a
+// container with a PID namespace of its own and the host's /proc mounted),
+// and /proc/PID would be another process than PID.
+func machineAt(root string) (string, error) {
+	self, err := os.Readlink(root + "/self")
+	if err != nil {
+		return "", nil
+	}
+	if pid := strconv.Itoa(os.Getpid()); self != pid {
+		return "", fmt.Errorf("%s/self is process %s, but this process is %s: %s is of another PID namespace", root, self, pid, root)
+	}
+	boot, err := os.ReadFile(root + "/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", nil
+	}
+	ns, err := os.Readlink(root + "/self/ns/pid")
+	if err != nil {
+		return "", nil
+	}
+	return strings.TrimSpace(string(boot)) + "/" + ns, nil
+}
+
+// statAt returns the start time (field 22) and state (field 3) of process
+// pid from root/PID/stat; ok is false when there is no such process.
+func statAt(root string, pid int) (start uint64, state byte, ok bool) {
+	b, err := os.ReadFile(root + "/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return 0, 0, false
 	}

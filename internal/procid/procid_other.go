@@ -6,6 +6,8 @@ package procid
 // an unknown machine.
 func machine() string { return "" }
 
-func stat(int) (uint64, byte, bool) { return 0, 0, false }
+func machineAt(string) (string, error) { return "", nil }
+
+func statAt(string, int) (uint64, byte, bool) { return 0, 0, false }
 
 func exists(int) bool { return false }

@@ -50,12 +50,12 @@ func TestExitedChildIsDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := ID{PID: cmd.Process.Pid, Machine: Self().Machine}
-	if start, _, ok := stat(id.PID); ok {
+	if start, _, ok := statAt(procRoot, id.PID); ok {
 		id.Start = start
 	}
 	// Until Wait collects it, the exited child is a zombie.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
-		if _, state, ok := stat(id.PID); !ok || state == 'Z' {
+		if _, state, ok := statAt(procRoot, id.PID); !ok || state == 'Z' {
 			break
 		}
 		if time.Now().After(deadline) {
