@@ -3,6 +3,8 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -68,6 +70,12 @@ type HoldRecord struct {
 	// Released is set in the last version a holder writes when it lets
 	// the job go without deleting it (a run that stopped or finished).
 	Released bool `json:"released,omitempty"`
+	// Nonce is random, one per attempt to take the job (hex): a process
+	// whose conditional create of the record went through but whose
+	// answer was lost (the SDK's retry then fails its precondition) finds
+	// the record and knows it as its own. Empty in records written before
+	// it existed.
+	Nonce string `json:"nonce,omitempty"`
 }
 
 // JobInUseError is a job held by another live process: a second
@@ -241,41 +249,68 @@ func commandName() string {
 // or, on another machine, it has not renewed its hold for
 // HoldStaleAfter) is taken over. Taking is a conditional create of the
 // next generation's record, so of any number of processes at once
-// exactly one wins. The hold is renewed until Release.
+// exactly one wins. Each attempt's record carries a nonce of its own: a
+// create that went through but whose answer was lost (a retry of it
+// then fails its precondition) is known by it as this attempt's, not
+// another holder's. The hold is renewed until Release.
 func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose string) (*Hold, error) {
+	var (
+		tried   *Hold // the last attempt, its create refused by its precondition
+		refused error
+		written time.Time
+	)
 	for attempt := 0; ; attempt++ {
 		rec, gen, info, err := currentHolder(ctx, s, pd)
 		if err != nil {
 			return nil, wrap(err, "plan %s: read the job's hold", pd)
 		}
+		if tried != nil && rec != nil && gen == tried.rec.Generation && rec.Nonce == tried.rec.Nonce {
+			slog.Warn("job hold taken, though the answer to its create was lost", "plan", pd.String(), "generation", gen)
+			return tried.start(ctx, written), nil
+		}
 		if alive, local := live(rec, info.Modified); alive {
 			return nil, &JobInUseError{Plan: pd, Holder: *rec, Renewed: info.Modified, Local: local}
 		}
+		if attempt > 8 {
+			return nil, wrap(refused, "plan %s: take the job's hold", pd)
+		}
+		var nonce [16]byte
+		rand.Read(nonce[:])
 		h := &Hold{store: s, plan: pd, Previous: rec, rec: HoldRecord{
 			Schema: HoldSchema, Plan: pd, Generation: gen + 1, Purpose: purpose,
 			Command: commandName(), Process: procid.Self(), Started: time.Now().UTC().Format(time.RFC3339),
+			Nonce: hex.EncodeToString(nonce[:]),
 		}}
 		b, err := h.body()
 		if err != nil {
 			return nil, err
 		}
-		written := time.Now()
+		written = time.Now()
 		_, err = s.Put(ctx, holdKey(pd, gen+1), bytes.NewReader(b), objstore.PutOptions{IfNoneMatch: true, Size: int64(len(b))})
-		if objstore.IsPrecondition(err) && attempt < 8 {
-			continue // another process took this generation: look again
+		if objstore.IsPrecondition(err) {
+			// Another process took this generation, or this attempt did
+			// and the answer was lost: look again.
+			tried, refused = h, err
+			continue
 		}
 		if err != nil {
 			return nil, wrap(err, "plan %s: take the job's hold", pd)
 		}
-		if rec != nil && !rec.Released {
-			slog.Info("job taken over from a holder that is gone", "plan", pd.String(), "previousPid", rec.Process.PID,
-				"previousHost", rec.Process.Host, "previousPurpose", rec.Purpose, "renewed", info.Modified.UTC().Format(time.RFC3339))
-		}
-		h.ctx, h.cancel = context.WithCancelCause(ctx)
-		h.stop, h.done = make(chan struct{}), make(chan struct{})
-		go h.renew(written)
-		return h, nil
+		return h.start(ctx, written), nil
 	}
+}
+
+// start begins the renewals of a hold whose record was created by a write
+// that began at written.
+func (h *Hold) start(ctx context.Context, written time.Time) *Hold {
+	if p := h.Previous; p != nil && !p.Released {
+		slog.Info("job taken over from a holder that is gone", "plan", h.plan.String(), "previousPid", p.Process.PID,
+			"previousHost", p.Process.Host, "previousPurpose", p.Purpose, "generation", p.Generation)
+	}
+	h.ctx, h.cancel = context.WithCancelCause(ctx)
+	h.stop, h.done = make(chan struct{}), make(chan struct{})
+	go h.renew(written)
+	return h
 }
 
 // body encodes the hold record; once the renewals run, only with wmu held.
@@ -453,6 +488,37 @@ func (h *Hold) Release() {
 // job's files are then partly gone, and none of them can be trusted.
 func (h *Hold) unfinishedRemoval() bool {
 	return h.Previous != nil && h.Previous.Purpose == HoldRemove
+}
+
+// removeAllButHold deletes every directory of pd's job but hold/: what
+// removeTaskFiles leaves (merge files of reduce attempts that were
+// killed) and any directory a later version adds. The deletion of the
+// job's prefix that follows goes in listing order on S3, and hold/ sorts
+// before merge/: only the hold records and the lease, a single key that
+// no run reads, are left for it.
+func removeAllButHold(ctx context.Context, s objstore.Store, d objstore.Deleter, pd manifest.Digest) error {
+	prefix := jobPrefix(pd)
+	after, last := "", ""
+	for {
+		page, err := s.List(ctx, prefix, after, 1000)
+		if err != nil {
+			return wrap(err, "remove job %s", pd)
+		}
+		for _, o := range page.Objects {
+			dir, _, ok := strings.Cut(strings.TrimPrefix(o.Key, prefix), "/")
+			if !ok || dir == "hold" || dir == last {
+				continue
+			}
+			last = dir
+			if err := d.DeletePrefix(ctx, prefix+dir+"/"); err != nil {
+				return wrap(err, "remove job %s", pd)
+			}
+		}
+		if page.Next == "" {
+			return nil
+		}
+		after = page.Next
+	}
 }
 
 // removeTaskFiles deletes the job's task files, reduce commit records

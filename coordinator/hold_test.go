@@ -22,6 +22,8 @@ import (
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
+	_ "github.com/shardproof/shardproof/objstore/s3"
+	"github.com/shardproof/shardproof/objstore/s3/s3test"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
@@ -303,6 +305,7 @@ func FuzzHoldRecord(f *testing.F) {
 	f.Add(bytes.Replace(hold, []byte(`"pid":`), []byte(`"pid":-`), 1))
 	f.Add(bytes.Replace(hold, []byte(`"generation":1`), []byte(`"generation":2`), 1))
 	f.Add([]byte(`{"schema":"training.verify.hold.v1","released":true}`))
+	f.Add(bytes.Replace(hold, []byte(`"started":`), []byte(`"nonce":"00112233445566778899aabbccddeeff","started":`), 1))
 	// Hostile or damaged process names on this machine: a PID that is
 	// any process (start unknown), one no pid_t holds (cut to 32 bits
 	// it is -1, every process), past pid_max, a start that overflows,
@@ -488,5 +491,106 @@ func TestRunAfterFailedCleanupOfUnfinishedRemoval(t *testing.T) {
 	fresh := verify(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2})
 	if out.Reused || !bytes.Equal(withoutExecution(t, out.Report), withoutExecution(t, fresh)) {
 		t.Fatal("the report differs from an undisturbed run's")
+	}
+}
+
+// The answer to the hold's own conditional create is lost (the
+// connection dropped after the store wrote the record) and the SDK's
+// retry meets that record: a precondition failure. The process then finds
+// a live holder naming itself; the record carries the nonce of its own
+// attempt, so it holds the job, rather than refusing it with JOB_IN_USE
+// naming its own PID. Another holder of this process, with a nonce of
+// its own, is still refused. On the file store and on S3 (versitygw).
+func TestHoldCreateAnswerLost(t *testing.T) {
+	for name, open := range holdStores {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			ctx := t.Context()
+			pd := manifest.Sum([]byte("plan whose hold create loses its answer"))
+			lost := &faults.LostAnswer{Store: s, Match: func(k string) bool { return strings.HasPrefix(k, holdPrefix(pd)) },
+				Err: fmt.Errorf("put %s, retried: %w", holdKey(pd, 1), objstore.ErrPreconditionFailed)}
+			h, err := Acquire(ctx, lost, pd, HoldRun)
+			if err != nil {
+				t.Fatalf("a hold whose create lost its answer: %v, want it held", err)
+			}
+			if !lost.Fired() || h.rec.Generation != 1 || h.Previous != nil || jobKeys(t, s, pd, "hold/") != 1 {
+				t.Fatalf("fired %v, generation %d, previous %+v, %d hold keys", lost.Fired(), h.rec.Generation, h.Previous, jobKeys(t, s, pd, "hold/"))
+			}
+			var inUse *JobInUseError
+			if _, err := Acquire(ctx, s, pd, HoldRun); !errors.As(err, &inUse) || inUse.Holder.Nonce != h.rec.Nonce {
+				t.Fatalf("a second hold of this process: %v, want JOB_IN_USE naming the first", err)
+			}
+			h.Release()
+			if held, err := Holder(ctx, s, pd); err != nil || held != nil {
+				t.Fatalf("Holder after release = %+v, %v", held, err)
+			}
+			// A record of this process with another nonce is another
+			// attempt's: the lost answer on a later generation is still
+			// told from it.
+			lost = &faults.LostAnswer{Store: s, Match: func(k string) bool { return k == holdKey(pd, 2) },
+				Err: fmt.Errorf("put %s, retried: %w", holdKey(pd, 2), objstore.ErrPreconditionFailed)}
+			h, err = Acquire(ctx, lost, pd, HoldRemove)
+			if err != nil || h.rec.Generation != 2 || h.Previous == nil || !h.Previous.Released {
+				t.Fatalf("the next hold, its answer lost: %v", err)
+			}
+			h.Release()
+		})
+	}
+}
+
+// holdStores opens a new empty store of each kind: a file store and an S3
+// bucket on the test gateway.
+var holdStores = map[string]func(t *testing.T) objstore.Store{
+	"file": func(t *testing.T) objstore.Store { return stagetest.Store(t) },
+	"s3": func(t *testing.T) objstore.Store {
+		s, err := objstore.Open(t.Context(), s3test.Start(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	},
+}
+
+// A removal deletes the job's hold records after every other directory of
+// the job, whatever order the store deletes a prefix in (on S3, listing
+// order: hold/ before merge/): a removal killed before its last step
+// leaves the hold records, saying "remove", and nothing else but the
+// lease, so the next process to take the job knows it was being deleted.
+func TestRemoveJobDeletesHoldLast(t *testing.T) {
+	for name, open := range holdStores {
+		t.Run(name, func(t *testing.T) {
+			s := open(t)
+			ctx := t.Context()
+			pd := manifest.Sum([]byte("plan whose removal is killed before its last step"))
+			for _, k := range []string{"map/0/commit.json", "map/0/r0.arrow", "reduce/0/commit.json",
+				"merge/0/00112233aabbccdd/0/0.arrow", "merge/1/8899aabbccddeeff/1/3.arrow", LeaseKey} {
+				if _, err := s.Put(ctx, jobPrefix(pd)+k, strings.NewReader(k), objstore.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			kill := errors.New("killed")
+			broken := &faults.ErrorOnce{Store: s, Method: faults.DeletePrefix, Err: kill,
+				Match: func(p string) bool { return p == jobPrefix(pd) }}
+			if err := RemoveJob(ctx, broken, pd); !errors.Is(err, kill) {
+				t.Fatalf("RemoveJob: %v, want the injected failure", err)
+			}
+			page, err := s.List(ctx, jobPrefix(pd), "", 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var left []string
+			for _, o := range page.Objects {
+				if k := strings.TrimPrefix(o.Key, jobPrefix(pd)); !strings.HasPrefix(k, "hold/") && k != LeaseKey {
+					left = append(left, k)
+				}
+			}
+			if len(left) != 0 || jobKeys(t, s, pd, "hold/") != 1 {
+				t.Fatalf("before the hold records go, %v are left beside %d hold records", left, jobKeys(t, s, pd, "hold/"))
+			}
+			rec, _, _, err := currentHolder(ctx, s, pd)
+			if err != nil || rec == nil || rec.Purpose != HoldRemove {
+				t.Fatalf("the hold record left: %+v, %v; want one saying remove", rec, err)
+			}
+		})
 	}
 }

@@ -213,10 +213,12 @@ func ListJobs(ctx context.Context, s objstore.Store) ([]JobScratch, error) {
 // takes the job's hold first (Acquire), so a job another live process
 // runs or deletes is JOB_IN_USE and stays whole. Reduce commit records go
 // first and map tasks' files after, so an interrupted removal never
-// leaves a reduce commit naming deleted inputs, and the hold record goes
-// last: the next process to take the job learns from it that a removal
-// did not finish. The plan and the report, content-addressed blobs, stay.
-// s must implement objstore.Deleter.
+// leaves a reduce commit naming deleted inputs, then every other
+// directory but hold/, and the hold records last, with the job's prefix
+// (and the lease, a single key no run reads): the next process to take
+// the job learns from them that a removal did not finish. The plan and
+// the report, content-addressed blobs, stay. s must implement
+// objstore.Deleter.
 func RemoveJob(ctx context.Context, s objstore.Store, pd manifest.Digest) error {
 	d, ok := s.(objstore.Deleter)
 	if !ok {
@@ -232,7 +234,11 @@ func RemoveJob(ctx context.Context, s objstore.Store, pd manifest.Digest) error 
 		return err
 	}
 	defer h.cancel(context.Canceled)
-	if err := removeTaskFiles(h.Context(), d, pd); err != nil {
+	err = removeTaskFiles(h.Context(), d, pd)
+	if err == nil {
+		err = removeAllButHold(h.Context(), s, d, pd)
+	}
+	if err != nil {
 		if lost := h.Lost(); lost != nil {
 			return lost
 		}
