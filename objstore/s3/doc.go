@@ -24,6 +24,12 @@
 //     the server takes none of the bytes sent, or sends none of its answer
 //     or of the next part of a body) fails, and is retried as a transient
 //     failure; a transfer that keeps moving is never cut;
+//   - a body whose connection is lost or silent midway is resumed with a
+//     ranged GetObject of the version first read (a read of the latest
+//     version pins the one it began with) from the first byte not yet
+//     delivered, at most MaxBodyResumes times per body, and only if the
+//     answer has the first one's ETag and starts at that byte; then the
+//     read fails with STORE_UNAVAILABLE;
 //   - transient failures (5xx, throttling, connection resets, timeouts)
 //     are retried with backoff by the SDK's standard retryer (5 attempts
 //     in all); a 409

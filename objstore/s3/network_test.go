@@ -128,11 +128,11 @@ func cut(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// A connection lost in the middle of a GetObject body is an error with a
-// code (STORE_UNAVAILABLE), not a bare one: callers that keep the code of
-// a read error (the mapper, commit records, documents) said INTERNAL, "an
-// internal error; please report it". A read after the caller's context is
-// done is CANCELED.
+// A connection lost in the middle of a GetObject body, and in each of
+// its resumes, is an error with a code (STORE_UNAVAILABLE), not a bare
+// one: callers that keep the code of a read error (the mapper, commit
+// records, documents) said INTERNAL, "an internal error; please report
+// it". A read after the caller's context is done is CANCELED.
 func TestGetBodyErrorsHaveCodes(t *testing.T) {
 	u, bp, _ := startBreakingProxy(t, "")
 	st := open(t, u)
@@ -151,7 +151,7 @@ func TestGetBodyErrorsHaveCodes(t *testing.T) {
 	_, err = io.Copy(io.Discard, rc)
 	rc.Close()
 	if c := errcode.Of(err); c != errcode.StoreUnavailable {
-		t.Fatalf("read of a body whose connection was cut: %s (%v), want STORE_UNAVAILABLE", c, err)
+		t.Fatalf("read of a body whose connection was cut on every attempt: %s (%v), want STORE_UNAVAILABLE", c, err)
 	}
 	bp.set(nil, nil)
 
@@ -232,8 +232,8 @@ func TestSilentServerAtOpen(t *testing.T) {
 	}
 }
 
-// A GetObject body that stops arriving is STORE_UNAVAILABLE after the
-// timeout, and one that keeps arriving slowly is read whole, however long
+// A GetObject body that stops arriving, and stops again in each resume,
+// is STORE_UNAVAILABLE after the timeout, and one that keeps arriving slowly is read whole, however long
 // it takes: the bound is on silence, not on the transfer.
 func TestSilentBody(t *testing.T) {
 	u, bp, _ := startBreakingProxy(t, "&timeout=300ms")

@@ -467,7 +467,17 @@ func versionID(v objstore.Version) *string {
 	return aws.String(string(v))
 }
 
-// Get implements objstore.Store.
+// Get implements objstore.Store. The reader it returns resumes a body
+// whose connection is lost or goes silent (STORE_UNAVAILABLE) with a
+// ranged GetObject from the first byte not yet delivered, at most
+// MaxBodyResumes times per body: a version is immutable, so the bytes
+// that follow are the object's. A resumed response is used only if it
+// is the same object: the version the first response named (a read of
+// the latest version pins it too, so that a version written meanwhile
+// is not spliced in), the same ETag, and a Content-Range starting at the
+// offset of an object of the same size. A read of the latest version of
+// an unversioned object (no version id in the answer) is resumed on a
+// matching ETag alone, and not at all without one.
 func (s *Store) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
 	if err := objstore.ValidateKey(key); err != nil {
 		return nil, err
@@ -478,29 +488,148 @@ func (s *Store) Get(ctx context.Context, key string, v objstore.Version) (io.Rea
 	if err != nil {
 		return nil, s.mapErr(ctx, err, "get", key, v)
 	}
-	return &body{ReadCloser: out.Body, ctx: ctx, s: s, key: key, v: v}, nil
+	b := &body{rc: out.Body, ctx: ctx, s: s, key: key, v: v, pin: v,
+		etag: strings.Trim(aws.ToString(out.ETag), `"`), size: -1}
+	if id := aws.ToString(out.VersionId); id != "" {
+		b.pin = objstore.Version(id)
+	}
+	if out.ContentLength != nil {
+		b.size = *out.ContentLength
+	}
+	return b, nil
 }
+
+// MaxBodyResumes is how many times one Get's body is resumed after its
+// connection is lost before the read fails (STORE_UNAVAILABLE).
+const MaxBodyResumes = 3
 
 // body is a GetObject body whose read errors carry a code, as the
 // request's own do: CANCELED once the caller's context is done, else
 // STORE_UNAVAILABLE for a connection lost or silent (Options.Timeout),
 // IO for the rest. The SDK's were bare, and callers that keep the code
-// of a read error said INTERNAL.
+// of a read error said INTERNAL. A STORE_UNAVAILABLE is first resumed
+// (Store.Get). Its error is sticky.
 type body struct {
-	io.ReadCloser
-	ctx context.Context
-	s   *Store
-	key string
-	v   objstore.Version
+	rc      io.ReadCloser
+	ctx     context.Context
+	s       *Store
+	key     string
+	v       objstore.Version // as asked for; "" is the latest
+	pin     objstore.Version // the version the first answer named, else v
+	etag    string           // the first answer's, unquoted
+	size    int64            // the object's size; -1 unknown
+	off     int64            // bytes delivered
+	resumes int
+	err     error
 }
 
 func (b *body) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	if err != nil && err != io.EOF {
-		err = b.s.mapBodyErr(b.ctx, err, b.key, b.v)
+	if b.err != nil {
+		return 0, b.err
 	}
+	n, err := b.rc.Read(p)
+	b.off += int64(n)
+	if err == nil || err == io.EOF {
+		if err == io.EOF {
+			b.err = err
+		}
+		return n, err
+	}
+	err = b.s.mapBodyErr(b.ctx, err, b.key, b.v)
+	for errcode.Of(err) == errcode.StoreUnavailable && b.resumes < MaxBodyResumes {
+		if b.size >= 0 && b.off >= b.size {
+			// Every byte arrived; only the end of the answer was lost.
+			b.err = io.EOF
+			return n, b.err
+		}
+		var again error
+		if again = b.resume(err); again == nil {
+			if n == 0 {
+				return b.Read(p)
+			}
+			return n, nil
+		}
+		if errcode.Of(again) == errcode.Canceled {
+			err = again
+			break
+		}
+		if errcode.Of(again) != errcode.StoreUnavailable {
+			// Not the same object, or no longer there: the read stays
+			// the connection failure it was.
+			err = fmt.Errorf("%w (not resumed: %v)", err, again)
+			break
+		}
+		err = again
+	}
+	b.err = err
 	return n, err
 }
+
+// resume replaces the broken body, whose error was cause, by a ranged
+// GetObject of the same object from b.off.
+func (b *body) resume(cause error) error {
+	b.resumes++
+	slog.Warn("s3: resuming a body read", "bucket", b.s.bucket, "key", b.s.base+b.key, "version", string(b.pin),
+		"offset", b.off, "resume", b.resumes, "code", errcode.Of(cause), "err", cause)
+	b.rc.Close()
+	b.rc = io.NopCloser(strings.NewReader(""))
+	if err := sleep(b.ctx, b.resumes-1); err != nil {
+		return b.s.mapErr(b.ctx, err, "get", b.key, b.v)
+	}
+	if b.pin == "" && b.etag == "" {
+		return errcode.New(errcode.IO, "s3 get %s: the first answer named neither a version nor an ETag", b.key)
+	}
+	in := &awss3.GetObjectInput{
+		Bucket: aws.String(b.s.bucket), Key: b.s.objKey(b.key), VersionId: versionID(b.pin),
+		Range: aws.String("bytes=" + strconv.FormatInt(b.off, 10) + "-"),
+	}
+	out, err := b.s.client.GetObject(b.ctx, in, func(o *awss3.Options) {
+		// A server that sent the whole object's checksum with a range
+		// would fail the SDK's check of it; the caller's verifying
+		// reader checks every byte of the object anyway.
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+	})
+	if err != nil {
+		return b.s.mapErr(b.ctx, err, "get", b.key, b.pin)
+	}
+	start, total, ok := contentRange(aws.ToString(out.ContentRange))
+	etag := strings.Trim(aws.ToString(out.ETag), `"`)
+	var bad string
+	switch {
+	case b.pin != "" && aws.ToString(out.VersionId) != "" && aws.ToString(out.VersionId) != string(b.pin):
+		bad = fmt.Sprintf("answer is version %s", aws.ToString(out.VersionId))
+	case etag != b.etag:
+		bad = fmt.Sprintf("ETag %q, first answer's %q", etag, b.etag)
+	case !ok || start != b.off:
+		bad = fmt.Sprintf("Content-Range %q, asked for bytes=%d-", aws.ToString(out.ContentRange), b.off)
+	case b.size >= 0 && total != b.size:
+		bad = fmt.Sprintf("object of %d bytes, first answer's %d", total, b.size)
+	}
+	if bad != "" {
+		out.Body.Close()
+		return errcode.New(errcode.IO, "s3 get %s: resume at byte %d: not the object first read: %s", b.key, b.off, bad)
+	}
+	b.rc = out.Body
+	return nil
+}
+
+// contentRange parses "bytes start-end/total".
+func contentRange(h string) (start, total int64, ok bool) {
+	r, found := strings.CutPrefix(h, "bytes ")
+	if !found {
+		return 0, 0, false
+	}
+	span, size, found := strings.Cut(r, "/")
+	first, _, found2 := strings.Cut(span, "-")
+	if !found || !found2 {
+		return 0, 0, false
+	}
+	start, err1 := strconv.ParseInt(first, 10, 64)
+	total, err2 := strconv.ParseInt(size, 10, 64)
+	return start, total, err1 == nil && err2 == nil && start >= 0 && total > start
+}
+
+func (b *body) Close() error { return b.rc.Close() }
 
 // mapBodyErr gives an error reading a GetObject body its code.
 func (s *Store) mapBodyErr(ctx context.Context, err error, key string, v objstore.Version) error {
