@@ -527,6 +527,12 @@ func (b *body) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
+	if err := b.ctx.Err(); err != nil {
+		// The transport may still hold bytes it received before the
+		// caller gave up; a read after that is CANCELED all the same.
+		b.err = b.s.mapBodyErr(b.ctx, err, b.key, b.v)
+		return 0, b.err
+	}
 	n, err := b.rc.Read(p)
 	b.off += int64(n)
 	if err == nil || err == io.EOF {
