@@ -5,60 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/testnet"
 )
-
-// blackHole accepts connections and reads them but never answers: the
-// HTTP address of a leader frozen by SIGSTOP, on a paused VM or behind a
-// black-holed path. open counts the connections the other end has not
-// closed yet.
-type blackHole struct {
-	addr string
-	open atomic.Int64
-}
-
-func newBlackHole(t *testing.T) *blackHole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &blackHole{addr: ln.Addr().String()}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			h.open.Add(1)
-			go func() {
-				io.Copy(io.Discard, c)
-				h.open.Add(-1)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	return h
-}
 
 // rawRequest sends one request with a client that has no timeout of its
 // own, as curl has none, and returns the HTTP status and the error code
@@ -96,18 +49,18 @@ func rawRequest(t *testing.T, ctx context.Context, method, url string, body []by
 func TestForwardToSilentLeaderIsBounded(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	dir := t.TempDir()
-	hole := newBlackHole(t)
+	hole := testnet.NewSilent(t, true)
 	lcfg := TestConfig(dir, "leader")
 	lcfg.ApplyTimeout = time.Second
 	// Raft between the two is real and healthy; only the HTTP address
 	// members forward to answers nothing.
-	lcfg.HTTPAdvertise = hole.addr
+	lcfg.HTTPAdvertise = hole.Addr
 	leader := StartTestNode(t, lcfg)
 	fcfg := TestConfig(dir, "follower")
 	fcfg.ApplyTimeout = time.Second
 	fcfg.Bootstrap, fcfg.Join = false, leader.ln.Addr().String()
 	follower := StartTestNode(t, fcfg)
-	waitFor(t, "the follower to know the leader's HTTP address", func() bool { return follower.leaderHTTP() == hole.addr })
+	waitFor(t, "the follower to know the leader's HTTP address", func() bool { return follower.leaderHTTP() == hole.Addr })
 	if !leader.IsLeader() {
 		t.Fatal("the bootstrapped node lost its leadership")
 	}
@@ -126,7 +79,7 @@ func TestForwardToSilentLeaderIsBounded(t *testing.T) {
 	if status, code, b := rawRequest(t, ctx, http.MethodGet, base+"/v1/runs/r/wait?timeout=500", nil); status != http.StatusServiceUnavailable || code != errcode.NotLeader {
 		t.Fatalf("long-poll forwarded to a silent leader: HTTP %d %s %s, want 503 NOT_LEADER", status, code, b)
 	}
-	waitFor(t, "the follower to close its connections to the silent address", func() bool { return hole.open.Load() == 0 })
+	waitFor(t, "the follower to close its connections to the silent address", func() bool { return hole.Open() == 0 })
 	// The command never reached the leader.
 	var f Fences
 	leader.FSM().Read(func(s *State) { f = s.Fences })

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/testnet"
 	"github.com/shardproof/shardproof/manifest"
 )
 
@@ -1020,39 +1021,6 @@ func (s *syncBuf) String() string {
 	return s.b.String()
 }
 
-// silentMember accepts connections and reads requests but never answers:
-// a gate process frozen by SIGSTOP, a paused VM, a black-holed path.
-func silentMember(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			go io.Copy(io.Discard, c)
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	})
-	return ln.Addr().String()
-}
-
 // A member that accepts connections and never answers held every request
 // sent to it for good, while the members after it in the list answered:
 // a worker sidecar stayed READY on a cancelled run, and `run checkpoint`
@@ -1072,7 +1040,7 @@ func TestClientSkipsSilentMember(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c := NewClient(silentMember(t) + "," + n.URL())
+	c := NewClient(testnet.NewSilent(t, true).Addr + "," + n.URL())
 	defer c.Close()
 	c.AttemptTimeout = 300 * time.Millisecond
 	c.RetryFor = 50 * time.Millisecond // shorter than one attempt: the next member still gets its turn
@@ -1087,7 +1055,7 @@ func TestClientSkipsSilentMember(t *testing.T) {
 
 	// A write sent to the silent member may or may not have reached a
 	// leader behind it: INDETERMINATE, not a hang.
-	w := NewClient(silentMember(t) + "," + n.URL())
+	w := NewClient(testnet.NewSilent(t, true).Addr + "," + n.URL())
 	defer w.Close()
 	w.AttemptTimeout = 300 * time.Millisecond
 	if _, err := w.CancelRun(ctx, "r", "x"); !IsIndeterminate(err) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -18,6 +17,7 @@ import (
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/testnet"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/s3"
 	"github.com/shardproof/shardproof/objstore/s3/s3test"
@@ -171,38 +171,6 @@ func TestGetBodyErrorsHaveCodes(t *testing.T) {
 	}
 }
 
-// blackHole accepts connections and never reads or answers: a frozen
-// server, a paused VM, a black-holed path. It returns its address.
-func blackHole(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return l.Addr().String()
-}
-
 // within runs f with a context that ends after limit and fails the test
 // if f was still waiting then: the bound under test must end f first,
 // with its own error.
@@ -222,7 +190,7 @@ func within(t *testing.T, limit time.Duration, f func(ctx context.Context) error
 // Open (and with it every command) until the process was killed.
 func TestSilentServerAtOpen(t *testing.T) {
 	s3test.Start(t) // the credential environment
-	u := "s3://b/?endpoint=http://" + blackHole(t) + "&region=us-east-1&timeout=200ms"
+	u := "s3://b/?endpoint=http://" + testnet.NewSilent(t, false).Addr + "&region=us-east-1&timeout=200ms"
 	err := within(t, time.Minute, func(ctx context.Context) error {
 		_, err := objstore.Open(ctx, u)
 		return err
