@@ -27,7 +27,8 @@
 //   - a body whose connection is lost or silent midway is resumed with a
 //     ranged GetObject of the version first read (a read of the latest
 //     version pins the one it began with) from the first byte not yet
-//     delivered, at most MaxBodyResumes times per body, and only if the
+//     delivered, at most MaxBodyResumes times in a row (ResumeProgress
+//     bytes between two resumes start the count again), and only if the
 //     answer has the first one's ETag and starts at that byte; then the
 //     read fails with STORE_UNAVAILABLE;
 //   - transient failures (5xx, throttling, connection resets, timeouts)

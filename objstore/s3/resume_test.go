@@ -74,9 +74,11 @@ func readAll(t *testing.T, st objstore.Store, key string, v objstore.Version) ([
 
 // A GetObject body whose connection is cut is resumed with a ranged GET
 // of the same version from the byte the cut stopped at, up to
-// s3.MaxBodyResumes times: the bytes read are exactly the object's. A
-// body cut on every attempt fails with STORE_UNAVAILABLE after the
-// bound. Before, one cut failed the read (and a verification, exit 3).
+// s3.MaxBodyResumes times in a row: the bytes read are exactly the
+// object's. A body cut on every attempt before s3.ResumeProgress bytes
+// fails with STORE_UNAVAILABLE after the bound; one that moves at least
+// that far between cuts is read to its end. Before, one cut failed the
+// read (and a verification, exit 3).
 func TestGetResumesCutBody(t *testing.T) {
 	u, bp, _ := startBreakingProxy(t, "")
 	st := open(t, u)
@@ -107,6 +109,11 @@ func TestGetResumesCutBody(t *testing.T) {
 			[]string{"", "bytes=0-", "bytes=0-", "bytes=0-"}, errcode.StoreUnavailable},
 		{"every time", v, func(int) int64 { return 64 << 10 },
 			[]string{"", "bytes=65536-", "bytes=131072-", "bytes=196608-"}, errcode.StoreUnavailable},
+		// Each cut after s3.ResumeProgress bytes or more starts the count
+		// again: a body that keeps moving is read to its end, however
+		// many times its connection drops.
+		{"every time, after progress", v, func(int) int64 { return 700_000 },
+			[]string{"", "bytes=700000-", "bytes=1400000-", "bytes=2100000-", "bytes=2800000-"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := &cutEach{bp: bp, cutAt: tc.cutAt}

@@ -499,9 +499,18 @@ func (s *Store) Get(ctx context.Context, key string, v objstore.Version) (io.Rea
 	return b, nil
 }
 
-// MaxBodyResumes is how many times one Get's body is resumed after its
-// connection is lost before the read fails (STORE_UNAVAILABLE).
+// MaxBodyResumes is how many times in a row one Get's body is resumed
+// after its connection is lost before the read fails (STORE_UNAVAILABLE).
+// A resume after at least ResumeProgress bytes since the one before
+// starts the count again, so a large body on a link that drops now and
+// then is read to its end, while one that stalls fails after a few
+// tries (and no body is resumed more than MaxBodyResumes more times than
+// its size in ResumeProgress units).
 const MaxBodyResumes = 3
+
+// ResumeProgress is the progress since the last resume (or the start)
+// that starts MaxBodyResumes' count again.
+const ResumeProgress = 256 << 10
 
 // body is a GetObject body whose read errors carry a code, as the
 // request's own do: CANCELED once the caller's context is done, else
@@ -519,7 +528,8 @@ type body struct {
 	etag    string           // the first answer's, unquoted
 	size    int64            // the object's size; -1 unknown
 	off     int64            // bytes delivered
-	resumes int
+	resumes int              // resumes in a row, each after less than ResumeProgress
+	resumed int64            // b.off at the last resume
 	err     error
 }
 
@@ -542,6 +552,9 @@ func (b *body) Read(p []byte) (int, error) {
 		return n, err
 	}
 	err = b.s.mapBodyErr(b.ctx, err, b.key, b.v)
+	if b.off-b.resumed >= ResumeProgress {
+		b.resumes = 0
+	}
 	for errcode.Of(err) == errcode.StoreUnavailable && b.resumes < MaxBodyResumes {
 		if b.size >= 0 && b.off >= b.size {
 			// Every byte arrived; only the end of the answer was lost.
@@ -575,6 +588,7 @@ func (b *body) Read(p []byte) (int, error) {
 // GetObject of the same object from b.off.
 func (b *body) resume(cause error) error {
 	b.resumes++
+	b.resumed = b.off
 	slog.Warn("s3: resuming a body read", "bucket", b.s.bucket, "key", b.s.base+b.key, "version", string(b.pin),
 		"offset", b.off, "resume", b.resumes, "code", errcode.Of(cause), "err", cause)
 	b.rc.Close()
