@@ -79,7 +79,7 @@ func TestReportIndependentOfPlanShape(t *testing.T) {
 		r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: c.maps, Reducers: c.reducers, ShuffleCompression: c.comp, MapMembers: c.mapMembers, Parallelism: 2, ReduceFanIn: c.fanIn})
 		shuffled[i] = r.Execution.ShuffleBytes
 		if c.fanIn > 0 {
-			if want := mergedFilesFor(c.maps, c.fanIn); r.Execution.MergedFiles != want*r.Execution.Reducers || r.Execution.MergedBytes <= 0 {
+			if want := mergedFiles(c.maps, c.fanIn); r.Execution.MergedFiles != want*r.Execution.Reducers || r.Execution.MergedBytes <= 0 {
 				t.Fatalf("case %+v: merge level wrote %d files (%d bytes), want %d per reducer", c, r.Execution.MergedFiles, r.Execution.MergedBytes, want)
 			}
 			if page, err := s.List(context.Background(), JobsPrefix+r.Execution.Plan.Hex()+"/merge/", "", 10); err != nil || len(page.Objects) > 0 {

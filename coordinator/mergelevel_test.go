@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -104,18 +105,6 @@ func TestMergeLevelFailures(t *testing.T) {
 	}
 }
 
-// mergedFilesFor is how many files a reduce task's merge levels write for
-// m map tasks at fan-in fan: each level merges groups of fan into one
-// file until at most fan are left.
-func mergedFilesFor(m, fan int) int {
-	n := 0
-	for m > fan {
-		m = (m + fan - 1) / fan
-		n += m
-	}
-	return n
-}
-
 // A reduce task above the fan-in holds a group and its merged file open,
 // then at most fan-in merged files, however many map tasks (above fan²,
 // in more than one level): the open-file check counts that, not one file
@@ -211,5 +200,43 @@ func TestMergeLevelReduceTwiceAtOnce(t *testing.T) {
 	}
 	if _, err := j3.Reduce(ctx, 0); errcode.Of(err) != errcode.Nondeterminism {
 		t.Fatalf("attempt beside a commit record of another result: %v; want %s", err, errcode.Nondeterminism)
+	}
+}
+
+// A reduce commit record read back names exactly the merged files its
+// plan's merge level writes, under its own task's prefix, with the plan's
+// checksum: a damaged one is SHUFFLE_CORRUPT, not figures in a report.
+func TestReduceCommitMergedChecked(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 4, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64, ReduceFanIn: 2, Parallelism: 2})
+	for i := range 4 {
+		if _, err := j.Map(ctx, i, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := j.Reduce(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.checkReduceCommit(1, c); err != nil {
+		t.Fatalf("the task's own record: %v", err)
+	}
+	for name, damage := range map[string]func(rc *ReduceCommit){
+		"one dropped": func(rc *ReduceCommit) { rc.Merged = rc.Merged[1:] },
+		"another task's": func(rc *ReduceCommit) {
+			rc.Merged[0].Key = strings.Replace(rc.Merged[0].Key, "/merge/1/", "/merge/0/", 1)
+		},
+		"outside the job":    func(rc *ReduceCommit) { rc.Merged[1].Key = "blobs/sha256/x" },
+		"negative size":      func(rc *ReduceCommit) { rc.Merged[0].Size = -1 },
+		"negative rows":      func(rc *ReduceCommit) { rc.Merged[1].Rows = -5 },
+		"the other checksum": func(rc *ReduceCommit) { rc.Merged[0].XXH64, rc.Merged[0].Digest = "", manifest.Digest{1} },
+	} {
+		rc := *c
+		rc.Merged = slices.Clone(c.Merged)
+		damage(&rc)
+		if err := j.checkReduceCommit(1, &rc); errcode.Of(err) != errcode.ShuffleCorrupt {
+			t.Errorf("%s: %v, want SHUFFLE_CORRUPT", name, err)
+		}
 	}
 }

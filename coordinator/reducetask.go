@@ -3,7 +3,9 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -238,6 +240,18 @@ const reduceFileSlack = 8
 // tasks' files and an embedding process's listeners.
 const processFileSlack = 64
 
+// mergedFiles is how many files a reduce task's merge levels write for m
+// map tasks at fan-in fan (0: no bound): each level merges groups of fan
+// into one file until at most fan are left.
+func mergedFiles(m, fan int) int {
+	n := 0
+	for fan > 0 && m > fan {
+		m = (m + fan - 1) / fan
+		n += m
+	}
+	return n
+}
+
 // fanIn is the most shuffle files a reduce task of the plan merges at once.
 func (j *Job) fanIn() int {
 	if fan := j.Plan.ReduceFanIn; fan > 0 && fan < len(j.Plan.MapTasks) {
@@ -291,6 +305,19 @@ func (j *Job) checkReduceCommit(r int, c *ReduceCommit) error {
 	rng := j.Plan.Reducers[r]
 	if err := c.Result.Validate(rng.Lo, rng.Hi); err != nil {
 		return err
+	}
+	// The merge level's files: as many as its levels write, each under
+	// this task's merge prefix, with the plan's checksum.
+	if want := mergedFiles(len(j.Plan.MapTasks), j.Plan.ReduceFanIn); len(c.Merged) != want {
+		return bad("%d merged files, the plan's merge level writes %d", len(c.Merged), want)
+	}
+	for k, o := range c.Merged {
+		if !strings.HasPrefix(o.Key, fmt.Sprintf("%smerge/%d/", j.prefix(), r)) || o.Size < 0 || o.Rows < 0 {
+			return bad("merged file %d is %.80q (size %d, rows %d)", k, o.Key, o.Size, o.Rows)
+		}
+		if _, ok := parseXXH64(o.XXH64); ok != (j.Plan.ShuffleChecksum == shuffle.XXH64) || o.Digest.IsZero() != ok {
+			return bad("merged file %d: xxh64 %.20q and digest %s, and the plan checks shuffle files with %s", k, o.XXH64, o.Digest, j.Plan.ShuffleChecksum)
+		}
 	}
 	if len(c.Members) != len(rng.Members) {
 		return bad("%d member results for %d members", len(c.Members), len(rng.Members))
