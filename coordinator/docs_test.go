@@ -3,13 +3,11 @@ package coordinator
 import (
 	"context"
 	"errors"
-	"io"
 	"sync/atomic"
 	"testing"
-	"testing/iotest"
 
 	"github.com/shardproof/shardproof/internal/errcode"
-	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/objstore/file"
 )
 
@@ -46,24 +44,6 @@ func TestPutExact(t *testing.T) {
 	}
 }
 
-// failingBodies breaks Get bodies of a real store: they end in err after
-// their first byte, as a connection lost mid-read would.
-type failingBodies struct {
-	objstore.Store
-	err error
-}
-
-func (f failingBodies) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
-	rc, err := f.Store.Get(ctx, key, v)
-	if err != nil {
-		return nil, err
-	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(io.LimitReader(rc, 1), iotest.ErrReader(f.err)), rc}, nil
-}
-
 // A rerun whose read of the committed output fails (a lost connection,
 // Ctrl-C) fails with that read's code: it learnt nothing of the bytes, so
 // it is no NONDETERMINISM (exit 1, "no rerun of this task can commit").
@@ -78,12 +58,12 @@ func TestPutExactReadFailureIsNotNondeterminism(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []errcode.Code{errcode.StoreUnavailable, errcode.Canceled} {
-		s := failingBodies{fs, errcode.New(c, "injected")}
+		s := &faults.BodyError{Store: fs, Err: errcode.New(c, "injected")}
 		if _, err := putExact(ctx, s, "jobs/x/map/0/r0.arrow", []byte("output")); errcode.Of(err) != c {
 			t.Fatalf("rerun whose read fails with %s: %s (%v)", c, errcode.Of(err), err)
 		}
 	}
-	s := failingBodies{fs, errors.New("bare")}
+	s := &faults.BodyError{Store: fs, Err: errors.New("bare")}
 	if _, err := putExact(ctx, s, "jobs/x/map/0/r0.arrow", []byte("output")); errcode.Of(err) != errcode.IO {
 		t.Fatalf("rerun whose read fails without a code: %s (%v), want IO", errcode.Of(err), err)
 	}

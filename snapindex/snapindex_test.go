@@ -2,17 +2,15 @@ package snapindex
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io"
 	"testing"
-	"testing/iotest"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -122,24 +120,6 @@ func TestStoreRoundTrip(t *testing.T) {
 	}
 }
 
-// failingBodies breaks Get bodies of a real store: they end in err after
-// their first byte, as a connection lost mid-read would.
-type failingBodies struct {
-	objstore.Store
-	err error
-}
-
-func (f failingBodies) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
-	rc, err := f.Store.Get(ctx, key, v)
-	if err != nil {
-		return nil, err
-	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(io.LimitReader(rc, 1), iotest.ErrReader(f.err)), rc}, nil
-}
-
 // A read of the index that fails keeps the store's code (CANCELED on
 // Ctrl-C, STORE_UNAVAILABLE for a lost S3 connection), where every
 // failure was IO; a bare one is IO.
@@ -161,7 +141,7 @@ func TestFindReadFailureKeepsCode(t *testing.T) {
 		if want == errcode.Internal {
 			want = errcode.IO
 		}
-		if _, _, _, err := Find(ctx, failingBodies{fs, fail}, snap, k, root); errcode.Of(err) != want {
+		if _, _, _, err := Find(ctx, &faults.BodyError{Store: fs, Err: fail}, snap, k, root); errcode.Of(err) != want {
 			t.Errorf("Find whose read fails with %q: %s (%v), want %s", fail, errcode.Of(err), err, want)
 		}
 	}

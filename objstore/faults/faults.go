@@ -73,6 +73,31 @@ func (t *Truncate) Get(ctx context.Context, key string, v objstore.Version) (io.
 	}{io.LimitReader(rc, t.N), rc}, nil
 }
 
+// BodyError makes Get bodies of keys selected by Match (nil: every key)
+// end in Err after their first byte, as a connection lost mid-read would.
+type BodyError struct {
+	objstore.Store
+	Match func(key string) bool
+	Err   error
+}
+
+// Get returns the wrapped store's body cut by Err after one byte.
+func (b *BodyError) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	rc, err := b.Store.Get(ctx, key, v)
+	if err != nil || !matches(b.Match, key) {
+		return rc, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(io.LimitReader(rc, 1), errReader{b.Err}), rc}, nil
+}
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
 // Method names one Store method.
 type Method string
 
