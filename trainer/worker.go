@@ -73,8 +73,14 @@ type Config struct {
 	// (BARRIER_TIMEOUT), but only a gate that answers can say so. Zero
 	// means a minute, which also covers clock skew with the leader.
 	DeadlineGrace time.Duration
-	Metrics       *Metrics
-	Logger        *slog.Logger
+	// RankWait is how long a rank at or above the run's world size waits
+	// for a reassignment that includes it: an orchestrator that scales
+	// out may start the new ranks' pods before it sends the reassignment.
+	// It fails with USAGE after that (a mistyped rank, a run that never
+	// grew). Zero means 10 minutes; negative means not at all.
+	RankWait time.Duration
+	Metrics  *Metrics
+	Logger   *slog.Logger
 }
 
 // Worker states, as /readyz and /status report them.
@@ -135,6 +141,12 @@ type Worker struct {
 	entries []entry
 	rel     *manifest.Release
 	root    manifest.Digest
+	// joined is set once the worker has found its rank inside the run's
+	// world size: outside it afterwards means a scale-in, not a rank
+	// waiting for its scale-out. rankWaitSince is when it first found
+	// itself outside before that.
+	joined        bool
+	rankWaitSince time.Time
 }
 
 // entry is one verified cache entry and the file it was then.
@@ -156,6 +168,9 @@ func NewWorker(cfg Config) *Worker {
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 2 * time.Second
+	}
+	if cfg.RankWait == 0 {
+		cfg.RankWait = DefaultRankWait
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics()
@@ -270,6 +285,9 @@ func (w *Worker) run(ctx context.Context, once bool) error {
 	for {
 		if attest {
 			run, err := w.prepare(ctx)
+			if err == errLeft {
+				return w.left(once)
+			}
 			if err != nil {
 				return err
 			}
@@ -314,6 +332,58 @@ func (w *Worker) run(ctx context.Context, once bool) error {
 			attest = true
 		case left:
 			return w.left(once)
+		}
+	}
+}
+
+// errLeft is prepare's answer when the rank was removed from the run
+// (scale-in) while it verified again.
+var errLeft = errors.New("rank left the run")
+
+// DefaultRankWait is Config.RankWait's default.
+const DefaultRankWait = 10 * time.Minute
+
+// waitForRank waits, reading the run every PollInterval, until the run's
+// world size includes this rank (a scale-out whose reassignment comes
+// after its new ranks start), the run fails or is cancelled, or RankWait
+// has passed since the worker first found itself outside the run.
+func (w *Worker) waitForRank(ctx context.Context, run *raftgate.Run) error {
+	if w.rankWaitSince.IsZero() {
+		w.rankWaitSince = time.Now()
+	}
+	deadline := w.rankWaitSince.Add(w.cfg.RankWait)
+	if w.cfg.RankWait < 0 || !time.Now().Before(deadline) {
+		return errcode.New(errcode.Usage, "rank %d outside run %s's world size %d (waited %s for a reassignment that includes it)",
+			w.cfg.Rank, w.cfg.Run, run.WorldSize, time.Since(w.rankWaitSince).Round(time.Second))
+	}
+	w.log.Info("rank outside the run's world size; waiting for a reassignment that includes it",
+		"worldSize", run.WorldSize, "epoch", run.Epoch, "wait", time.Until(deadline).Round(time.Second))
+	w.set(func(s *Status) {
+		s.State, s.Epoch, s.Code = StateStarting, run.Epoch, ""
+		s.Reason = fmt.Sprintf("waiting for a reassignment that includes rank %d (world size %d)", w.cfg.Rank, run.WorldSize)
+	})
+	t := time.NewTicker(w.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return errcode.Wrap(errcode.Canceled, ctx.Err(), "waiting for a reassignment that includes rank %d", w.cfg.Rank)
+		case <-t.C:
+		}
+		cur, err := w.getRun(ctx)
+		if err != nil {
+			return err
+		}
+		if err := runErr(cur); err != nil {
+			return err
+		}
+		if w.cfg.Rank < cur.WorldSize {
+			w.set(func(s *Status) { s.State, s.Reason = StateVerifying, "" })
+			return nil
+		}
+		if !time.Now().Before(deadline) {
+			return errcode.New(errcode.Usage, "rank %d outside run %s's world size %d (waited %s for a reassignment that includes it)",
+				w.cfg.Rank, w.cfg.Run, cur.WorldSize, w.cfg.RankWait)
 		}
 	}
 }
@@ -364,9 +434,21 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 			w.countRootMismatch(run)
 			return nil, err
 		}
-		if w.cfg.Rank < 0 || w.cfg.Rank >= run.WorldSize {
-			return nil, errcode.New(errcode.Usage, "rank %d outside the run's world size %d", w.cfg.Rank, run.WorldSize)
+		if w.cfg.Rank < 0 {
+			return nil, errcode.New(errcode.Usage, "rank %d: ranks start at 0", w.cfg.Rank)
 		}
+		if w.cfg.Rank >= run.WorldSize {
+			if w.joined {
+				// Scaled in while it verified again.
+				w.set(func(s *Status) { s.State, s.Epoch = StateDone, run.Epoch })
+				return nil, errLeft
+			}
+			if err := w.waitForRank(ctx, run); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		w.joined = true
 		rel, shards, err := w.pin(ctx, run)
 		if err != nil {
 			return nil, err

@@ -1228,3 +1228,105 @@ func TestBarrierWaitDoesNotSpinOnAGateDown(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// An orchestrator scaling out may start a new rank before it sends the
+// reassignment that includes it: the rank waits for it, without
+// verifying or attesting anything meanwhile, and then joins the run. A
+// rank that no reassignment includes fails with USAGE once its wait is
+// over.
+func TestScaleOutRankStartedBeforeReassign(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 2, 20*time.Second)
+	ctx, cancel := context.WithCancel(e.ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	side := []*Worker{e.worker("r1", 0, nil, nil), e.worker("r1", 1, nil, nil)}
+	for r, w := range side {
+		wg.Go(func() {
+			if err := w.Run(ctx, false); err != nil {
+				t.Errorf("sidecar rank %d: %v", r, err)
+			}
+		})
+	}
+	for _, w := range side {
+		waitState(t, w, StateReady)
+	}
+
+	early := e.worker("r1", 2, nil, nil)
+	done := make(chan error, 1)
+	go func() { done <- early.Run(e.ctx, true) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(early.Status().Reason, "waiting for a reassignment that includes rank 2") {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 2 before the reassignment: %+v", early.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := early.Status(); st.State != StateStarting || st.Verified != 0 || len(st.Shards) != 0 {
+		t.Fatalf("rank 2 waiting: %+v, want STARTING with nothing verified", st)
+	}
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 3, Assignment: [][]int{{0, 3, 6}, {1, 4, 7}, {2, 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("rank 2 after the reassignment: %v", err)
+	}
+	st := early.Status()
+	if st.State != StateReady || st.Epoch != 1 || len(st.Shards) != 2 || st.Shards[1] != e.gen1.Release.Shards[5].Digest || st.Root != e.gen1.Root {
+		t.Fatalf("rank 2 after the reassignment: %+v", st)
+	}
+
+	// Rank 3 is in no reassignment.
+	late := e.worker("r1", 3, nil, nil)
+	late.cfg.RankWait = 300 * time.Millisecond
+	err := late.Run(e.ctx, true)
+	wantCode(t, err, errcode.Usage)
+	if !strings.Contains(err.Error(), "world size 3") || !strings.Contains(err.Error(), "waited") {
+		t.Fatalf("rank 3: %v", err)
+	}
+	cancel()
+}
+
+// scaleIn is a gate that removes rank 2 from the run it reads (a
+// reassignment to two ranks) just before it answers its second read of
+// it: while the worker verified, as far as the worker can tell.
+type scaleIn struct {
+	Gate
+	gate  *raftgate.Client
+	t     *testing.T
+	reads atomic.Int32
+}
+
+func (g *scaleIn) Run(ctx context.Context, id string) (*raftgate.Run, error) {
+	if g.reads.Add(1) == 2 {
+		if _, err := g.gate.Reassign(ctx, &raftgate.Reassign{Run: id, WorldSize: 2, Assignment: [][]int{{0, 2, 4, 6}, {1, 3, 5, 7}}}); err != nil {
+			g.t.Errorf("scale in: %v", err)
+		}
+	}
+	return g.Gate.Run(ctx, id)
+}
+
+// A rank that was part of the run and is removed while it verifies left
+// the run (a sidecar stops, DONE; an init container, whose trainer must
+// not start, fails with USAGE at once): it is not a rank waiting for its
+// scale-out.
+func TestScaleInWhileVerifying(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 3, 20*time.Second)
+	w := e.worker("r1", 2, nil, &scaleIn{Gate: e.gate, gate: e.gate, t: t})
+	if err := w.Run(e.ctx, false); err != nil {
+		t.Fatalf("sidecar scaled in: %v", err)
+	}
+	if st := w.Status(); st.State != StateDone || st.Epoch != 1 {
+		t.Fatalf("sidecar scaled in: %+v, want DONE at epoch 1", st)
+	}
+	e.createRun("r2", 3, 20*time.Second)
+	err := e.worker("r2", 2, nil, &scaleIn{Gate: e.gate, gate: e.gate, t: t}).Run(e.ctx, true)
+	wantCode(t, err, errcode.Usage)
+	if !strings.Contains(err.Error(), "removed from run r2") {
+		t.Fatalf("init container scaled in: %v", err)
+	}
+}

@@ -21,7 +21,7 @@ func init() {
 		store, gateURL, run, cacheDir, listen, readyFile string
 		rank, parallelism                                int
 		once, bytesOnly, quiet                           bool
-		poll                                             time.Duration
+		poll, rankWait                                   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "worker --gate URL --store URL --run ID --rank K --cache DIR [--listen ADDR] [--once]",
@@ -41,6 +41,12 @@ container hands to the trainer container on a shared volume. Its
 directory must exist (USAGE otherwise, before any work), and with --once a
 file that cannot be written fails the worker (IO) even once the barrier
 has opened.
+
+A rank at or above the run's world size waits up to --rank-wait (default
+10m) for a reassignment that includes it, re-reading the run every --poll:
+an orchestrator scaling out may start the new ranks before it sends
+'run reassign'. It then fails with USAGE (a mistyped rank, a run that never
+grew); --rank-wait 0 fails at once.
 
 With --listen it serves /readyz (200 only while the barrier and the run's
 permit are open), /healthz, /status (JSON, including the shard list) and
@@ -62,6 +68,9 @@ run's barrier deadline, when no gate has answered a rank waiting there).`,
 			if run == "" || !cmd.Flags().Changed("rank") || cacheDir == "" {
 				return errcode.New(errcode.Usage, "%s: --run, --rank and --cache are required", cmd.CommandPath())
 			}
+			if rankWait < 0 {
+				return errcode.New(errcode.Usage, "%s: --rank-wait %s: must not be negative", cmd.CommandPath(), rankWait)
+			}
 			if readyFile != "" {
 				// Before any verification: the file is written only
 				// once the barrier opens, and an init container that
@@ -82,8 +91,11 @@ run's barrier deadline, when no gate has answered a rank waiting there).`,
 			defer g.Close()
 			cfg := trainer.Config{
 				Gate: g, Store: s, Cache: c, Run: run, Rank: rank,
-				Parallelism: parallelism, PollInterval: poll, ReadyFile: readyFile,
+				Parallelism: parallelism, PollInterval: poll, ReadyFile: readyFile, RankWait: rankWait,
 				Logger: cmdLogger(cmd.ErrOrStderr(), quiet).With("component", "worker"),
+			}
+			if rankWait == 0 {
+				cfg.RankWait = -1 // at once
 			}
 			if !bytesOnly {
 				cfg.Verify = trainer.DecodeVerifier(s)
@@ -136,6 +148,7 @@ run's barrier deadline, when no gate has answered a rank waiting there).`,
 	f.BoolVar(&once, "once", false, "exit 0 as soon as the barrier is open (init container)")
 	f.IntVar(&parallelism, "parallelism", 4, "shards fetched and verified at once")
 	f.DurationVar(&poll, "poll", 2*time.Second, "how often a ready sidecar re-reads its run")
+	f.DurationVar(&rankWait, "rank-wait", trainer.DefaultRankWait, "how long a rank outside the run's world size waits for a reassignment that includes it (0: fail at once)")
 	f.BoolVar(&bytesOnly, "bytes-only", false, "check digests and sizes only, skip decoding (faster, misses schema and logical mismatches)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "log warnings only")
 	rootCmd.AddCommand(cmd)

@@ -47,6 +47,7 @@ func TestNegativeCountIsUsage(t *testing.T) {
 		{"--k8s-parallelism -1", []string{"verify", "--store", store, "--root", root, "--executor", "kubernetes", "--k8s-parallelism", "-1"}},
 		{"--world-size -4", []string{"run", "create", "r1", "--alias", "a", "--world-size", "-4"}},
 		{"--rank -1", []string{"worker", "--store", store, "--run", "r1", "--rank", "-1", "--cache", t.TempDir()}},
+		{"--rank-wait -1s", []string{"worker", "--store", store, "--run", "r1", "--rank", "1", "--rank-wait", "-1s", "--cache", t.TempDir()}},
 		{"--samples -5", []string{"synth", "--store", store, "--samples", "-5", "--shards", "1"}},
 		{"--index -5", []string{"task", "map", "--plan", "file://" + store + "#" + root, "--index", "-5"}},
 	} {
