@@ -31,6 +31,10 @@ type FenceResult struct {
 	Fences Fences `json:"fences"`
 	// Closed lists the permits the advance closed, sorted.
 	Closed []string `json:"closed"`
+	// Spared lists, sorted, the open permits below the new value that the
+	// advance kept open because their release was already checked at it
+	// (AdvanceFence.SpareChecked), re-bound to its watermarks.
+	Spared []string `json:"spared,omitempty"`
 }
 
 // RecheckResult is the result of recheck and of a register that renewed a
@@ -415,7 +419,7 @@ func (a *applier) advanceFence(c *AdvanceFence) (any, error) {
 	if c.Value < *cur {
 		return nil, errcode.New(errcode.FenceRegression, "%s fence is %d, cannot move to %d", c.Kind, *cur, c.Value)
 	}
-	closed := []string{}
+	closed, spared := []string{}, []string(nil)
 	if c.Value == *cur {
 		return FenceResult{Fences: a.s.Fences, Closed: closed}, nil
 	}
@@ -438,13 +442,14 @@ func (a *applier) advanceFence(c *AdvanceFence) (any, error) {
 			// the permit would wait for a recheck the gate holds.
 			if rel := a.s.Releases[p.Root.String()]; rel != nil && rel.State != ReleaseInvalid && rel.satisfies(a.s.Fences) {
 				p.TombstoneWatermark, p.BenchmarkFence = rel.TombstoneWatermark, rel.BenchmarkFence
+				spared = append(spared, id)
 				continue
 			}
 		}
 		p.State, p.Changed, p.Reason = PermitClosed, a.now, fmt.Sprintf("%s>=%d", c.Kind, c.Value)
 		closed = append(closed, id)
 	}
-	return FenceResult{Fences: a.s.Fences, Closed: closed}, nil
+	return FenceResult{Fences: a.s.Fences, Closed: closed, Spared: spared}, nil
 }
 
 // ---- runs ----

@@ -705,13 +705,24 @@ var gateFenceCmd = &cobra.Command{
 			return err
 		}
 		return printResult(cmd, r, func(w io.Writer) {
-			fmt.Fprintf(w, "fences: tombstone %d, benchmark %d; closed %d permits", r.Fences.Tombstone, r.Fences.Benchmark, len(r.Closed))
-			if len(r.Closed) > 0 {
-				fmt.Fprintf(w, ": %s", strings.Join(r.Closed, ", "))
-			}
-			fmt.Fprintln(w)
+			fmt.Fprintf(w, "fences: tombstone %d, benchmark %d; ", r.Fences.Tombstone, r.Fences.Benchmark)
+			printPermitsMoved(w, r)
 		})
 	},
+}
+
+// printPermitsMoved ends a fence advance's line: the permits it closed,
+// and those it kept open because their releases were already rechecked at
+// the new value.
+func printPermitsMoved(w io.Writer, r *raftgate.FenceResult) {
+	fmt.Fprintf(w, "closed %d permits", len(r.Closed))
+	if len(r.Closed) > 0 {
+		fmt.Fprintf(w, ": %s", strings.Join(r.Closed, ", "))
+	}
+	if len(r.Spared) > 0 {
+		fmt.Fprintf(w, "; kept %d open (their releases were rechecked at this value): %s", len(r.Spared), strings.Join(r.Spared, ", "))
+	}
+	fmt.Fprintln(w)
 }
 
 var gatePruneFlags struct{ olderThan time.Duration }

@@ -243,11 +243,11 @@ higher).`,
 				return err
 			}
 			return printResult(cmd, r, func(w io.Writer) {
-				fmt.Fprintf(w, "%s fence %d (from %s, %d entries); closed %d permits", kind, l.Watermark(), d, len(l.Entries), len(r.Closed))
+				fmt.Fprintf(w, "%s fence %d (from %s, %d entries); ", kind, l.Watermark(), d, len(l.Entries))
+				printPermitsMoved(w, r)
 				if len(r.Closed) > 0 {
-					fmt.Fprintf(w, ": %s\nrecheck with: shardproof recheck --closed %s %s", strings.Join(r.Closed, ", "), flag, d)
+					fmt.Fprintf(w, "recheck with: shardproof recheck --closed %s %s\n", flag, d)
 				}
-				fmt.Fprintln(w)
 			})
 		},
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -115,10 +117,16 @@ func TestRecheckBeforeFenceAdvance(t *testing.T) {
 	if out, err := run("recheck", "--members", "--root", gen1.Root.String(), "--tombstones", t9.String()); err != nil || !strings.Contains(out, "renewed") {
 		t.Fatalf("recheck ahead of the fence: %q %v", out, err)
 	}
-	if out := advance(t9); !strings.Contains(out, "closed 1 permits") {
+	out := advance(t9)
+	if !strings.Contains(out, "closed 1 permits") {
 		t.Fatalf("advance to 9 closes only gen2's permit: %q", out)
 	}
-	for id, st := range permitStates(t, g, gen1.Root) {
+	kept := permitStates(t, g, gen1.Root)
+	ids := slices.Sorted(maps.Keys(kept))
+	if want := fmt.Sprintf("kept %d open (their releases were rechecked at this value): %s", len(ids), strings.Join(ids, ", ")); len(ids) == 0 || !strings.Contains(out, want) {
+		t.Fatalf("advance to 9: %q, want %q", out, want)
+	}
+	for id, st := range kept {
 		if st != raftgate.PermitOpen {
 			t.Fatalf("permit %s of the root rechecked at 9 is %s after the advance to 9", id, st)
 		}
