@@ -13,10 +13,16 @@
 // pure function of the rows and the options, so staging the same rows twice
 // yields the same root digest and writes nothing new.
 //
-// Memory: the sort holds 16 bytes per row (its hash and index); each
-// worker holds one shard's rows; each release shard's tuples go to a spill
-// file per snapshot member in TempDir, and each member file reads back and
-// sorts only its own, so the tuples are never all in memory.
+// Memory does not grow with the number of rows, only with the size and
+// number of shards. The sort (sort.go) holds at most sortRunBytes of keys
+// (20 bytes and the sampleId per row): a release whose keys fit is sorted
+// in memory; a larger one is sorted on disk, in runs merged a bounded
+// number at a time, and each shard's row indices are written to a file of
+// their own as the merge reaches them. Each worker holds one shard's rows;
+// each release shard's tuples go to a spill file per snapshot member in
+// TempDir, and each member file reads back and sorts only its own, so the
+// tuples are never all in memory. Stage spools its source rows to
+// TempDir by shard, finding each row's shard from its sort key.
 //
 // Synth generates a realistic synthetic dataset from a seed and stages it
 // without source files; Stage reads source Parquet files.

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -33,7 +34,8 @@ type StageOptions struct {
 	// Seed is the sort seed recorded in build.sortSeed.
 	Seed uint64
 	// TempDir holds the spool files of the rows and of the snapshot's
-	// tuples (default os.TempDir()).
+	// tuples, and the sort's files when its keys do not fit in memory
+	// (default os.TempDir()).
 	TempDir string
 	// Options are the common staging settings (Shards is taken from above).
 	Options
@@ -43,9 +45,9 @@ type StageOptions struct {
 // checked before anything is written: a file that cannot be read or lacks
 // required columns is BAD_INPUT naming the file and the missing columns.
 //
-// Memory holds the sort keys (sampleIds) and one shard at a time: rows are
-// first spooled, per shard, to temporary Arrow IPC files, then each shard
-// is read back, put in sort order and written.
+// Memory holds a run of sort keys (sortRows) and a couple of shards at a
+// time: rows are first spooled, per shard, to temporary Arrow IPC files,
+// then each shard is read back, put in sort order and written.
 func Stage(ctx context.Context, store objstore.Store, o StageOptions) (Result, error) {
 	opts := o.Options
 	opts.Shards = o.Shards
@@ -76,11 +78,10 @@ type input struct {
 type fileSource struct {
 	schema  *arrow.Schema
 	inputs  []input
-	ids     []string // sampleId of every global row
+	rows    int
 	tempDir string
 	dir     string
 	held    *scratchdir.Dir
-	shardOf []int32
 	spool   []string
 }
 
@@ -110,8 +111,8 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 	return fn(fr)
 }
 
-// openInputs checks every input's columns and reads the sampleIds (the
-// sort keys); no other column is held.
+// openInputs checks every input's columns and counts its rows; keys
+// reads and checks their values.
 func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
 	as, err := canon.ArrowSchema(DefaultSchema())
 	if err != nil {
@@ -128,8 +129,24 @@ func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
 			if in.cols, err = matchColumns(p, got, as); err != nil {
 				return err
 			}
-			// The sort keys, plus the values that could make a tuple or a
-			// total invalid, checked now so that bad input writes nothing.
+			in.rows = int(fr.ParquetReader().NumRows())
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.inputs = append(s.inputs, in)
+		s.rows += in.rows
+	}
+	return s, nil
+}
+
+// keys reads the sort keys, plus the values that could make a tuple or a
+// total invalid, checked now so that bad input writes nothing.
+func (s *fileSource) keys(ctx context.Context, add func(id string) error) error {
+	for _, in := range s.inputs {
+		p, rows := in.path, 0
+		err := openFile(p, func(fr *pqarrow.FileReader) error {
 			keyCols := []int{in.cols[0], in.cols[3], in.cols[6]}
 			return eachBatch(ctx, fr, p, keyCols, func(rec arrow.RecordBatch) error {
 				ids := rec.Column(0).(*array.String)
@@ -139,27 +156,30 @@ func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
 					// verify refuses such a shard (DECODE_ERROR): a
 					// release of them could never be VERIFIED.
 					if !utf8.ValidString(ids.Value(i)) || !utf8.ValidString(split.Value(i)) {
-						return errcode.New(errcode.BadInput, "input %s: row %d: sampleId or split is not valid UTF-8", p, in.rows+i)
+						return errcode.New(errcode.BadInput, "input %s: row %d: sampleId or split is not valid UTF-8", p, rows+i)
 					}
 					if len(split.Value(i)) > tuplehash.MaxSplitLen {
-						return errcode.New(errcode.BadInput, "input %s: row %d: split longer than %d bytes", p, in.rows+i, tuplehash.MaxSplitLen)
+						return errcode.New(errcode.BadInput, "input %s: row %d: split longer than %d bytes", p, rows+i, tuplehash.MaxSplitLen)
 					}
 					if tokens.Value(i) < 0 {
-						return errcode.New(errcode.BadInput, "input %s: row %d: negative tokens %d", p, in.rows+i, tokens.Value(i))
+						return errcode.New(errcode.BadInput, "input %s: row %d: negative tokens %d", p, rows+i, tokens.Value(i))
 					}
-					s.ids = append(s.ids, strings.Clone(ids.Value(i)))
+					if err := add(ids.Value(i)); err != nil {
+						return err
+					}
 				}
-				in.rows += ids.Len()
+				rows += ids.Len()
 				return nil
 			})
 		})
 		if err != nil {
-			s.close()
-			return nil, err
+			return err
 		}
-		s.inputs = append(s.inputs, in)
+		if rows != in.rows {
+			return errcode.New(errcode.BadInput, "input %s: %d rows read, its footer says %d", p, rows, in.rows)
+		}
 	}
-	return s, nil
+	return nil
 }
 
 // matchColumns maps each wanted field to the file's column of that name.
@@ -214,8 +234,7 @@ func eachBatch(ctx context.Context, fr *pqarrow.FileReader, path string, cols []
 	return nil
 }
 
-func (s *fileSource) Len() int              { return len(s.ids) }
-func (s *fileSource) SampleID(i int) string { return s.ids[i] }
+func (s *fileSource) Len() int { return s.rows }
 
 // maxOpenSpools bounds the spool files written at once; more shards take
 // more passes over the inputs.
@@ -224,17 +243,11 @@ var maxOpenSpools = 128
 // spoolFlushRows is the rows a shard buffers before writing them out.
 const spoolFlushRows = 2048
 
-// partition spools every row to its shard's file: order is the staging
-// order and shard j holds positions [j*n/shards, (j+1)*n/shards).
-func (s *fileSource) partition(ctx context.Context, order []int, shards int) error {
-	n := len(order)
-	s.shardOf = make([]int32, n)
-	for j := 0; j < shards; j++ {
-		for _, g := range order[j*n/shards : (j+1)*n/shards] {
-			s.shardOf[g] = int32(j)
-		}
-	}
-	s.ids = nil // the sort is done; the spools carry the ids from here
+// partition spools every row to its shard's file. A row's shard is found
+// from its sort key among the shards' first keys, so no step holds
+// anything per row.
+func (s *fileSource) partition(ctx context.Context, order *stagingOrder, seed uint64) error {
+	shards := order.shards
 	held, err := scratchdir.New(s.tempDir, StageTempPrefix)
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "spool directory")
@@ -243,7 +256,7 @@ func (s *fileSource) partition(ctx context.Context, order []int, shards int) err
 	s.spool = make([]string, shards)
 	spoolSchema := arrow.NewSchema(append(s.schema.Fields(), arrow.Field{Name: "_row", Type: arrow.PrimitiveTypes.Int64}), nil)
 	for lo := 0; lo < shards; lo += maxOpenSpools {
-		if err := s.spoolPass(ctx, spoolSchema, lo, min(lo+maxOpenSpools, shards)); err != nil {
+		if err := s.spoolPass(ctx, spoolSchema, order, seed, lo, min(lo+maxOpenSpools, shards)); err != nil {
 			return err
 		}
 	}
@@ -267,7 +280,7 @@ func (w *spoolWriter) flush() error {
 }
 
 // spoolPass reads every input once and spools the rows of shards [lo, hi).
-func (s *fileSource) spoolPass(ctx context.Context, schema *arrow.Schema, lo, hi int) (err error) {
+func (s *fileSource) spoolPass(ctx context.Context, schema *arrow.Schema, order *stagingOrder, seed uint64, lo, hi int) (err error) {
 	ws := make([]*spoolWriter, hi-lo)
 	defer func() {
 		for _, w := range ws {
@@ -287,12 +300,14 @@ func (s *fileSource) spoolPass(ctx context.Context, schema *arrow.Schema, lo, hi
 		ws[j-lo] = &spoolWriter{f: f, bw: bw, w: ipc.NewWriter(bw, ipc.WithSchema(schema)), b: array.NewRecordBuilder(memory.DefaultAllocator, schema)}
 	}
 	g := 0
+	d := xxhash.NewWithSeed(seed)
 	for _, in := range s.inputs {
 		err := openFile(in.path, func(fr *pqarrow.FileReader) error {
 			return eachBatch(ctx, fr, in.path, in.cols, func(rec arrow.RecordBatch) error {
+				ids := rec.Column(0).(*array.String)
 				for r := 0; r < int(rec.NumRows()); r++ {
-					j := int(s.shardOf[g])
-					if j >= lo && j < hi {
+					id := ids.Value(r)
+					if j := order.shardOf(stagingHash(d, seed, id), id); j >= lo && j < hi {
 						w := ws[j-lo]
 						if err := appendFrom(w.b, rec.Columns(), r); err != nil {
 							return err
@@ -342,13 +357,9 @@ func appendFrom(b *array.RecordBuilder, cols []arrow.Array, r int) error {
 	return nil
 }
 
-// Build reads the spool of the shard holding idx and appends its rows in
-// idx order.
-func (s *fileSource) Build(idx []int, b *array.RecordBuilder) error {
-	if len(idx) == 0 {
-		return nil
-	}
-	j := s.shardOf[idx[0]]
+// Build reads the spool of shard j, which holds rows idx, and appends
+// them in idx order.
+func (s *fileSource) Build(j int, idx []int, b *array.RecordBuilder) error {
 	f, err := os.Open(s.spool[j])
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "spool")

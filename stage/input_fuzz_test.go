@@ -15,9 +15,9 @@ import (
 )
 
 // FuzzStageInput feeds arbitrary bytes as a source Parquet file to the
-// staging reader (openInputs, the spool pass, Build): stage reads files
-// users hand it. It must never panic, and every rejection is BAD_INPUT
-// (or IO for the spool), never INTERNAL.
+// staging reader (openInputs, the key pass and sort, the spool pass,
+// Build): stage reads files users hand it. It must never panic, and every
+// rejection is BAD_INPUT (or IO for the spool), never INTERNAL.
 func FuzzStageInput(f *testing.F) {
 	rows := make([]Row, 40)
 	for i := range rows {
@@ -55,20 +55,29 @@ func FuzzStageInput(f *testing.F) {
 		defer src.close()
 		src.tempDir = dir
 		n := src.Len()
-		order := make([]int, n)
-		for i := range order {
-			order[i] = i
+		shards := min(2, n)
+		if shards == 0 {
+			return
 		}
-		if !check("partition", src.partition(ctx, order, 2)) {
+		order, err := sortRows(ctx, src, 0, shards, dir)
+		if !check("keys", err) {
+			return
+		}
+		defer order.close()
+		if !check("partition", src.partition(ctx, order, 0)) {
 			return
 		}
 		as, err := canon.ArrowSchema(DefaultSchema())
 		if err != nil {
 			t.Fatal(err)
 		}
-		for j := 0; j < 2; j++ {
+		for j := range shards {
+			idx, err := order.shard(j)
+			if !check("shard", err) {
+				return
+			}
 			bld := array.NewRecordBuilder(memory.DefaultAllocator, as)
-			check("build", src.Build(order[j*n/2:(j+1)*n/2], bld))
+			check("build", src.Build(j, idx, bld))
 			bld.Release()
 		}
 	})

@@ -22,13 +22,15 @@ import (
 // Serializer is the build.serializer of releases written by this package.
 const Serializer = "shardproof-stage"
 
-// StageTempPrefix and MembersTempPrefix name the temporary directories
-// stage spools source rows and snapshot tuples to, in Options' temp
-// directory ($TMPDIR by default); each stage removes its own, and the next
-// stage removes those whose stage died (internal/scratchdir).
+// StageTempPrefix, MembersTempPrefix and SortTempPrefix name the
+// temporary directories stage spools source rows, snapshot tuples and the
+// runs and shards of an external sort to, in Options' temp directory
+// ($TMPDIR by default); each stage removes its own, and the next stage
+// removes those whose stage died (internal/scratchdir).
 const (
 	StageTempPrefix   = "shardproof-stage-"
 	MembersTempPrefix = "shardproof-members-"
+	SortTempPrefix    = "shardproof-sort-"
 )
 
 // SerializerVersion changes whenever the bytes written for the same rows

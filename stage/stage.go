@@ -11,7 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -61,63 +60,22 @@ type Options struct {
 	Progress func(done, total int)
 }
 
-// source yields the rows to stage by index. Build appends rows idx, in that
-// order, to b (whose schema is ArrowSchema of the record schema); each
-// call's idx is one shard's range of the staging order.
+// source yields the rows to stage by index.
 type source interface {
 	Len() int
-	SampleID(i int) string
-	Build(idx []int, b *array.RecordBuilder) error
+	// keys calls add with the sampleId of every row, rows 0 to Len()-1
+	// in order, and stops at add's first error.
+	keys(ctx context.Context, add func(id string) error) error
+	// Build appends rows idx, in that order, to b (whose schema is
+	// ArrowSchema of the record schema); idx is shard's range of the
+	// staging order.
+	Build(shard int, idx []int, b *array.RecordBuilder) error
 }
 
 // partitioner is a source that must see the staging order before Build,
 // e.g. to spool rows by shard.
 type partitioner interface {
-	partition(ctx context.Context, order []int, shards int) error
-}
-
-// sortOrder returns the row indices in staging order and rejects
-// duplicate sampleIds (a snapshot holds each member exactly once). It
-// holds 16 bytes per row: the hash and the index, with sampleIds
-// fetched again only to order rows whose hashes are equal.
-func sortOrder(ctx context.Context, src source, seed uint64) ([]int, error) {
-	n := src.Len()
-	type key struct {
-		h uint64
-		i int
-	}
-	keys := make([]key, n)
-	d := xxhash.NewWithSeed(seed)
-	for i := range keys {
-		if i%65536 == 0 && ctx.Err() != nil {
-			return nil, errcode.Wrap(errcode.Canceled, ctx.Err(), "sort")
-		}
-		d.ResetWithSeed(seed)
-		d.WriteString(src.SampleID(i))
-		keys[i] = key{d.Sum64(), i}
-	}
-	slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.h, b.h), cmp.Compare(a.i, b.i)) })
-	order := make([]int, n)
-	for j := 0; j < n; {
-		k := j + 1
-		for k < n && keys[k].h == keys[j].h {
-			k++
-		}
-		if k-j > 1 {
-			// Equal hashes (rare, and every duplicate sampleId): by id.
-			run := keys[j:k]
-			slices.SortFunc(run, func(a, b key) int { return cmp.Compare(src.SampleID(a.i), src.SampleID(b.i)) })
-			for x := 1; x < len(run); x++ {
-				if id := src.SampleID(run[x].i); id == src.SampleID(run[x-1].i) {
-					return nil, errcode.New(errcode.BadInput, "sample_id %q occurs more than once in the input", id)
-				}
-			}
-		}
-		for ; j < k; j++ {
-			order[j] = keys[j].i
-		}
-	}
-	return order, nil
+	partition(ctx context.Context, order *stagingOrder, seed uint64) error
 }
 
 type memberTuple struct {
@@ -248,17 +206,18 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 	}
 	// Spool and spill directories of stages killed before they could
 	// remove them (kill -9, the OOM killer): gigabytes at scale.
-	for _, prefix := range []string{StageTempPrefix, MembersTempPrefix} {
+	for _, prefix := range []string{StageTempPrefix, MembersTempPrefix, SortTempPrefix} {
 		if n := scratchdir.Sweep(tempDir, prefix); n > 0 {
 			slog.Info("stage: removed temporary directories of stages that died", "prefix", prefix, "count", n)
 		}
 	}
-	order, err := sortOrder(ctx, src, seed)
+	order, err := sortRows(ctx, src, seed, o.Shards, tempDir)
 	if err != nil {
 		return Result{}, err
 	}
+	defer order.close()
 	if p, ok := src.(partitioner); ok {
-		if err := p.partition(ctx, order, o.Shards); err != nil {
+		if err := p.partition(ctx, order, seed); err != nil {
 			return Result{}, err
 		}
 	}
@@ -289,7 +248,6 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 	sem := make(chan struct{}, o.Workers)
 	var wg sync.WaitGroup
 	for i := range shards {
-		lo, hi := i*n/o.Shards, (i+1)*n/o.Shards
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -298,15 +256,20 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 				errs[i] = errcode.Wrap(errcode.Canceled, err, "stage")
 				return
 			}
+			idx, err := order.shard(i)
+			if err != nil {
+				errs[i] = err
+				return
+			}
 			b := array.NewRecordBuilder(memory.DefaultAllocator, as)
 			defer b.Release()
-			if err := src.Build(order[lo:hi], b); err != nil {
+			if err := src.Build(i, idx, b); err != nil {
 				errs[i] = err
 				return
 			}
 			rec := b.NewRecordBatch()
 			defer rec.Release()
-			ts, it := make([]memberTuple, 0, hi-lo), interner{}
+			ts, it := make([]memberTuple, 0, len(idx)), interner{}
 			shards[i], errs[i] = w.writeFile(ShardID(i, o.Shards), rec, s, w.sd, func(t *tuplehash.Tuple, d [32]byte) error {
 				ts = append(ts, memberTuple{t: it.clone(t), digest: d, bucket: tuplehash.Bucket(t.SampleID, tuplehash.DefaultK)})
 				return nil

@@ -22,7 +22,8 @@ type SynthOptions struct {
 	// Seed determines every generated value and the sort seed.
 	Seed int64
 	// TempDir holds the snapshot's tuples between the release shards and
-	// the member files (default os.TempDir()).
+	// the member files, and the sort's files when its keys do not fit in
+	// memory (default os.TempDir()).
 	TempDir string
 	// Options are the common staging settings (Shards is taken from above).
 	Options
@@ -172,8 +173,17 @@ func (s *synthSource) SampleID(i int) string {
 	return "syn" + strconv.FormatInt(s.seed, 10) + "-" + strconv.FormatInt(int64(i), 36)
 }
 
+func (s *synthSource) keys(ctx context.Context, add func(id string) error) error {
+	for i := range s.n {
+		if err := add(s.SampleID(i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Build generates rows idx into b.
-func (s *synthSource) Build(idx []int, b *array.RecordBuilder) error {
+func (s *synthSource) Build(_ int, idx []int, b *array.RecordBuilder) error {
 	// Growing the text buffer by doubling costs more than generating the
 	// text: reserve the expected size (mean ~1.1 KB per row) up front.
 	b.Reserve(len(idx))
