@@ -73,6 +73,7 @@ var catalogue = map[Code]entry{
 	TaskNotReady:       {ExitError, "a task's inputs are not committed yet (run the earlier phase first)"},
 	FileLimit:          {ExitError, "a reduce task would hold more files open at once than the process may (ulimit -n)"},
 	JobInUse:           {ExitError, "another live process runs this verification job or deletes its files (verify --resume, store prune-jobs)"},
+	StoreDenied:        {ExitUsage, "the store refused the credentials, signature or region of a request, or its policy denies it; retrying does not help"},
 
 	// Gate.
 	GenerationConflict: {ExitRejected, "expected generation differs from the alias's current generation"},
@@ -148,6 +149,7 @@ const (
 	TaskNotReady       Code = "TASK_NOT_READY"
 	FileLimit          Code = "FILE_LIMIT"
 	JobInUse           Code = "JOB_IN_USE"
+	StoreDenied        Code = "STORE_DENIED"
 
 	GenerationConflict Code = "GENERATION_CONFLICT"
 	PublishConflict    Code = "PUBLISH_CONFLICT"

@@ -35,7 +35,11 @@
 //     are retried with backoff by the SDK's standard retryer (5 attempts
 //     in all); a 409
 //     ConditionalRequestConflict (two conditional writes in flight) is
-//     retried here.
+//     retried here;
+//   - a refusal of the request's credentials, region or permissions (any
+//     403, a 301 region redirect, AuthorizationHeaderMalformed, an
+//     unknown access key, an expired token) is STORE_DENIED, saying what
+//     to check, and is never retried.
 //
 // URL options (query parameters), each also settable through the
 // environment the AWS SDK reads (AWS_ENDPOINT_URL_S3, AWS_REGION, the

@@ -169,6 +169,7 @@ func redact(u *url.URL) string {
 type Store struct {
 	client    *awss3.Client
 	bucket    string
+	region    string // the signing region
 	base      string // Prefix + "/" or ""
 	threshold int64
 	timeout   time.Duration // Options.Timeout in force; <= 0: none
@@ -180,7 +181,8 @@ type Store struct {
 var _ objstore.Store = (*Store)(nil)
 
 // Open connects to the bucket and checks that versioning is Enabled. An
-// unreachable endpoint or missing bucket is STORE_UNAVAILABLE; versioning
+// unreachable endpoint or missing bucket is STORE_UNAVAILABLE; credentials,
+// a region or a policy the server refuses are STORE_DENIED; versioning
 // off or suspended is VERSIONING_OFF.
 func Open(ctx context.Context, o Options) (*Store, error) {
 	loadOpts := []func(*config.LoadOptions) error{config.WithRetryMaxAttempts(5)}
@@ -225,7 +227,7 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		// verifying reader checks every byte anyway, so the warning is noise.
 		so.DisableLogOutputChecksumValidationSkipped = true
 	})
-	s := &Store{client: client, bucket: o.Bucket, threshold: o.MultipartThreshold, timeout: timeout}
+	s := &Store{client: client, bucket: o.Bucket, region: cfg.Region, threshold: o.MultipartThreshold, timeout: timeout}
 	if o.Prefix != "" {
 		s.base = o.Prefix + "/"
 	}
@@ -238,6 +240,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, errcode.Wrap(errcode.Canceled, err, "s3 store %s", o.Bucket)
+		}
+		if d := s.denied(err, "open", ""); d != nil {
+			return nil, d
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, errcode.Wrap(errcode.StoreUnavailable, err, "s3 store %s: get bucket versioning: the server answered nothing for %s (the URL's timeout option)", o.Bucket, timeout)
@@ -843,21 +848,16 @@ func (s *Store) notExist(key string, v objstore.Version) error {
 
 // mapErr gives an SDK error its code: 404s and unknown versions are
 // ErrNotExist, 412 is ErrPreconditionFailed, a canceled context is
-// CANCELED, an unreachable server STORE_UNAVAILABLE, the rest IO.
+// CANCELED, refused credentials, region or policy STORE_DENIED, an
+// unreachable server STORE_UNAVAILABLE, the rest IO.
 func (s *Store) mapErr(ctx context.Context, err error, op, key string, v objstore.Version) error {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return errcode.Wrap(errcode.Canceled, err, "s3 %s %s", op, key)
 	}
-	status := 0
-	var re *awshttp.ResponseError
-	if errors.As(err, &re) {
-		status = re.HTTPStatusCode()
+	if d := s.denied(err, op, key); d != nil {
+		return d
 	}
-	code := ""
-	var ae smithy.APIError
-	if errors.As(err, &ae) {
-		code = ae.ErrorCode()
-	}
+	status, code := answer(err)
 	switch {
 	case code == "ExistingObjectIsDirectory" || code == "ObjectParentIsFile":
 		return fmt.Errorf("s3 %s: %w", op, &objstore.KeyError{Key: key, Reason: "a path-prefix of this key, or a key under it, already exists (not allowed on posix-backed S3)"})
@@ -884,6 +884,74 @@ func (s *Store) mapErr(ctx context.Context, err error, op, key string, v objstor
 		return errcode.Wrap(errcode.StoreUnavailable, err, "s3 %s %s", op, key)
 	}
 	return errcode.Wrap(errcode.IO, err, "s3 %s s3://%s/%s%s", op, s.bucket, s.base, key)
+}
+
+// answer returns the HTTP status and S3 error code of a failed request's
+// answer: 0 and "" when no answer came.
+func answer(err error) (status int, code string) {
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		code = ae.ErrorCode()
+	}
+	return status, code
+}
+
+// deniedCodes are the S3 error codes, besides any 403 and 301, of a
+// request refused for who sent it, how it was signed or where: the same
+// request fails the same way however often it is sent, so it is
+// STORE_DENIED and never STORE_UNAVAILABLE or NOT_FOUND, which scripts
+// and engines retry or take for an answer about the key.
+var deniedCodes = map[string]bool{
+	"AccessDenied":                 true,
+	"AccountProblem":               true,
+	"AllAccessDisabled":            true,
+	"AuthorizationHeaderMalformed": true, // signed for another region
+	"ExpiredToken":                 true,
+	"InvalidAccessKeyId":           true,
+	"InvalidToken":                 true,
+	"PermanentRedirect":            true, // the bucket is in another region
+	"RequestTimeTooSkewed":         true,
+	"SignatureDoesNotMatch":        true,
+	"TokenRefreshRequired":         true,
+	"XAdminUserNotFound":           true, // versitygw's unknown access key, a 404
+}
+
+// denied returns STORE_DENIED, with what to check, when err is the
+// server's refusal of the request's credentials, signature, region or
+// permissions, and nil otherwise. The SDK's retryer sends none of these
+// again (a signature refused while the clocks differ is retried once
+// with the server's time), and neither does this package.
+func (s *Store) denied(err error, op, key string) error {
+	status, code := answer(err)
+	if status != 403 && status != 301 && !deniedCodes[code] {
+		return nil
+	}
+	hint := "check the credentials (the AWS credential chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, " +
+		"AWS_PROFILE, the instance or pod role), the region (the URL's region option or AWS_REGION; requests are signed for " +
+		s.region + ") and the bucket's policy for this principal (a principal without s3:ListBucket is refused even a read of a missing key)"
+	switch code {
+	case "RequestTimeTooSkewed":
+		hint = "this machine's clock differs from the server's by more than S3 allows: set it right (NTP)"
+	case "ExpiredToken", "TokenRefreshRequired":
+		hint = "the session token has expired: renew the credentials"
+	case "AuthorizationHeaderMalformed", "PermanentRedirect":
+		hint = "the bucket is in another region than " + s.region + ": set the URL's region option"
+	}
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) && re.Response != nil {
+		if r := re.Response.Header.Get("X-Amz-Bucket-Region"); r != "" && r != s.region {
+			hint = "the bucket is in region " + r + ", not " + s.region + ": set region=" + r + " in the URL"
+		}
+	}
+	if code == "" {
+		code = http.StatusText(status)
+	}
+	what := fmt.Sprintf("s3://%s/%s%s", s.bucket, s.base, key)
+	return errcode.Wrap(errcode.StoreDenied, err, "s3 %s %s: refused (HTTP %d, %s): %s; retrying does not help", op, what, status, code, hint)
 }
 
 // silenceConn fails a read or write that makes no progress for limit:

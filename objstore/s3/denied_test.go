@@ -1,0 +1,96 @@
+package s3_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/s3/s3test"
+)
+
+// every selects every request.
+func every(*http.Request) bool { return true }
+
+// resign passes a request on to the gateway with its Authorization
+// header changed by f, as a client with other credentials would sign it.
+func resign(bp *breakingProxy, f func(string) string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("Authorization", f(r.Header.Get("Authorization")))
+		bp.proxy.ServeHTTP(w, r)
+	}
+}
+
+// otherSecret changes the signature's last digit, as a wrong secret key
+// would sign.
+func otherSecret(a string) string {
+	last := a[len(a)-1]
+	if last == '0' {
+		return a[:len(a)-1] + "1"
+	}
+	return a[:len(a)-1] + "0"
+}
+
+// otherKey names an access key the gateway does not know.
+func otherKey(a string) string {
+	return strings.Replace(a, "Credential="+s3test.AccessKey+"/", "Credential=nobody/", 1)
+}
+
+// Credentials or a region the server refuses are STORE_DENIED (exit 2,
+// never retried by an engine), with what to check, and the request is
+// sent once: they were STORE_UNAVAILABLE, which scripts and engines
+// retry, at open, and after it IO, or NOT_FOUND for a read signed with
+// an access key versitygw does not know (it answers 404).
+func TestDenied(t *testing.T) {
+	u, bp, _ := startBreakingProxy(t, "")
+	ctx := t.Context()
+	forward := func(w http.ResponseWriter, r *http.Request) { bp.proxy.ServeHTTP(w, r) }
+	check := func(t *testing.T, what string, err error, want string) {
+		t.Helper()
+		if c := errcode.Of(err); c != errcode.StoreDenied || c.Exit() != errcode.ExitUsage || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %s exit %d (%v), want STORE_DENIED, exit 2, saying %q", what, c, c.Exit(), err, want)
+		}
+		if n := bp.hitCount(); n != 1 {
+			t.Errorf("%s: the gateway saw %d requests, want 1 (a refusal is not retried)", what, n)
+		}
+	}
+	for _, tc := range []struct {
+		name, url, env, value, want string
+	}{
+		{"wrong secret key", u, "AWS_SECRET_ACCESS_KEY", "wrong", "check the credentials"},
+		{"unknown access key", u, "AWS_ACCESS_KEY_ID", "nobody", "check the credentials"},
+		{"wrong region", strings.Replace(u, "region=us-east-1", "region=eu-west-1", 1), "AWS_REGION", "eu-west-1", "another region than eu-west-1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tc.env, tc.value)
+			bp.set(every, forward)
+			_, err := objstore.Open(ctx, tc.url)
+			check(t, "Open", err, tc.want)
+		})
+	}
+
+	bp.set(nil, nil)
+	st := open(t, u)
+	v, err := st.Put(ctx, "k", strings.NewReader("x"), objstore.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp.set(every, resign(bp, otherSecret))
+	_, err = st.Put(ctx, "new", strings.NewReader("y"), objstore.PutOptions{IfNoneMatch: true})
+	check(t, "Put signed with another secret", err, "check the credentials")
+	bp.set(every, resign(bp, otherSecret))
+	_, err = st.Head(ctx, "k", v)
+	check(t, "Head signed with another secret", err, "check the credentials")
+	bp.set(every, resign(bp, otherKey))
+	_, err = st.Get(ctx, "absent", "")
+	check(t, "Get signed with an unknown access key", err, "check the credentials")
+	bp.set(every, resign(bp, otherKey))
+	_, err = st.List(ctx, "", "", 0)
+	check(t, "List signed with an unknown access key", err, "check the credentials")
+
+	bp.set(nil, nil)
+	if _, err := st.Head(ctx, "new", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("a refused Put wrote something: %v", err)
+	}
+}
