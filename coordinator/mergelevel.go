@@ -125,7 +125,9 @@ func (j *Job) mergeGroup(ctx context.Context, r int, group []Output, key string,
 		pw.CloseWithError(err)
 		done <- err
 	}()
-	v, err := j.Store.Put(ctx, key, pr, objstore.PutOptions{IfNoneMatch: true, Ephemeral: j.ephemeralShuffle})
+	// The key is this attempt's alone: one already there is this very
+	// upload, whose answer was lost and which the SDK sent again.
+	v, _, err := objstore.CreateOrMatch(ctx, j.Store, key, pr, objstore.PutOptions{Ephemeral: j.ephemeralShuffle})
 	// A Put that stopped reading (an error) unblocks the writer.
 	pr.CloseWithError(errUploadEnded)
 	// The writer's own failure (a damaged input, a cancellation) is the

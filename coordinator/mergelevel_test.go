@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -102,6 +103,45 @@ func TestMergeLevelFailures(t *testing.T) {
 				t.Fatalf("merged files left after the reduce tasks committed: %+v", left)
 			}
 		})
+	}
+}
+
+// A merged file whose upload's answer was lost, and whose retry met the
+// object it stored (faults.LostAnswer: PRECONDITION_FAILED), is that
+// file: the reduce task commits it, where it failed with
+// PRECONDITION_FAILED, exit 4, a refusal no engine runs again.
+func TestMergeLevelAnswerLost(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	o := PlanOptions{Root: res.Root, MapTasks: 4, Reducers: 1, Tool: "shardproof test", ShuffleCompression: shuffle.None, ReduceFanIn: 2, Parallelism: 2}
+	j := openPlan(t, s, o)
+	for i := range 4 {
+		if _, err := j.Map(ctx, i, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost := &faults.LostAnswer{Store: s, Err: fmt.Errorf("the retry's answer: %w", objstore.ErrPreconditionFailed),
+		Match: func(k string) bool { return strings.Contains(k, "/merge/") && strings.HasSuffix(k, "/1.arrow") }}
+	jl, err := Open(ctx, lost, j.PlanDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := jl.Reduce(ctx, 0)
+	if err != nil || !lost.Fired() {
+		t.Fatalf("reduce whose merged file's answer was lost: %v (fired %v)", err, lost.Fired())
+	}
+	var rows, merged int64
+	for _, in := range c.Inputs {
+		rows += in.Rows
+	}
+	for _, m := range c.Merged {
+		if m.Version == "" {
+			t.Fatalf("merged file %s committed without its version", m.Key)
+		}
+		merged += m.Rows
+	}
+	if len(c.Merged) != 2 || merged != rows || rows == 0 {
+		t.Fatalf("%d merged files of %d rows from %d", len(c.Merged), merged, rows)
 	}
 }
 

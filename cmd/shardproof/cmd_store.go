@@ -102,8 +102,10 @@ var storePutCmd = &cobra.Command{
 	Long: `Create KEY from FILE (or stdin when FILE is "-" or absent) and print the
 new version id. By default put is a conditional create: if KEY already has
 a version it fails with PRECONDITION_FAILED (exit status 4) and writes
-nothing. --overwrite adds a new version unconditionally; earlier versions
-stay readable with get --version.`,
+nothing, unless its latest version holds exactly these bytes (a create
+whose answer was lost and was sent again, or the same put run twice):
+then it prints that version and succeeds. --overwrite adds a new version
+unconditionally; earlier versions stay readable with get --version.`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) < 1 || len(args) > 2 {
 			return errcode.New(errcode.Usage, "%s: want KEY [FILE|-]", cmd.CommandPath())
@@ -131,7 +133,14 @@ stay readable with get --version.`,
 			}
 			body = f
 		}
-		v, err := s.Put(cmd.Context(), args[0], body, opts)
+		var v objstore.Version
+		if opts.IfNoneMatch {
+			// A create whose answer was lost and that the SDK sent
+			// again meets its own object: those bytes are success.
+			v, _, err = objstore.CreateOrMatch(cmd.Context(), s, args[0], body, opts)
+		} else {
+			v, err = s.Put(cmd.Context(), args[0], body, opts)
+		}
 		if err != nil {
 			return err
 		}

@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,9 +176,16 @@ func TestStoreCLIS3(t *testing.T) {
 	if err != nil || v1 == "" {
 		t.Fatalf("put: %q, %v", v1, err)
 	}
-	_, err = storeRun(t, nil, "store", "put", "--store", url, "shards/big", src)
+	// The same bytes again are the same object; other bytes are refused.
+	again, err := storeRun(t, nil, "store", "put", "--store", url, "shards/big", src)
+	if err != nil || again != v1 {
+		t.Fatalf("second put of the same file: %q, %v; want %q", again, err, v1)
+	}
+	other := filepath.Join(t.TempDir(), "other.bin")
+	os.WriteFile(other, append(big[:len(big)-1:len(big)-1], '!'), 0o644)
+	_, err = storeRun(t, nil, "store", "put", "--store", url, "shards/big", other)
 	if exitStatus(err) != errcode.ExitRejected {
-		t.Fatalf("second put: %v", err)
+		t.Fatalf("put of other bytes: %v", err)
 	}
 	if _, err := storeRun(t, strings.NewReader("small"), "store", "put", "--store", url, "--overwrite", "shards/big"); err != nil {
 		t.Fatal(err)
@@ -187,6 +199,57 @@ func TestStoreCLIS3(t *testing.T) {
 		t.Fatalf("ls: %q, %v", out, err)
 	}
 }
+
+// A store put whose PutObject answer is lost (a proxy before the gateway
+// drops the connection once the gateway has stored the object) is sent
+// again by the SDK, whose conditional create then meets the object it
+// wrote: put prints that object's version and succeeds, where it said
+// PRECONDITION_FAILED, exit 4, for the caller's own bytes. Read from a
+// pipe, as `... | shardproof store put KEY` does.
+func TestStorePutS3AnswerLost(t *testing.T) {
+	raw := s3test.Start(t)
+	target, _ := url.Parse(s3test.Endpoint())
+	proxy := &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+		r.SetURL(target)
+		r.Out.Host = r.In.Host // the request is signed for the proxy's host
+	}}
+	var puts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPut || !strings.HasSuffix(r.URL.Path, "/docs/lost") || puts.Add(1) > 1 {
+			proxy.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		proxy.ServeHTTP(rec, r)
+		if rec.Code != http.StatusOK {
+			t.Errorf("first PUT: %d %s", rec.Code, rec.Body)
+		}
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	pu, _ := url.Parse(raw)
+	q := pu.Query()
+	q.Set("endpoint", srv.URL)
+	pu.RawQuery = q.Encode()
+
+	body := strings.Repeat("the caller's own bytes\n", 1000)
+	out, err := storeRun(t, onlyReader{strings.NewReader(body)}, "store", "put", "--store", pu.String(), "docs/lost")
+	if err != nil {
+		t.Fatalf("put whose answer was lost: code %s exit %d (%v), want success", errcode.Of(err), exitStatus(err), err)
+	}
+	if n := puts.Load(); n != 2 {
+		t.Fatalf("the gateway got %d PUTs of the key, want 2 (the SDK's retry)", n)
+	}
+	ls, err := storeRun(t, nil, "store", "ls", "--store", raw, "docs/")
+	if err != nil || ls != fmt.Sprintf("docs/lost\t%s\t%d\n", strings.TrimSpace(out), len(body)) {
+		t.Fatalf("ls: %q, %v; put printed %q", ls, err, out)
+	}
+}
+
+// onlyReader hides every method of its reader but Read, as a pipe would.
+type onlyReader struct{ io.Reader }
 
 // A mistyped --store is STORE_UNAVAILABLE (exit 3) naming the directory,
 // for every command that reads a store, and leaves no directory behind;
