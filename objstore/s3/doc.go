@@ -14,7 +14,10 @@
 //     and sent in one PutObject; larger ones go as a multipart upload of
 //     parts of that size, aborted on any failure; a Complete sent again
 //     after its answer was lost is answered without a version id, which
-//     is then found by the upload's ETag and size;
+//     is then found by the upload's ETag and size; an upload holds one
+//     part in memory at most, in pieces allocated as the body arrives,
+//     whether its length is known or not (a merged shuffle file streamed
+//     through a pipe held up to three times that);
 //   - every upload carries its SHA-256 (x-amz-checksum-sha256), so the
 //     server rejects bytes damaged in transit, and PutOptions.SHA256 is
 //     checked before anything becomes visible;

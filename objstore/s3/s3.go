@@ -273,17 +273,28 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts objsto
 		return "", err
 	}
 	body = objstore.ContextReader(ctx, body)
-	if opts.Size <= s.threshold {
-		buf, err := io.ReadAll(io.LimitReader(body, s.threshold+1))
-		if err != nil {
-			return "", s.readErr(key, err)
-		}
-		if int64(len(buf)) <= s.threshold {
-			return s.putSingle(ctx, key, buf, opts)
-		}
-		body = io.MultiReader(bytes.NewReader(buf), body)
+	part := newPartBuf(s.threshold, opts.Size)
+	ended, err := part.fill(body)
+	if err != nil {
+		return "", s.readErr(key, err)
 	}
-	return s.putMultipart(ctx, key, body, opts)
+	if !ended {
+		// A whole part: one byte more makes the body a multipart upload.
+		var one [1]byte
+		n, err := io.ReadFull(body, one[:])
+		switch {
+		case n == 0 && err == io.EOF:
+			ended = true
+		case err != nil:
+			return "", s.readErr(key, err)
+		default:
+			body = io.MultiReader(bytes.NewReader(one[:]), body)
+		}
+	}
+	if ended {
+		return s.putSingle(ctx, key, part, opts)
+	}
+	return s.putMultipart(ctx, key, part, body, opts)
 }
 
 func (s *Store) readErr(key string, err error) error {
@@ -293,8 +304,8 @@ func (s *Store) readErr(key string, err error) error {
 	return err
 }
 
-func (s *Store) putSingle(ctx context.Context, key string, buf []byte, opts objstore.PutOptions) (objstore.Version, error) {
-	sum := sha256.Sum256(buf)
+func (s *Store) putSingle(ctx context.Context, key string, part *partBuf, opts objstore.PutOptions) (objstore.Version, error) {
+	sum := part.sum(nil)
 	if opts.SHA256 != ([32]byte{}) && sum != opts.SHA256 {
 		return "", &verifyread.DigestMismatchError{Key: key, Want: opts.SHA256, Got: sum}
 	}
@@ -303,13 +314,13 @@ func (s *Store) putSingle(ctx context.Context, key string, buf []byte, opts objs
 		Key:               s.objKey(key),
 		ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
 		ChecksumSHA256:    aws.String(base64.StdEncoding.EncodeToString(sum[:])),
-		ContentLength:     aws.Int64(int64(len(buf))),
+		ContentLength:     aws.Int64(part.n),
 	}
 	if opts.IfNoneMatch {
 		in.IfNoneMatch = aws.String("*")
 	}
 	for attempt := 0; ; attempt++ {
-		in.Body = bytes.NewReader(buf)
+		in.Body = part.reader()
 		out, err := s.client.PutObject(ctx, in)
 		if err == nil {
 			return s.version(key, out.VersionId)
@@ -324,7 +335,9 @@ func (s *Store) putSingle(ctx context.Context, key string, buf []byte, opts objs
 	}
 }
 
-func (s *Store) putMultipart(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+// putMultipart uploads part, already filled with the body's first part,
+// and the rest of body, in parts of s.threshold bytes.
+func (s *Store) putMultipart(ctx context.Context, key string, part *partBuf, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
 	if opts.IfNoneMatch {
 		// Fail fast before uploading gigabytes; the atomic check is the
 		// If-None-Match on CompleteMultipartUpload below.
@@ -360,31 +373,31 @@ func (s *Store) putMultipart(ctx context.Context, key string, body io.Reader, op
 	}()
 	whole := sha256.New()
 	size := int64(0)
-	buf := make([]byte, s.threshold)
 	var parts []types.CompletedPart
 	for num := int32(1); ; num++ {
-		n, rerr := io.ReadFull(body, buf)
-		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
-			return "", s.readErr(key, rerr)
-		}
-		if n == 0 && num > 1 {
-			break
+		ended := false
+		if num > 1 {
+			var err error
+			if ended, err = part.fill(body); err != nil {
+				return "", s.readErr(key, err)
+			}
+			if part.n == 0 {
+				break
+			}
 		}
 		if num > maxParts {
 			return "", errcode.New(errcode.IO, "put %s: body exceeds %d parts of %d bytes", key, maxParts, s.threshold)
 		}
-		part := buf[:n]
-		size += int64(n)
-		whole.Write(part)
-		psum := sha256.Sum256(part)
+		size += part.n
+		psum := part.sum(whole)
 		pb64 := base64.StdEncoding.EncodeToString(psum[:])
 		out, err := s.client.UploadPart(ctx, &awss3.UploadPartInput{
 			Bucket:            aws.String(s.bucket),
 			Key:               s.objKey(key),
 			UploadId:          created.UploadId,
 			PartNumber:        aws.Int32(num),
-			Body:              bytes.NewReader(part),
-			ContentLength:     aws.Int64(int64(n)),
+			Body:              part.reader(),
+			ContentLength:     aws.Int64(part.n),
 			ChecksumAlgorithm: types.ChecksumAlgorithmSha256,
 			ChecksumSHA256:    aws.String(pb64),
 		})
@@ -392,7 +405,7 @@ func (s *Store) putMultipart(ctx context.Context, key string, body io.Reader, op
 			return "", s.mapErr(ctx, err, "put", key, "")
 		}
 		parts = append(parts, types.CompletedPart{ETag: out.ETag, PartNumber: aws.Int32(num), ChecksumSHA256: aws.String(pb64)})
-		if rerr != nil { // short final part
+		if ended { // short final part
 			break
 		}
 	}
