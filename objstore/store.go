@@ -73,6 +73,24 @@ type VersionLister interface {
 	Versions(ctx context.Context, key string, limit int) ([]ObjectInfo, error)
 }
 
+// SizeLister is implemented by stores whose List asks for each key's
+// latest version apart (S3: ListObjectsV2 names none, and List heads
+// every key it lists). ListSizes lists as List does, with each object's
+// Key, Size and Modified but no Version: a page per request.
+type SizeLister interface {
+	ListSizes(ctx context.Context, prefix, after string, limit int) (ListPage, error)
+}
+
+// ListSizes is s.ListSizes where s is a SizeLister, else s.List: for
+// callers that need no version ids (how much a prefix holds, and since
+// when).
+func ListSizes(ctx context.Context, s Store, prefix, after string, limit int) (ListPage, error) {
+	if sl, ok := s.(SizeLister); ok {
+		return sl.ListSizes(ctx, prefix, after, limit)
+	}
+	return s.List(ctx, prefix, after, limit)
+}
+
 // Version is an opaque, immutable version id issued by a Store.
 type Version string
 

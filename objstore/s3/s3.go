@@ -710,6 +710,40 @@ func (s *Store) Head(ctx context.Context, key string, v objstore.Version) (objst
 
 // List implements objstore.Store.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objstore.ListPage, error) {
+	listed, err := s.ListSizes(ctx, prefix, after, limit)
+	if err != nil {
+		return objstore.ListPage{}, err
+	}
+	page := objstore.ListPage{Next: listed.Next}
+	// ListObjectsV2 gives no VersionId; Head each key, a few at a time.
+	infos := make([]objstore.ObjectInfo, len(listed.Objects))
+	errs := make([]error, len(listed.Objects))
+	sem := make(chan struct{}, listHeadConcurrency)
+	var wg sync.WaitGroup
+	for i, o := range listed.Objects {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			infos[i], errs[i] = s.Head(ctx, o.Key, "")
+		})
+	}
+	wg.Wait()
+	for i := range listed.Objects {
+		switch {
+		case errs[i] == nil:
+			page.Objects = append(page.Objects, infos[i])
+		case objstore.IsNotExist(errs[i]):
+		default:
+			return objstore.ListPage{}, errs[i]
+		}
+	}
+	return page, nil
+}
+
+// ListSizes implements objstore.SizeLister: one ListObjectsV2, whose
+// entries carry the latest version's size and time (keys whose latest
+// version is a delete marker are not listed), and no HeadObject.
+func (s *Store) ListSizes(ctx context.Context, prefix, after string, limit int) (objstore.ListPage, error) {
 	if err := objstore.ValidatePrefix(prefix); err != nil {
 		return objstore.ListPage{}, err
 	}
@@ -728,38 +762,20 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 	if err != nil {
 		return objstore.ListPage{}, s.mapErr(ctx, err, "list", prefix, "")
 	}
-	var keys []string
+	var page objstore.ListPage
 	for _, o := range out.Contents {
 		k := strings.TrimPrefix(aws.ToString(o.Key), s.base)
-		if objstore.ValidateKey(k) == nil {
-			keys = append(keys, k)
+		if objstore.ValidateKey(k) != nil {
+			continue
 		}
+		info := objstore.ObjectInfo{Key: k, Size: aws.ToInt64(o.Size)}
+		if o.LastModified != nil {
+			info.Modified = *o.LastModified
+		}
+		page.Objects = append(page.Objects, info)
 	}
-	var page objstore.ListPage
 	if aws.ToBool(out.IsTruncated) && len(out.Contents) > 0 {
 		page.Next = strings.TrimPrefix(aws.ToString(out.Contents[len(out.Contents)-1].Key), s.base)
-	}
-	// ListObjectsV2 gives no VersionId; Head each key, a few at a time.
-	infos := make([]objstore.ObjectInfo, len(keys))
-	errs := make([]error, len(keys))
-	sem := make(chan struct{}, listHeadConcurrency)
-	var wg sync.WaitGroup
-	for i, k := range keys {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			infos[i], errs[i] = s.Head(ctx, k, "")
-		})
-	}
-	wg.Wait()
-	for i := range keys {
-		switch {
-		case errs[i] == nil:
-			page.Objects = append(page.Objects, infos[i])
-		case objstore.IsNotExist(errs[i]):
-		default:
-			return objstore.ListPage{}, errs[i]
-		}
 	}
 	return page, nil
 }
