@@ -35,7 +35,19 @@ func TestKilledStageDebrisIsSwept(t *testing.T) {
 		}
 		return out
 	}
-	for deadline := time.Now().Add(60 * time.Second); len(debris()) == 0; time.Sleep(5 * time.Millisecond) {
+	// Killed only once every directory has its lock: one killed between
+	// its mkdir and its lock file is an older build's kind, swept only
+	// after a day (failed this test once under load).
+	locked := func() bool {
+		ds := debris()
+		for _, d := range ds {
+			if _, err := os.Stat(filepath.Join(d, ".lock")); err != nil {
+				return false
+			}
+		}
+		return len(ds) > 0
+	}
+	for deadline := time.Now().Add(60 * time.Second); !locked(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			cmd.Process.Kill()
 			t.Fatal("synth made no temporary directory")
