@@ -15,7 +15,8 @@
 //
 // Memory does not grow with the number of rows, only with the size and
 // number of shards. The sort (sort.go) holds at most sortRunBytes of keys
-// (20 bytes and the sampleId per row): a release whose keys fit is sorted
+// (20 bytes and the sampleId per row, counted as the capacity its buffers
+// hold, not only what they use): a release whose keys fit is sorted
 // in memory; a larger one is sorted on disk, in runs merged a bounded
 // number at a time, and each shard's row indices are written to a file of
 // their own as the merge reaches them. Each worker holds one shard's rows;

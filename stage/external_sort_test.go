@@ -17,7 +17,7 @@ import (
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
-// smallRuns makes every sort below external: runs of about 70 keys,
+// smallRuns makes every sort below external: runs of about 50 keys,
 // merged 3 at a time, so a few thousand rows make dozens of runs and
 // several merge levels (TestSortRowsExternalMatchesMemory counts them).
 func smallRuns(t *testing.T) {

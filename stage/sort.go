@@ -33,8 +33,9 @@ import (
 // read buffers or one shard's indices. Either way a duplicate sampleId is
 // BAD_INPUT before anything is stored.
 
-// sortRunBytes bounds the memory of one run of keys: keyBytes per key
-// plus its sampleId. At 64 MiB a run holds about 2.2M synthetic keys.
+// sortRunBytes bounds the memory of one run of keys: what its slices
+// hold, keyBytes per key of capacity plus the sampleIds' buffer. At
+// 64 MiB a run holds about 1.85M synthetic keys.
 var sortRunBytes = 64 << 20
 
 // sortFanIn is the most run files merged at once: it bounds the open
@@ -152,9 +153,7 @@ func (o *stagingOrder) close() {
 // member exactly once).
 func sortRows(ctx context.Context, src source, seed uint64, shards int, tempDir string) (*stagingOrder, error) {
 	n := src.Len()
-	s := &keySorter{ctx: ctx, seed: seed, d: xxhash.NewWithSeed(seed), tempDir: tempDir}
-	s.keys = make([]sortKey, 0, min(n, sortRunBytes/keyBytes+1))
-	s.offs = append(make([]uint32, 0, cap(s.keys)+1), 0)
+	s := newKeySorter(ctx, seed, n, tempDir)
 	err := src.keys(ctx, s.add)
 	if err == nil && s.base+int64(len(s.keys)) != int64(n) {
 		err = errcode.New(errcode.Internal, "sort: %d keys for %d rows", s.base+int64(len(s.keys)), n)
@@ -211,6 +210,16 @@ type keySorter struct {
 	made int
 }
 
+// newKeySorter returns a keySorter for n rows.
+func newKeySorter(ctx context.Context, seed uint64, n int, tempDir string) *keySorter {
+	s := &keySorter{ctx: ctx, seed: seed, d: xxhash.NewWithSeed(seed), tempDir: tempDir}
+	// Half the budget for the keys at first, the rest for their
+	// sampleIds; room grows either within the budget.
+	s.keys = make([]sortKey, 0, min(n, sortRunBytes/(2*keyBytes)+1))
+	s.offs = append(make([]uint32, 0, cap(s.keys)+1), 0)
+	return s
+}
+
 func (s *keySorter) id(k sortKey) []byte {
 	r := k.i - s.base
 	return s.ids[s.offs[r]:s.offs[r+1]]
@@ -222,15 +231,61 @@ func (s *keySorter) add(id string) error {
 	if row%65536 == 0 && s.ctx.Err() != nil {
 		return errcode.Wrap(errcode.Canceled, s.ctx.Err(), "sort")
 	}
-	if len(s.keys) > 0 && ((len(s.keys)+1)*keyBytes+len(s.ids)+len(id) > sortRunBytes || len(s.ids)+len(id) > math.MaxUint32) {
-		if err := s.spill(); err != nil {
-			return err
+	if !s.room(len(id)) {
+		if len(s.keys) > 0 {
+			if err := s.spill(); err != nil {
+				return err
+			}
+		}
+		if !s.room(len(id)) {
+			// A sampleId larger than the budget: a run holds at least
+			// one key.
+			s.keys, s.offs = grow(s.keys, len(s.keys)+1), grow(s.offs, len(s.offs)+1)
+			s.ids = grow(s.ids, len(s.ids)+len(id))
 		}
 	}
 	s.keys = append(s.keys, sortKey{stagingHash(s.d, s.seed, id), row})
 	s.ids = append(s.ids, id...)
 	s.offs = append(s.offs, uint32(len(s.ids)))
 	return nil
+}
+
+// held is the memory the run's slices hold: their capacity, used or not.
+func (s *keySorter) held() int {
+	return cap(s.keys)*16 + cap(s.offs)*4 + cap(s.ids) // a sortKey is 16 bytes
+}
+
+// room reports whether the run can take one more key whose sampleId is
+// idLen bytes, growing its slices (doubling them, or as far as the budget
+// allows) only while what they hold stays within sortRunBytes; false: the
+// run must be spilled first.
+func (s *keySorter) room(idLen int) bool {
+	if len(s.ids)+idLen > math.MaxUint32 {
+		return false
+	}
+	if len(s.keys) == cap(s.keys) {
+		c := len(s.keys) + min(max(len(s.keys), 1024), (sortRunBytes-s.held())/keyBytes)
+		if c <= len(s.keys) {
+			return false
+		}
+		s.keys, s.offs = grow(s.keys, c), grow(s.offs, c+1)
+	}
+	if need := len(s.ids) + idLen; need > cap(s.ids) {
+		c := min(max(2*cap(s.ids), need, 64<<10), cap(s.ids)+sortRunBytes-s.held())
+		if c < need {
+			return false
+		}
+		s.ids = grow(s.ids, c)
+	}
+	return true
+}
+
+// grow returns s with capacity c exactly (append would round it up by
+// as much as a quarter).
+func grow[T any](s []T, c int) []T {
+	n := make([]T, len(s), c)
+	copy(n, s)
+	return n
 }
 
 // sortRun sorts the run and rejects a sampleId it holds twice.

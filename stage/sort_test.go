@@ -61,7 +61,7 @@ func checkExternalSort(t *testing.T, src *synthSource, seed uint64, shards int, 
 	if mem.dir != nil || mem.runs != 0 {
 		t.Fatalf("%d rows sorted with %d runs on disk, want in memory", n, mem.runs)
 	}
-	restoreRun := SetSortRun(2000, 3) // about 70 keys a run
+	restoreRun := SetSortRun(2000, 3) // about 50 keys a run
 	defer restoreRun()
 	tmp := t.TempDir()
 	ext, err := sortRows(ctx, src, seed, shards, tmp)
@@ -103,5 +103,41 @@ func checkExternalSort(t *testing.T, src *synthSource, seed uint64, shards int, 
 	mem.close()
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Fatalf("sort files left behind: %v", left)
+	}
+}
+
+// A run holds at most sortRunBytes, counting what its slices hold and
+// not only what they use, whatever the sampleIds' length (one key larger
+// than the budget excepted: a run holds at least one), and fills enough
+// of it that the runs are not many more than the keys' bytes need. The
+// preallocated keys and the sampleIds' buffer grown by append held up to
+// 1.75 times the budget, so that a sort documented to hold 64 MiB of keys
+// held 88 to 112 MiB.
+func TestSortRunHoldsItsBudget(t *testing.T) {
+	const budget = 256 << 10
+	defer SetSortRun(budget, 128)()
+	for _, idLen := range []int{1, 10, 36, 100, 1000, budget + 1} {
+		n := max(8*budget/(keyBytes+idLen), 3)
+		s := newKeySorter(context.Background(), 1, n, t.TempDir())
+		var runs, over int
+		for i := range n {
+			id := fmt.Sprintf("%0*d", idLen, i)
+			if err := s.add(id); err != nil {
+				t.Fatal(err)
+			}
+			if len(s.keys) == 1 {
+				runs++
+			}
+			if h := s.held(); h > budget && (len(s.keys) > 1 || idLen <= budget) {
+				over = max(over, h)
+			}
+		}
+		s.close()
+		if over > 0 {
+			t.Errorf("sampleIds of %d bytes: a run held %d bytes, budget %d", idLen, over, budget)
+		}
+		if need := n * (keyBytes + idLen) / (budget / 2); idLen <= budget && runs > need+1 {
+			t.Errorf("sampleIds of %d bytes: %d runs for %d keys, at most %d expected", idLen, runs, n, need+1)
+		}
 	}
 }
