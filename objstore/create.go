@@ -22,7 +22,9 @@ import (
 // sha256 and size of every byte the caller meant to write (no further
 // than one byte past the stored size), and compares them with key's
 // latest version, read back through verifyread: equal, it returns that
-// version with created=false, and writes nothing. Other bytes, or no
+// version with created=false, and writes nothing. A body that does not
+// hash to opts.SHA256, when given, is a *verifyread.DigestMismatchError
+// as Put would return, whatever the key holds. Other bytes, or no
 // latest version (an S3 delete marker on top), leave the refusal as it
 // was. Callers that hold their bytes and compare them themselves
 // (PutBlob, the coordinator's commit records) need not use it.
@@ -57,6 +59,12 @@ func CreateOrMatch(ctx context.Context, s Store, key string, body io.Reader, opt
 	}
 	var sum [32]byte
 	hr.h.Sum(sum[:0])
+	if opts.SHA256 != ([32]byte{}) && sum != opts.SHA256 {
+		// Put refuses such a body once it has read it; a refusal that
+		// came before (a store failing fast on an existing key) must
+		// not make it a match.
+		return "", false, &verifyread.DigestMismatchError{Key: key, Want: opts.SHA256, Got: sum}
+	}
 	rc, err := s.Get(ctx, key, info.Version)
 	if err != nil {
 		return "", false, err

@@ -2,11 +2,13 @@ package objstore_test
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"strings"
 	"testing"
 
+	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
 )
@@ -58,5 +60,29 @@ func TestCreateOrMatch(t *testing.T) {
 	v, created, err = objstore.CreateOrMatch(ctx, s, "new", strings.NewReader("x"), objstore.PutOptions{})
 	if err != nil || !created || v == "" {
 		t.Fatalf("a new key: %q created=%v, %v", v, created, err)
+	}
+}
+
+// A body that does not hash to the digest its caller gave is refused as
+// Put refuses it (DIGEST_MISMATCH), even when the key holds those very
+// bytes: the file store refuses a create of an existing key before it
+// reads the body, and CreateOrMatch, which then read and matched it,
+// returned success for bytes that are not the ones the caller named.
+func TestCreateOrMatchChecksGivenDigest(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	body := []byte("stored bytes")
+	v, err := s.Put(ctx, "k", bytes.NewReader(body), objstore.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meant := sha256.Sum256([]byte("the bytes the caller meant"))
+	_, _, err = objstore.CreateOrMatch(ctx, s, "k", onlyReader{bytes.NewReader(body)}, objstore.PutOptions{SHA256: meant})
+	if errcode.Of(err) != errcode.DigestMismatch {
+		t.Fatalf("body not hashing to the given digest: %v, want DIGEST_MISMATCH", err)
+	}
+	got, created, err := objstore.CreateOrMatch(ctx, s, "k", onlyReader{bytes.NewReader(body)}, objstore.PutOptions{SHA256: sha256.Sum256(body)})
+	if err != nil || created || got != v {
+		t.Fatalf("body hashing to the given digest: %q created=%v, %v; want %q", got, created, err, v)
 	}
 }
