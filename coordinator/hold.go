@@ -38,9 +38,9 @@ const (
 // HoldRenewInterval is how often a holder writes a new version of its
 // hold record, and HoldStaleAfter how long a holder whose process cannot
 // be looked up (another machine, no /proc) is taken to live after its
-// last renewal. A holder that has not renewed its record for
-// HoldStaleAfter less one HoldRenewInterval gives the job up (see
-// holdExpiry).
+// last renewal, by the store's clock (see lookHolder). A holder that has
+// not renewed its record for HoldStaleAfter less one HoldRenewInterval,
+// by its own clock, gives the job up (see holdExpiry).
 var (
 	HoldRenewInterval = time.Minute
 	HoldStaleAfter    = 5 * time.Minute
@@ -85,8 +85,11 @@ type HoldRecord struct {
 type JobInUseError struct {
 	Plan   manifest.Digest
 	Holder HoldRecord
-	// Renewed is when the holder last wrote its record.
+	// Renewed is when the holder last wrote its record, and Age how
+	// long before this process looked, both by the store's clock
+	// (Age is zero when Local or TakenOver).
 	Renewed time.Time
+	Age     time.Duration
 	// Local: the holder's process was looked up on this machine and runs.
 	Local bool
 	// TakenOver: this process held the job and another took it over
@@ -97,17 +100,19 @@ type JobInUseError struct {
 func (e *JobInUseError) Error() string {
 	h := &e.Holder
 	who := fmt.Sprintf("%q (pid %d on host %s, %s since %s", h.Command, h.Process.PID, h.Process.Host, h.Purpose, h.Started)
-	if e.Local {
-		who += ", running on this machine)"
-	} else {
-		who += fmt.Sprintf(", hold renewed %s ago; a holder on another machine is taken for dead %s after its last renewal)",
-			time.Since(e.Renewed).Round(time.Second), HoldStaleAfter)
-	}
 	if e.TakenOver {
 		if h.Schema == "" {
 			who = "another process" // its record did not decode
+		} else {
+			who += ")"
 		}
 		return fmt.Sprintf("plan %s: this process stopped renewing its hold on the job, and %s took it over: it finishes the job", e.Plan, who)
+	}
+	if e.Local {
+		who += ", running on this machine)"
+	} else {
+		who += fmt.Sprintf(", hold renewed %s ago by the store's clock; a holder on another machine is taken for dead %s after its last renewal)",
+			e.Age.Round(time.Second), HoldStaleAfter)
 	}
 	next := "wait for it to end: `verify --resume` of the plan then prints the report it stored (or goes on from where it stopped)"
 	if h.Purpose == HoldRemove {
@@ -150,6 +155,11 @@ type Hold struct {
 func holdPrefix(pd manifest.Digest) string { return jobPrefix(pd) + "hold/" }
 
 func holdKey(pd manifest.Digest, gen int) string { return holdPrefix(pd) + strconv.Itoa(gen) }
+
+// holdClockKey is the object a process writes to read the store's clock
+// (see storeNow): under hold/, deleted with the job's hold records, and
+// naming no generation.
+func holdClockKey(pd manifest.Digest) string { return holdPrefix(pd) + "clock" }
 
 // currentHolder returns the job's newest hold record and when it was last
 // written, or nil when the job has none. gen is the highest generation
@@ -205,27 +215,93 @@ func currentHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (r
 	return &r, gen, info, nil
 }
 
-// live reports whether the holder rec (last written at renewed) may still
-// run, and whether that was looked up on this machine.
-func live(rec *HoldRecord, renewed time.Time) (alive, local bool) {
-	if rec == nil || rec.Released {
-		return false, false
+// storeNow returns the store's time now: the modification time it gives
+// an object written now (pd's hold/clock, a new version each time). The
+// age of a hold record is judged against it, not against this machine's
+// clock: S3 times objects by its own clock (versitygw by its host's),
+// and a machine whose clock ran minutes ahead of it took a live holder
+// for gone.
+func storeNow(ctx context.Context, s objstore.Store, pd manifest.Digest) (time.Time, error) {
+	key := holdClockKey(pd)
+	v, err := s.Put(ctx, key, bytes.NewReader(nil), objstore.PutOptions{})
+	if err != nil {
+		return time.Time{}, wrap(err, "plan %s: read the store's clock", pd)
 	}
-	if alive, known := rec.Process.Alive(); known {
-		return alive, true
+	info, err := s.Head(ctx, key, v)
+	if err != nil {
+		return time.Time{}, wrap(err, "plan %s: read the store's clock", pd)
 	}
-	return time.Since(renewed) < HoldStaleAfter, false
+	if info.Modified.IsZero() {
+		return time.Time{}, errcode.New(errcode.IO, "plan %s: read the store's clock: %s has no modification time", pd, key)
+	}
+	return info.Modified, nil
+}
+
+// holderState is what a look at a job's hold found: its current record
+// (see currentHolder) and whether that holder may still run.
+type holderState struct {
+	rec  *HoldRecord
+	gen  int
+	info objstore.ObjectInfo
+	// alive: the holder may still run; local: that was looked up on
+	// this machine (/proc); age: how old its record was, by the store's
+	// clock, when not local.
+	alive, local bool
+	age          time.Duration
+}
+
+// inUse is the JOB_IN_USE error naming st's holder.
+func (st *holderState) inUse(pd manifest.Digest) *JobInUseError {
+	return &JobInUseError{Plan: pd, Holder: *st.rec, Renewed: st.info.Modified, Age: st.age, Local: st.local}
+}
+
+// lookHolder reads plan pd's current holder and judges whether it may
+// still run. A holder that released the job does not; one whose process
+// this machine can look up (/proc) runs if that process does; any other
+// (another machine, PID namespace or user) runs until its record is
+// HoldStaleAfter old by the store's clock: the time between its last
+// version and a probe written just now (storeNow), neither of which this
+// machine's clock times. The probe is written before the record is read
+// (again): a renewal that lands before that read is seen, and one that
+// has not landed by then cannot, since its holder stops (holdExpiry) a
+// renewal interval before others may take it for gone.
+func lookHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (holderState, error) {
+	var now time.Time
+	for {
+		rec, gen, info, err := currentHolder(ctx, s, pd)
+		if err != nil {
+			return holderState{}, err
+		}
+		st := holderState{rec: rec, gen: gen, info: info}
+		if rec == nil || rec.Released {
+			return st, nil
+		}
+		if alive, known := rec.Process.Alive(); known {
+			st.alive, st.local = alive, true
+			return st, nil
+		}
+		if now.IsZero() {
+			if now, err = storeNow(ctx, s, pd); err != nil {
+				return holderState{}, err
+			}
+			continue
+		}
+		st.age = now.Sub(info.Modified)
+		st.alive = st.age < HoldStaleAfter
+		return st, nil
+	}
 }
 
 // Holder returns the live holder of plan pd's job, if any, as the error
-// Acquire would give, without taking the job.
+// Acquire would give, without taking the job. Judging a holder on
+// another machine writes the job's clock probe (see lookHolder).
 func Holder(ctx context.Context, s objstore.Store, pd manifest.Digest) (*JobInUseError, error) {
-	rec, _, info, err := currentHolder(ctx, s, pd)
+	st, err := lookHolder(ctx, s, pd)
 	if err != nil {
 		return nil, err
 	}
-	if alive, local := live(rec, info.Modified); alive {
-		return &JobInUseError{Plan: pd, Holder: *rec, Renewed: info.Modified, Local: local}, nil
+	if st.alive {
+		return st.inUse(pd), nil
 	}
 	return nil, nil
 }
@@ -247,7 +323,7 @@ func commandName() string {
 // whose current holder lives is JOB_IN_USE (*JobInUseError, naming it);
 // one whose holder released it or is gone (its process no longer runs,
 // or, on another machine, it has not renewed its hold for
-// HoldStaleAfter) is taken over. Taking is a conditional create of the
+// HoldStaleAfter by the store's clock) is taken over. Taking is a conditional create of the
 // next generation's record, so of any number of processes at once
 // exactly one wins. Each attempt's record carries a nonce of its own: a
 // create that went through but whose answer was lost (a retry of it
@@ -260,16 +336,17 @@ func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 		written time.Time
 	)
 	for attempt := 0; ; attempt++ {
-		rec, gen, info, err := currentHolder(ctx, s, pd)
+		st, err := lookHolder(ctx, s, pd)
 		if err != nil {
 			return nil, wrap(err, "plan %s: read the job's hold", pd)
 		}
+		rec, gen := st.rec, st.gen
 		if tried != nil && rec != nil && gen == tried.rec.Generation && rec.Nonce == tried.rec.Nonce {
 			slog.Warn("job hold taken, though the answer to its create was lost", "plan", pd.String(), "generation", gen)
 			return tried.start(ctx, written), nil
 		}
-		if alive, local := live(rec, info.Modified); alive {
-			return nil, &JobInUseError{Plan: pd, Holder: *rec, Renewed: info.Modified, Local: local}
+		if st.alive {
+			return nil, st.inUse(pd)
 		}
 		if attempt > 8 {
 			return nil, wrap(refused, "plan %s: take the job's hold", pd)
@@ -337,11 +414,14 @@ func (h *Hold) Lost() error {
 }
 
 // holdExpiry is how long after it began its last write of its record that
-// went through a holder gives the job up: a process on another machine
-// takes it for gone HoldStaleAfter after that write, and the holder must
-// have stopped by then, whatever a renewal that hangs does. The margin,
-// one renewal interval, covers clocks (the store's and the other
-// machine's) that disagree by less.
+// went through a holder gives the job up, by its own monotonic clock: a
+// process on another machine takes it for gone once the store's clock
+// has run HoldStaleAfter past that write (its version is timed no
+// earlier than the write began), and the holder must have stopped by
+// then, whatever a renewal that hangs does. No two clocks are compared,
+// so they may disagree by any amount; the margin, one renewal interval,
+// covers the time the holder takes to stop and clocks that run at
+// slightly different rates.
 func holdExpiry() time.Duration {
 	if d := HoldStaleAfter - HoldRenewInterval; d > 0 {
 		return d

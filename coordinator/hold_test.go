@@ -594,3 +594,68 @@ func TestRemoveJobDeletesHoldLast(t *testing.T) {
 		})
 	}
 }
+
+// Whether a holder on another machine is gone is judged by the store's
+// clock alone (the age of its record against an object written now),
+// never by this machine's: S3 times objects by its own clock. Through a
+// store whose clock runs 10 minutes behind this machine's (a holder's
+// record looked 10 minutes old at once, and a live holder was taken
+// over) or ahead of it (a dead holder looked renewed for 10 more
+// minutes), a holder that has just renewed is JOB_IN_USE, and one whose
+// record has aged HoldStaleAfter by the store's clock is taken over. On
+// the file store and on S3 (versitygw).
+func TestHoldUnderClockSkew(t *testing.T) {
+	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
+	for name, open := range holdStores {
+		for _, shift := range []time.Duration{-10 * time.Minute, 10 * time.Minute} {
+			t.Run(fmt.Sprintf("%s %v", name, shift), func(t *testing.T) {
+				real := open(t)
+				s := &faults.ClockSkew{Store: real, Shift: shift}
+				ctx := t.Context()
+				pd := manifest.Sum([]byte("plan held under clock skew " + shift.String()))
+				putHold(t, real, pd, 1, HoldRun, far)
+				var inUse *JobInUseError
+				if _, err := Acquire(ctx, s, pd, HoldRun); !errors.As(err, &inUse) || inUse.Local || inUse.Holder.Process.Host != "elsewhere" ||
+					inUse.Age < 0 || inUse.Age >= HoldStaleAfter {
+					t.Fatalf("a holder on another machine that renewed just now: %v, want JOB_IN_USE naming it", err)
+				}
+				if held, err := Holder(ctx, s, pd); err != nil || held == nil || held.Holder.Generation != 1 {
+					t.Fatalf("Holder = %+v, %v; want the live holder", held, err)
+				}
+				if n := jobKeys(t, real, pd, "hold/"); n != 2 {
+					t.Fatalf("%d keys under hold/, want the record and the clock probe", n)
+				}
+				// The probe is no activity of the job's.
+				rec, err := real.Head(ctx, holdKey(pd, 1), "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if jobs, err := ListJobs(ctx, real); err != nil || len(jobs) != 1 || !jobs[0].Newest.Equal(rec.Modified) {
+					t.Fatalf("ListJobs = %+v, %v; want the job, newest at its hold record's %v", jobs, err, rec.Modified)
+				}
+
+				// The holder dies: its record ages past HoldStaleAfter
+				// by the store's clock.
+				defer func(d time.Duration) { HoldStaleAfter = d }(HoldStaleAfter)
+				HoldStaleAfter = 2 * time.Second
+				putHold(t, real, pd, 2, HoldRun, far)
+				for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+					h, err := Acquire(ctx, s, pd, HoldRun)
+					if err == nil {
+						if h.Previous == nil || h.Previous.Generation != 2 || h.rec.Generation != 3 {
+							t.Fatalf("took over from %+v as generation %d", h.Previous, h.rec.Generation)
+						}
+						h.Release()
+						break
+					}
+					if !errors.As(err, &inUse) || inUse.Age >= HoldStaleAfter {
+						t.Fatalf("a holder whose record is %v old by the store's clock: %v", inUse.Age, err)
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("a holder silent for a minute by the store's clock was not taken over: %v", err)
+					}
+				}
+			})
+		}
+	}
+}

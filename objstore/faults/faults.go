@@ -338,3 +338,43 @@ func (l *Latency) Get(ctx context.Context, key string, v objstore.Version) (io.R
 		io.Closer
 	}{rc, rc}, nil
 }
+
+// ClockSkew shifts every modification time the wrapped store reports
+// (Head, List) by Shift, as a store whose clock runs Shift ahead of this
+// machine's would (behind it, when Shift is negative): S3 times an
+// object by its server's clock, not by the writer's. Put, Get and
+// DeletePrefix pass through.
+type ClockSkew struct {
+	objstore.Store
+	Shift time.Duration
+}
+
+// Head implements objstore.Store.
+func (c *ClockSkew) Head(ctx context.Context, key string, v objstore.Version) (objstore.ObjectInfo, error) {
+	info, err := c.Store.Head(ctx, key, v)
+	if err == nil && !info.Modified.IsZero() {
+		info.Modified = info.Modified.Add(c.Shift)
+	}
+	return info, err
+}
+
+// List implements objstore.Store.
+func (c *ClockSkew) List(ctx context.Context, prefix, after string, limit int) (objstore.ListPage, error) {
+	page, err := c.Store.List(ctx, prefix, after, limit)
+	for i := range page.Objects {
+		if o := &page.Objects[i]; !o.Modified.IsZero() {
+			o.Modified = o.Modified.Add(c.Shift)
+		}
+	}
+	return page, err
+}
+
+// DeletePrefix implements objstore.Deleter, passing through to the
+// wrapped store, which must implement it.
+func (c *ClockSkew) DeletePrefix(ctx context.Context, prefix string) error {
+	d, ok := c.Store.(objstore.Deleter)
+	if !ok {
+		return errcode.New(errcode.Internal, "faults: %T cannot delete", c.Store)
+	}
+	return d.DeletePrefix(ctx, prefix)
+}

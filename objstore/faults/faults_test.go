@@ -244,3 +244,32 @@ func TestLatency(t *testing.T) {
 		t.Fatalf("Get with a canceled context: %v", err)
 	}
 }
+
+// ClockSkew reports every modification time shifted by its Shift, in
+// Head and List alike, and changes nothing else.
+func TestClockSkew(t *testing.T) {
+	s := realStore(t)
+	ctx := t.Context()
+	v, err := s.Put(ctx, "dir/k", strings.NewReader("bytes"), objstore.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	real, err := s.Head(ctx, "dir/k", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, shift := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
+		c := &faults.ClockSkew{Store: s, Shift: shift}
+		info, err := c.Head(ctx, "dir/k", v)
+		if err != nil || !info.Modified.Equal(real.Modified.Add(shift)) || info.Version != v || info.Size != real.Size {
+			t.Fatalf("shift %v: Head = %+v, %v; want %+v modified %v later", shift, info, err, real, shift)
+		}
+		page, err := c.List(ctx, "dir/", "", 0)
+		if err != nil || len(page.Objects) != 1 || !page.Objects[0].Modified.Equal(real.Modified.Add(shift)) {
+			t.Fatalf("shift %v: List = %+v, %v", shift, page, err)
+		}
+		if b := read(t, c, "dir/k"); string(b) != "bytes" {
+			t.Fatalf("shift %v: body %q", shift, b)
+		}
+	}
+}
