@@ -118,6 +118,9 @@ func (e *JobInUseError) Error() string {
 	if h.Purpose == HoldRemove {
 		next = "it deletes the job's files; `verify --resume` of the plan then prints the report stored for it, or runs the job again"
 	}
+	if !e.Local {
+		next += fmt.Sprintf("; if it is known to be dead (its machine is down), `verify --resume %s --take-over` takes the job at once", e.Plan)
+	}
 	return fmt.Sprintf("plan %s: its job is held by %s; %s", e.Plan, who, next)
 }
 
@@ -136,6 +139,9 @@ type Hold struct {
 	// Previous is the record of the holder this one follows (it ended,
 	// or its process is gone), nil when the job had none.
 	Previous *HoldRecord
+	// displaced is the holder a take-over (TakeOver) took the job from,
+	// nil when Previous had released it or there was none.
+	displaced *Displaced
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -330,6 +336,56 @@ func commandName() string {
 // then fails its precondition) is known by it as this attempt's, not
 // another holder's. The hold is renewed until Release.
 func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose string) (*Hold, error) {
+	return acquire(ctx, s, pd, purpose, false)
+}
+
+// Displaced is a holder TakeOver took a job from.
+type Displaced struct {
+	Holder HoldRecord
+	// Renewed is when it last wrote its record, and Age how long before
+	// the take-over, both by the store's clock (Age is zero when Local).
+	Renewed time.Time
+	Age     time.Duration
+	// Live: without TakeOver the job would have been JOB_IN_USE (the
+	// holder, on another machine, had renewed its record within
+	// HoldStaleAfter). Local: its process was looked up on this machine,
+	// and was gone.
+	Live, Local bool
+}
+
+// TakeOver takes plan pd's job from its holder at once and releases it,
+// for the run that follows (verify --resume --take-over): an operator
+// who knows the holder is dead (its machine crashed) need not wait
+// HoldStaleAfter for its record to age. A holder this machine looks up
+// and finds running (/proc) is still JOB_IN_USE. The record it leaves
+// says "remove" when the holder it displaced was deleting the job's
+// files, so that the next holder deletes the rest. It returns the holder
+// displaced, nil when the job had none or its holder had released it. A
+// holder that did in fact still run finds the later generation at its
+// next renewal and stops with JOB_IN_USE; until then, up to
+// HoldRenewInterval, it runs beside the next holder.
+func TakeOver(ctx context.Context, s objstore.Store, pd manifest.Digest) (*Displaced, error) {
+	h, err := acquire(ctx, s, pd, HoldRun, true)
+	if err != nil {
+		return nil, err
+	}
+	if d := h.displaced; d != nil {
+		p := &d.Holder
+		slog.Warn("job taken over by hand from its holder", "plan", pd.String(), "generation", h.rec.Generation,
+			"previousCommand", p.Command, "previousPid", p.Process.PID, "previousHost", p.Process.Host, "previousPurpose", p.Purpose,
+			"previousStarted", p.Started, "previousRenewed", d.Renewed.UTC().Format(time.RFC3339), "previousAge", d.Age.Round(time.Second).String(),
+			"previousLive", d.Live)
+	}
+	if err := h.release(); err != nil {
+		return nil, wrap(err, "plan %s: release the job taken over", pd)
+	}
+	return h.displaced, nil
+}
+
+// acquire is Acquire; with takeOver (TakeOver), a live holder that is
+// not a running process of this machine is taken over too, and a
+// removal it displaces is carried on in the record written.
+func acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose string, takeOver bool) (*Hold, error) {
 	var (
 		tried   *Hold // the last attempt, its create refused by its precondition
 		refused error
@@ -345,7 +401,7 @@ func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 			slog.Warn("job hold taken, though the answer to its create was lost", "plan", pd.String(), "generation", gen)
 			return tried.start(ctx, written), nil
 		}
-		if st.alive {
+		if st.alive && (st.local || !takeOver) {
 			return nil, st.inUse(pd)
 		}
 		if attempt > 8 {
@@ -358,6 +414,14 @@ func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 			Command: commandName(), Process: procid.Self(), Started: time.Now().UTC().Format(time.RFC3339),
 			Nonce: hex.EncodeToString(nonce[:]),
 		}}
+		if takeOver && rec != nil {
+			if rec.Purpose == HoldRemove {
+				h.rec.Purpose = HoldRemove
+			}
+			if !rec.Released {
+				h.displaced = &Displaced{Holder: *rec, Renewed: st.info.Modified, Age: st.age, Live: st.alive, Local: st.local}
+			}
+		}
 		b, err := h.body()
 		if err != nil {
 			return nil, err
@@ -380,7 +444,7 @@ func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 // start begins the renewals of a hold whose record was created by a write
 // that began at written.
 func (h *Hold) start(ctx context.Context, written time.Time) *Hold {
-	if p := h.Previous; p != nil && !p.Released {
+	if p := h.Previous; p != nil && !p.Released && h.displaced == nil {
 		slog.Info("job taken over from a holder that is gone", "plan", h.plan.String(), "previousPid", p.Process.PID,
 			"previousHost", p.Process.Host, "previousPurpose", p.Purpose, "generation", p.Generation)
 	}
@@ -547,20 +611,28 @@ func (h *Hold) end() bool {
 // one to be found gone. Failing to write it is logged: a holder that is
 // gone is taken over anyway.
 func (h *Hold) Release() {
+	// A hold that is lost said why when it was lost.
+	if err := h.release(); err != nil && h.Lost() == nil {
+		slog.Warn("job hold not released; the next process to take the job finds this one gone first", "plan", h.plan.String(), "code", string(errcode.Of(err)), "err", err)
+	}
+}
+
+// release is Release, returning why the hold was lost, or the failure to
+// write the record.
+func (h *Hold) release() error {
+	defer h.cancel(context.Canceled)
 	if !h.end() {
-		return
+		return h.Lost()
 	}
 	h.rec.Released = true
 	b, err := h.body()
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 30*time.Second)
-		defer cancel()
-		_, err = h.store.Put(ctx, holdKey(h.plan, h.rec.Generation), bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b))})
-	}
 	if err != nil {
-		slog.Warn("job hold not released; the next process to take the job finds this one gone first", "plan", h.plan.String(), "code", string(errcode.Of(err)), "err", err)
+		return err
 	}
-	h.cancel(context.Canceled)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 30*time.Second)
+	defer cancel()
+	_, err = h.store.Put(ctx, holdKey(h.plan, h.rec.Generation), bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b))})
+	return err
 }
 
 // unfinishedRemoval reports whether the holder this hold follows was

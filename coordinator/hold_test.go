@@ -659,3 +659,56 @@ func TestHoldUnderClockSkew(t *testing.T) {
 		}
 	}
 }
+
+// TakeOver takes a job from a holder on another machine that renewed
+// just now (an operator knows its machine crashed) and releases it for
+// the next holder, carrying on a removal it displaces; a holder running
+// on this machine is still JOB_IN_USE, and nothing is written.
+func TestTakeOver(t *testing.T) {
+	s := stagetest.Store(t)
+	ctx := t.Context()
+	pd := manifest.Sum([]byte("plan taken over by hand"))
+	if d, err := TakeOver(ctx, s, pd); err != nil || d != nil {
+		t.Fatalf("TakeOver of a job with no holder = %+v, %v", d, err)
+	}
+	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
+	for _, c := range []struct {
+		gen     int
+		purpose string
+	}{{1, HoldRun}, {4, HoldRemove}} {
+		gen, purpose := c.gen, c.purpose
+		putHold(t, s, pd, gen, purpose, far)
+		if _, err := Acquire(ctx, s, pd, HoldRun); errcode.Of(err) != errcode.JobInUse {
+			t.Fatalf("a holder on another machine that renewed just now: %v, want JOB_IN_USE", err)
+		}
+		d, err := TakeOver(ctx, s, pd)
+		if err != nil || d == nil || !d.Live || d.Local || d.Holder.Generation != gen || d.Holder.Process.Host != "elsewhere" ||
+			d.Age < 0 || d.Age >= HoldStaleAfter || d.Renewed.IsZero() {
+			t.Fatalf("TakeOver of a live %s holder = %+v, %v", purpose, d, err)
+		}
+		h, err := Acquire(ctx, s, pd, HoldRun)
+		if err != nil {
+			t.Fatalf("after TakeOver: %v", err)
+		}
+		if p := h.Previous; p == nil || p.Generation != gen+1 || !p.Released || p.Purpose != purpose || h.unfinishedRemoval() != (purpose == HoldRemove) {
+			t.Fatalf("after TakeOver of a %s holder the next holder follows %+v", purpose, p)
+		}
+		h.Release()
+	}
+	if runtime.GOOS != "linux" {
+		return
+	}
+	h, err := Acquire(ctx, s, pd, HoldRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	n := jobKeys(t, s, pd, "hold/")
+	var inUse *JobInUseError
+	if d, err := TakeOver(ctx, s, pd); !errors.As(err, &inUse) || !inUse.Local || d != nil || inUse.Holder.Generation != h.rec.Generation {
+		t.Fatalf("TakeOver from a holder running on this machine = %+v, %v; want JOB_IN_USE naming it", d, err)
+	}
+	if got := jobKeys(t, s, pd, "hold/"); got != n || h.Lost() != nil {
+		t.Fatalf("a refused TakeOver left %d hold keys, was %d; the holder lost its hold: %v", got, n, h.Lost())
+	}
+}

@@ -29,7 +29,7 @@ func init() {
 		store, root, snapshot, tombstones, benchmark string
 		resume, scratch                              string
 		mapTasks, reducers, parallelism, fanIn       int
-		asJSON, mapMembers, readAllMembers           bool
+		asJSON, mapMembers, readAllMembers, takeOver bool
 		engine                                       executorFlags
 		shuffleComp                                  shuffle.Compression
 		shuffleSum                                   shuffle.Checksum
@@ -59,6 +59,9 @@ report) or a task whose output differs from its committed one
 			}
 			if err := checkMetricsFile(cmd); err != nil {
 				return err
+			}
+			if takeOver && resume == "" {
+				return errcode.New(errcode.Usage, "verify: --take-over takes the job of the plan given with --resume from its holder; give --resume PLAN")
 			}
 			if engine.executor != "local" {
 				return engine.run(cmd, resume)
@@ -136,6 +139,7 @@ report) or a task whose output differs from its committed one
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the job's shuffle files and task commit records (jobs/<plan>/), created if missing; plans, reports and inputs stay in --store (default: --store). A local directory keeps an S3 release's shuffle off the network")
 	f.String("metrics-file", "", "also write the verification's figures (verified shard ratio, failures by class, throughput, decompression ratio; labelled by root digest) to this file in Prometheus text format, for node_exporter's textfile collector")
 	f.StringVar(&resume, "resume", "", "finish an interrupted verification with any executor: the plan digest it logged (committed tasks are reused; inputs come from the plan; a finished one prints its stored report; one another process runs is JOB_IN_USE)")
+	f.BoolVar(&takeOver, "take-over", false, fmt.Sprintf("with --resume: take the job from its holder at once, for a holder known to be dead whose machine is down (one on another machine is otherwise taken for gone only %s after its last renewal); the holder displaced is printed, and one running on this machine is still JOB_IN_USE", coordinator.HoldStaleAfter))
 	engine.addFlags(f)
 	rootCmd.AddCommand(cmd)
 }
@@ -378,6 +382,9 @@ func resumeVerify(cmd *cobra.Command, store, scratch, plan string, parallelism i
 	if err != nil {
 		return err
 	}
+	if err := takeOverJob(cmd, s, pd); err != nil {
+		return err
+	}
 	prog := newVerifyProgress(cmd.ErrOrStderr())
 	out, err := coordinator.Run(cmd.Context(), s, pd, parallelism, prog.update)
 	prog.finish()
@@ -392,4 +399,34 @@ func resumeVerify(cmd *cobra.Command, store, scratch, plan string, parallelism i
 		return err
 	}
 	return finishVerify(cmd, s, out, asJSON)
+}
+
+// takeOverJob, with --take-over, takes plan pd's job from its holder at
+// once (coordinator.TakeOver) and says on stderr which holder it
+// displaced, before the resume takes the job in turn.
+func takeOverJob(cmd *cobra.Command, s objstore.Store, pd manifest.Digest) error {
+	if on, _ := cmd.Flags().GetBool("take-over"); !on {
+		return nil
+	}
+	d, err := coordinator.TakeOver(cmd.Context(), s, pd)
+	if err != nil {
+		return err
+	}
+	w := cmd.ErrOrStderr()
+	if d == nil {
+		fmt.Fprintf(w, "shardproof: verify: plan %s: its job had no holder to take over\n", pd)
+		return nil
+	}
+	h := &d.Holder
+	fmt.Fprintf(w, "shardproof: verify: plan %s: took its job over from %q (pid %d on host %s, %s since %s, hold last renewed %s",
+		pd, h.Command, h.Process.PID, h.Process.Host, h.Purpose, h.Started, d.Renewed.UTC().Format(time.RFC3339))
+	switch {
+	case d.Local:
+		fmt.Fprintf(w, "; its process on this machine had ended)\n")
+	case d.Live:
+		fmt.Fprintf(w, ", %s before by the store's clock; if it still runs, it stops at its next renewal)\n", d.Age.Round(time.Second))
+	default:
+		fmt.Fprintf(w, ", %s before by the store's clock: it would have been taken for gone anyway)\n", d.Age.Round(time.Second))
+	}
+	return nil
 }

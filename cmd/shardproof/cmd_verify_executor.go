@@ -170,6 +170,9 @@ func (x *executorFlags) run(cmd *cobra.Command, resume string) error {
 	if err != nil {
 		return err
 	}
+	if err := takeOverJob(cmd, s, pd); err != nil {
+		return err
+	}
 	if resume == "" {
 		if _, pd, err = coordinator.NewPlan(cmd.Context(), s, opts.PlanOptions); err != nil {
 			return err

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/procid"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
 )
 
 // planResume stores a plan of r's release (one map task per shard) and
@@ -214,5 +217,82 @@ func TestVerifyCLIKilledAndResumed(t *testing.T) {
 				t.Fatalf("jobs left for prune-jobs: %+v, %v", jobs, err)
 			}
 		})
+	}
+}
+
+// TestVerifyCLIResumeTakeOver: a job whose holder on another machine
+// renewed its hold a moment ago (and whose machine then went down) is
+// JOB_IN_USE for `verify --resume`, which names --take-over; `verify
+// --resume --take-over` takes the job at once, prints the holder it
+// displaced, and finishes the job. A holder running on this machine is
+// still JOB_IN_USE for --take-over and keeps the job; --take-over without
+// --resume is a usage error.
+func TestVerifyCLIResumeTakeOver(t *testing.T) {
+	r := newRelease(t)
+	ctx := t.Context()
+	plan := func(nonce string) manifest.Digest {
+		_, pd, err := coordinator.NewPlan(ctx, r.store, coordinator.PlanOptions{
+			Root: r.res.Root, MapTasks: 2, Reducers: 1, Parallelism: 1, Tool: "shardproof " + version, Nonce: nonce,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pd
+	}
+	var pd manifest.Digest
+	for _, executor := range []string{"local", "process"} {
+		pd = plan("take-over " + executor)
+		b, err := json.Marshal(&coordinator.HoldRecord{Schema: coordinator.HoldSchema, Plan: pd, Generation: 1, Purpose: coordinator.HoldRun,
+			Command: "shardproof verify", Process: procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1},
+			Started: time.Now().UTC().Format(time.RFC3339)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.store.Put(ctx, "jobs/"+pd.Hex()+"/hold/1", bytes.NewReader(b), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"verify", "--store", r.dir, "--resume", pd.String(), "--json", "--executor", executor}
+		held := runCLI(t, cliEnv(), args...)
+		if held.status != errcode.ExitError || !strings.Contains(held.stderr, "JOB_IN_USE") || !strings.Contains(held.stderr, "pid 4242 on host elsewhere") ||
+			!strings.Contains(held.stderr, "--resume "+pd.String()+" --take-over") {
+			t.Fatalf("%s: resume of a job held on another machine: exit %d, want %d, JOB_IN_USE naming the holder and --take-over\n%s", executor, held.status, errcode.ExitError, held.stderr)
+		}
+		taken := runCLI(t, cliEnv(), append(args, "--take-over")...)
+		if js := cliReport(t, taken); js.Verdict != manifest.Verified || js.Execution.Plan != pd {
+			t.Fatalf("%s: resume --take-over: verdict %s, plan %s", executor, js.Verdict, js.Execution.Plan)
+		}
+		if !strings.Contains(taken.stderr, "plan "+pd.String()+`: took its job over from "shardproof verify" (pid 4242 on host elsewhere, run since`) ||
+			!strings.Contains(taken.stderr, "hold last renewed") || !strings.Contains(taken.stderr, "it stops at its next renewal") {
+			t.Fatalf("%s: resume --take-over does not name the holder it displaced:\n%s", executor, taken.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(r.dir, "jobs", pd.Hex())); !os.IsNotExist(err) {
+			t.Fatalf("%s: the job's files are left: %v", executor, err)
+		}
+	}
+
+	usage := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--take-over")
+	if usage.status != errcode.ExitUsage || !strings.Contains(usage.stderr, "--take-over") {
+		t.Fatalf("--take-over without --resume: exit %d, want %d\n%s", usage.status, errcode.ExitUsage, usage.stderr)
+	}
+
+	if runtime.GOOS != "linux" {
+		return
+	}
+	// This test process holds the job: a live process of this machine.
+	pd = plan("take-over from this machine")
+	h, err := coordinator.Acquire(ctx, r.store, pd, coordinator.HoldRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	refused := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", pd.String(), "--json", "--take-over")
+	if refused.status != errcode.ExitError || !strings.Contains(refused.stderr, "JOB_IN_USE") ||
+		!strings.Contains(refused.stderr, fmt.Sprintf("(pid %d on host", os.Getpid())) || !strings.Contains(refused.stderr, "running on this machine") ||
+		strings.Contains(refused.stderr, "took its job over") || refused.stdout != "" {
+		t.Fatalf("resume --take-over of a job held on this machine: exit %d, want %d with JOB_IN_USE naming pid %d\n%s%s",
+			refused.status, errcode.ExitError, os.Getpid(), refused.stdout, refused.stderr)
+	}
+	if m, _ := filepath.Glob(filepath.Join(r.dir, "jobs", pd.Hex(), "*", "*")); len(m) != 1 || h.Lost() != nil {
+		t.Fatalf("a refused take-over left %v in the job; the holder lost it: %v", m, h.Lost())
 	}
 }
