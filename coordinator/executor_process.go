@@ -15,6 +15,7 @@ import (
 // Process is the Engine that runs each task as a child process, with
 // exactly the command line a Slurm array task or a Kubernetes pod runs.
 // It retries a task whose exit status is Retryable, up to Attempts times.
+// On Linux the children die with this process (see startChild).
 type Process struct {
 	// Binary is the shardproof executable (default: this process's own).
 	Binary string
@@ -91,7 +92,10 @@ func (p *Process) runOnce(ctx context.Context, bin string, ref PlanRef, kind Kin
 	cmd.Env = p.Env
 	stderr := &tailBuffer{max: 4096}
 	cmd.Stderr = stderr
-	err := cmd.Run()
+	err := startChild(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	if ctx.Err() != nil {
 		return 0, nil, errcode.Wrap(errcode.Canceled, ctx.Err(), "%s task %d", kind, i)
 	}

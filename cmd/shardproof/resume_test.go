@@ -166,7 +166,8 @@ func exitStatusOf(err error) int {
 // is left, and `store prune-jobs` finds nothing. The killed run is itself
 // a `verify --resume` of a plan stored beforehand, so its plan is known;
 // it runs exactly what a verify runs once it has planned. With the
-// process executor, its orphaned tasks are waited for before the resume
+// process executor, its orphaned tasks (on Linux none: they die with it,
+// TestVerifyCLIKilledTasksDie) are waited for before the resume
 // (TestConcurrentDuplicateTasks runs copies of a task at once).
 func TestVerifyCLIKilledAndResumed(t *testing.T) {
 	r := newRelease(t)
