@@ -1,6 +1,6 @@
 package stage
 
-// SetMaxOpenSpools lets tests force several spool passes.
+// SetMaxOpenSpools lets tests force several spool levels.
 func SetMaxOpenSpools(n int) (restore func()) {
 	old := maxOpenSpools
 	maxOpenSpools = n
@@ -22,4 +22,25 @@ func SetKeyHashMask(mask uint64) (restore func()) {
 	old := keyHashMask
 	keyHashMask = mask
 	return func() { keyHashMask = old }
+}
+
+// CountInputReads counts the reads of the inputs' rows (each a pass over
+// one input file) until restore.
+func CountInputReads() (reads func() int, restore func()) {
+	n := 0
+	onInputRead = func(string) { n++ }
+	return func() int { return n }, func() { onInputRead = nil }
+}
+
+// WatchSpool calls fn once each Stage has spooled its rows, with the
+// levels the deepest shard took and the rows written to spool files.
+func WatchSpool(fn func(levels int, written int64)) (restore func()) {
+	onSpooled = fn
+	return func() { onSpooled = nil }
+}
+
+// OnSpoolSplit calls fn before each spool file is split, with its level.
+func OnSpoolSplit(fn func(level int)) (restore func()) {
+	onSpoolSplit = fn
+	return func() { onSpoolSplit = nil }
 }

@@ -3,8 +3,10 @@ package stage
 import (
 	"bufio"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -73,8 +75,8 @@ type input struct {
 	rows int
 }
 
-// fileSource stages Parquet inputs. After partition, spool[j] holds shard
-// j's rows (with their global row index) in input order.
+// fileSource stages Parquet inputs. After partition, the spool file of
+// shard j (spoolPath) holds its rows, each with its global row index.
 type fileSource struct {
 	schema  *arrow.Schema
 	inputs  []input
@@ -82,7 +84,6 @@ type fileSource struct {
 	tempDir string
 	dir     string
 	held    *scratchdir.Dir
-	spool   []string
 }
 
 // openFile opens a Parquet input under recover: a malformed file must not
@@ -209,6 +210,9 @@ func matchColumns(path string, got, want *arrow.Schema) ([]int, error) {
 // eachBatch calls fn for every record batch of the given columns; a null
 // in any of them is BAD_INPUT.
 func eachBatch(ctx context.Context, fr *pqarrow.FileReader, path string, cols []int, fn func(arrow.RecordBatch) error) error {
+	if onInputRead != nil {
+		onInputRead(path)
+	}
 	rr, err := fr.GetRecordReader(ctx, cols, nil)
 	if err != nil {
 		return errcode.Wrap(errcode.BadInput, err, "input %s", path)
@@ -236,31 +240,133 @@ func eachBatch(ctx context.Context, fr *pqarrow.FileReader, path string, cols []
 
 func (s *fileSource) Len() int { return s.rows }
 
-// maxOpenSpools bounds the spool files written at once; more shards take
-// more passes over the inputs.
+// maxOpenSpools bounds the spool files written at once (each with its
+// write buffer and a batch of rows); more shards take more spool levels,
+// not more reads of the inputs.
 var maxOpenSpools = 128
 
 // spoolFlushRows is the rows a shard buffers before writing them out.
 const spoolFlushRows = 2048
 
-// partition spools every row to its shard's file. A row's shard is found
-// from its sort key among the shards' first keys, so no step holds
-// anything per row.
+// Tests watch the spool through these; they are nil otherwise.
+var (
+	// onInputRead is called each time an input's rows are read.
+	onInputRead func(path string)
+	// onSpoolSplit is called before a spool file of the given level (1
+	// for those the inputs were read into) is split.
+	onSpoolSplit func(level int)
+	// onSpooled is called once every shard has its spool file, with the
+	// levels the deepest shard took and the rows written to spool files.
+	onSpooled func(levels int, written int64)
+)
+
+// shardRange is the shards [lo, hi) whose rows one spool file holds.
+type shardRange struct{ lo, hi int }
+
+// spoolRanges cuts shards [lo, hi) into at most fan contiguous ranges.
+// A range of one shard is that shard's spool file; a larger one is split
+// again, by reading only its own file, and one of at most fan^d shards
+// reaches its shards in d such splits. With n shards and fan^(L-1) < n
+// <= fan^L, each range holds fan^(L-2) shards (shallow) or more, up to
+// fan^(L-1) (deep), so the deepest shard takes L levels. Few ranges are
+// deep, so that many rows are rewritten only L-1 times, but at least
+// fan/8: a file's rows are on disk twice while it is split, and this
+// keeps every file under 8/fan of the shards (1/16 at 128).
+func spoolRanges(lo, hi, fan int) []shardRange {
+	n := hi - lo
+	if n <= fan {
+		rs := make([]shardRange, n)
+		for k := range rs {
+			rs[k] = shardRange{lo + k, lo + k + 1}
+		}
+		return rs
+	}
+	shallow := 1
+	for shallow*fan*fan < n {
+		shallow *= fan
+	}
+	deep := max(1, fan/8)
+	for (fan-deep)*shallow+deep*shallow*fan < n {
+		deep++
+	}
+	rs := make([]shardRange, 0, fan)
+	for range fan - deep {
+		rs = append(rs, shardRange{lo, lo + shallow})
+		lo += shallow
+	}
+	rest := hi - lo
+	for k := range deep {
+		rs = append(rs, shardRange{lo + k*rest/deep, lo + (k+1)*rest/deep})
+	}
+	return rs
+}
+
+// spoolPath is the file of range r's rows.
+func (s *fileSource) spoolPath(r shardRange) string {
+	if r.hi-r.lo == 1 {
+		return filepath.Join(s.dir, strconv.Itoa(r.lo)+".arrow")
+	}
+	return filepath.Join(s.dir, strconv.Itoa(r.lo)+"-"+strconv.Itoa(r.hi)+".arrow")
+}
+
+// partition spools every row to its shard's file, in levels: one read of
+// the inputs spools rows to at most maxOpenSpools files, each holding a
+// contiguous range of shards, and each file of more than one shard is
+// split the same way by reading only that file, until every shard has a
+// file of its own. The inputs are read once whatever the shard count,
+// and each row is written to at most ceil(log_maxOpenSpools(shards))
+// spool files (spoolRanges). A
+// row's shard is found from its sort key among the shards' first keys,
+// so no step holds anything per row.
 func (s *fileSource) partition(ctx context.Context, order *stagingOrder, seed uint64) error {
-	shards := order.shards
 	held, err := scratchdir.New(s.tempDir, StageTempPrefix)
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "spool directory")
 	}
 	s.dir, s.held = held.Path, held
-	s.spool = make([]string, shards)
-	spoolSchema := arrow.NewSchema(append(s.schema.Fields(), arrow.Field{Name: "_row", Type: arrow.PrimitiveTypes.Int64}), nil)
-	for lo := 0; lo < shards; lo += maxOpenSpools {
-		if err := s.spoolPass(ctx, spoolSchema, order, seed, lo, min(lo+maxOpenSpools, shards)); err != nil {
+	sp := &spooler{
+		s:      s,
+		ctx:    ctx,
+		order:  order,
+		d:      xxhash.NewWithSeed(seed),
+		seed:   seed,
+		fan:    max(2, maxOpenSpools),
+		schema: arrow.NewSchema(append(s.schema.Fields(), arrow.Field{Name: "_row", Type: arrow.PrimitiveTypes.Int64}), nil),
+	}
+	top := spoolRanges(0, order.shards, sp.fan)
+	if err := sp.fromInputs(top); err != nil {
+		return err
+	}
+	for _, r := range top {
+		if err := sp.split(r, 1); err != nil {
 			return err
 		}
 	}
+	slog.Info("stage: spooled rows by shard", "rows", s.rows, "shards", order.shards, "levels", sp.levels, "rowsWritten", sp.written)
+	if onSpooled != nil {
+		onSpooled(sp.levels, sp.written)
+	}
 	return nil
+}
+
+// spooler writes the spool levels of one partition.
+type spooler struct {
+	s      *fileSource
+	ctx    context.Context
+	order  *stagingOrder
+	d      *xxhash.Digest
+	seed   uint64
+	fan    int
+	schema *arrow.Schema
+	// levels is the deepest level written, written the rows written to
+	// spool files at every level.
+	levels  int
+	written int64
+}
+
+// shardOf returns the shard of the row whose sampleId is id.
+func (sp *spooler) shardOf(id string) int {
+	return sp.order.shardOf(stagingHash(sp.d, sp.seed, id), id)
 }
 
 type spoolWriter struct {
@@ -279,45 +385,99 @@ func (w *spoolWriter) flush() error {
 	return w.w.Write(rec)
 }
 
-// spoolPass reads every input once and spools the rows of shards [lo, hi).
-func (s *fileSource) spoolPass(ctx context.Context, schema *arrow.Schema, order *stagingOrder, seed uint64, lo, hi int) (err error) {
-	ws := make([]*spoolWriter, hi-lo)
-	defer func() {
-		for _, w := range ws {
-			if w != nil {
-				w.b.Release()
-				w.f.Close()
-			}
+// spoolSet is the open spool files of one level's ranges.
+type spoolSet struct {
+	sp     *spooler
+	ranges []shardRange
+	ws     []*spoolWriter
+	rowCol int // the _row field, after the schema's
+}
+
+// create opens a spool file for each range, which the caller closes.
+func (sp *spooler) create(rs []shardRange, level int) (*spoolSet, error) {
+	set := &spoolSet{sp: sp, ranges: rs, ws: make([]*spoolWriter, len(rs)), rowCol: sp.schema.NumFields() - 1}
+	sp.levels = max(sp.levels, level)
+	for k, r := range rs {
+		f, err := os.Create(sp.s.spoolPath(r))
+		if err != nil {
+			set.close()
+			return nil, errcode.Wrap(errcode.IO, err, "spool")
 		}
-	}()
-	for j := lo; j < hi; j++ {
-		s.spool[j] = filepath.Join(s.dir, strconv.Itoa(j)+".arrow")
-		f, err := os.Create(s.spool[j])
+		bw := bufio.NewWriterSize(f, 1<<20)
+		set.ws[k] = &spoolWriter{f: f, bw: bw, w: ipc.NewWriter(bw, ipc.WithSchema(sp.schema)), b: array.NewRecordBuilder(memory.DefaultAllocator, sp.schema)}
+	}
+	return set, nil
+}
+
+// add spools row r of cols (the schema's fields, in order), row g of the
+// source, to the file of the range holding shard j.
+func (set *spoolSet) add(j int, cols []arrow.Array, r int, g int64) error {
+	k, _ := slices.BinarySearchFunc(set.ranges, j, func(r shardRange, j int) int {
+		if r.hi <= j {
+			return -1
+		}
+		if r.lo > j {
+			return 1
+		}
+		return 0
+	})
+	w := set.ws[k]
+	if err := appendFrom(w.b, cols, r); err != nil {
+		return err
+	}
+	w.b.Field(set.rowCol).(*array.Int64Builder).Append(g)
+	set.sp.written++
+	if w.b.Field(0).Len() >= spoolFlushRows {
+		if err := w.flush(); err != nil {
+			return errcode.Wrap(errcode.IO, err, "spool")
+		}
+	}
+	return nil
+}
+
+// finish writes out and closes every file of the set.
+func (set *spoolSet) finish() error {
+	for _, w := range set.ws {
+		err := w.flush()
+		if err == nil {
+			err = w.w.Close()
+		}
+		if err == nil {
+			err = w.bw.Flush()
+		}
 		if err != nil {
 			return errcode.Wrap(errcode.IO, err, "spool")
 		}
-		bw := bufio.NewWriterSize(f, 1<<20)
-		ws[j-lo] = &spoolWriter{f: f, bw: bw, w: ipc.NewWriter(bw, ipc.WithSchema(schema)), b: array.NewRecordBuilder(memory.DefaultAllocator, schema)}
 	}
-	g := 0
-	d := xxhash.NewWithSeed(seed)
-	for _, in := range s.inputs {
+	return nil
+}
+
+// close releases the set's builders and closes its files.
+func (set *spoolSet) close() {
+	for _, w := range set.ws {
+		if w != nil {
+			w.b.Release()
+			w.f.Close()
+		}
+	}
+}
+
+// fromInputs reads every input once and spools its rows to the files of
+// ranges rs (level 1).
+func (sp *spooler) fromInputs(rs []shardRange) error {
+	set, err := sp.create(rs, 1)
+	if err != nil {
+		return err
+	}
+	defer set.close()
+	var g int64
+	for _, in := range sp.s.inputs {
 		err := openFile(in.path, func(fr *pqarrow.FileReader) error {
-			return eachBatch(ctx, fr, in.path, in.cols, func(rec arrow.RecordBatch) error {
+			return eachBatch(sp.ctx, fr, in.path, in.cols, func(rec arrow.RecordBatch) error {
 				ids := rec.Column(0).(*array.String)
 				for r := 0; r < int(rec.NumRows()); r++ {
-					id := ids.Value(r)
-					if j := order.shardOf(stagingHash(d, seed, id), id); j >= lo && j < hi {
-						w := ws[j-lo]
-						if err := appendFrom(w.b, rec.Columns(), r); err != nil {
-							return err
-						}
-						w.b.Field(len(in.cols)).(*array.Int64Builder).Append(int64(g))
-						if w.b.Field(0).Len() >= spoolFlushRows {
-							if err := w.flush(); err != nil {
-								return errcode.Wrap(errcode.IO, err, "spool")
-							}
-						}
+					if err := set.add(sp.shardOf(ids.Value(r)), rec.Columns(), r, g); err != nil {
+						return err
 					}
 					g++
 				}
@@ -328,16 +488,72 @@ func (s *fileSource) spoolPass(ctx context.Context, schema *arrow.Schema, order 
 			return err
 		}
 	}
-	for _, w := range ws {
-		if err := w.flush(); err != nil {
-			return errcode.Wrap(errcode.IO, err, "spool")
+	return set.finish()
+}
+
+// split spools the rows of range r's file, of the given level, to files
+// of its subranges and removes it, then splits those in turn; a range of
+// one shard is left as that shard's spool file.
+func (sp *spooler) split(r shardRange, level int) error {
+	if r.hi-r.lo == 1 {
+		return nil
+	}
+	if onSpoolSplit != nil {
+		onSpoolSplit(level)
+	}
+	sub := spoolRanges(r.lo, r.hi, sp.fan)
+	if err := sp.splitFile(sp.s.spoolPath(r), sub, level+1); err != nil {
+		return err
+	}
+	for _, c := range sub {
+		if err := sp.split(c, level+1); err != nil {
+			return err
 		}
-		if err := w.w.Close(); err != nil {
-			return errcode.Wrap(errcode.IO, err, "spool")
+	}
+	return nil
+}
+
+// splitFile spools the rows of the spool file path to the files of
+// ranges rs, of the given level, and removes path.
+func (sp *spooler) splitFile(path string, rs []shardRange, level int) error {
+	set, err := sp.create(rs, level)
+	if err != nil {
+		return err
+	}
+	defer set.close()
+	f, err := os.Open(path)
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "spool")
+	}
+	defer f.Close()
+	rd, err := ipc.NewReader(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "spool")
+	}
+	defer rd.Release()
+	for rd.Next() {
+		if err := sp.ctx.Err(); err != nil {
+			return errcode.Wrap(errcode.Canceled, err, "spool")
 		}
-		if err := w.bw.Flush(); err != nil {
-			return errcode.Wrap(errcode.IO, err, "spool")
+		rec := rd.RecordBatch()
+		cols := rec.Columns()
+		ids := cols[0].(*array.String)
+		rows := cols[len(cols)-1].(*array.Int64)
+		for x := 0; x < int(rec.NumRows()); x++ {
+			if err := set.add(sp.shardOf(ids.Value(x)), cols[:len(cols)-1], x, rows.Value(x)); err != nil {
+				return err
+			}
 		}
+	}
+	if err := rd.Err(); err != nil {
+		return errcode.Wrap(errcode.IO, err, "spool")
+	}
+	if err := set.finish(); err != nil {
+		return err
+	}
+	f.Close()
+	if err := os.Remove(path); err != nil {
+		return errcode.Wrap(errcode.IO, err, "spool")
 	}
 	return nil
 }
@@ -360,7 +576,7 @@ func appendFrom(b *array.RecordBuilder, cols []arrow.Array, r int) error {
 // Build reads the spool of shard j, which holds rows idx, and appends
 // them in idx order.
 func (s *fileSource) Build(j int, idx []int, b *array.RecordBuilder) error {
-	f, err := os.Open(s.spool[j])
+	f, err := os.Open(s.spoolPath(shardRange{j, j + 1}))
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "spool")
 	}
