@@ -23,7 +23,13 @@
 // each release shard's tuples go to a spill file per snapshot member in
 // TempDir, and each member file reads back and sorts only its own, so the
 // tuples are never all in memory. Stage spools its source rows to
-// TempDir by shard, finding each row's shard from its sort key.
+// TempDir by shard, finding each row's shard from its sort key, in
+// levels: one read of the inputs spools rows to at most 128 files, each
+// of a contiguous range of shards, and each range's file is split the
+// same way by reading only that file, until every shard has its own.
+// The inputs are read twice (the sort's keys, then the spool) whatever
+// the shard count, and each row is written to at most ceil(log_128
+// shards) spool files.
 //
 // Synth generates a realistic synthetic dataset from a seed and stages it
 // without source files; Stage reads source Parquet files.
