@@ -554,6 +554,15 @@ func TestGateChaos(t *testing.T) {
 	if len(h.unexpected) > 0 {
 		t.Fatalf("%d answers outside the gate's contract, e.g. %s", len(h.unexpected), h.unexpected[0])
 	}
+	t.Logf("history: %s", shapeOf(ops))
+	if dir := os.Getenv("SHARDPROOF_CHAOS_DIR"); dir != "" {
+		path := filepath.Join(dir, "gate-chaos-history.json")
+		if err := writeHistory(path, ops); err != nil {
+			t.Logf("write the history: %v", err)
+		} else {
+			t.Logf("history written to %s (SHARDPROOF_CHAOS_REPLAY=%s go test -run TestGateChaosReplay checks it again)", path, path)
+		}
+	}
 	model := gatePorcupine(chaosRoots, chaosPool, len(chaosAliases))
 	checkStart := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(model, ops, 5*time.Minute)
