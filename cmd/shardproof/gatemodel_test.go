@@ -682,6 +682,51 @@ func (s modelState) outcomes(op modelOp) []outcome {
 	return all
 }
 
+// forgetDead drops the raised watermarks of the roots nothing can observe
+// them through any more: RETIRED or INVALID, no alias's current root and
+// pinned by no run. Two states that differ only there answer every later
+// operation alike and reach states that differ only there, so one stands
+// for both; kept apart, they did not merge in porcupine's set of possible
+// states, and every unknown outcome of a recheck or a register of such a
+// root doubled that set for the rest of the history (set sizes in the
+// hundreds, merged pairwise at every step: porcupine could not decide a
+// 3-minute history in 5 minutes).
+//
+// Why nothing observes them: a root's watermarks are read only through
+// satisfies and permit. Publish refuses a RETIRED or INVALID root before
+// it asks satisfies, rollback (which needs PUBLISHED) too, whatever
+// satisfies says; renew does nothing for INVALID and, for RETIRED, acts
+// only on permits of aliases whose current root it is and of runs that
+// pin it, of which there are none; a fence advance re-binds only those
+// same permits. And the condition lasts: only publish and rollback make
+// a root an alias's current one (and a run pins only that), and neither
+// accepts a RETIRED or INVALID root, which never becomes anything else
+// but INVALID. The outcomes of recheck and register are letters and
+// codes, never watermarks.
+func (s modelState) forgetDead() modelState {
+	dead := func(root int) bool {
+		if c := s.rels[root]; c != 'R' && c != 'I' {
+			return false
+		}
+		for _, al := range s.aliases {
+			if al != nil && al.root == root {
+				return false
+			}
+		}
+		for _, r := range s.runs {
+			if r.root == root {
+				return false
+			}
+		}
+		return true
+	}
+	if !slices.ContainsFunc(s.wms, func(w rootWM) bool { return dead(w.root) }) {
+		return s
+	}
+	s.wms = slices.DeleteFunc(slices.Clone(s.wms), func(w rootWM) bool { return dead(w.root) })
+	return s
+}
+
 // gatePorcupine is the model for porcupine. An unknown answer may or may
 // not have taken effect.
 func gatePorcupine(roots, pool, aliases int) porcupine.Model {
@@ -691,6 +736,7 @@ func gatePorcupine(roots, pool, aliases int) porcupine.Model {
 			s, op, out := state.(modelState), input.(modelOp), output.(modelOut)
 			var next []any
 			add := func(ns modelState) {
+				ns = ns.forgetDead()
 				for _, n := range next {
 					if modelEqual(n.(modelState), ns) {
 						return // one branch per distinct state
@@ -1269,5 +1315,42 @@ func TestGateModel(t *testing.T) {
 	_, info := porcupine.CheckOperationsVerbose(model, cases[1].h, 0)
 	if got := explainIllegal(info, cases[1].h); !strings.Contains(got, "the first not placed:\n  #1 client 1") {
 		t.Errorf("explanation of a stale read:\n%s", got)
+	}
+}
+
+// An unknown outcome of a recheck of a root no operation can observe any
+// more (RETIRED, no alias's current root, pinned by no run) leaves one
+// possible state, not two; of a root a run still pins, two. Kept apart,
+// such states doubled porcupine's set of possible states with every one
+// for the rest of a chaos history.
+func TestGateModelForgetsDeadWatermarks(t *testing.T) {
+	m := gatePorcupine(3, 8, len(chaosAliases))
+	s := newModelState(3, 8, len(chaosAliases))
+	s, _ = s.step(modelOp{kind: "publish", alias: 0, root: 0, retain: 1})
+	s, _ = s.step(modelOp{kind: "publish", alias: 0, root: 1, expect: 1, retain: 1})
+	if s.rels[0] != 'R' {
+		t.Fatalf("root 0 after it left alias 0's window of 1: %c, want R", s.rels[0])
+	}
+	recheck := modelOp{kind: "recheck", root: 0, value: chaosWM(0) + 30}
+	states := func(s modelState) int {
+		ok, next := m.Step([]any{s}, recheck, modelOut{unknown: true})
+		if !ok {
+			t.Fatal("the model refused an unknown outcome")
+		}
+		return len(next.([]any))
+	}
+	if n := states(s); n != 1 {
+		t.Fatalf("an unknown recheck of a retired root nothing pins: %d possible states, want 1", n)
+	}
+	pinned := s
+	pinned.runs = []modelRun{{id: 7, root: 0, world: chaosWorld, reset: -1, step: -1}}
+	if n := states(pinned); n != 2 {
+		t.Fatalf("an unknown recheck of a retired root a run pins: %d possible states, want 2", n)
+	}
+	// Where the watermark is still observable the outcome stays open:
+	// root 1 is alias 0's current root.
+	recheck.root, recheck.value = 1, chaosWM(1)+30
+	if n := states(s); n != 2 {
+		t.Fatalf("an unknown recheck of an alias's current root: %d possible states, want 2", n)
 	}
 }
