@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -292,13 +293,13 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !n.IsLeader() {
-		n.forward(w, r, b)
+		n.forward(w, r, b, 0)
 		return
 	}
 	res, err := n.Apply(c)
 	if res == nil {
 		if errcode.Of(err) == errcode.NotLeader {
-			n.forward(w, r, b)
+			n.forward(w, r, b, 0)
 			return
 		}
 		writeError(w, err, nil)
@@ -336,7 +337,8 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !n.IsLeader() {
-		n.forward(w, r, b)
+		// The leader probes the joiner before it answers.
+		n.forward(w, r, b, joinProbeTimeout)
 		return
 	}
 	if err := n.probeJoiner(r.Context(), j); err != nil {
@@ -380,7 +382,7 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !n.IsLeader() {
-		n.forward(w, r, b)
+		n.forward(w, r, b, 0)
 		return
 	}
 	f := n.raft.GetConfiguration()
@@ -475,7 +477,7 @@ func (n *Node) voters() []*Voter {
 func (n *Node) read(fn func(*State, *http.Request) (any, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !n.IsLeader() {
-			n.forward(w, r, nil)
+			n.forward(w, r, nil, 0)
 			return
 		}
 		var raw []byte
@@ -491,7 +493,7 @@ func (n *Node) read(fn func(*State, *http.Request) (any, error)) http.HandlerFun
 		}
 		if err != nil {
 			if errcode.Of(err) == errcode.NotLeader && r.Header.Get(forwardedHeader) == "" {
-				n.forward(w, r, nil)
+				n.forward(w, r, nil, 0)
 				return
 			}
 			writeError(w, err, nil)
@@ -506,10 +508,6 @@ func (n *Node) read(fn func(*State, *http.Request) (any, error)) http.HandlerFun
 // fails, or the timeout (default 30 s, at most 5 min) ends; it answers
 // with the run's summary in every case.
 func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
-	if !n.IsLeader() {
-		n.forward(w, r, nil)
-		return
-	}
 	timeout := 30 * time.Second
 	if v := r.URL.Query().Get("timeout"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
@@ -518,6 +516,11 @@ func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		timeout = min(time.Duration(ms)*time.Millisecond, 5*time.Minute)
+	}
+	if !n.IsLeader() {
+		// The leader holds the poll for as long as it asks.
+		n.forward(w, r, nil, timeout)
+		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
@@ -599,7 +602,17 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 // If the request never reached the leader the client is told NOT_LEADER
 // (retry is safe); if the connection broke after a write was sent, the
 // outcome is INDETERMINATE.
-func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte) {
+//
+// The leader's answer is awaited for forwardTimeout plus hold, the time
+// the leader may legitimately hold the request besides Raft (a join's
+// probe of the joiner, a long-poll's wait), then each next part of it for
+// forwardTimeout: a large answer that keeps arriving is not cut. A leader
+// HTTP address that accepted the connection and answered nothing (a
+// frozen process, a paused VM, a black-holed path) held the request, its
+// goroutine, its body's share of the request memory and a connection to
+// the leader for as long as the client waited: for ever with a client
+// that has no timeout of its own (curl).
+func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte, hold time.Duration) {
 	if r.Header.Get(forwardedHeader) != "" {
 		writeError(w, errcode.New(errcode.NotLeader, "node %s is not the leader", n.cfg.ID), nil)
 		return
@@ -609,12 +622,23 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 		writeError(w, errcode.New(errcode.NotLeader, "node %s is not the leader and knows no leader", n.cfg.ID), nil)
 		return
 	}
+	limit := n.forwardTimeout()
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	timer := time.AfterFunc(limit+hold, func() { cancel(errForwardTimeout) })
+	defer timer.Stop()
+	timedOut := func(err error, what string) error {
+		if context.Cause(ctx) == errForwardTimeout {
+			return fmt.Errorf("%s within %s: %w", what, limit+hold, err)
+		}
+		return err
+	}
 	// WroteRequest runs on the transport's goroutine.
 	var wrote atomic.Bool
-	ctx := httptrace.WithClientTrace(r.Context(), &httptrace.ClientTrace{
+	tctx := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
 	})
-	req, err := http.NewRequestWithContext(ctx, r.Method, n.scheme()+"://"+leader+r.URL.RequestURI(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(tctx, r.Method, n.scheme()+"://"+leader+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		writeError(w, errcode.Wrap(errcode.Internal, err, "forward"), nil)
 		return
@@ -626,27 +650,39 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte) {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := n.hc.Do(req)
 	if err != nil {
+		err = timedOut(err, "no answer")
 		if wrote.Load() && r.Method == http.MethodPost {
-			writeError(w, errcode.Wrap(errcode.Indeterminate, err, "forwarded to leader %s, connection lost", leader), nil)
+			writeError(w, errcode.Wrap(errcode.Indeterminate, err, "forwarded to leader %s, connection lost or no answer; retrying it is safe", leader), nil)
 		} else {
 			writeError(w, errcode.Wrap(errcode.NotLeader, err, "leader %s unreachable", leader), nil)
 		}
 		return
 	}
 	defer resp.Body.Close()
-	out, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseSize))
+	timer.Reset(limit)
+	out, err := io.ReadAll(io.LimitReader(&progressReader{r: resp.Body, timer: timer, limit: limit}, maxResponseSize))
 	if err != nil {
 		code := errcode.NotLeader
 		if r.Method == http.MethodPost {
 			code = errcode.Indeterminate
 		}
-		writeError(w, errcode.Wrap(code, err, "reading leader %s's answer", leader), nil)
+		writeError(w, errcode.Wrap(code, timedOut(err, "no part of the answer"), "reading leader %s's answer", leader), nil)
 		return
 	}
 	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 	w.WriteHeader(resp.StatusCode)
 	w.Write(out)
 }
+
+// forwardTimeout is how long a forwarded request waits for the leader's
+// answer, besides what the request itself asks the leader to wait: twice
+// ApplyTimeout, the longest the leader waits for Raft to take a command
+// or a read's barrier, so a command the leader is still committing is
+// not cut short (the reasoning of DefaultAttemptTimeout).
+func (n *Node) forwardTimeout() time.Duration { return 2 * n.cfg.ApplyTimeout }
+
+// errForwardTimeout is the cause of a forward cut at its bound.
+var errForwardTimeout = errors.New("forward timeout")
 
 // maxResponseSize bounds what a client or forwarder reads of an answer.
 const maxResponseSize = 1 << 30

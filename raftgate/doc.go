@@ -169,7 +169,11 @@
 // (else it refuses: it may be a wiped member, which must rejoin rather
 // than found a second cluster); a node with Join asks that member to
 // AddVoter it (the same ID at a new address replaces the old one). Writes on a follower are forwarded
-// once to the leader (X-Shardproof-Forwarded prevents loops). Reads that
+// once to the leader (X-Shardproof-Forwarded prevents loops), and the
+// follower waits for the answer at most twice ApplyTimeout (a join adds
+// the leader's probe of the joiner, a long-poll its wait): a leader
+// address that answers nothing makes a command sent INDETERMINATE and
+// anything else NOT_LEADER, however long the client would wait. Reads that
 // must be linearizable run on the leader after VerifyLeader and, once per
 // term, a Barrier, so they observe every write acknowledged before them.
 // With Config.Token every request but /healthz and /readyz must carry it

@@ -1,0 +1,126 @@
+package raftgate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/testnet"
+)
+
+// rawRequest sends one request with a client that has no timeout of its
+// own, as curl has none, and returns the HTTP status and the error code
+// of the answer. ctx only keeps a regression from hanging the test.
+func rawRequest(t *testing.T, ctx context.Context, method, url string, body []byte) (int, errcode.Code, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: no answer: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	var eb ErrorBody
+	json.Unmarshal(b, &eb)
+	return resp.StatusCode, eb.Error.Code, b
+}
+
+// A follower forwarded to its leader's HTTP address with the client's
+// own context and nothing else: when that address answered nothing, a
+// client without a timeout (curl) held the request, a goroutine, its
+// body's share of the request memory and a connection to the leader on
+// the follower for ever. The forward is bounded now: a command whose
+// request was written is INDETERMINATE, a read or a long-poll NOT_LEADER
+// (retrying is safe), and the follower closes its connections to the
+// silent address.
+func TestForwardToSilentLeaderIsBounded(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	hole := testnet.NewSilent(t, true)
+	lcfg := TestConfig(dir, "leader")
+	lcfg.ApplyTimeout = time.Second
+	// Raft between the two is real and healthy; only the HTTP address
+	// members forward to answers nothing.
+	lcfg.HTTPAdvertise = hole.Addr
+	leader := StartTestNode(t, lcfg)
+	fcfg := TestConfig(dir, "follower")
+	fcfg.ApplyTimeout = time.Second
+	fcfg.Bootstrap, fcfg.Join = false, leader.ln.Addr().String()
+	follower := StartTestNode(t, fcfg)
+	waitFor(t, "the follower to know the leader's HTTP address", func() bool { return follower.leaderHTTP() == hole.Addr })
+	if !leader.IsLeader() {
+		t.Fatal("the bootstrapped node lost its leadership")
+	}
+
+	base := "http://" + follower.ln.Addr().String()
+	cmd, err := EncodeCommand(&AdvanceFence{Kind: FenceTombstone, Value: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, code, b := rawRequest(t, ctx, http.MethodPost, base+"/v1/commands", cmd); status != http.StatusGatewayTimeout || code != errcode.Indeterminate {
+		t.Fatalf("command forwarded to a silent leader: HTTP %d %s %s, want 504 INDETERMINATE", status, code, b)
+	}
+	if status, code, b := rawRequest(t, ctx, http.MethodGet, base+"/v1/fences", nil); status != http.StatusServiceUnavailable || code != errcode.NotLeader {
+		t.Fatalf("read forwarded to a silent leader: HTTP %d %s %s, want 503 NOT_LEADER", status, code, b)
+	}
+	if status, code, b := rawRequest(t, ctx, http.MethodGet, base+"/v1/runs/r/wait?timeout=500", nil); status != http.StatusServiceUnavailable || code != errcode.NotLeader {
+		t.Fatalf("long-poll forwarded to a silent leader: HTTP %d %s %s, want 503 NOT_LEADER", status, code, b)
+	}
+	waitFor(t, "the follower to close its connections to the silent address", func() bool { return hole.Open() == 0 })
+	// The command never reached the leader.
+	var f Fences
+	leader.FSM().Read(func(s *State) { f = s.Fences })
+	if f.Tombstone != 0 {
+		t.Fatalf("fences after a command that reached no leader: %+v", f)
+	}
+}
+
+// The forward's bound does not cut a long-poll that waits as long as it
+// asked: a follower's answer comes from the leader after the poll, well
+// past the bound of a plain read.
+func TestForwardedLongPollIsNotCut(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 2, func(cfg *Config) { cfg.ApplyTimeout = time.Second })
+	cl := c.Client()
+	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
+	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "r", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 120_000}); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.Leader(10 * time.Second)
+	var follower *Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+		}
+	}
+	waitApplied(t, c.Nodes)
+	poll := 3 * time.Second // more than twice the apply timeout
+	start := time.Now()
+	status, code, b := rawRequest(t, ctx, http.MethodGet, follower.URL()+"/v1/runs/r/wait?timeout=3000", nil)
+	if status != http.StatusOK {
+		t.Fatalf("long-poll through a follower: HTTP %d %s %s", status, code, b)
+	}
+	var sum RunSummary
+	if err := json.Unmarshal(b, &sum); err != nil || sum.ID != "r" || sum.Barrier == BarrierOpen {
+		t.Fatalf("long-poll answer: %+v %v", sum, err)
+	}
+	if d := time.Since(start); d < poll {
+		t.Fatalf("the long-poll answered after %s, before the %s it asked for", d, poll)
+	}
+}
