@@ -598,10 +598,12 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// forward sends the request to the leader once and copies its answer.
-// If the request never reached the leader the client is told NOT_LEADER
-// (retry is safe); if the connection broke after a write was sent, the
-// outcome is INDETERMINATE.
+// forward sends the request to the leader once and streams its answer
+// to the client. If the request never reached the leader the client is
+// told NOT_LEADER (retry is safe); if the connection broke after a write
+// was sent, before the leader's status came, the outcome is
+// INDETERMINATE. Once the status is passed on, a failure can only cut
+// the answer: the client's connection is closed before its end.
 //
 // The leader's answer is awaited for forwardTimeout plus hold, the time
 // the leader may legitimately hold the request besides Raft (a join's
@@ -659,19 +661,48 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte, hold
 		return
 	}
 	defer resp.Body.Close()
-	timer.Reset(limit)
-	out, err := io.ReadAll(io.LimitReader(&progressReader{r: resp.Body, timer: timer, limit: limit}, maxResponseSize))
-	if err != nil {
-		code := errcode.NotLeader
-		if r.Method == http.MethodPost {
-			code = errcode.Indeterminate
-		}
-		writeError(w, errcode.Wrap(code, timedOut(err, "no part of the answer"), "reading leader %s's answer", leader), nil)
-		return
-	}
+	// The leader's status is known: the answer is passed on as it comes,
+	// headers first, so the follower holds one buffer of it, not all of
+	// it (a whole state of up to maxResponseSize was read into memory
+	// first, outside the request-memory budget). The timer bounds each
+	// wait for the leader's next bytes; writes to the client have their
+	// own deadline (writeDeadlines).
 	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	if resp.ContentLength >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
+	}
 	w.WriteHeader(resp.StatusCode)
-	w.Write(out)
+	rc := http.NewResponseController(w)
+	timer.Reset(limit)
+	buf := make([]byte, 32<<10)
+	var copied int64
+	for {
+		k, rerr := resp.Body.Read(buf)
+		if k > 0 {
+			// Writing to a slow client is not the leader's silence.
+			timer.Stop()
+			if copied += int64(k); copied > maxResponseSize {
+				rerr = fmt.Errorf("the answer exceeds %d bytes", int64(maxResponseSize))
+			} else if _, werr := w.Write(buf[:k]); werr != nil || rc.Flush() != nil {
+				// The client went away or stopped reading.
+				panic(http.ErrAbortHandler)
+			}
+			timer.Reset(limit)
+		}
+		if rerr == io.EOF {
+			return
+		}
+		if rerr != nil {
+			// The client has the leader's status and part of its
+			// answer; the connection is closed before the end, so it
+			// reads a broken answer (a command's is then
+			// INDETERMINATE to it, as the leader's own would be),
+			// never a short one that parses.
+			n.log.Warn("forwarded answer cut", "leader", leader, "method", r.Method, "path", r.URL.Path, "bytes", copied,
+				"err", timedOut(rerr, "no part of the answer"))
+			panic(http.ErrAbortHandler)
+		}
+	}
 }
 
 // forwardTimeout is how long a forwarded request waits for the leader's

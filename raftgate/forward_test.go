@@ -1,11 +1,15 @@
 package raftgate
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,5 +126,141 @@ func TestForwardedLongPollIsNotCut(t *testing.T) {
 	}
 	if d := time.Since(start); d < poll {
 		t.Fatalf("the long-poll answered after %s, before the %s it asked for", d, poll)
+	}
+}
+
+// cutProxy stands between members and a leader's HTTP API and passes its
+// answers on up to the end of their headers and keep bytes of their body,
+// then nothing more, holding the connections open: a leader that froze
+// in the middle of an answer. target is set once the leader listens.
+type cutProxy struct {
+	addr   string
+	target atomic.Value // string
+	keep   int
+}
+
+func newCutProxy(t *testing.T, keep int) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{addr: ln.Addr().String(), keep: keep}
+	var mu sync.Mutex
+	var conns []net.Conn
+	hold := func(c ...net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, c...)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			target, _ := p.target.Load().(string)
+			m, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			hold(c, m)
+			go io.Copy(m, c)
+			go func() {
+				// The head, then keep bytes of the body.
+				br := bufio.NewReader(m)
+				var head bytes.Buffer
+				for !bytes.HasSuffix(head.Bytes(), []byte("\r\n\r\n")) {
+					b, err := br.ReadByte()
+					if err != nil {
+						return
+					}
+					head.WriteByte(b)
+				}
+				c.Write(head.Bytes())
+				io.CopyN(c, br, int64(p.keep))
+				io.Copy(io.Discard, br)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return p
+}
+
+// A follower read its leader's whole answer into memory (up to 1 GiB,
+// outside the request-memory budget) before it wrote a byte of it. It
+// passes the answer on as it comes now: the leader's status and the bytes
+// it sent reach the client while the rest is still awaited, and when the
+// rest does not come the client's connection is cut, so a read is a
+// broken answer and a command INDETERMINATE (it was applied: the leader
+// answered it), never a short answer that parses.
+func TestForwardStreamsTheLeadersAnswer(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	const keep = 5
+	proxy := newCutProxy(t, keep)
+	lcfg := TestConfig(dir, "leader")
+	lcfg.ApplyTimeout = time.Second
+	lcfg.HTTPAdvertise = proxy.addr
+	leader := StartTestNode(t, lcfg)
+	proxy.target.Store(leader.ln.Addr().String())
+	fcfg := TestConfig(dir, "follower")
+	fcfg.ApplyTimeout = time.Second
+	fcfg.Bootstrap, fcfg.Join = false, leader.ln.Addr().String()
+	follower := StartTestNode(t, fcfg)
+	waitFor(t, "the follower to know the leader's HTTP address", func() bool { return follower.leaderHTTP() == proxy.addr })
+	if !leader.IsLeader() {
+		t.Fatal("the bootstrapped node lost its leadership")
+	}
+
+	// A read: status 200 and the first bytes the leader sent, then a
+	// broken body.
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, follower.URL()+"/v1/fences", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("read through the follower: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("read through the follower: HTTP %d %s, want the leader's 200 before its answer ends", resp.StatusCode, b)
+	}
+	first := make([]byte, keep)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		t.Fatalf("the first %d bytes the leader sent: %v", keep, err)
+	}
+	rest, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Fatalf("the answer the leader never finished ended cleanly: %q", append(first, rest...))
+	}
+	if want := `{"tom`; string(first) != want {
+		t.Fatalf("first bytes %q, want %q", first, want)
+	}
+
+	// A command: applied by the leader, its answer cut, INDETERMINATE.
+	cl := NewClient(follower.URL())
+	defer cl.Close()
+	cl.RetryFor = -1
+	_, err = cl.AdvanceFence(ctx, FenceTombstone, 7)
+	if code := errcode.Of(err); code != errcode.Indeterminate {
+		t.Fatalf("command whose forwarded answer was cut: %v (code %s), want INDETERMINATE", err, code)
+	}
+	var f Fences
+	leader.FSM().Read(func(s *State) { f = s.Fences })
+	if f.Tombstone != 7 {
+		t.Fatalf("the leader's fences: %+v, want the command applied", f)
 	}
 }
