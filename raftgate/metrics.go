@@ -29,6 +29,9 @@ type metrics struct {
 	// bodyBudgetRefusals counts requests refused because the request
 	// bodies in flight held the whole budget (Config.RequestMemory).
 	bodyBudgetRefusals prometheus.Counter
+	// responsesCut counts responses given up because their client took
+	// none of their bytes for Config.WriteTimeout.
+	responsesCut prometheus.Counter
 }
 
 func newMetrics(n *Node) *metrics {
@@ -56,6 +59,10 @@ func newMetrics(n *Node) *metrics {
 			Name: "shardproof_gate_body_budget_refusals_total",
 			Help: "Requests answered GATE_UNAVAILABLE because the request bodies in flight held the node's whole request-memory budget.",
 		}),
+		responsesCut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardproof_gate_responses_cut_total",
+			Help: "Responses given up, their connection closed, because the client took none of their bytes for the write timeout.",
+		}),
 	}
 	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardproof_gate_leader",
@@ -79,7 +86,7 @@ func newMetrics(n *Node) *metrics {
 		Name: "shardproof_gate_request_body_bytes",
 		Help: "Bytes of the request-memory budget that request bodies being read hold now.",
 	}, func() float64 { return float64(n.bodyBytes.Load()) })
-	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, leader, applied, bodyBytes)
+	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, m.responsesCut, leader, applied, bodyBytes)
 	return m
 }
 

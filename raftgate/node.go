@@ -138,6 +138,11 @@ type Config struct {
 	// which clients retry. Zero means 256 MiB (eight commands of the
 	// largest size).
 	RequestMemory int64
+	// WriteTimeout is how long a response waits for its client to take
+	// its next bytes before the node gives it up and closes the
+	// connection; zero means 30 s. It bounds no response as a whole: a
+	// large state read by a slow client, or a long-poll, may take longer.
+	WriteTimeout time.Duration
 	// TLS, if set, serves the API over HTTPS and makes Raft connections
 	// between members mutual TLS (see TLSConfig).
 	TLS *TLSConfig
@@ -198,6 +203,9 @@ func NewNode(cfg Config) *Node {
 	}
 	if cfg.PruneInterval == 0 {
 		cfg.PruneInterval = time.Hour
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = 30 * time.Second
 	}
 	n := &Node{
 		cfg:  cfg,
@@ -436,12 +444,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.warnCleartextToken()
 
 	// A client that sends a body slowly holds its memory (up to
-	// MaxCommandSize) until ReadTimeout; responses have no timeout, since
-	// /v1/runs/{id}/wait long-polls.
+	// MaxCommandSize) until ReadTimeout. Responses have no timeout as a
+	// whole, since /v1/runs/{id}/wait long-polls, but each of their
+	// writes has one (writeDeadlines).
 	h := n.handler()
 	if len(n.cfg.Token) > 0 {
 		h = requireToken(n.cfg.Token, n.log, h)
 	}
+	h = n.writeDeadlines(h)
 	n.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute}
 	ln := n.ln
 	if n.cfg.TLS != nil {
