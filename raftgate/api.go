@@ -72,6 +72,17 @@ type Status struct {
 	// agree on the digest.
 	StateIndex  uint64           `json:"stateIndex,omitempty"`
 	StateDigest *manifest.Digest `json:"stateDigest,omitempty"`
+	// Halted is set when the node stopped applying its log at a
+	// committed command its build cannot decode (see HaltError): its
+	// state is the one before that entry, and it left the cluster.
+	Halted *Halted `json:"halted,omitempty"`
+}
+
+// Halted says where and why a node stopped applying its log.
+type Halted struct {
+	Index   uint64       `json:"index"`
+	Code    errcode.Code `json:"code"`
+	Message string       `json:"message"`
 }
 
 // RaftTimeouts are a node's Raft timeouts in milliseconds.
@@ -108,6 +119,7 @@ type Remove struct {
 //	GET  /v1/status            this node's view (local; ?digest=1 adds its state digest)
 //	GET  /metrics              Prometheus metrics of this node
 //	GET  /healthz, /readyz     liveness; readiness = a leader is known and the FSM caught up
+//	                           (both GATE_HALTED once the node stopped applying its log)
 func (n *Node) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/commands", n.handleCommand)
@@ -150,6 +162,10 @@ func (n *Node) handler() http.Handler {
 	mux.HandleFunc("GET /v1/status", n.handleStatus)
 	mux.Handle("GET /metrics", n.met.handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if h := n.Halted(); h != nil {
+			writeError(w, h, nil)
+			return
+		}
 		if n.raft.State() == raft.Shutdown {
 			writeError(w, errcode.New(errcode.GateUnavailable, "raft is shut down"), nil)
 			return
@@ -157,6 +173,10 @@ func (n *Node) handler() http.Handler {
 		io.WriteString(w, "ok\n")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if h := n.Halted(); h != nil {
+			writeError(w, h, nil)
+			return
+		}
 		if addr, _ := n.raft.LeaderWithID(); addr == "" {
 			writeError(w, errcode.New(errcode.NotLeader, "no leader known"), nil)
 			return
@@ -173,7 +193,7 @@ func (n *Node) handler() http.Handler {
 // httpStatus maps a code to the HTTP status of its error response.
 func httpStatus(c errcode.Code) int {
 	switch c {
-	case errcode.NotLeader, errcode.GateUnavailable:
+	case errcode.NotLeader, errcode.GateUnavailable, errcode.GateHalted:
 		return http.StatusServiceUnavailable
 	case errcode.Indeterminate:
 		return http.StatusGatewayTimeout
@@ -579,6 +599,9 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	st.RaftTimeouts = &RaftTimeouts{HeartbeatMs: rl.HeartbeatTimeout.Milliseconds(), ElectionMs: rl.ElectionTimeout.Milliseconds(), LeaderLeaseMs: n.leaderLease.Milliseconds()}
 	if addr != "" {
 		st.LeaderHTTP = n.leaderHTTP()
+	}
+	if h := n.Halted(); h != nil {
+		st.Halted = &Halted{Index: h.Index, Code: errcode.GateHalted, Message: h.Error()}
 	}
 	n.fsm.Read(func(s *State) {
 		st.Fences, st.Aliases, st.Releases, st.Runs = s.Fences, len(s.Aliases), len(s.Releases), len(s.Runs)

@@ -18,7 +18,11 @@
 // A command is a JSON envelope {"type": …, fields…, "now": unix-ms}.
 // DecodeCommand is strict: an unknown type or field, a bad digest or
 // trailing data is BAD_DOCUMENT, and such a command never reaches the log
-// (the HTTP handler decodes before proposing). "now" is stamped by the
+// (the HTTP handler decodes before proposing). A committed entry a member
+// cannot decode is another build's (a newer leader's field or type): the
+// member halts there (HaltError, GATE_HALTED) rather than skip it and
+// part from the others; it applies nothing more, leaves the cluster and
+// says so on /healthz, /readyz and /v1/status. "now" is stamped by the
 // leader's HTTP handler when it proposes; Apply takes every time-based
 // decision (barrier deadlines) from it and never reads a clock, the store
 // or randomness, and it iterates maps in sorted key order, so replicas

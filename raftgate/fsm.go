@@ -38,13 +38,52 @@ type FSM struct {
 	// changed is closed and replaced after every apply and restore, so
 	// waiters (run wait) learn about changes without polling.
 	changed chan struct{}
+	// decode decodes a log entry: DecodeCommand (tests stand in a newer
+	// build's decoder for some members).
+	decode func([]byte) (Command, error)
+	// halted is set at the first committed entry this build cannot
+	// decode, and haltCh closed then; from there on nothing is applied
+	// and no snapshot is taken (see HaltError).
+	halted *HaltError
+	haltCh chan struct{}
 }
+
+// HaltError is why an FSM stopped applying its log: the committed entry at
+// Index does not decode with this build, most likely a command with a field
+// or a type that a newer build added, written by a leader running it.
+// Applying nothing of it while going on with the entries after it, as this
+// FSM did, left the member's state apart from the others' for good, and
+// it answered from that state once it led. It stops instead, at the state
+// before the entry, and its node leaves the cluster (see Node.Halted):
+// upgraded, the member replays the entry and goes on.
+type HaltError struct {
+	Index uint64
+	Err   error
+}
+
+func (e *HaltError) Error() string {
+	return fmt.Sprintf("%s: this gate member stopped applying the log at entry %d, a committed command this build cannot decode (a newer build's? upgrade this member to the others' build): %v",
+		errcode.GateHalted, e.Index, e.Err)
+}
+
+// ErrorCode implements errcode.Coder.
+func (e *HaltError) ErrorCode() errcode.Code { return errcode.GateHalted }
+
+func (e *HaltError) Unwrap() error { return e.Err }
 
 var _ raft.FSM = (*FSM)(nil)
 
 // NewFSM returns an FSM holding an empty state.
 func NewFSM() *FSM {
-	return &FSM{state: NewState(), changed: make(chan struct{})}
+	return &FSM{state: NewState(), changed: make(chan struct{}), decode: DecodeCommand, haltCh: make(chan struct{})}
+}
+
+// Halted returns a channel closed when the FSM halts, and the reason
+// (nil while it applies).
+func (f *FSM) Halted() (<-chan struct{}, *HaltError) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.haltCh, f.halted
 }
 
 // Apply implements raft.FSM. It returns a *Result for command entries.
@@ -59,14 +98,20 @@ func (f *FSM) Apply(l *raft.Log) any {
 func (f *FSM) ApplyBytes(data []byte) *Result { return f.applyBytes(data, 0) }
 
 func (f *FSM) applyBytes(data []byte, index uint64) *Result {
-	c, err := DecodeCommand(data)
+	c, err := f.decode(data)
 	if err != nil {
-		if index > 0 {
-			f.mu.Lock()
-			f.index = index
-			f.mu.Unlock()
+		if index == 0 {
+			return &Result{Err: err}
 		}
-		return &Result{Err: err}
+		// Every entry was encoded by a leader from a command it decoded,
+		// so an entry this build cannot decode is another build's.
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.halted == nil {
+			f.halted = &HaltError{Index: index, Err: err}
+			close(f.haltCh)
+		}
+		return &Result{Err: f.halted}
 	}
 	return f.apply(c, index)
 }
@@ -78,6 +123,11 @@ func (f *FSM) ApplyCommand(c Command) *Result { return f.apply(c, 0) }
 func (f *FSM) apply(c Command, index uint64) *Result {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.halted != nil && index > 0 {
+		// The entries after one it could not apply: applying them
+		// would build a state no other member holds.
+		return &Result{Err: f.halted}
+	}
 	defer f.notify()
 	if index > 0 {
 		f.index = index
@@ -157,6 +207,11 @@ func (f *FSM) Digest() (index uint64, d manifest.Digest, err error) {
 // Snapshot implements raft.FSM. The state is encoded here, under the lock,
 // because Persist runs concurrently with later Applies.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if _, h := f.Halted(); h != nil {
+		// Raft would label it with the index of the last entry it
+		// handed over, which this state does not reflect.
+		return nil, h
+	}
 	b, err := f.Encode()
 	if err != nil {
 		return nil, err

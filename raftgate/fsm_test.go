@@ -937,3 +937,42 @@ func TestRegisterRetryAfterRecheckHits(t *testing.T) {
 		t.Fatal("the retry changed the state")
 	}
 }
+
+// An FSM given a committed entry it cannot decode halts there: that entry
+// and every later one change nothing (the one after used to be applied,
+// on a state that lacked the first), and no snapshot is taken, which Raft
+// would label with an index the state does not reflect.
+func TestFSMHaltsAtUndecodableEntry(t *testing.T) {
+	f := NewFSM()
+	fence := func(v uint64) []byte {
+		b, err := EncodeCommand(&AdvanceFence{Kind: FenceTombstone, Value: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	entry := func(i uint64, b []byte) *Result {
+		return f.Apply(&raft.Log{Index: i, Type: raft.LogCommand, Data: b}).(*Result)
+	}
+	if r := entry(1, fence(1)); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	newer := bytes.Replace(fence(2), []byte(`{`), []byte(`{"future":1,`), 1)
+	if r := entry(2, newer); errcode.Of(r.Err) != errcode.GateHalted {
+		t.Fatalf("an entry with an unknown field: %v, want GATE_HALTED", r.Err)
+	}
+	if r := entry(3, fence(3)); errcode.Of(r.Err) != errcode.GateHalted {
+		t.Fatalf("the entry after it: %v, want GATE_HALTED", r.Err)
+	}
+	var tomb uint64
+	f.Read(func(s *State) { tomb = s.Fences.Tombstone })
+	if _, h := f.Halted(); tomb != 1 || h == nil || h.Index != 2 {
+		t.Fatalf("tombstone %d, halt %v: want 1, halted at entry 2", tomb, h)
+	}
+	if idx, _, _ := f.Digest(); idx != 1 {
+		t.Fatalf("state index %d, want 1", idx)
+	}
+	if _, err := f.Snapshot(); errcode.Of(err) != errcode.GateHalted {
+		t.Fatalf("snapshot of a halted FSM: %v, want GATE_HALTED", err)
+	}
+}

@@ -143,6 +143,9 @@ type Config struct {
 	// connection; zero means 30 s. It bounds no response as a whole: a
 	// large state read by a slow client, or a long-poll, may take longer.
 	WriteTimeout time.Duration
+	// decode, if set, decodes the log's entries instead of DecodeCommand:
+	// tests make some members a newer build that knows one more field.
+	decode func([]byte) (Command, error)
 	// TLS, if set, serves the API over HTTPS and makes Raft connections
 	// between members mutual TLS (see TLSConfig).
 	TLS *TLSConfig
@@ -185,6 +188,10 @@ type Node struct {
 	wg       sync.WaitGroup
 	shutOnce sync.Once
 	shutErr  error
+	// raftDown shuts Raft down once, for Shutdown or a halt, whichever
+	// comes first; the other waits for it.
+	raftDown    sync.Once
+	raftDownErr error
 }
 
 // NewNode returns a node; Start opens its storage and starts serving.
@@ -216,6 +223,9 @@ func NewNode(cfg Config) *Node {
 	}
 	if cfg.TLS != nil {
 		n.hc.Transport.(*http.Transport).TLSClientConfig = cfg.TLS.client()
+	}
+	if cfg.decode != nil {
+		n.fsm.decode = cfg.decode
 	}
 	n.met = newMetrics(n)
 	n.bodyBudget = cfg.RequestMemory
@@ -457,7 +467,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.cfg.TLS != nil {
 		ln = tls.NewListener(ln, n.cfg.TLS.server())
 	}
-	n.wg.Add(2)
+	n.wg.Add(3)
+	go func() {
+		defer n.wg.Done()
+		n.watchHalt()
+	}()
 	go func() {
 		defer n.wg.Done()
 		if err := n.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -597,7 +611,7 @@ func (n *Node) Shutdown() error {
 			n.ln.Close()
 		}
 		if n.raft != nil {
-			errs = append(errs, n.raft.Shutdown().Error())
+			errs = append(errs, n.shutdownRaft())
 		}
 		if n.trans != nil {
 			errs = append(errs, n.trans.Close())
@@ -612,6 +626,39 @@ func (n *Node) Shutdown() error {
 		}
 	})
 	return n.shutErr
+}
+
+// shutdownRaft shuts Raft down and waits until it is.
+func (n *Node) shutdownRaft() error {
+	n.raftDown.Do(func() { n.raftDownErr = n.raft.Shutdown().Error() })
+	return n.raftDownErr
+}
+
+// watchHalt takes the node out of its cluster when its FSM halts (see
+// HaltError): Raft is shut down, so the member neither votes, nor leads,
+// nor acknowledges entries it will not apply, and its data directory keeps
+// the log from the entry on for a build that decodes it. The HTTP API
+// stays up: /healthz, /readyz and /v1/status answer GATE_HALTED, and
+// requests are still forwarded to the leader it last knew.
+func (n *Node) watchHalt() {
+	haltCh, _ := n.fsm.Halted()
+	select {
+	case <-n.stop:
+		return
+	case <-haltCh:
+	}
+	_, h := n.fsm.Halted()
+	n.log.Error("gate member halted: a committed command does not decode with this build; upgrade it to the other members' build and restart it on the same data directory",
+		"code", errcode.GateHalted, "index", h.Index, "err", h.Err)
+	if err := n.shutdownRaft(); err != nil {
+		n.log.Warn("raft shutdown after a halt", "err", err)
+	}
+}
+
+// Halted returns why the node stopped applying its log, or nil.
+func (n *Node) Halted() *HaltError {
+	_, h := n.fsm.Halted()
+	return h
 }
 
 // Apply stamps c with this node's clock, proposes it and waits until it is

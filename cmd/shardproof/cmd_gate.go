@@ -278,7 +278,12 @@ term and leader, its log indexes, the fences and the size of its state.
 --digest adds the sha256 of the node's state and the log index of the last
 command it reflects: members reporting the same index must report the same
 digest, so comparing them checks that the replicas agree. The index is 0
-until the node applies a command after start-up or a snapshot restore.`,
+until the node applies a command after start-up or a snapshot restore.
+
+A member that met a committed command its build cannot decode (a newer
+build's) stops applying the log and leaves the cluster: its status starts
+with HALTED and the log index, and the exit status is 3 (GATE_HALTED).
+Upgrade it to the other members' build and restart it on its directory.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()
@@ -291,7 +296,10 @@ until the node applies a command after start-up or a snapshot restore.`,
 		if err != nil {
 			return err
 		}
-		return printResult(cmd, st, func(w io.Writer) {
+		err = printResult(cmd, st, func(w io.Writer) {
+			if h := st.Halted; h != nil {
+				fmt.Fprintf(w, "HALTED at log index %d: %s\n", h.Index, h.Message)
+			}
 			fmt.Fprintf(w, "node %s: %s, term %d, leader %s (%s)\n", st.ID, st.RaftState, st.Term, st.Leader, st.LeaderHTTP)
 			fmt.Fprintf(w, "log: last %d, committed %d, applied %d\n", st.LastIndex, st.CommitIndex, st.AppliedIndex)
 			if t := st.RaftTimeouts; t != nil {
@@ -324,6 +332,10 @@ until the node applies a command after start-up or a snapshot restore.`,
 				fmt.Fprintf(w, "member %s: http %s, raft %s, %s\n", v.ID, h, v.RaftAddr, strings.ToLower(v.Suffrage))
 			}
 		})
+		if err == nil && st.Halted != nil {
+			return errcode.New(errcode.GateHalted, "gate member %s halted at log index %d: upgrade it to the other members' build", st.ID, st.Halted.Index)
+		}
+		return err
 	},
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -862,5 +863,31 @@ func TestGateTokenInClearText(t *testing.T) {
 	stderr = serveLogged(t, "http://"+lo, "--bootstrap", "--data", t.TempDir(), "--token-file", tokFile, "--http-addr", lo, "--raft-addr", freeAddr(t))
 	if s := stderr.String(); strings.Contains(s, serveWarning) {
 		t.Fatalf("gate serve with a token on loopback warned\n%s", s)
+	}
+}
+
+// gate status on a member that halted at a committed command its build
+// cannot decode says so first, with the log index, and exits 3
+// GATE_HALTED instead of 0 with a role and indexes that look healthy.
+func TestGateStatusOfHaltedMember(t *testing.T) {
+	n := raftgate.StartTestNode(t, raftgate.TestConfig(t.TempDir(), "g1"))
+	for deadline := time.Now().Add(10 * time.Second); !n.IsLeader(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+	}
+	// A newer build's command, as a leader running it would commit it.
+	f := n.Raft().Apply([]byte(`{"type":"advanceFence","now":1,"kind":"tombstone","value":5,"spareChecked":true,"future":1}`), 5*time.Second)
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); n.Halted() == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the member did not halt")
+		}
+	}
+	r := runGateCLI(t, "gate", "status", "--gate", n.URL()).expect(t, errcode.ExitError, errcode.GateHalted)
+	if want := fmt.Sprintf("HALTED at log index %d: ", f.Index()); !strings.HasPrefix(r.stdout, want) {
+		t.Fatalf("gate status of a halted member:\n%s\nwant it to start %q", r.stdout, want)
 	}
 }

@@ -101,6 +101,7 @@ var catalogue = map[Code]entry{
 	DataDirInUse:       {ExitError, "the gate's data directory is held by another running gate process"},
 	Unauthenticated:    {ExitUsage, "the gate requires a token and the request carries none or another (--gate-token-file)"},
 	UnknownPermit:      {ExitRejected, "no such permit (pruned, or never issued)"},
+	GateHalted:         {ExitError, "this gate member stopped applying the log at a committed command its build cannot decode (a newer build's): upgrade it"},
 
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
@@ -176,6 +177,7 @@ const (
 	DataDirInUse       Code = "DATA_DIR_IN_USE"
 	Unauthenticated    Code = "UNAUTHENTICATED"
 	UnknownPermit      Code = "UNKNOWN_PERMIT"
+	GateHalted         Code = "GATE_HALTED"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"

@@ -1,0 +1,115 @@
+package raftgate
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// newerDecode is DecodeCommand of a build that added the field "future"
+// to every command.
+func newerDecode(b []byte) (Command, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	delete(m, "future")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeCommand(b)
+}
+
+// A member on an older build than the leader's, given a committed command
+// with a field it does not know, skipped it and applied the entries after
+// it: its state parted from the others' for good, it said it was ready,
+// and it could lead and answer from that state. It halts now: it applies
+// nothing from that entry on, leaves the cluster (Raft shut down), and
+// /healthz, /readyz and /v1/status say GATE_HALTED with the entry's index;
+// the others go on. Upgraded and restarted on its directory, it applies
+// the entry and catches up.
+func TestUndecodableCommandHaltsMember(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 3, func(cfg *Config) {
+		if cfg.ID != "node3" {
+			cfg.decode = newerDecode
+		}
+	})
+	old := c.Nodes[2]
+	cl := c.Client()
+	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, c.Nodes)
+
+	raw := []byte(fmt.Sprintf(`{"type":"advanceFence","now":%d,"kind":"tombstone","value":5,"spareChecked":true,"future":"x"}`, time.Now().UnixMilli()))
+	f := c.Leader(10*time.Second).Raft().Apply(raw, 5*time.Second)
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	index := f.Index()
+	waitFor(t, "the old member to halt", func() bool { return old.Halted() != nil })
+	if h := old.Halted(); h.Index != index || errcode.Of(h) != errcode.GateHalted {
+		t.Fatalf("halt: %v at index %d, want GATE_HALTED at %d", h, h.Index, index)
+	}
+	// The others go on without it.
+	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 6); err != nil {
+		t.Fatalf("a command after the halt: %v", err)
+	}
+	waitApplied(t, c.Nodes[:2])
+	for _, n := range c.Nodes[:2] {
+		var fs Fences
+		n.FSM().Read(func(s *State) { fs = s.Fences })
+		if fs.Tombstone != 6 {
+			t.Fatalf("%s: tombstone %d, want 6", n.ID(), fs.Tombstone)
+		}
+	}
+	waitFor(t, "the old member's Raft to shut down", func() bool { return old.Raft().State().String() == "Shutdown" })
+	var fs Fences
+	old.FSM().Read(func(s *State) { fs = s.Fences })
+	if fs.Tombstone != 1 {
+		t.Fatalf("the halted member's tombstone fence: %d, want 1 (nothing applied from entry %d on)", fs.Tombstone, index)
+	}
+	for _, probe := range []string{"/healthz", "/readyz"} {
+		status, code := rawGet(t, old.URL()+probe)
+		if status != http.StatusServiceUnavailable || code != errcode.GateHalted {
+			t.Fatalf("%s of the halted member: HTTP %d %s, want 503 GATE_HALTED", probe, status, code)
+		}
+	}
+	oc := NewClient(old.URL())
+	defer oc.Close()
+	st, err := oc.StatusDigest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Halted == nil || st.Halted.Index != index || st.Halted.Code != errcode.GateHalted || st.StateIndex >= index {
+		t.Fatalf("status of the halted member: halted %+v, state index %d, want GATE_HALTED at %d and a state before it", st.Halted, st.StateIndex, index)
+	}
+
+	// Upgraded, it replays the entry and catches up.
+	c.Configs[2].decode = newerDecode
+	up := c.Restart(2)
+	waitApplied(t, c.Nodes)
+	up.FSM().Read(func(s *State) { fs = s.Fences })
+	if fs.Tombstone != 6 || up.Halted() != nil {
+		t.Fatalf("the upgraded member: tombstone %d, halted %v; want 6 and running", fs.Tombstone, up.Halted())
+	}
+}
+
+// rawGet gets url and returns the HTTP status and the error code.
+func rawGet(t *testing.T, url string) (int, errcode.Code) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var eb ErrorBody
+	json.NewDecoder(resp.Body).Decode(&eb)
+	return resp.StatusCode, eb.Error.Code
+}
