@@ -44,3 +44,10 @@ func OnSpoolSplit(fn func(level int)) (restore func()) {
 	onSpoolSplit = fn
 	return func() { onSpoolSplit = nil }
 }
+
+// OnInputRead calls fn each time an input's rows are about to be read
+// (the sort's pass, then the spool's).
+func OnInputRead(fn func(path string)) (restore func()) {
+	onInputRead = fn
+	return func() { onInputRead = nil }
+}

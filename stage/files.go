@@ -3,6 +3,7 @@ package stage
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -73,6 +74,31 @@ type input struct {
 	path string
 	cols []int // file column of each schema field
 	rows int
+	// keys is a checksum of the key columns' values (sampleId, split,
+	// tokens) as keys read them: the spool pass, which reads the file
+	// again, must find the same ones (keySum).
+	keys uint64
+}
+
+// keySum is a running checksum of the key columns of an input's rows.
+type keySum struct{ d *xxhash.Digest }
+
+func newKeySum() keySum { return keySum{xxhash.New()} }
+
+func (k keySum) add(rec arrow.RecordBatch, id, split, tokens int) {
+	ids := rec.Column(id).(*array.String)
+	sp := rec.Column(split).(*array.String)
+	tk := rec.Column(tokens).(*array.Int64)
+	var b [8]byte
+	for i := 0; i < ids.Len(); i++ {
+		for _, v := range [...]string{ids.Value(i), sp.Value(i)} {
+			binary.LittleEndian.PutUint64(b[:], uint64(len(v)))
+			k.d.Write(b[:])
+			k.d.WriteString(v)
+		}
+		binary.LittleEndian.PutUint64(b[:], uint64(tk.Value(i)))
+		k.d.Write(b[:])
+	}
 }
 
 // fileSource stages Parquet inputs. After partition, the spool file of
@@ -145,11 +171,13 @@ func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
 // keys reads the sort keys, plus the values that could make a tuple or a
 // total invalid, checked now so that bad input writes nothing.
 func (s *fileSource) keys(ctx context.Context, add func(id string) error) error {
-	for _, in := range s.inputs {
-		p, rows := in.path, 0
+	for k := range s.inputs {
+		in := &s.inputs[k]
+		p, rows, sum := in.path, 0, newKeySum()
 		err := openFile(p, func(fr *pqarrow.FileReader) error {
 			keyCols := []int{in.cols[0], in.cols[3], in.cols[6]}
 			return eachBatch(ctx, fr, p, keyCols, func(rec arrow.RecordBatch) error {
+				sum.add(rec, 0, 1, 2)
 				ids := rec.Column(0).(*array.String)
 				split := rec.Column(1).(*array.String)
 				tokens := rec.Column(2).(*array.Int64)
@@ -179,6 +207,7 @@ func (s *fileSource) keys(ctx context.Context, add func(id string) error) error 
 		if rows != in.rows {
 			return errcode.New(errcode.BadInput, "input %s: %d rows read, its footer says %d", p, rows, in.rows)
 		}
+		in.keys = sum.d.Sum64()
 	}
 	return nil
 }
@@ -472,8 +501,13 @@ func (sp *spooler) fromInputs(rs []shardRange) error {
 	defer set.close()
 	var g int64
 	for _, in := range sp.s.inputs {
+		start, sum := g, newKeySum()
 		err := openFile(in.path, func(fr *pqarrow.FileReader) error {
 			return eachBatch(sp.ctx, fr, in.path, in.cols, func(rec arrow.RecordBatch) error {
+				if g-start+rec.NumRows() > int64(in.rows) {
+					return errInputChanged(in.path)
+				}
+				sum.add(rec, 0, 3, 6)
 				ids := rec.Column(0).(*array.String)
 				for r := 0; r < int(rec.NumRows()); r++ {
 					if err := set.add(sp.shardOf(ids.Value(r)), rec.Columns(), r, g); err != nil {
@@ -487,8 +521,17 @@ func (sp *spooler) fromInputs(rs []shardRange) error {
 		if err != nil {
 			return err
 		}
+		// Rows placed by keys that are not the ones sorted would be
+		// missing from their shards' spools, or staged out of order.
+		if g-start != int64(in.rows) || sum.d.Sum64() != in.keys {
+			return errInputChanged(in.path)
+		}
 	}
 	return set.finish()
+}
+
+func errInputChanged(path string) error {
+	return errcode.New(errcode.BadInput, "input %s changed while it was staged (its sampleId, split or tokens values differ between the sort's read and the spool's): stage inputs that nothing writes to", path)
 }
 
 // split spools the rows of range r's file, of the given level, to files

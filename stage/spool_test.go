@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -99,5 +101,57 @@ func TestStageSpoolFailureLeavesNothing(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(tmp); len(left) != 0 {
 		t.Fatalf("temporary files left behind: %v", left)
+	}
+}
+
+// An input rewritten between the sort's read and the spool's (a writer
+// still at work on it) is BAD_INPUT naming it, with nothing stored and no
+// temporary file left: the rows it now holds are not the ones the order
+// was made of, so staging them would drop rows from their shards or
+// write them out of order. Same row count, the same sampleIds in another
+// order, or other sampleIds: each is caught.
+func TestStageInputChangedBetweenReads(t *testing.T) {
+	_, rows := synthRows(t, 300, 4, 5)
+	swapped := slices.Clone(rows[150:])
+	swapped[0], swapped[1] = swapped[1], swapped[0]
+	renamed := slices.Clone(rows[150:])
+	renamed[7].SampleID += "-x"
+	longer := append(slices.Clone(rows[150:]), rows[0])
+	longer[len(longer)-1].SampleID += "-y"
+	for name, now := range map[string][]stage.Row{"swapped": swapped, "renamed": renamed, "longer": longer} {
+		paths := writeSources(t, t.TempDir(), rows, 2)
+		seen := 0
+		// The spool's read of the first input is when the second one is
+		// replaced (a rename, as a writer publishing a file does), so the
+		// spool opens the new file.
+		restore := stage.OnInputRead(func(path string) {
+			if path != paths[0] {
+				return
+			}
+			if seen++; seen == 2 {
+				tmp := paths[1] + ".new"
+				if err := os.WriteFile(tmp, stagetest.Encode(t, now, stage.ParquetOptions{Codec: "snappy"}), 0o644); err != nil {
+					t.Error(err)
+				}
+				if err := os.Rename(tmp, paths[1]); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+		s, tmp := stagetest.Store(t), t.TempDir()
+		_, err := stage.Stage(context.Background(), s, stage.StageOptions{Inputs: paths, Shards: 4, Seed: 5, TempDir: tmp})
+		restore()
+		if seen != 2 {
+			t.Fatalf("%s: input read %d times, want 2", name, seen)
+		}
+		if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), paths[1]+" changed while it was staged") {
+			t.Fatalf("%s: err = %v, want BAD_INPUT naming %s", name, err, paths[1])
+		}
+		if n := countObjects(t, s); n != 0 {
+			t.Fatalf("%s: %d objects stored", name, n)
+		}
+		if left, _ := os.ReadDir(tmp); len(left) != 0 {
+			t.Fatalf("%s: temporary files left behind: %v", name, left)
+		}
 	}
 }
