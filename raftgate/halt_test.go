@@ -113,3 +113,67 @@ func rawGet(t *testing.T, url string) (int, errcode.Code) {
 	json.NewDecoder(resp.Body).Decode(&eb)
 	return resp.StatusCode, eb.Error.Code
 }
+
+// A command the leader commits at or after the entry its FSM halts at is
+// in the log, and the other members (or this one, upgraded) apply it: its
+// answer is INDETERMINATE, which the client may retry, not GATE_HALTED,
+// a definite failure the leader answered while the command took effect.
+// Here the leader's own build cannot decode the fence advance to 7 (in a
+// real cluster: the entry a newer leader wrote, followed by the commands
+// this leader committed in the same batch before its Raft shut down).
+func TestCommandCommittedAfterHaltIsIndeterminate(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	olderDecode := func(b []byte) (Command, error) {
+		c, err := DecodeCommand(b)
+		if f, ok := c.(*AdvanceFence); ok && f.Value == 7 {
+			return nil, errcode.New(errcode.BadDocument, "advanceFence command: a field this build does not know")
+		}
+		return c, err
+	}
+	c := MakeCluster(t, 1, func(cfg *Config) { cfg.decode = olderDecode })
+	cl := c.Client()
+	cl.RetryFor = time.Millisecond
+	_, err := cl.AdvanceFence(ctx, FenceTombstone, 7)
+	if errcode.Of(err) != errcode.Indeterminate || !IsIndeterminate(err) {
+		t.Fatalf("a fence advance committed as the leader halted: %v, want INDETERMINATE", err)
+	}
+	waitFor(t, "the leader to halt", func() bool { return c.Nodes[0].Halted() != nil })
+
+	// Upgraded, the member applies it: the command did take effect.
+	c.Configs[0].decode = nil
+	up := c.Restart(0)
+	waitFor(t, "the upgraded member to apply the log", func() bool {
+		var fs Fences
+		up.FSM().Read(func(s *State) { fs = s.Fences })
+		return fs.Tombstone == 7
+	})
+}
+
+// Between its FSM's halt and watchHalt's shutdown of Raft, a node may
+// still lead: it must neither answer a linearizable read from the state
+// it stopped at (the entry it halted at may be a write another leader
+// acknowledged) nor propose a command it would answer with its halt.
+// Both are NOT_LEADER, which clients take to another member, and the
+// log does not grow.
+func TestHaltedLeaderNeitherReadsNorProposes(t *testing.T) {
+	c := MakeCluster(t, 1)
+	n := c.Leader(10 * time.Second)
+	// The moment between the halt and the shutdown: the halt recorded,
+	// watchHalt not yet told.
+	n.fsm.mu.Lock()
+	n.fsm.halted = &HaltError{Index: n.Raft().LastIndex() + 1, Err: errcode.New(errcode.BadDocument, "a newer build's command")}
+	n.fsm.mu.Unlock()
+	if !n.IsLeader() {
+		t.Fatal("the node stopped leading")
+	}
+	if err := n.ReadConsistent(func(*State) {}); errcode.Of(err) != errcode.NotLeader {
+		t.Fatalf("a linearizable read on a halted leader: %v, want NOT_LEADER", err)
+	}
+	last := n.Raft().LastIndex()
+	if _, err := n.Apply(&AdvanceFence{Kind: FenceTombstone, Value: 3}); errcode.Of(err) != errcode.NotLeader {
+		t.Fatalf("a command on a halted leader: %v, want NOT_LEADER", err)
+	}
+	if got := n.Raft().LastIndex(); got != last {
+		t.Fatalf("the halted leader's log grew from %d to %d", last, got)
+	}
+}

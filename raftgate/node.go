@@ -666,11 +666,18 @@ func (n *Node) Halted() *HaltError {
 //
 // Errors: ErrNotLeader (the command was not appended: safe to send to the
 // leader), ErrIndeterminate (it was appended but leadership was lost or
-// the node shut down before it committed: it may or may not take effect),
-// or the command's own coded rejection (Result.Err, returned as err too).
+// the node shut down before it committed, or it committed after this
+// node's FSM halted: it may or may not take effect), or the command's own
+// coded rejection (Result.Err, returned as err too).
 func (n *Node) Apply(c Command) (*Result, error) {
 	if err := checkProposal(c); err != nil {
 		return nil, err
+	}
+	if h := n.Halted(); h != nil {
+		// Raft may still lead for a moment (watchHalt shuts it down): a
+		// command proposed now would commit, and this FSM would answer
+		// it with its halt, not its result.
+		return nil, errcode.Wrap(errcode.NotLeader, h, "node %s halted at entry %d; send it to another member", n.cfg.ID, h.Index)
 	}
 	c.header().Now = time.Now().UnixMilli()
 	if f, ok := c.(*AdvanceFence); ok {
@@ -770,6 +777,12 @@ func (n *Node) apply(c Command, b []byte) (*Result, error) {
 	if !ok {
 		return nil, errcode.New(errcode.Internal, "apply returned %T", f.Response())
 	}
+	if h := (*HaltError)(nil); errors.As(res.Err, &h) {
+		// Committed, so the other members apply it, but this FSM halted
+		// at or before it and knows no result: not a rejection.
+		n.log.Warn("command committed after this member halted; outcome unknown here", "type", commandType(c), "code", errcode.Indeterminate, "index", f.Index(), "haltIndex", h.Index)
+		return nil, errcode.Wrap(errcode.Indeterminate, h, "%s committed at entry %d after this member halted at entry %d: the other members apply it; retrying it is safe", commandType(c), f.Index(), h.Index)
+	}
 	if res.Err != nil {
 		n.log.Info("command rejected", "type", commandType(c), "code", errcode.Of(res.Err), "index", f.Index())
 	}
@@ -794,6 +807,13 @@ func (n *Node) ReadConsistent(fn func(*State)) error {
 		n.barrierTerm.Store(term)
 	}
 	n.fsm.Read(fn)
+	if h := n.Halted(); h != nil {
+		// The state stopped before a committed entry (Raft may still
+		// lead until watchHalt shuts it down): answering from it would
+		// be a stale read. An FSM that halts only after the read had
+		// applied every entry the read waited for.
+		return errcode.Wrap(errcode.NotLeader, h, "node %s halted at entry %d; read from another member", n.cfg.ID, h.Index)
+	}
 	return nil
 }
 
