@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -1352,5 +1353,86 @@ func TestGateModelForgetsDeadWatermarks(t *testing.T) {
 	recheck.root, recheck.value = 1, chaosWM(1)+30
 	if n := states(s); n != 2 {
 		t.Fatalf("an unknown recheck of an alias's current root: %d possible states, want 2", n)
+	}
+}
+
+// forgetDead is sound only if no operation can tell a state from the
+// same state with its dead watermarks forgotten: from both, every
+// operation must have the same outcomes, in answers and (forgotten again)
+// in states. Otherwise porcupine would check histories against a model
+// that lost state, and could accept one the gate's specification refuses.
+// Random walks of every operation kind over a few roots (registers and
+// rechecks of retired and invalid ones, rollbacks into and out of the
+// window, runs superseded, failed and pruned) compare the two at every
+// step; a forgetDead that ignored the runs pinning a root fails here.
+func TestGateModelForgetDeadChangesNoAnswer(t *testing.T) {
+	const roots, pool, walks, steps = 3, 10, 1000, 200
+	forgotten := 0
+	for seed := range uint64(walks) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		s := newModelState(roots, pool, len(chaosAliases))
+		clock := int64(1000)
+		runs, lastRun := [2]int{}, [2]int{-1, -1}
+		for step := range steps {
+			cl, a, root := rng.IntN(2), rng.IntN(len(chaosAliases)), rng.IntN(pool)
+			gen := uint64(0)
+			if s.aliases[a] != nil {
+				gen = s.aliases[a].gen
+			}
+			var op modelOp
+			switch rng.IntN(12) {
+			case 0:
+				op = modelOp{kind: "register", root: root, invalid: rng.IntN(6) == 0, retried: rng.IntN(4) == 0}
+			case 1:
+				op = modelOp{kind: "recheck", root: root, fence: rng.IntN(2), value: s.fences[0] + uint64(rng.IntN(40)), hits: rng.IntN(10) == 0}
+			case 2, 3:
+				if gen > 0 && rng.IntN(3) == 0 {
+					gen--
+				}
+				op = modelOp{kind: "publish", alias: a, root: root, expect: gen, retain: 1 + rng.IntN(2)}
+			case 4:
+				op = modelOp{kind: "rollback", alias: a, root: root, expect: gen}
+			case 5:
+				op = modelOp{kind: "fence", fence: rng.IntN(2), value: s.fences[0] + uint64(rng.IntN(15))}
+			case 6:
+				runs[cl]++
+				op = modelOp{kind: "createRun", alias: a, run: cl<<20 | runs[cl], prev: lastRun[cl], short: rng.IntN(3) == 0}
+				lastRun[cl] = op.run
+			case 7:
+				op = modelOp{kind: "attest", run: lastRun[cl], rank: rng.IntN(2), root: root, stray: rng.IntN(10) == 0}
+			case 8:
+				op = modelOp{kind: "reassign", run: lastRun[cl], world: 2 + rng.IntN(2), rank: rng.IntN(2), expect: uint64(rng.IntN(3))}
+			case 9:
+				op = modelOp{kind: "checkpoint", run: lastRun[cl], root: root, value: uint64(rng.IntN(5))}
+			case 10:
+				op = modelOp{kind: "prune"}
+			default:
+				op = modelOp{kind: "readAlias", alias: a}
+			}
+			op.callMs = clock
+			clock += int64(rng.IntN(600))
+			op.retMs = clock
+			if rng.IntN(10) == 0 {
+				op.retMs = math.MaxInt64
+			}
+			f := s.forgetDead()
+			if len(f.wms) < len(s.wms) {
+				forgotten++
+			}
+			full, lean := s.outcomes(op), f.outcomes(op)
+			if len(full) != len(lean) {
+				t.Fatalf("walk %d, step %d, %s from %s: %d outcomes, %d with dead watermarks forgotten", seed, step, describeOp(op), describeState(s), len(full), len(lean))
+			}
+			for i := range full {
+				if full[i].out != lean[i].out || !modelEqual(full[i].s.forgetDead(), lean[i].s.forgetDead()) {
+					t.Fatalf("walk %d, step %d, %s from %s: outcome %d is %s, with dead watermarks forgotten %s (or the states differ)",
+						seed, step, describeOp(op), describeState(s), i, describeOut(op, full[i].out), describeOut(op, lean[i].out))
+				}
+			}
+			s = full[rng.IntN(len(full))].s
+		}
+	}
+	if forgotten < walks {
+		t.Fatalf("only %d steps had dead watermarks to forget: the walks test little", forgotten)
 	}
 }
