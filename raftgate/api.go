@@ -80,9 +80,12 @@ type Status struct {
 
 // Halted says where and why a node stopped applying its log.
 type Halted struct {
-	Index   uint64       `json:"index"`
-	Code    errcode.Code `json:"code"`
-	Message string       `json:"message"`
+	Index uint64 `json:"index"`
+	// Snapshot: what did not decode is a snapshot of the state (Index
+	// is then 0), not a log entry.
+	Snapshot bool         `json:"snapshot,omitempty"`
+	Code     errcode.Code `json:"code"`
+	Message  string       `json:"message"`
 }
 
 // RaftTimeouts are a node's Raft timeouts in milliseconds.
@@ -601,7 +604,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.LeaderHTTP = n.leaderHTTP()
 	}
 	if h := n.Halted(); h != nil {
-		st.Halted = &Halted{Index: h.Index, Code: errcode.GateHalted, Message: h.Error()}
+		st.Halted = &Halted{Index: h.Index, Snapshot: h.Snapshot, Code: errcode.GateHalted, Message: h.Error()}
 	}
 	n.fsm.Read(func(s *State) {
 		st.Fences, st.Aliases, st.Releases, st.Runs = s.Fences, len(s.Aliases), len(s.Releases), len(s.Runs)

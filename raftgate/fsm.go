@@ -56,12 +56,21 @@ type FSM struct {
 // it answered from that state once it led. It stops instead, at the state
 // before the entry, and its node leaves the cluster (see Node.Halted):
 // upgraded, the member replays the entry and goes on.
+//
+// Snapshot is set when what does not decode is a snapshot (the leader's,
+// sent to a member too far behind for its log, or the member's own newest
+// one at start): Index is then 0, and the state is the one before.
 type HaltError struct {
-	Index uint64
-	Err   error
+	Index    uint64
+	Snapshot bool
+	Err      error
 }
 
 func (e *HaltError) Error() string {
+	if e.Snapshot {
+		return fmt.Sprintf("%s: this gate member stopped: a snapshot of the gate's state does not decode with this build (a newer build's? upgrade this member to the others' build): %v",
+			errcode.GateHalted, e.Err)
+	}
 	return fmt.Sprintf("%s: this gate member stopped applying the log at entry %d, a committed command this build cannot decode (a newer build's? upgrade this member to the others' build): %v",
 		errcode.GateHalted, e.Index, e.Err)
 }
@@ -248,11 +257,22 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return errcode.Wrap(errcode.IO, err, "read gate snapshot")
 	}
 	s, err := DecodeState(b)
-	if err != nil {
-		return err
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err != nil {
+		// Raft kept the snapshot and would ask for it again and again,
+		// or go on from an older one: the member would serve a state
+		// that is not the cluster's. A snapshot, like an entry, was
+		// written by a build that decoded it.
+		if f.halted == nil {
+			f.halted = &HaltError{Snapshot: true, Err: err}
+			close(f.haltCh)
+		}
+		return err
+	}
+	if f.halted != nil {
+		return f.halted
+	}
 	f.state, f.index = s, 0
 	f.notify()
 	return nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -971,6 +972,63 @@ func TestFSMHaltsAtUndecodableEntry(t *testing.T) {
 	}
 	if idx, _, _ := f.Digest(); idx != 1 {
 		t.Fatalf("state index %d, want 1", idx)
+	}
+	if _, err := f.Snapshot(); errcode.Of(err) != errcode.GateHalted {
+		t.Fatalf("snapshot of a halted FSM: %v, want GATE_HALTED", err)
+	}
+}
+
+// A snapshot this build cannot decode (a newer build's field, sent by a
+// leader to a member too far behind for its log) halts the FSM as an
+// undecodable entry does: the state stays the one before, nothing is
+// applied after it, no snapshot is taken, and a later snapshot that does
+// decode is not restored over the halt either.
+func TestFSMHaltsAtUndecodableSnapshot(t *testing.T) {
+	src := NewFSM()
+	for v := uint64(1); v <= 3; v++ {
+		b, err := EncodeCommand(&AdvanceFence{Kind: FenceTombstone, Value: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := src.Apply(&raft.Log{Index: v, Type: raft.LogCommand, Data: b}).(*Result); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	good, err := src.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := bytes.Replace(good, []byte(`{`), []byte(`{"future":1,`), 1)
+
+	f := NewFSM()
+	fence1, err := EncodeCommand(&AdvanceFence{Kind: FenceTombstone, Value: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: fence1}).(*Result); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if err := f.Restore(io.NopCloser(bytes.NewReader(newer))); errcode.Of(err) != errcode.BadDocument {
+		t.Fatalf("restore of a newer build's snapshot: %v, want BAD_DOCUMENT", err)
+	}
+	_, h := f.Halted()
+	if h == nil || !h.Snapshot || errcode.Of(h) != errcode.GateHalted || !strings.Contains(h.Error(), "snapshot") {
+		t.Fatalf("halt after the snapshot: %v, want GATE_HALTED naming a snapshot", h)
+	}
+	if err := f.Restore(io.NopCloser(bytes.NewReader(good))); errcode.Of(err) != errcode.GateHalted {
+		t.Fatalf("restore of a good snapshot after the halt: %v, want GATE_HALTED", err)
+	}
+	fence5, err := EncodeCommand(&AdvanceFence{Kind: FenceTombstone, Value: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := f.Apply(&raft.Log{Index: 9, Type: raft.LogCommand, Data: fence5}).(*Result); errcode.Of(r.Err) != errcode.GateHalted {
+		t.Fatalf("an entry after the halt: %v, want GATE_HALTED", r.Err)
+	}
+	var tomb uint64
+	f.Read(func(s *State) { tomb = s.Fences.Tombstone })
+	if tomb != 1 {
+		t.Fatalf("tombstone fence %d after the halt, want 1 (the state before the snapshot)", tomb)
 	}
 	if _, err := f.Snapshot(); errcode.Of(err) != errcode.GateHalted {
 		t.Fatalf("snapshot of a halted FSM: %v, want GATE_HALTED", err)

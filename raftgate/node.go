@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -403,6 +404,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	n.raft, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
 	if err != nil {
+		if _, h := n.fsm.Halted(); h != nil {
+			// Its newest snapshot is a newer build's.
+			return fmt.Errorf("start raft: %w", h)
+		}
 		return errcode.Wrap(errcode.Internal, err, "start raft")
 	}
 	if existing {
@@ -648,8 +653,8 @@ func (n *Node) watchHalt() {
 	case <-haltCh:
 	}
 	_, h := n.fsm.Halted()
-	n.log.Error("gate member halted: a committed command does not decode with this build; upgrade it to the other members' build and restart it on the same data directory",
-		"code", errcode.GateHalted, "index", h.Index, "err", h.Err)
+	n.log.Error("gate member halted: a committed command or a snapshot of the state does not decode with this build; upgrade it to the other members' build and restart it on the same data directory",
+		"code", errcode.GateHalted, "index", h.Index, "snapshot", h.Snapshot, "err", h.Err)
 	if err := n.shutdownRaft(); err != nil {
 		n.log.Warn("raft shutdown after a halt", "err", err)
 	}

@@ -298,7 +298,7 @@ Upgrade it to the other members' build and restart it on its directory.`,
 		}
 		err = printResult(cmd, st, func(w io.Writer) {
 			if h := st.Halted; h != nil {
-				fmt.Fprintf(w, "HALTED at log index %d: %s\n", h.Index, h.Message)
+				fmt.Fprintf(w, "HALTED at %s: %s\n", haltedAt(h), h.Message)
 			}
 			fmt.Fprintf(w, "node %s: %s, term %d, leader %s (%s)\n", st.ID, st.RaftState, st.Term, st.Leader, st.LeaderHTTP)
 			fmt.Fprintf(w, "log: last %d, committed %d, applied %d\n", st.LastIndex, st.CommitIndex, st.AppliedIndex)
@@ -333,7 +333,7 @@ Upgrade it to the other members' build and restart it on its directory.`,
 			}
 		})
 		if err == nil && st.Halted != nil {
-			return errcode.New(errcode.GateHalted, "gate member %s halted at log index %d: upgrade it to the other members' build", st.ID, st.Halted.Index)
+			return errcode.New(errcode.GateHalted, "gate member %s halted at %s: upgrade it to the other members' build", st.ID, haltedAt(st.Halted))
 		}
 		return err
 	},
@@ -721,6 +721,14 @@ var gateFenceCmd = &cobra.Command{
 			printPermitsMoved(w, r)
 		})
 	},
+}
+
+// haltedAt says where a halted member stopped.
+func haltedAt(h *raftgate.Halted) string {
+	if h.Snapshot {
+		return "a snapshot of the gate's state"
+	}
+	return fmt.Sprintf("log index %d", h.Index)
 }
 
 // printPermitsMoved ends a fence advance's line: the permits it closed,
