@@ -336,7 +336,8 @@ func commandName() string {
 // then fails its precondition) is known by it as this attempt's, not
 // another holder's. The hold is renewed until Release.
 func Acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose string) (*Hold, error) {
-	return acquire(ctx, s, pd, purpose, false)
+	h, _, err := acquire(ctx, s, pd, purpose, false)
+	return h, err
 }
 
 // Displaced is a holder TakeOver took a job from.
@@ -357,19 +358,24 @@ type Displaced struct {
 // for the run that follows (verify --resume --take-over): an operator
 // who knows the holder is dead (its machine crashed) need not wait
 // HoldStaleAfter for its record to age. A holder this machine looks up
-// and finds running (/proc) is still JOB_IN_USE. The record it leaves
+// and finds running (/proc) is still JOB_IN_USE, and so is one that took
+// the job after TakeOver looked (it won the race for the next
+// generation): only the holder found is taken from. The record it leaves
 // says "remove" when the holder it displaced was deleting the job's
 // files, so that the next holder deletes the rest. It returns the holder
 // displaced, nil when the job had none or its holder had released it. A
-// holder that did in fact still run finds the later generation at its
-// next renewal and stops with JOB_IN_USE; until then, up to
-// HoldRenewInterval, it runs beside the next holder.
+// holder that is gone already (Displaced.Live false) is only named:
+// nothing is written, and the next Acquire takes the job from it as it
+// would anyway; a job with no record (a plan mistyped, or whose job was
+// removed) gains none. A holder that did in fact still run finds the
+// later generation at its next renewal and stops with JOB_IN_USE; until
+// then, up to HoldRenewInterval, it runs beside the next holder.
 func TakeOver(ctx context.Context, s objstore.Store, pd manifest.Digest) (*Displaced, error) {
-	h, err := acquire(ctx, s, pd, HoldRun, true)
-	if err != nil {
-		return nil, err
+	h, d, err := acquire(ctx, s, pd, HoldRun, true)
+	if err != nil || h == nil {
+		return d, err
 	}
-	if d := h.displaced; d != nil {
+	if d != nil {
 		p := &d.Holder
 		slog.Warn("job taken over by hand from its holder", "plan", pd.String(), "generation", h.rec.Generation,
 			"previousCommand", p.Command, "previousPid", p.Process.PID, "previousHost", p.Process.Host, "previousPurpose", p.Purpose,
@@ -379,33 +385,52 @@ func TakeOver(ctx context.Context, s objstore.Store, pd manifest.Digest) (*Displ
 	if err := h.release(); err != nil {
 		return nil, wrap(err, "plan %s: release the job taken over", pd)
 	}
-	return h.displaced, nil
+	return d, nil
 }
 
-// acquire is Acquire; with takeOver (TakeOver), a live holder that is
-// not a running process of this machine is taken over too, and a
-// removal it displaces is carried on in the record written.
-func acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose string, takeOver bool) (*Hold, error) {
+// acquire is Acquire; with takeOver (TakeOver), the live holder found at
+// the first look, when it is not a running process of this machine, is
+// taken over too, and a removal it displaces is carried on in the record
+// written; a holder that is not live is returned as displaced, with no
+// hold taken and nothing written.
+func acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose string, takeOver bool) (*Hold, *Displaced, error) {
 	var (
 		tried   *Hold // the last attempt, its create refused by its precondition
 		refused error
 		written time.Time
+		// taking is the generation of the holder the first look found,
+		// the only one a take-over displaces: a process that took the
+		// job since (this one lost the race for the next generation)
+		// has just started it.
+		taking = -1
 	)
 	for attempt := 0; ; attempt++ {
 		st, err := lookHolder(ctx, s, pd)
 		if err != nil {
-			return nil, wrap(err, "plan %s: read the job's hold", pd)
+			return nil, nil, wrap(err, "plan %s: read the job's hold", pd)
 		}
 		rec, gen := st.rec, st.gen
 		if tried != nil && rec != nil && gen == tried.rec.Generation && rec.Nonce == tried.rec.Nonce {
 			slog.Warn("job hold taken, though the answer to its create was lost", "plan", pd.String(), "generation", gen)
-			return tried.start(ctx, written), nil
+			return tried.start(ctx, written), tried.displaced, nil
 		}
-		if st.alive && (st.local || !takeOver) {
-			return nil, st.inUse(pd)
+		if attempt == 0 {
+			taking = gen
+		}
+		if st.alive && (st.local || !takeOver || gen != taking) {
+			return nil, nil, st.inUse(pd)
+		}
+		if takeOver && !st.alive {
+			// Nothing to take by hand: the next Acquire takes the job
+			// from a holder that is gone, and a job with no record
+			// gets none.
+			if rec == nil || rec.Released {
+				return nil, nil, nil
+			}
+			return nil, &Displaced{Holder: *rec, Renewed: st.info.Modified, Age: st.age, Local: st.local}, nil
 		}
 		if attempt > 8 {
-			return nil, wrap(refused, "plan %s: take the job's hold", pd)
+			return nil, nil, wrap(refused, "plan %s: take the job's hold", pd)
 		}
 		var nonce [16]byte
 		rand.Read(nonce[:])
@@ -414,17 +439,16 @@ func acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 			Command: commandName(), Process: procid.Self(), Started: time.Now().UTC().Format(time.RFC3339),
 			Nonce: hex.EncodeToString(nonce[:]),
 		}}
-		if takeOver && rec != nil {
+		if takeOver {
+			// rec lives (see above), on another machine.
 			if rec.Purpose == HoldRemove {
 				h.rec.Purpose = HoldRemove
 			}
-			if !rec.Released {
-				h.displaced = &Displaced{Holder: *rec, Renewed: st.info.Modified, Age: st.age, Live: st.alive, Local: st.local}
-			}
+			h.displaced = &Displaced{Holder: *rec, Renewed: st.info.Modified, Age: st.age, Live: true}
 		}
 		b, err := h.body()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		written = time.Now()
 		_, err = s.Put(ctx, holdKey(pd, gen+1), bytes.NewReader(b), objstore.PutOptions{IfNoneMatch: true, Size: int64(len(b))})
@@ -435,9 +459,9 @@ func acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 			continue
 		}
 		if err != nil {
-			return nil, wrap(err, "plan %s: take the job's hold", pd)
+			return nil, nil, wrap(err, "plan %s: take the job's hold", pd)
 		}
-		return h.start(ctx, written), nil
+		return h.start(ctx, written), h.displaced, nil
 	}
 }
 

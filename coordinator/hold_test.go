@@ -712,3 +712,95 @@ func TestTakeOver(t *testing.T) {
 		t.Fatalf("a refused TakeOver left %d hold keys, was %d; the holder lost its hold: %v", got, n, h.Lost())
 	}
 }
+
+// rivalTake is a store on which another machine's process takes plan
+// pd's job (its record at generation gen) just before the first
+// conditional create of that generation reaches the store: a resume
+// elsewhere that wins the race for the next generation.
+type rivalTake struct {
+	objstore.Store
+	t     *testing.T
+	pd    manifest.Digest
+	gen   int
+	rival procid.ID
+	done  atomic.Bool
+}
+
+func (r *rivalTake) Put(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+	if key == holdKey(r.pd, r.gen) && opts.IfNoneMatch && !r.done.Swap(true) {
+		putHold(r.t, r.Store, r.pd, r.gen, HoldRun, r.rival)
+	}
+	return r.Store.Put(ctx, key, body, opts)
+}
+
+// TakeOver takes the job from the holder it found, and only from it: a
+// holder that took the job meanwhile (another machine's resume won the
+// race for the next generation) has just started and is JOB_IN_USE, as
+// it would be for any resume; it is not taken over too, which would run
+// the job in two places.
+func TestTakeOverLosesRace(t *testing.T) {
+	s := stagetest.Store(t)
+	ctx := t.Context()
+	pd := manifest.Sum([]byte("plan taken over by hand while another takes it"))
+	dead := procid.ID{Host: "crashed", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
+	rival := procid.ID{Host: "elsewhere", PID: 777, Machine: "a-third-boot/pid:[1]", Start: 1}
+	putHold(t, s, pd, 1, HoldRun, dead)
+	racing := &rivalTake{Store: s, t: t, pd: pd, gen: 2, rival: rival}
+	var inUse *JobInUseError
+	d, err := TakeOver(ctx, racing, pd)
+	if !racing.done.Load() {
+		t.Fatal("the rival's take was not injected")
+	}
+	if !errors.As(err, &inUse) || d != nil || inUse.Holder.Generation != 2 || inUse.Holder.Process.Host != "elsewhere" {
+		t.Fatalf("TakeOver that lost the race to a new holder = %+v, %v; want JOB_IN_USE naming the new holder", d, err)
+	}
+	if n := jobKeys(t, s, pd, "hold/"); n != 3 { // generations 1 and 2, and the clock probe
+		t.Fatalf("%d keys under hold/, want the two records and the clock probe: the new holder was taken over", n)
+	}
+}
+
+// TakeOver writes nothing when there is no live holder to take the job
+// from: a job with no record (none yet, finished and removed, or a plan
+// mistyped) gains none, and a holder that released the job or is gone
+// is left for the next Acquire, which takes the job from it as it would
+// anyway (carrying on a removal it did not finish).
+func TestTakeOverWritesNothingWithoutLiveHolder(t *testing.T) {
+	s := stagetest.Store(t)
+	ctx := t.Context()
+	pd := manifest.Sum([]byte("plan with no live holder to take over"))
+	if d, err := TakeOver(ctx, s, pd); err != nil || d != nil {
+		t.Fatalf("TakeOver of a job with no holder = %+v, %v", d, err)
+	}
+	if page, err := s.List(ctx, jobPrefix(pd), "", 10); err != nil || len(page.Objects) != 0 {
+		t.Fatalf("TakeOver of a job with no holder left %+v, %v", page.Objects, err)
+	}
+	// A process of this machine that has ended: this one's PID, started
+	// at another time.
+	gone := procid.Self()
+	gone.Start++
+	if alive, known := gone.Alive(); alive || !known {
+		t.Skipf("this machine cannot look processes up (%+v)", gone)
+	}
+	putHold(t, s, pd, 1, HoldRemove, gone)
+	d, err := TakeOver(ctx, s, pd)
+	if err != nil || d == nil || d.Live || !d.Local || d.Holder.Generation != 1 {
+		t.Fatalf("TakeOver of a holder that is gone = %+v, %v; want it named, not live", d, err)
+	}
+	if _, err := s.Head(ctx, holdKey(pd, 2), ""); !objstore.IsNotExist(err) {
+		t.Fatalf("TakeOver of a holder that is gone wrote generation 2: %v", err)
+	}
+	h, err := Acquire(ctx, s, pd, HoldRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := h.Previous; p == nil || p.Generation != 1 || !h.unfinishedRemoval() {
+		t.Fatalf("the next holder follows %+v, want the removal that is gone", p)
+	}
+	h.Release()
+	if d, err := TakeOver(ctx, s, pd); err != nil || d != nil {
+		t.Fatalf("TakeOver of a released job = %+v, %v", d, err)
+	}
+	if _, err := s.Head(ctx, holdKey(pd, 3), ""); !objstore.IsNotExist(err) {
+		t.Fatalf("TakeOver of a released job wrote generation 3: %v", err)
+	}
+}

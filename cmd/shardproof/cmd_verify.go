@@ -418,15 +418,14 @@ func takeOverJob(cmd *cobra.Command, s objstore.Store, pd manifest.Digest) error
 		return nil
 	}
 	h := &d.Holder
-	fmt.Fprintf(w, "shardproof: verify: plan %s: took its job over from %q (pid %d on host %s, %s since %s, hold last renewed %s",
-		pd, h.Command, h.Process.PID, h.Process.Host, h.Purpose, h.Started, d.Renewed.UTC().Format(time.RFC3339))
+	who := fmt.Sprintf("%q (pid %d on host %s, %s since %s, hold last renewed %s", h.Command, h.Process.PID, h.Process.Host, h.Purpose, h.Started, d.Renewed.UTC().Format(time.RFC3339))
 	switch {
-	case d.Local:
-		fmt.Fprintf(w, "; its process on this machine had ended)\n")
 	case d.Live:
-		fmt.Fprintf(w, ", %s before by the store's clock; if it still runs, it stops at its next renewal)\n", d.Age.Round(time.Second))
+		fmt.Fprintf(w, "shardproof: verify: plan %s: took its job over from %s, %s before by the store's clock; if it still runs, it stops at its next renewal)\n", pd, who, d.Age.Round(time.Second))
+	case d.Local:
+		fmt.Fprintf(w, "shardproof: verify: plan %s: its job's holder %s; its process on this machine has ended) is gone: the resume takes the job from it\n", pd, who)
 	default:
-		fmt.Fprintf(w, ", %s before by the store's clock: it would have been taken for gone anyway)\n", d.Age.Round(time.Second))
+		fmt.Fprintf(w, "shardproof: verify: plan %s: its job's holder %s, %s before by the store's clock) is gone: the resume takes the job from it\n", pd, who, d.Age.Round(time.Second))
 	}
 	return nil
 }

@@ -276,6 +276,17 @@ func TestVerifyCLIResumeTakeOver(t *testing.T) {
 		t.Fatalf("--take-over without --resume: exit %d, want %d\n%s", usage.status, errcode.ExitUsage, usage.stderr)
 	}
 
+	// A plan that does not exist (mistyped) is refused, and no job is
+	// made for it.
+	typo := manifest.Sum([]byte("a plan never stored"))
+	missing := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", typo.String(), "--take-over")
+	if missing.status == 0 || !strings.Contains(missing.stderr, "NOT_FOUND") {
+		t.Fatalf("resume --take-over of a plan never stored: exit %d, want NOT_FOUND\n%s", missing.status, missing.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "jobs", typo.Hex())); !os.IsNotExist(err) {
+		t.Fatalf("resume --take-over of a plan never stored made its job: %v", err)
+	}
+
 	if runtime.GOOS != "linux" {
 		return
 	}
