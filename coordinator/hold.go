@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -93,7 +94,8 @@ type JobInUseError struct {
 	// Local: the holder's process was looked up on this machine and runs.
 	Local bool
 	// TakenOver: this process held the job and another took it over
-	// (this one had stopped renewing its hold for HoldStaleAfter).
+	// (this one had stopped renewing its hold for HoldStaleAfter, or it
+	// was taken for dead by hand: verify --resume --take-over).
 	TakenOver bool
 }
 
@@ -106,7 +108,7 @@ func (e *JobInUseError) Error() string {
 		} else {
 			who += ")"
 		}
-		return fmt.Sprintf("plan %s: this process stopped renewing its hold on the job, and %s took it over: it finishes the job", e.Plan, who)
+		return fmt.Sprintf("plan %s: this process stopped renewing its hold on the job, or was taken for dead (verify --resume --take-over), and %s took it over: it finishes the job", e.Plan, who)
 	}
 	if e.Local {
 		who += ", running on this machine)"
@@ -562,18 +564,14 @@ func (h *Hold) renew(written time.Time) {
 		// server) must not keep this process working past it.
 		ctx, cancel := context.WithDeadline(h.ctx, deadline)
 		start := time.Now()
-		rec, gen, info, err := currentHolder(ctx, h.store, h.plan)
-		if err == nil && gen != h.rec.Generation {
+		var taken *JobInUseError
+		if err := h.check(ctx); errors.As(err, &taken) {
 			cancel()
-			e := &JobInUseError{Plan: h.plan, Renewed: info.Modified, TakenOver: true}
-			if rec != nil {
-				e.Holder = *rec
-			}
-			slog.Error("job hold lost: another process took the job over", "plan", h.plan.String(), "code", string(errcode.JobInUse), "err", e)
-			h.lose(e)
+			slog.Error("job hold lost: another process took the job over", "plan", h.plan.String(), "code", string(errcode.JobInUse), "err", taken)
+			h.lose(taken)
 			return
 		}
-		err = h.write(ctx)
+		err := h.write(ctx)
 		cancel()
 		switch {
 		case err == nil:
@@ -584,6 +582,23 @@ func (h *Hold) renew(written time.Time) {
 			slog.Warn("job hold not renewed; a process on another machine may take this job for abandoned", "key", key, "code", string(errcode.Of(err)), "err", err)
 		}
 	}
+}
+
+// check returns JOB_IN_USE (TakenOver) when the job's current record is
+// not this hold's: a later generation's, or none (it was deleted).
+func (h *Hold) check(ctx context.Context) error {
+	rec, gen, info, err := currentHolder(ctx, h.store, h.plan)
+	if err != nil {
+		return wrap(err, "plan %s: read the job's hold", h.plan)
+	}
+	if gen == h.rec.Generation {
+		return nil
+	}
+	e := &JobInUseError{Plan: h.plan, Renewed: info.Modified, TakenOver: true}
+	if rec != nil {
+		e.Holder = *rec
+	}
+	return e
 }
 
 // write stores a new version of the hold record.

@@ -804,3 +804,48 @@ func TestTakeOverWritesNothingWithoutLiveHolder(t *testing.T) {
 		t.Fatalf("TakeOver of a released job wrote generation 3: %v", err)
 	}
 }
+
+// takenWhileRemoving is a store on which plan pd's job is taken over by
+// another machine's process (its record at generation gen) while a
+// removal deletes the job's map files: a take-over by hand (verify
+// --resume --take-over) of a removal that still ran, which learns of it
+// only at its next renewal.
+type takenWhileRemoving struct {
+	objstore.Store
+	t     *testing.T
+	pd    manifest.Digest
+	gen   int
+	other procid.ID
+}
+
+func (r *takenWhileRemoving) DeletePrefix(ctx context.Context, prefix string) error {
+	if prefix == jobPrefix(r.pd)+"map/" {
+		putHold(r.t, r.Store, r.pd, r.gen, HoldRun, r.other)
+	}
+	return r.Store.(objstore.Deleter).DeletePrefix(ctx, prefix)
+}
+
+// A removal whose job was taken over before its last step (by hand,
+// before its next renewal could tell it) does not delete the hold
+// records: they are the new holder's too, and a job without them is
+// taken by the next process that looks, beside the one running it. It
+// stops with JOB_IN_USE naming the new holder.
+func TestRemoveJobTakenOverKeepsHold(t *testing.T) {
+	s := stagetest.Store(t)
+	ctx := t.Context()
+	pd := manifest.Sum([]byte("plan whose removal is taken over by hand"))
+	for _, k := range []string{"map/0/commit.json", "reduce/0/commit.json"} {
+		if _, err := s.Put(ctx, jobPrefix(pd)+k, strings.NewReader(k), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
+	var inUse *JobInUseError
+	err := RemoveJob(ctx, &takenWhileRemoving{Store: s, t: t, pd: pd, gen: 2, other: other}, pd)
+	if !errors.As(err, &inUse) || !inUse.TakenOver || inUse.Holder.Generation != 2 || inUse.Holder.Process.Host != "elsewhere" {
+		t.Fatalf("RemoveJob taken over before its last step: %v, want JOB_IN_USE naming the new holder", err)
+	}
+	if _, err := s.Head(ctx, holdKey(pd, 2), ""); err != nil {
+		t.Fatalf("the new holder's record: %v", err)
+	}
+}

@@ -221,7 +221,9 @@ func ListJobs(ctx context.Context, s objstore.Store) ([]JobScratch, error) {
 // leaves a reduce commit naming deleted inputs, then every other
 // directory but hold/, and the hold records last, with the job's prefix
 // (and the lease, a single key no run reads): the next process to take
-// the job learns from them that a removal did not finish. The plan and
+// the job learns from them that a removal did not finish. A removal
+// whose job another process took over meanwhile (by hand, see TakeOver)
+// leaves the hold records to it and is JOB_IN_USE. The plan and
 // the report, content-addressed blobs, stay. s must implement
 // objstore.Deleter.
 func RemoveJob(ctx context.Context, s objstore.Store, pd manifest.Digest) error {
@@ -252,6 +254,13 @@ func RemoveJob(ctx context.Context, s objstore.Store, pd manifest.Digest) error 
 	}
 	if !h.end() {
 		return h.Lost()
+	}
+	// A take-over by hand (TakeOver) is learned of at the next renewal,
+	// up to HoldRenewInterval later: the hold records about to go would
+	// be the next holder's, and a job without them is taken by whoever
+	// looks next, beside that holder.
+	if err := h.check(ctx); err != nil {
+		return err
 	}
 	if err := d.DeletePrefix(ctx, jobPrefix(pd)); err != nil {
 		return wrap(err, "remove job %s", pd)
