@@ -97,6 +97,9 @@ type JobInUseError struct {
 	// (this one had stopped renewing its hold for HoldStaleAfter, or it
 	// was taken for dead by hand: verify --resume --take-over).
 	TakenOver bool
+	// Estimated: Age is by this machine's clock, not the store's (a
+	// look that wrote nothing: HolderReadOnly).
+	Estimated bool
 }
 
 func (e *JobInUseError) Error() string {
@@ -113,8 +116,12 @@ func (e *JobInUseError) Error() string {
 	if e.Local {
 		who += ", running on this machine)"
 	} else {
-		who += fmt.Sprintf(", hold renewed %s ago by the store's clock; a holder on another machine is taken for dead %s after its last renewal)",
-			e.Age.Round(time.Second), HoldStaleAfter)
+		clock := "the store's clock"
+		if e.Estimated {
+			clock = "this machine's clock, which may disagree with the store's"
+		}
+		who += fmt.Sprintf(", hold renewed %s ago by %s; a holder on another machine is taken for dead %s after its last renewal)",
+			e.Age.Round(time.Second), clock, HoldStaleAfter)
 	}
 	next := "wait for it to end: `verify --resume` of the plan then prints the report it stored (or goes on from where it stopped)"
 	if h.Purpose == HoldRemove {
@@ -256,11 +263,13 @@ type holderState struct {
 	// clock, when not local.
 	alive, local bool
 	age          time.Duration
+	// estimated: age is by this machine's clock (a read-only look).
+	estimated bool
 }
 
 // inUse is the JOB_IN_USE error naming st's holder.
 func (st *holderState) inUse(pd manifest.Digest) *JobInUseError {
-	return &JobInUseError{Plan: pd, Holder: *st.rec, Renewed: st.info.Modified, Age: st.age, Local: st.local}
+	return &JobInUseError{Plan: pd, Holder: *st.rec, Renewed: st.info.Modified, Age: st.age, Local: st.local, Estimated: st.estimated}
 }
 
 // lookHolder reads plan pd's current holder and judges whether it may
@@ -273,7 +282,10 @@ func (st *holderState) inUse(pd manifest.Digest) *JobInUseError {
 // (again): a renewal that lands before that read is seen, and one that
 // has not landed by then cannot, since its holder stops (holdExpiry) a
 // renewal interval before others may take it for gone.
-func lookHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (holderState, error) {
+//
+// With readOnly, nothing is written: the record's age is judged against
+// this machine's clock instead (estimated, as a dry run may be).
+func lookHolder(ctx context.Context, s objstore.Store, pd manifest.Digest, readOnly bool) (holderState, error) {
 	var now time.Time
 	for {
 		rec, gen, info, err := currentHolder(ctx, s, pd)
@@ -286,6 +298,11 @@ func lookHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (hold
 		}
 		if alive, known := rec.Process.Alive(); known {
 			st.alive, st.local = alive, true
+			return st, nil
+		}
+		if readOnly {
+			st.age = time.Since(info.Modified)
+			st.alive, st.estimated = st.age < HoldStaleAfter, true
 			return st, nil
 		}
 		if now.IsZero() {
@@ -304,7 +321,19 @@ func lookHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (hold
 // Acquire would give, without taking the job. Judging a holder on
 // another machine writes the job's clock probe (see lookHolder).
 func Holder(ctx context.Context, s objstore.Store, pd manifest.Digest) (*JobInUseError, error) {
-	st, err := lookHolder(ctx, s, pd)
+	return holder(ctx, s, pd, false)
+}
+
+// HolderReadOnly is Holder writing nothing (store prune-jobs --dry-run):
+// a holder on another machine is judged by this machine's clock, so a
+// clock that disagrees with the store's makes the answer an estimate
+// (JobInUseError.Estimated).
+func HolderReadOnly(ctx context.Context, s objstore.Store, pd manifest.Digest) (*JobInUseError, error) {
+	return holder(ctx, s, pd, true)
+}
+
+func holder(ctx context.Context, s objstore.Store, pd manifest.Digest, readOnly bool) (*JobInUseError, error) {
+	st, err := lookHolder(ctx, s, pd, readOnly)
 	if err != nil {
 		return nil, err
 	}
@@ -407,7 +436,7 @@ func acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 		taking = -1
 	)
 	for attempt := 0; ; attempt++ {
-		st, err := lookHolder(ctx, s, pd)
+		st, err := lookHolder(ctx, s, pd, false)
 		if err != nil {
 			return nil, nil, wrap(err, "plan %s: read the job's hold", pd)
 		}
@@ -519,6 +548,14 @@ func holdExpiry() time.Duration {
 	return HoldStaleAfter / 2
 }
 
+// holdWallCheck is how often a holder compares the wall clock with its
+// last renewal (see renew), and holdWallNow its wall clock (without a
+// monotonic reading; tests move it).
+var (
+	holdWallCheck = 5 * time.Second
+	holdWallNow   = func() time.Time { return time.Now().Round(0) }
+)
+
 // lose records err as why the hold is lost and ends its context.
 func (h *Hold) lose(err error) {
 	h.mu.Lock()
@@ -536,12 +573,21 @@ func (h *Hold) lose(err error) {
 // that did): a process on another machine may then take the job over,
 // and this one must not go on running it or deleting its files beside
 // that one.
+//
+// The expiry is timed by the monotonic clock and, checked every
+// holdWallCheck, by the wall clock too, whichever has run further: Linux's
+// monotonic clock stops while the machine is suspended (a laptop's lid, a
+// VM paused by its host), and a holder waking up minutes later would go
+// on working as though no time had passed while another machine had
+// taken the job over.
 func (h *Hold) renew(written time.Time) {
 	defer close(h.done)
 	t := time.NewTicker(HoldRenewInterval)
 	defer t.Stop()
 	expire := time.NewTimer(time.Until(written.Add(holdExpiry())))
 	defer expire.Stop()
+	wall := time.NewTicker(holdWallCheck)
+	defer wall.Stop()
 	key := holdKey(h.plan, h.rec.Generation)
 	var failed error
 	for {
@@ -553,10 +599,16 @@ func (h *Hold) renew(written time.Time) {
 		case <-expire.C:
 			h.expired(failed)
 			return
+		case <-wall.C:
+			if holdWallNow().Sub(written.Round(0)) >= holdExpiry() {
+				h.expired(failed)
+				return
+			}
+			continue
 		case <-t.C:
 		}
 		deadline := written.Add(holdExpiry())
-		if !time.Now().Before(deadline) {
+		if !time.Now().Before(deadline) || holdWallNow().Sub(written.Round(0)) >= holdExpiry() {
 			h.expired(failed)
 			return
 		}

@@ -849,3 +849,34 @@ func TestRemoveJobTakenOverKeepsHold(t *testing.T) {
 		t.Fatalf("the new holder's record: %v", err)
 	}
 }
+
+// A holder whose machine was suspended (its monotonic clock, and with it
+// every timer, stood still while the wall clock ran on) gives the job up
+// once it wakes and sees, by the wall clock, that its last renewal is
+// older than it may be: another machine may have taken the job over
+// meanwhile.
+func TestHoldGivenUpAfterSuspend(t *testing.T) {
+	s, res := synth(t)
+	defer func(c time.Duration, now func() time.Time) { holdWallCheck, holdWallNow = c, now }(holdWallCheck, holdWallNow)
+	holdWallCheck = 10 * time.Millisecond
+	var slept atomic.Int64
+	holdWallNow = func() time.Time { return time.Now().Round(0).Add(time.Duration(slept.Load())) }
+	h, err := Acquire(t.Context(), s, planOnly(t, s, res.Root, "suspend"), HoldRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	time.Sleep(5 * holdWallCheck)
+	if err := h.Lost(); err != nil {
+		t.Fatalf("hold lost before any suspend: %v", err)
+	}
+	slept.Store(int64(HoldStaleAfter)) // the machine slept 5 minutes
+	select {
+	case <-h.Context().Done():
+	case <-time.After(time.Minute):
+		t.Fatal("a holder woken from a 5-minute suspend kept the job")
+	}
+	if err := h.Lost(); errcode.Of(err) != errcode.StoreUnavailable {
+		t.Fatalf("Lost() = %v, want STORE_UNAVAILABLE", err)
+	}
+}

@@ -170,7 +170,9 @@ commands, or --emit alone) have no lease: give them a cutoff longer than
 their longest gap between phases. A job that a live process holds (a
 verify --resume of it, or another prune-jobs deleting it) is kept, and
 printed with the holder. Each job is printed with its object count and
-bytes; --dry-run only prints.`,
+bytes; --dry-run only prints, and writes nothing (a real prune writes a
+probe object to read the store's clock when it judges a holder on
+another machine; a dry run judges it by this machine's clock).`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		if pruneFlags.olderThan < 0 {
@@ -193,7 +195,10 @@ bytes; --dry-run only prints.`,
 			case !j.Newest.Before(cutoff):
 			case pruneFlags.dryRun:
 				verb = "would delete"
-				if inUse, err = coordinator.Holder(cmd.Context(), s, j.Plan); err != nil {
+				// Writes nothing, so a holder on another machine is
+				// judged by this machine's clock (a real prune asks the
+				// store's).
+				if inUse, err = coordinator.HolderReadOnly(cmd.Context(), s, j.Plan); err != nil {
 					return err
 				} else if inUse != nil {
 					verb = "kept"
@@ -211,6 +216,9 @@ bytes; --dry-run only prints.`,
 				// A verify --resume of an old job, or another prune.
 				h := &inUse.Holder
 				holder = fmt.Sprintf("\tin use by %q (pid %d on host %s, %s)", h.Command, h.Process.PID, h.Process.Host, h.Purpose)
+				if inUse.Estimated && !inUse.Local {
+					holder += fmt.Sprintf(", renewed %s ago by this machine's clock", inUse.Age.Round(time.Second))
+				}
 			}
 			if _, err := fmt.Fprintf(out, "%s\tjobs/%s/\t%d objects\t%d bytes\tnewest %s%s\n",
 				verb, j.Plan.Hex(), j.Objects, j.Bytes, j.Newest.UTC().Format(time.RFC3339), holder); err != nil {

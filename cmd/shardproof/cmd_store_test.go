@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,6 +20,7 @@ import (
 
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/procid"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/s3/s3test"
 )
@@ -298,5 +302,46 @@ func TestStoreMustExist(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(filepath.Join(created, "blobs", "sha256")); err != nil || len(ents) == 0 {
 		t.Fatalf("synth wrote no blobs into %s: %v", created, err)
+	}
+}
+
+// store prune-jobs --dry-run writes nothing, also when it judges a holder
+// on another machine (a real prune writes a probe to read the store's
+// clock; the dry run judges by this machine's and says so).
+func TestStorePruneJobsDryRunWritesNothing(t *testing.T) {
+	r := newRelease(t)
+	ctx := t.Context()
+	plan := cliReport(t, runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--json", "--keep-job")).Execution.Plan
+	b, err := json.Marshal(&coordinator.HoldRecord{Schema: coordinator.HoldSchema, Plan: plan, Generation: 1000, Purpose: coordinator.HoldRun,
+		Command: "shardproof verify", Process: procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1},
+		Started: time.Now().UTC().Format(time.RFC3339)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := "jobs/" + plan.Hex() + "/"
+	holdKey := prefix + "hold/" + strconv.Itoa(1000)
+	if _, err := r.store.Put(ctx, holdKey, bytes.NewReader(b), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	listing := func() []objstore.ObjectInfo {
+		page, err := r.store.List(ctx, prefix, "", 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return page.Objects
+	}
+	before := listing()
+	out, err := storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than", "0s", "--dry-run")
+	if err != nil || !strings.Contains(out, "kept\t"+prefix) || !strings.Contains(out, `in use by "shardproof verify" (pid 4242 on host elsewhere, run), renewed`) ||
+		!strings.Contains(out, "ago by this machine's clock") {
+		t.Fatalf("--dry-run of a job held on another machine: %q, %v", out, err)
+	}
+	if after := listing(); !slices.Equal(after, before) {
+		t.Fatalf("--dry-run wrote to the job: %d objects before, %d after", len(before), len(after))
+	}
+	out, err = storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than", "0s")
+	if err != nil || !strings.Contains(out, "kept\t"+prefix) || !strings.Contains(out, `in use by "shardproof verify" (pid 4242 on host elsewhere, run)`) ||
+		strings.Contains(out, "this machine's clock") {
+		t.Fatalf("prune-jobs of a job held on another machine: %q, %v", out, err)
 	}
 }
