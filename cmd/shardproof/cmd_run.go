@@ -306,8 +306,9 @@ var runReassignCmd = &cobra.Command{
 	Long: `Change a run's world size and assignment for scale-out or recovery. The
 run keeps its root; ranks whose assignment changed, new ranks and the ranks
 named by --reset (replaced workers) must attest again before the barrier
-reopens. Reassign before starting the workers of new ranks: a worker whose
-rank is beyond the run's world size exits USAGE at once.
+reopens. A worker started for a new rank before the reassignment waits
+up to its --rank-wait (10m by default) for it, verifying nothing
+meanwhile, and fails with USAGE if it does not come.
 
 The change is a compare-and-set on the run's epoch: --expect-epoch N (by
 default the epoch the run is at when the command reads it). Another
