@@ -18,7 +18,7 @@ type Code string
 const (
 	ExitOK            = 0 // success; for verify: verdict VERIFIED
 	ExitInvalid       = 1 // the input was checked and found wrong (verdict INVALID, bad document)
-	ExitUsage         = 2 // bad flags or arguments
+	ExitUsage         = 2 // bad flags or arguments, or credentials refused (UNAUTHENTICATED, STORE_DENIED)
 	ExitError         = 3 // operational error: store or network unreachable, I/O failure
 	ExitRejected      = 4 // the gate or store refused a command (conflict, fence, permit, precondition)
 	ExitIndeterminate = 5 // the outcome is unknown (leader lost mid-commit): retry is safe
