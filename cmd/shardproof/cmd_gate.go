@@ -280,9 +280,10 @@ command it reflects: members reporting the same index must report the same
 digest, so comparing them checks that the replicas agree. The index is 0
 until the node applies a command after start-up or a snapshot restore.
 
-A member that met a committed command its build cannot decode (a newer
-build's) stops applying the log and leaves the cluster: its status starts
-with HALTED and the log index, and the exit status is 3 (GATE_HALTED).
+A member that met a committed command or a snapshot of the state its
+build cannot decode (a newer build's) stops applying the log and leaves
+the cluster: its status starts with HALTED and where (the log index, or
+"a snapshot of the gate's state"), and the exit status is 3 (GATE_HALTED).
 Upgrade it to the other members' build and restart it on its directory.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
