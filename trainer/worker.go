@@ -372,7 +372,18 @@ func (w *Worker) waitForRank(ctx context.Context, run *raftgate.Run) error {
 		}
 		cur, err := w.getRun(ctx)
 		if err != nil {
-			return err
+			if ctx.Err() != nil || !transient(err) {
+				return err
+			}
+			// No gate answered (down, or electing for longer than the
+			// client retries): no news of the run. Ask again at the
+			// next poll, until the wait is over.
+			if !time.Now().Before(deadline) {
+				return errcode.Wrap(errcode.Of(err), err, "rank %d waited %s for a reassignment that includes it, and no gate answered at its end",
+					w.cfg.Rank, w.cfg.RankWait)
+			}
+			w.log.Warn("gate read failed while waiting for a reassignment", "code", errcode.Of(err))
+			continue
 		}
 		if err := runErr(cur); err != nil {
 			return err

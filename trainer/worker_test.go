@@ -1330,3 +1330,71 @@ func TestScaleInWhileVerifying(t *testing.T) {
 		t.Fatalf("init container scaled in: %v", err)
 	}
 }
+
+// flakyRuns fails Run reads with GATE_UNAVAILABLE while down is set,
+// counting them.
+type flakyRuns struct {
+	Gate
+	down   atomic.Bool
+	failed atomic.Int64
+}
+
+func (g *flakyRuns) Run(ctx context.Context, id string) (*raftgate.Run, error) {
+	if g.down.Load() {
+		g.failed.Add(1)
+		return nil, errcode.New(errcode.GateUnavailable, "no gate answered GET /v1/runs/%s within 15s", id)
+	}
+	return g.Gate.Run(ctx, id)
+}
+
+// A rank waiting for the reassignment that includes it failed for good
+// with GATE_UNAVAILABLE at the first read no gate answered (an election
+// longer than the client retries, during a wait of up to --rank-wait). A
+// gate that does not answer says nothing of the run: the rank keeps
+// waiting, and joins once the reassignment comes.
+func TestRankWaitSurvivesGateDown(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 2, 20*time.Second)
+	g := &flakyRuns{Gate: e.gate}
+	w := e.worker("r1", 2, nil, g)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(e.ctx, true) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(w.Status().Reason, "waiting for a reassignment that includes rank 2") {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 2 before the reassignment: %+v", w.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	g.down.Store(true)
+	for g.failed.Load() < 3 {
+		select {
+		case err := <-done:
+			t.Fatalf("rank 2 ended while the gate did not answer: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d failed reads of the run in 10 s", g.failed.Load())
+		}
+	}
+	if st := w.Status(); st.State != StateStarting {
+		t.Fatalf("rank 2 waiting with the gate down: %+v, want STARTING", st)
+	}
+	g.down.Store(false)
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 3, Assignment: [][]int{{0, 3, 6}, {1, 4, 7}, {2, 5}}}); err != nil {
+		t.Fatal(err)
+	}
+	// Ranks 0 and 1 attest too, so that the barrier opens.
+	for _, err := range runAll(e.ctx, e.worker("r1", 0, nil, nil), e.worker("r1", 1, nil, nil)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("rank 2 after the reassignment: %v", err)
+	}
+	if st := w.Status(); st.State != StateReady || st.Epoch != 1 || len(st.Shards) != 2 {
+		t.Fatalf("rank 2 after the reassignment: %+v", st)
+	}
+}
