@@ -575,11 +575,11 @@ func (h *Hold) lose(err error) {
 // that one.
 //
 // The expiry is timed by the monotonic clock and, checked every
-// holdWallCheck, by the wall clock too, whichever has run further: Linux's
-// monotonic clock stops while the machine is suspended (a laptop's lid, a
-// VM paused by its host), and a holder waking up minutes later would go
-// on working as though no time had passed while another machine had
-// taken the job over.
+// holdWallCheck (during a renewal too), by the wall clock, whichever has
+// run further: Linux's monotonic clock stops while the machine is
+// suspended (a laptop's lid, a VM paused by its host), and a holder
+// waking up minutes later would go on working as though no time had
+// passed while another machine had taken the job over.
 func (h *Hold) renew(written time.Time) {
 	defer close(h.done)
 	t := time.NewTicker(HoldRenewInterval)
@@ -600,7 +600,7 @@ func (h *Hold) renew(written time.Time) {
 			h.expired(failed)
 			return
 		case <-wall.C:
-			if holdWallNow().Sub(written.Round(0)) >= holdExpiry() {
+			if wallExpired(written) {
 				h.expired(failed)
 				return
 			}
@@ -608,23 +608,38 @@ func (h *Hold) renew(written time.Time) {
 		case <-t.C:
 		}
 		deadline := written.Add(holdExpiry())
-		if !time.Now().Before(deadline) || holdWallNow().Sub(written.Round(0)) >= holdExpiry() {
+		if !time.Now().Before(deadline) || wallExpired(written) {
 			h.expired(failed)
 			return
 		}
 		// Bounded by the deadline: a renewal that hangs (a silent
-		// server) must not keep this process working past it.
+		// server) must not keep this process working past it. And by
+		// the wall clock: a machine suspended while it hung wakes with
+		// that deadline, on the monotonic clock, still minutes ahead.
 		ctx, cancel := context.WithDeadline(h.ctx, deadline)
+		bounded := make(chan struct{})
+		go func() {
+			defer close(bounded)
+			cancelAtWallExpiry(ctx, cancel, written)
+		}()
 		start := time.Now()
 		var taken *JobInUseError
 		if err := h.check(ctx); errors.As(err, &taken) {
 			cancel()
+			<-bounded
 			slog.Error("job hold lost: another process took the job over", "plan", h.plan.String(), "code", string(errcode.JobInUse), "err", taken)
 			h.lose(taken)
 			return
 		}
 		err := h.write(ctx)
 		cancel()
+		<-bounded
+		if wallExpired(written) {
+			// Whether or not this renewal went through, another
+			// machine may have taken the job while this one slept.
+			h.expired(failed)
+			return
+		}
 		switch {
 		case err == nil:
 			written = start
@@ -632,6 +647,30 @@ func (h *Hold) renew(written time.Time) {
 		case h.ctx.Err() == nil:
 			failed = err
 			slog.Warn("job hold not renewed; a process on another machine may take this job for abandoned", "key", key, "code", string(errcode.Of(err)), "err", err)
+		}
+	}
+}
+
+// wallExpired reports whether the wall clock shows holdExpiry since
+// written (see renew).
+func wallExpired(written time.Time) bool {
+	return holdWallNow().Sub(written.Round(0)) >= holdExpiry()
+}
+
+// cancelAtWallExpiry calls cancel once the wall clock shows holdExpiry
+// since written, looking every holdWallCheck until ctx ends.
+func cancelAtWallExpiry(ctx context.Context, cancel context.CancelFunc, written time.Time) {
+	t := time.NewTicker(holdWallCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if wallExpired(written) {
+				cancel()
+				return
+			}
 		}
 	}
 }

@@ -343,6 +343,8 @@ type holdOutage struct {
 	objstore.Store
 	hang bool
 	down atomic.Bool
+	// hung counts the Puts waiting for their context (with hang).
+	hung atomic.Int64
 
 	mu     sync.Mutex
 	lastOK time.Time // when the last hold Put that was stored began
@@ -354,6 +356,7 @@ func (o *holdOutage) Put(ctx context.Context, key string, body io.Reader, opts o
 	}
 	if o.down.Load() {
 		if o.hang {
+			o.hung.Add(1)
 			<-ctx.Done()
 			return "", errcode.Wrap(errcode.Canceled, ctx.Err(), "put %s", key)
 		}
@@ -875,6 +878,45 @@ func TestHoldGivenUpAfterSuspend(t *testing.T) {
 	case <-h.Context().Done():
 	case <-time.After(time.Minute):
 		t.Fatal("a holder woken from a 5-minute suspend kept the job")
+	}
+	if err := h.Lost(); errcode.Of(err) != errcode.StoreUnavailable {
+		t.Fatalf("Lost() = %v, want STORE_UNAVAILABLE", err)
+	}
+}
+
+// A holder suspended while a renewal hung on a silent server (the
+// renewal's deadline is on the monotonic clock, which stood still during
+// the suspend) gives the job up once it wakes and its wall clock shows
+// the last renewal too old, not when the renewal's deadline passes
+// minutes later: the wall clock bounds the renewal too.
+func TestHoldGivenUpAfterSuspendDuringRenewal(t *testing.T) {
+	s, res := synth(t)
+	defer func(c time.Duration, now func() time.Time, r time.Duration) {
+		holdWallCheck, holdWallNow, HoldRenewInterval = c, now, r
+	}(holdWallCheck, holdWallNow, HoldRenewInterval)
+	holdWallCheck, HoldRenewInterval = 10*time.Millisecond, 50*time.Millisecond
+	var slept atomic.Int64
+	holdWallNow = func() time.Time { return time.Now().Round(0).Add(time.Duration(slept.Load())) }
+	o := &holdOutage{Store: s, hang: true}
+	ctx, cancel := context.WithCancel(t.Context())
+	h, err := Acquire(ctx, o, planOnly(t, s, res.Root, "suspend-renewing"), HoldRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	defer o.down.Store(false)
+	defer cancel() // first: a renewal still hanging ends with it
+	o.down.Store(true)
+	for deadline := time.Now().Add(time.Minute); o.hung.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no renewal began")
+		}
+	}
+	slept.Store(int64(HoldStaleAfter)) // the machine slept 5 minutes during the renewal
+	select {
+	case <-h.Context().Done():
+	case <-time.After(time.Minute):
+		t.Fatalf("a holder woken from a 5-minute suspend during a renewal kept the job (its renewal's deadline is %s after its last renewal)", holdExpiry())
 	}
 	if err := h.Lost(); errcode.Of(err) != errcode.StoreUnavailable {
 		t.Fatalf("Lost() = %v, want STORE_UNAVAILABLE", err)
