@@ -1,11 +1,16 @@
 package raftgate
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 )
@@ -175,5 +180,71 @@ func TestHaltedLeaderNeitherReadsNorProposes(t *testing.T) {
 	}
 	if got := n.Raft().LastIndex(); got != last {
 		t.Fatalf("the halted leader's log grew from %d to %d", last, got)
+	}
+}
+
+// A member whose newest snapshot is a newer build's (an unknown field)
+// does not start, on a plain start or with Recover, and says GATE_HALTED
+// naming the snapshot, rather than an internal error or, restoring an
+// older snapshot, a state behind the cluster's.
+func TestStartHaltsAtUndecodableSnapshot(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	cfg := TestConfig(t.TempDir(), "gate1")
+	n := NewNode(cfg)
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a leader", n.IsLeader)
+	cl := NewClient(n.URL())
+	defer cl.Close()
+	for v := uint64(1); v <= 3; v++ {
+		if _, err := cl.AdvanceFence(ctx, FenceTombstone, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A good snapshot first, older than the newer build's one.
+	if err := n.Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	good, err := n.FSM().Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := n.Raft().GetConfiguration()
+	if err := conf.Error(); err != nil {
+		t.Fatal(err)
+	}
+	last := n.Raft().LastIndex()
+	if err := n.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := raft.NewFileSnapshotStore(cfg.DataDir, 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, trans := raft.NewInmemTransport("")
+	sink, err := snaps.Create(raft.SnapshotVersionMax, last, 2, conf.Configuration(), 1, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Write(bytes.Replace(good, []byte(`{`), []byte(`{"future":1,`), 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, recover := range []bool{false, true} {
+		c := cfg
+		c.Bootstrap, c.Recover = false, recover
+		n := NewNode(c)
+		err := n.Start(ctx)
+		if err == nil {
+			n.Shutdown()
+		}
+		var h *HaltError
+		if errcode.Of(err) != errcode.GateHalted || !errors.As(err, &h) || !h.Snapshot {
+			t.Fatalf("recover=%v: start on a newer build's snapshot: %v, want GATE_HALTED at a snapshot", recover, err)
+		}
 	}
 }

@@ -395,6 +395,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		if err := raft.RecoverCluster(rc, n.fsm, n.store, n.store, snaps, n.trans, raft.Configuration{Servers: []raft.Server{{
 			Suffrage: raft.Voter, ID: rc.LocalID, Address: n.trans.LocalAddr(),
 		}}}); err != nil {
+			if _, h := n.fsm.Halted(); h != nil {
+				// As in NewRaft below: its newest snapshot is a newer
+				// build's.
+				return fmt.Errorf("recover %s: %w", n.cfg.DataDir, h)
+			}
 			return errcode.Wrap(errcode.Internal, err, "recover %s", n.cfg.DataDir)
 		}
 		if err := os.WriteFile(marker, []byte("at "+time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
