@@ -156,6 +156,16 @@ func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
 			if in.cols, err = matchColumns(p, got, as); err != nil {
 				return err
 			}
+			// Record readers take Parquet leaf columns, which differ
+			// from Arrow fields once a nested column (a struct, a list)
+			// comes before ours: an input with one failed to decode.
+			for i, f := range in.cols {
+				leaf := fr.Manifest.Fields[f].ColIndex
+				if leaf < 0 {
+					return errcode.New(errcode.BadInput, "input %s: column %s is not a plain column", p, as.Field(i).Name)
+				}
+				in.cols[i] = leaf
+			}
 			in.rows = int(fr.ParquetReader().NumRows())
 			return nil
 		})
