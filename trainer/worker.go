@@ -352,9 +352,12 @@ func (w *Worker) waitForRank(ctx context.Context, run *raftgate.Run) error {
 		w.rankWaitSince = time.Now()
 	}
 	deadline := w.rankWaitSince.Add(w.cfg.RankWait)
-	if w.cfg.RankWait < 0 || !time.Now().Before(deadline) {
-		return errcode.New(errcode.Usage, "rank %d outside run %s's world size %d (waited %s for a reassignment that includes it)",
-			w.cfg.Rank, w.cfg.Run, run.WorldSize, time.Since(w.rankWaitSince).Round(time.Second))
+	if w.cfg.RankWait < 0 {
+		return errcode.New(errcode.Usage, "rank %d outside run %s's world size %d (not waiting for a reassignment that includes it: --rank-wait 0)",
+			w.cfg.Rank, w.cfg.Run, run.WorldSize)
+	}
+	if !time.Now().Before(deadline) {
+		return w.rankOutside(run.WorldSize)
 	}
 	w.log.Info("rank outside the run's world size; waiting for a reassignment that includes it",
 		"worldSize", run.WorldSize, "epoch", run.Epoch, "wait", time.Until(deadline).Round(time.Second))
@@ -393,10 +396,16 @@ func (w *Worker) waitForRank(ctx context.Context, run *raftgate.Run) error {
 			return nil
 		}
 		if !time.Now().Before(deadline) {
-			return errcode.New(errcode.Usage, "rank %d outside run %s's world size %d (waited %s for a reassignment that includes it)",
-				w.cfg.Rank, w.cfg.Run, cur.WorldSize, w.cfg.RankWait)
+			return w.rankOutside(cur.WorldSize)
 		}
 	}
+}
+
+// rankOutside is USAGE for a rank whose wait for a reassignment that
+// includes it is over.
+func (w *Worker) rankOutside(world int) error {
+	return errcode.New(errcode.Usage, "rank %d outside run %s's world size %d (waited %s for a reassignment that includes it: --rank-wait)",
+		w.cfg.Rank, w.cfg.Run, world, time.Since(w.rankWaitSince).Round(time.Second))
 }
 
 // next is what a worker does after waiting at or watching its run.
