@@ -620,7 +620,7 @@ func (h *Hold) renew(written time.Time) {
 		bounded := make(chan struct{})
 		go func() {
 			defer close(bounded)
-			cancelAtWallExpiry(ctx, cancel, written)
+			cancelAtWallExpiry(ctx, cancel, written, h.stop)
 		}()
 		start := time.Now()
 		var taken *JobInUseError
@@ -634,6 +634,14 @@ func (h *Hold) renew(written time.Time) {
 		err := h.write(ctx)
 		cancel()
 		<-bounded
+		select {
+		case <-h.stop:
+			// Released or removed meanwhile: the renewal in flight
+			// was cut (see cancelAtWallExpiry), and the record's next
+			// version is the caller's.
+			return
+		default:
+		}
 		if wallExpired(written) {
 			// Whether or not this renewal went through, another
 			// machine may have taken the job while this one slept.
@@ -658,13 +666,18 @@ func wallExpired(written time.Time) bool {
 }
 
 // cancelAtWallExpiry calls cancel once the wall clock shows holdExpiry
-// since written, looking every holdWallCheck until ctx ends.
-func cancelAtWallExpiry(ctx context.Context, cancel context.CancelFunc, written time.Time) {
+// since written, looking every holdWallCheck until ctx ends, or at once
+// when stop closes: a Release or a removal must not wait, up to
+// holdExpiry, for a renewal that hangs on a silent store.
+func cancelAtWallExpiry(ctx context.Context, cancel context.CancelFunc, written time.Time, stop <-chan struct{}) {
 	t := time.NewTicker(holdWallCheck)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-stop:
+			cancel()
 			return
 		case <-t.C:
 			if wallExpired(written) {

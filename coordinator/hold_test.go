@@ -922,3 +922,38 @@ func TestHoldGivenUpAfterSuspendDuringRenewal(t *testing.T) {
 		t.Fatalf("Lost() = %v, want STORE_UNAVAILABLE", err)
 	}
 }
+
+// Release does not wait for a renewal that hangs on a silent store (up
+// to holdExpiry, minutes): it cuts it, and writes the released record
+// once the store answers again. A verify that had finished waited up to
+// 4 minutes at its end.
+func TestReleaseCutsHungRenewal(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	defer func(r, st time.Duration) { HoldRenewInterval, HoldStaleAfter = r, st }(HoldRenewInterval, HoldStaleAfter)
+	HoldRenewInterval, HoldStaleAfter = 50*time.Millisecond, 10*time.Minute
+	o := &holdOutage{Store: s, hang: true}
+	pd := planOnly(t, s, res.Root, "release-hung")
+	h, err := Acquire(ctx, o, pd, HoldRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.down.Store(true)
+	for deadline := time.Now().Add(time.Minute); o.hung.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no renewal hung")
+		}
+	}
+	o.down.Store(false) // the hung renewal stays hung; new requests go through
+	released := make(chan struct{})
+	go func() { h.Release(); close(released) }()
+	select {
+	case <-released:
+	case <-time.After(time.Minute):
+		t.Fatalf("Release waited for a hung renewal (it ends %s after the last renewal)", holdExpiry())
+	}
+	rec, _, _, err := currentHolder(ctx, s, pd)
+	if err != nil || rec == nil || !rec.Released {
+		t.Fatalf("after Release: record %+v (%v), want it released", rec, err)
+	}
+}
