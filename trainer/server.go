@@ -25,8 +25,13 @@ func (w *Worker) Handler() http.Handler {
 		}
 		rw.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintf(rw, "not ready: %s", s.State)
-		if s.Code != "" {
+		switch {
+		case s.Code != "":
 			fmt.Fprintf(rw, " %s: %s", s.Code, s.Reason)
+		case s.Reason != "":
+			// A rank waiting for the reassignment that includes it, a
+			// closed permit: why it is not ready yet.
+			fmt.Fprintf(rw, ": %s", s.Reason)
 		}
 		fmt.Fprintln(rw)
 	})

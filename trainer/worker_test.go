@@ -1267,6 +1267,11 @@ func TestScaleOutRankStartedBeforeReassign(t *testing.T) {
 	if st := early.Status(); st.State != StateStarting || st.Verified != 0 || len(st.Shards) != 0 {
 		t.Fatalf("rank 2 waiting: %+v, want STARTING with nothing verified", st)
 	}
+	rec := httptest.NewRecorder()
+	early.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if body := rec.Body.String(); rec.Code != 503 || !strings.Contains(body, "not ready: STARTING: waiting for a reassignment that includes rank 2 (world size 2)") {
+		t.Fatalf("/readyz of a rank waiting for its reassignment: %d %q", rec.Code, body)
+	}
 	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 3, Assignment: [][]int{{0, 3, 6}, {1, 4, 7}, {2, 5}}}); err != nil {
 		t.Fatal(err)
 	}
