@@ -138,6 +138,12 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 	return fn(fr)
 }
 
+// maxInputRows bounds the rows a footer may claim, and all inputs
+// together: a staging order indexes rows with int64 and a shard's rows
+// are counted in int, far below this; a footer beyond it is not a real
+// file's.
+const maxInputRows = 1 << 48
+
 // openInputs checks every input's columns and counts its rows; keys
 // reads and checks their values.
 func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
@@ -166,11 +172,19 @@ func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
 				}
 				in.cols[i] = leaf
 			}
-			in.rows = int(fr.ParquetReader().NumRows())
+			// Untrusted: a footer may claim any count.
+			n := fr.ParquetReader().NumRows()
+			if n < 0 || n > maxInputRows {
+				return errcode.New(errcode.BadInput, "input %s: its footer says %d rows", p, n)
+			}
+			in.rows = int(n)
 			return nil
 		})
 		if err != nil {
 			return nil, err
+		}
+		if s.rows+in.rows > maxInputRows {
+			return nil, errcode.New(errcode.BadInput, "input %s: its footer's %d rows make more than %d in all", p, in.rows, maxInputRows)
 		}
 		s.inputs = append(s.inputs, in)
 		s.rows += in.rows
