@@ -165,6 +165,10 @@ type Hold struct {
 	// *JobInUseError when another took it over, STORE_UNAVAILABLE when
 	// it could not renew its record in time.
 	lost error
+	// cutWrite: end cut a write of the record in flight, which the
+	// store may still finish later (a server that had the request).
+	// Set by renew before done closes; read after end.
+	cutWrite bool
 }
 
 func holdPrefix(pd manifest.Digest) string { return jobPrefix(pd) + "hold/" }
@@ -637,8 +641,9 @@ func (h *Hold) renew(written time.Time) {
 		select {
 		case <-h.stop:
 			// Released or removed meanwhile: the renewal in flight
-			// was cut (see cancelAtWallExpiry), and the record's next
-			// version is the caller's.
+			// was cut (see cancelAtWallExpiry). A write that failed
+			// may still be stored after the caller's (see release).
+			h.cutWrite = err != nil
 			return
 		default:
 		}
@@ -768,13 +773,24 @@ func (h *Hold) release() error {
 		return h.Lost()
 	}
 	h.rec.Released = true
+	opts := objstore.PutOptions{}
+	if h.cutWrite {
+		// The cut renewal may be stored after a released version of
+		// this generation's record and undo it: the job would look
+		// held until the record went stale. The released record takes
+		// the next generation instead, which only a process taking the
+		// job over can have taken first.
+		h.rec.Generation++
+		opts.IfNoneMatch = true
+	}
 	b, err := h.body()
 	if err != nil {
 		return err
 	}
+	opts.Size = int64(len(b))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(h.ctx), 30*time.Second)
 	defer cancel()
-	_, err = h.store.Put(ctx, holdKey(h.plan, h.rec.Generation), bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b))})
+	_, err = h.store.Put(ctx, holdKey(h.plan, h.rec.Generation), bytes.NewReader(b), opts)
 	return err
 }
 

@@ -957,3 +957,84 @@ func TestReleaseCutsHungRenewal(t *testing.T) {
 		t.Fatalf("after Release: record %+v (%v), want it released", rec, err)
 	}
 }
+
+// lateHoldPut decorates a store so that, while down, a hold record's Put
+// hangs until its caller gives up and is stored later all the same, when
+// land is called: a silent server that had the whole request and
+// finishes it after the client closed the connection.
+type lateHoldPut struct {
+	objstore.Store
+	down atomic.Bool
+	hung atomic.Int64
+
+	mu   sync.Mutex
+	late []func() error
+}
+
+func (o *lateHoldPut) Put(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+	if !o.down.Load() || !strings.Contains(key, "/hold/") || strings.HasSuffix(key, "/clock") {
+		return o.Store.Put(ctx, key, body, opts)
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return "", err
+	}
+	o.mu.Lock()
+	o.late = append(o.late, func() error {
+		_, err := o.Store.Put(context.Background(), key, bytes.NewReader(b), opts)
+		return err
+	})
+	o.mu.Unlock()
+	o.hung.Add(1)
+	<-ctx.Done()
+	return "", errcode.Wrap(errcode.Canceled, ctx.Err(), "put %s", key)
+}
+
+// land stores the Puts that hung.
+func (o *lateHoldPut) land(t *testing.T) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, f := range o.late {
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.late = nil
+}
+
+// A renewal that Release cut may still be stored after Release wrote its
+// released record (the server had it): the job must stay released, not
+// look held again by this process until its record goes stale.
+func TestReleasedRecordOutlivesCutRenewal(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	defer func(r, st time.Duration) { HoldRenewInterval, HoldStaleAfter = r, st }(HoldRenewInterval, HoldStaleAfter)
+	HoldRenewInterval, HoldStaleAfter = 50*time.Millisecond, 10*time.Minute
+	o := &lateHoldPut{Store: s}
+	pd := planOnly(t, s, res.Root, "release-late")
+	h, err := Acquire(ctx, o, pd, HoldRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.down.Store(true)
+	for deadline := time.Now().Add(time.Minute); o.hung.Load() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no renewal hung")
+		}
+	}
+	o.down.Store(false)
+	h.Release()
+	o.land(t) // the cut renewal, stored after the released record
+	rec, _, _, err := currentHolder(ctx, s, pd)
+	if err != nil || rec == nil || !rec.Released {
+		t.Fatalf("after Release and the cut renewal's late write: record %+v (%v), want it released", rec, err)
+	}
+	if inUse, err := Holder(ctx, s, pd); err != nil || inUse != nil {
+		t.Fatalf("Holder after Release = %v, %v; want none", inUse, err)
+	}
+	h2, err := Acquire(ctx, s, pd, HoldRun)
+	if err != nil {
+		t.Fatalf("Acquire after Release: %v", err)
+	}
+	h2.Release()
+}
