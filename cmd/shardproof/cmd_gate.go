@@ -496,7 +496,9 @@ lower) is refused (BAD_INPUT): it would bring nothing but leave the gate
 naming a report that does not back its watermarks. A VERIFIED report
 checked below the tombstoneWatermark or benchmarkFence the root manifest
 claims is refused too (WATERMARK_UNCHECKED; verify no longer writes
-one). With only --root the release is STAGED.
+one), and so is a report that checked the root against another snapshot
+than the one its manifest binds (verify --snapshot; BAD_INPUT), whatever
+its verdict. With only --root the release is STAGED.
 
 Exit status: 0 registered, 1 the release is INVALID (recorded as such)
 or the report does not reach its claims (nothing recorded), 2 usage,
@@ -554,6 +556,13 @@ or the report does not reach its claims (nothing recorded), 2 usage,
 		}
 		for _, sh := range rel.Shards {
 			reg.Shards = append(reg.Shards, sh.Digest)
+		}
+		if reg.Report != nil && reg.Report.DatasetSnapshot != rel.DatasetSnapshot {
+			// verify --snapshot checks a release against another
+			// snapshot: its verdict, either way, is not about the
+			// release's membership, which is the snapshot it binds.
+			return errcode.New(errcode.BadInput, "report %s checks root %s against snapshot %s, but the root manifest binds snapshot %s: it says nothing of the release's own membership (verify without --snapshot)",
+				reg.Report.Digest, reg.Root, reg.Report.DatasetSnapshot, rel.DatasetSnapshot)
 		}
 		if reg.Report != nil && reg.Report.Verdict == manifest.Verified {
 			// verify no longer writes such a report, but an older build

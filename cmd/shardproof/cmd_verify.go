@@ -124,7 +124,7 @@ report) or a task whose output differs from its committed one
 	f := cmd.Flags()
 	f.StringVar(&store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&root, "root", "", "root digest of the release manifest to verify")
-	f.StringVar(&snapshot, "snapshot", "", "snapshot manifest digest (default: the manifest's datasetSnapshot)")
+	f.StringVar(&snapshot, "snapshot", "", "snapshot manifest digest (default: the manifest's datasetSnapshot); a report against another snapshot is an audit only: publish --report and gate register refuse it")
 	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest to check against; its watermark must reach the release's tombstoneWatermark")
 	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest to check against; its watermark must reach the release's benchmarkFence")
 	f.IntVar(&mapTasks, "map-tasks", 0, "number of map tasks (default: derived from inputs and parallelism)")
