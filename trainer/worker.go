@@ -65,7 +65,9 @@ type Config struct {
 	// ReadyFile, if set, is written with the worker's Status as JSON
 	// (including the cache path of every assigned shard) whenever the
 	// worker becomes ready, and removed when it stops being ready: an init
-	// container's way to hand the trainer its file list.
+	// container's way to hand the trainer its file list. Run removes one
+	// it finds at start (an earlier worker's), and a sidecar removes its
+	// own when it stops.
 	ReadyFile string
 	// DeadlineGrace is how long past the run's barrier deadline a rank
 	// waiting at the barrier keeps asking a gate that does not answer,
@@ -221,6 +223,16 @@ func (w *Worker) set(f func(*Status)) {
 	}
 }
 
+// removeReadyFile removes Config.ReadyFile, if set and present.
+func (w *Worker) removeReadyFile() error {
+	if w.cfg.ReadyFile == "" {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writeReadyFile(false)
+}
+
 // writeReadyFile writes the status to Config.ReadyFile (temp file, fsync,
 // rename) when ready, and removes it otherwise.
 func (w *Worker) writeReadyFile(ready bool) error {
@@ -265,7 +277,21 @@ func (w *Worker) writeReadyFile(ready bool) error {
 // fails or this rank cannot verify its shards; nil when ctx ends or the
 // rank leaves the run.
 func (w *Worker) Run(ctx context.Context, once bool) error {
-	err := w.run(ctx, once)
+	// The ready file exists only while this worker is ready. One found at
+	// start was left by an earlier worker (a crash, a node's previous
+	// job): it names a root and files nobody verified for this run, and
+	// a trainer waiting for the file would take it for this worker's.
+	err := w.removeReadyFile()
+	if err == nil {
+		err = w.run(ctx, once)
+	}
+	if !once {
+		// A sidecar that stops watches nothing any more: its file must
+		// not go on saying ready (a failure already removed it).
+		if rerr := w.removeReadyFile(); rerr != nil {
+			w.log.Error("ready file", "path", w.cfg.ReadyFile, "code", errcode.Of(rerr), "err", rerr)
+		}
+	}
 	if err != nil && ctx.Err() == nil {
 		code := errcode.Of(err)
 		w.set(func(s *Status) { s.State, s.Code, s.Reason = StateFailed, string(code), err.Error() })

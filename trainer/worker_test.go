@@ -1403,3 +1403,52 @@ func TestRankWaitSurvivesGateDown(t *testing.T) {
 		t.Fatalf("rank 2 after the reassignment: %+v", st)
 	}
 }
+
+// A ready file is there only while its worker is ready. One left at the
+// path by an earlier worker (a crash, the node's previous job, another
+// root) is gone before this worker verifies anything, so a trainer
+// waiting for the file never takes it for this run's; a sidecar that
+// stops removes its own.
+func TestReadyFileOnlyWhileThisWorkerIsReady(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 20*time.Second)
+	readyFile := filepath.Join(t.TempDir(), "ready.json")
+	stale, err := json.Marshal(Status{State: StateReady, Run: "yesterday", Root: e.gen2.Root, Shards: []manifest.Digest{}, Files: []File{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(readyFile, stale, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	h := &heldGet{Store: e.store, held: true, release: make(chan struct{})}
+	w := e.worker("r1", 0, h, nil)
+	w.cfg.ReadyFile = readyFile
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, false) }()
+	waitState(t, w, StateVerifying) // its shard reads are held
+	if _, err := os.Stat(readyFile); !os.IsNotExist(err) {
+		t.Fatalf("an earlier worker's ready file while this one verifies: %v", err)
+	}
+	close(h.release)
+	waitState(t, w, StateReady)
+	b, err := os.ReadFile(readyFile)
+	if err != nil {
+		t.Fatalf("ready file while READY: %v", err)
+	}
+	var rf Status
+	if err := json.Unmarshal(b, &rf); err != nil || rf.Run != "r1" || rf.Root != e.gen1.Root {
+		t.Fatalf("ready file %s: %v", b, err)
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("sidecar stopped: %v", err)
+	}
+	if _, err := os.Stat(readyFile); !os.IsNotExist(err) {
+		t.Fatalf("ready file after the sidecar stopped: %v", err)
+	}
+}

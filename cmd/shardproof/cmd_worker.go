@@ -40,7 +40,9 @@ the epoch and every assigned shard's id, digest and cache path: what an init
 container hands to the trainer container on a shared volume. Its
 directory must exist (USAGE otherwise, before any work), and with --once a
 file that cannot be written fails the worker (IO) even once the barrier
-has opened.
+has opened. A file already at PATH (an earlier worker's: a crash, the
+node's previous job) is removed before any work, and a sidecar removes
+its own when it stops, so the file never outlives the worker's readiness.
 
 A rank at or above the run's world size waits up to --rank-wait (default
 10m) for a reassignment that includes it, re-reading the run every --poll:
