@@ -503,13 +503,20 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 			return nil, err
 		}
 		// A reassignment while we verified changes what we must attest:
-		// attesting the old assignment would fail the whole run with
-		// SHARD_NOT_ASSIGNED, so verify the new one instead.
+		// verify the new assignment instead. A gate that does not answer
+		// this read says nothing of the run: the attestation goes out
+		// anyway, bound to the epoch verified (the gate answers
+		// STALE_EPOCH, changing nothing, if it moved on), and is sent
+		// again until the barrier deadline like any attestation the
+		// gate did not answer, rather than failing the rank and
+		// throwing its verification away.
 		cur, err := w.getRun(ctx)
-		if err != nil {
+		if err != nil && (!transient(err) || ctx.Err() != nil) {
 			return nil, err
 		}
-		if cur.Epoch != run.Epoch {
+		if err != nil {
+			w.log.Warn("gate read failed after verifying; attesting at the epoch verified", "code", errcode.Of(err), "epoch", run.Epoch)
+		} else if cur.Epoch != run.Epoch {
 			w.log.Info("run reassigned while verifying; verifying again", "epoch", cur.Epoch)
 			continue
 		}

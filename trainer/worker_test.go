@@ -1452,3 +1452,43 @@ func TestReadyFileOnlyWhileThisWorkerIsReady(t *testing.T) {
 		t.Fatalf("ready file after the sidecar stopped: %v", err)
 	}
 }
+
+// The gate stops answering as a rank finishes verifying (an election
+// longer than the client's retries, members restarted for an upgrade).
+// The read of the run before the attestation failed the rank with
+// GATE_UNAVAILABLE, throwing its verification away, where the
+// attestation itself would have been sent again until the barrier
+// deadline: it now attests at the epoch it verified, and the barrier
+// opens.
+func TestGateDownAfterVerifyingStillAttests(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 30*time.Second)
+	h := &heldGet{Store: e.store, held: true, release: make(chan struct{})}
+	g := &flakyRuns{Gate: e.gate}
+	w := e.worker("r1", 0, h, g)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(e.ctx, true) }()
+	// The run read (its root pinned); every store read held.
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Status().Root.IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0 did not read its run: %+v", w.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	g.down.Store(true)
+	close(h.release)
+	if err := <-done; err != nil {
+		t.Fatalf("rank 0 with no answer to its run read after verifying: %v", err)
+	}
+	if n := g.failed.Load(); n == 0 {
+		t.Fatal("the run was never read while the gate was down")
+	}
+	if st := w.Status(); st.State != StateReady || st.Root != e.gen1.Root || st.Epoch != 0 {
+		t.Fatalf("rank 0: %+v", st)
+	}
+	if sum, err := e.gate.WaitRun(e.ctx, "r1"); err != nil || sum.Attested != 1 {
+		t.Fatalf("run: %+v %v", sum, err)
+	}
+}
