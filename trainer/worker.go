@@ -149,6 +149,15 @@ type Worker struct {
 	// itself outside before that.
 	joined        bool
 	rankWaitSince time.Time
+	// attested is the shard list of this worker's last attestation, and
+	// confirmed the last epoch at which the run was seen to hold it for
+	// this rank. Another process attesting the same rank (a replacement
+	// pod started while this one still ran) after a reassignment that
+	// gave the rank other shards leaves the rank attested with a list
+	// this worker never verified: a barrier open at another epoch is
+	// taken only once the run shows this worker's list.
+	attested  []manifest.Digest
+	confirmed uint64
 }
 
 // entry is one verified cache entry and the file it was then.
@@ -542,6 +551,7 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 			}
 			return nil, fmt.Errorf("attest: %w", err)
 		}
+		w.attested, w.confirmed = digests, sum.Epoch
 		w.log.Info("attested", "root", run.Root.String(), "epoch", sum.Epoch, "shards", len(digests), "attested", sum.Attested, "world", sum.WorldSize)
 		w.set(func(s *Status) { s.State, s.Epoch = StateWaiting, sum.Epoch })
 		return run, nil
@@ -806,7 +816,7 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		sliceOver := wctx.Err() != nil
 		cancel()
 		w.cfg.Metrics.BarrierWait.WithLabelValues(label).Set(time.Since(start).Seconds())
-		if err == nil {
+		if err == nil && sum.Epoch == w.confirmed {
 			w.log.Info("barrier open", "root", label, "epoch", sum.Epoch, "waited", time.Since(start).Seconds())
 			err := w.barrierOpen(ctx, sum.Epoch, sum.Permit)
 			if err == nil || !transient(err) || ctx.Err() != nil {
@@ -824,14 +834,17 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		// down or electing for longer than the client retries (which
 		// may be shorter than a slice: --poll 5s makes 25 s slices), is
 		// no news either: the run's deadline decides.
-		if code := errcode.Of(err); code != errcode.BarrierClosed && code != errcode.GateUnavailable && !(sliceOver && code == errcode.Canceled) {
+		if code := errcode.Of(err); err != nil && code != errcode.BarrierClosed && code != errcode.GateUnavailable && !(sliceOver && code == errcode.Canceled) {
 			if code == errcode.RootMismatch {
 				w.cfg.Metrics.RootMismatches.WithLabelValues(label).Inc()
 			}
 			return stay, err
 		}
-		// The slice ended without news. The run's own deadline decides
-		// when waiting is over; meanwhile check this rank still belongs.
+		// The slice ended without news, or the barrier opened at an
+		// epoch since the one this rank's attestation was last seen at.
+		// The run's own deadline decides when waiting is over;
+		// meanwhile check this rank still belongs, and that the run
+		// still holds this worker's attestation.
 		cur, err := w.getRun(ctx)
 		switch {
 		case err != nil:
@@ -852,13 +865,34 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		case w.cfg.Rank >= cur.WorldSize:
 			w.set(func(s *Status) { s.State, s.Epoch = StateDone, cur.Epoch })
 			return left, nil
-		case cur.Attestations[w.cfg.Rank] == nil:
+		case !w.attestedHere(cur):
 			w.log.Info("reassigned while waiting; attesting again", "epoch", cur.Epoch)
 			return reattest, nil
 		default:
-			deadline = cur.Deadline
+			w.confirmed, deadline = cur.Epoch, cur.Deadline
 		}
 	}
+}
+
+// attestedHere reports whether run holds, for this worker's rank, an
+// attestation of the shards this worker verified and attested (in any
+// order). One of another list was sent by another process for the same
+// rank after a reassignment changed its shards.
+func (w *Worker) attestedHere(run *raftgate.Run) bool {
+	a := run.Attestations[w.cfg.Rank]
+	if a == nil || len(a.Shards) != len(w.attested) {
+		return false
+	}
+	n := make(map[manifest.Digest]int, len(w.attested))
+	for _, d := range w.attested {
+		n[d]++
+	}
+	for _, d := range a.Shards {
+		if n[d]--; n[d] < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // pause waits one poll interval, or until ctx ends.
@@ -942,10 +976,11 @@ func (w *Worker) watch(ctx context.Context) (next, error) {
 		w.set(func(s *Status) { s.State, s.Epoch = StateDone, run.Epoch })
 		return left, nil
 	}
-	if run.Attestations[w.cfg.Rank] == nil {
+	if !w.attestedHere(run) {
 		w.log.Info("rank must attest again", "epoch", run.Epoch)
 		return reattest, nil
 	}
+	w.confirmed = run.Epoch
 	if run.Barrier != raftgate.BarrierOpen {
 		w.set(func(s *Status) { s.State, s.Epoch = StateWaiting, run.Epoch })
 		return w.wait(ctx, run)

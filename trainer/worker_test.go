@@ -1492,3 +1492,70 @@ func TestGateDownAfterVerifyingStillAttests(t *testing.T) {
 		t.Fatalf("run: %+v %v", sum, err)
 	}
 }
+
+// heldRuns holds every Run read while hold is set, until release is
+// closed.
+type heldRuns struct {
+	Gate
+	hold    atomic.Bool
+	release chan struct{}
+}
+
+func (g *heldRuns) Run(ctx context.Context, id string) (*raftgate.Run, error) {
+	if g.hold.Load() {
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return nil, errcode.Wrap(errcode.Canceled, ctx.Err(), "GET /v1/runs/%s", id)
+		}
+	}
+	return g.Gate.Run(ctx, id)
+}
+
+// Two workers of one rank (a replacement pod started while the old one
+// still ran): the old one attested at epoch 0 and waits; a reassignment
+// gives the rank other shards, the replacement verifies and attests
+// them, and the barrier opens at epoch 1. The old worker saw the barrier
+// open and went READY with the epoch-0 file list, which no attestation
+// of the run names any more: its trainer read the shards of another
+// rank. A barrier open at an epoch other than the one a worker attested
+// at is taken only once the rank's attestation is found to list the
+// shards this worker verified; otherwise it verifies the new assignment
+// and attests again.
+func TestOldWorkerOfAReplacedRankDoesNotTakeTheNewAssignment(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 2, 30*time.Second)
+	g := &heldRuns{Gate: e.gate, release: make(chan struct{})}
+	old := e.worker("r1", 0, nil, g)
+	done := make(chan error, 1)
+	go func() { done <- old.Run(e.ctx, true) }()
+	waitState(t, old, StateWaiting)
+	// The old worker's reads of the run between wait slices wait until
+	// the barrier has opened: what it sees first is the barrier open.
+	g.hold.Store(true)
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 2, Assignment: [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	for r, err := range runAll(e.ctx, e.worker("r1", 0, nil, nil), e.worker("r1", 1, nil, nil)) {
+		if err != nil {
+			t.Fatalf("rank %d at epoch 1: %v", r, err)
+		}
+	}
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatalf("the old worker of rank 0: %v", err)
+	}
+	run, err := e.gate.Run(e.ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]manifest.Digest, 4)
+	for i := range want {
+		want[i] = e.gen1.Release.Shards[i].Digest
+	}
+	st := old.Status()
+	if st.State != StateReady || st.Epoch != 1 || !slices.Equal(st.Shards, want) || !slices.Equal(run.Attestations[0].Shards, want) {
+		t.Fatalf("the old worker of rank 0: %+v; the run's attestation of rank 0 %+v, want shards %v", st, run.Attestations[0], want)
+	}
+}
