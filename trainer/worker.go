@@ -561,14 +561,16 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 // attest sends this rank's attestation bound to run's epoch. An answer
 // lost with the leader (INDETERMINATE) or a gate unreachable for longer
 // than the client retries (GATE_UNAVAILABLE) is sent again until the
-// run's barrier deadline: the same attestation at the same epoch is
-// idempotent, and giving up would throw away a verification the next
-// start must redo, or leave an init container failed while the gate
+// run's barrier deadline, or for a minute into a run whose barrier is
+// open (a worker restarted into a running run: its deadline passed long
+// ago, and an open barrier has none): the same attestation at the same
+// epoch is idempotent, and giving up would throw away a verification the
+// next start must redo, or leave an init container failed while the gate
 // elects a leader.
 func (w *Worker) attest(ctx context.Context, run *raftgate.Run, digests []manifest.Digest) (*raftgate.RunSummary, error) {
-	deadline := time.UnixMilli(run.Deadline)
-	if run.Deadline <= 0 {
-		deadline = time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute)
+	if run.Barrier != raftgate.BarrierOpen && run.Deadline > 0 {
+		deadline = time.UnixMilli(run.Deadline)
 	}
 	backoff := 200 * time.Millisecond
 	for {

@@ -1559,3 +1559,37 @@ func TestOldWorkerOfAReplacedRankDoesNotTakeTheNewAssignment(t *testing.T) {
 		t.Fatalf("the old worker of rank 0: %+v; the run's attestation of rank 0 %+v, want shards %v", st, run.Attestations[0], want)
 	}
 }
+
+// A worker restarted into a run whose barrier is open (a sidecar that
+// crashed, its pod restarted) attests again; the barrier deadline the
+// run was created with has long passed, and an open barrier has none.
+// Its attestation's answer lost with a leader (INDETERMINATE) was not
+// sent again, since the deadline it was sent again until had passed:
+// the rank failed with exit 5 through a leader election.
+func TestRestartedWorkerOfARunningRunSendsItsAttestationAgain(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	sum := e.createRun("r1", 1, 3*time.Second)
+	shards := make([]manifest.Digest, len(e.gen1.Release.Shards))
+	for i, s := range e.gen1.Release.Shards {
+		shards[i] = s.Digest
+	}
+	if _, err := e.gate.AttestEpoch(e.ctx, "r1", 0, 0, e.gen1.Root, shards); err != nil {
+		t.Fatalf("the rank's first worker: %v", err)
+	}
+	for time.Now().UnixMilli() <= sum.Deadline+100 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	g := &lostAnswers{Gate: e.gate, applied: true}
+	g.lose.Store(2)
+	w := e.worker("r1", 0, nil, g)
+	if err := w.Run(e.ctx, true); err != nil {
+		t.Fatalf("the restarted worker: %v", err)
+	}
+	if g.lose.Load() >= 0 {
+		t.Fatalf("%d lost answers left: the attestation was not sent again", g.lose.Load()+1)
+	}
+	if st := w.Status(); st.State != StateReady || st.Root != e.gen1.Root {
+		t.Fatalf("the restarted worker: %+v", st)
+	}
+}
