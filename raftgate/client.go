@@ -523,7 +523,18 @@ func (c *Client) Fences(ctx context.Context) (*Fences, error) {
 // Permits reads every permit (linearizable).
 func (c *Client) Permits(ctx context.Context) ([]*Permit, error) {
 	var p []*Permit
-	return p, c.do(ctx, http.MethodGet, "/v1/permits", nil, &p)
+	if err := c.do(ctx, http.MethodGet, "/v1/permits", nil, &p); err != nil {
+		return nil, err
+	}
+	// A gate never lists a null permit; an answer that does (not from a
+	// gate, or from a broken one) is refused rather than handed on to
+	// callers that read every entry.
+	for i, e := range p {
+		if e == nil {
+			return nil, errcode.New(errcode.BadDocument, "gate answer for permits: entry %d is null", i)
+		}
+	}
+	return p, nil
 }
 
 // Permit reads one permit (linearizable). Against a gate too old to serve

@@ -55,4 +55,23 @@ func TestPermitByID(t *testing.T) {
 	if _, err := oc.Permit(ctx, "p-999"); errcode.Of(err) != errcode.UnknownPermit {
 		t.Fatalf("unknown permit from an older gate: %v, want UNKNOWN_PERMIT", err)
 	}
+
+	// An answer listing a null permit is no gate's: refused, not a panic
+	// in whoever reads the list.
+	broken := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/permits" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write([]byte(`[null]`))
+	}))
+	defer broken.Close()
+	bc := NewClient(broken.URL)
+	defer bc.Close()
+	if p, err := bc.Permit(ctx, pub.Permit); errcode.Of(err) != errcode.BadDocument {
+		t.Fatalf("permit from an answer listing null: %+v %v, want BAD_DOCUMENT", p, err)
+	}
+	if ps, err := bc.Permits(ctx); errcode.Of(err) != errcode.BadDocument || ps != nil {
+		t.Fatalf("permits answer listing null: %v %v, want BAD_DOCUMENT", ps, err)
+	}
 }
