@@ -958,48 +958,19 @@ func TestReleaseCutsHungRenewal(t *testing.T) {
 	}
 }
 
-// lateHoldPut decorates a store so that, while down, a hold record's Put
-// hangs until its caller gives up and is stored later all the same, when
-// land is called: a silent server that had the whole request and
-// finishes it after the client closed the connection.
-type lateHoldPut struct {
-	objstore.Store
-	down atomic.Bool
-	hung atomic.Int64
-
-	mu   sync.Mutex
-	late []func() error
+// holdRecordKey selects a job's hold records, not its clock probe.
+func holdRecordKey(key string) bool {
+	return strings.Contains(key, "/hold/") && !strings.HasSuffix(key, "/clock")
 }
 
-func (o *lateHoldPut) Put(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
-	if !o.down.Load() || !strings.Contains(key, "/hold/") || strings.HasSuffix(key, "/clock") {
-		return o.Store.Put(ctx, key, body, opts)
+// waitHeld waits for a renewal that LatePut holds back.
+func waitHeld(t *testing.T, held <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-held:
+	case <-time.After(time.Minute):
+		t.Fatal("no renewal hung")
 	}
-	b, err := io.ReadAll(body)
-	if err != nil {
-		return "", err
-	}
-	o.mu.Lock()
-	o.late = append(o.late, func() error {
-		_, err := o.Store.Put(context.Background(), key, bytes.NewReader(b), opts)
-		return err
-	})
-	o.mu.Unlock()
-	o.hung.Add(1)
-	<-ctx.Done()
-	return "", errcode.Wrap(errcode.Canceled, ctx.Err(), "put %s", key)
-}
-
-// land stores the Puts that hung.
-func (o *lateHoldPut) land(t *testing.T) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, f := range o.late {
-		if err := f(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	o.late = nil
 }
 
 // A renewal that Release cut may still be stored after Release wrote its
@@ -1010,21 +981,18 @@ func TestReleasedRecordOutlivesCutRenewal(t *testing.T) {
 	ctx := t.Context()
 	defer func(r, st time.Duration) { HoldRenewInterval, HoldStaleAfter = r, st }(HoldRenewInterval, HoldStaleAfter)
 	HoldRenewInterval, HoldStaleAfter = 50*time.Millisecond, 10*time.Minute
-	o := &lateHoldPut{Store: s}
+	o := &faults.LatePut{Store: s, Match: holdRecordKey}
 	pd := planOnly(t, s, res.Root, "release-late")
 	h, err := Acquire(ctx, o, pd, HoldRun)
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.down.Store(true)
-	for deadline := time.Now().Add(time.Minute); o.hung.Load() == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no renewal hung")
-		}
-	}
-	o.down.Store(false)
+	waitHeld(t, o.Arm())
 	h.Release()
-	o.land(t) // the cut renewal, stored after the released record
+	// The cut renewal, stored after the released record.
+	if landed, err := o.Land(ctx); !landed || err != nil {
+		t.Fatalf("Land = %v, %v", landed, err)
+	}
 	rec, _, _, err := currentHolder(ctx, s, pd)
 	if err != nil || rec == nil || !rec.Released {
 		t.Fatalf("after Release and the cut renewal's late write: record %+v (%v), want it released", rec, err)
@@ -1037,4 +1005,64 @@ func TestReleasedRecordOutlivesCutRenewal(t *testing.T) {
 		t.Fatalf("Acquire after Release: %v", err)
 	}
 	h2.Release()
+}
+
+// renewalHeldWhileRemoving holds back the next renewal of a removal's
+// hold record (LatePut) when the removal begins to delete the job's
+// files, and lets the removal go on only once that renewal hangs: the
+// removal then ends with it in flight.
+type renewalHeldWhileRemoving struct {
+	*faults.LatePut
+	t    *testing.T
+	once sync.Once
+}
+
+func (r *renewalHeldWhileRemoving) DeletePrefix(ctx context.Context, prefix string) error {
+	r.once.Do(func() { waitHeld(r.t, r.Arm()) })
+	return r.LatePut.DeletePrefix(ctx, prefix)
+}
+
+// A renewal that a removal cut at its end may still be stored after the
+// removal deleted the job (the server had it): it must not leave the
+// deleted job looking held by the removal, which the next process (on
+// another machine) waited 5 minutes for before taking it for an
+// unfinished removal. The removal leaves a released record at the next
+// generation instead, above the late one.
+func TestRemoveJobOutlivesCutRenewal(t *testing.T) {
+	s := stagetest.Store(t)
+	ctx := t.Context()
+	defer func(r, st time.Duration) { HoldRenewInterval, HoldStaleAfter = r, st }(HoldRenewInterval, HoldStaleAfter)
+	HoldRenewInterval, HoldStaleAfter = 50*time.Millisecond, 10*time.Minute
+	pd := manifest.Sum([]byte("plan whose removal cuts a renewal that lands late"))
+	for _, k := range []string{"map/0/commit.json", "map/0/r0.arrow", "reduce/0/commit.json", LeaseKey} {
+		if _, err := s.Put(ctx, jobPrefix(pd)+k, strings.NewReader(k), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := &faults.LatePut{Store: s, Match: holdRecordKey}
+	if err := RemoveJob(ctx, &renewalHeldWhileRemoving{LatePut: o, t: t}, pd); err != nil {
+		t.Fatalf("RemoveJob: %v", err)
+	}
+	// The cut renewal, stored after the removal.
+	if landed, err := o.Land(ctx); !landed || err != nil {
+		t.Fatalf("Land = %v, %v", landed, err)
+	}
+	if n := jobKeys(t, s, pd, "map/") + jobKeys(t, s, pd, "reduce/"); n != 0 {
+		t.Fatalf("the removal left %d task files", n)
+	}
+	rec, gen, _, err := currentHolder(ctx, s, pd)
+	if err != nil || rec == nil || !rec.Released || rec.Purpose != HoldRemove || gen != 2 {
+		t.Fatalf("after the removal and its cut renewal's late write: record %+v of generation %d (%v), want a released removal at generation 2", rec, gen, err)
+	}
+	if inUse, err := Holder(ctx, s, pd); err != nil || inUse != nil {
+		t.Fatalf("Holder after the removal = %v, %v; want none", inUse, err)
+	}
+	h, err := Acquire(ctx, s, pd, HoldRun)
+	if err != nil {
+		t.Fatalf("Acquire after the removal: %v", err)
+	}
+	if !h.unfinishedRemoval() {
+		t.Fatalf("the next holder follows %+v; want it to delete what is left", h.Previous)
+	}
+	h.Release()
 }

@@ -222,6 +222,9 @@ func ListJobs(ctx context.Context, s objstore.Store) ([]JobScratch, error) {
 // directory but hold/, and the hold records last, with the job's prefix
 // (and the lease, a single key no run reads): the next process to take
 // the job learns from them that a removal did not finish. A removal
+// whose end cut a renewal of its record in flight keeps the hold records
+// and the lease, its record released at the next generation, since the
+// store may write that renewal after the deletion. A removal
 // whose job another process took over meanwhile (by hand, see TakeOver)
 // leaves the hold records to it and is JOB_IN_USE. The plan and
 // the report, content-addressed blobs, stay. s must implement
@@ -261,6 +264,31 @@ func RemoveJob(ctx context.Context, s objstore.Store, pd manifest.Digest) error 
 	// looks next, beside that holder.
 	if err := h.check(ctx); err != nil {
 		return err
+	}
+	if h.cutWrite {
+		// end cut a renewal in flight, which the store may still finish
+		// after the job is deleted: it would recreate this generation's
+		// record, saying "remove" and not released, in an empty job,
+		// which the next holder on another machine took for a live
+		// removal for HoldStaleAfter, and a process that had taken the
+		// empty job meanwhile (from generation 1) for one that took it
+		// over. The hold records stay
+		// instead, the last one released at the next generation, above
+		// any late renewal (see release): the next holder takes the job
+		// at once and deletes what is left, as after any removal that
+		// did not finish.
+		if err := h.release(); err != nil {
+			if objstore.IsPrecondition(err) {
+				// A process took the next generation first (TakeOver).
+				if err := h.check(ctx); err != nil {
+					return err
+				}
+			}
+			return wrap(err, "remove job %s: release its hold", pd)
+		}
+		slog.Info("job files deleted but its hold records, left released: the removal cut a renewal of its record that the store may still write",
+			"plan", pd.String(), "generation", h.rec.Generation)
+		return nil
 	}
 	if err := d.DeletePrefix(ctx, jobPrefix(pd)); err != nil {
 		return wrap(err, "remove job %s", pd)

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"slices"
@@ -375,6 +376,80 @@ func (c *ClockSkew) DeletePrefix(ctx context.Context, prefix string) error {
 	d, ok := c.Store.(objstore.Deleter)
 	if !ok {
 		return errcode.New(errcode.Internal, "faults: %T cannot delete", c.Store)
+	}
+	return d.DeletePrefix(ctx, prefix)
+}
+
+// LatePut stores one Put late: the first Put of a key selected by Match
+// (nil: every key) after Arm hangs until its caller gives up (its
+// context ends) and fails, as a request its client cut does, yet reaches
+// the wrapped store when Land is called, after whatever the caller did
+// next: a server that had the whole request and finished it after the
+// client closed the connection. Other Puts, and Get, Head, List and
+// DeletePrefix, pass through.
+type LatePut struct {
+	objstore.Store
+	Match func(key string) bool
+
+	mu    sync.Mutex
+	armed bool
+	held  chan struct{}
+	late  func(context.Context) error
+}
+
+// Arm makes the next selected Put late, and returns a channel closed
+// once that Put hangs.
+func (l *LatePut) Arm() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.armed {
+		l.armed, l.held = true, make(chan struct{})
+	}
+	return l.held
+}
+
+// Land stores the Put held back, if there is one, in the wrapped store,
+// and reports whether there was.
+func (l *LatePut) Land(ctx context.Context) (bool, error) {
+	l.mu.Lock()
+	late := l.late
+	l.late = nil
+	l.mu.Unlock()
+	if late == nil {
+		return false, nil
+	}
+	return true, late(ctx)
+}
+
+// Put implements objstore.Store.
+func (l *LatePut) Put(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+	l.mu.Lock()
+	if !l.armed || l.late != nil || !matches(l.Match, key) {
+		l.mu.Unlock()
+		return l.Store.Put(ctx, key, body, opts)
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		l.mu.Unlock()
+		return "", err
+	}
+	l.armed = false
+	l.late = func(ctx context.Context) error {
+		_, err := l.Store.Put(ctx, key, bytes.NewReader(b), opts)
+		return err
+	}
+	close(l.held)
+	l.mu.Unlock()
+	<-ctx.Done()
+	return "", errcode.Wrap(errcode.Canceled, ctx.Err(), "put %s", key)
+}
+
+// DeletePrefix implements objstore.Deleter, passing through to the
+// wrapped store, which must implement it.
+func (l *LatePut) DeletePrefix(ctx context.Context, prefix string) error {
+	d, ok := l.Store.(objstore.Deleter)
+	if !ok {
+		return errcode.New(errcode.Internal, "faults: %T cannot delete", l.Store)
 	}
 	return d.DeletePrefix(ctx, prefix)
 }

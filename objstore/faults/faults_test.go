@@ -273,3 +273,48 @@ func TestClockSkew(t *testing.T) {
 		}
 	}
 }
+
+// LatePut lets Puts through until armed; the next selected Put then
+// hangs until its context ends, fails, and is stored only when Land is
+// called, over whatever was written meanwhile.
+func TestLatePut(t *testing.T) {
+	s := realStore(t)
+	ctx := t.Context()
+	l := &faults.LatePut{Store: s, Match: only("sel")}
+	if _, err := l.Put(ctx, "sel", strings.NewReader("before"), objstore.PutOptions{}); err != nil {
+		t.Fatalf("Put before Arm: %v", err)
+	}
+	held := l.Arm()
+	if _, err := l.Put(ctx, "unsel", strings.NewReader("x"), objstore.PutOptions{}); err != nil {
+		t.Fatalf("unselected key: %v", err)
+	}
+	cut, cancel := context.WithCancel(ctx)
+	failed := make(chan error, 1)
+	go func() {
+		_, err := l.Put(cut, "sel", strings.NewReader("late"), objstore.PutOptions{})
+		failed <- err
+	}()
+	<-held
+	cancel()
+	if err := <-failed; errcode.Of(err) != errcode.Canceled {
+		t.Fatalf("the held Put: %v, want CANCELED once its context ended", err)
+	}
+	if got := read(t, s, "sel"); string(got) != "before" {
+		t.Fatalf("before Land the key holds %q", got)
+	}
+	if err := l.DeletePrefix(ctx, "sel/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Put(ctx, "sel", strings.NewReader("meanwhile"), objstore.PutOptions{}); err != nil {
+		t.Fatalf("a Put after the held one: %v, want pass-through", err)
+	}
+	if landed, err := l.Land(ctx); !landed || err != nil {
+		t.Fatalf("Land = %v, %v", landed, err)
+	}
+	if got := read(t, s, "sel"); string(got) != "late" {
+		t.Fatalf("after Land the key holds %q, want the held Put's bytes", got)
+	}
+	if landed, err := l.Land(ctx); landed || err != nil {
+		t.Fatalf("a second Land = %v, %v; want nothing left", landed, err)
+	}
+}
