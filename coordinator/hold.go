@@ -241,17 +241,26 @@ func currentHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (r
 // and a machine whose clock ran minutes ahead of it took a live holder
 // for gone.
 func storeNow(ctx context.Context, s objstore.Store, pd manifest.Digest) (time.Time, error) {
-	key := holdClockKey(pd)
+	now, err := probeClock(ctx, s, holdClockKey(pd))
+	if err != nil {
+		return time.Time{}, wrap(err, "plan %s", pd)
+	}
+	return now, nil
+}
+
+// probeClock writes a new, empty version of key and returns the
+// modification time the store gave it: the store's clock now.
+func probeClock(ctx context.Context, s objstore.Store, key string) (time.Time, error) {
 	v, err := s.Put(ctx, key, bytes.NewReader(nil), objstore.PutOptions{})
 	if err != nil {
-		return time.Time{}, wrap(err, "plan %s: read the store's clock", pd)
+		return time.Time{}, wrap(err, "read the store's clock")
 	}
 	info, err := s.Head(ctx, key, v)
 	if err != nil {
-		return time.Time{}, wrap(err, "plan %s: read the store's clock", pd)
+		return time.Time{}, wrap(err, "read the store's clock")
 	}
 	if info.Modified.IsZero() {
-		return time.Time{}, errcode.New(errcode.IO, "plan %s: read the store's clock: %s has no modification time", pd, key)
+		return time.Time{}, errcode.New(errcode.IO, "read the store's clock: %s has no modification time", key)
 	}
 	return info.Modified, nil
 }

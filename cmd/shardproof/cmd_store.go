@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -161,7 +160,10 @@ var storePruneJobsCmd = &cobra.Command{
 report is stored. A verification that was interrupted and never resumed
 (verify --resume PLAN), or one run with --keep-job, leaves them behind.
 prune-jobs deletes every job whose newest object is older than
---older-than (default 24h), reduce commit records first. A verification
+--older-than (default 24h), reduce commit records first. Age is judged
+by the store's clock, which times the objects (S3: its server's), not
+by this machine's: prune-jobs writes one probe object under jobs/clock/
+to read it, and deletes it again. A verification
 still running is left alone: its tasks write as they go, and a verify
 waiting for an engine (process, Slurm, Kubernetes --submit) writes a new
 version of jobs/<plan>/lease every 10 minutes, so a reduce array held in
@@ -170,9 +172,10 @@ commands, or --emit alone) have no lease: give them a cutoff longer than
 their longest gap between phases. A job that a live process holds (a
 verify --resume of it, or another prune-jobs deleting it) is kept, and
 printed with the holder. Each job is printed with its object count and
-bytes; --dry-run only prints, and writes nothing (a real prune writes a
-probe object to read the store's clock when it judges a holder on
-another machine; a dry run judges it by this machine's clock).`,
+bytes; --dry-run only prints, and writes nothing: it judges ages, and
+holders on other machines, by this machine's clock, and warns that the
+store's may disagree (a real prune also writes a probe to read the
+store's clock when it judges a holder on another machine).`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		if pruneFlags.olderThan < 0 {
@@ -182,37 +185,10 @@ another machine; a dry run judges it by this machine's clock).`,
 		if err != nil {
 			return err
 		}
-		jobs, err := coordinator.ListJobs(cmd.Context(), s)
-		if err != nil {
-			return err
-		}
-		cutoff := time.Now().Add(-pruneFlags.olderThan)
 		out := cmd.OutOrStdout()
-		for _, j := range jobs {
-			verb, holder := "kept", ""
-			var inUse *coordinator.JobInUseError
-			switch {
-			case !j.Newest.Before(cutoff):
-			case pruneFlags.dryRun:
-				verb = "would delete"
-				// Writes nothing, so a holder on another machine is
-				// judged by this machine's clock (a real prune asks the
-				// store's).
-				if inUse, err = coordinator.HolderReadOnly(cmd.Context(), s, j.Plan); err != nil {
-					return err
-				} else if inUse != nil {
-					verb = "kept"
-				}
-			default:
-				err := coordinator.RemoveJob(cmd.Context(), s, j.Plan)
-				if err != nil && !errors.As(err, &inUse) {
-					return err
-				}
-				if inUse == nil {
-					verb = "deleted"
-				}
-			}
-			if inUse != nil {
+		return coordinator.PruneJobs(cmd.Context(), s, coordinator.PruneOptions{OlderThan: pruneFlags.olderThan, DryRun: pruneFlags.dryRun}, func(j coordinator.PrunedJob) error {
+			holder := ""
+			if inUse := j.InUse; inUse != nil {
 				// A verify --resume of an old job, or another prune.
 				h := &inUse.Holder
 				holder = fmt.Sprintf("\tin use by %q (pid %d on host %s, %s)", h.Command, h.Process.PID, h.Process.Host, h.Purpose)
@@ -221,11 +197,11 @@ another machine; a dry run judges it by this machine's clock).`,
 				}
 			}
 			if _, err := fmt.Fprintf(out, "%s\tjobs/%s/\t%d objects\t%d bytes\tnewest %s%s\n",
-				verb, j.Plan.Hex(), j.Objects, j.Bytes, j.Newest.UTC().Format(time.RFC3339), holder); err != nil {
+				j.Action, j.Plan.Hex(), j.Objects, j.Bytes, j.Newest.UTC().Format(time.RFC3339), holder); err != nil {
 				return errcode.Wrap(errcode.IO, err, "write listing")
 			}
-		}
-		return nil
+			return nil
+		})
 	},
 }
 

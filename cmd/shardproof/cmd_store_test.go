@@ -135,8 +135,8 @@ func TestStorePruneJobsCLI(t *testing.T) {
 	if _, err := storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than", "0s"); err != nil {
 		t.Fatal(err)
 	}
-	if jobs, err := coordinator.ListJobs(t.Context(), r.store); err != nil || len(jobs) != 0 || keys("not-a-plan") != 1 {
-		t.Fatalf("--older-than 0s left %+v (%v)", jobs, err)
+	if jobs, err := coordinator.ListJobs(t.Context(), r.store); err != nil || len(jobs) != 0 || keys("not-a-plan") != 1 || keys("clock") != 0 {
+		t.Fatalf("--older-than 0s left %+v (%v), %d clock probes", jobs, err, keys("clock"))
 	}
 	_, err = storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than=-1h")
 	if errcode.Of(err) != errcode.Usage {
@@ -305,9 +305,10 @@ func TestStoreMustExist(t *testing.T) {
 	}
 }
 
-// store prune-jobs --dry-run writes nothing, also when it judges a holder
-// on another machine (a real prune writes a probe to read the store's
-// clock; the dry run judges by this machine's and says so).
+// store prune-jobs --dry-run writes nothing under jobs/, also when it
+// judges a holder on another machine (a real prune writes probes to read
+// the store's clock; the dry run judges ages and holders by this
+// machine's and says so).
 func TestStorePruneJobsDryRunWritesNothing(t *testing.T) {
 	r := newRelease(t)
 	ctx := t.Context()
@@ -324,20 +325,25 @@ func TestStorePruneJobsDryRunWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	listing := func() []objstore.ObjectInfo {
-		page, err := r.store.List(ctx, prefix, "", 1000)
+		page, err := r.store.List(ctx, "jobs/", "", 1000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return page.Objects
 	}
 	before := listing()
-	out, err := storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than", "0s", "--dry-run")
+	pruneFlags.olderThan, pruneFlags.dryRun = 24*time.Hour, false
+	stdout, stderr, err := runInProcess(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than", "0s", "--dry-run")
+	out := string(stdout)
 	if err != nil || !strings.Contains(out, "kept\t"+prefix) || !strings.Contains(out, `in use by "shardproof verify" (pid 4242 on host elsewhere, run), renewed`) ||
 		!strings.Contains(out, "ago by this machine's clock") {
 		t.Fatalf("--dry-run of a job held on another machine: %q, %v", out, err)
 	}
+	if !strings.Contains(string(stderr), "judges the jobs' ages by this machine's clock") {
+		t.Fatalf("--dry-run did not say its ages are by this machine's clock: %q", stderr)
+	}
 	if after := listing(); !slices.Equal(after, before) {
-		t.Fatalf("--dry-run wrote to the job: %d objects before, %d after", len(before), len(after))
+		t.Fatalf("--dry-run wrote under jobs/: %d objects before, %d after", len(before), len(after))
 	}
 	out, err = storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than", "0s")
 	if err != nil || !strings.Contains(out, "kept\t"+prefix) || !strings.Contains(out, `in use by "shardproof verify" (pid 4242 on host elsewhere, run)`) ||
