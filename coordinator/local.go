@@ -157,8 +157,13 @@ func (j *Job) hold(ctx context.Context) (*Hold, *Outcome, error) {
 			h.Release()
 			return nil, nil, errcode.New(errcode.Usage, "plan %s: its job's files were being deleted, and store %T cannot delete: remove %s by hand", j.PlanDigest, j.Store, j.prefix())
 		}
-		j.log().Info("the job's last holder was deleting its files and did not finish; the rest are deleted and the job runs from the start",
-			"previousPid", h.Previous.Process.PID, "previousHost", h.Previous.Process.Host)
+		msg := "the job's last holder was deleting its files and did not finish; the rest are deleted and the job runs from the start"
+		if h.Previous.Released {
+			// A removal that cut a renewal at its end keeps its hold
+			// records, released, so the late renewal lands below them.
+			msg = "the job's last holder deleted its files but kept its hold records (a renewal was in flight at its end); they are deleted and the job runs from the start"
+		}
+		j.log().Info(msg, "previousPid", h.Previous.Process.PID, "previousHost", h.Previous.Process.Host)
 		// The record says so while the files go: if this process
 		// fails or is killed before they are all gone, the next holder
 		// must delete the rest too, not run on what is left.
