@@ -76,6 +76,16 @@ type Status struct {
 	// committed command its build cannot decode (see HaltError): its
 	// state is the one before that entry, and it left the cluster.
 	Halted *Halted `json:"halted,omitempty"`
+	// CommandVersion is the highest command-schema version the node's
+	// build applies (CommandVersion); builds before the version
+	// handshake report none, the baseline 0. ClusterVersion is the
+	// cluster version in the node's state.
+	CommandVersion uint64 `json:"commandVersion,omitempty"`
+	ClusterVersion uint64 `json:"clusterVersion"`
+	// MemberVersions, on a leader whose cluster version is below its
+	// build's, are the members' versions as it last asked them: what
+	// keeps the version from rising.
+	MemberVersions []MemberVersion `json:"memberVersions,omitempty"`
 }
 
 // Halted says where and why a node stopped applying its log.
@@ -315,6 +325,10 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, nil)
 		return
 	}
+	if _, ok := c.(*SetClusterVersion); ok {
+		writeError(w, errcode.New(errcode.BadInput, "%s is proposed by the leader alone, once every member reports a build of that version; nothing changed", CmdSetClusterVersion), nil)
+		return
+	}
 	if !n.IsLeader() {
 		n.forward(w, r, b, 0)
 		return
@@ -364,6 +378,10 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		n.forward(w, r, b, joinProbeTimeout)
 		return
 	}
+	// A raise of the cluster version in flight polls every voter added
+	// before it, and one after it is checked against it.
+	n.vers.raise.Lock()
+	defer n.vers.raise.Unlock()
 	if err := n.probeJoiner(r.Context(), j); err != nil {
 		writeError(w, err, nil)
 		return
@@ -476,7 +494,7 @@ func (n *Node) probeJoiner(ctx context.Context, j *Join) error {
 	if st.ID != j.ID {
 		return errcode.New(errcode.BadInput, "join of %s: the gate at httpAddr %s is %s", truncate(j.ID), truncate(j.HTTPAddr), truncate(st.ID))
 	}
-	return nil
+	return n.checkJoinerVersion(j, st)
 }
 
 // joinProbeTimeout bounds probeJoiner.
@@ -606,7 +624,17 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if h := n.Halted(); h != nil {
 		st.Halted = &Halted{Index: h.Index, Snapshot: h.Snapshot, Code: errcode.GateHalted, Message: h.Error()}
 	}
+	st.CommandVersion = n.BuildVersion()
+	if n.IsLeader() {
+		n.vers.mu.Lock()
+		st.MemberVersions = n.vers.last
+		n.vers.mu.Unlock()
+	}
 	n.fsm.Read(func(s *State) {
+		st.ClusterVersion = s.ClusterVersion
+		if st.ClusterVersion >= st.CommandVersion {
+			st.MemberVersions = nil
+		}
 		st.Fences, st.Aliases, st.Releases, st.Runs = s.Fences, len(s.Aliases), len(s.Releases), len(s.Runs)
 		for _, k := range sortedKeys(s.Nodes) {
 			ni := *s.Nodes[k]

@@ -440,7 +440,7 @@ func (a *applier) advanceFence(c *AdvanceFence) (any, error) {
 			// A recheck already showed zero hits at this value (one
 			// made before the advance, so that runs go on): closing
 			// the permit would wait for a recheck the gate holds.
-			if rel := a.s.Releases[p.Root.String()]; rel != nil && rel.State != ReleaseInvalid && rel.satisfies(a.s.Fences) {
+			if rel := spareable(a.s, p, a.s.Fences); rel != nil {
 				p.TombstoneWatermark, p.BenchmarkFence = rel.TombstoneWatermark, rel.BenchmarkFence
 				spared = append(spared, id)
 				continue
@@ -450,6 +450,52 @@ func (a *applier) advanceFence(c *AdvanceFence) (any, error) {
 		closed = append(closed, id)
 	}
 	return FenceResult{Fences: a.s.Fences, Closed: closed, Spared: spared}, nil
+}
+
+// spareable returns the release of open permit p when a fence advance to
+// f with SpareChecked keeps p open (its release is checked at or above f
+// with no hits), else nil.
+func spareable(s *State, p *Permit, f Fences) *Release {
+	if rel := s.Releases[p.Root.String()]; rel != nil && rel.State != ReleaseInvalid && rel.satisfies(f) {
+		return rel
+	}
+	return nil
+}
+
+// wouldSpare lists, sorted, the open permits an advance of the kind fence
+// to value keeps open with SpareChecked and closes without it: the
+// permits whose outcome depends on the field.
+func wouldSpare(s *State, kind string, value uint64) []string {
+	f := s.Fences
+	var bound func(*Permit) uint64
+	switch kind {
+	case FenceTombstone:
+		if value <= f.Tombstone {
+			return nil
+		}
+		f.Tombstone, bound = value, func(p *Permit) uint64 { return p.TombstoneWatermark }
+	case FenceBenchmark:
+		if value <= f.Benchmark {
+			return nil
+		}
+		f.Benchmark, bound = value, func(p *Permit) uint64 { return p.BenchmarkFence }
+	default:
+		return nil
+	}
+	var out []string
+	for _, id := range sortedKeys(s.Permits) {
+		if p := s.Permits[id]; p.State == PermitOpen && bound(p) < value && spareable(s, p, f) != nil {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// setClusterVersion raises the cluster version; it never lowers it. The
+// FSM halted before this on a build below c.Version.
+func (a *applier) setClusterVersion(c *SetClusterVersion) (any, error) {
+	a.s.ClusterVersion = max(a.s.ClusterVersion, c.Version)
+	return ClusterVersionResult{ClusterVersion: a.s.ClusterVersion}, nil
 }
 
 // ---- runs ----

@@ -24,6 +24,9 @@ const (
 	CmdCancelRun       = "cancelRun"
 	CmdJoin            = "join"
 	CmdPrune           = "prune"
+	// CmdSetClusterVersion is command-schema version 1: only a leader
+	// proposes it, once every member reports a build that applies it.
+	CmdSetClusterVersion = "setClusterVersion"
 )
 
 // MaxCommandSize caps one encoded command (a register of a release with
@@ -104,8 +107,9 @@ type AdvanceFence struct {
 	// permit whose release the gate already holds checked at or above
 	// the new fences with no hits (a recheck or report recorded before
 	// the advance), where the permit's own bound would close it. The
-	// proposing node sets it on every advance; entries written before
-	// the field lack it and replay as they did.
+	// proposing node sets it on every advance once the cluster version
+	// is 1 (see CommandVersion); entries written before the field lack
+	// it and replay as they did.
 	SpareChecked bool `json:"spareChecked,omitempty"`
 }
 
@@ -192,6 +196,17 @@ type Join struct {
 	HTTPAddr string `json:"httpAddr"`
 }
 
+// SetClusterVersion raises the cluster's command-schema version (see
+// CommandVersion) to Version; a lower or equal Version changes nothing.
+// The leader proposes it once every server of its Raft configuration
+// reports a build of at least Version, so no member meets a command or a
+// state field it cannot apply. A member whose build is below Version
+// halts at it (HaltError), saying so.
+type SetClusterVersion struct {
+	Header
+	Version uint64 `json:"version"`
+}
+
 // newCommand returns an empty command of the given type.
 func newCommand(typ string) Command {
 	switch typ {
@@ -221,6 +236,8 @@ func newCommand(typ string) Command {
 		return &Join{}
 	case CmdPrune:
 		return &Prune{}
+	case CmdSetClusterVersion:
+		return &SetClusterVersion{}
 	}
 	return nil
 }
@@ -294,6 +311,8 @@ func commandType(c Command) string {
 		return CmdJoin
 	case *Prune:
 		return CmdPrune
+	case *SetClusterVersion:
+		return CmdSetClusterVersion
 	}
 	return ""
 }

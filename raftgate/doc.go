@@ -65,10 +65,11 @@
 //   - advanceFence(kind, value, spareChecked) — monotonic: lower is
 //     FENCE_REGRESSION, equal is a no-op. Every OPEN permit whose bound
 //     for that kind is below the new value becomes CLOSED, except, with
-//     spareChecked (which the proposing node sets on every new advance;
-//     older entries lack it), a permit whose release the gate already
-//     holds checked at or above both new fences with zero hits: it stays
-//     OPEN, re-bound to the release's watermarks.
+//     spareChecked (which the proposing node sets on every new advance
+//     once the cluster version is 1; older entries lack it), a permit
+//     whose release the gate already holds checked at or above both new
+//     fences with zero hits: it stays OPEN, re-bound to the release's
+//     watermarks.
 //   - recheck(root, kind, value, report, hits) — value below the current
 //     fence is FENCE_BEHIND. A node refuses to propose one that names no
 //     report (BAD_INPUT, checked before the log, so old logs replay as
@@ -129,6 +130,9 @@
 //     (`gate serve --auto-prune`).
 //   - join(id, raftAddr, httpAddr) — records a member's addresses so
 //     followers can forward to the leader's HTTP API.
+//   - setClusterVersion(version) — raises the cluster's command-schema
+//     version (never lowers it); proposed by a leader only (a client's is
+//     BAD_INPUT), see "Versions" below.
 //
 // A failed or cancelled run answers RUN_FAILED to everything but cancel
 // and an identical createRun; once pruned, RUN_PRUNED to everything.
@@ -220,9 +224,35 @@
 // the deadline cannot find the run late, and an attestation called after
 // it must.
 //
+// # Versions
+//
+// Each build applies command-schema versions up to CommandVersion (1;
+// builds before the version handshake report none, the baseline 0) and
+// reports it in /v1/status. The cluster version, State.ClusterVersion,
+// is replicated: a leader whose build is newer asks every server of its
+// Raft configuration for its version (GET /v1/status at the HTTP address
+// of its join record, answering with its ID) every 5 s and when a
+// request needs more, and raises the version with setClusterVersion to
+// the lowest answer once every server answered. A member down, not yet
+// recorded or answering as another ID keeps it where it is, and so does a
+// member on a build before the handshake, which could not decode the
+// raise. Asking live members, rather than recording versions in the log,
+// follows restarts, replacements and removals as they are. Nothing of a
+// version above the cluster's is proposed: below 1, advanceFence goes
+// without spareChecked, and one whose outcome depends on it (it keeps a
+// rechecked permit open) is CLUSTER_VERSION and changes nothing. A
+// raise and a join are serialized on the leader, which refuses a joiner
+// below the cluster version (CLUSTER_VERSION). A member below the version
+// halts at the raise entry or at a snapshot of that version, and a start
+// on such a snapshot (a downgrade) fails, GATE_HALTED naming both
+// versions; a backup of a higher version is not restored.
+//
 // # Snapshots
 //
 // The snapshot is the JSON encoding of State (encoding/json sorts map
 // keys), so the same log yields byte-identical snapshots. Restore decodes
-// strictly and checks State.Validate before replacing the state.
+// strictly and checks State.Validate before replacing the state. A state
+// carries its format's version, clusterVersion, omitted at 0: a snapshot
+// at the baseline is what builds before the version handshake write and
+// read.
 package raftgate

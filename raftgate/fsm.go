@@ -3,6 +3,7 @@ package raftgate
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -46,6 +47,9 @@ type FSM struct {
 	// and no snapshot is taken (see HaltError).
 	halted *HaltError
 	haltCh chan struct{}
+	// version is the highest command-schema version this build applies:
+	// CommandVersion (tests lower it to stand in an older build).
+	version uint64
 }
 
 // HaltError is why an FSM stopped applying its log: the committed entry at
@@ -67,6 +71,14 @@ type HaltError struct {
 }
 
 func (e *HaltError) Error() string {
+	if v := (*VersionError)(nil); errors.As(e.Err, &v) {
+		at := fmt.Sprintf("at entry %d, which raised the cluster's command-schema version to %d", e.Index, v.Cluster)
+		if e.Snapshot {
+			at = fmt.Sprintf("at a snapshot of the gate's state of command-schema version %d", v.Cluster)
+		}
+		return fmt.Sprintf("%s: this gate member stopped %s: its build applies versions up to %d, and a cluster never goes back to a lower version; upgrade this member to a build of version %d or later (gate status prints a build's version) and restart it on the same data directory",
+			errcode.GateHalted, at, v.Build, v.Cluster)
+	}
 	if e.Snapshot {
 		return fmt.Sprintf("%s: this gate member stopped: a snapshot of the gate's state does not decode with this build (a newer build's? upgrade this member to the others' build): %v",
 			errcode.GateHalted, e.Err)
@@ -84,7 +96,7 @@ var _ raft.FSM = (*FSM)(nil)
 
 // NewFSM returns an FSM holding an empty state.
 func NewFSM() *FSM {
-	return &FSM{state: NewState(), changed: make(chan struct{}), decode: DecodeCommand, haltCh: make(chan struct{})}
+	return &FSM{state: NewState(), changed: make(chan struct{}), decode: DecodeCommand, haltCh: make(chan struct{}), version: CommandVersion}
 }
 
 // Halted returns a channel closed when the FSM halts, and the reason
@@ -108,6 +120,13 @@ func (f *FSM) ApplyBytes(data []byte) *Result { return f.applyBytes(data, 0) }
 
 func (f *FSM) applyBytes(data []byte, index uint64) *Result {
 	c, err := f.decode(data)
+	if _, raise := c.(*SetClusterVersion); err == nil && !raise {
+		if v := commandVersion(c); v > f.version {
+			// What a build of that version meets: a field it does not
+			// know. (A raise above it halts in apply, saying so.)
+			err = errcode.New(errcode.BadDocument, "%s command of command-schema version %d; this build applies versions up to %d", commandType(c), v, f.version)
+		}
+	}
 	if err != nil {
 		if index == 0 {
 			return &Result{Err: err}
@@ -135,6 +154,16 @@ func (f *FSM) apply(c Command, index uint64) *Result {
 	if f.halted != nil && index > 0 {
 		// The entries after one it could not apply: applying them
 		// would build a state no other member holds.
+		return &Result{Err: f.halted}
+	}
+	if v, ok := c.(*SetClusterVersion); ok && v.Version > f.version {
+		// The entries after it may hold what this build cannot apply.
+		verr := &VersionError{Cluster: v.Version, Build: f.version}
+		if index == 0 {
+			return &Result{Err: verr}
+		}
+		f.halted = &HaltError{Index: index, Err: verr}
+		close(f.haltCh)
 		return &Result{Err: f.halted}
 	}
 	defer f.notify()
@@ -171,6 +200,8 @@ func (f *FSM) apply(c Command, index uint64) *Result {
 		v, err = a.join(c)
 	case *Prune:
 		v, err = a.prune(c)
+	case *SetClusterVersion:
+		v, err = a.setClusterVersion(c)
 	default:
 		err = errcode.New(errcode.BadDocument, "unknown command %T", c)
 	}
@@ -257,6 +288,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return errcode.Wrap(errcode.IO, err, "read gate snapshot")
 	}
 	s, err := DecodeState(b)
+	if err == nil && s.ClusterVersion > f.version {
+		err = &VersionError{Cluster: s.ClusterVersion, Build: f.version}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err != nil {

@@ -147,6 +147,14 @@ type Config struct {
 	// decode, if set, decodes the log's entries instead of DecodeCommand:
 	// tests make some members a newer build that knows one more field.
 	decode func([]byte) (Command, error)
+	// olderBuild, if set, makes the node a build of this command-schema
+	// version instead of CommandVersion: tests stand in a member not
+	// upgraded yet (0: a build before the version handshake), which
+	// reports it, refuses what is newer and halts at it.
+	olderBuild *uint64
+	// versionInterval is how often a leader whose cluster version is
+	// below its build's asks the members for theirs; zero means 5 s.
+	versionInterval time.Duration
 	// TLS, if set, serves the API over HTTPS and makes Raft connections
 	// between members mutual TLS (see TLSConfig).
 	TLS *TLSConfig
@@ -193,6 +201,8 @@ type Node struct {
 	// comes first; the other waits for it.
 	raftDown    sync.Once
 	raftDownErr error
+	// vers is the leader's view of the members' versions.
+	vers versions
 }
 
 // NewNode returns a node; Start opens its storage and starts serving.
@@ -227,6 +237,12 @@ func NewNode(cfg Config) *Node {
 	}
 	if cfg.decode != nil {
 		n.fsm.decode = cfg.decode
+	}
+	if cfg.olderBuild != nil {
+		n.fsm.version = min(*cfg.olderBuild, CommandVersion)
+	}
+	if n.cfg.versionInterval == 0 {
+		n.cfg.versionInterval = 5 * time.Second
 	}
 	n.met = newMetrics(n)
 	n.bodyBudget = cfg.RequestMemory
@@ -271,6 +287,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return errcode.Wrap(errcode.Of(err), err, "gate backup")
 		}
 		restored.Nodes = map[string]*NodeInfo{}
+		if restored.ClusterVersion > n.fsm.version {
+			return errcode.Wrap(errcode.ClusterVersion, &VersionError{Cluster: restored.ClusterVersion, Build: n.fsm.version},
+				"gate backup: restore it with a build of version %d or later", restored.ClusterVersion)
+		}
 	}
 	if n.cfg.TLS != nil {
 		raftAddr, httpAddr := n.cfg.RaftAddr, n.cfg.HTTPAddr
@@ -692,8 +712,11 @@ func (n *Node) Apply(c Command) (*Result, error) {
 	c.header().Now = time.Now().UnixMilli()
 	if f, ok := c.(*AdvanceFence); ok {
 		// A rule newer than some logs: stamped like the clock, so those
-		// logs replay as they did (see AdvanceFence.SpareChecked).
-		f.SpareChecked = true
+		// logs replay as they did (see AdvanceFence.SpareChecked), and
+		// only once every member applies it (see stampFence).
+		if err := n.stampFence(f); err != nil {
+			return nil, err
+		}
 	}
 	b, err := EncodeCommand(c)
 	if err != nil {
@@ -853,7 +876,8 @@ func (n *Node) leaderHTTP() string {
 func (n *Node) leaderLoop() {
 	t := time.NewTicker(n.cfg.SweepInterval)
 	defer t.Stop()
-	var lastPrune time.Time // zero: prune soon after becoming leader
+	var lastPrune time.Time   // zero: prune soon after becoming leader
+	var lastVersion time.Time // zero: ask the members soon too
 	for {
 		select {
 		case <-n.stop:
@@ -861,8 +885,14 @@ func (n *Node) leaderLoop() {
 		case <-t.C:
 		}
 		if !n.IsLeader() {
-			lastPrune = time.Time{}
+			lastPrune, lastVersion = time.Time{}, time.Time{}
 			continue
+		}
+		if n.ClusterVersion() < n.BuildVersion() && time.Since(lastVersion) >= n.cfg.versionInterval {
+			lastVersion = time.Now()
+			if _, _, err := n.raiseClusterVersion(context.Background()); err != nil {
+				n.log.Warn("raise the cluster version", "code", errcode.Of(err), "err", err)
+			}
 		}
 		if n.cfg.PruneOlderThan > 0 && time.Since(lastPrune) >= n.cfg.PruneInterval {
 			lastPrune = time.Now()

@@ -79,6 +79,13 @@ type State struct {
 	Nodes map[string]*NodeInfo `json:"nodes"`
 	// NextPermit numbers permits; IDs are deterministic ("p-000001").
 	NextPermit uint64 `json:"nextPermit"`
+	// ClusterVersion is the command-schema version (see CommandVersion)
+	// every member's build applies, as a leader last raised it with
+	// SetClusterVersion; it never goes down. Nothing of a higher version
+	// is proposed. It is the version of the snapshot's format too, and is
+	// omitted at 0: a state at the baseline encodes as the builds before
+	// the version handshake wrote it, and they decode it.
+	ClusterVersion uint64 `json:"clusterVersion,omitempty"`
 }
 
 // Fences are the two monotonic watermarks.

@@ -35,10 +35,20 @@ func TestConfig(dir, id string) Config {
 		ID: id, DataDir: filepath.Join(dir, id), Bootstrap: true,
 		RaftAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		Timing: FastTiming, ApplyTimeout: 5 * time.Second,
-		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		RaftLog:       io.Discard,
-		SweepInterval: 50 * time.Millisecond,
+		Logger:          slog.New(slog.NewTextHandler(io.Discard, nil)),
+		RaftLog:         io.Discard,
+		SweepInterval:   50 * time.Millisecond,
+		versionInterval: 100 * time.Millisecond,
 	}
+}
+
+// OlderBuild returns an option that makes a test node a build of
+// command-schema version v instead of CommandVersion (0: a build before the
+// version handshake): it reports v, proposes and applies nothing newer,
+// and halts at a committed raise above v. Restarting the node without it
+// upgrades it.
+func OlderBuild(v uint64) func(*Config) {
+	return func(cfg *Config) { cfg.olderBuild = &v }
 }
 
 // StartTestNode starts one node with cfg and registers its shutdown with
@@ -54,8 +64,10 @@ func StartTestNode(t testing.TB, cfg Config) *Node {
 }
 
 // MakeCluster starts size nodes: the first bootstraps, the others join it.
-// It returns once every node has joined and a leader is elected. Each
-// option may adjust a node's TestConfig before it starts.
+// It returns once every node has joined, a leader is elected and every
+// node applied the cluster version the leader raises to (the lowest
+// build's), so that no raise lands in the middle of a test. Each option
+// may adjust a node's TestConfig before it starts.
 func MakeCluster(t testing.TB, size int, options ...func(*Config)) *TestCluster {
 	t.Helper()
 	dir := t.TempDir()
@@ -80,7 +92,30 @@ func MakeCluster(t testing.TB, size int, options ...func(*Config)) *TestCluster 
 		}
 	}
 	c.Leader(10 * time.Second)
+	want := CommandVersion
+	for _, n := range c.Nodes {
+		want = min(want, n.BuildVersion())
+	}
+	c.WaitClusterVersion(want, 10*time.Second)
 	return c
+}
+
+// WaitClusterVersion waits up to timeout for every running node to hold
+// cluster version v; it fails the test on timeout.
+func (c *TestCluster) WaitClusterVersion(v uint64, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		done := true
+		for _, n := range c.Nodes {
+			done = done && (n == nil || n.ClusterVersion() == v)
+		}
+		if done {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatalf("cluster version %d not reached within %s", v, timeout)
 }
 
 // Leader waits up to timeout for a running node to be leader and returns

@@ -229,11 +229,13 @@ func startChaosCluster(t *testing.T) *chaosCluster {
 			c.leader(20 * time.Second)
 		}
 	}
-	// Every member known to the leader's state.
+	// Every member known to the leader's state, and the cluster version
+	// raised: a fence advance that keeps a rechecked permit open needs
+	// it, and the leader cannot raise it while a member is down.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		st, err := c.leader(20*time.Second).status(t.Context(), false)
-		if err == nil && len(st.Nodes) == 3 {
+		if err == nil && len(st.Nodes) == 3 && st.ClusterVersion == raftgate.CommandVersion {
 			return c
 		}
 		if time.Now().After(deadline) {

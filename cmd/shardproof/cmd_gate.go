@@ -284,7 +284,14 @@ A member that met a committed command or a snapshot of the state its
 build cannot decode (a newer build's) stops applying the log and leaves
 the cluster: its status starts with HALTED and where (the log index, or
 "a snapshot of the gate's state"), and the exit status is 3 (GATE_HALTED).
-Upgrade it to the other members' build and restart it on its directory.`,
+Upgrade it to the other members' build and restart it on its directory.
+
+"command-schema version" is the highest version the node's build applies
+and the cluster's version in its state. The leader raises the cluster
+version once every member reports a build of it; until then, what a
+newer version adds is refused (CLUSTER_VERSION) and the leader's status
+lists each member's version. In a rolling upgrade, upgrade one member at
+a time and check here that the cluster version rose after the last.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()
@@ -308,6 +315,18 @@ Upgrade it to the other members' build and restart it on its directory.`,
 			}
 			if st.StateDigest != nil {
 				fmt.Fprintf(w, "state: %s at command index %d\n", st.StateDigest, st.StateIndex)
+			}
+			if st.CommandVersion == 0 {
+				fmt.Fprintf(w, "command-schema version: build none (a build before the version handshake), cluster %d\n", st.ClusterVersion)
+			} else {
+				fmt.Fprintf(w, "command-schema version: build %d, cluster %d\n", st.CommandVersion, st.ClusterVersion)
+			}
+			if len(st.MemberVersions) > 0 {
+				var ms []string
+				for _, m := range st.MemberVersions {
+					ms = append(ms, m.String())
+				}
+				fmt.Fprintf(w, "cluster version rises once every member reports %d: %s\n", st.CommandVersion, strings.Join(ms, "; "))
 			}
 			fmt.Fprintf(w, "fences: tombstone %d, benchmark %d\n", st.Fences.Tombstone, st.Fences.Benchmark)
 			fmt.Fprintf(w, "%d aliases, %d releases, %d runs\n", st.Aliases, st.Releases, st.Runs)

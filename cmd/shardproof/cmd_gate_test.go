@@ -891,3 +891,50 @@ func TestGateStatusOfHaltedMember(t *testing.T) {
 		t.Fatalf("gate status of a halted member:\n%s\nwant it to start %q", r.stdout, want)
 	}
 }
+
+// gate status prints the node's build version and the cluster version;
+// in a cluster with a member on a build from before the version
+// handshake, that member's status says it reports none, and the
+// upgraded leader's lists what each member reports, which keeps the
+// cluster version where it is.
+func TestGateStatusPrintsVersions(t *testing.T) {
+	c := raftgate.MakeCluster(t, 2, func(cfg *raftgate.Config) {
+		if cfg.ID == "node1" {
+			raftgate.OlderBuild(0)(cfg)
+		}
+	})
+	old, up := c.Nodes[0], c.Nodes[1]
+	for deadline := time.Now().Add(20 * time.Second); !up.IsLeader(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node2 never led")
+		}
+		if old.IsLeader() {
+			old.Raft().LeadershipTransfer()
+		}
+	}
+	r := runGateCLI(t, "gate", "status", "--gate", old.URL()).expect(t, 0, "")
+	if !strings.Contains(r.stdout, "command-schema version: build none (a build before the version handshake), cluster 0\n") {
+		t.Fatalf("status of the old member:\n%s", r.stdout)
+	}
+	want := "cluster version rises once every member reports 1: node1: none (a build before the version handshake); node2: 1\n"
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r = runGateCLI(t, "gate", "status", "--gate", up.URL()).expect(t, 0, "")
+		if strings.Contains(r.stdout, "command-schema version: build 1, cluster 0\n") && strings.Contains(r.stdout, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of the upgraded leader:\n%s\nwant build 1, cluster 0 and %q", r.stdout, want)
+		}
+	}
+
+	n := raftgate.StartTestNode(t, raftgate.TestConfig(t.TempDir(), "g1"))
+	for deadline := time.Now().Add(20 * time.Second); n.ClusterVersion() != raftgate.CommandVersion; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a new single-node gate never raised its version")
+		}
+	}
+	r = runGateCLI(t, "gate", "status", "--gate", n.URL()).expect(t, 0, "")
+	if !strings.Contains(r.stdout, "command-schema version: build 1, cluster 1\n") || strings.Contains(r.stdout, "rises once") {
+		t.Fatalf("status of an upgraded gate:\n%s", r.stdout)
+	}
+}

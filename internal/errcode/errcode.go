@@ -102,6 +102,7 @@ var catalogue = map[Code]entry{
 	Unauthenticated:    {ExitUsage, "the gate requires a token and the request carries none or another (--gate-token-file)"},
 	UnknownPermit:      {ExitRejected, "no such permit (pruned, or never issued)"},
 	GateHalted:         {ExitError, "this gate member stopped applying the log at a committed command its build cannot decode (a newer build's): upgrade it"},
+	ClusterVersion:     {ExitError, "the gate cluster's command-schema version is below what the request needs (a member not upgraded yet), or above this member's build"},
 
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
@@ -178,6 +179,7 @@ const (
 	Unauthenticated    Code = "UNAUTHENTICATED"
 	UnknownPermit      Code = "UNKNOWN_PERMIT"
 	GateHalted         Code = "GATE_HALTED"
+	ClusterVersion     Code = "CLUSTER_VERSION"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"

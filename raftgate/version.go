@@ -1,0 +1,321 @@
+package raftgate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// CommandVersion is the highest command-schema version this build
+// applies: the commands, command fields and state fields it knows.
+//
+// Version 0 is the baseline: the schema of the builds before the version
+// handshake, which report no version. Version 1 adds the state's
+// clusterVersion, the setClusterVersion command and advanceFence's
+// spareChecked (builds before the handshake may or may not decode it:
+// those older than the field halt at it).
+//
+// The cluster version (State.ClusterVersion) is the version every member
+// applies. A leader raises it when every server of its Raft configuration
+// reports a build of at least the new version in /v1/status, and proposes
+// nothing of a version above it: a cluster upgraded one member at a time
+// stays at the old version, with every member applying every entry, until
+// the last member is upgraded.
+const CommandVersion uint64 = 1
+
+// versionSpareChecked is the version of AdvanceFence.SpareChecked.
+const versionSpareChecked = 1
+
+// commandVersion returns the command-schema version of c: that of its
+// type, or of the newest field it carries.
+func commandVersion(c Command) uint64 {
+	switch c := c.(type) {
+	case *SetClusterVersion:
+		return 1
+	case *AdvanceFence:
+		if c.SpareChecked {
+			return versionSpareChecked
+		}
+	}
+	return 0
+}
+
+// VersionError is a cluster version above the one this build applies:
+// Cluster is the cluster's (or a snapshot's, or a backup's), Build this
+// build's CommandVersion.
+type VersionError struct {
+	Cluster, Build uint64
+}
+
+func (e *VersionError) Error() string {
+	return fmt.Sprintf("%s: the gate cluster's command-schema version is %d, above %d, the highest this build applies",
+		errcode.ClusterVersion, e.Cluster, e.Build)
+}
+
+// ErrorCode implements errcode.Coder.
+func (e *VersionError) ErrorCode() errcode.Code { return errcode.ClusterVersion }
+
+// ClusterVersionResult is the result of setClusterVersion.
+type ClusterVersionResult struct {
+	ClusterVersion uint64 `json:"clusterVersion"`
+}
+
+// MemberVersion is what a leader learnt of one server of its Raft
+// configuration when it last asked for the members' versions.
+type MemberVersion struct {
+	ID string `json:"id"`
+	// CommandVersion is the version the member's /v1/status reports (0:
+	// none, a build before the handshake); nil when it is unknown.
+	CommandVersion *uint64 `json:"commandVersion,omitempty"`
+	// Error says why the version is unknown.
+	Error string `json:"error,omitempty"`
+}
+
+func (m MemberVersion) String() string {
+	switch {
+	case m.CommandVersion == nil:
+		return fmt.Sprintf("%s: unknown (%s)", m.ID, m.Error)
+	case *m.CommandVersion == 0:
+		return m.ID + ": none (a build before the version handshake)"
+	}
+	return fmt.Sprintf("%s: %d", m.ID, *m.CommandVersion)
+}
+
+// versionPollTimeout bounds one poll of the members' versions.
+const versionPollTimeout = 3 * time.Second
+
+// versions is a leader's view of its members' versions.
+type versions struct {
+	// raise serializes raising the cluster version with adding a voter:
+	// a joiner is checked against the version once any raise in flight
+	// committed, and a raise polls every voter added before it.
+	raise sync.Mutex
+	mu    sync.Mutex
+	// last is the latest poll's answer, for /v1/status and errors.
+	last []MemberVersion
+	// said is the last poll's answer as logged, so a lasting mixed
+	// cluster logs once, not at every poll.
+	said string
+}
+
+// BuildVersion is the highest command-schema version this node's build
+// applies (CommandVersion).
+func (n *Node) BuildVersion() uint64 { return n.fsm.version }
+
+// ClusterVersion is the cluster version in this node's state.
+func (n *Node) ClusterVersion() uint64 {
+	var v uint64
+	n.fsm.Read(func(s *State) { v = s.ClusterVersion })
+	return v
+}
+
+// pollVersions asks every server of the Raft configuration for its
+// build's version: this node itself, the others at the HTTP address of
+// their join record (/v1/status, which must answer with their ID). It
+// returns the answers in configuration order, the configuration's index,
+// and the lowest version, with ok false when some version is unknown (a
+// member down, unreachable, or without a join record yet).
+func (n *Node) pollVersions(ctx context.Context) (out []MemberVersion, confIndex uint64, lowest uint64, ok bool) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, 0, 0, false
+	}
+	servers := f.Configuration().Servers
+	http := map[string]string{}
+	n.fsm.Read(func(s *State) {
+		for id, ni := range s.Nodes {
+			http[id] = ni.HTTPAddr
+		}
+	})
+	ctx, cancel := context.WithTimeout(ctx, versionPollTimeout)
+	defer cancel()
+	out = make([]MemberVersion, len(servers))
+	var wg sync.WaitGroup
+	for i, sv := range servers {
+		id := string(sv.ID)
+		out[i].ID = id
+		if id == n.cfg.ID {
+			v := n.BuildVersion()
+			out[i].CommandVersion = &v
+			continue
+		}
+		addr := http[id]
+		if addr == "" {
+			out[i].Error = "no join record with its HTTP address yet"
+			continue
+		}
+		wg.Add(1)
+		go func(m *MemberVersion) {
+			defer wg.Done()
+			c := n.memberClient(addr)
+			defer c.Close()
+			c.RetryFor = -1
+			st, err := c.Status(ctx)
+			switch {
+			case err != nil:
+				m.Error = fmt.Sprintf("its status at %s: %v", addr, err)
+			case st.ID != m.ID:
+				m.Error = fmt.Sprintf("the gate at %s is %s", addr, truncate(st.ID))
+			default:
+				v := st.CommandVersion
+				m.CommandVersion = &v
+			}
+		}(&out[i])
+	}
+	wg.Wait()
+	ok = len(out) > 0
+	lowest = n.BuildVersion()
+	for _, m := range out {
+		if m.CommandVersion == nil {
+			ok = false
+			continue
+		}
+		lowest = min(lowest, *m.CommandVersion)
+	}
+	return out, f.Index(), lowest, ok
+}
+
+// raiseClusterVersion raises the cluster version, as leader, to the lowest
+// version the servers of its Raft configuration report, when every one
+// answered and that is above the current version. It returns the cluster
+// version after it and the members' answers. A member that does not
+// answer keeps the version where it is: it may run an older build, and
+// would halt at the raise.
+func (n *Node) raiseClusterVersion(ctx context.Context) (uint64, []MemberVersion, error) {
+	n.vers.raise.Lock()
+	defer n.vers.raise.Unlock()
+	cv := n.ClusterVersion()
+	if cv >= n.BuildVersion() {
+		return cv, nil, nil
+	}
+	if !n.IsLeader() {
+		return cv, nil, ErrNotLeader
+	}
+	members, confIndex, lowest, ok := n.pollVersions(ctx)
+	n.vers.mu.Lock()
+	n.vers.last = members
+	n.vers.mu.Unlock()
+	if !ok || lowest <= cv {
+		n.sayVersions(cv, members)
+		return cv, members, nil
+	}
+	if f := n.raft.GetConfiguration(); f.Error() != nil || f.Index() != confIndex {
+		// A server came or went while it polled: ask again next time.
+		return cv, members, nil
+	}
+	res, err := n.Apply(&SetClusterVersion{Version: lowest})
+	if err != nil {
+		return cv, members, err
+	}
+	cv = res.Value.(ClusterVersionResult).ClusterVersion
+	n.log.Info("gate cluster version raised: every member runs a build that applies it", "clusterVersion", cv, "members", versionList(members))
+	return cv, members, nil
+}
+
+// sayVersions logs, once per change, why the cluster version stays
+// below this build's.
+func (n *Node) sayVersions(cv uint64, members []MemberVersion) {
+	list := versionList(members)
+	n.vers.mu.Lock()
+	defer n.vers.mu.Unlock()
+	if list == n.vers.said {
+		return
+	}
+	n.vers.said = list
+	n.log.Info("gate cluster version stays until every member reports a build of a higher one", "clusterVersion", cv, "buildVersion", n.BuildVersion(), "members", list)
+}
+
+// versionList joins the members' answers.
+func versionList(members []MemberVersion) string {
+	var s []string
+	for _, m := range members {
+		s = append(s, m.String())
+	}
+	return strings.Join(s, ", ")
+}
+
+// lagging returns the members' answers whose version is below want or
+// unknown, from the latest poll.
+func (n *Node) lagging(want uint64) []string {
+	n.vers.mu.Lock()
+	defer n.vers.mu.Unlock()
+	var out []string
+	for _, m := range n.vers.last {
+		if m.CommandVersion == nil || *m.CommandVersion < want {
+			out = append(out, m.String())
+		}
+	}
+	return out
+}
+
+// needVersion returns nil once the cluster version is at least want,
+// raising it first if every member can take it; otherwise the
+// CLUSTER_VERSION refusal of what, which needs want.
+func (n *Node) needVersion(want uint64, what string) error {
+	if n.ClusterVersion() >= want {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), versionPollTimeout+n.cfg.ApplyTimeout)
+	defer cancel()
+	cv, _, err := n.raiseClusterVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if cv >= want {
+		return nil
+	}
+	why := "this member's build applies up to " + fmt.Sprint(n.BuildVersion())
+	if n.BuildVersion() >= want {
+		why = "members: " + strings.Join(n.lagging(want), "; ")
+	}
+	return errcode.New(errcode.ClusterVersion, "%s needs the gate cluster's command-schema version %d, and it is %d until every member runs a build of version %d or later (%s); upgrade those members one at a time (the leader raises the version once they all report it; gate status shows it) and send this again; nothing changed",
+		what, want, cv, want, why)
+}
+
+// stampFence sets f.SpareChecked when the cluster version has it, as
+// every advance had before the version handshake. Below it, f goes
+// without the field, which every build decodes, unless that would close
+// a permit the field keeps open: that advance is CLUSTER_VERSION and
+// changes nothing, so no run stops for a recheck the gate already holds.
+// The permits are judged on the leader's state before the proposal; a
+// recheck committed between the two leaves the permit to the rule
+// without the field, as builds before the handshake apply it.
+func (n *Node) stampFence(f *AdvanceFence) error {
+	f.SpareChecked = false
+	var spare []string
+	n.fsm.Read(func(s *State) {
+		if s.ClusterVersion < versionSpareChecked {
+			spare = wouldSpare(s, f.Kind, f.Value)
+		}
+	})
+	if len(spare) == 0 && n.ClusterVersion() < versionSpareChecked {
+		return nil
+	}
+	if err := n.needVersion(versionSpareChecked, fmt.Sprintf("advancing the %s fence to %d keeps open permits %s (their releases are checked at or above the new fences with no hits), which",
+		truncate(f.Kind), f.Value, strings.Join(spare, ", "))); err != nil {
+		return err
+	}
+	f.SpareChecked = true
+	return nil
+}
+
+// checkJoinerVersion refuses a joiner whose build is below the cluster
+// version: it would halt at the first entry or snapshot of that version.
+func (n *Node) checkJoinerVersion(j *Join, st *Status) error {
+	if cv := n.ClusterVersion(); st.CommandVersion < cv {
+		return errcode.New(errcode.ClusterVersion, "join of %s: its build applies command-schema versions up to %d (%s), and the cluster's version is %d, which never goes down; start it with a build of version %d or later",
+			truncate(j.ID), st.CommandVersion, noneIfZero(st.CommandVersion), cv, cv)
+	}
+	return nil
+}
+
+func noneIfZero(v uint64) string {
+	if v == 0 {
+		return "it reports none: a build before the version handshake"
+	}
+	return "as its status reports"
+}

@@ -1,0 +1,306 @@
+package raftgate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+// askVersions has the leader poll its members and raise the cluster
+// version if it can, as its loop does, until the answers of the members
+// in want begin as want says (a leader elected a moment ago may not hold
+// every join record yet). Every poll must leave the cluster at version
+// cv. It returns the last answers.
+func askVersions(t *testing.T, c *TestCluster, cv uint64, want map[string]string) []MemberVersion {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the members never answered %v", want)
+		}
+		l := c.Leader(10 * time.Second)
+		if l.BuildVersion() < CommandVersion {
+			// An older build never raises: the question is the
+			// upgraded leader's.
+			l.Raft().LeadershipTransfer()
+			continue
+		}
+		got, members, err := l.raiseClusterVersion(ctxT(t, 10*time.Second))
+		if errcode.Of(err) == errcode.NotLeader {
+			continue
+		}
+		if err != nil || got != cv {
+			t.Fatalf("the leader asked %s: version %d, %v; want %d", versionList(members), got, err, cv)
+		}
+		done := true
+		for id, w := range want {
+			done = done && strings.HasPrefix(memberVersion(members, id), id+": "+w)
+		}
+		if done {
+			return members
+		}
+	}
+}
+
+// memberVersion returns what members says of id.
+func memberVersion(members []MemberVersion, id string) string {
+	for _, m := range members {
+		if m.ID == id {
+			return m.String()
+		}
+	}
+	return id + ": not asked"
+}
+
+// noHalts fails the test if a running node halted.
+func noHalts(t *testing.T, c *TestCluster) {
+	t.Helper()
+	for _, n := range c.Nodes {
+		if n != nil && n.Halted() != nil {
+			t.Fatalf("%s halted: %v", n.ID(), n.Halted())
+		}
+	}
+}
+
+// leaderDigest returns the leader's state digest and index once every node
+// applied the log.
+func leaderDigest(t *testing.T, ctx context.Context, c *TestCluster) (uint64, manifest.Digest) {
+	t.Helper()
+	waitApplied(t, runningNodes(c))
+	lc := NewClient(c.Leader(10 * time.Second).URL())
+	defer lc.Close()
+	st, err := lc.StatusDigest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.StateIndex, *st.StateDigest
+}
+
+func runningNodes(c *TestCluster) []*Node {
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// A rolling upgrade: node1 and node3 run a build from before the version
+// handshake. The cluster stays at version 0 however often the leader asks
+// (they report none); fences still move, without spareChecked, so the old
+// members, which cannot read it, never halt. The one advance that needs
+// the field (it keeps open a permit whose release a recheck already
+// cleared) is CLUSTER_VERSION and changes nothing. It stays at 0 once
+// node3 is upgraded (node1 reports none), and while node1 is down (its
+// version unknown, and every member that answers upgraded). Once node1
+// restarts on its directory with the new build too, the leader raises the
+// version to 1 by itself, and the same advance keeps the permit open. The version survives a snapshot and a restart
+// of every member.
+func TestRollingUpgradeRaisesClusterVersion(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	c := MakeCluster(t, 3, func(cfg *Config) {
+		if cfg.ID != "node2" {
+			OlderBuild(0)(cfg)
+		}
+	})
+	cl := c.Client()
+	askVersions(t, c, 0, map[string]string{"node1": "none (a build before", "node2": "1", "node3": "none (a build before"})
+
+	r1 := registerVerified(t, ctx, cl, "r1", 2, 3, 0)
+	// An advance that spares nothing goes without the field: node3
+	// applies it.
+	if fr, err := cl.AdvanceFence(ctx, FenceTombstone, 1); err != nil || len(fr.Spared) != 0 {
+		t.Fatalf("an advance in the mixed cluster: %+v, %v", fr, err)
+	}
+	pub, err := cl.Publish(ctx, "main", r1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Recheck(ctx, &RecheckCmd{Root: r1, Kind: FenceTombstone, Value: 5, Report: dig("recheck/r1")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Apply(ctx, &SetClusterVersion{Version: 1}, nil); errcode.Of(err) != errcode.BadInput {
+		t.Fatalf("setClusterVersion from a client: %v, want BAD_INPUT", err)
+	}
+
+	index, before := leaderDigest(t, ctx, c)
+	_, err = cl.AdvanceFence(ctx, FenceTombstone, 5)
+	if errcode.Of(err) != errcode.ClusterVersion || errcode.ClusterVersion.Exit() != errcode.ExitError {
+		t.Fatalf("an advance that needs spareChecked in the mixed cluster: %v, want CLUSTER_VERSION (exit 3)", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, pub.Permit) || !strings.Contains(msg, "node1: none") {
+		t.Fatalf("the refusal names neither the permit it would keep nor the member: %s", msg)
+	}
+	if i, after := leaderDigest(t, ctx, c); i != index || after != before {
+		t.Fatalf("the refused advance changed the state: index %d→%d, digest %s→%s", index, i, before, after)
+	}
+	noHalts(t, c)
+
+	// node3 upgraded first: node1 still reports none.
+	c.Configs[2].olderBuild = nil
+	c.Restart(2)
+	askVersions(t, c, 0, map[string]string{"node1": "none", "node3": "1"})
+	// node1 down: every member that answers runs the new build, but
+	// node1's is unknown, and the version stays.
+	c.Stop(0)
+	askVersions(t, c, 0, map[string]string{"node1": "unknown", "node2": "1", "node3": "1"})
+	noHalts(t, c)
+	// node1 upgraded: the leader raises the version without being asked.
+	c.Configs[0].olderBuild = nil
+	c.Restart(0)
+	c.WaitClusterVersion(1, 20*time.Second)
+	noHalts(t, c)
+	nc := NewClient(c.Nodes[0].URL())
+	defer nc.Close()
+	st, err := nc.Status(ctx)
+	if err != nil || st.CommandVersion != CommandVersion || st.ClusterVersion != 1 {
+		t.Fatalf("the upgraded member's status: %+v, %v; want build %d, cluster 1", st, err, CommandVersion)
+	}
+
+	fr, err := cl.AdvanceFence(ctx, FenceTombstone, 5)
+	if err != nil || !slices.Equal(fr.Spared, []string{pub.Permit}) {
+		t.Fatalf("the advance at version 1: %+v, %v; want %s spared", fr, err, pub.Permit)
+	}
+	waitApplied(t, c.Nodes)
+	noHalts(t, c)
+
+	// A snapshot on each member, then every member restarted: the
+	// version is in the state each restores, before any entry.
+	for _, n := range c.Nodes {
+		if err := n.Raft().Snapshot().Error(); err != nil {
+			t.Fatalf("snapshot of %s: %v", n.ID(), err)
+		}
+	}
+	c.Shutdown()
+	for i := range c.Nodes {
+		if n := c.Restart(i); n.ClusterVersion() != 1 {
+			t.Fatalf("%s restarted on its snapshot: cluster version %d, want 1", n.ID(), n.ClusterVersion())
+		}
+	}
+	c.Leader(10 * time.Second)
+	waitApplied(t, c.Nodes)
+	for _, n := range c.Nodes {
+		var p *Permit
+		n.FSM().Read(func(s *State) { p = s.Permits[pub.Permit] })
+		if n.ClusterVersion() != 1 || p.State != PermitOpen {
+			t.Fatalf("%s after the restart: cluster version %d, permit %s; want 1, OPEN", n.ID(), n.ClusterVersion(), p.State)
+		}
+	}
+}
+
+// A member whose build is below the committed cluster version does not
+// run: restarted on its directory (a downgrade) it does not start, saying
+// which version it needs, and a new member on that build is not let in
+// (CLUSTER_VERSION, the configuration unchanged).
+func TestBuildBelowClusterVersionRefuses(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 1)
+	if v := c.Nodes[0].ClusterVersion(); v != CommandVersion {
+		t.Fatalf("a new cluster's version: %d, want %d", v, CommandVersion)
+	}
+
+	joiner := TestConfig(t.TempDir(), "old")
+	joiner.Join, joiner.Bootstrap = c.Nodes[0].HTTPAddr(), false
+	OlderBuild(0)(&joiner)
+	jn := NewNode(joiner)
+	err := jn.Start(ctx)
+	jn.Shutdown()
+	if errcode.Of(err) != errcode.ClusterVersion || !strings.Contains(err.Error(), "reports none") {
+		t.Fatalf("a build before the handshake joining a cluster at version 1: %v, want CLUSTER_VERSION", err)
+	}
+	if f := c.Nodes[0].Raft().GetConfiguration(); f.Error() != nil || len(f.Configuration().Servers) != 1 {
+		t.Fatalf("the refused join changed the configuration: %+v", f.Configuration())
+	}
+
+	if err := c.Nodes[0].Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(0)
+	down := c.Configs[0]
+	OlderBuild(0)(&down)
+	n := NewNode(down)
+	err = n.Start(ctx)
+	n.Shutdown()
+	var h *HaltError
+	var v *VersionError
+	if !errors.As(err, &h) || !errors.As(err, &v) || errcode.Of(err) != errcode.GateHalted || v.Cluster != 1 || v.Build != 0 ||
+		!strings.Contains(err.Error(), "up to 0") || !strings.Contains(err.Error(), "version 1 or later") {
+		t.Fatalf("a build of version 0 on a directory at version 1: %v, want GATE_HALTED naming both versions", err)
+	}
+	// Upgraded again, it starts.
+	if up := c.Restart(0); up.Halted() != nil || up.ClusterVersion() != 1 {
+		t.Fatalf("the member back on the new build: halted %v, version %d", up.Halted(), up.ClusterVersion())
+	}
+}
+
+// A committed raise above the build's version (an entry, not a snapshot)
+// halts the member at it, naming both versions, and applies nothing; a
+// raise below the current version changes nothing.
+func TestFSMHaltsAtRaiseAboveItsBuild(t *testing.T) {
+	// At version 0 the state encodes as builds before the handshake
+	// wrote it, so their members decode this build's snapshots.
+	if b, _ := EncodeState(NewState()); bytes.Contains(b, []byte("clusterVersion")) {
+		t.Fatalf("a state at version 0 names its version: %s", b)
+	}
+	f := NewFSM()
+	entry := func(i uint64, c Command) *Result {
+		b, err := EncodeCommand(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.Apply(&raft.Log{Type: raft.LogCommand, Index: i, Data: b}).(*Result)
+	}
+	if r := entry(1, &SetClusterVersion{Version: 1}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if r := entry(2, &SetClusterVersion{Version: 0}); r.Err != nil || r.Value.(ClusterVersionResult).ClusterVersion != 1 {
+		t.Fatalf("a lower raise: %+v, want version 1 kept", r)
+	}
+	before, _ := f.Encode()
+	r := entry(3, &SetClusterVersion{Version: CommandVersion + 1})
+	var h *HaltError
+	if !errors.As(r.Err, &h) || h.Index != 3 || errcode.Of(r.Err) != errcode.GateHalted ||
+		!strings.Contains(h.Error(), "entry 3") || !strings.Contains(h.Error(), "version 2 or later") {
+		t.Fatalf("a raise above the build: %v, want GATE_HALTED at entry 3 naming version 2", r.Err)
+	}
+	if after, _ := f.Encode(); !bytes.Equal(before, after) {
+		t.Fatal("the raise above the build changed the state")
+	}
+}
+
+// The cluster version is in a backup: a cluster founded on it starts at
+// it (it never goes down), and a build below it refuses the backup.
+func TestBackupKeepsClusterVersion(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 1)
+	backup, err := c.Client().StateBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := DecodeState(backup); err != nil || s.ClusterVersion != 1 {
+		t.Fatalf("the backup: %v, version %v; want 1", err, s)
+	}
+	cfg := TestConfig(t.TempDir(), "restored")
+	cfg.Restore = backup
+	if n := StartTestNode(t, cfg); n.ClusterVersion() != 1 {
+		t.Fatalf("restored: cluster version %d, want 1", n.ClusterVersion())
+	}
+	old := TestConfig(t.TempDir(), "old")
+	old.Restore = backup
+	OlderBuild(0)(&old)
+	n := NewNode(old)
+	err = n.Start(ctx)
+	n.Shutdown()
+	if errcode.Of(err) != errcode.ClusterVersion || !strings.Contains(err.Error(), "version 1 or later") {
+		t.Fatalf("a build of version 0 restoring a backup at version 1: %v, want CLUSTER_VERSION", err)
+	}
+}
