@@ -18,10 +18,11 @@ var codesCmd = &cobra.Command{
 	Short: "Print every error code with its exit status and meaning",
 	Long: `Print every error code with its exit status and meaning, sorted by code.
 
-Exit statuses: 0 ok, 1 invalid input or verdict INVALID, 2 usage or
+Exit statuses: 0 ok, 1 invalid input or verdict INVALID, 2 usage,
 credentials refused (UNAUTHENTICATED by the gate, STORE_DENIED by an S3
-store: retrying does not help), 3 operational error, 4 rejected by the
-gate or store, 5 indeterminate (retrying is safe).`,
+store) or a store URL naming no bucket (NO_SUCH_BUCKET): retrying does
+not help, 3 operational error, 4 rejected by the gate or store, 5
+indeterminate (retrying is safe).`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		codes := errcode.All()

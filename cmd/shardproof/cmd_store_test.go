@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/procid"
@@ -201,6 +204,31 @@ func TestStoreCLIS3(t *testing.T) {
 	out, err = storeRun(t, nil, "store", "ls", "--store", url, "shards/")
 	if err != nil || !strings.HasPrefix(out, "shards/big\t") || !strings.HasSuffix(out, "\t5\n") {
 		t.Fatalf("ls: %q, %v", out, err)
+	}
+}
+
+// A store URL naming a bucket that does not exist fails every command
+// that opens it with NO_SUCH_BUCKET, exit 2, naming the bucket, so that
+// a script or an engine does not run it again; it was STORE_UNAVAILABLE,
+// exit 3. stage, which creates a file store's directory, creates no
+// bucket.
+func TestStoreS3NoSuchBucket(t *testing.T) {
+	pu, _ := url.Parse(s3test.Start(t))
+	pu.Host = "sp-no-such-bucket"
+	root := "sha256:" + strings.Repeat("1", 64)
+	for _, args := range [][]string{
+		{"verify", "--store", pu.String(), "--root", root},
+		{"store", "ls", "--store", pu.String()},
+		{"synth", "--store", pu.String(), "--samples", "20", "--shards", "1"},
+	} {
+		res := runCLI(t, cliEnv(), args...)
+		if res.status != errcode.ExitUsage || !strings.HasPrefix(res.stderr, "shardproof: NO_SUCH_BUCKET: ") || !strings.Contains(res.stderr, "bucket sp-no-such-bucket does not exist") {
+			t.Errorf("%s: exit %d, stderr %q; want exit 2, \"shardproof: NO_SUCH_BUCKET: …\" naming the bucket", strings.Join(args[:2], " "), res.status, res.stderr)
+		}
+	}
+	_, err := s3test.Client(s3test.Endpoint()).HeadBucket(t.Context(), &awss3.HeadBucketInput{Bucket: aws.String("sp-no-such-bucket")})
+	if err == nil || !strings.Contains(err.Error(), "StatusCode: 404") {
+		t.Fatalf("after the commands, head bucket sp-no-such-bucket: %v, want 404 (none created)", err)
 	}
 }
 

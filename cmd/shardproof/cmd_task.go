@@ -48,9 +48,10 @@ waiting up to that long for the commits to appear.
 
 Exit status: 0 committed (aggregate: the report is VERIFIED), 1 invalid
 input (bad plan or document, NONDETERMINISM: retrying cannot help;
-aggregate: the report is stored and INVALID), 2 usage or credentials the
-store refuses (STORE_DENIED: retrying cannot help either), 3 operational
-error (store unreachable, inputs not ready: retrying may help).`,
+aggregate: the report is stored and INVALID), 2 usage, credentials the
+store refuses (STORE_DENIED) or a bucket that does not exist
+(NO_SUCH_BUCKET): retrying cannot help either, 3 operational error
+(store unreachable, inputs not ready: retrying may help).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kind, err := coordinator.ParseKind(args[0])

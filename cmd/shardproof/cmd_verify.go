@@ -51,8 +51,9 @@ Exit status: 0 VERIFIED, 1 INVALID (a report is stored), an input
 document that is not what it is given as (BAD_DOCUMENT, no report),
 fence documents below the release's claims (WATERMARK_UNCHECKED, no
 report) or a task whose output differs from its committed one
-(NONDETERMINISM, no report), 2 usage or credentials the store refuses
-(STORE_DENIED), 3 operational error (JOB_IN_USE included).`,
+(NONDETERMINISM, no report), 2 usage, credentials the store refuses
+(STORE_DENIED) or a bucket that does not exist (NO_SUCH_BUCKET), 3
+operational error (JOB_IN_USE included).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := engine.checkApplies(cmd); err != nil {

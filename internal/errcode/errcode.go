@@ -18,7 +18,7 @@ type Code string
 const (
 	ExitOK            = 0 // success; for verify: verdict VERIFIED
 	ExitInvalid       = 1 // the input was checked and found wrong (verdict INVALID, bad document)
-	ExitUsage         = 2 // bad flags or arguments, or credentials refused (UNAUTHENTICATED, STORE_DENIED)
+	ExitUsage         = 2 // bad flags or arguments, credentials refused (UNAUTHENTICATED, STORE_DENIED), a store URL naming no bucket (NO_SUCH_BUCKET)
 	ExitError         = 3 // operational error: store or network unreachable, I/O failure
 	ExitRejected      = 4 // the gate or store refused a command (conflict, fence, permit, precondition)
 	ExitIndeterminate = 5 // the outcome is unknown (leader lost mid-commit): retry is safe
@@ -74,6 +74,7 @@ var catalogue = map[Code]entry{
 	FileLimit:          {ExitError, "a reduce task would hold more files open at once than the process may (ulimit -n)"},
 	JobInUse:           {ExitError, "another live process runs this verification job or deletes its files (verify --resume, store prune-jobs)"},
 	StoreDenied:        {ExitUsage, "the store refused the credentials, signature or region of a request, or its policy denies it; retrying does not help"},
+	NoSuchBucket:       {ExitUsage, "the S3 bucket the store URL names does not exist (or was deleted while the command ran); shardproof never creates one, and retrying does not help"},
 
 	// Gate.
 	GenerationConflict: {ExitRejected, "expected generation differs from the alias's current generation"},
@@ -152,6 +153,7 @@ const (
 	FileLimit          Code = "FILE_LIMIT"
 	JobInUse           Code = "JOB_IN_USE"
 	StoreDenied        Code = "STORE_DENIED"
+	NoSuchBucket       Code = "NO_SUCH_BUCKET"
 
 	GenerationConflict Code = "GENERATION_CONFLICT"
 	PublishConflict    Code = "PUBLISH_CONFLICT"

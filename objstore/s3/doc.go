@@ -42,7 +42,13 @@
 //   - a refusal of the request's credentials, region or permissions (any
 //     403, a 301 region redirect, AuthorizationHeaderMalformed, an
 //     unknown access key, an expired token) is STORE_DENIED, saying what
-//     to check, and is never retried.
+//     to check, and is never retried;
+//   - a bucket that does not exist, at open or after (deleted while a
+//     command runs), is NO_SUCH_BUCKET, exit 2, and is never created; the
+//     404 of a HeadObject of a version, which has no body to say whether
+//     the version or the bucket is missing, is followed by a
+//     GetBucketVersioning that does (a Head of a key's latest version is
+//     not: a missing key is routine).
 //
 // URL options (query parameters), each also settable through the
 // environment the AWS SDK reads (AWS_ENDPOINT_URL_S3, AWS_REGION, the

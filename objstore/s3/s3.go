@@ -173,6 +173,7 @@ type Store struct {
 	base      string // Prefix + "/" or ""
 	threshold int64
 	timeout   time.Duration // Options.Timeout in force; <= 0: none
+	where     string        // "at <endpoint>" or "in AWS region <region>", for messages
 	// versionsPage, if > 0, is the page size DeletePrefix asks
 	// ListObjectVersions for (tests; the server's default is 1,000).
 	versionsPage int32
@@ -181,9 +182,10 @@ type Store struct {
 var _ objstore.Store = (*Store)(nil)
 
 // Open connects to the bucket and checks that versioning is Enabled. An
-// unreachable endpoint or missing bucket is STORE_UNAVAILABLE; credentials,
-// a region or a policy the server refuses are STORE_DENIED; versioning
-// off or suspended is VERSIONING_OFF.
+// unreachable endpoint is STORE_UNAVAILABLE; a missing bucket is
+// NO_SUCH_BUCKET (never created); credentials, a region or a policy the
+// server refuses are STORE_DENIED; versioning off or suspended is
+// VERSIONING_OFF.
 func Open(ctx context.Context, o Options) (*Store, error) {
 	loadOpts := []func(*config.LoadOptions) error{config.WithRetryMaxAttempts(5)}
 	if o.Region != "" {
@@ -227,7 +229,11 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		// verifying reader checks every byte anyway, so the warning is noise.
 		so.DisableLogOutputChecksumValidationSkipped = true
 	})
-	s := &Store{client: client, bucket: o.Bucket, region: cfg.Region, threshold: o.MultipartThreshold, timeout: timeout}
+	s := &Store{client: client, bucket: o.Bucket, region: cfg.Region, threshold: o.MultipartThreshold, timeout: timeout,
+		where: "in AWS region " + cfg.Region}
+	if o.Endpoint != "" {
+		s.where = "at " + o.Endpoint
+	}
 	if o.Prefix != "" {
 		s.base = o.Prefix + "/"
 	}
@@ -243,6 +249,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		}
 		if d := s.denied(err, "open", ""); d != nil {
 			return nil, d
+		}
+		if _, code := answer(err); code == "NoSuchBucket" {
+			return nil, s.noBucket(err, "open", "")
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, errcode.Wrap(errcode.StoreUnavailable, err, "s3 store %s: get bucket versioning: the server answered nothing for %s (the URL's timeout option)", o.Bucket, timeout)
@@ -696,6 +705,9 @@ func (s *Store) Head(ctx context.Context, key string, v objstore.Version) (objst
 		Bucket: aws.String(s.bucket), Key: s.objKey(key), VersionId: versionID(v),
 	})
 	if err != nil {
+		if status, _ := answer(err); status == http.StatusNotFound && v != "" {
+			return objstore.ObjectInfo{}, s.headNotFound(ctx, err, key, v)
+		}
 		return objstore.ObjectInfo{}, s.mapErr(ctx, err, "head", key, v)
 	}
 	if aws.ToBool(out.DeleteMarker) {
@@ -706,6 +718,47 @@ func (s *Store) Head(ctx context.Context, key string, v objstore.Version) (objst
 		info.Modified = *out.LastModified
 	}
 	return info, nil
+}
+
+// headNotFound maps the 404 of a HeadObject of version v. The answer to
+// a HEAD has no body, so a missing version and a missing bucket look
+// alike (versitygw and AWS both answer "404 NotFound"): a shard's
+// version in a bucket deleted under a running verification was
+// VERSION_MISSING, and the release INVALID. A GetBucketVersioning, which
+// Open needed the permission for, tells them apart. When it cannot
+// (refused: the principal may read keys but not the bucket's settings),
+// the version's 404 stands; when the server does not answer, that
+// failure is the Head's: the version was not shown missing. A Head of a
+// key's latest version is not checked so: a missing key is routine (a
+// poll for commit records asks for hundreds), where a missing version is
+// a finding; its NOT_FOUND in a deleted bucket is followed by a read or
+// write, which says NO_SUCH_BUCKET.
+func (s *Store) headNotFound(ctx context.Context, err error, key string, v objstore.Version) error {
+	_, berr := s.client.GetBucketVersioning(ctx, &awss3.GetBucketVersioningInput{Bucket: aws.String(s.bucket)})
+	if _, code := answer(berr); code == "NoSuchBucket" {
+		return s.noBucket(berr, "head", key)
+	}
+	if berr == nil || s.denied(berr, "head", key) != nil {
+		return s.mapErr(ctx, err, "head", key, v)
+	}
+	return s.mapErr(ctx, berr, "head (bucket check)", key, "")
+}
+
+// noBucket is NO_SUCH_BUCKET for err, the server's answer that the
+// bucket does not exist: a URL naming another bucket or endpoint than
+// meant, or a bucket deleted while the command ran. It was
+// STORE_UNAVAILABLE (exit 3), which scripts and engines retry, though
+// every retry fails alike.
+func (s *Store) noBucket(err error, op, key string) error {
+	since := ""
+	if op != "open" {
+		since = " (it did when this command opened the store: deleted since?)"
+	}
+	return errcode.Wrap(errcode.NoSuchBucket, err,
+		"s3 %s s3://%s/%s%s: bucket %s does not exist %s%s; shardproof never creates one: check the URL's bucket name and endpoint, "+
+			"or create the bucket with versioning enabled (aws s3api create-bucket --bucket %s, then aws s3api put-bucket-versioning --bucket %s "+
+			"--versioning-configuration Status=Enabled); retrying does not help",
+		op, s.bucket, s.base, key, s.bucket, s.where, since, s.bucket, s.bucket)
 }
 
 // List implements objstore.Store.
@@ -875,10 +928,11 @@ func (s *Store) notExist(key string, v objstore.Version) error {
 	return fmt.Errorf("s3://%s/%s%s version %s: %w", s.bucket, s.base, key, v, objstore.ErrNotExist)
 }
 
-// mapErr gives an SDK error its code: 404s and unknown versions are
-// ErrNotExist, 412 is ErrPreconditionFailed, a canceled context is
-// CANCELED, refused credentials, region or policy STORE_DENIED, an
-// unreachable server STORE_UNAVAILABLE, the rest IO.
+// mapErr gives an SDK error its code: NoSuchBucket is NO_SUCH_BUCKET,
+// other 404s and unknown versions are ErrNotExist, 412 is
+// ErrPreconditionFailed, a canceled context is CANCELED, refused
+// credentials, region or policy STORE_DENIED, an unreachable server
+// STORE_UNAVAILABLE, the rest IO.
 func (s *Store) mapErr(ctx context.Context, err error, op, key string, v objstore.Version) error {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return errcode.Wrap(errcode.Canceled, err, "s3 %s %s", op, key)
@@ -888,14 +942,13 @@ func (s *Store) mapErr(ctx context.Context, err error, op, key string, v objstor
 	}
 	status, code := answer(err)
 	switch {
+	case code == "NoSuchBucket":
+		return s.noBucket(err, op, key)
 	case code == "ExistingObjectIsDirectory" || code == "ObjectParentIsFile":
 		return fmt.Errorf("s3 %s: %w", op, &objstore.KeyError{Key: key, Reason: "a path-prefix of this key, or a key under it, already exists (not allowed on posix-backed S3)"})
 	case status == 412 || code == "PreconditionFailed":
 		return fmt.Errorf("put %s: %w", key, objstore.ErrPreconditionFailed)
 	case status == 404 || code == "NoSuchKey" || code == "NoSuchVersion" || code == "NotFound":
-		if code == "NoSuchBucket" {
-			return errcode.Wrap(errcode.StoreUnavailable, err, "s3 %s %s: bucket %s", op, key, s.bucket)
-		}
 		return s.notExist(key, v)
 	case v != "" && status == 400 && (code == "InvalidArgument" || code == "InvalidVersionId" || code == "BadRequest" || code == ""):
 		// A malformed version id names no version.
