@@ -232,6 +232,19 @@ func TestStoreS3NoSuchBucket(t *testing.T) {
 	}
 }
 
+// With no AWS credentials anywhere (environment, profile, IMDS), a
+// command on an S3 store exits 2 with STORE_DENIED saying where to give
+// them; it was STORE_UNAVAILABLE, exit 3, which engines retry.
+func TestStoreS3NoCredentials(t *testing.T) {
+	u := s3test.Start(t)
+	res := runCLI(t, cliEnv("AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_CONFIG_FILE=", "AWS_SHARED_CREDENTIALS_FILE=",
+		"HOME="+t.TempDir(), "AWS_EC2_METADATA_DISABLED=true"), "store", "ls", "--store", u)
+	if res.status != errcode.ExitUsage || !strings.HasPrefix(res.stderr, "shardproof: STORE_DENIED: ") ||
+		!strings.Contains(res.stderr, "no AWS credentials found") || !strings.Contains(res.stderr, "AWS_ACCESS_KEY_ID") {
+		t.Fatalf("store ls without credentials: exit %d, stderr %q; want exit 2, \"shardproof: STORE_DENIED: …\" saying none were found and where to give them", res.status, res.stderr)
+	}
+}
+
 // A store put whose PutObject answer is lost (a proxy before the gateway
 // drops the connection once the gateway has stored the object) is sent
 // again by the SDK, whose conditional create then meets the object it

@@ -1,6 +1,7 @@
 package s3_test
 
 import (
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -92,5 +93,55 @@ func TestDenied(t *testing.T) {
 	bp.set(nil, nil)
 	if _, err := st.Head(ctx, "new", ""); !objstore.IsNotExist(err) {
 		t.Fatalf("a refused Put wrote something: %v", err)
+	}
+}
+
+// With no credentials anywhere (no environment variables, HOME without
+// ~/.aws, and an instance metadata service that is disabled or refuses
+// connections, as off EC2), Open is STORE_DENIED, exit 2, saying where
+// credentials may be given, and sends the gateway nothing. It was
+// STORE_UNAVAILABLE, exit 3, from the first request, after the SDK's
+// retryer had asked IMDS again with each of its 5 attempts (12.6 s with
+// a refused connection; 4.0 s now, the IMDS client's own retries). An
+// AWS_PROFILE that no file defines is STORE_DENIED naming it.
+func TestNoCredentials(t *testing.T) {
+	u, bp, _ := startBreakingProxy(t, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want []string
+	}{
+		{"IMDS disabled", map[string]string{"AWS_EC2_METADATA_DISABLED": "true"}, []string{"no AWS credentials found", "AWS_ACCESS_KEY_ID", "AWS_PROFILE"}},
+		{"IMDS unreachable", map[string]string{"AWS_EC2_METADATA_DISABLED": "", "AWS_EC2_METADATA_SERVICE_ENDPOINT": closed}, []string{"no AWS credentials found", "AWS_ACCESS_KEY_ID", "AWS_PROFILE"}},
+		{"profile not defined", map[string]string{"AWS_PROFILE": "nosuch"}, []string{`AWS_PROFILE names profile "nosuch"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"} {
+				t.Setenv(k, "")
+			}
+			t.Setenv("HOME", t.TempDir())
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			bp.set(every, func(w http.ResponseWriter, r *http.Request) { bp.proxy.ServeHTTP(w, r) })
+			_, err := objstore.Open(t.Context(), u)
+			if c := errcode.Of(err); c != errcode.StoreDenied || c.Exit() != errcode.ExitUsage {
+				t.Errorf("Open: %s exit %d (%v), want STORE_DENIED, exit 2", c, c.Exit(), err)
+			}
+			for _, w := range tc.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("Open: %v, want it to say %q", err, w)
+				}
+			}
+			if n := bp.hitCount(); n != 0 {
+				t.Errorf("the gateway saw %d requests, want none (nothing to sign them with)", n)
+			}
+		})
 	}
 }

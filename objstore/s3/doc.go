@@ -61,7 +61,8 @@
 //	timeout=60s                      the longest silence of a request in flight
 //
 // Credentials come from the standard AWS chain (environment, shared
-// config, IMDS, …), never from the URL.
+// config, IMDS, …), never from the URL. Open retrieves them before its
+// first request: none found is STORE_DENIED, saying where to give them.
 //
 // Keys: objstore.ValidateKey applies. Callers must not use a key that is a
 // path-prefix of another ("a" and "a/b"): AWS allows it but posix-backed

@@ -192,7 +192,12 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 		loadOpts = append(loadOpts, config.WithRegion(o.Region))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
-	if err != nil {
+	var noProfile config.SharedConfigProfileNotExistError
+	switch {
+	case errors.As(err, &noProfile):
+		return nil, errcode.Wrap(errcode.StoreDenied, err, "s3 store %s: AWS_PROFILE names profile %q, which no AWS config or credentials file defines (%s); "+
+			"name a profile they hold, or unset AWS_PROFILE; retrying does not help", o.Bucket, noProfile.Profile, strings.Join(noProfile.Filename, ", "))
+	case err != nil:
 		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "s3 store %s: AWS configuration", o.Bucket)
 	}
 	if cfg.Region == "" {
@@ -242,6 +247,9 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 	}
 	s.threshold = min(max(s.threshold, MinPartSize), MaxPartSize)
 
+	if err := s.retrieveCredentials(ctx, cfg.Credentials); err != nil {
+		return nil, err
+	}
 	out, err := client.GetBucketVersioning(ctx, &awss3.GetBucketVersioningInput{Bucket: aws.String(o.Bucket)})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -269,6 +277,48 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 			o.Bucket, status, o.Bucket)
 	}
 	return s, nil
+}
+
+// noCredentialsHint says where the AWS credential chain looks.
+const noCredentialsHint = "give them in the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, with AWS_SESSION_TOKEN for temporary ones), " +
+	"as a profile (AWS_PROFILE, in ~/.aws/credentials or ~/.aws/config, or the files AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE name), " +
+	"as a web identity (AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE, as EKS sets them), or run where the instance metadata service gives a role " +
+	"(off EC2, AWS_EC2_METADATA_DISABLED=true skips asking it)"
+
+// retrieveCredentials gets the credentials before the first request
+// (the provider caches them for the requests that follow). When the
+// chain found none configured (no environment variables, no profile, no
+// web identity) its last resort is the instance metadata service
+// (IMDS), which off EC2 gives none: that is STORE_DENIED, saying where
+// credentials may be given. It was STORE_UNAVAILABLE, exit 3, from the
+// first request, after the SDK's retryer had asked IMDS again with each
+// of its 5 attempts (12 s when IMDS refuses connections). IMDS failing
+// on its side (HTTP 5xx, throttling) stays STORE_UNAVAILABLE; a
+// configured provider's failure is STORE_DENIED when a server refused it
+// (STS denying an assume-role) and STORE_UNAVAILABLE otherwise.
+func (s *Store) retrieveCredentials(ctx context.Context, creds aws.CredentialsProvider) error {
+	if creds == nil {
+		return nil
+	}
+	_, err := creds.Retrieve(ctx)
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return errcode.Wrap(errcode.Canceled, err, "s3 store %s: get credentials", s.bucket)
+	}
+	var re interface{ HTTPStatusCode() int }
+	imdsFailing := errors.As(err, &re) && (re.HTTPStatusCode() >= 500 || re.HTTPStatusCode() == http.StatusTooManyRequests)
+	if src, ok := creds.(aws.CredentialProviderSource); ok && !imdsFailing {
+		if ss := src.ProviderSources(); len(ss) == 1 && ss[0] == aws.CredentialSourceIMDS {
+			return errcode.Wrap(errcode.StoreDenied, err, "s3 store %s: no AWS credentials found: none in the environment, no profile, "+
+				"and the instance metadata service gave no role; %s; retrying does not help", s.bucket, noCredentialsHint)
+		}
+	}
+	if d := s.denied(err, "open", ""); d != nil {
+		return d
+	}
+	return errcode.Wrap(errcode.StoreUnavailable, err, "s3 store %s: get credentials", s.bucket)
 }
 
 // Client returns the underlying S3 client (for tests and tools).
