@@ -1,13 +1,20 @@
 package s3_test
 
 import (
+	"encoding/xml"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	awss3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/s3"
 	"github.com/shardproof/shardproof/objstore/s3/s3test"
 )
 
@@ -141,6 +148,111 @@ func TestNoCredentials(t *testing.T) {
 			}
 			if n := bp.hitCount(); n != 0 {
 				t.Errorf("the gateway saw %d requests, want none (nothing to sign them with)", n)
+			}
+		})
+	}
+}
+
+// deleteRequest is the body of a DeleteObjects request.
+type deleteRequest struct {
+	XMLName xml.Name `xml:"Delete"`
+	Objects []struct {
+		Key       string `xml:"Key"`
+		VersionID string `xml:"VersionId"`
+	} `xml:"Object"`
+}
+
+// refuseDeleteOf answers a DeleteObjects as a bucket policy denying
+// s3:DeleteObjectVersion on key would (S3 answers per key): the gateway
+// deletes every other version of the request, and key's versions get an
+// Error entry with code.
+func refuseDeleteOf(t *testing.T, key, code string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req deleteRequest
+		if err := xml.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Errorf("DeleteObjects body: %v", err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		bucket := strings.Trim(r.URL.Path, "/")
+		var pass []awss3types.ObjectIdentifier
+		var refused strings.Builder
+		for _, o := range req.Objects {
+			if o.Key == key {
+				fmt.Fprintf(&refused, "<Error><Key>%s</Key><VersionId>%s</VersionId><Code>%s</Code><Message>injected %[3]s</Message></Error>", o.Key, o.VersionID, code)
+				continue
+			}
+			pass = append(pass, awss3types.ObjectIdentifier{Key: aws.String(o.Key), VersionId: aws.String(o.VersionID)})
+		}
+		if len(pass) > 0 {
+			out, err := s3test.Client(s3test.Endpoint()).DeleteObjects(r.Context(), &awss3.DeleteObjectsInput{
+				Bucket: aws.String(bucket), Delete: &awss3types.Delete{Objects: pass, Quiet: aws.Bool(true)},
+			})
+			if err != nil || len(out.Errors) > 0 {
+				t.Errorf("the gateway's DeleteObjects: %v, %+v", err, out)
+			}
+		}
+		w.Header().Set("Content-Type", "application/xml")
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><DeleteResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">%s</DeleteResult>`, refused.String())
+	}
+}
+
+// versionsUnder lists the keys of every version under prefix in bucket.
+func versionsUnder(t *testing.T, bucket, prefix string) []string {
+	t.Helper()
+	out, err := s3test.Client(s3test.Endpoint()).ListObjectVersions(t.Context(), &awss3.ListObjectVersionsInput{Bucket: aws.String(bucket), Prefix: aws.String(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, v := range out.Versions {
+		keys = append(keys, aws.ToString(v.Key))
+	}
+	return keys
+}
+
+// A DeletePrefix whose DeleteObjects the server refuses for some keys (a
+// policy denying s3:DeleteObjectVersion there; S3 answers per key) is
+// STORE_DENIED, exit 2, naming a refused key, and says how many versions
+// it deleted, over every listing page: exactly those that are gone. It
+// was IO, exit 3, naming no count. Another per-key error stays IO, with
+// the count. Once the server allows it, DeletePrefix again deletes the
+// rest.
+func TestDeletePrefixRefusedKey(t *testing.T) {
+	u, bp, bucket := startBreakingProxy(t, "")
+	st := open(t, u)
+	s3.SetVersionsPage(st.(*s3.Store), 2)
+	ctx := t.Context()
+	isDelete := func(r *http.Request) bool { return r.Method == http.MethodPost && r.URL.Query().Has("delete") }
+	for _, tc := range []struct {
+		code string
+		want errcode.Code
+	}{{"AccessDenied", errcode.StoreDenied}, {"InternalError", errcode.IO}} {
+		t.Run(tc.code, func(t *testing.T) {
+			for _, key := range []string{"jobs/p/a", "jobs/p/b", "jobs/p/b", "jobs/p/c"} {
+				if _, err := st.Put(ctx, key, strings.NewReader(key), objstore.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			bp.set(isDelete, refuseDeleteOf(t, "jobs/p/c", tc.code))
+			err := st.(objstore.Deleter).DeletePrefix(ctx, "jobs/p/")
+			left := versionsUnder(t, bucket, "jobs/p/")
+			if c := errcode.Of(err); c != tc.want || !strings.Contains(err.Error(), "s3://"+bucket+"/jobs/p/c version ") ||
+				!strings.Contains(err.Error(), "1 of 2 versions") || !strings.Contains(err.Error(), "3 versions under the prefix were deleted") {
+				t.Errorf("DeletePrefix with jobs/p/c refused (%s): %s exit %d (%v), want %s naming jobs/p/c, 1 of 2 versions (the second page) not deleted, 3 deleted", tc.code, c, c.Exit(), err, tc.want)
+			}
+			if len(left) != 1 || left[0] != "jobs/p/c" {
+				t.Errorf("versions left: %v, want jobs/p/c's", left)
+			}
+			if tc.want == errcode.StoreDenied && (errcode.Of(err).Exit() != errcode.ExitUsage || !strings.Contains(err.Error(), "s3:DeleteObjectVersion")) {
+				t.Errorf("refused: exit %d (%v), want exit 2 naming s3:DeleteObjectVersion", errcode.Of(err).Exit(), err)
+			}
+			bp.set(nil, nil)
+			if err := st.(objstore.Deleter).DeletePrefix(ctx, "jobs/p/"); err != nil {
+				t.Fatalf("DeletePrefix once allowed: %v", err)
+			}
+			if left := versionsUnder(t, bucket, "jobs/p/"); len(left) != 0 {
+				t.Fatalf("versions left once allowed: %v", left)
 			}
 		})
 	}

@@ -48,7 +48,10 @@
 //     404 of a HeadObject of a version, which has no body to say whether
 //     the version or the bucket is missing, is followed by a
 //     GetBucketVersioning that does (a Head of a key's latest version is
-//     not: a missing key is routine).
+//     not: a missing key is routine);
+//   - DeletePrefix stops at the first DeleteObjects that leaves versions
+//     (it answers per key), saying how many it deleted before: STORE_DENIED
+//     when a version was refused, IO otherwise.
 //
 // URL options (query parameters), each also settable through the
 // environment the AWS SDK reads (AWS_ENDPOINT_URL_S3, AWS_REGION, the

@@ -889,7 +889,10 @@ func (s *Store) ListSizes(ctx context.Context, prefix, after string, limit int) 
 // starts from the beginning of what is left: a marker naming a version
 // just deleted is not a position every server can resume from (versitygw
 // skipped versions after one). Multipart uploads left open under prefix
-// are aborted too.
+// are aborted too. A version the server does not delete (DeleteObjects
+// answers per key) stops it: the error says how many versions it deleted
+// before, and is STORE_DENIED when the server refused one (a policy
+// denying s3:DeleteObjectVersion), IO otherwise.
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 	if err := objstore.ValidateDeletePrefix(prefix); err != nil {
 		return err
@@ -899,6 +902,7 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 		in.MaxKeys = aws.Int32(s.versionsPage)
 	}
 	var last types.ObjectIdentifier
+	deleted := 0
 	for {
 		out, err := s.client.ListObjectVersions(ctx, in)
 		if err != nil {
@@ -930,13 +934,41 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 				return s.mapErr(ctx, err, "delete", prefix, "")
 			}
 			if len(del.Errors) > 0 {
-				e := del.Errors[0]
-				return errcode.New(errcode.IO, "s3 delete %s: %d of %d versions not deleted, first %s version %s: %s %s",
-					prefix, len(del.Errors), n, aws.ToString(e.Key), aws.ToString(e.VersionId), aws.ToString(e.Code), aws.ToString(e.Message))
+				return s.notDeleted(prefix, del.Errors, n, deleted+n-len(del.Errors))
 			}
+			deleted += n
 			ids = ids[n:]
 		}
 	}
+}
+
+// notDeleted is the error of a DeleteObjects that deleted all but errs
+// of its n versions, after which deleted versions under prefix are gone
+// (the batch's others included) and the rest were not tried. A refused
+// version (AccessDenied: a policy that denies this principal
+// s3:DeleteObjectVersion on some keys) makes it STORE_DENIED, naming the
+// first refused; it was IO, exit 3, which engines retry, and named no
+// count of what was gone.
+func (s *Store) notDeleted(prefix string, errs []types.Error, n, deleted int) error {
+	e := errs[0]
+	refused := 0
+	for _, x := range errs {
+		if deniedCodes[aws.ToString(x.Code)] {
+			if refused == 0 {
+				e = x
+			}
+			refused++
+		}
+	}
+	what := fmt.Sprintf("s3 delete s3://%s/%s%s: %d of %d versions in a DeleteObjects not deleted", s.bucket, s.base, prefix, len(errs), n)
+	first := fmt.Sprintf("s3://%s/%s version %s: %s %s", s.bucket, aws.ToString(e.Key), aws.ToString(e.VersionId), aws.ToString(e.Code), aws.ToString(e.Message))
+	done := fmt.Sprintf("%d versions under the prefix were deleted before this answer (the others of its batch included) and the rest were not tried: "+
+		"the prefix is part deleted", deleted)
+	if refused > 0 {
+		return errcode.New(errcode.StoreDenied, "%s, %d refused, first %s; %s; the bucket's policy must allow this principal s3:DeleteObjectVersion "+
+			"(and s3:DeleteObject) under the prefix; retrying does not help", what, refused, first, done)
+	}
+	return errcode.New(errcode.IO, "%s, first %s; %s", what, first, done)
 }
 
 // Versions implements objstore.VersionLister: ListObjectVersions lists a
