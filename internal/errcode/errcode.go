@@ -67,7 +67,7 @@ var catalogue = map[Code]entry{
 	NotFound:           {ExitError, "no such key or version in the store"},
 	BadKey:             {ExitUsage, "a key is empty, malformed or would escape the store root"},
 	StoreUnavailable:   {ExitError, "the store cannot be opened or reached"},
-	VersioningOff:      {ExitError, "the S3 bucket does not have versioning enabled"},
+	VersioningOff:      {ExitError, "the S3 bucket does not have versioning enabled, or it was suspended while the command ran: enable it on the bucket (Status=Enabled)"},
 	Nondeterminism:     {ExitInvalid, "a rerun task produced output that differs from the committed output"},
 	ShuffleCorrupt:     {ExitError, "a shuffle file or task commit record cannot be decoded or breaks its order"},
 	TaskNotReady:       {ExitError, "a task's inputs are not committed yet (run the earlier phase first)"},

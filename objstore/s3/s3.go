@@ -272,9 +272,10 @@ func Open(ctx context.Context, o Options) (*Store, error) {
 			status = "never enabled"
 		}
 		return nil, errcode.New(errcode.VersioningOff,
-			"s3 bucket %s: versioning is %s; shardproof needs Enabled so that every version stays readable "+
-				"(aws s3api put-bucket-versioning --bucket %s --versioning-configuration Status=Enabled)",
-			o.Bucket, status, o.Bucket)
+			"s3 bucket %s: versioning is %s; shardproof needs Enabled so that every version stays readable: "+
+				"enable versioning on bucket %s (aws s3api put-bucket-versioning --bucket %s --versioning-configuration Status=Enabled, "+
+				"or the gateway's equivalent) and run the command again",
+			o.Bucket, status, o.Bucket, o.Bucket)
 	}
 	return s, nil
 }
@@ -529,10 +530,15 @@ func (s *Store) completedVersion(ctx context.Context, key, etag string, size int
 }
 
 // version turns a returned VersionId into a Version; a server that returns
-// none is not versioning, and the write cannot be named later.
+// none is not versioning (suspended since Open checked it), and the write
+// cannot be named later.
 func (s *Store) version(key string, id *string) (objstore.Version, error) {
 	if id == nil || *id == "" || *id == "null" {
-		return "", errcode.New(errcode.VersioningOff, "put %s: the server returned no version id; is versioning still enabled on bucket %s?", key, s.bucket)
+		return "", errcode.New(errcode.VersioningOff,
+			"put s3://%s/%s%s: the server returned no version id: bucket %s no longer versions its objects (versioning suspended since the store was opened?), "+
+				"so the object written has no version to name and may have replaced the key's latest bytes; enable versioning on bucket %s again "+
+				"(aws s3api put-bucket-versioning --bucket %s --versioning-configuration Status=Enabled) and run the command again",
+			s.bucket, s.base, key, s.bucket, s.bucket, s.bucket)
 	}
 	return objstore.Version(*id), nil
 }

@@ -66,11 +66,30 @@ func TestConformanceWithPrefix(t *testing.T) {
 	}
 }
 
+// A bucket without versioning is VERSIONING_OFF at open, and a Put
+// after versioning was suspended under a running command is too; both
+// say to enable it on the bucket, and how.
 func TestVersioningOff(t *testing.T) {
 	u := s3test.NewBucket(t, false)
+	pu, _ := url.Parse(u)
+	fix := "enable versioning on bucket " + pu.Host
 	_, err := objstore.Open(t.Context(), u)
-	if c := errcode.Of(err); c != errcode.VersioningOff || !strings.Contains(err.Error(), "Status=Enabled") {
-		t.Fatalf("Open of an unversioned bucket: %s (%v), want VERSIONING_OFF with advice", c, err)
+	if c := errcode.Of(err); c != errcode.VersioningOff || !strings.Contains(err.Error(), fix) || !strings.Contains(err.Error(), "Status=Enabled") {
+		t.Fatalf("Open of an unversioned bucket: %s (%v), want VERSIONING_OFF saying %q and how", c, err, fix)
+	}
+
+	u = s3test.Start(t)
+	pu, _ = url.Parse(u)
+	fix = "enable versioning on bucket " + pu.Host + " again"
+	st := open(t, u)
+	_, err = s3test.Client(s3test.Endpoint()).PutBucketVersioning(t.Context(), &awss3.PutBucketVersioningInput{Bucket: aws.String(pu.Host),
+		VersioningConfiguration: &awss3types.VersioningConfiguration{Status: awss3types.BucketVersioningStatusSuspended}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Put(t.Context(), "k", strings.NewReader("x"), objstore.PutOptions{})
+	if c := errcode.Of(err); c != errcode.VersioningOff || !strings.Contains(err.Error(), fix) || !strings.Contains(err.Error(), "Status=Enabled") {
+		t.Fatalf("Put after versioning was suspended: %s (%v), want VERSIONING_OFF saying %q and how", c, err, fix)
 	}
 }
 
