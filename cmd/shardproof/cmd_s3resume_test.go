@@ -133,6 +133,10 @@ func TestVerifyS3BucketDeleted(t *testing.T) {
 	if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "shardproof: NO_SUCH_BUCKET: ") || !strings.Contains(res.stderr, "bucket "+bucket+" does not exist") {
 		t.Fatalf("verify whose bucket was deleted under it: exit %d, stderr:\n%s\nwant exit 2, NO_SUCH_BUCKET naming %s", res.status, res.stderr, bucket)
 	}
+	// The job's files went with the bucket: no resume can finish it.
+	if strings.Contains(res.stderr, "stopped; its committed tasks are kept") {
+		t.Fatalf("verify whose bucket was deleted under it offers a resume:\n%s", res.stderr)
+	}
 }
 
 // deleteBucket deletes every version in bucket, then the bucket.

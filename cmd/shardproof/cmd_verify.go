@@ -357,7 +357,9 @@ func printVerifyResult(w io.Writer, out *coordinator.Outcome, asJSON bool) error
 // and how its scratch goes away otherwise.
 func resumeHint(cmd *cobra.Command, store, scratch string, err error) {
 	var u *coordinator.UnfinishedError
-	if !errors.As(err, &u) {
+	if !errors.As(err, &u) || errcode.Of(err) == errcode.NoSuchBucket {
+		// A deleted bucket took the release, and the job's files with
+		// it: there is nothing a resume could finish.
 		return
 	}
 	resume, jobs := "", store

@@ -182,7 +182,7 @@ func (x *executorFlags) run(cmd *cobra.Command, resume string) error {
 	prog := newVerifyProgress(cmd.ErrOrStderr())
 	out, err := coordinator.RunWithProgress(cmd.Context(), s, coordinator.PlanRef{Store: taskStore, Plan: pd, Scratch: opts.TaskScratch}, engine, prog.update)
 	prog.finish()
-	if err != nil && errcode.Of(err) != errcode.JobInUse {
+	if c := errcode.Of(err); err != nil && c != errcode.JobInUse && c != errcode.NoSuchBucket {
 		scratchArg, jobs := "", storeURL
 		if scratch != "" {
 			scratchArg, jobs = " --scratch "+shellQuote(scratch), scratch
