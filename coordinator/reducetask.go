@@ -215,7 +215,7 @@ func (j *Job) otherAttempt(ctx context.Context, r int, c *ReduceCommit, nondet e
 // checksum, or a bare read error (a torn local file), are SHUFFLE_CORRUPT.
 func (j *Job) drainError(err error, r int, key string) error {
 	switch errcode.Of(err) {
-	case errcode.StoreUnavailable, errcode.Canceled, errcode.IO:
+	case errcode.StoreUnavailable, errcode.Canceled, errcode.IO, errcode.StoreDenied, errcode.NoSuchBucket:
 		return wrap(err, "reduce task %d: %s", r, key)
 	}
 	return errcode.Wrap(errcode.ShuffleCorrupt, err, "reduce task %d: %s%s", r, key, j.lostShuffleHint())

@@ -510,13 +510,14 @@ func checkOffsets(s *array.String) error {
 
 // readFailed returns err, with the file's name, when it is the source's
 // failure to deliver bytes (a lost S3 connection, a silent server,
-// Ctrl-C: STORE_UNAVAILABLE, CANCELED, IO), and nil otherwise: the file
-// was not shown to be corrupt, and SHUFFLE_CORRUPT sent the operator
-// looking for damage. Bytes that fail their digest, and bare errors (a
+// Ctrl-C, a bucket deleted or credentials refused under the run:
+// STORE_UNAVAILABLE, CANCELED, IO, NO_SUCH_BUCKET, STORE_DENIED), and
+// nil otherwise: the file was not shown to be corrupt, and
+// SHUFFLE_CORRUPT sent the operator looking for damage. Bytes that fail their digest, and bare errors (a
 // torn local file), stay SHUFFLE_CORRUPT.
 func (r *Reader) readFailed(err error) error {
 	switch errcode.Of(err) {
-	case errcode.StoreUnavailable, errcode.Canceled, errcode.IO:
+	case errcode.StoreUnavailable, errcode.Canceled, errcode.IO, errcode.StoreDenied, errcode.NoSuchBucket:
 		r.err = fmt.Errorf("shuffle file %s: %w", r.name, err)
 		return r.err
 	}

@@ -131,7 +131,8 @@ func TestRoundTripByBucket(t *testing.T) {
 func TestSourceFailureIsNotCorruption(t *testing.T) {
 	b := encode(t, makeRows(3*BatchRows+17))
 	for _, at := range []int{10, len(b) / 2, len(b) - 1} {
-		for _, fail := range []error{errcode.New(errcode.StoreUnavailable, "connection lost"), errcode.New(errcode.Canceled, "canceled"), errors.New("bare")} {
+		for _, fail := range []error{errcode.New(errcode.StoreUnavailable, "connection lost"), errcode.New(errcode.Canceled, "canceled"),
+			errcode.New(errcode.NoSuchBucket, "bucket deleted"), errcode.New(errcode.StoreDenied, "credentials expired"), errors.New("bare")} {
 			want := errcode.Of(fail)
 			if want == errcode.Internal {
 				want = errcode.ShuffleCorrupt
