@@ -246,6 +246,9 @@ func (k *Kubernetes) Run(ctx context.Context, ref PlanRef, maps, reduces int) er
 		return err
 	}
 	for i, kind := range []Kind{KindMap, KindReduce} {
+		if err := k.deleteFailed(ctx, k.JobName(ref, kind)); err != nil {
+			return err
+		}
 		if _, err := k.kubectl(ctx, "apply", "-f", paths[i]); err != nil {
 			return err
 		}
@@ -255,6 +258,25 @@ func (k *Kubernetes) Run(ctx context.Context, ref PlanRef, maps, reduces int) er
 		}
 	}
 	return nil
+}
+
+// deleteFailed deletes Job name when an earlier run of the plan left it
+// failed (a verify --resume after an index failed for good): kubectl
+// apply leaves a Job that exists as it is, and a finished Job never runs
+// again, so the resume would meet the old failure at once until the
+// Job's TTL removed it, a day later. Its pods go before it (foreground
+// deletion), so none of them is taken for the new Job's. A Job that
+// completed or still runs is kept: the resume waits for it, and its
+// tasks' commit records decide.
+func (k *Kubernetes) deleteFailed(ctx context.Context, name string) error {
+	out, err := k.kubectl(ctx, "get", "job", name, "--ignore-not-found", "-o",
+		`jsonpath={range .status.conditions[?(@.status=="True")]}{.type}{"\n"}{end}`)
+	if err != nil || !slices.Contains(strings.Fields(out), "Failed") {
+		return err
+	}
+	slog.Info("kubernetes job of an earlier run failed; deleting it to run it again", "job", name)
+	_, err = k.kubectl(ctx, "delete", "job", name, "--cascade=foreground", "--ignore-not-found", "--wait=true")
+	return err
 }
 
 // waitJob polls the Job's conditions until it is Complete or Failed.

@@ -327,7 +327,10 @@ func TestKubernetesPodFailurePolicy(t *testing.T) {
 
 // asKubectl makes the test binary act as kubectl over the emulator (the
 // value is its state directory): `apply -f JOB.yaml` runs the Job to the
-// end, `get job NAME -o jsonpath=…` prints its final condition. It lets
+// end, or, as kubectl does, leaves a Job of that name that exists as it
+// is ("unchanged"), `get job NAME -o jsonpath=…` prints its final
+// condition (nothing with --ignore-not-found when there is no such Job),
+// and `delete job NAME` forgets it and its pods. It lets
 // `verify --executor kubernetes --submit` run end to end without a
 // cluster; it is no substitute for one.
 const asKubectl = "SHARDPROOF_TEST_AS_KUBECTL"
@@ -356,6 +359,12 @@ func kubectlMain(state string) {
 	switch {
 	case len(args) == 3 && args[0] == "apply" && args[1] == "-f":
 		j := loadJob(exitT{}, args[2])
+		if _, err := os.Stat(filepath.Join(state, j.name)); err == nil {
+			// A Job's spec is immutable and its controller never runs a
+			// finished one again.
+			fmt.Printf("job.batch/%s unchanged\n", j.name)
+			break
+		}
 		// Each index's last pod: its exit code and log, for "get pods"
 		// and "logs".
 		var pods []string
@@ -420,10 +429,20 @@ func kubectlMain(state string) {
 		fmt.Print(string(b))
 	case len(args) >= 3 && args[0] == "get" && args[1] == "job":
 		b, err := os.ReadFile(filepath.Join(state, args[2]))
+		if err != nil && slices.Contains(args, "--ignore-not-found") {
+			break
+		}
 		if err != nil {
 			exitT{}.Fatalf("jobs.batch %q not found", args[2])
 		}
 		fmt.Printf("%s\n", b)
+	case len(args) >= 3 && args[0] == "delete" && args[1] == "job":
+		for _, prefix := range []string{"", "pods-", "failed-"} {
+			if err := os.Remove(filepath.Join(state, prefix+args[2])); err != nil && !slices.Contains(args, "--ignore-not-found") {
+				exitT{}.Fatalf("jobs.batch %q not found", args[2])
+			}
+		}
+		fmt.Printf("job.batch %q deleted\n", args[2])
 	default:
 		exitT{}.Fatalf("unsupported command %v", args)
 	}
@@ -463,6 +482,40 @@ func TestKubernetesSubmit(t *testing.T) {
 	if !errors.As(err, &te) || te.Kind != coordinator.KindMap || te.Index != 1 || te.Status != errcode.ExitInvalid ||
 		errcode.Of(err) != errcode.Nondeterminism || !strings.Contains(fmt.Sprint(err), "FailedIndexes") {
 		t.Fatalf("failed map index: %v; want map task 1's NONDETERMINISM (exit 1) from its pod, with the Job's FailedIndexes condition", err)
+	}
+}
+
+// TestKubernetesResumeAfterFailedJob: a resume (RunWith of the plan)
+// after the map Job failed for good runs the map tasks again. kubectl
+// apply leaves a Job that exists as it is, and a failed Job stays failed:
+// the resume met the old failure at once, for a day (the Jobs' TTL),
+// however the cause had been fixed.
+func TestKubernetesResumeAfterFailedJob(t *testing.T) {
+	r := newRelease(t)
+	want := r.localReport(t)
+	j := planJob(t, r, 3, 2)
+	task := "jobs/" + j.PlanDigest.Hex() + "/map/1/"
+	if _, err := r.store.Put(t.Context(), task+"r0.arrow", strings.NewReader("stray"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	t.Setenv(asKubectl, state)
+	eng := &coordinator.Kubernetes{Image: "registry.example/shardproof:test", Kubectl: os.Args[0], Poll: 100 * time.Millisecond}
+	if _, err := coordinator.RunWith(t.Context(), r.store, r.dir, j.PlanDigest, eng); errcode.Of(err) != errcode.Nondeterminism {
+		t.Fatalf("run with a stray output: %v, want map task 1's NONDETERMINISM", err)
+	}
+	// The operator removes the stray file and resumes.
+	if err := r.store.(objstore.Deleter).DeletePrefix(t.Context(), task); err != nil {
+		t.Fatal(err)
+	}
+	out, err := coordinator.RunWith(t.Context(), r.store, r.dir, j.PlanDigest, eng)
+	if err != nil {
+		t.Fatalf("resume after the failed map Job: %v", err)
+	}
+	sameReport(t, "kubernetes resume", want, out.Report)
+	calls, _ := os.ReadFile(filepath.Join(state, "calls.log"))
+	if n := strings.Count(string(calls), "apply -f"); n != 3 {
+		t.Errorf("%d applies, want 3 (map, map again, reduce):\n%s", n, calls)
 	}
 }
 

@@ -32,7 +32,7 @@ const asCLI = "SHARDPROOF_TEST_AS_CLI"
 func TestMain(m *testing.M) {
 	// kubectl's verbs are no shardproof commands, so one environment
 	// serves both the CLI and the kubectl it calls.
-	if state := os.Getenv(asKubectl); state != "" && len(os.Args) > 1 && slices.Contains([]string{"--namespace", "-n", "apply", "get", "logs"}, os.Args[1]) {
+	if state := os.Getenv(asKubectl); state != "" && len(os.Args) > 1 && slices.Contains([]string{"--namespace", "-n", "apply", "get", "logs", "delete"}, os.Args[1]) {
 		kubectlMain(state)
 	}
 	if os.Getenv(asCLI) == "1" {
