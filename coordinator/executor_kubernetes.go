@@ -280,16 +280,28 @@ func (k *Kubernetes) deleteFailed(ctx context.Context, name string) error {
 }
 
 // waitJob polls the Job's conditions until it is Complete or Failed.
+// A poll that fails (an API server restarting, a lost connection) is
+// tried again; only a streak of them fails the wait, as with Slurm's
+// squeue: the Job runs on in the cluster meanwhile.
 func (k *Kubernetes) waitJob(ctx context.Context, name string) error {
 	poll := k.Poll
 	if poll <= 0 {
 		poll = 2 * time.Second
 	}
+	failures := 0
 	for {
 		out, err := k.kubectl(ctx, "get", "job", name, "-o",
 			`jsonpath={range .status.conditions[?(@.status=="True")]}{.type}{" "}{.reason}{"\n"}{end}`)
-		if err != nil {
-			return err
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return errcode.Wrap(errcode.Canceled, ctx.Err(), "waiting for kubernetes job %s", name)
+		case err != nil:
+			if failures++; failures >= jobPollFailures {
+				return err
+			}
+			slog.Warn("kubernetes job poll failed; polling again", "job", name, "failures", failures, "code", errcode.Of(err), "err", err)
+		default:
+			failures = 0
 		}
 		for _, line := range strings.Split(out, "\n") {
 			typ, reason, _ := strings.Cut(line, " ")
@@ -310,6 +322,10 @@ func (k *Kubernetes) waitJob(ctx context.Context, name string) error {
 		}
 	}
 }
+
+// jobPollFailures is how many Job status polls in a row may fail before
+// waitJob gives up.
+const jobPollFailures = 10
 
 // nsArg is the namespace flag of a kubectl command shown to the user.
 func (k *Kubernetes) nsArg() string {

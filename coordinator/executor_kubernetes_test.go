@@ -3,9 +3,13 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 )
@@ -37,5 +41,40 @@ esac
 	var te *TaskError
 	if !errors.As(err, &te) || te.Index != 1 || te.Status != 1 || errcode.Of(err) != errcode.Nondeterminism {
 		t.Fatalf("failed Job reported as %v; want map task 1's NONDETERMINISM from its newest pod", err)
+	}
+}
+
+// A Job status poll that fails (the API server restarting during a long
+// phase) is tried again: the first one failed the verify with IO while
+// its Job ran on in the cluster. A streak of failures still ends the
+// wait, with kubectl's error.
+func TestWaitJobRidesOutFailedPolls(t *testing.T) {
+	dir := t.TempDir()
+	kubectl := filepath.Join(dir, "kubectl")
+	script := `#!/bin/sh
+n=$(cat "$0.count" 2>/dev/null || echo 0)
+echo $((n + 1)) > "$0.count"
+if [ "$n" -lt "$(cat "$0.fail")" ]; then
+	echo 'The connection to the server was refused' >&2
+	exit 1
+fi
+printf 'Complete \n'
+`
+	if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		fail int
+		ok   bool
+	}{{3, true}, {jobPollFailures, false}} {
+		os.Remove(kubectl + ".count")
+		if err := os.WriteFile(kubectl+".fail", []byte(strconv.Itoa(c.fail)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		k := &Kubernetes{Kubectl: kubectl, Poll: time.Millisecond}
+		err := k.waitJob(context.Background(), "j-map")
+		if c.ok && err != nil || !c.ok && (errcode.Of(err) != errcode.IO || !strings.Contains(fmt.Sprint(err), "refused")) {
+			t.Errorf("%d failed polls, then Complete: %v", c.fail, err)
+		}
 	}
 }
