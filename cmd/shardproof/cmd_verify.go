@@ -65,11 +65,16 @@ operational error (JOB_IN_USE included).`,
 			if takeOver && resume == "" {
 				return errcode.New(errcode.Usage, "verify: --take-over takes the job of the plan given with --resume from its holder; give --resume PLAN")
 			}
+			if resume != "" {
+				if err := resumeTakesPlanFlags(cmd); err != nil {
+					return err
+				}
+			}
 			if engine.executor != "local" {
 				return engine.run(cmd, resume)
 			}
 			if resume != "" {
-				return resumeVerify(cmd, store, scratch, resume, parallelism, asJSON, root != "" || snapshot != "" || tombstones != "" || benchmark != "")
+				return resumeVerify(cmd, store, scratch, resume, parallelism, asJSON)
 			}
 			if !shuffleComp.Valid() {
 				return errcode.New(errcode.Usage, "verify: --shuffle-compression %q: want zstd or none", shuffleComp)
@@ -370,14 +375,29 @@ func resumeHint(cmd *cobra.Command, store, scratch string, err error) {
 		u.Plan, store, resume, u.Plan, jobs)
 }
 
+// planFlags are verify's flags whose values a plan records: a resume
+// takes them from the plan, and one given with --resume would be
+// silently ignored (a resume of a plan with 64 reducers does not run
+// 128 because --reducers says so).
+var planFlags = []string{"root", "snapshot", "tombstones", "benchmark", "map-tasks", "reducers", "reduce-fan-in",
+	"shuffle-compression", "shuffle-checksum", "map-members", "read-all-members"}
+
+// resumeTakesPlanFlags refuses, with USAGE, a --resume given any of
+// planFlags.
+func resumeTakesPlanFlags(cmd *cobra.Command) error {
+	for _, name := range planFlags {
+		if cmd.Flags().Changed(name) {
+			return errcode.New(errcode.Usage, "verify: --resume takes the root, snapshot, fences and the plan's shape from the plan; do not give --%s", name)
+		}
+	}
+	return nil
+}
+
 // resumeVerify finishes the verification planned as plan on the local
 // executor: tasks whose commit records exist are not run again, so an
 // interrupted nightly run of a large release picks up where it stopped.
 // The job's files are in scratch when it is set.
-func resumeVerify(cmd *cobra.Command, store, scratch, plan string, parallelism int, asJSON, inputs bool) error {
-	if inputs {
-		return errcode.New(errcode.Usage, "verify: --resume takes the root, snapshot and fences from the plan; do not give them")
-	}
+func resumeVerify(cmd *cobra.Command, store, scratch, plan string, parallelism int, asJSON bool) error {
 	pd, err := manifest.ParseDigest(plan)
 	if err != nil {
 		return errcode.Wrap(errcode.Usage, err, "verify: --resume")

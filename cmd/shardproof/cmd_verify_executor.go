@@ -105,11 +105,6 @@ func (x *executorFlags) run(cmd *cobra.Command, resume string) error {
 	)
 	if resume != "" {
 		f := cmd.Flags()
-		for _, name := range []string{"root", "snapshot", "tombstones", "benchmark"} {
-			if f.Changed(name) {
-				return errcode.New(errcode.Usage, "verify: --resume takes the root, snapshot and fences from the plan; do not give --%s", name)
-			}
-		}
 		if pd, err = manifest.ParseDigest(resume); err != nil {
 			return errcode.Wrap(errcode.Usage, err, "verify: --resume")
 		}

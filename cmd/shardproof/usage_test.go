@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,12 +24,26 @@ func TestUnknownCommandIsUsage(t *testing.T) {
 	}
 }
 
-// --resume takes its inputs from the plan, with every executor.
+// --resume takes its inputs and its shape from the plan, with every
+// executor: a flag the plan records is refused, not silently ignored.
 func TestResumeTakesNoInputs(t *testing.T) {
-	r := runCLI(t, cliEnv(), "verify", "--executor", "process", "--store", t.TempDir(), "--root", "sha256:"+strings.Repeat("0", 64),
-		"--resume", "sha256:0000000000000000000000000000000000000000000000000000000000000000")
-	if r.status != 2 || !strings.Contains(r.stderr, "USAGE: verify: --resume takes the root") {
-		t.Fatalf("exit %d, stderr %q", r.status, r.stderr)
+	plan := "sha256:" + strings.Repeat("0", 64)
+	for _, c := range []struct{ flag, value string }{
+		{"--root", plan}, {"--snapshot", plan}, {"--tombstones", plan}, {"--benchmark", plan},
+		{"--map-tasks", "4"}, {"--reducers", "8"}, {"--reduce-fan-in", "16"},
+		{"--shuffle-compression", "zstd"}, {"--shuffle-checksum", "sha256"},
+		{"--map-members", "true"}, {"--read-all-members", "true"},
+	} {
+		for _, executor := range []string{"local", "process"} {
+			store := t.TempDir()
+			r := runCLI(t, cliEnv(), "verify", "--executor", executor, "--store", store, c.flag+"="+c.value, "--resume", plan)
+			if r.status != 2 || !strings.Contains(r.stderr, "USAGE: verify: --resume takes the root") || !strings.Contains(r.stderr, "do not give "+c.flag) {
+				t.Errorf("%s --resume with %s: exit %d, stderr %q; want USAGE naming the flag", executor, c.flag, r.status, r.stderr)
+			}
+			if ents, _ := os.ReadDir(store); len(ents) != 0 {
+				t.Errorf("%s --resume with %s wrote into the store: %d entries", executor, c.flag, len(ents))
+			}
+		}
 	}
 }
 
