@@ -186,12 +186,15 @@ func (s *Slurm) checkArraySize(ctx context.Context, maps, reduces int) error {
 // on every run, so only other failures are retried.
 func slurmScript(bin string, ref PlanRef, attempts int) string {
 	return fmt.Sprintf(`#!/bin/sh
-# shardproof verify: one Slurm array task (index from SLURM_ARRAY_TASK_ID).
-# $1 is the task kind. Operational failures are retried up to %[3]d runs.
+# shardproof verify: one Slurm array task (index from SLURM_ARRAY_TASK_ID,
+# given as --index: an index variable of another engine the submitting
+# environment exported, as when verify runs in a Kubernetes Indexed Job,
+# is not the task's). $1 is the task kind. Operational failures are
+# retried up to %[3]d runs.
 kind=$1
 attempt=1
 while :; do
-	%[1]s task "$kind" %[2]s
+	%[1]s task "$kind" %[2]s --index "$SLURM_ARRAY_TASK_ID"
 	rc=$?
 	case $rc in
 	0 | 1 | 2 | 4) exit $rc ;;

@@ -29,7 +29,10 @@ func TestVerifySlurmExecutor(t *testing.T) {
 	// The job's files go to a scratch directory (a space in its path, for
 	// the task script's quoting), where --keep-job leaves them.
 	scratch := filepath.Join(t.TempDir(), "scr atch")
-	res := runCLI(t, cliEnv("SLURM_CONF="+c.Conf), "verify", "--executor", "slurm", "--store", r.dir,
+	// verify itself runs as a Kubernetes Indexed Job's pod would: sbatch
+	// exports its environment, index variable and all, to the array
+	// tasks, whose index is still SLURM_ARRAY_TASK_ID's.
+	res := runCLI(t, cliEnv("SLURM_CONF="+c.Conf, "JOB_COMPLETION_INDEX=7"), "verify", "--executor", "slurm", "--store", r.dir,
 		"--root", r.res.Root.String(), "--map-tasks", "4", "--reducers", "3", "--parallelism", "2",
 		"--task-binary", os.Args[0], "--slurm-dir", t.TempDir(), "--scratch", scratch, "--keep-job", "--json")
 	got := cliReport(t, res)
