@@ -133,45 +133,51 @@ type Remove struct {
 //	GET  /metrics              Prometheus metrics of this node
 //	GET  /healthz, /readyz     liveness; readiness = a leader is known and the FSM caught up
 //	                           (both GATE_HALTED once the node stopped applying its log)
+//
+// Once the node halted (see HaltError) it answers every route but
+// /v1/status, /metrics and the probes GATE_HALTED at once (unlessHalted).
 func (n *Node) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/commands", n.handleCommand)
-	mux.HandleFunc("POST /v1/join", n.handleJoin)
-	mux.HandleFunc("POST /v1/remove", n.handleRemove)
-	mux.HandleFunc("GET /v1/state", n.read(func(s *State, r *http.Request) (any, error) { return s, nil }))
-	mux.HandleFunc("GET /v1/aliases/{name}", n.read(func(s *State, r *http.Request) (any, error) {
+	api := func(pattern string, fn http.HandlerFunc) { mux.HandleFunc(pattern, n.unlessHalted(fn)) }
+	api("POST /v1/commands", n.handleCommand)
+	api("POST /v1/join", n.handleJoin)
+	api("POST /v1/remove", n.handleRemove)
+	api("GET /v1/state", n.read(func(s *State, r *http.Request) (any, error) { return s, nil }))
+	api("GET /v1/aliases/{name}", n.read(func(s *State, r *http.Request) (any, error) {
 		if a := s.Aliases[r.PathValue("name")]; a != nil {
 			return a, nil
 		}
 		return nil, errcode.New(errcode.UnknownAlias, "no alias %s", truncate(r.PathValue("name")))
 	}))
-	mux.HandleFunc("GET /v1/releases/{root}", n.read(func(s *State, r *http.Request) (any, error) {
+	api("GET /v1/releases/{root}", n.read(func(s *State, r *http.Request) (any, error) {
 		if rel := s.Releases[r.PathValue("root")]; rel != nil {
 			return rel, nil
 		}
 		return nil, errcode.New(errcode.UnknownRelease, "no release %s", truncate(r.PathValue("root")))
 	}))
-	mux.HandleFunc("GET /v1/fences", n.read(func(s *State, r *http.Request) (any, error) { return s.Fences, nil }))
-	mux.HandleFunc("GET /v1/permits", n.read(func(s *State, r *http.Request) (any, error) {
+	api("GET /v1/fences", n.read(func(s *State, r *http.Request) (any, error) { return s.Fences, nil }))
+	api("GET /v1/permits", n.read(func(s *State, r *http.Request) (any, error) {
 		out := []*Permit{}
 		for _, id := range sortedKeys(s.Permits) {
 			out = append(out, s.Permits[id])
 		}
 		return out, nil
 	}))
-	mux.HandleFunc("GET /v1/permits/{id}", n.read(func(s *State, r *http.Request) (any, error) {
+	api("GET /v1/permits/{id}", n.read(func(s *State, r *http.Request) (any, error) {
 		if p := s.Permits[r.PathValue("id")]; p != nil {
 			return p, nil
 		}
 		return nil, errcode.New(errcode.UnknownPermit, "no permit %s", truncate(r.PathValue("id")))
 	}))
-	mux.HandleFunc("GET /v1/runs/{id}", n.read(func(s *State, r *http.Request) (any, error) {
+	api("GET /v1/runs/{id}", n.read(func(s *State, r *http.Request) (any, error) {
 		if run := s.Runs[r.PathValue("id")]; run != nil {
 			return run, nil
 		}
 		return nil, s.noRun(r.PathValue("id"))
 	}))
-	mux.HandleFunc("GET /v1/runs/{id}/wait", n.handleWait)
+	api("GET /v1/runs/{id}/wait", n.handleWait)
+	// The node's own view and its probes answer while it is halted, and
+	// say so.
 	mux.HandleFunc("GET /v1/status", n.handleStatus)
 	mux.Handle("GET /metrics", n.met.handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -201,6 +207,23 @@ func (n *Node) handler() http.Handler {
 		io.WriteString(w, "ready\n")
 	})
 	return mux
+}
+
+// unlessHalted answers GATE_HALTED (503) once the node halted, before
+// fn reads a body, forwards or reads the state. A halted follower
+// forwarded writes and reads to the leader it still knew, as if healthy,
+// until its Raft was down, and then answered NOT_LEADER: a client that
+// listed it first waited on it, and its write was in flight through a
+// member that had left the cluster. Clients take GATE_HALTED to the
+// next member.
+func (n *Node) unlessHalted(fn http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if h := n.Halted(); h != nil {
+			writeError(w, h, nil)
+			return
+		}
+		fn(w, r)
+	}
 }
 
 // httpStatus maps a code to the HTTP status of its error response.
@@ -566,6 +589,7 @@ func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
 	id := r.PathValue("id")
+	halted, _ := n.fsm.Halted()
 	first := true
 	for {
 		changed := n.fsm.Changed()
@@ -598,6 +622,10 @@ func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
 		}
 		select {
 		case <-changed:
+		case <-halted:
+			// Its state stops here: the client asks another member.
+			writeError(w, n.Halted(), nil)
+			return
 		case <-ctx.Done():
 			writeJSON(w, http.StatusOK, sum)
 			return
@@ -704,6 +732,7 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte, hold
 		req.Header.Set("Authorization", bearer(n.cfg.Token))
 	}
 	req.Header.Set("Content-Type", "application/json")
+	n.met.forwarded.Inc()
 	resp, err := n.hc.Do(req)
 	if err != nil {
 		err = timedOut(err, "no answer")

@@ -29,7 +29,10 @@ import (
 // Retries: a request that provably never reached a node (connection
 // refused, DNS failure) and any request a node answered with NOT_LEADER or
 // GATE_UNAVAILABLE is retried, on the next endpoint, with backoff, for up
-// to RetryFor. Reads are also retried after a broken connection. A write
+// to RetryFor. A node that answers GATE_HALTED (it left its cluster, see
+// HaltError) is skipped at once, without backoff, and not asked again by
+// that request; when every endpoint answered so, the request fails with
+// GATE_HALTED. Reads are also retried after a broken connection. A write
 // whose connection broke after it was sent, or that the gate reports as
 // INDETERMINATE (leadership lost mid-commit), is NOT retried: the client
 // returns an error with code INDETERMINATE (errors.Is(err,
@@ -197,8 +200,15 @@ func (c *Client) doPoll(ctx context.Context, method, path string, in any, out an
 	backoff := 20 * time.Millisecond
 	start := int(c.next.Load())
 	var last error
+	// halted holds the endpoints that answered GATE_HALTED: a member
+	// that left its cluster until it is upgraded and restarted, which
+	// this request skips from then on.
+	halted := map[int]bool{}
 	for attempt := 0; ; attempt++ {
 		i := (start + attempt) % len(c.Endpoints)
+		if halted[i] {
+			continue
+		}
 		retry, err := c.once(ctx, method, c.Endpoints[i]+path, body, out, poll)
 		if !retry {
 			c.next.Store(uint32(i))
@@ -207,6 +217,19 @@ func (c *Client) doPoll(ctx context.Context, method, path string, in any, out an
 		last = err
 		if ctx.Err() != nil {
 			return errcode.Wrap(errcode.Canceled, ctx.Err(), "gate request %s %s (last: %v)", method, path, last)
+		}
+		if errcode.Of(err) == errcode.GateHalted {
+			halted[i] = true
+			if len(halted) == len(c.Endpoints) {
+				// No member given serves; retrying would not change
+				// that until one is upgraded.
+				return err
+			}
+			// The next member at once: no backoff for an answer
+			// that says nothing of the cluster.
+			if retryFor >= 0 || attempt+1 < len(c.Endpoints) {
+				continue
+			}
 		}
 		if retryFor < 0 {
 			if attempt+1 >= len(c.Endpoints) {
@@ -333,7 +356,7 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	msg := strings.TrimPrefix(eb.Error.Message, string(eb.Error.Code)+": ")
 	rerr := &errcode.Error{Code: eb.Error.Code, Msg: msg}
 	switch eb.Error.Code {
-	case errcode.NotLeader, errcode.GateUnavailable:
+	case errcode.NotLeader, errcode.GateUnavailable, errcode.GateHalted:
 		return true, rerr
 	}
 	return false, rerr

@@ -22,9 +22,10 @@
 // cannot decode is another build's (a newer leader's field or type): the
 // member halts there (HaltError, GATE_HALTED) rather than skip it and
 // part from the others; it applies nothing more, leaves the cluster and
-// says so on /healthz, /readyz and /v1/status (until its Raft is down, a
-// halted leader refuses reads and commands as NOT_LEADER, and a command
-// committed after the halt is INDETERMINATE). "now" is stamped by the
+// says so on /healthz, /readyz and /v1/status, and answers every other
+// request GATE_HALTED without forwarding it, which clients take to the
+// next member (a command committed on a leader after its halt is
+// INDETERMINATE). "now" is stamped by the
 // leader's HTTP handler when it proposes; Apply takes every time-based
 // decision (barrier deadlines) from it and never reads a clock, the store
 // or randomness, and it iterates maps in sorted key order, so replicas

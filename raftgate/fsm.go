@@ -80,11 +80,11 @@ func (e *HaltError) Error() string {
 			errcode.GateHalted, at, v.Build, v.Cluster)
 	}
 	if e.Snapshot {
-		return fmt.Sprintf("%s: this gate member stopped: a snapshot of the gate's state does not decode with this build (a newer build's? upgrade this member to the others' build): %v",
+		return fmt.Sprintf("%s: this gate member stopped: a snapshot of the gate's state does not decode with this build (%v); it serves no client: upgrade it to the other members' build and restart it on its data directory",
 			errcode.GateHalted, e.Err)
 	}
-	return fmt.Sprintf("%s: this gate member stopped applying the log at entry %d, a committed command this build cannot decode (a newer build's? upgrade this member to the others' build): %v",
-		errcode.GateHalted, e.Index, e.Err)
+	return fmt.Sprintf("%s: this gate member stopped applying the log at entry %d, a committed command this build cannot decode (%v); it serves no client: upgrade it to the other members' build and restart it on its data directory, where it applies entry %d and catches up",
+		errcode.GateHalted, e.Index, e.Err, e.Index)
 }
 
 // ErrorCode implements errcode.Coder.

@@ -2,11 +2,14 @@ package raftgate
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,28 +43,8 @@ func newerDecode(b []byte) (Command, error) {
 // the entry and catches up.
 func TestUndecodableCommandHaltsMember(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
-	c := MakeCluster(t, 3, func(cfg *Config) {
-		if cfg.ID != "node3" {
-			cfg.decode = newerDecode
-		}
-	})
-	old := c.Nodes[2]
+	c, old, index := haltOldMember(t, ctx)
 	cl := c.Client()
-	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 1); err != nil {
-		t.Fatal(err)
-	}
-	waitApplied(t, c.Nodes)
-
-	raw := []byte(fmt.Sprintf(`{"type":"advanceFence","now":%d,"kind":"tombstone","value":5,"spareChecked":true,"future":"x"}`, time.Now().UnixMilli()))
-	f := c.Leader(10*time.Second).Raft().Apply(raw, 5*time.Second)
-	if err := f.Error(); err != nil {
-		t.Fatal(err)
-	}
-	index := f.Index()
-	waitFor(t, "the old member to halt", func() bool { return old.Halted() != nil })
-	if h := old.Halted(); h.Index != index || errcode.Of(h) != errcode.GateHalted {
-		t.Fatalf("halt: %v at index %d, want GATE_HALTED at %d", h, h.Index, index)
-	}
 	// The others go on without it.
 	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 6); err != nil {
 		t.Fatalf("a command after the halt: %v", err)
@@ -103,6 +86,215 @@ func TestUndecodableCommandHaltsMember(t *testing.T) {
 	up.FSM().Read(func(s *State) { fs = s.Fences })
 	if fs.Tombstone != 6 || up.Halted() != nil {
 		t.Fatalf("the upgraded member: tombstone %d, halted %v; want 6 and running", fs.Tombstone, up.Halted())
+	}
+}
+
+// haltOldMember makes a cluster of three whose third member is an older
+// build than the others, has it apply a fence advance to 1, then has the
+// leader commit a newer build's command (a fence advance to 5 with a field
+// the old member does not know), at index, where the old member halts.
+func haltOldMember(t *testing.T, ctx context.Context) (c *TestCluster, old *Node, index uint64) {
+	t.Helper()
+	c = MakeCluster(t, 3, func(cfg *Config) {
+		if cfg.ID != "node3" {
+			cfg.decode = newerDecode
+		}
+	})
+	old = c.Nodes[2]
+	cl := c.Client()
+	defer cl.Close()
+	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, c.Nodes)
+
+	raw := []byte(fmt.Sprintf(`{"type":"advanceFence","now":%d,"kind":"tombstone","value":5,"spareChecked":true,"future":"x"}`, time.Now().UnixMilli()))
+	f := c.Leader(10*time.Second).Raft().Apply(raw, 5*time.Second)
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	index = f.Index()
+	waitFor(t, "the old member to halt", func() bool { return old.Halted() != nil })
+	if h := old.Halted(); h.Index != index || errcode.Of(h) != errcode.GateHalted {
+		t.Fatalf("halt: %v at index %d, want GATE_HALTED at %d", h, h.Index, index)
+	}
+	return c, old, index
+}
+
+// A halted member answered every API request but its probes as if it
+// were healthy: it forwarded them to the leader it still knew until its
+// Raft was down, then answered NOT_LEADER, which clients retry with
+// backoff. It answers GATE_HALTED at once now, naming the entry and what
+// to do, and serves /v1/status and /metrics; a client that lists it first
+// skips it, without retrying it, and its write and read reach the others;
+// a client that lists only halted members gets GATE_HALTED rather than
+// retrying for RetryFor.
+func TestHaltedMemberServesNoClient(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c, old, index := haltOldMember(t, ctx)
+	waitFor(t, "the old member's Raft to shut down", func() bool { return old.Raft().State() == raft.Shutdown })
+
+	cmd, err := EncodeCommand(&AdvanceFence{Kind: FenceTombstone, Value: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []struct {
+		method, path string
+		body         []byte
+	}{
+		{http.MethodPost, "/v1/commands", cmd},
+		{http.MethodPost, "/v1/remove", []byte(`{"id":"node1"}`)},
+		{http.MethodGet, "/v1/fences", nil},
+		{http.MethodGet, "/v1/state", nil},
+		{http.MethodGet, "/v1/runs/r/wait?timeout=300000", nil},
+		{http.MethodGet, "/readyz", nil},
+	} {
+		status, code, b := rawRequest(t, ctx, req.method, old.URL()+req.path, req.body)
+		if status != http.StatusServiceUnavailable || code != errcode.GateHalted {
+			t.Fatalf("%s %s on the halted member: HTTP %d %s %s, want 503 GATE_HALTED", req.method, req.path, status, code, b)
+		}
+		for _, want := range []string{fmt.Sprintf("at entry %d", index), "upgrade it", "restart it on its data directory"} {
+			if !bytes.Contains(b, []byte(want)) {
+				t.Fatalf("%s %s on the halted member: %s, want it to say %q", req.method, req.path, b, want)
+			}
+		}
+	}
+	if status, _, b := rawRequest(t, ctx, http.MethodGet, old.URL()+"/v1/status", nil); status != http.StatusOK || !bytes.Contains(b, []byte(`"halted"`)) {
+		t.Fatalf("/v1/status of the halted member: HTTP %d %s", status, b)
+	}
+
+	var urls []string
+	for _, n := range c.Nodes {
+		urls = append(urls, n.URL())
+	}
+	// The halted member first, and a RetryFor no test waits out: a
+	// client that retried it would fail with the test's context.
+	slices.Reverse(urls)
+	cl := NewClient(strings.Join(urls, ","))
+	defer cl.Close()
+	cl.RetryFor = time.Hour
+	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 9); err != nil {
+		t.Fatalf("a fence advance through a client that lists the halted member first: %v", err)
+	}
+	f, err := cl.Fences(ctx)
+	if err != nil || f.Tombstone != 9 {
+		t.Fatalf("fences read through that client: %+v, %v; want tombstone 9", f, err)
+	}
+	var fs Fences
+	old.FSM().Read(func(s *State) { fs = s.Fences })
+	if fs.Tombstone != 1 {
+		t.Fatalf("the halted member's tombstone fence: %d, want 1", fs.Tombstone)
+	}
+	if v := metricValue(t, old, "shardproof_gate_forwarded_total"); v != "0" {
+		t.Fatalf("requests the halted member forwarded: %s, want 0", v)
+	}
+
+	only := NewClient(old.URL())
+	defer only.Close()
+	only.RetryFor = time.Hour
+	if _, err := only.AdvanceFence(ctx, FenceTombstone, 10); errcode.Of(err) != errcode.GateHalted {
+		t.Fatalf("a fence advance through the halted member alone: %v, want GATE_HALTED", err)
+	}
+	if _, err := only.Fences(ctx); errcode.Of(err) != errcode.GateHalted {
+		t.Fatalf("a read through the halted member alone: %v, want GATE_HALTED", err)
+	}
+}
+
+// Between its FSM's halt and the shutdown of its Raft, a halted follower
+// still knows the leader: it forwarded a client's write there, holding it
+// in flight as a healthy member would. It forwards nothing now; the
+// client takes the write to the next member.
+func TestHaltedFollowerForwardsNothing(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 3)
+	leader := c.Leader(10 * time.Second)
+	var f *Node
+	var urls []string
+	for _, n := range c.Nodes {
+		if n != leader && f == nil {
+			f = n
+			continue
+		}
+		urls = append(urls, n.URL())
+	}
+	waitFor(t, "the follower to know the leader's HTTP address", func() bool { return f.leaderHTTP() == leader.HTTPAddr() })
+	// The moment between the halt and the shutdown: the halt recorded,
+	// watchHalt not yet told.
+	f.fsm.mu.Lock()
+	f.fsm.halted = &HaltError{Index: f.Raft().LastIndex() + 1, Err: errcode.New(errcode.BadDocument, "a newer build's command")}
+	f.fsm.mu.Unlock()
+
+	cmd, err := EncodeCommand(&AdvanceFence{Kind: FenceTombstone, Value: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, code, b := rawRequest(t, ctx, http.MethodPost, f.URL()+"/v1/commands", cmd); status != http.StatusServiceUnavailable || code != errcode.GateHalted {
+		t.Fatalf("a command sent to the halted follower: HTTP %d %s %s, want 503 GATE_HALTED", status, code, b)
+	}
+	cl := NewClient(strings.Join(append([]string{f.URL()}, urls...), ","))
+	defer cl.Close()
+	cl.RetryFor = time.Hour
+	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 5); err != nil {
+		t.Fatalf("a fence advance through a client that lists the halted follower first: %v", err)
+	}
+	var fs Fences
+	leader.FSM().Read(func(s *State) { fs = s.Fences })
+	if fs.Tombstone != 5 {
+		t.Fatalf("the leader's tombstone fence: %d, want 5", fs.Tombstone)
+	}
+	if v := metricValue(t, f, "shardproof_gate_forwarded_total"); v != "0" {
+		t.Fatalf("requests the halted follower forwarded: %s, want 0", v)
+	}
+}
+
+// A long-poll on a leader that halts while it waits answers GATE_HALTED
+// at the halt, which the client takes to another member, instead of
+// waiting out its timeout on a state that no longer moves and answering
+// from it.
+func TestLongPollEndsAtHalt(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 1)
+	n := c.Nodes[0]
+	cl := c.Client()
+	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
+	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "r", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 300_000}); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		body   ErrorBody
+		err    error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		// A wait longer than the test's context: only the halt ends it.
+		var a answer
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/v1/runs/r/wait?timeout=300000", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if a.err = err; err == nil {
+			a.status = resp.StatusCode
+			a.err = json.NewDecoder(resp.Body).Decode(&a.body)
+			resp.Body.Close()
+		}
+		done <- a
+	}()
+	// A command committed while the poll waits, then a newer build's, at
+	// which the node halts.
+	registerVerified(t, ctx, cl, "other", 2, 0, 0)
+	raw := []byte(fmt.Sprintf(`{"type":"advanceFence","now":%d,"kind":"tombstone","value":5,"spareChecked":true,"future":"x"}`, time.Now().UnixMilli()))
+	if err := n.Raft().Apply(raw, 5*time.Second).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// GATE_HALTED; NOT_LEADER naming the halt if the poll's first,
+	// linearizable read met it (ReadConsistent); either way at once, and
+	// clients take both to another member.
+	a := <-done
+	if code := a.body.Error.Code; a.err != nil || a.status != http.StatusServiceUnavailable ||
+		code != errcode.GateHalted && !(code == errcode.NotLeader && strings.Contains(a.body.Error.Message, "halted at entry")) {
+		t.Fatalf("a long-poll on a leader that halted: HTTP %d %+v (%v), want 503 GATE_HALTED", a.status, a.body.Error, a.err)
 	}
 }
 

@@ -32,6 +32,8 @@ type metrics struct {
 	// responsesCut counts responses given up because their client took
 	// none of their bytes for Config.WriteTimeout.
 	responsesCut prometheus.Counter
+	// forwarded counts requests this node sent on to the leader.
+	forwarded prometheus.Counter
 }
 
 func newMetrics(n *Node) *metrics {
@@ -63,6 +65,10 @@ func newMetrics(n *Node) *metrics {
 			Name: "shardproof_gate_responses_cut_total",
 			Help: "Responses given up, their connection closed, because the client took none of their bytes for the write timeout.",
 		}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardproof_gate_forwarded_total",
+			Help: "Requests this node, not the leader, sent on to the leader's HTTP address.",
+		}),
 	}
 	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardproof_gate_leader",
@@ -86,7 +92,7 @@ func newMetrics(n *Node) *metrics {
 		Name: "shardproof_gate_request_body_bytes",
 		Help: "Bytes of the request-memory budget that request bodies being read hold now.",
 	}, func() float64 { return float64(n.bodyBytes.Load()) })
-	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, m.responsesCut, leader, applied, bodyBytes)
+	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, m.responsesCut, m.forwarded, leader, applied, bodyBytes)
 	return m
 }
 

@@ -668,8 +668,9 @@ func (n *Node) shutdownRaft() error {
 // HaltError): Raft is shut down, so the member neither votes, nor leads,
 // nor acknowledges entries it will not apply, and its data directory keeps
 // the log from the entry on for a build that decodes it. The HTTP API
-// stays up: /healthz, /readyz and /v1/status answer GATE_HALTED, and
-// requests are still forwarded to the leader it last knew.
+// stays up: /healthz, /readyz and /v1/status say GATE_HALTED, /metrics
+// answers, and every other request is answered GATE_HALTED at once, never
+// forwarded (see unlessHalted).
 func (n *Node) watchHalt() {
 	haltCh, _ := n.fsm.Halted()
 	select {

@@ -353,7 +353,7 @@ a time and check here that the cluster version rose after the last.`,
 			}
 		})
 		if err == nil && st.Halted != nil {
-			return errcode.New(errcode.GateHalted, "gate member %s halted at %s: upgrade it to the other members' build", st.ID, haltedAt(st.Halted))
+			return errcode.New(errcode.GateHalted, "gate member %s halted at %s and serves no client: upgrade it to the other members' build and restart it on its data directory", st.ID, haltedAt(st.Halted))
 		}
 		return err
 	},

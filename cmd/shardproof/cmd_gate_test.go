@@ -867,8 +867,9 @@ func TestGateTokenInClearText(t *testing.T) {
 }
 
 // gate status on a member that halted at a committed command its build
-// cannot decode says so first, with the log index, and exits 3
-// GATE_HALTED instead of 0 with a role and indexes that look healthy.
+// cannot decode says so first, with the log index and what to do (upgrade
+// and restart), and exits 3 GATE_HALTED instead of 0 with a role and
+// indexes that look healthy.
 func TestGateStatusOfHaltedMember(t *testing.T) {
 	n := raftgate.StartTestNode(t, raftgate.TestConfig(t.TempDir(), "g1"))
 	for deadline := time.Now().Add(10 * time.Second); !n.IsLeader(); time.Sleep(10 * time.Millisecond) {
@@ -889,6 +890,12 @@ func TestGateStatusOfHaltedMember(t *testing.T) {
 	r := runGateCLI(t, "gate", "status", "--gate", n.URL()).expect(t, errcode.ExitError, errcode.GateHalted)
 	if want := fmt.Sprintf("HALTED at log index %d: ", f.Index()); !strings.HasPrefix(r.stdout, want) {
 		t.Fatalf("gate status of a halted member:\n%s\nwant it to start %q", r.stdout, want)
+	}
+	// Both say what to do.
+	for _, out := range []string{r.stdout, r.stderr} {
+		if !strings.Contains(out, "upgrade it to the other members' build and restart it on its data directory") {
+			t.Fatalf("gate status of a halted member does not say to upgrade and restart it:\n%s", out)
+		}
 	}
 }
 
