@@ -65,6 +65,8 @@ type Status struct {
 	// RaftTimeouts are the node's Raft timeouts in milliseconds, which
 	// every member should share.
 	RaftTimeouts *RaftTimeouts `json:"raftTimeouts,omitempty"`
+	// WriteTimeoutMs is the node's Config.WriteTimeout in milliseconds.
+	WriteTimeoutMs int64 `json:"writeTimeoutMs,omitempty"`
 	// StateIndex and StateDigest are set when the request asks for them
 	// (?digest=1): the sha256 of this member's state and the log index of
 	// the last command it reflects (0: none applied since start-up or the
@@ -646,6 +648,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	rl := n.raft.ReloadableConfig()
 	st.RaftTimeouts = &RaftTimeouts{HeartbeatMs: rl.HeartbeatTimeout.Milliseconds(), ElectionMs: rl.ElectionTimeout.Milliseconds(), LeaderLeaseMs: n.leaderLease.Milliseconds()}
+	st.WriteTimeoutMs = n.cfg.WriteTimeout.Milliseconds()
 	if addr != "" {
 		st.LeaderHTTP = n.leaderHTTP()
 	}

@@ -153,6 +153,7 @@ var gateServeFlags struct {
 	tlsCert, tlsKey, tlsCA             string
 	autoPrune                          time.Duration
 	heartbeat, election, lease         time.Duration
+	writeTimeout                       time.Duration
 }
 
 var gateServeCmd = &cobra.Command{
@@ -201,7 +202,14 @@ connections between members are mutual TLS, each end's certificate
 verified against --tls-ca. A member's certificate must name the host or
 IP of its advertised HTTP address and the IP of its Raft address (always
 an IP: a host name there is resolved at start); --join HOST:PORT is then
-reached over HTTPS. With both, the token still guards the API.`,
+reached over HTTPS. With both, the token still guards the API.
+
+--write-timeout (default 30s) is how long a response waits for its client
+to take its next bytes: a client that stopped reading (a large /v1/state
+to a process that hangs) is given up and its connection closed, counted in
+shardproof_gate_responses_cut_total. It bounds no response as a whole: a
+slow reader that keeps reading is not cut, nor a "wait" long-poll, which
+writes nothing while it waits. "gate status" shows the value in effect.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := gateServeFlags
@@ -241,6 +249,11 @@ reached over HTTPS. With both, the token still guards the API.`,
 		if f.autoPrune < 0 {
 			return errcode.New(errcode.Usage, "%s: --auto-prune %s is negative", cmd.CommandPath(), f.autoPrune)
 		}
+		if f.writeTimeout <= 0 {
+			// raftgate.Config reads zero as its default: a flag that
+			// said 0 would not mean what it says.
+			return errcode.New(errcode.Usage, "%s: --write-timeout %s: want a positive duration (e.g. 30s)", cmd.CommandPath(), f.writeTimeout)
+		}
 		// hashicorp/raft's own rules (ValidateConfig), said before it starts.
 		if min(f.heartbeat, f.election, f.lease) < 5*time.Millisecond || f.election < f.heartbeat || f.lease > f.heartbeat {
 			return errcode.New(errcode.Usage, "%s: --raft-heartbeat %s, --raft-election %s, --raft-lease %s: each at least 5ms, election at least heartbeat, lease at most heartbeat",
@@ -252,6 +265,7 @@ reached over HTTPS. With both, the token still guards the API.`,
 			RaftAdvertise: f.raftAdvertise, HTTPAdvertise: f.httpAdvertise,
 			Logger: logger, RaftLog: cmd.ErrOrStderr(), RaftLogJSON: logSettings.json,
 			PruneOlderThan: f.autoPrune,
+			WriteTimeout:   f.writeTimeout,
 			Timing:         raftgate.Timing{Heartbeat: f.heartbeat, Election: f.election, LeaderLease: f.lease},
 			WrapStream:     gateWrapStream,
 			Token:          token,
@@ -312,6 +326,9 @@ a time and check here that the cluster version rose after the last.`,
 			fmt.Fprintf(w, "log: last %d, committed %d, applied %d\n", st.LastIndex, st.CommitIndex, st.AppliedIndex)
 			if t := st.RaftTimeouts; t != nil {
 				fmt.Fprintf(w, "raft timeouts: heartbeat %dms, election %dms, lease %dms\n", t.HeartbeatMs, t.ElectionMs, t.LeaderLeaseMs)
+			}
+			if st.WriteTimeoutMs > 0 {
+				fmt.Fprintf(w, "write timeout: %s\n", time.Duration(st.WriteTimeoutMs)*time.Millisecond)
 			}
 			if st.StateDigest != nil {
 				fmt.Fprintf(w, "state: %s at command index %d\n", st.StateDigest, st.StateIndex)
@@ -972,6 +989,7 @@ func init() {
 	f.BoolVar(&gateServeFlags.recover, "recover", false, "make this member, with its state, the only member of its cluster: once, after a majority of the members is lost for good (the others must then be wiped and rejoin with --join)")
 	f.DurationVar(&gateServeFlags.heartbeat, "raft-heartbeat", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before it starts an election (every member should use the same values)")
 	f.DurationVar(&gateServeFlags.election, "raft-election", time.Second, "Raft election timeout, at least --raft-heartbeat")
+	f.DurationVar(&gateServeFlags.writeTimeout, "write-timeout", 30*time.Second, "give up a response, and close its connection, when its client takes none of its bytes this long (a 'wait' long-poll waiting for the barrier is not cut)")
 	f.DurationVar(&gateServeFlags.lease, "raft-lease", 500*time.Millisecond, "Raft leader lease: how long a leader keeps leading without hearing from a quorum, at most --raft-heartbeat (raise all three on slow disks or loaded hosts, where leaders step down on 'failed to contact quorum')")
 
 	f = gateRegisterCmd.Flags()

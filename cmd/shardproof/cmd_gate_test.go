@@ -585,8 +585,33 @@ func TestGateServeRaftTimings(t *testing.T) {
 	}
 	// The defaults are hashicorp/raft's.
 	def, _ := startGateServe(t, t.TempDir(), "--bootstrap")
-	if st := runGateCLI(t, "gate", "status", "--gate", def).expect(t, 0, "").stdout; !strings.Contains(st, "raft timeouts: heartbeat 1000ms, election 1000ms, lease 500ms") {
+	if st := runGateCLI(t, "gate", "status", "--gate", def).expect(t, 0, "").stdout; !strings.Contains(st, "raft timeouts: heartbeat 1000ms, election 1000ms, lease 500ms") || !strings.Contains(st, "write timeout: 30s\n") {
 		t.Fatalf("status of a node with default timeouts:\n%s", st)
+	}
+}
+
+// gate serve --write-timeout sets Config.WriteTimeout: a value that is not
+// a positive duration is USAGE before the node creates anything (0 would
+// have meant raftgate's default, not "none"), and a valid one is the one
+// the node runs with, as gate status reports it.
+func TestGateServeWriteTimeout(t *testing.T) {
+	for _, bad := range []string{"0", "-1s", "30"} {
+		dir := filepath.Join(t.TempDir(), "gate")
+		res := runRefused(t, "gate", "serve", "--bootstrap", "--data", dir, "--http-addr", freeAddr(t), "--raft-addr", freeAddr(t), "--write-timeout", bad)
+		if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "USAGE") || !strings.Contains(res.stderr, "write-timeout") {
+			t.Errorf("--write-timeout %s: exit %d: %s", bad, res.status, res.stderr)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("--write-timeout %s: data directory created (%v)", bad, err)
+		}
+	}
+	out, _, err := runInProcess(t, nil, "gate", "serve", "--help")
+	if err != nil || !strings.Contains(string(out), "--write-timeout duration") || !strings.Contains(string(out), "long-poll") {
+		t.Fatalf("gate serve --help does not document --write-timeout (%v):\n%s", err, out)
+	}
+	gate, _ := startGateServe(t, t.TempDir(), "--bootstrap", "--write-timeout", "45s")
+	if st := runGateCLI(t, "gate", "status", "--gate", gate).expect(t, 0, "").stdout; !strings.Contains(st, "write timeout: 45s\n") {
+		t.Fatalf("status of a node started with --write-timeout 45s:\n%s", st)
 	}
 }
 
