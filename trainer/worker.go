@@ -836,7 +836,7 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 		// down or electing for longer than the client retries (which
 		// may be shorter than a slice: --poll 5s makes 25 s slices), is
 		// no news either: the run's deadline decides.
-		if code := errcode.Of(err); err != nil && code != errcode.BarrierClosed && code != errcode.GateUnavailable && !(sliceOver && code == errcode.Canceled) {
+		if code := errcode.Of(err); err != nil && code != errcode.BarrierClosed && code != errcode.GateUnavailable && code != errcode.GateHalted && !(sliceOver && code == errcode.Canceled) {
 			if code == errcode.RootMismatch {
 				w.cfg.Metrics.RootMismatches.WithLabelValues(label).Inc()
 			}
@@ -915,10 +915,13 @@ func (w *Worker) countRootMismatch(run *raftgate.Run) {
 }
 
 // transient reports whether err says nothing of the run: no gate
-// answered (down, electing, unreachable) or the request was cut short.
+// answered (down, electing, unreachable), every member the worker names
+// halted until it is upgraded (GATE_HALTED: it used to answer NOT_LEADER,
+// which the client retried into GATE_UNAVAILABLE), or the request was
+// cut short.
 func transient(err error) bool {
 	switch errcode.Of(err) {
-	case errcode.GateUnavailable, errcode.NotLeader, errcode.Canceled:
+	case errcode.GateUnavailable, errcode.GateHalted, errcode.NotLeader, errcode.Canceled:
 		return true
 	}
 	return false

@@ -779,6 +779,71 @@ func TestGateOutageWhileWaiting(t *testing.T) {
 	}
 }
 
+// haltedGate answers WaitRun and Run GATE_HALTED while down is set, as a
+// client whose every gate URL is a halted member does, counting them.
+type haltedGate struct {
+	Gate
+	down   atomic.Bool
+	failed atomic.Int64
+}
+
+func (g *haltedGate) WaitRun(ctx context.Context, id string) (*raftgate.RunSummary, error) {
+	if g.down.Load() {
+		g.failed.Add(1)
+		return nil, errcode.New(errcode.GateHalted, "this gate member stopped applying the log at entry 9")
+	}
+	return g.Gate.WaitRun(ctx, id)
+}
+
+func (g *haltedGate) Run(ctx context.Context, id string) (*raftgate.Run, error) {
+	if g.down.Load() {
+		g.failed.Add(1)
+		return nil, errcode.New(errcode.GateHalted, "this gate member stopped applying the log at entry 9")
+	}
+	return g.Gate.Run(ctx, id)
+}
+
+// Every gate member a rank waiting at the barrier names halts (a gate
+// left on an older build): a halted member used to answer NOT_LEADER,
+// which the client retried into GATE_UNAVAILABLE, no news for the rank;
+// it answers GATE_HALTED now, which is no news either. The rank keeps
+// waiting, and passes the barrier once the gate serves again.
+func TestBarrierWaitSurvivesHaltedGate(t *testing.T) {
+	c := raftgate.MakeCluster(t, 1)
+	s := stagetest.Store(t)
+	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
+	e := &env{t: t, ctx: context.Background(), store: s, gate: c.Client(), gen1: gen1}
+	e.publish(gen1, 0)
+	e.createRun("r1", 2, 60*time.Second)
+	g := &haltedGate{Gate: e.gate}
+	w0 := e.worker("r1", 0, nil, g)
+	done := make(chan error, 1)
+	go func() { done <- w0.Run(e.ctx, true) }()
+	waitState(t, w0, StateWaiting)
+	g.down.Store(true)
+	deadline := time.Now().Add(20 * time.Second)
+	for g.failed.Load() < 3 {
+		select {
+		case err := <-done:
+			t.Fatalf("rank 0 ended while every gate member was halted: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d failed gate reads in 20 s", g.failed.Load())
+		}
+	}
+	g.down.Store(false)
+	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
+		t.Fatalf("rank 1: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("rank 0 across the halt: %v", err)
+	}
+	if st := w0.Status(); st.State != StateReady || st.Root != gen1.Root {
+		t.Fatalf("rank 0: %+v", st)
+	}
+}
+
 // An init container whose ready file cannot be written fails, even with
 // the barrier open: the trainer it would let start reads that file.
 func TestOnceFailsWithoutItsReadyFile(t *testing.T) {
@@ -1336,10 +1401,12 @@ func TestScaleInWhileVerifying(t *testing.T) {
 	}
 }
 
-// flakyRuns fails Run reads with GATE_UNAVAILABLE while down is set,
-// counting them.
+// flakyRuns fails Run reads with GATE_UNAVAILABLE (or halted: with
+// GATE_HALTED, as a client whose every gate URL is a halted member does)
+// while down is set, counting them.
 type flakyRuns struct {
 	Gate
+	halted bool
 	down   atomic.Bool
 	failed atomic.Int64
 }
@@ -1347,6 +1414,9 @@ type flakyRuns struct {
 func (g *flakyRuns) Run(ctx context.Context, id string) (*raftgate.Run, error) {
 	if g.down.Load() {
 		g.failed.Add(1)
+		if g.halted {
+			return nil, errcode.New(errcode.GateHalted, "this gate member stopped applying the log at entry 9")
+		}
 		return nil, errcode.New(errcode.GateUnavailable, "no gate answered GET /v1/runs/%s within 15s", id)
 	}
 	return g.Gate.Run(ctx, id)
@@ -1356,12 +1426,19 @@ func (g *flakyRuns) Run(ctx context.Context, id string) (*raftgate.Run, error) {
 // with GATE_UNAVAILABLE at the first read no gate answered (an election
 // longer than the client retries, during a wait of up to --rank-wait). A
 // gate that does not answer says nothing of the run: the rank keeps
-// waiting, and joins once the reassignment comes.
+// waiting, and joins once the reassignment comes. So it does through a
+// gate whose members it names all halted (GATE_HALTED), until one is
+// upgraded and restarted.
 func TestRankWaitSurvivesGateDown(t *testing.T) {
+	t.Run("unavailable", func(t *testing.T) { testRankWaitSurvivesGateDown(t, false) })
+	t.Run("halted", func(t *testing.T) { testRankWaitSurvivesGateDown(t, true) })
+}
+
+func testRankWaitSurvivesGateDown(t *testing.T, halted bool) {
 	e := newEnv(t)
 	e.publish(e.gen1, 0)
 	e.createRun("r1", 2, 20*time.Second)
-	g := &flakyRuns{Gate: e.gate}
+	g := &flakyRuns{Gate: e.gate, halted: halted}
 	w := e.worker("r1", 2, nil, g)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(e.ctx, true) }()
