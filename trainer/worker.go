@@ -559,8 +559,9 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 }
 
 // attest sends this rank's attestation bound to run's epoch. An answer
-// lost with the leader (INDETERMINATE) or a gate unreachable for longer
-// than the client retries (GATE_UNAVAILABLE) is sent again until the
+// lost with the leader (INDETERMINATE), a gate unreachable for longer
+// than the client retries (GATE_UNAVAILABLE) or every member named
+// halted until it is upgraded (GATE_HALTED) is sent again until the
 // run's barrier deadline, or for a minute into a run whose barrier is
 // open (a worker restarted into a running run: its deadline passed long
 // ago, and an open barrier has none): the same attestation at the same
@@ -576,7 +577,7 @@ func (w *Worker) attest(ctx context.Context, run *raftgate.Run, digests []manife
 	for {
 		sum, err := w.cfg.Gate.AttestEpoch(ctx, w.cfg.Run, w.cfg.Rank, run.Epoch, run.Root, digests)
 		code := errcode.Of(err)
-		if err == nil || code != errcode.Indeterminate && code != errcode.GateUnavailable || ctx.Err() != nil || time.Now().After(deadline) {
+		if err == nil || code != errcode.Indeterminate && code != errcode.GateUnavailable && code != errcode.GateHalted || ctx.Err() != nil || time.Now().After(deadline) {
 			return sum, err
 		}
 		w.log.Warn("attestation outcome unknown; sending it again", "code", code, "epoch", run.Epoch)

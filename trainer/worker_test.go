@@ -1124,12 +1124,18 @@ type lostAnswers struct {
 	Gate
 	lose    atomic.Int32
 	applied bool
+	// halted answers as a client whose every gate member halted, not
+	// as one whose answer was lost with a leader.
+	halted bool
 }
 
 func (g *lostAnswers) AttestEpoch(ctx context.Context, run string, rank int, epoch uint64, root manifest.Digest, shards []manifest.Digest) (*raftgate.RunSummary, error) {
 	if g.lose.Add(-1) >= 0 {
 		if g.applied {
 			g.Gate.AttestEpoch(ctx, run, rank, epoch, root, shards)
+		}
+		if g.halted {
+			return nil, errcode.New(errcode.GateHalted, "this gate member stopped applying the log at entry 9")
 		}
 		return nil, errcode.New(errcode.Indeterminate, "POST /v1/commands: connection lost after the command was sent; retrying it is safe")
 	}
@@ -1140,14 +1146,17 @@ func (g *lostAnswers) AttestEpoch(ctx context.Context, run string, rank int, epo
 // attestation's outcome is INDETERMINATE, which the client documents as
 // safe to send again. The worker failed with exit 5, an init container
 // that had verified every shard; it sends the attestation again and the
-// barrier opens, whether the lost one was applied or not.
+// barrier opens, whether the lost one was applied or not. Every gate
+// member the worker names halted (GATE_HALTED, until they are upgraded)
+// is no answer either.
 func TestAttestationWithLostAnswerIsSentAgain(t *testing.T) {
 	e := newEnv(t)
 	e.publish(e.gen1, 0)
-	for i, applied := range []bool{true, false} {
+	for i, c := range []struct{ applied, halted bool }{{true, false}, {false, false}, {false, true}} {
+		applied := c.applied
 		run := fmt.Sprintf("r%d", i)
 		e.createRun(run, 2, 30*time.Second)
-		g := &lostAnswers{Gate: e.gate, applied: applied}
+		g := &lostAnswers{Gate: e.gate, applied: applied, halted: c.halted}
 		g.lose.Store(2)
 		errs := runAll(e.ctx, e.worker(run, 0, nil, g), e.worker(run, 1, nil, nil))
 		for r, err := range errs {
