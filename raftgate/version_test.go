@@ -22,15 +22,23 @@ import (
 // cv. It returns the last answers.
 func askVersions(t *testing.T, c *TestCluster, cv uint64, want map[string]string) []MemberVersion {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	var last []MemberVersion
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the members never answered %v", want)
+			t.Fatalf("the members never answered %v; last answers %s", want, versionList(last))
 		}
 		l := c.Leader(10 * time.Second)
 		if l.BuildVersion() < CommandVersion {
 			// An older build never raises: the question is the
-			// upgraded leader's.
-			l.Raft().LeadershipTransfer()
+			// upgraded leader's. The transfer goes to an upgraded
+			// node, not to whichever Raft picks (another older one,
+			// over and over on a loaded machine).
+			for _, n := range c.Nodes {
+				if n != nil && n != l && n.BuildVersion() >= CommandVersion {
+					l.Raft().LeadershipTransferToServer(raft.ServerID(n.ID()), raft.ServerAddress(n.RaftAddr()))
+					break
+				}
+			}
 			continue
 		}
 		got, members, err := l.raiseClusterVersion(ctxT(t, 10*time.Second))
@@ -40,6 +48,7 @@ func askVersions(t *testing.T, c *TestCluster, cv uint64, want map[string]string
 		if err != nil || got != cv {
 			t.Fatalf("the leader asked %s: version %d, %v; want %d", versionList(members), got, err, cv)
 		}
+		last = members
 		done := true
 		for id, w := range want {
 			done = done && strings.HasPrefix(memberVersion(members, id), id+": "+w)
