@@ -538,6 +538,18 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 			w.log.Info("run reassigned before the attestation landed; verifying again", "epoch", run.Epoch)
 			continue
 		}
+		if errcode.Of(err) == errcode.BadInput {
+			// The gate checks the rank against the run's world size
+			// before the epoch: an attestation of an epoch a scale-in
+			// replaced (sent without the read above, which no gate
+			// answered, or landing after it) is refused BAD_INPUT,
+			// not STALE_EPOCH. The run read again says whether the
+			// rank is outside the run only at that old epoch.
+			if cur, rerr := w.getRun(ctx); rerr == nil && cur.Epoch != run.Epoch {
+				w.log.Info("run reassigned before the attestation landed; verifying again", "epoch", cur.Epoch)
+				continue
+			}
+		}
 		if err != nil {
 			if errcode.Of(err) == errcode.RunFailed {
 				// The run failed before this attestation: report why.

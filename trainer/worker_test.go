@@ -1679,3 +1679,59 @@ func TestRestartedWorkerOfARunningRunSendsItsAttestationAgain(t *testing.T) {
 		t.Fatalf("the restarted worker: %+v", st)
 	}
 }
+
+// failRuns fails the next n Run reads with GATE_UNAVAILABLE, counting
+// them, and passes every later one through.
+type failRuns struct {
+	Gate
+	n      atomic.Int64
+	failed atomic.Int64
+}
+
+func (g *failRuns) Run(ctx context.Context, id string) (*raftgate.Run, error) {
+	if g.n.Add(-1) >= 0 {
+		g.failed.Add(1)
+		return nil, errcode.New(errcode.GateUnavailable, "no gate answered GET /v1/runs/%s within 15s", id)
+	}
+	return g.Gate.Run(ctx, id)
+}
+
+// A rank that attests at the epoch it verified because no gate answered
+// its read of the run after verifying: a scale-in that removed it while
+// it verified is answered BAD_INPUT ("rank outside"), not STALE_EPOCH,
+// since the gate checks the rank against the world size before the
+// epoch. The rank failed with BAD_INPUT; it has left the run, as it has
+// when the read answers.
+func TestScaledInRankWhoseRunReadFailedAfterVerifyingLeaves(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 2, 30*time.Second)
+	h := &heldGet{Store: e.store, held: true, release: make(chan struct{})}
+	g := &failRuns{Gate: e.gate}
+	w := e.worker("r1", 1, h, g)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(e.ctx, false) }()
+	// The run read (its root pinned); every store read held.
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Status().Root.IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 1 did not read its run: %+v", w.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The read after verifying is not answered.
+	g.n.Store(1)
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	close(h.release)
+	if err := <-done; err != nil {
+		t.Fatalf("rank 1, scaled in while it verified: %v", err)
+	}
+	if n := g.failed.Load(); n != 1 {
+		t.Fatalf("%d failed reads of the run, want the one after verifying", n)
+	}
+	if st := w.Status(); st.State != StateDone || st.Epoch != 1 {
+		t.Fatalf("rank 1: %+v, want DONE at epoch 1", st)
+	}
+}
