@@ -149,14 +149,18 @@ type Worker struct {
 	// itself outside before that.
 	joined        bool
 	rankWaitSince time.Time
-	// attested is the shard list of this worker's last attestation, and
-	// confirmed the last epoch at which the run was seen to hold it for
-	// this rank. Another process attesting the same rank (a replacement
-	// pod started while this one still ran) after a reassignment that
-	// gave the rank other shards leaves the rank attested with a list
-	// this worker never verified: a barrier open at another epoch is
-	// taken only once the run shows this worker's list.
+	// attested is the shard list of this worker's last attestation,
+	// assigned the rank's shard indices it verified them as (assignment
+	// order), and confirmed the last epoch at which the run was seen to
+	// hold both for this rank. Another process attesting the same rank
+	// (a replacement pod started while this one still ran) after a
+	// reassignment that gave the rank other shards, or the same ones in
+	// another order, leaves the rank attested with a list this worker
+	// never verified, or Files in another order than the run's: a
+	// barrier open at another epoch is taken only once the run shows
+	// this worker's assignment and list.
 	attested  []manifest.Digest
+	assigned  []int
 	confirmed uint64
 }
 
@@ -563,7 +567,7 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 			}
 			return nil, fmt.Errorf("attest: %w", err)
 		}
-		w.attested, w.confirmed = digests, sum.Epoch
+		w.attested, w.assigned, w.confirmed = digests, slices.Clone(run.Assignment[w.cfg.Rank]), sum.Epoch
 		w.log.Info("attested", "root", run.Root.String(), "epoch", sum.Epoch, "shards", len(digests), "attested", sum.Attested, "world", sum.WorldSize)
 		w.set(func(s *Status) { s.State, s.Epoch = StateWaiting, sum.Epoch })
 		return run, nil
@@ -889,13 +893,15 @@ func (w *Worker) wait(ctx context.Context, run *raftgate.Run) (next, error) {
 	}
 }
 
-// attestedHere reports whether run holds, for this worker's rank, an
-// attestation of the shards this worker verified and attested (in any
+// attestedHere reports whether run assigns this worker's rank the shard
+// indices it verified, in the same order (the order of Status.Files),
+// and holds an attestation of the shards this worker attested (in any
 // order). One of another list was sent by another process for the same
-// rank after a reassignment changed its shards.
+// rank after a reassignment changed its shards; one of the same list
+// after a reassignment that reordered them.
 func (w *Worker) attestedHere(run *raftgate.Run) bool {
 	a := run.Attestations[w.cfg.Rank]
-	if a == nil || len(a.Shards) != len(w.attested) {
+	if a == nil || len(a.Shards) != len(w.attested) || !slices.Equal(run.Assignment[w.cfg.Rank], w.assigned) {
 		return false
 	}
 	n := make(map[manifest.Digest]int, len(w.attested))

@@ -1735,3 +1735,48 @@ func TestScaledInRankWhoseRunReadFailedAfterVerifyingLeaves(t *testing.T) {
 		t.Fatalf("rank 1: %+v, want DONE at epoch 1", st)
 	}
 }
+
+// As above, with a reassignment that gives the replaced rank the same
+// shards in another order: the old worker's list is the new attestation
+// in another order, and it went READY at epoch 1 with its files in the
+// order of epoch 0, where Status.Files are the rank's shards in the
+// order its assignment at that epoch gives them (what its trainer reads,
+// in that order, as the replacement's does). A barrier open at another
+// epoch is taken only when the run assigns this rank the very shard
+// indices, in order, that this worker verified.
+func TestOldWorkerOfAReplacedRankTakesTheNewAssignmentsOrder(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 2, 30*time.Second) // rank 0: shards 0, 2, 4, 6
+	g := &heldRuns{Gate: e.gate, release: make(chan struct{})}
+	old := e.worker("r1", 0, nil, g)
+	done := make(chan error, 1)
+	go func() { done <- old.Run(e.ctx, true) }()
+	waitState(t, old, StateWaiting)
+	g.hold.Store(true)
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 2, Assignment: [][]int{{6, 4, 2, 0}, {1, 3, 5, 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	for r, err := range runAll(e.ctx, e.worker("r1", 0, nil, nil), e.worker("r1", 1, nil, nil)) {
+		if err != nil {
+			t.Fatalf("rank %d at epoch 1: %v", r, err)
+		}
+	}
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatalf("the old worker of rank 0: %v", err)
+	}
+	var want []manifest.Digest
+	for _, i := range []int{6, 4, 2, 0} {
+		want = append(want, e.gen1.Release.Shards[i].Digest)
+	}
+	st := old.Status()
+	if st.State != StateReady || st.Epoch != 1 || !slices.Equal(st.Shards, want) {
+		t.Fatalf("the old worker of rank 0: %+v, want READY at epoch 1 with shards %v", st, want)
+	}
+	for i, f := range st.Files {
+		if f.Digest != want[i] {
+			t.Fatalf("the old worker of rank 0: file %d is %s, want %s", i, f.Digest, want[i])
+		}
+	}
+}
