@@ -686,6 +686,9 @@ func (w *Worker) verifyAll(ctx context.Context, run *raftgate.Run, rel *manifest
 	m.VerifiedShardRatio.WithLabelValues(label).Set(0)
 	if len(shards) == 0 {
 		m.VerifiedShardRatio.WithLabelValues(label).Set(1)
+		// The entries of an assignment before are no longer this
+		// rank's: recheckEntries must not fetch them again.
+		w.rel, w.root, w.entries = rel, run.Root, nil
 		return nil
 	}
 	start := time.Now()

@@ -1780,3 +1780,72 @@ func TestOldWorkerOfAReplacedRankTakesTheNewAssignmentsOrder(t *testing.T) {
 		}
 	}
 }
+
+// countedRuns counts the Run reads.
+type countedRuns struct {
+	Gate
+	n atomic.Int64
+}
+
+func (g *countedRuns) Run(ctx context.Context, id string) (*raftgate.Run, error) {
+	g.n.Add(1)
+	return g.Gate.Run(ctx, id)
+}
+
+// A sidecar whose rank a reassignment leaves with no shards (another
+// rank takes them all) watches no cache entry any more: the entries of
+// its assignment before are no longer its own, and the trainer or a
+// cache cleaner may delete them. It kept statting them every poll, and
+// one deleted made it not ready while it fetched, from the store, a
+// shard the run assigns to another rank (failing the sidecar if the
+// store did not answer).
+func TestSidecarWithAnEmptyAssignmentWatchesNoEntry(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 30*time.Second)
+	h := &heldGet{Store: e.store, release: make(chan struct{})}
+	g := &countedRuns{Gate: e.gate}
+	w := e.worker("r1", 0, h, g)
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, false) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitState(t, w, StateReady)
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 2, Assignment: [][]int{{}, {0, 1, 2, 3, 4, 5, 6, 7}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
+		t.Fatalf("rank 1: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for st := w.Status(); st.State != StateReady || st.Epoch != 1; st = w.Status() {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0 after the reassignment: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := w.Status(); len(st.Files) != 0 {
+		t.Fatalf("rank 0 with no shards: %+v", st)
+	}
+	// Any store read now hangs.
+	h.hold.Lock()
+	h.held = true
+	h.hold.Unlock()
+	if err := os.Remove(w.cfg.Cache.Path(e.gen1.Release.Shards[0].Digest)); err != nil {
+		t.Fatal(err)
+	}
+	// Each poll stats the entries, then reads the run.
+	polls, deadline := g.n.Load()+2, time.Now().Add(10*time.Second)
+	for g.n.Load() < polls {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank 0 stopped polling its run: %+v", w.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := w.Status(); st.State != StateReady {
+		t.Fatalf("rank 0 with no shards, after an entry of its assignment before was deleted: %+v", st)
+	}
+}
