@@ -703,13 +703,16 @@ func cancelAtWallExpiry(ctx context.Context, cancel context.CancelFunc, written 
 }
 
 // check returns JOB_IN_USE (TakenOver) when the job's current record is
-// not this hold's: a later generation's, or none (it was deleted).
+// not this hold's: a later generation's, none (it was deleted), or, at
+// this hold's generation, another attempt's (its nonce: a released
+// record this hold creates at the next generation, see release, may
+// meet a take-over's there).
 func (h *Hold) check(ctx context.Context) error {
 	rec, gen, info, err := currentHolder(ctx, h.store, h.plan)
 	if err != nil {
 		return wrap(err, "plan %s: read the job's hold", h.plan)
 	}
-	if gen == h.rec.Generation {
+	if gen == h.rec.Generation && (rec == nil || rec.Nonce == h.rec.Nonce) {
 		return nil
 	}
 	e := &JobInUseError{Plan: h.plan, Renewed: info.Modified, TakenOver: true}

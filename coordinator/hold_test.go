@@ -1066,3 +1066,74 @@ func TestRemoveJobOutlivesCutRenewal(t *testing.T) {
 	}
 	h.Release()
 }
+
+// releaseRace decorates the store of a removal whose renewal is cut at
+// its end (renewalHeldWhileRemoving): the conditional create of its
+// released record at the next generation meets, with rival, a record a
+// take-over by hand created there first, or otherwise goes through and
+// answers the precondition failure an SDK's retry of it gets.
+type releaseRace struct {
+	*renewalHeldWhileRemoving
+	pd    manifest.Digest
+	rival bool
+}
+
+func (r *releaseRace) Put(ctx context.Context, key string, body io.Reader, opts objstore.PutOptions) (objstore.Version, error) {
+	if !opts.IfNoneMatch || key != holdKey(r.pd, 2) {
+		return r.renewalHeldWhileRemoving.Put(ctx, key, body, opts)
+	}
+	if r.rival {
+		putHold(r.t, r.LatePut.Store, r.pd, 2, HoldRun, procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]"})
+		return r.renewalHeldWhileRemoving.Put(ctx, key, body, opts)
+	}
+	if _, err := r.renewalHeldWhileRemoving.Put(ctx, key, body, opts); err != nil {
+		return "", err
+	}
+	return "", fmt.Errorf("put %s, sent again: %w", key, objstore.ErrPreconditionFailed)
+}
+
+// A removal that keeps its hold records, released at the next
+// generation, because its end cut a renewal: a process that took that
+// generation first (verify --resume --take-over) holds the job, and the
+// removal is JOB_IN_USE naming it, as when the take-over came before the
+// removal's last look (store prune-jobs prints the job as kept and goes
+// on); the removal's own create, whose answer was lost, is its release.
+// Both were the precondition failure of the create, which stopped a
+// prune-jobs: the removal compared the record it found with the
+// generation it had raised for its release.
+func TestRemoveJobReleaseMeetsTakeOver(t *testing.T) {
+	s := stagetest.Store(t)
+	ctx := t.Context()
+	defer func(r, st time.Duration) { HoldRenewInterval, HoldStaleAfter = r, st }(HoldRenewInterval, HoldStaleAfter)
+	HoldRenewInterval, HoldStaleAfter = 50*time.Millisecond, 10*time.Minute
+	for _, rival := range []bool{true, false} {
+		pd := manifest.Sum(fmt.Appendf(nil, "plan whose removal's release meets a take-over: %v", rival))
+		for _, k := range []string{"map/0/commit.json", "reduce/0/commit.json", LeaseKey} {
+			if _, err := s.Put(ctx, jobPrefix(pd)+k, strings.NewReader(k), objstore.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := &faults.LatePut{Store: s, Match: holdRecordKey}
+		err := RemoveJob(ctx, &releaseRace{renewalHeldWhileRemoving: &renewalHeldWhileRemoving{LatePut: o, t: t}, pd: pd, rival: rival}, pd)
+		rec, gen, _, herr := currentHolder(ctx, s, pd)
+		if herr != nil || rec == nil || gen != 2 {
+			t.Fatalf("rival %v: record %+v of generation %d (%v)", rival, rec, gen, herr)
+		}
+		if rival {
+			var inUse *JobInUseError
+			if !errors.As(err, &inUse) || !inUse.TakenOver || inUse.Holder.Process.PID != 4242 {
+				t.Fatalf("RemoveJob whose released record's generation another process took: %v, want JOB_IN_USE naming it", err)
+			}
+			if rec.Released || rec.Process.PID != 4242 {
+				t.Fatalf("the taker's record: %+v", rec)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("RemoveJob whose release's answer was lost: %v", err)
+		}
+		if !rec.Released || rec.Purpose != HoldRemove {
+			t.Fatalf("the removal's record: %+v, want its released removal", rec)
+		}
+	}
+}

@@ -278,13 +278,16 @@ func RemoveJob(ctx context.Context, s objstore.Store, pd manifest.Digest) error 
 		// at once and deletes what is left, as after any removal that
 		// did not finish.
 		if err := h.release(); err != nil {
-			if objstore.IsPrecondition(err) {
-				// A process took the next generation first (TakeOver).
-				if err := h.check(ctx); err != nil {
-					return err
-				}
+			if !objstore.IsPrecondition(err) {
+				return wrap(err, "remove job %s: release its hold", pd)
 			}
-			return wrap(err, "remove job %s: release its hold", pd)
+			// A process took the next generation first (TakeOver), or
+			// this create went through and its answer was lost (an
+			// SDK's retry of it is refused): the record there says
+			// which, by its nonce.
+			if err := h.check(ctx); err != nil {
+				return err
+			}
 		}
 		slog.Info("job files deleted but its hold records, left released: the removal cut a renewal of its record that the store may still write",
 			"plan", pd.String(), "generation", h.rec.Generation)
