@@ -125,8 +125,10 @@ func TestSlurmScriptQuoting(t *testing.T) {
 		{Store: "s3://b/p?endpoint=http://h:1", Plan: manifest.Digest(manifest.Sum(nil)), Scratch: `/scr atch/"$x"'`},
 	} {
 		script := slurmScript(bin, ref, 3)
-		out, err := exec.Command("sh", "-c", script, "sh", "map").Output()
-		want := strings.Join(append([]string{"task", "map"}, ref.TaskArgs()...), "\n") + "\n"
+		cmd := exec.Command("sh", "-c", script, "sh", "map")
+		cmd.Env = append(os.Environ(), "SLURM_ARRAY_TASK_ID=3")
+		out, err := cmd.Output()
+		want := strings.Join(append(append([]string{"task", "map"}, ref.TaskArgs()...), "--index", "3"), "\n") + "\n"
 		if err != nil || string(out) != want {
 			t.Errorf("script ran the task with\n%s(%v), want\n%s\nscript:\n%s", out, err, want, script)
 		}
