@@ -833,12 +833,8 @@ func (n *Node) ReadConsistent(fn func(*State)) error {
 	if err := n.raft.VerifyLeader().Error(); err != nil {
 		return errcode.Wrap(errcode.NotLeader, err, "verify leadership")
 	}
-	term := n.raft.CurrentTerm()
-	if n.barrierTerm.Load() != term {
-		if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
-			return errcode.Wrap(errcode.NotLeader, err, "barrier")
-		}
-		n.barrierTerm.Store(term)
+	if err := n.caughtUp(); err != nil {
+		return err
 	}
 	n.fsm.Read(fn)
 	if h := n.Halted(); h != nil {
@@ -848,6 +844,25 @@ func (n *Node) ReadConsistent(fn func(*State)) error {
 		// applied every entry the read waited for.
 		return errcode.Wrap(errcode.NotLeader, h, "node %s halted at entry %d; read from another member", n.cfg.ID, h.Index)
 	}
+	return nil
+}
+
+// caughtUp returns once this leader's FSM applied every entry committed
+// before its term (a barrier, once per term). A leader elected a moment
+// ago may not have: a restarted member applies the entries after its
+// snapshot only once it learns they are committed, and a slow disk lags.
+// What the leader decides on its own state (a read, the version checks
+// of a join and of a fence advance) waits for it; its own later commands
+// are applied before their Apply returns.
+func (n *Node) caughtUp() error {
+	term := n.raft.CurrentTerm()
+	if n.barrierTerm.Load() == term {
+		return nil
+	}
+	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+		return errcode.Wrap(errcode.NotLeader, err, "barrier")
+	}
+	n.barrierTerm.Store(term)
 	return nil
 }
 

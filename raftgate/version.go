@@ -281,11 +281,18 @@ func (n *Node) needVersion(want uint64, what string) error {
 // without the field, which every build decodes, unless that would close
 // a permit the field keeps open: that advance is CLUSTER_VERSION and
 // changes nothing, so no run stops for a recheck the gate already holds.
-// The permits are judged on the leader's state before the proposal; a
-// recheck committed between the two leaves the permit to the rule
-// without the field, as builds before the handshake apply it.
+// The permits are judged on the leader's state before the proposal, once
+// it holds every entry committed before the leader's term (a recheck a
+// client was told is done); a recheck committed between the two leaves
+// the permit to the rule without the field, as builds before the
+// handshake apply it.
 func (n *Node) stampFence(f *AdvanceFence) error {
 	f.SpareChecked = false
+	if n.ClusterVersion() < versionSpareChecked {
+		if err := n.caughtUp(); err != nil {
+			return err
+		}
+	}
 	var spare []string
 	n.fsm.Read(func(s *State) {
 		if s.ClusterVersion < versionSpareChecked {
@@ -305,7 +312,12 @@ func (n *Node) stampFence(f *AdvanceFence) error {
 
 // checkJoinerVersion refuses a joiner whose build is below the cluster
 // version: it would halt at the first entry or snapshot of that version.
+// The version is the one committed before the leader's term too, which a
+// leader elected a moment ago may not have applied yet.
 func (n *Node) checkJoinerVersion(j *Join, st *Status) error {
+	if err := n.caughtUp(); err != nil {
+		return err
+	}
 	if cv := n.ClusterVersion(); st.CommandVersion < cv {
 		return errcode.New(errcode.ClusterVersion, "join of %s: its build applies command-schema versions up to %d (%s), and the cluster's version is %d, which never goes down; start it with a build of version %d or later",
 			truncate(j.ID), st.CommandVersion, noneIfZero(st.CommandVersion), cv, cv)

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,5 +313,168 @@ func TestBackupKeepsClusterVersion(t *testing.T) {
 	n.Shutdown()
 	if errcode.Of(err) != errcode.ClusterVersion || !strings.Contains(err.Error(), "version 1 or later") {
 		t.Fatalf("a build of version 0 restoring a backup at version 1: %v, want CLUSTER_VERSION", err)
+	}
+}
+
+// stallApply makes a node's FSM stop, before applying it, at the first
+// committed entry stall matches, until the returned release is called
+// (the test's cleanup calls it too): a member whose state lags behind
+// its log, as one does after a restart (everything after its snapshot
+// waits to be applied) or on a slow disk. reached is closed when it
+// stops. Its leader loop is slowed to an hour, so the test alone decides
+// what it proposes as leader.
+func stallApply(t *testing.T, cfg *Config, stall func(Command) bool) (reached <-chan struct{}, release func()) {
+	at, free := make(chan struct{}), make(chan struct{})
+	var once, freeOnce sync.Once
+	release = func() { freeOnce.Do(func() { close(free) }) }
+	t.Cleanup(release)
+	cfg.SweepInterval = time.Hour
+	cfg.decode = func(b []byte) (Command, error) {
+		c, err := DecodeCommand(b)
+		if err == nil && stall(c) {
+			once.Do(func() { close(at) })
+			<-free
+		}
+		return c, err
+	}
+	return at, release
+}
+
+// lead moves the leadership to n (from whichever of nodes leads) and
+// waits until its term's first entry is in its log, which a stalled FSM
+// does not hold up; it returns n's last index then.
+func lead(t *testing.T, n *Node, nodes ...*Node) uint64 {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never led", n.ID())
+		}
+		if n.IsLeader() && n.Raft().Stats()["last_log_term"] == fmt.Sprint(n.Raft().CurrentTerm()) {
+			return n.Raft().LastIndex()
+		}
+		for _, o := range nodes {
+			if o != n && o.IsLeader() {
+				o.Raft().LeadershipTransferToServer(raft.ServerID(n.ID()), raft.ServerAddress(n.RaftAddr()))
+			}
+		}
+	}
+}
+
+// waitAppended waits until n's log grows past index.
+func waitAppended(t *testing.T, n *Node, index uint64) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); n.Raft().LastIndex() <= index; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s appended nothing after entry %d", n.ID(), index)
+		}
+	}
+}
+
+// A leader elected while its state lags behind committed entries (here:
+// a recheck a client was told is done) judges a fence advance on the
+// state with those entries applied: at cluster version 0 the advance that
+// would keep the rechecked permit open is CLUSTER_VERSION and changes
+// nothing. Judged on the lagging state, it went without spareChecked
+// and closed the permit, which the recheck had cleared.
+func TestLaggingLeaderJudgesFenceOnAppliedState(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	var reached <-chan struct{}
+	var release func()
+	c := MakeCluster(t, 3, func(cfg *Config) {
+		switch cfg.ID {
+		case "node1":
+			OlderBuild(0)(cfg)
+		case "node2":
+			reached, release = stallApply(t, cfg, func(c Command) bool { r, ok := c.(*RecheckCmd); return ok && r.Value == 5 })
+		}
+	})
+	n2, n3 := c.Nodes[1], c.Nodes[2]
+	lead(t, n3, c.Nodes...)
+	cl := NewClient(n3.URL())
+	defer cl.Close()
+	r1 := registerVerified(t, ctx, cl, "r1", 2, 3, 0)
+	pub, err := cl.Publish(ctx, "main", r1, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Recheck(ctx, &RecheckCmd{Root: r1, Kind: FenceTombstone, Value: 5, Report: dig("recheck/r1")}); err != nil {
+		t.Fatal(err)
+	}
+	<-reached
+
+	last := lead(t, n2, c.Nodes...)
+	c2 := NewClient(n2.URL())
+	defer c2.Close()
+	type answer struct {
+		fr  *FenceResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		fr, err := c2.AdvanceFence(ctx, FenceTombstone, 5)
+		done <- answer{fr, err}
+	}()
+	// The advance (or what the leader does before it) is in the log:
+	// the stalled state is free to catch up.
+	waitAppended(t, n2, last)
+	release()
+	a := <-done
+	if errcode.Of(a.err) != errcode.ClusterVersion {
+		t.Fatalf("the advance on a leader whose state lagged behind the recheck: %+v, %v; want CLUSTER_VERSION", a.fr, a.err)
+	}
+	waitApplied(t, c.Nodes)
+	noHalts(t, c)
+	for _, n := range c.Nodes {
+		var p Permit
+		var f Fences
+		n.FSM().Read(func(s *State) { p, f = *s.Permits[pub.Permit], s.Fences })
+		if p.State != PermitOpen || f.Tombstone != 0 {
+			t.Fatalf("%s after the refused advance: permit %s, tombstone fence %d; want OPEN, 0", n.ID(), p.State, f.Tombstone)
+		}
+	}
+}
+
+// A leader elected while its state lags behind a committed raise of the
+// cluster version checks a joiner against the raised version: a build
+// before the handshake is refused (CLUSTER_VERSION), the configuration
+// unchanged. Checked against the lagging state, it was added, and halted
+// at the raise.
+func TestLaggingLeaderChecksJoinerAgainstCommittedVersion(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	dir := t.TempDir()
+	n1 := StartTestNode(t, TestConfig(dir, "node1"))
+	for deadline := time.Now().Add(20 * time.Second); n1.ClusterVersion() != CommandVersion; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a single node never raised its version")
+		}
+	}
+	cfg2 := TestConfig(dir, "node2")
+	cfg2.Join, cfg2.Bootstrap = n1.HTTPAddr(), false
+	reached, release := stallApply(t, &cfg2, func(c Command) bool { _, ok := c.(*SetClusterVersion); return ok })
+	n2 := StartTestNode(t, cfg2)
+	<-reached
+	last := lead(t, n2, n1, n2)
+	if v := n2.ClusterVersion(); v != 0 {
+		t.Fatalf("the stalled leader's state holds version %d; the test wants it behind the raise", v)
+	}
+
+	cfg3 := TestConfig(dir, "old")
+	cfg3.Join, cfg3.Bootstrap = n2.HTTPAddr(), false
+	OlderBuild(0)(&cfg3)
+	n3 := NewNode(cfg3)
+	t.Cleanup(func() { n3.Shutdown() })
+	done := make(chan error, 1)
+	go func() { done <- n3.Start(ctx) }()
+	waitAppended(t, n2, last)
+	release()
+	err := <-done
+	if errcode.Of(err) != errcode.ClusterVersion {
+		t.Fatalf("a build before the handshake joining a leader whose state lagged behind the raise: %v (halted: %v); want CLUSTER_VERSION", err, n3.Halted())
+	}
+	if h := n3.Halted(); h != nil {
+		t.Fatalf("the refused joiner halted: %v", h)
+	}
+	if f := n2.Raft().GetConfiguration(); f.Error() != nil || len(f.Configuration().Servers) != 2 {
+		t.Fatalf("the refused join changed the configuration: %+v", f.Configuration())
 	}
 }
