@@ -137,9 +137,13 @@ func (c *Client) UseCAFile(path string) {
 	c.UseTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})
 }
 
-// noGateHint says what to do when nothing listens at a gate URL.
-func noGateHint(last error) string {
-	if !errors.Is(last, syscall.ECONNREFUSED) {
+// noGateHint says what to do when nothing listens at a gate URL. A
+// member asking another (a join, a join probe, the leader asking for a
+// version) gets none: its URL is a member's, not one a user gave with
+// --gate, and founding a gate with --bootstrap is no cure for a member
+// that is down.
+func (c *Client) noGateHint(last error) string {
+	if c.memberTraffic || !errors.Is(last, syscall.ECONNREFUSED) {
 		return ""
 	}
 	return " (nothing listens there: start a gate with `shardproof gate serve --data DIR --bootstrap`, or name a running one with --gate or $SHARDPROOF_GATE)"
@@ -233,14 +237,14 @@ func (c *Client) doPoll(ctx context.Context, method, path string, in any, out an
 		}
 		if retryFor < 0 {
 			if attempt+1 >= len(c.Endpoints) {
-				return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s (no retries)%s", method, path, noGateHint(last))
+				return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s (no retries)%s", method, path, c.noGateHint(last))
 			}
 			continue
 		}
 		// An attempt may take longer than retryFor (one that timed out):
 		// every endpoint gets its chance before giving up.
 		if time.Now().After(deadline) && attempt+1 >= len(c.Endpoints) {
-			return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s within %s%s", method, path, retryFor, noGateHint(last))
+			return errcode.Wrap(errcode.GateUnavailable, last, "no gate answered %s %s within %s%s", method, path, retryFor, c.noGateHint(last))
 		}
 		select {
 		case <-ctx.Done():

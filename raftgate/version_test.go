@@ -163,7 +163,10 @@ func TestRollingUpgradeRaisesClusterVersion(t *testing.T) {
 	// node1 down: every member that answers runs the new build, but
 	// node1's is unknown, and the version stays.
 	c.Stop(0)
-	askVersions(t, c, 0, map[string]string{"node1": "unknown", "node2": "1", "node3": "1"})
+	members := askVersions(t, c, 0, map[string]string{"node1": "unknown", "node2": "1", "node3": "1"})
+	if m := memberVersion(members, "node1"); strings.Contains(m, "--bootstrap") {
+		t.Fatalf("a member down is answered with a client's advice to found a gate: %s", m)
+	}
 	noHalts(t, c)
 	// node1 upgraded: the leader raises the version without being asked.
 	c.Configs[0].olderBuild = nil
