@@ -84,6 +84,11 @@ type Status struct {
 	// cluster version in the node's state.
 	CommandVersion uint64 `json:"commandVersion,omitempty"`
 	ClusterVersion uint64 `json:"clusterVersion"`
+	// RaftAddr is the Raft address the node advertises (builds before
+	// the version handshake report none): a leader asking for a
+	// member's version takes the answer only from the process the Raft
+	// configuration names.
+	RaftAddr string `json:"raftAddr,omitempty"`
 	// MemberVersions, on a leader whose cluster version is below its
 	// build's, are the members' versions as it last asked them: what
 	// keeps the version from rising.
@@ -655,7 +660,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if h := n.Halted(); h != nil {
 		st.Halted = &Halted{Index: h.Index, Snapshot: h.Snapshot, Code: errcode.GateHalted, Message: h.Error()}
 	}
-	st.CommandVersion = n.BuildVersion()
+	st.CommandVersion, st.RaftAddr = n.BuildVersion(), n.RaftAddr()
 	if n.IsLeader() {
 		n.vers.mu.Lock()
 		st.MemberVersions = n.vers.last

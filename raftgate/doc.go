@@ -232,12 +232,13 @@
 // reports it in /v1/status. The cluster version, State.ClusterVersion,
 // is replicated: a leader whose build is newer asks every server of its
 // Raft configuration for its version (GET /v1/status at the HTTP address
-// of its join record, answering with its ID) every 5 s and when a
-// request needs more, and raises the version with setClusterVersion to
-// the lowest answer once every server answered. A member down, not yet
-// recorded or answering as another ID keeps it where it is, and so does a
-// member on a build before the handshake, which could not decode the
-// raise. Asking live members, rather than recording versions in the log,
+// of its join record, answering with its ID and the configuration's Raft
+// address for it) every 5 s and when a request needs more, and raises
+// the version with setClusterVersion to the lowest answer once every
+// server answered. A member down, not yet recorded, or answering as
+// another ID or from another Raft address keeps it where it is, and so
+// does a member on a build before the handshake, which could not decode
+// the raise. Asking live members, rather than recording versions in the log,
 // follows restarts, replacements and removals as they are. Nothing of a
 // version above the cluster's is proposed: below 1, advanceFence goes
 // without spareChecked, and one whose outcome depends on it (it keeps a

@@ -115,7 +115,9 @@ func (n *Node) ClusterVersion() uint64 {
 
 // pollVersions asks every server of the Raft configuration for its
 // build's version: this node itself, the others at the HTTP address of
-// their join record (/v1/status, which must answer with their ID). It
+// their join record (/v1/status, which must answer with their ID and,
+// from a build that reports a version, the configuration's Raft address
+// for them). It
 // returns the answers in configuration order, the configuration's index,
 // and the lowest version, with ok false when some version is unknown (a
 // member down, unreachable, or without a join record yet).
@@ -143,7 +145,7 @@ func (n *Node) pollVersions(ctx context.Context) (out []MemberVersion, confIndex
 			out[i].CommandVersion = &v
 			continue
 		}
-		addr := http[id]
+		addr, raftAddr := http[id], string(sv.Address)
 		if addr == "" {
 			out[i].Error = "no join record with its HTTP address yet"
 			continue
@@ -160,6 +162,11 @@ func (n *Node) pollVersions(ctx context.Context) (out []MemberVersion, confIndex
 				m.Error = fmt.Sprintf("its status at %s: %v", addr, err)
 			case st.ID != m.ID:
 				m.Error = fmt.Sprintf("the gate at %s is %s", addr, truncate(st.ID))
+			case st.CommandVersion > 0 && st.RaftAddr != raftAddr:
+				// Another process of that ID: one left running at a
+				// member's old addresses, whose join record did not
+				// follow it (or a gate of another cluster).
+				m.Error = fmt.Sprintf("the gate at %s is %s at raftAddr %s, and the Raft configuration has %s at %s", addr, m.ID, truncate(st.RaftAddr), m.ID, raftAddr)
 			default:
 				v := st.CommandVersion
 				m.CommandVersion = &v

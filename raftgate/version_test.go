@@ -481,3 +481,42 @@ func TestLaggingLeaderChecksJoinerAgainstCommittedVersion(t *testing.T) {
 		t.Fatalf("the refused join changed the configuration: %+v", f.Configuration())
 	}
 }
+
+// The leader takes a member's version only from the process the Raft
+// configuration names. node1, on a build before the handshake, has a join
+// record whose HTTP address another process answers as node1 on the new
+// build (one left running at a member's old addresses when its join at
+// new ones was not recorded): the version stays at 0, the leader saying
+// why, and node1 never halts. Counted, it raised the version, and node1
+// halted at the raise.
+func TestVersionOnlyFromTheConfiguredMember(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 3, func(cfg *Config) {
+		if cfg.ID == "node1" {
+			OlderBuild(0)(cfg)
+		}
+	})
+	stray := StartTestNode(t, TestConfig(t.TempDir(), "node1"))
+	old := c.Nodes[0]
+	for {
+		l := c.Leader(10 * time.Second)
+		if _, err := l.Apply(&Join{ID: "node1", RaftAddr: old.RaftAddr(), HTTPAddr: stray.HTTPAddr()}); err == nil {
+			break
+		} else if errcode.Of(err) != errcode.NotLeader {
+			t.Fatal(err)
+		}
+	}
+	members := askVersions(t, c, 0, map[string]string{"node1": "unknown", "node2": "1", "node3": "1"})
+	if m := memberVersion(members, "node1"); !strings.Contains(m, "at raftAddr "+stray.RaftAddr()) || !strings.Contains(m, "node1 at "+old.RaftAddr()) {
+		t.Fatalf("what the leader says of node1: %s; want both Raft addresses", m)
+	}
+	if v := old.ClusterVersion(); v != 0 || old.Halted() != nil {
+		t.Fatalf("node1: cluster version %d, halted %v", v, old.Halted())
+	}
+	nc := NewClient(c.Nodes[1].URL())
+	defer nc.Close()
+	if st, err := nc.Status(ctx); err != nil || st.RaftAddr != c.Nodes[1].RaftAddr() {
+		t.Fatalf("node2's status: %+v, %v; want raftAddr %s", st, err, c.Nodes[1].RaftAddr())
+	}
+	noHalts(t, c)
+}
