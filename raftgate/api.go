@@ -416,6 +416,15 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, nil)
 		return
 	}
+	// This leader's own record before another voter: a leader records
+	// itself at its loop's next tick, and one that lost the leadership
+	// to the joiner before that (a cluster's first node, joined at once)
+	// stayed unrecorded until it led again, and the cluster version
+	// could not rise without its address.
+	if err := n.recordSelf(); err != nil {
+		writeError(w, err, nil)
+		return
+	}
 	if err := n.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			writeError(w, errcode.Wrap(errcode.NotLeader, err, "add voter"), nil)

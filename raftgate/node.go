@@ -922,21 +922,17 @@ func (n *Node) leaderLoop() {
 				n.log.Info("pruned", "runs", len(r.Runs), "permits", len(r.Permits), "releases", len(r.Releases))
 			}
 		}
-		var self *NodeInfo
 		var overdue []string
 		now := time.Now().UnixMilli()
 		n.fsm.Read(func(s *State) {
-			self = s.Nodes[n.cfg.ID]
 			for _, id := range sortedKeys(s.Runs) {
 				if r := s.Runs[id]; r.State == RunWaiting && now > r.Deadline {
 					overdue = append(overdue, id)
 				}
 			}
 		})
-		if self == nil || self.HTTPAddr != n.HTTPAddr() || self.RaftAddr != n.RaftAddr() {
-			if _, err := n.Apply(&Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()}); err != nil {
-				n.log.Warn("record leader address", "code", errcode.Of(err), "err", err)
-			}
+		if err := n.recordSelf(); err != nil {
+			n.log.Warn("record leader address", "code", errcode.Of(err), "err", err)
 		}
 		for _, id := range overdue {
 			if _, err := n.Apply(&CheckBarrier{Run: id}); err != nil && errcode.Of(err) != errcode.BarrierTimeout {
@@ -946,6 +942,22 @@ func (n *Node) leaderLoop() {
 			}
 		}
 	}
+}
+
+// recordSelf records this leader's addresses in the state (a join
+// command) unless they are there: followers forward to the HTTP address,
+// and a leader asks a member for its version there.
+func (n *Node) recordSelf() error {
+	recorded := false
+	n.fsm.Read(func(s *State) {
+		self := s.Nodes[n.cfg.ID]
+		recorded = self != nil && self.HTTPAddr == n.HTTPAddr() && self.RaftAddr == n.RaftAddr()
+	})
+	if recorded {
+		return nil
+	}
+	_, err := n.Apply(&Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()})
+	return err
 }
 
 // seedSnapshot writes s as the snapshot a new single-node cluster of id

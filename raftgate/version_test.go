@@ -520,3 +520,35 @@ func TestVersionOnlyFromTheConfiguredMember(t *testing.T) {
 	}
 	noHalts(t, c)
 }
+
+// A cluster's first node that loses the leadership to a member that
+// joined before its loop recorded its addresses is recorded all the same
+// (the leader records itself before it adds a voter), so the new leader
+// asks it for its version and raises the cluster version. Unrecorded, it
+// kept the version at 0 until it led again.
+func TestFirstNodeRecordedBeforeAVoterJoins(t *testing.T) {
+	dir := t.TempDir()
+	cfg1 := TestConfig(dir, "node1")
+	cfg1.SweepInterval = time.Hour // its loop neither records it nor raises
+	n1 := StartTestNode(t, cfg1)
+	for deadline := time.Now().Add(10 * time.Second); !n1.IsLeader(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node1 never led")
+		}
+	}
+	cfg2 := TestConfig(dir, "node2")
+	cfg2.Join, cfg2.Bootstrap = n1.HTTPAddr(), false
+	n2 := StartTestNode(t, cfg2)
+	var rec *NodeInfo
+	n1.FSM().Read(func(s *State) {
+		if ni := s.Nodes["node1"]; ni != nil {
+			rec = &NodeInfo{ID: ni.ID, RaftAddr: ni.RaftAddr, HTTPAddr: ni.HTTPAddr}
+		}
+	})
+	if rec == nil || rec.HTTPAddr != n1.HTTPAddr() || rec.RaftAddr != n1.RaftAddr() {
+		t.Fatalf("node1's record once node2 joined: %+v; want %s, %s", rec, n1.HTTPAddr(), n1.RaftAddr())
+	}
+	lead(t, n2, n1, n2)
+	c := &TestCluster{t: t, Nodes: []*Node{n1, n2}}
+	c.WaitClusterVersion(CommandVersion, 20*time.Second)
+}
