@@ -150,9 +150,16 @@ store refuses (STORE_DENIED) or a bucket that does not exist
 	rootCmd.AddCommand(cmd)
 }
 
-// jobGone reports whether the job of plan pd has no task commit record
-// left (its files were removed once its report was stored).
+// jobGone reports whether the job of plan pd has no task file left
+// (its files were removed once its report was stored). Its hold records
+// and their clock probe do not count: a removal that cut a renewal at
+// its end keeps them, released.
 func jobGone(ctx context.Context, s objstore.Store, pd manifest.Digest) bool {
-	page, err := s.List(ctx, "jobs/"+pd.Hex()+"/", "", 1)
-	return err == nil && len(page.Objects) == 0
+	for _, kind := range []coordinator.Kind{coordinator.KindMap, coordinator.KindReduce} {
+		page, err := s.List(ctx, "jobs/"+pd.Hex()+"/"+string(kind)+"/", "", 1)
+		if err != nil || len(page.Objects) != 0 {
+			return false
+		}
+	}
+	return true
 }

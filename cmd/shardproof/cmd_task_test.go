@@ -440,6 +440,20 @@ func TestTaskContract(t *testing.T) {
 	if _, err := r.store.Head(t.Context(), filepath.ToSlash("jobs/"+j.PlanDigest.Hex()+"/reduce/1/commit.json"), ""); err != nil {
 		t.Errorf("reduce task 1 did not commit: %v", err)
 	}
+
+	// A job with hold records and no task file (what a removal that cut
+	// a renewal at its end keeps) has no task commit records: NOT_FOUND,
+	// as a job with nothing at all, not TASK_NOT_READY.
+	other := planJob(t, r, 1, 1)
+	hold := "jobs/" + other.PlanDigest.Hex() + "/hold/1"
+	if _, err := r.store.Put(t.Context(), hold, strings.NewReader("{}"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	oref := coordinator.PlanRef{Store: r.dir, Plan: other.PlanDigest}.String()
+	res := runCLI(t, cliEnv(), "task", "aggregate", "--plan", oref)
+	if res.status != errcode.ExitError || !strings.HasPrefix(res.stderr, "shardproof: NOT_FOUND: aggregate of plan") {
+		t.Fatalf("aggregate of a job with only hold records: exit %d, stderr %q; want NOT_FOUND", res.status, res.stderr)
+	}
 }
 
 // TestVerifyProcessExecutorS3: the same with the release staged into S3
