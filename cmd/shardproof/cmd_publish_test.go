@@ -253,3 +253,51 @@ func TestWorkerStoppedAtTheBarrier(t *testing.T) {
 		}
 	}
 }
+
+// A sidecar stopped by a signal while ready has stopped being ready: it
+// prints no "ready run=…" line on its way out (only --once prints one, as
+// the barrier opens), where it printed one as it stopped.
+func TestSidecarStoppedWhileReadyPrintsNoReadyLine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs worker processes")
+	}
+	ctx := context.Background()
+	dir, s := tempFileStore(t)
+	gen := stagetest.Synth(t, s, 300, 2, 1)
+	node, g := startLeader(t)
+	if _, err := cli(t, "publish", "--store", dir, "--gate", node.URL(), "-q", "--alias", "main", "--root", gen.Root.String()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.CreateRun(ctx, &raftgate.CreateRun{Run: "r1", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 600_000}); err != nil {
+		t.Fatal(err)
+	}
+	listen := freeAddr(t)
+	cmd := exec.Command(os.Args[0], "worker", "--store", dir, "--gate", node.URL(), "--run", "r1", "--rank", "0", "--cache", t.TempDir(), "--listen", listen)
+	cmd.Env = cliEnv()
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var st trainer.Status
+		if resp, err := readyClient.Get("http://" + listen + "/status"); err == nil {
+			json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+		}
+		if st.State == trainer.StateReady {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("the sidecar never got ready\n%s", stderr.String())
+		}
+	}
+	cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("sidecar stopped while ready: %v\n%s", err, stderr.String())
+	}
+	if strings.Contains(stdout.String(), "ready run=") {
+		t.Fatalf("a sidecar stopped while ready printed a ready line:\n%s", stdout.String())
+	}
+}

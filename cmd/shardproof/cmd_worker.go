@@ -35,6 +35,9 @@ counted) and decodes each one, attests (run, rank, root, shard digests), and
 waits at the barrier. The trainer reads shard bytes from
 DIR/sha256/<hex of the shard digest>.
 
+With --once it prints "ready run=… rank=… root=… generation=… epoch=…
+shards=… cache=…" on stdout as the barrier opens, then exits 0.
+
 With --ready-file PATH it writes, while ready, a JSON file with the root,
 the epoch and every assigned shard's id, digest and cache path: what an init
 container hands to the trainer container on a shared volume. Its
@@ -117,7 +120,9 @@ run's barrier deadline, when no gate has answered a rank waiting there).`,
 			}
 			err = w.Run(ctx, once)
 			st := w.Status()
-			if err == nil && st.State == trainer.StateReady {
+			// Only an init container hands on its readiness as it
+			// exits; a sidecar that exits has stopped being ready.
+			if err == nil && once && st.State == trainer.StateReady {
 				fmt.Fprintf(cmd.OutOrStdout(), "ready run=%s rank=%d root=%s generation=%d epoch=%d shards=%d cache=%s\n",
 					run, rank, st.Root, st.Generation, st.Epoch, len(st.Shards), st.Cache)
 			}
