@@ -125,3 +125,29 @@ func TestNoSuchBucketMidRun(t *testing.T) {
 		t.Fatal("a request to the deleted bucket created it again")
 	}
 }
+
+// A Head of a version whose 404 the bucket check cannot explain by a
+// policy (the check refused for the request's credentials, not for the
+// action) is STORE_DENIED: versitygw answers a HEAD signed with an
+// access key it does not know (a user removed while a verification
+// runs) 404, and the check then says XAdminUserNotFound. It was
+// NOT_FOUND, which a verification reports as VERSION_MISSING and its
+// release INVALID, though the version is there.
+func TestHeadVersionWithRefusedCredentials(t *testing.T) {
+	u, bp, _ := startBreakingProxy(t, "")
+	st := open(t, u)
+	ctx := t.Context()
+	v, err := st.Put(ctx, "blobs/k", strings.NewReader("shard"), objstore.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp.set(every, resign(bp, otherKey))
+	_, err = st.Head(ctx, "blobs/k", v)
+	if c := errcode.Of(err); c != errcode.StoreDenied || !strings.Contains(err.Error(), "check the credentials") {
+		t.Fatalf("Head of a version signed with an access key the gateway does not know: %s (%v), want STORE_DENIED saying to check the credentials", c, err)
+	}
+	bp.set(nil, nil)
+	if _, err := st.Head(ctx, "blobs/k", v); err != nil {
+		t.Fatalf("Head of the version with the store's own credentials: %v", err)
+	}
+}

@@ -781,10 +781,14 @@ func (s *Store) Head(ctx context.Context, key string, v objstore.Version) (objst
 // alike (versitygw and AWS both answer "404 NotFound"): a shard's
 // version in a bucket deleted under a running verification was
 // VERSION_MISSING, and the release INVALID. A GetBucketVersioning, which
-// Open needed the permission for, tells them apart. When it cannot
-// (refused: the principal may read keys but not the bucket's settings),
-// the version's 404 stands; when the server does not answer, that
-// failure is the Head's: the version was not shown missing. A Head of a
+// Open needed the permission for, tells them apart. When a policy
+// refuses it (AccessDenied: the principal may read keys but not the
+// bucket's settings), the version's 404 stands; when it is refused for
+// the request's credentials, signature or region, so is the Head: a
+// server may answer such a HEAD 404 (versitygw does for an access key it
+// does not know, a user removed under a running verification), and the
+// version was not shown missing. When the server does not answer, that
+// failure is the Head's, for the same reason. A Head of a
 // key's latest version is not checked so: a missing key is routine (a
 // poll for commit records asks for hundreds), where a missing version is
 // a finding; its NOT_FOUND in a deleted bucket is followed by a read or
@@ -794,8 +798,14 @@ func (s *Store) headNotFound(ctx context.Context, err error, key string, v objst
 	if _, code := answer(berr); code == "NoSuchBucket" {
 		return s.noBucket(berr, "head", key)
 	}
-	if berr == nil || s.denied(berr, "head", key) != nil {
+	if berr == nil {
 		return s.mapErr(ctx, err, "head", key, v)
+	}
+	if d := s.denied(berr, "head", key); d != nil {
+		if status, code := answer(berr); code == "AccessDenied" || status == http.StatusForbidden && code == "" {
+			return s.mapErr(ctx, err, "head", key, v)
+		}
+		return d
 	}
 	return s.mapErr(ctx, berr, "head (bucket check)", key, "")
 }
