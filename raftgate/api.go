@@ -226,11 +226,26 @@ func (n *Node) handler() http.Handler {
 func (n *Node) unlessHalted(fn http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if h := n.Halted(); h != nil {
-			writeError(w, h, nil)
+			writeError(w, n.haltAnswer(r, h), nil)
 			return
 		}
 		fn(w, r)
 	}
+}
+
+// haltAnswer is the error a halted node answers r with: h, GATE_HALTED,
+// which a client takes as "skip this member", but NOT_LEADER to a
+// request another member forwarded. That member still takes this node
+// for the leader (its Raft leads until watchHalt has shut it down and
+// the others elected another) and passes the answer on as its own: a
+// client then skipped a member that serves, and one listing only the
+// followers failed GATE_HALTED at once, as if every member had halted,
+// instead of retrying until a leader serves.
+func (n *Node) haltAnswer(r *http.Request, h *HaltError) error {
+	if r.Header.Get(forwardedHeader) == "" {
+		return h
+	}
+	return errcode.Wrap(errcode.NotLeader, h, "node %s halted and leads no more; ask again once the others have elected a leader", n.cfg.ID)
 }
 
 // httpStatus maps a code to the HTTP status of its error response.
@@ -640,7 +655,7 @@ func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
 		case <-changed:
 		case <-halted:
 			// Its state stops here: the client asks another member.
-			writeError(w, n.Halted(), nil)
+			writeError(w, n.haltAnswer(r, n.Halted()), nil)
 			return
 		case <-ctx.Done():
 			writeJSON(w, http.StatusOK, sum)

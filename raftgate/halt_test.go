@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -438,5 +439,122 @@ func TestStartHaltsAtUndecodableSnapshot(t *testing.T) {
 		if errcode.Of(err) != errcode.GateHalted || !errors.As(err, &h) || !h.Snapshot {
 			t.Fatalf("recover=%v: start on a newer build's snapshot: %v, want GATE_HALTED at a snapshot", recover, err)
 		}
+	}
+}
+
+// A leader that halts is still the leader to the followers until its Raft
+// is down (watchHalt) and they elect another: they forward requests to it
+// meanwhile and pass its answer on as theirs. It answered them
+// GATE_HALTED, so a client took each follower that passed it on for a
+// halted member, and one that lists the followers failed GATE_HALTED at
+// once ("every member halted") where they were about to elect a leader;
+// a long-poll forwarded to it ended the same way. To a forwarded request
+// it answers NOT_LEADER now, naming the halt, which the client retries
+// with backoff until a leader serves.
+func TestHaltedLeaderAnswersForwardersNotLeader(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 3)
+	cl := c.Client()
+	defer cl.Close()
+	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
+	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "r", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 300_000}); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.Leader(10 * time.Second)
+	var followers []*Node
+	var urls []string
+	for _, n := range c.Nodes {
+		if n != leader {
+			followers = append(followers, n)
+			urls = append(urls, n.URL())
+			waitFor(t, "a follower to know the leader's HTTP address", func() bool { return n.leaderHTTP() == leader.HTTPAddr() })
+		}
+	}
+	forwarded := func() int {
+		sum := 0
+		for _, f := range followers {
+			v, _ := strconv.Atoi(metricValue(t, f, "shardproof_gate_forwarded_total"))
+			sum += v
+		}
+		return sum
+	}
+
+	type answer struct {
+		status int
+		body   ErrorBody
+		err    error
+	}
+	polled := make(chan answer, 1)
+	go func() {
+		var a answer
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, followers[1].URL()+"/v1/runs/r/wait?timeout=300000", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if a.err = err; err == nil {
+			a.status = resp.StatusCode
+			a.err = json.NewDecoder(resp.Body).Decode(&a.body)
+			resp.Body.Close()
+		}
+		polled <- a
+	}()
+	waitFor(t, "the follower to forward the long-poll", func() bool { return forwarded() >= 1 })
+
+	// The leader's FSM halts; watchHalt is not told yet, so its Raft
+	// leads on and the followers still forward to it.
+	leader.fsm.mu.Lock()
+	leader.fsm.halted = &HaltError{Index: leader.Raft().LastIndex() + 1, Err: errcode.New(errcode.BadDocument, "a newer build's command")}
+	leader.fsm.mu.Unlock()
+
+	cmd, err := EncodeCommand(&AdvanceFence{Kind: FenceTombstone, Value: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, code, b := rawRequest(t, ctx, http.MethodPost, followers[0].URL()+"/v1/commands", cmd); status != http.StatusServiceUnavailable || code != errcode.NotLeader {
+		t.Fatalf("a command forwarded to the halted leader: HTTP %d %s %s, want 503 NOT_LEADER", status, code, b)
+	}
+	if status, code, b := rawRequest(t, ctx, http.MethodGet, followers[0].URL()+"/v1/fences", nil); status != http.StatusServiceUnavailable || code != errcode.NotLeader {
+		t.Fatalf("a read forwarded to the halted leader: HTTP %d %s %s, want 503 NOT_LEADER", status, code, b)
+	}
+
+	fc := NewClient(strings.Join(urls, ","))
+	defer fc.Close()
+	fc.RetryFor = time.Hour
+	done := make(chan error, 1)
+	base := forwarded()
+	go func() {
+		_, err := fc.AdvanceFence(ctx, FenceTombstone, 5)
+		done <- err
+	}()
+	var early error
+	waitFor(t, "the client to ask both followers", func() bool {
+		select {
+		case early = <-done:
+			return true
+		default:
+			return forwarded() >= base+3
+		}
+	})
+	if early != nil {
+		t.Fatalf("a fence advance through the followers while the leader is halted ended: %v, want it retried until a leader serves", early)
+	}
+
+	// The halt as it happens: watchHalt shuts the leader's Raft down, and
+	// the followers elect one of them.
+	leader.fsm.mu.Lock()
+	close(leader.fsm.haltCh)
+	leader.fsm.mu.Unlock()
+	a := <-polled
+	if a.err != nil || a.status != http.StatusServiceUnavailable || a.body.Error.Code != errcode.NotLeader {
+		t.Fatalf("a long-poll forwarded to a leader that halted: HTTP %d %+v (%v), want 503 NOT_LEADER", a.status, a.body.Error, a.err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a fence advance through the followers once they elected a leader: %v", err)
+	}
+	var fs Fences
+	c.Leader(10 * time.Second).FSM().Read(func(s *State) { fs = s.Fences })
+	if fs.Tombstone != 5 {
+		t.Fatalf("the new leader's tombstone fence: %d, want 5", fs.Tombstone)
 	}
 }
