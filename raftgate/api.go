@@ -519,6 +519,17 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 // and so it stays after a restart), so a join from a process that is not
 // the member it names is refused (BAD_INPUT) and changes nothing.
 func (n *Node) probeJoiner(ctx context.Context, j *Join) error {
+	st, err := n.probeMember(ctx, j, "join")
+	if err != nil {
+		return err
+	}
+	return n.checkJoinerVersion(j, st)
+}
+
+// probeMember checks that the member j names answers at j's addresses:
+// its Raft address completes the handshake members use, and its HTTP API
+// answers /v1/status with its ID. what names the request in errors.
+func (n *Node) probeMember(ctx context.Context, j *Join, what string) (*Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, joinProbeTimeout)
 	defer cancel()
 	// The leader must be able to talk Raft to the joiner, through the
@@ -529,9 +540,9 @@ func (n *Node) probeJoiner(ctx context.Context, j *Join) error {
 	conn, err := n.stream.Dial(raft.ServerAddress(j.RaftAddr), joinProbeTimeout)
 	if err != nil {
 		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
-			return errcode.Wrap(errcode.BadInput, err, "join of %s: nothing accepts connections at raftAddr %s", truncate(j.ID), truncate(j.RaftAddr))
+			return nil, errcode.Wrap(errcode.BadInput, err, "%s of %s: nothing accepts connections at raftAddr %s", what, truncate(j.ID), truncate(j.RaftAddr))
 		}
-		return errcode.Wrap(errcode.BadInput, err, "join of %s: the Raft handshake with raftAddr %s failed (with TLS, the joiner's certificate must name the IP of its Raft address and be signed by the gate's CA; with a token, the joiner must hold the gate's)", truncate(j.ID), truncate(j.RaftAddr))
+		return nil, errcode.Wrap(errcode.BadInput, err, "%s of %s: the Raft handshake with raftAddr %s failed (with TLS, the member's certificate must name the IP of its Raft address and be signed by the gate's CA; with a token, the member must hold the gate's)", what, truncate(j.ID), truncate(j.RaftAddr))
 	}
 	conn.Close()
 	c := n.memberClient(j.HTTPAddr)
@@ -543,12 +554,12 @@ func (n *Node) probeJoiner(ctx context.Context, j *Join) error {
 		// every member must reach every other's, this one's too once
 		// it leads. The joiner retries this answer (503) for a while:
 		// a joiner still starting, or a network still settling.
-		return errcode.Wrap(errcode.GateUnavailable, err, "join of %s: the leader cannot reach its httpAddr %s; members forward writes to the leader's HTTP address, so each must reach every other's (give --http-advertise an address the other members reach)", truncate(j.ID), truncate(j.HTTPAddr))
+		return nil, errcode.Wrap(errcode.GateUnavailable, err, "%s of %s: the leader cannot reach its httpAddr %s; members forward writes to the leader's HTTP address, so each must reach every other's (give --http-advertise an address the other members reach)", what, truncate(j.ID), truncate(j.HTTPAddr))
 	}
 	if st.ID != j.ID {
-		return errcode.New(errcode.BadInput, "join of %s: the gate at httpAddr %s is %s", truncate(j.ID), truncate(j.HTTPAddr), truncate(st.ID))
+		return nil, errcode.New(errcode.BadInput, "%s of %s: the gate at httpAddr %s is %s", what, truncate(j.ID), truncate(j.HTTPAddr), truncate(st.ID))
 	}
-	return n.checkJoinerVersion(j, st)
+	return st, nil
 }
 
 // joinProbeTimeout bounds probeJoiner.
