@@ -128,6 +128,8 @@ type Remove struct {
 //
 //	POST /v1/commands          a command envelope (writes; forwarded to the leader)
 //	POST /v1/join              add a voter (leader)
+//	POST /v1/record            record a member's addresses at its own request (leader; a
+//	                           server of the Raft configuration at that Raft address only)
 //	POST /v1/remove            remove a member from the Raft configuration (leader)
 //	GET  /v1/state             the whole state (linearizable)
 //	GET  /v1/aliases/{name}    one alias with its history (linearizable)
@@ -148,6 +150,10 @@ func (n *Node) handler() http.Handler {
 	api := func(pattern string, fn http.HandlerFunc) { mux.HandleFunc(pattern, n.unlessHalted(fn)) }
 	api("POST /v1/commands", n.handleCommand)
 	api("POST /v1/join", n.handleJoin)
+	if n.cfg.olderBuild == nil {
+		// A test's older build answers 404, as builds before it do.
+		api("POST /v1/record", n.handleRecord)
+	}
 	api("POST /v1/remove", n.handleRemove)
 	api("GET /v1/state", n.read(func(s *State, r *http.Request) (any, error) { return s, nil }))
 	api("GET /v1/aliases/{name}", n.read(func(s *State, r *http.Request) (any, error) {

@@ -170,6 +170,8 @@
 // store; one process at a time: a node started on a directory another
 // process holds fails after 2 s with DATA_DIR_IN_USE), FileSnapshotStore in DataDir/snapshots, a TCP transport, and the
 // HTTP/JSON API: POST /v1/commands (a command envelope), POST /v1/join,
+// POST /v1/remove, POST /v1/record (a follower's own join record, see
+// handleRecord),
 // GET /v1/state, /v1/aliases/{name}, /v1/releases/{root}, /v1/fences, /v1/permits, /v1/permits/{id},
 // /v1/runs/{id}, /v1/runs/{id}/wait?timeout=ms (long poll), /v1/status
 // (the node's own view; ?digest=1 adds its state digest), /metrics, /healthz and /readyz. Errors are

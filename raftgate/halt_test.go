@@ -145,6 +145,7 @@ func TestHaltedMemberServesNoClient(t *testing.T) {
 	}{
 		{http.MethodPost, "/v1/commands", cmd},
 		{http.MethodPost, "/v1/remove", []byte(`{"id":"node1"}`)},
+		{http.MethodPost, "/v1/record", []byte(`{"type":"join","id":"node3","raftAddr":"127.0.0.1:1","httpAddr":"127.0.0.1:2"}`)},
 		{http.MethodGet, "/v1/fences", nil},
 		{http.MethodGet, "/v1/state", nil},
 		{http.MethodGet, "/v1/runs/r/wait?timeout=300000", nil},

@@ -34,6 +34,9 @@ type metrics struct {
 	responsesCut prometheus.Counter
 	// forwarded counts requests this node sent on to the leader.
 	forwarded prometheus.Counter
+	// recordRequests counts this member's requests, as a follower, that
+	// the leader record its addresses (POST /v1/record), by outcome.
+	recordRequests *prometheus.CounterVec
 }
 
 func newMetrics(n *Node) *metrics {
@@ -69,6 +72,10 @@ func newMetrics(n *Node) *metrics {
 			Name: "shardproof_gate_forwarded_total",
 			Help: "Requests this node, not the leader, sent on to the leader's HTTP address.",
 		}),
+		recordRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardproof_gate_record_requests_total",
+			Help: "Requests this member sent, as a follower whose join record was missing or stale, for the leader to record its addresses, by result code (OK when recorded, UNSUPPORTED when the leader's build has no /v1/record).",
+		}, []string{"code"}),
 	}
 	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardproof_gate_leader",
@@ -92,7 +99,7 @@ func newMetrics(n *Node) *metrics {
 		Name: "shardproof_gate_request_body_bytes",
 		Help: "Bytes of the request-memory budget that request bodies being read hold now.",
 	}, func() float64 { return float64(n.bodyBytes.Load()) })
-	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, m.responsesCut, m.forwarded, leader, applied, bodyBytes)
+	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, m.responsesCut, m.forwarded, m.recordRequests, leader, applied, bodyBytes)
 	return m
 }
 

@@ -150,10 +150,13 @@ type Config struct {
 	// olderBuild, if set, makes the node a build of this command-schema
 	// version instead of CommandVersion: tests stand in a member not
 	// upgraded yet (0: a build before the version handshake), which
-	// reports it, refuses what is newer and halts at it.
+	// reports it, refuses what is newer and halts at it. It neither
+	// serves nor sends POST /v1/record, which came after the handshake.
 	olderBuild *uint64
 	// versionInterval is how often a leader whose cluster version is
-	// below its build's asks the members for theirs; zero means 5 s.
+	// below its build's asks the members for theirs, and a follower
+	// whose join record is missing or stale asks the leader to record
+	// it; zero means 5 s.
 	versionInterval time.Duration
 	// TLS, if set, serves the API over HTTPS and makes Raft connections
 	// between members mutual TLS (see TLSConfig).
@@ -203,6 +206,8 @@ type Node struct {
 	raftDownErr error
 	// vers is the leader's view of the members' versions.
 	vers versions
+	// recording is set while a record request (askRecord) is in flight.
+	recording atomic.Bool
 }
 
 // NewNode returns a node; Start opens its storage and starts serving.
@@ -888,12 +893,15 @@ func (n *Node) leaderHTTP() string {
 // leaderLoop runs the leader's housekeeping: it records this node's
 // addresses in the state, fails runs whose barrier deadline passed, and
 // prunes (Config.PruneOlderThan). The deadline and age decisions
-// themselves happen in Apply, from the timestamp the command carries.
+// themselves happen in Apply, from the timestamp the command carries. On
+// a follower it asks the leader to record this node's addresses when its
+// record is missing or stale (askRecord).
 func (n *Node) leaderLoop() {
 	t := time.NewTicker(n.cfg.SweepInterval)
 	defer t.Stop()
 	var lastPrune time.Time   // zero: prune soon after becoming leader
 	var lastVersion time.Time // zero: ask the members soon too
+	var lastRecord time.Time  // a follower's record request, likewise
 	for {
 		select {
 		case <-n.stop:
@@ -902,6 +910,10 @@ func (n *Node) leaderLoop() {
 		}
 		if !n.IsLeader() {
 			lastPrune, lastVersion = time.Time{}, time.Time{}
+			if time.Since(lastRecord) >= n.cfg.versionInterval {
+				lastRecord = time.Now()
+				n.askRecord()
+			}
 			continue
 		}
 		if n.ClusterVersion() < n.BuildVersion() && time.Since(lastVersion) >= n.cfg.versionInterval {

@@ -100,6 +100,9 @@ type versions struct {
 	// said is the last poll's answer as logged, so a lasting mixed
 	// cluster logs once, not at every poll.
 	said string
+	// saidRecord is the last refusal of this member's record request as
+	// logged (see sayRecord).
+	saidRecord string
 }
 
 // BuildVersion is the highest command-schema version this node's build
