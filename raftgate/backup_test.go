@@ -104,23 +104,49 @@ func TestBackupRestore(t *testing.T) {
 }
 
 // A backup that does not decode, or a restore without --bootstrap, is
-// refused before the directory is created.
+// refused before the directory is created. So is a document that decodes
+// but holds no gate state ("{}", "null": a wrong file, or what a server
+// that is no gate answered to gate backup), which founded an empty gate
+// that answered every alias UNKNOWN_ALIAS.
 func TestRestoreRefusals(t *testing.T) {
-	for name, mod := range map[string]func(*Config){
-		"garbage":      func(c *Config) { c.Restore = []byte(`{"releases":`) },
-		"unknown":      func(c *Config) { c.Restore = []byte(`{"nope":1}`) },
-		"no bootstrap": func(c *Config) { c.Restore, c.Bootstrap = []byte(`{}`), false },
+	for name, tc := range map[string]struct {
+		mod  func(*Config)
+		want errcode.Code
+	}{
+		"garbage":      {func(c *Config) { c.Restore = []byte(`{"releases":`) }, errcode.BadDocument},
+		"unknown":      {func(c *Config) { c.Restore = []byte(`{"nope":1}`) }, errcode.BadDocument},
+		"empty object": {func(c *Config) { c.Restore = []byte(`{}`) }, errcode.BadDocument},
+		"null":         {func(c *Config) { c.Restore = []byte(`null`) }, errcode.BadDocument},
+		"no tables":    {func(c *Config) { c.Restore = []byte(`{"fences":{"tombstone":7,"benchmark":0},"nextPermit":0}`) }, errcode.BadDocument},
+		"null table": {func(c *Config) {
+			c.Restore = bytes.Replace(emptyState(t), []byte(`"runs":{}`), []byte(`"runs":null`), 1)
+		}, errcode.BadDocument},
+		"no bootstrap": {func(c *Config) { c.Restore, c.Bootstrap = emptyState(t), false }, errcode.Usage},
 	} {
 		cfg := TestConfig(t.TempDir(), "n1")
-		mod(&cfg)
+		tc.mod(&cfg)
 		err := NewNode(cfg).Start(ctxT(t, 10*time.Second))
-		if c := errcode.Of(err); c != errcode.BadDocument && c != errcode.Usage {
-			t.Errorf("%s: %v, want BAD_DOCUMENT or USAGE", name, err)
+		if c := errcode.Of(err); c != tc.want {
+			t.Errorf("%s: %v, want %s", name, err, tc.want)
 		}
 		if _, err := os.Stat(filepath.Join(cfg.DataDir)); !os.IsNotExist(err) {
 			t.Errorf("%s: the refused restore created %s", name, cfg.DataDir)
 		}
 	}
+	// The control: an empty gate's own state restores.
+	if _, err := DecodeState(emptyState(t)); err != nil {
+		t.Fatalf("an empty gate's state: %v", err)
+	}
+}
+
+// emptyState is the state of a gate that holds nothing yet.
+func emptyState(t *testing.T) []byte {
+	t.Helper()
+	b, err := EncodeState(NewState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func waitLeader(t *testing.T, n *Node) {

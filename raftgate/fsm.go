@@ -317,7 +317,10 @@ func DecodeState(b []byte) (*State, error) {
 	if len(b) > MaxStateSize {
 		return nil, errcode.New(errcode.DocumentTooLarge, "gate snapshot exceeds %d bytes", MaxStateSize)
 	}
-	s := NewState()
+	// Decoded into a state with no tables, not NewState's empty ones: a
+	// gate always writes every table, so one missing is no gate state
+	// ("{}" or "null" founded an empty gate on restore).
+	s := &State{}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(s); err != nil {

@@ -286,8 +286,13 @@ func sortedKeys[V any](m map[string]V) []string {
 // count agrees with what it counts. Restore refuses a state that fails it,
 // and the fuzz target asserts it after every command.
 func (s *State) Validate() error {
-	if s.Releases == nil || s.Aliases == nil || s.Permits == nil || s.Runs == nil || s.Nodes == nil {
-		return fmt.Errorf("missing table")
+	for _, t := range []struct {
+		name    string
+		missing bool
+	}{{"releases", s.Releases == nil}, {"aliases", s.Aliases == nil}, {"permits", s.Permits == nil}, {"runs", s.Runs == nil}, {"nodes", s.Nodes == nil}} {
+		if t.missing {
+			return fmt.Errorf("missing table %q", t.name)
+		}
 	}
 	for k, r := range s.Releases {
 		if r == nil || r.Root.String() != k {

@@ -444,8 +444,9 @@ Commands acknowledged after the backup are not in it.
 FILE is written to a temporary file beside it, synced, and moved into
 place; an existing FILE is refused unless --force.
 
-Exit status: 0 written, 2 usage (FILE exists), 3 error (gate unreachable,
-I/O).`,
+Exit status: 0 written, 1 the answer is no whole gate state (BAD_DOCUMENT:
+not a gate at --gate; nothing written), 2 usage (FILE exists), 3 error
+(gate unreachable, I/O).`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		path := args[0]

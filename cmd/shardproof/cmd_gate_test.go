@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
@@ -745,6 +746,25 @@ func TestGateBackupRestore(t *testing.T) {
 	}
 	g(restored, "gate", "fence", "tombstone", "2").expect(t, errcode.ExitRejected, errcode.FenceRegression)
 	g(restored, "gate", "fence", "tombstone", "4").expect(t, 0, "")
+}
+
+// TestGateBackupOfNoGate: a server that answers GET /v1/state with 200
+// and JSON that holds no gate state ("null", "{}": a wrong --gate) is
+// not backed up. Such a file founded an empty gate on restore, which
+// answered every alias UNKNOWN_ALIAS.
+func TestGateBackupOfNoGate(t *testing.T) {
+	for _, body := range []string{"null", "{}"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintln(w, body)
+		}))
+		file := filepath.Join(t.TempDir(), "gate.backup")
+		runGateCLI(t, "gate", "backup", file, "--gate", srv.URL, "--retry", "0").expect(t, errcode.ExitInvalid, errcode.BadDocument)
+		srv.Close()
+		if _, err := os.Stat(file); !os.IsNotExist(err) {
+			t.Fatalf("a backup of %s was written: %v", body, err)
+		}
+	}
 }
 
 // TestGateServeTLS: a gate on TLS serves https:// clients that trust its
