@@ -1,9 +1,11 @@
 package publish_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -716,5 +718,66 @@ func TestPublishStaleExpectBeforeVerify(t *testing.T) {
 	again, err := e.publish(nil, o)
 	if err != nil || again.Result != out.Result {
 		t.Fatalf("retry: %+v, %v; want %+v", again, err, out.Result)
+	}
+}
+
+// ClosedRoots, what recheck --closed rechecks, names the roots a fence
+// advance took out of use: those of the permits it closed, and those in
+// an alias's rollback window that the fences passed, which rollback
+// refuses until a recheck clears them. It named only the first, so after
+// an advance and recheck --closed an alias had nothing to roll back to.
+func TestClosedRootsIncludeRollbackWindow(t *testing.T) {
+	e := newEnv(t)
+	reg := func(label, verdict string, tw uint64) manifest.Digest {
+		t.Helper()
+		root := manifest.Sum([]byte("root/" + label))
+		_, err := e.gate.Register(e.ctx, &raftgate.Register{Root: root, Shards: []manifest.Digest{manifest.Sum([]byte("shard/" + label))},
+			Report: &raftgate.ReportSummary{Digest: manifest.Sum([]byte("report/" + verdict + "/" + label)), Verdict: verdict,
+				DatasetSnapshot: manifest.Sum([]byte("snap")), TombstoneWatermark: tw}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return root
+	}
+	a, b, c, d := reg("a", manifest.Verified, 0), reg("b", manifest.Verified, 0), reg("c", manifest.Verified, 0), reg("d", manifest.Verified, 0)
+	x := reg("x", manifest.Verified, 0)
+	// main: a b c d with a window of 3 (b c d); side: x.
+	for i, r := range []manifest.Digest{a, b, c, d} {
+		if _, err := e.gate.Publish(e.ctx, "main", r, uint64(i), 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.gate.Publish(e.ctx, "side", x, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	reg("c", manifest.Invalid, 0) // c, in the window, found INVALID
+	if _, err := e.gate.AdvanceFence(e.ctx, raftgate.FenceTombstone, 5); err != nil {
+		t.Fatal(err)
+	}
+	// x rechecked after the advance: it satisfies the fences again.
+	if _, err := e.gate.Recheck(e.ctx, &raftgate.RecheckCmd{Root: x, Kind: raftgate.FenceTombstone, Value: 5, Report: manifest.Sum([]byte("recheck/x"))}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := publish.ClosedRoots(e.ctx, e.gate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b: in main's window behind the fence; d: main's permit closed. Not
+	// a (outside the window, RETIRED), c (INVALID), x (rechecked).
+	want := []manifest.Digest{b, d}
+	slices.SortFunc(want, func(p, q manifest.Digest) int { return bytes.Compare(p[:], q[:]) })
+	if !slices.Equal(got, want) {
+		t.Fatalf("ClosedRoots = %v, want %v (b %s, d %s)", got, want, b, d)
+	}
+	_, err = e.gate.Rollback(e.ctx, "main", b, 4)
+	wantCode(t, err, errcode.RollbackIneligible)
+	// A recheck of each root it names makes the window usable again.
+	for _, r := range got {
+		if _, err := e.gate.Recheck(e.ctx, &raftgate.RecheckCmd{Root: r, Kind: raftgate.FenceTombstone, Value: 5, Report: manifest.Sum([]byte("recheck"))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.gate.Rollback(e.ctx, "main", b, 4); err != nil {
+		t.Fatalf("rollback to b after rechecking what ClosedRoots named: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
@@ -207,26 +208,41 @@ func record(ctx context.Context, log *slog.Logger, g Gate, o RecheckOptions, out
 	return nil
 }
 
-// PermitLister lists the gate's permits and reads its releases;
-// *raftgate.Client implements it.
+// PermitLister lists the gate's permits and reads its releases, aliases
+// and fences; *raftgate.Client implements it.
 type PermitLister interface {
 	Permits(ctx context.Context) ([]*raftgate.Permit, error)
 	Release(ctx context.Context, root manifest.Digest) (*raftgate.Release, error)
+	Alias(ctx context.Context, name string) (*raftgate.Alias, error)
+	Fences(ctx context.Context) (*raftgate.Fences, error)
 }
 
-// ClosedRoots returns, sorted and without repeats, the roots of every
-// permit a fence advance closed: the roots a recheck can renew. Roots the
-// gate holds INVALID are left out: their permits stay closed whatever a
-// recheck finds, so rechecking them would only verify again, each time,
-// to be refused.
+// ClosedRoots returns, sorted and without repeats, the roots a fence
+// advance took out of use that a recheck can bring back: the roots of
+// every permit it closed (runs, the aliases' current generations), and
+// the roots inside an alias's rollback window that the fences have
+// passed, which rollback refuses (ROLLBACK_INELIGIBLE) until a recheck
+// clears them. Their permits are superseded, not closed, so a recheck of
+// the closed roots alone left an alias nothing to roll back to after an
+// advance. Roots the gate holds INVALID are left out: their permits stay
+// closed whatever a recheck finds, so rechecking them would only verify
+// again, each time, to be refused.
 func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error) {
 	ps, err := g.Permits(ctx)
 	if err != nil {
 		return nil, err
 	}
+	f, err := g.Fences(ctx)
+	if err != nil {
+		return nil, err
+	}
 	seen := map[manifest.Digest]bool{}
 	var out []manifest.Digest
+	aliases := map[string]bool{}
 	for _, p := range ps {
+		if p.Kind == raftgate.PermitPublish || p.Kind == raftgate.PermitRollback {
+			aliases[p.Alias] = true
+		}
 		if p.State != raftgate.PermitClosed || seen[p.Root] {
 			continue
 		}
@@ -237,6 +253,28 @@ func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error)
 		}
 		if rel.State != raftgate.ReleaseInvalid {
 			out = append(out, p.Root)
+		}
+	}
+	// Every alias has a publish permit in its history, which prune
+	// keeps: the permits name them all.
+	for _, name := range slices.Sorted(maps.Keys(aliases)) {
+		al, err := g.Alias(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		h := al.History
+		for _, e := range h[len(h)-min(max(al.Retain, 0), len(h)):] {
+			if seen[e.Root] {
+				continue
+			}
+			seen[e.Root] = true
+			rel, err := g.Release(ctx, e.Root)
+			if err != nil {
+				return nil, err
+			}
+			if rel.State == raftgate.ReleasePublished && (rel.TombstoneWatermark < f.Tombstone || rel.BenchmarkFence < f.Benchmark) {
+				out = append(out, e.Root)
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b manifest.Digest) int { return bytes.Compare(a[:], b[:]) })

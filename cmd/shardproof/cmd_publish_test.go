@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -171,6 +172,42 @@ func TestPublishWorkerRecheckCLI(t *testing.T) {
 	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
 	_, err = cli(t, "worker", "--store", dir, "--run", "r1", "--cache", t.TempDir())
 	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
+}
+
+// TestRecheckClosedKeepsRollbackWindow: after a fence advance, the
+// command it prints (recheck --closed) rechecks the roots of the alias's
+// rollback window too, so the alias can roll back to its generation
+// before. Their permits are superseded, not closed, and --closed
+// rechecked the current root alone: the rollback was then
+// ROLLBACK_INELIGIBLE until each earlier root was rechecked by --root.
+func TestRecheckClosedKeepsRollbackWindow(t *testing.T) {
+	ctx := context.Background()
+	dir, s := tempFileStore(t)
+	gen1 := stagetest.Synth(t, s, 600, 2, 1)
+	gen2 := stagetest.Synth(t, s, 600, 2, 2)
+	node, _ := startLeader(t)
+	base := []string{"--store", dir, "--gate", node.URL()}
+	for i, r := range []manifest.Digest{gen1.Root, gen2.Root} {
+		if out, err := cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", r.String(), "--expect-generation", strconv.Itoa(i)}, base...)...); err != nil {
+			t.Fatalf("publish generation %d: %q %v", i+1, out, err)
+		}
+	}
+	tomb, _, _, err := objstore.PutBlob(ctx, s, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cli(t, append([]string{"gate", "fence", "advance", "--tombstones", manifest.Digest(tomb).String()}, base...)...)
+	if err != nil || !strings.Contains(out, "recheck with: shardproof recheck --closed") {
+		t.Fatalf("fence advance: %q %v", out, err)
+	}
+	out, err = cli(t, append([]string{"recheck", "-q", "--members", "--closed", "--tombstones", manifest.Digest(tomb).String()}, base...)...)
+	if err != nil || strings.Count(out, "renewed") != 2 || !strings.Contains(out, gen1.Root.String()) {
+		t.Fatalf("recheck --closed: %q %v", out, err)
+	}
+	out, err = cli(t, "gate", "rollback", "main", gen1.Root.String(), "--expect", "2", "--gate", node.URL())
+	if err != nil || !strings.Contains(out, "main generation 3") {
+		t.Fatalf("rollback to generation 1 after recheck --closed: %q %v", out, err)
+	}
 }
 
 // TestPublishScratch: publish --scratch verifies with the job's files in

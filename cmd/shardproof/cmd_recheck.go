@@ -39,7 +39,10 @@ the release becomes INVALID and its permits stay closed, and runs on it
 must be cancelled and recreated on a clean release.
 
 --root may be repeated; --alias rechecks the alias's current root; --closed
-rechecks every root with a closed permit (runs and retained generations).
+rechecks every root a fence advance took out of use: those with a closed
+permit (runs, the aliases' current generations) and those in an alias's
+rollback window that the fences passed, which 'gate rollback' refuses
+until they are rechecked.
 A full recheck is a verification: a release that claims a tombstoneWatermark
 and a benchmarkFence needs documents reaching both (WATERMARK_UNCHECKED
 otherwise), as verify does; each document given is recorded.
@@ -150,7 +153,7 @@ fence (FENCE_BEHIND).`,
 	addGateTokenFlag(f)
 	f.StringArrayVar(&roots, "root", nil, "root digest to recheck (repeatable)")
 	f.StringVar(&alias, "alias", "", "recheck this alias's current root")
-	f.BoolVar(&closed, "closed", false, "recheck every root that has a permit closed by a fence advance")
+	f.BoolVar(&closed, "closed", false, "recheck every root that has a permit closed by a fence advance, and every root of a rollback window the fences passed")
 	f.StringVar(&tombstones, "tombstones", "", "new tombstone log digest")
 	f.StringVar(&benchmark, "benchmark", "", "new benchmark registry digest")
 	f.IntVar(&parallelism, "parallelism", 0, "verify tasks (with --members: member files) run at once (default: number of CPUs)")
