@@ -210,6 +210,23 @@ func TestRecheckClosedKeepsRollbackWindow(t *testing.T) {
 	}
 }
 
+// TestRecheckJSONWithNothingToRecheck: recheck --json prints a list,
+// empty when --closed finds nothing to recheck, not null (which a
+// consumer iterating over the outcomes, jq '.[]', refuses).
+func TestRecheckJSONWithNothingToRecheck(t *testing.T) {
+	dir, _ := tempFileStore(t)
+	node, _ := startLeader(t)
+	out, err := cli(t, "recheck", "-q", "--closed", "--json", "--store", dir, "--gate", node.URL(),
+		"--tombstones", manifest.Sum([]byte("no document is read")).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outs []json.RawMessage
+	if err := json.Unmarshal([]byte(out), &outs); err != nil || outs == nil || len(outs) != 0 {
+		t.Fatalf("recheck --closed --json with nothing closed printed %q (%v), want []", out, err)
+	}
+}
+
 // TestPublishScratch: publish --scratch verifies with the job's files in
 // the scratch store (its puts made the scratch's temp directory) and
 // removes them there; the release's store never holds a jobs/ tree.

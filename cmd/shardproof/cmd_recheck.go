@@ -124,7 +124,7 @@ fence (FENCE_BEHIND).`,
 			slog.SetDefault(o.Logger)
 			w := cmd.OutOrStdout()
 			var first error
-			var outs []*publish.RecheckOutcome
+			outs := []*publish.RecheckOutcome{} // --json prints [], not null, for no root
 			for _, d := range ds {
 				o.Root = d
 				out, err := publish.Recheck(cmd.Context(), s, g, o)
