@@ -149,6 +149,10 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		// answer "published" must still be true of the root: the gate
 		// may have found it INVALID since (a recheck with hits), or a
 		// fence advance may have closed its permits.
+		if al.Generation == 0 || uint64(len(al.History)) != al.Generation {
+			// The kind of its last generation is read from the history.
+			return nil, errcode.New(errcode.BadDocument, "gate answer for alias %s: generation %d with %d history entries", o.Alias, al.Generation, len(al.History))
+		}
 		gr, err := g.Release(ctx, o.Root)
 		if err != nil {
 			return nil, err

@@ -781,3 +781,35 @@ func TestClosedRootsIncludeRollbackWindow(t *testing.T) {
 		t.Fatalf("rollback to b after rechecking what ClosedRoots named: %v", err)
 	}
 }
+
+// historyless answers every alias read with the alias as the gate holds
+// it but without its history: what a broken gate, or a server that is
+// none, may answer.
+type historyless struct{ publish.Gate }
+
+func (h historyless) Alias(ctx context.Context, name string) (*raftgate.Alias, error) {
+	al, err := h.Gate.Alias(ctx, name)
+	if al != nil {
+		al.History = nil
+	}
+	return al, err
+}
+
+// A rerun at the alias's root reads the kind of its last generation from
+// the alias's history: an answer without one is refused (BAD_DOCUMENT),
+// not indexed (a panic).
+func TestRerunOnAliasWithoutHistoryIsRefused(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 600, 2, 1)
+	if _, err := e.publish(nil, e.opts(gen1.Root)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.publish(historyless{e.gate}, e.opts(gen1.Root))
+	wantCode(t, err, errcode.BadDocument)
+	if out != nil {
+		t.Fatalf("a rerun on a history-less answer returned %+v", out)
+	}
+	if al := e.alias(); al.Generation != 1 {
+		t.Fatalf("alias moved to generation %d", al.Generation)
+	}
+}
