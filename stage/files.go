@@ -533,7 +533,14 @@ func (sp *spooler) fromInputs(rs []shardRange) error {
 				}
 				sum.add(rec, 0, 3, 6)
 				ids := rec.Column(0).(*array.String)
+				srcs := rec.Column(1).(*array.String)
 				for r := 0; r < int(rec.NumRows()); r++ {
+					// verify refuses a shard with such a sourceId
+					// (DECODE_ERROR), as with a sampleId or split (keys):
+					// checked here, before anything is stored.
+					if !utf8.ValidString(srcs.Value(r)) {
+						return errcode.New(errcode.BadInput, "input %s: row %d: source_id is not valid UTF-8", in.path, g-start)
+					}
 					if err := set.add(sp.shardOf(ids.Value(r)), rec.Columns(), r, g); err != nil {
 						return err
 					}

@@ -283,6 +283,8 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 	os.WriteFile(negTokens, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: "train", Tokens: -1}}, stage.ParquetOptions{}), 0o644)
 	badUTF8 := filepath.Join(dir, "badutf8.parquet")
 	os.WriteFile(badUTF8, stagetest.Encode(t, []stage.Row{{SampleID: "q\xff", Split: "train"}}, stage.ParquetOptions{}), 0o644)
+	badSource := filepath.Join(dir, "badsource.parquet")
+	os.WriteFile(badSource, stagetest.Encode(t, []stage.Row{{SampleID: "q", SourceID: "w\xffb", Split: "train"}}, stage.ParquetOptions{}), 0o644)
 	notParquet := filepath.Join(dir, "junk.parquet")
 	os.WriteFile(notParquet, []byte("PAR1 this is not parquet PAR1"), 0o644)
 
@@ -302,7 +304,8 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 		{"split too long", stage.StageOptions{Inputs: []string{good, longSplit}, Shards: 1}, errcode.BadInput, "split longer than 255 bytes"},
 		{"negative tokens", stage.StageOptions{Inputs: []string{good, negTokens}, Shards: 1}, errcode.BadInput, "negative tokens -1"},
 		{"sampleId not UTF-8", stage.StageOptions{Inputs: []string{good, badUTF8}, Shards: 1}, errcode.BadInput, "not valid UTF-8"},
-		{"bad codec", stage.StageOptions{Inputs: []string{good}, Shards: 1, Options: stage.Options{Parquet: stage.ParquetOptions{Codec: "lz77"}}}, errcode.Usage, "lz77"},
+		// verify refuses such a shard (DECODE_ERROR).
+		{"sourceId not UTF-8", stage.StageOptions{Inputs: []string{good, badSource}, Shards: 1}, errcode.BadInput, "badsource.parquet: row 0: source_id is not valid UTF-8"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := stagetest.Store(t)
