@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -195,6 +196,10 @@ func openInputs(ctx context.Context, paths []string) (*fileSource, error) {
 // keys reads the sort keys, plus the values that could make a tuple or a
 // total invalid, checked now so that bad input writes nothing.
 func (s *fileSource) keys(ctx context.Context, add func(id string) error) error {
+	// The release's totals.tokens, which every shard's total is part
+	// of: past int64, the shard that overflowed failed only once shards
+	// before it were stored.
+	var total int64
 	for k := range s.inputs {
 		in := &s.inputs[k]
 		p, rows, sum := in.path, 0, newKeySum()
@@ -217,6 +222,10 @@ func (s *fileSource) keys(ctx context.Context, add func(id string) error) error 
 					if tokens.Value(i) < 0 {
 						return errcode.New(errcode.BadInput, "input %s: row %d: negative tokens %d", p, rows+i, tokens.Value(i))
 					}
+					if total > math.MaxInt64-tokens.Value(i) {
+						return errcode.New(errcode.BadInput, "input %s: row %d: tokens %d take the inputs' total past %d", p, rows+i, tokens.Value(i), int64(math.MaxInt64))
+					}
+					total += tokens.Value(i)
 					if err := add(ids.Value(i)); err != nil {
 						return err
 					}

@@ -3,6 +3,7 @@ package stage_test
 import (
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -285,6 +286,8 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 	os.WriteFile(badUTF8, stagetest.Encode(t, []stage.Row{{SampleID: "q\xff", Split: "train"}}, stage.ParquetOptions{}), 0o644)
 	badSource := filepath.Join(dir, "badsource.parquet")
 	os.WriteFile(badSource, stagetest.Encode(t, []stage.Row{{SampleID: "q", SourceID: "w\xffb", Split: "train"}}, stage.ParquetOptions{}), 0o644)
+	manyTokens := filepath.Join(dir, "manytokens.parquet")
+	os.WriteFile(manyTokens, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: "train", Tokens: math.MaxInt64 - 1}}, stage.ParquetOptions{}), 0o644)
 	notParquet := filepath.Join(dir, "junk.parquet")
 	os.WriteFile(notParquet, []byte("PAR1 this is not parquet PAR1"), 0o644)
 
@@ -306,6 +309,11 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 		{"sampleId not UTF-8", stage.StageOptions{Inputs: []string{good, badUTF8}, Shards: 1}, errcode.BadInput, "not valid UTF-8"},
 		// verify refuses such a shard (DECODE_ERROR).
 		{"sourceId not UTF-8", stage.StageOptions{Inputs: []string{good, badSource}, Shards: 1}, errcode.BadInput, "badsource.parquet: row 0: source_id is not valid UTF-8"},
+		// A shard's total overflows, then (one row a shard) only the
+		// release's: neither is found once shards are stored.
+		{"tokens overflow a shard", stage.StageOptions{Inputs: []string{good, manyTokens}, Shards: 1}, errcode.BadInput, "manytokens.parquet: row 0: tokens 9223372036854775806 take the inputs' total past"},
+		{"tokens overflow the totals", stage.StageOptions{Inputs: []string{good, manyTokens}, Shards: 3}, errcode.BadInput, "manytokens.parquet: row 0: tokens 9223372036854775806 take the inputs' total past"},
+		{"bad codec", stage.StageOptions{Inputs: []string{good}, Shards: 1, Options: stage.Options{Parquet: stage.ParquetOptions{Codec: "lz77"}}}, errcode.Usage, "lz77"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s := stagetest.Store(t)
