@@ -51,3 +51,12 @@ func OnInputRead(fn func(path string)) (restore func()) {
 	onInputRead = fn
 	return func() { onInputRead = nil }
 }
+
+// WatchSpoolBatches calls fn with the rows and string bytes of each batch
+// written to a spool file, and makes a spool file write its rows out once
+// they hold flushBytes of strings.
+func WatchSpoolBatches(flushBytes int, fn func(rows, bytes int)) (restore func()) {
+	old := spoolFlushBytes
+	spoolFlushBytes, onSpoolBatch = flushBytes, fn
+	return func() { spoolFlushBytes, onSpoolBatch = old, nil }
+}

@@ -307,8 +307,15 @@ func (s *fileSource) Len() int { return s.rows }
 // not more reads of the inputs.
 var maxOpenSpools = 128
 
-// spoolFlushRows is the rows a shard buffers before writing them out.
+// spoolFlushRows and spoolFlushBytes bound the rows an open spool file
+// buffers before writing them out: the rows, or the bytes of their
+// strings, whichever comes first. Counting rows alone, 128 open files
+// held 128 × 2048 rows, which is gigabytes once texts are tens of KB
+// (3.3 GB RSS staging 1 GiB of 64 KiB texts in 128 shards), and a
+// batch of 1 MiB texts passed the 2 GiB an Arrow string column holds.
 const spoolFlushRows = 2048
+
+var spoolFlushBytes = 1 << 20
 
 // Tests watch the spool through these; they are nil otherwise.
 var (
@@ -320,6 +327,9 @@ var (
 	// onSpooled is called once every shard has its spool file, with the
 	// levels the deepest shard took and the rows written to spool files.
 	onSpooled func(levels int, written int64)
+	// onSpoolBatch is called with the rows and string bytes of each
+	// batch written to a spool file.
+	onSpoolBatch func(rows, bytes int)
 )
 
 // shardRange is the shards [lo, hi) whose rows one spool file holds.
@@ -436,14 +446,21 @@ type spoolWriter struct {
 	bw *bufio.Writer
 	w  *ipc.Writer
 	b  *array.RecordBuilder
+	// bytes is the length of the strings b holds.
+	bytes int
 }
 
 func (w *spoolWriter) flush() error {
-	if w.b.Field(0).Len() == 0 {
+	rows := w.b.Field(0).Len()
+	if rows == 0 {
 		return nil
+	}
+	if onSpoolBatch != nil {
+		onSpoolBatch(rows, w.bytes)
 	}
 	rec := w.b.NewRecordBatch()
 	defer rec.Release()
+	w.bytes = 0
 	return w.w.Write(rec)
 }
 
@@ -487,9 +504,14 @@ func (set *spoolSet) add(j int, cols []arrow.Array, r int, g int64) error {
 	if err := appendFrom(w.b, cols, r); err != nil {
 		return err
 	}
+	for _, col := range cols {
+		if col, ok := col.(*array.String); ok {
+			w.bytes += col.ValueLen(r)
+		}
+	}
 	w.b.Field(set.rowCol).(*array.Int64Builder).Append(g)
 	set.sp.written++
-	if w.b.Field(0).Len() >= spoolFlushRows {
+	if w.b.Field(0).Len() >= spoolFlushRows || w.bytes >= spoolFlushBytes {
 		if err := w.flush(); err != nil {
 			return errcode.Wrap(errcode.IO, err, "spool")
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -153,5 +154,40 @@ func TestStageInputChangedBetweenReads(t *testing.T) {
 		if left, _ := os.ReadDir(tmp); len(left) != 0 {
 			t.Fatalf("%s: temporary files left behind: %v", name, left)
 		}
+	}
+}
+
+// A spool file writes its rows out once their strings pass the byte
+// bound, not only every 2048 rows: open spool files (up to 128) then hold
+// a bounded amount whatever the texts' length, and no batch nears the 2
+// GiB of an Arrow string column. The release is the same.
+func TestStageSpoolBatchesBoundedByBytes(t *testing.T) {
+	ctx := context.Background()
+	rows := make([]stage.Row, 600)
+	for i := range rows {
+		rows[i] = stage.Row{SampleID: "long-" + strconv.Itoa(i), SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: strings.Repeat(strconv.Itoa(i%10), 4<<10), Tokens: 1}
+	}
+	paths := writeSources(t, t.TempDir(), rows, 2)
+	want, err := stage.Stage(ctx, stagetest.Store(t), stage.StageOptions{Inputs: paths, Shards: 3, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bound = 64 << 10
+	row := 4<<10 + len("long-599web") + len("trainen")
+	batches, largest := 0, 0
+	defer stage.WatchSpoolBatches(bound, func(rows, bytes int) {
+		batches++
+		largest = max(largest, bytes)
+	})()
+	defer stage.SetMaxOpenSpools(2)() // a level of splits, which writes batches too
+	got, err := stage.Stage(ctx, stagetest.Store(t), stage.StageOptions{Inputs: paths, Shards: 3, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Root != want.Root {
+		t.Fatalf("root %s with small spool batches, %s without", got.Root, want.Root)
+	}
+	if batches == 0 || largest >= bound+row {
+		t.Fatalf("%d spool batches, the largest holding %d bytes of strings; want none past %d plus a row (%d)", batches, largest, bound, row)
 	}
 }
