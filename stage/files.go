@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/cespare/xxhash/v2"
 
@@ -132,11 +133,35 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 	}
 	defer pf.Close()
 	canon.DropStoredArrowSchema(pf)
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 8192}, memory.DefaultAllocator)
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: inputBatchRows(pf.MetaData())}, memory.DefaultAllocator)
 	if err != nil {
 		return errcode.Wrap(errcode.BadInput, err, "input %s", path)
 	}
 	return fn(fr)
+}
+
+// inputBatchBytes bounds the rows read from an input at once by their
+// size, which the footer gives per row group (all columns, uncompressed),
+// as maxInputBatchRows bounds their number: 8192 rows of 64 KiB texts
+// were half a gigabyte a batch, and of 256 KiB texts past the 2 GiB of
+// an Arrow string column.
+var inputBatchBytes int64 = 16 << 20
+
+const maxInputBatchRows = 8192
+
+// inputBatchRows is the batch size, in rows, for an input whose footer
+// is md: maxInputBatchRows, or fewer when the largest rows per row group
+// would make a batch larger than inputBatchBytes. A footer's sizes are
+// untrusted; they only make batches smaller, down to a row.
+func inputBatchRows(md *metadata.FileMetaData) int64 {
+	rows := int64(maxInputBatchRows)
+	for i := range md.NumRowGroups() {
+		rg := md.RowGroup(i)
+		if n, b := rg.NumRows(), rg.TotalByteSize(); n > 0 && b > 0 {
+			rows = min(rows, max(1, inputBatchBytes/(b/n+1)))
+		}
+	}
+	return rows
 }
 
 // maxInputRows bounds the rows a footer may claim, and all inputs
