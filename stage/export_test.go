@@ -60,3 +60,10 @@ func WatchSpoolBatches(flushBytes int, fn func(rows, bytes int)) (restore func()
 	spoolFlushBytes, onSpoolBatch = flushBytes, fn
 	return func() { spoolFlushBytes, onSpoolBatch = old, nil }
 }
+
+// SetMaxColumnBytes lowers the bytes a shard's string column may hold.
+func SetMaxColumnBytes(n int64) (restore func()) {
+	old := maxColumnBytes
+	maxColumnBytes = n
+	return func() { maxColumnBytes = old }
+}

@@ -579,6 +579,11 @@ func (sp *spooler) fromInputs(rs []shardRange) error {
 		return err
 	}
 	defer set.close()
+	// The bytes of each shard's values in each column: a shard is built
+	// as one record batch, whose string columns hold at most
+	// maxColumnBytes each.
+	ncols := sp.s.schema.NumFields()
+	colBytes := make([]int64, sp.order.shards*ncols)
 	var g int64
 	for _, in := range sp.s.inputs {
 		start, sum := g, newKeySum()
@@ -597,7 +602,15 @@ func (sp *spooler) fromInputs(rs []shardRange) error {
 					if !utf8.ValidString(srcs.Value(r)) {
 						return errcode.New(errcode.BadInput, "input %s: row %d: source_id is not valid UTF-8", in.path, g-start)
 					}
-					if err := set.add(sp.shardOf(ids.Value(r)), rec.Columns(), r, g); err != nil {
+					j := sp.shardOf(ids.Value(r))
+					for c, col := range rec.Columns() {
+						if col, ok := col.(*array.String); ok {
+							if colBytes[j*ncols+c] += int64(col.ValueLen(r)); colBytes[j*ncols+c] > maxColumnBytes {
+								return errcode.New(errcode.BadInput, "input %s: row %d: shard %d of %d: %s", in.path, g-start, j, sp.order.shards, columnTooLarge(sp.s.schema.Field(c).Name))
+							}
+						}
+					}
+					if err := set.add(j, rec.Columns(), r, g); err != nil {
 						return err
 					}
 					g++

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 
@@ -267,6 +269,14 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 				errs[i] = err
 				return
 			}
+			// Past it, the builder's 32-bit offsets wrap; stage refuses
+			// such inputs before it stores anything, synth here.
+			for c, f := range b.Fields() {
+				if f, ok := f.(*array.StringBuilder); ok && int64(f.DataLen()) > maxColumnBytes {
+					errs[i] = errcode.New(errcode.BadInput, "%s: %s", ShardID(i, o.Shards), columnTooLarge(as.Field(c).Name))
+					return
+				}
+			}
 			rec := b.NewRecordBatch()
 			defer rec.Release()
 			ts, it := make([]memberTuple, 0, len(idx)), interner{}
@@ -343,6 +353,15 @@ func (w *writer) putRelease(rel *manifest.Release) (manifest.Digest, error) {
 	}
 	d, _, err := w.put(b)
 	return d, err
+}
+
+// maxColumnBytes is the most bytes a string column of one shard may
+// hold: an Arrow utf8 array's offsets are 32-bit, and a shard is written
+// from one record batch.
+var maxColumnBytes int64 = math.MaxInt32
+
+func columnTooLarge(column string) string {
+	return fmt.Sprintf("its %s values pass %d bytes, the most one Arrow string column holds: stage with more --shards", column, maxColumnBytes)
 }
 
 // TotalsOf sums descriptors into a Totals.

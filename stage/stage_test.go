@@ -3,6 +3,7 @@ package stage_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -362,3 +363,36 @@ func TestSynthGoldenRoot(t *testing.T) {
 
 // goldenSynthRoot is the root of synth(500 samples, 2 shards, seed 1).
 const goldenSynthRoot = "sha256:2db49c3536205e4acd0d9c205a8b5bde2d8789b1f929d79865b68019aa898e6b"
+
+// A shard is built as one Arrow record batch, whose string columns hold
+// at most 2 GiB each (32-bit offsets, which wrap past it): stage refuses
+// inputs that would put more in one shard before it stores anything, and
+// synth refuses such a shard; more shards stage. The bound is lowered to
+// 40 KiB here.
+func TestShardColumnsBoundedBy32BitOffsets(t *testing.T) {
+	ctx := context.Background()
+	rows := make([]stage.Row, 100)
+	for i := range rows {
+		rows[i] = stage.Row{SampleID: fmt.Sprintf("row-%03d", i), SourceID: "web", Split: "train", Lang: "en", Text: strings.Repeat("t", 1<<10), Tokens: 1}
+	}
+	paths := writeSources(t, t.TempDir(), rows, 2)
+	defer stage.SetMaxColumnBytes(40 << 10)()
+
+	s := stagetest.Store(t)
+	_, err := stage.Stage(ctx, s, stage.StageOptions{Inputs: paths, Shards: 2, Seed: 1})
+	if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "its text values pass 40960 bytes") || !strings.Contains(err.Error(), "src-") {
+		t.Fatalf("two shards of about 50 KiB of text: err = %v, want BAD_INPUT naming the input and the text column", err)
+	}
+	if n := countObjects(t, s); n != 0 {
+		t.Fatalf("refused input stored %d objects", n)
+	}
+	if _, err := stage.Stage(ctx, s, stage.StageOptions{Inputs: paths, Shards: 4, Seed: 1}); err != nil {
+		t.Fatalf("four shards of about 25 KiB: %v", err)
+	}
+
+	// synth's rows average about 1 KB of text.
+	_, err = stage.Synth(ctx, stagetest.Store(t), stage.SynthOptions{Samples: 200, Shards: 2, Seed: 1})
+	if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "its text values pass 40960 bytes") {
+		t.Fatalf("synth, two shards of about 100 KB of text: err = %v, want BAD_INPUT naming the text column", err)
+	}
+}
