@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -178,10 +177,9 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	if rep.SnapshotTupleRoot == j.Snapshot.TupleRoot {
 		j.storeLeafIndex(ctx, snapLeaves)
 	}
-	// Sorted by shard id then code, as the report format specifies.
-	slices.SortFunc(rep.Failures, func(a, b manifest.ShardFailure) int {
-		return cmp.Or(cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Side, b.Side), cmp.Compare(a.Detail, b.Detail))
-	})
+	// In the report format's order: sorted by shard first, failures of
+	// both sides made a report its own decoding refused.
+	slices.SortFunc(rep.Failures, func(a, b manifest.ShardFailure) int { return manifest.CompareFailures(&a, &b) })
 	for _, f := range rep.Failures {
 		j.log().Warn("verification failure", "root", rep.Root.String(), "shard", f.Shard, "side", f.Side, "code", f.Code)
 	}

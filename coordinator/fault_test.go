@@ -639,3 +639,33 @@ func TestReleaseSchemaWithoutContent(t *testing.T) {
 		t.Fatalf("a refused release left job files: %v", page.Objects)
 	}
 }
+
+// A release with failures on both sides (a truncated shard, a rotted
+// member) gets its INVALID report, failures in the report format's order
+// (side, then shard, code, detail), instead of an aggregation that sorted
+// them by shard first and had the report refused as BAD_DOCUMENT.
+func TestFailuresOnBothSidesSorted(t *testing.T) {
+	s, res := synth(t)
+	data := stagetest.ShardBytes(t, s, res.Release.Shards[1])
+	res = stagetest.ReplaceShardBytes(t, s, res, 1, stagetest.Truncate(data, 1))
+	m := res.SnapshotDoc.Members[0]
+	key := m.Digest.BlobKey()
+	rotted := &faults.BitFlip{Store: s, Match: func(k string) bool { return k == key }, Offset: m.Size - 10, Bit: 3}
+	out, err := Verify(context.Background(), rotted, Options{PlanOptions: PlanOptions{Root: res.Root, ReadAllMembers: true, Tool: "shardproof test"}})
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	var got []string
+	for _, f := range out.Report.Failures {
+		got = append(got, f.Side+" "+f.Shard+" "+f.Code)
+	}
+	want := []string{
+		"release orderedMemberTupleRoot TUPLE_ROOT_MISMATCH",
+		"release shard-00001-of-00004 DIGEST_MISMATCH", "release shard-00001-of-00004 FOOTER_CORRUPT", "release shard-00001-of-00004 SIZE_MISMATCH",
+		"snapshot " + m.ID + " DIGEST_MISMATCH", "snapshot " + m.ID + " FOOTER_CORRUPT",
+		"snapshot tupleRoot TUPLE_ROOT_MISMATCH",
+	}
+	if out.Report.Verdict != manifest.Invalid || !slices.Equal(got, want) {
+		t.Fatalf("verdict %s, failures\n got %q\nwant %q", out.Report.Verdict, got, want)
+	}
+}

@@ -415,7 +415,7 @@ func (r *Report) Validate() error {
 		if !errcode.Known(errcode.Code(f.Code)) {
 			return errcode.New(errcode.BadDocument, "%s.code %q is not an error code", path, truncate(f.Code))
 		}
-		if i > 0 && compareFailures(&r.Failures[i-1], &r.Failures[i]) > 0 {
+		if i > 0 && CompareFailures(&r.Failures[i-1], &r.Failures[i]) > 0 {
 			return errcode.New(errcode.BadDocument, "%s: failures not sorted by side, shard, code, detail", path)
 		}
 	}
@@ -464,9 +464,10 @@ var exampleCounter = map[errcode.Code]func(*Counts) int64{
 	errcode.BenchmarkHit:        func(c *Counts) int64 { return c.BenchmarkHits },
 }
 
-// compareFailures is the canonical order of Report.Failures, so two
-// verifications of the same inputs list them identically.
-func compareFailures(a, b *ShardFailure) int {
+// CompareFailures is the canonical order of Report.Failures (side, shard,
+// code, detail), so two verifications of the same inputs list them
+// identically; a report in another order is BAD_DOCUMENT.
+func CompareFailures(a, b *ShardFailure) int {
 	return cmp.Or(cmp.Compare(a.Side, b.Side), cmp.Compare(a.Shard, b.Shard), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Detail, b.Detail))
 }
 
