@@ -584,6 +584,13 @@ func (sp *spooler) fromInputs(rs []shardRange) error {
 	// maxColumnBytes each.
 	ncols := sp.s.schema.NumFields()
 	colBytes := make([]int64, sp.order.shards*ncols)
+	// And of each snapshot member's tuple strings (sample_id,
+	// source_id, split): a member file is one record batch too, of a
+	// bucket range rather than a shard, so a member may pass the bound
+	// where no shard does.
+	members, memberOf := sp.order.shards, memberOfBucket(sp.order.shards)
+	memberCols := []int{0, 1, 3}
+	memberBytes := make([]int64, members*len(memberCols))
 	var g int64
 	for _, in := range sp.s.inputs {
 		start, sum := g, newKeySum()
@@ -608,6 +615,12 @@ func (sp *spooler) fromInputs(rs []shardRange) error {
 							if colBytes[j*ncols+c] += int64(col.ValueLen(r)); colBytes[j*ncols+c] > maxColumnBytes {
 								return errcode.New(errcode.BadInput, "input %s: row %d: shard %d of %d: %s", in.path, g-start, j, sp.order.shards, columnTooLarge(sp.s.schema.Field(c).Name))
 							}
+						}
+					}
+					m := int(memberOf[tuplehash.Bucket(ids.Value(r), tuplehash.DefaultK)])
+					for k, c := range memberCols {
+						if memberBytes[m*len(memberCols)+k] += int64(rec.Column(c).(*array.String).ValueLen(r)); memberBytes[m*len(memberCols)+k] > maxColumnBytes {
+							return errcode.New(errcode.BadInput, "input %s: row %d: member %d of %d: %s", in.path, g-start, m, members, columnTooLarge(sp.s.schema.Field(c).Name))
 						}
 					}
 					if err := set.add(j, rec.Columns(), r, g); err != nil {

@@ -38,15 +38,22 @@ func newMemberSpill(tempDir string, members int, schema [32]byte) (*memberSpill,
 	if err != nil {
 		return nil, errcode.Wrap(errcode.IO, err, "member spill directory")
 	}
-	sp := &memberSpill{dir: held.Path, held: held, schema: schema, member: make([]uint32, 1<<tuplehash.DefaultK), bufs: make([][]byte, members)}
+	sp := &memberSpill{dir: held.Path, held: held, schema: schema, member: memberOfBucket(members), bufs: make([][]byte, members)}
 	sp.bufCap = max(4<<10, min(256<<10, spillBufferBytes/members))
-	for j := range members {
-		lo, hi := memberRange(j, members)
+	return sp, nil
+}
+
+// memberOfBucket maps each bucket to the member of m whose range
+// (memberRange) holds it.
+func memberOfBucket(m int) []uint32 {
+	member := make([]uint32, 1<<tuplehash.DefaultK)
+	for j := range m {
+		lo, hi := memberRange(j, m)
 		for b := lo; b < hi; b++ {
-			sp.member[b] = uint32(j)
+			member[b] = uint32(j)
 		}
 	}
-	return sp, nil
+	return member
 }
 
 func (sp *memberSpill) path(j int) string { return filepath.Join(sp.dir, fmt.Sprintf("m%05d", j)) }

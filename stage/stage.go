@@ -452,6 +452,14 @@ func (w *writer) writeMembers(spill *memberSpill, m int) (*manifest.Snapshot, []
 			b.Field(3).(*array.StringBuilder).Append(t.t.Split)
 			b.Field(4).(*array.BinaryBuilder).Append(t.t.LogicalContentDigest[:])
 		}
+		// As for a shard: stage refuses such inputs before it stores
+		// anything, synth here.
+		for c, f := range b.Fields() {
+			if f, ok := f.(*array.StringBuilder); ok && int64(f.DataLen()) > maxColumnBytes {
+				b.Release()
+				return nil, nil, errcode.New(errcode.BadInput, "%s: %s", MemberID(j, m), columnTooLarge(as.Field(c).Name))
+			}
+		}
 		rec := b.NewRecordBatch()
 		b.Release()
 		buckets := make([]uint32, len(ts))

@@ -396,3 +396,37 @@ func TestShardColumnsBoundedBy32BitOffsets(t *testing.T) {
 		t.Fatalf("synth, two shards of about 100 KB of text: err = %v, want BAD_INPUT naming the text column", err)
 	}
 }
+
+// A snapshot member file is built as one Arrow record batch too, and its
+// rows are a bucket range, not a shard: a member's sampleId, sourceId or
+// split values may pass the bound while no shard's do. Here every row's
+// sampleId falls in member 0's buckets, so member 0 holds all 100 KiB of
+// them and each of the two shards about half; the bound is 80 KiB. Stage
+// refuses it before storing anything, naming the input and the column,
+// as for a shard; before, the member file was written with its offsets
+// past the bound (past 2 GiB, wrapped).
+func TestMemberColumnsBoundedBy32BitOffsets(t *testing.T) {
+	ctx := context.Background()
+	var rows []stage.Row
+	for i := 0; len(rows) < 100; i++ {
+		id := fmt.Sprintf("%s-%05d", strings.Repeat("m", 1<<10-6), i)
+		if tuplehash.Bucket(id, tuplehash.DefaultK) >= 1<<(tuplehash.DefaultK-1) {
+			continue
+		}
+		rows = append(rows, stage.Row{SampleID: id, SourceID: "web", Split: "train", Lang: "en", Text: "t", Tokens: 1})
+	}
+	paths := writeSources(t, t.TempDir(), rows, 2)
+	defer stage.SetMaxColumnBytes(80 << 10)()
+
+	s := stagetest.Store(t)
+	_, err := stage.Stage(ctx, s, stage.StageOptions{Inputs: paths, Shards: 2, Seed: 1})
+	if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "member 0 of 2") || !strings.Contains(err.Error(), "its sample_id values pass 81920 bytes") || !strings.Contains(err.Error(), "src-") {
+		t.Fatalf("a member of 100 KiB of sampleIds, shards of about 50 KiB: err = %v, want BAD_INPUT naming the input, member 0 and sample_id", err)
+	}
+	if n := countObjects(t, s); n != 0 {
+		t.Fatalf("refused input stored %d objects", n)
+	}
+	if _, err := stage.Stage(ctx, s, stage.StageOptions{Inputs: paths, Shards: 4, Seed: 1}); err != nil {
+		t.Fatalf("four members, member 0 and 1 of about 50 KiB: %v", err)
+	}
+}
