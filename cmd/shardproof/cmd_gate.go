@@ -35,9 +35,13 @@ Client commands take --gate URL[,URL…] (default $SHARDPROOF_GATE or
 ` + raftgate.DefaultGateURL + `). Exit status: 0 done, 1 the release is
 INVALID (register with an INVALID report, recheck with hits) or an input
 file or value the gate checked is wrong (BAD_INPUT; what the CLI can
-check itself is usage), 2 usage, 3 gate unreachable, 4 the gate refused
-(the code says why), 5 outcome unknown — retrying the same command is
-safe.`,
+check itself is usage), 2 usage, a token the gate refuses
+(UNAUTHENTICATED), or a --store whose credentials or bucket S3 refuses
+(STORE_DENIED, NO_SUCH_BUCKET), 3 gate unreachable, every member named
+halted (GATE_HALTED), or a request the cluster's command-schema version
+does not allow until every member is upgraded (CLUSTER_VERSION; see
+"gate status"), 4 the gate refused (the code says why), 5 outcome
+unknown — retrying the same command is safe.`,
 }
 
 // gateClientFlags are shared by the gate and run client commands.
@@ -184,7 +188,17 @@ live in DIR/raft.db, snapshots in DIR/snapshots.
 
 --bootstrap --restore FILE founds the new cluster on a backup written by
 "gate backup" instead of an empty state (DIR must hold none): after every
-member's directory is lost, or to move a gate to new machines.
+member's directory is lost, or to move a gate to new machines. A FILE
+that is no whole gate state ({}, null, truncated) is BAD_DOCUMENT, and
+one whose cluster version is above this build's CLUSTER_VERSION; nothing
+is started.
+
+To upgrade a cluster, restart one member at a time on its directory with
+the new build; the leader raises the cluster's command-schema version
+once every member reports a build of it ("gate status" shows both).
+A build below the cluster's version is refused as a joiner
+(CLUSTER_VERSION), and as a member halts or does not start (GATE_HALTED):
+a halted member serves no client, which goes on to its next --gate URL.
 
 --token-file FILE (or $SHARDPROOF_GATE_TOKEN_FILE) makes the gate require
 a shared token: every API request but /healthz and /readyz must carry it
@@ -734,6 +748,15 @@ same command again is safe.`,
 var gateFenceCmd = &cobra.Command{
 	Use:   "fence [tombstone|benchmark VALUE]",
 	Short: "Show the fences, or advance one (closes permits bound below it)",
+	Long: `With no arguments, print the gate's tombstone and benchmark fences.
+With KIND VALUE, advance that fence to VALUE: every open permit bound
+below it is closed, but one whose release the gate already holds checked
+at or above both new fences with no hits (a recheck made before the
+advance) is kept open; the answer lists both. Keeping one open takes the
+gate cluster's command-schema version 1: during a rolling upgrade from a
+build before it, such an advance is refused (CLUSTER_VERSION, exit 3)
+and changes nothing. "gate fence advance" takes VALUE from a stored
+tombstone log or benchmark registry.`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) != 0 && len(args) != 2 {
 			return errcode.New(errcode.Usage, "%s: give no arguments or KIND VALUE", cmd.CommandPath())

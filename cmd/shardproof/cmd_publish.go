@@ -105,7 +105,9 @@ the release (BAD_INPUT, as gate register refuses it: publish without
 --report reuses what the gate holds).
 
 Exit status: 0 published, 1 INVALID (or WATERMARK_UNCHECKED), 2 usage,
-3 store or gate unreachable, 4 refused by the gate, 5 outcome unknown.`,
+or credentials or a bucket the store refuses (STORE_DENIED,
+NO_SUCH_BUCKET), 3 store or gate unreachable, 4 refused by the gate, 5
+outcome unknown.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if alias == "" || root == "" {

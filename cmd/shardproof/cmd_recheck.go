@@ -64,9 +64,10 @@ still to recheck it with, not "renewed".
 
 Exit status: 0 every root renewed (its release satisfies both fences),
 1 a root has hits or no longer verifies (TOMBSTONE_HIT, BENCHMARK_HIT, …)
-or its claims need other documents (WATERMARK_UNCHECKED), 2 usage, 3 store
-or gate unreachable, 4 refused by the gate, or still behind the other
-fence (FENCE_BEHIND).`,
+or its claims need other documents (WATERMARK_UNCHECKED), 2 usage, or
+credentials or a bucket the store refuses (STORE_DENIED, NO_SUCH_BUCKET),
+3 store or gate unreachable, 4 refused by the gate, or still behind the
+other fence (FENCE_BEHIND).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o := publish.RecheckOptions{}
@@ -212,12 +213,17 @@ its watermark (the highest seq). Every open permit bound below it is closed:
 runs on those roots can no longer admit checkpoints, and rollbacks to them
 are refused, until 'shardproof recheck' finds zero hits at that watermark.
 A root already rechecked at or above it, before the advance, keeps its
-permits open (recheck first, then advance, and its runs go on).
+permits open (recheck first, then advance, and its runs go on). Keeping
+them open takes the gate cluster's command-schema version 1: during a
+rolling upgrade from a build before it, such an advance is refused
+(CLUSTER_VERSION) and changes nothing; finish the upgrade ("gate
+status" shows the version rise) and send it again.
 
 Exit status: 0 advanced (or already there), 1 the document is not a
-tombstone log or benchmark registry (BAD_DOCUMENT), 2 usage, 3 store or
-gate unreachable, 4 refused (FENCE_REGRESSION: the fence is already
-higher).`,
+tombstone log or benchmark registry (BAD_DOCUMENT), 2 usage, or
+credentials or a bucket the store refuses (STORE_DENIED, NO_SUCH_BUCKET),
+3 store or gate unreachable, or CLUSTER_VERSION, 4 refused
+(FENCE_REGRESSION: the fence is already higher).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (tombstones == "") == (benchmark == "") {

@@ -102,7 +102,7 @@ var catalogue = map[Code]entry{
 	DataDirInUse:       {ExitError, "the gate's data directory is held by another running gate process"},
 	Unauthenticated:    {ExitUsage, "the gate requires a token and the request carries none or another (--gate-token-file)"},
 	UnknownPermit:      {ExitRejected, "no such permit (pruned, or never issued)"},
-	GateHalted:         {ExitError, "this gate member stopped applying the log at a committed command its build cannot decode (a newer build's): upgrade it and restart it on its data directory"},
+	GateHalted:         {ExitError, "this gate member stopped applying the log at a committed command or a snapshot its build cannot decode (a newer build's) and serves no client: upgrade it and restart it on its data directory"},
 	ClusterVersion:     {ExitError, "the gate cluster's command-schema version is below what the request needs (a member not upgraded yet), or above this member's build"},
 
 	// Generic.
