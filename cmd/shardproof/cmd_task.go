@@ -34,11 +34,15 @@ Indexed Job pods.
 The plan URL is "<store URL>#sha256:<plan digest>"; alternatively give
 --store URL and --plan sha256:<plan digest>. The index comes from --index,
 else from JOB_COMPLETION_INDEX (Kubernetes Indexed Job), SLURM_ARRAY_TASK_ID
-(Slurm job array) or AWS_BATCH_JOB_ARRAY_INDEX. aggregate has one task
-(index 0, the default); it stores the report, records it as the plan's
-(index/plans/<plan>/report.v1), prints its digest and then deletes the
-job's shuffle files and task commit records (--keep-job keeps them). An
-aggregate of a plan whose report is recorded prints that report.
+(Slurm job array) or AWS_BATCH_JOB_ARRAY_INDEX; two of them set to
+different values are USAGE (the task cannot tell which engine started
+it), so the Slurm executor's array tasks pass theirs as --index.
+
+aggregate has one task (index 0, the default); it stores the report,
+records it as the plan's (index/plans/<plan>/report.v1), prints its
+digest and then deletes the job's shuffle files and task commit records
+(--keep-job keeps them). An aggregate of a plan whose report is recorded
+prints that report.
 
 A task whose commit record exists succeeds at once. A rerun that finds an
 output already present checks it is byte-identical (else NONDETERMINISM).
