@@ -122,7 +122,16 @@ them with the sort seed, writes S Parquet shards (zstd unless
 --compression says otherwise), the snapshot member files, the snapshot
 manifest and the release manifest to blobs/sha256/<hex> with conditional
 creates, and prints the root and snapshot digests.
-Staging the same input again prints the same digests and writes nothing.`,
+Staging the same input again prints the same digests and writes nothing.
+
+Every input needs those columns, with no nulls: sample_id, source_id,
+split, lang and text as Parquet strings, source_version and tokens as
+INT64. sample_id must be unique across the inputs; sample_id, source_id
+and split valid UTF-8; split at most 255 bytes; tokens non-negative and
+summing to at most 2^63-1. One shard's values of a string column may
+hold at most 2 GiB (give more --shards otherwise). Anything else is
+BAD_INPUT naming the input (and the row or column), found before
+anything is stored.`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
 			return errcode.New(errcode.Usage, "%s: give at least one source Parquet file", cmd.CommandPath())

@@ -163,7 +163,10 @@ prune-jobs deletes every job whose newest object is older than
 --older-than (default 24h), reduce commit records first. Age is judged
 by the store's clock, which times the objects (S3: its server's), not
 by this machine's: prune-jobs writes one probe object under jobs/clock/
-to read it, and deletes it again. A verification
+to read it, and deletes it again (and any an interrupted prune left,
+once an hour old). A job whose removal kept only its hold records,
+released (its end cut a renewal of its record that the store may still
+write), is pruned like any other. A verification
 still running is left alone: its tasks write as they go, and a verify
 waiting for an engine (process, Slurm, Kubernetes --submit) writes a new
 version of jobs/<plan>/lease every 10 minutes, so a reduce array held in

@@ -36,7 +36,9 @@ waits at the barrier. The trainer reads shard bytes from
 DIR/sha256/<hex of the shard digest>.
 
 With --once it prints "ready run=… rank=… root=… generation=… epoch=…
-shards=… cache=…" on stdout as the barrier opens, then exits 0.
+shards=… cache=…" on stdout as the barrier opens, then exits 0. A sidecar
+prints no such line, not even when stopped while ready: its readiness is
+/readyz and --ready-file, which end with it.
 
 With --ready-file PATH it writes, while ready, a JSON file with the root,
 the epoch and every assigned shard's id, digest and cache path: what an init
@@ -67,7 +69,9 @@ the code of the failure: ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED
 PERMIT_CLOSED (--once: a fence advance closed the run's permit),
 DIGEST_MISMATCH / SIZE_MISMATCH / SCHEMA_MISMATCH / … (a shard of this rank
 failed; the rank did not attest), GATE_UNAVAILABLE (also a minute after the
-run's barrier deadline, when no gate has answered a rank waiting there).`,
+run's barrier deadline, when no gate has answered a rank waiting there;
+members that answer GATE_HALTED, halted until upgraded, are waited
+through like members that do not answer).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if run == "" || !cmd.Flags().Changed("rank") || cacheDir == "" {
