@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
@@ -224,6 +226,81 @@ func TestRecheckJSONWithNothingToRecheck(t *testing.T) {
 	var outs []json.RawMessage
 	if err := json.Unmarshal([]byte(out), &outs); err != nil || outs == nil || len(outs) != 0 {
 		t.Fatalf("recheck --closed --json with nothing closed printed %q (%v), want []", out, err)
+	}
+}
+
+// TestFenceAdvanceHintsRollbackWindow: a fence advance that closes no
+// permit (the alias's current root was rechecked before it) still leaves
+// the earlier generation of its rollback window behind the fence, and
+// prints the recheck that brings it back, naming how many roots, in both
+// forms (advance --tombstones D, and fence tombstone VALUE). The hint
+// was printed only when a permit closed, so the operator learned of the
+// window from a ROLLBACK_INELIGIBLE rollback; once the roots are
+// rechecked no hint is printed.
+func TestFenceAdvanceHintsRollbackWindow(t *testing.T) {
+	ctx := context.Background()
+	dir, s := tempFileStore(t)
+	gen1 := stagetest.Synth(t, s, 600, 2, 1)
+	gen2 := stagetest.Synth(t, s, 600, 2, 2)
+	node, _ := startLeader(t)
+	base := []string{"--store", dir, "--gate", node.URL()}
+	for i, r := range []manifest.Digest{gen1.Root, gen2.Root} {
+		if out, err := cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", r.String(), "--expect-generation", strconv.Itoa(i)}, base...)...); err != nil {
+			t.Fatalf("publish generation %d: %q %v", i+1, out, err)
+		}
+	}
+	tomb, _, _, err := objstore.PutBlob(ctx, s, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tombD := manifest.Digest(tomb).String()
+	if out, err := cli(t, append([]string{"recheck", "-q", "--members", "--root", gen2.Root.String(), "--tombstones", tombD}, base...)...); err != nil {
+		t.Fatalf("recheck of generation 2 before the advance: %q %v", out, err)
+	}
+	hint := "1 roots to recheck (closed permits, rollback windows behind the fences); recheck with: shardproof recheck --closed --tombstones "
+	out, err := cli(t, append([]string{"gate", "fence", "advance", "--tombstones", tombD}, base...)...)
+	if err != nil || !strings.Contains(out, "closed 0 permits") || !strings.Contains(out, hint+tombD+"\n") {
+		t.Fatalf("fence advance that closes nothing: %q %v, want the hint %q", out, err, hint+tombD)
+	}
+	out, err = cli(t, "gate", "fence", "tombstone", "4", "--gate", node.URL())
+	if err != nil || !strings.Contains(out, hint+"DIGEST (a tombstone log whose watermark is at least 4)\n") {
+		t.Fatalf("gate fence tombstone 4: %q %v, want the hint %q", out, err, hint)
+	}
+	out, err = cli(t, append([]string{"recheck", "-q", "--members", "--closed", "--tombstones", tombD}, base...)...)
+	if err != nil || strings.Count(out, "renewed") != 1 || !strings.Contains(out, gen1.Root.String()) {
+		t.Fatalf("recheck --closed: %q %v", out, err)
+	}
+	out, err = cli(t, "gate", "fence", "tombstone", "4", "--gate", node.URL())
+	if err != nil || strings.Contains(out, "recheck") {
+		t.Fatalf("gate fence tombstone 4 with nothing left to recheck: %q %v, want no hint", out, err)
+	}
+	if out, err := cli(t, "gate", "rollback", "main", gen1.Root.String(), "--expect", "2", "--gate", node.URL()); err != nil {
+		t.Fatalf("rollback to generation 1: %q %v", out, err)
+	}
+}
+
+// unlistedPermits is a real gate client whose Permits fails.
+type unlistedPermits struct{ *raftgate.Client }
+
+func (unlistedPermits) Permits(context.Context) ([]*raftgate.Permit, error) {
+	return nil, errcode.New(errcode.GateUnavailable, "permits: connection refused")
+}
+
+// TestRecheckHintWarnsWhenUnlisted: when the roots to recheck cannot be
+// listed after an advance, the hint is a warning on stderr naming the
+// code and the recheck to run; nothing goes to stdout, and the caller
+// has no error to return (the fence has advanced).
+func TestRecheckHintWarnsWhenUnlisted(t *testing.T) {
+	_, g := startLeader(t)
+	var out, errOut strings.Builder
+	cmd := &cobra.Command{}
+	cmd.SetContext(context.Background())
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	printRecheckHint(cmd, unlistedPermits{g}, "--tombstones sha256:00")
+	if out.Len() != 0 || !strings.Contains(errOut.String(), "warning: the fence advanced") ||
+		!strings.Contains(errOut.String(), "GATE_UNAVAILABLE") || !strings.Contains(errOut.String(), "shardproof recheck --closed --tombstones sha256:00") {
+		t.Fatalf("stdout %q, stderr %q", out.String(), errOut.String())
 	}
 }
 

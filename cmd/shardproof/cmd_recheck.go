@@ -212,6 +212,10 @@ func init() {
 its watermark (the highest seq). Every open permit bound below it is closed:
 runs on those roots can no longer admit checkpoints, and rollbacks to them
 are refused, until 'shardproof recheck' finds zero hits at that watermark.
+Whenever roots are left to recheck (closed permits', or those of an
+alias's rollback window the fence passed, even if no permit closed), it
+prints how many and the 'recheck --closed' that brings them back; a
+failure to list them is a warning on stderr, not the advance's error.
 A root already rechecked at or above it, before the advance, keeps its
 permits open (recheck first, then advance, and its runs go on). Keeping
 them open takes the gate cluster's command-schema version 1: during a
@@ -254,9 +258,7 @@ credentials or a bucket the store refuses (STORE_DENIED, NO_SUCH_BUCKET),
 			return printResult(cmd, r, func(w io.Writer) {
 				fmt.Fprintf(w, "%s fence %d (from %s, %d entries); ", kind, l.Watermark(), d, len(l.Entries))
 				printPermitsMoved(w, r)
-				if len(r.Closed) > 0 {
-					fmt.Fprintf(w, "recheck with: shardproof recheck --closed %s %s\n", flag, d)
-				}
+				printRecheckHint(cmd, g, flag+" "+d.String())
 			})
 		},
 	}
@@ -265,4 +267,27 @@ credentials or a bucket the store refuses (STORE_DENIED, NO_SUCH_BUCKET),
 	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest")
 	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest")
 	fence.AddCommand(cmd)
+}
+
+// printRecheckHint ends a fence advance's answer with the recheck that
+// brings back what the fences now leave out of use, whenever
+// publish.ClosedRoots names a root: the closed permits' roots, and the
+// roots of aliases' rollback windows the fences passed. The latter lose
+// no permit, so an advance that closes nothing (the current roots were
+// rechecked before it) can still leave every earlier generation
+// ROLLBACK_INELIGIBLE. docs is the fence-document flag and value to
+// recheck with. The advance has happened by now: a failure to list the
+// roots is a warning on stderr, never the command's error.
+func printRecheckHint(cmd *cobra.Command, g publish.PermitLister, docs string) {
+	w := cmd.OutOrStdout()
+	cr, err := publish.ClosedRoots(cmd.Context(), g)
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the fence advanced, but the roots it left to recheck could not be listed (%s: %v); recheck them with: shardproof recheck --closed %s\n",
+			errcode.Of(err), err, docs)
+		return
+	}
+	if len(cr) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "%d roots to recheck (closed permits, rollback windows behind the fences); recheck with: shardproof recheck --closed %s\n", len(cr), docs)
 }
