@@ -287,7 +287,13 @@ func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error)
 // records for fence kind against root: what a recheck command may claim.
 // The report must name root and have checked a document of that kind; a
 // verification report must show no failure but fence hits, since a
-// release that no longer verifies is not renewed by a recheck.
+// release that no longer verifies is not renewed by a recheck. It must
+// also have checked root against the snapshot root's manifest binds
+// (BAD_INPUT otherwise, as gate register and publish --report refuse
+// it): a recheck report counts its hits in that snapshot's member files,
+// so another snapshot's are another dataset's hits, and a verification
+// report without failures against another snapshot (verify --snapshot)
+// shows the release holds that snapshot's tuples, not its own.
 func RecheckEvidence(ctx context.Context, s objstore.Store, root manifest.Digest, kind string, d manifest.Digest) (value uint64, hits int64, err error) {
 	b, _, err := objstore.ReadBlob(ctx, s, d, manifest.MaxDocumentSize)
 	if err != nil {
@@ -298,19 +304,19 @@ func RecheckEvidence(ctx context.Context, s objstore.Store, root manifest.Digest
 		return 0, 0, errcode.Wrap(errcode.Of(err), err, "report %s", d)
 	}
 	var (
-		reportRoot, fenceDoc manifest.Digest
-		th, bh               int64
-		tw, bf               uint64
+		reportRoot, snapshot, fenceDoc manifest.Digest
+		th, bh                         int64
+		tw, bf                         uint64
 	)
 	switch r := doc.(type) {
 	case *manifest.RecheckReport:
-		reportRoot, tw, th, bf, bh = r.Root, r.TombstoneWatermark, r.TombstoneHits, r.BenchmarkFence, r.BenchmarkHits
+		reportRoot, snapshot, tw, th, bf, bh = r.Root, r.DatasetSnapshot, r.TombstoneWatermark, r.TombstoneHits, r.BenchmarkFence, r.BenchmarkHits
 		fenceDoc = r.Tombstones
 		if kind == raftgate.FenceBenchmark {
 			fenceDoc = r.Benchmark
 		}
 	case *manifest.Report:
-		reportRoot, tw, th, bf, bh = r.Root, r.TombstoneWatermark, r.Counts.TombstoneHits, r.BenchmarkFence, r.Counts.BenchmarkHits
+		reportRoot, snapshot, tw, th, bf, bh = r.Root, r.DatasetSnapshot, r.TombstoneWatermark, r.Counts.TombstoneHits, r.BenchmarkFence, r.Counts.BenchmarkHits
 		fenceDoc = r.Tombstones
 		if kind == raftgate.FenceBenchmark {
 			fenceDoc = r.Benchmark
@@ -325,6 +331,14 @@ func RecheckEvidence(ctx context.Context, s objstore.Store, root manifest.Digest
 	}
 	if reportRoot != root {
 		return 0, 0, errcode.New(errcode.BadDocument, "report %s checks root %s, not %s", d, reportRoot, root)
+	}
+	rel, err := loadRelease(ctx, s, root)
+	if err != nil {
+		return 0, 0, err
+	}
+	if snapshot != rel.DatasetSnapshot {
+		return 0, 0, errcode.New(errcode.BadInput, "report %s checks root %s against snapshot %s, but the root manifest binds snapshot %s: its hits are not the release's (recheck without verify --snapshot)",
+			d, root, snapshot, rel.DatasetSnapshot)
 	}
 	switch kind {
 	case raftgate.FenceTombstone:

@@ -866,15 +866,17 @@ after computing the hits.
 
 The report is read from --store (digest-checked, strictly decoded): a
 recheck report (training.shard.recheck.v1) or a verification report that
-shows no failure but fence hits. It must name ROOT and have checked a
-document of --kind; the watermark and hits sent to the gate are the
-report's. --value and --hits, if given, must equal them (a typo is caught,
-not recorded). Zero hits renews ROOT's permits a fence advance closed;
-any hit marks the release INVALID.
+shows no failure but fence hits. It must name ROOT, have checked it
+against the snapshot ROOT's manifest binds (a report of another
+snapshot, verify --snapshot, is BAD_INPUT, as gate register refuses it),
+and have checked a document of --kind; the watermark and hits sent to
+the gate are the report's. --value and --hits, if given, must equal them
+(a typo is caught, not recorded). Zero hits renews ROOT's permits a
+fence advance closed; any hit marks the release INVALID.
 
 Exit status: 0 recorded, 1 the release has hits (now INVALID), or the
-report does not show what --value/--hits say (BAD_INPUT; nothing
-recorded), 2 usage, 3 error, 4 refused, 5 indeterminate.`,
+report does not show what --value/--hits say or checked another
+snapshot (BAD_INPUT; nothing recorded), 2 usage, 3 error, 4 refused, 5 indeterminate.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		root, err := parseDigestArg(cmd, "ROOT", args[0])

@@ -72,3 +72,88 @@ func TestRegisterReportOfAnotherSnapshot(t *testing.T) {
 	_, err = cli(t, "publish", "--store", dir, "--gate", node.URL(), "--alias", "main", "--root", wrong.Root.String(), "--report", report.String(), "-q")
 	wantExit(t, err, errcode.BadInput, errcode.ExitInvalid)
 }
+
+// gate recheck takes a report's hits for the release's only if the report
+// checked the root against the snapshot its manifest binds, as gate
+// register does. A recheck report counts its hits in the member files of
+// the snapshot it names, so one naming another snapshot (zero hits in
+// another dataset) renewed a permit the fence advance closed; a
+// verification report without failures against another snapshot (verify
+// --snapshot) was sent too (the gate refused it only because that release
+// is STAGED). Both are BAD_INPUT naming both snapshots, and nothing
+// reaches the gate; the same recheck report naming the release's own
+// snapshot renews the permit.
+func TestGateRecheckReportOfAnotherSnapshot(t *testing.T) {
+	ctx := t.Context()
+	dir, s := tempFileStore(t)
+	own := stagetest.Synth(t, s, 300, 2, 1)
+	other := stagetest.Synth(t, s, 200, 2, 2)
+	rel := stagetest.CloneRelease(other.Release)
+	rel.DatasetSnapshot = own.Snapshot
+	wrong := stagetest.Reissue(t, s, other, rel, true)
+	node, g := startLeader(t)
+	base := []string{"--store", dir, "--gate", node.URL()}
+	if out, err := cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", own.Root.String(), "--expect-generation", "0"}, base...)...); err != nil {
+		t.Fatalf("publish: %q %v", out, err)
+	}
+	if out, err := cli(t, append([]string{"gate", "register", "--root", wrong.Root.String()}, base...)...); err != nil {
+		t.Fatalf("register --root: %q %v", out, err)
+	}
+	tomb := putDoc(t, dir, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`))
+	if out, err := cli(t, append([]string{"gate", "fence", "advance", "--tombstones", tomb.String()}, base...)...); err != nil {
+		t.Fatalf("fence advance: %q %v", out, err)
+	}
+	ownRel, err := g.Release(ctx, own.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recheckReport := func(snapshot manifest.Digest) manifest.Digest {
+		t.Helper()
+		b, err := manifest.Encode(&manifest.RecheckReport{
+			Schema: manifest.RecheckReportSchema, Root: own.Root, DatasetSnapshot: snapshot, Basis: ownRel.Report,
+			Tombstones: tomb, TombstoneWatermark: 4, Members: 2, Records: 200,
+			Examples: map[string][]string{}, Tool: "test",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return putDoc(t, dir, b)
+	}
+	out, _ := cli(t, "verify", "--store", dir, "--root", wrong.Root.String(), "--snapshot", other.Snapshot.String(), "--tombstones", tomb.String(), "--json")
+	rep, err := manifest.DecodeReport([]byte(strings.TrimSpace(out)))
+	if err != nil || rep.Verdict != manifest.Verified {
+		t.Fatalf("verify against the other snapshot: %v\n%s", err, out)
+	}
+	b, err := manifest.Encode(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verification := putDoc(t, dir, b)
+
+	for _, c := range []struct {
+		name   string
+		root   manifest.Digest
+		report manifest.Digest
+	}{
+		{"a recheck report of another snapshot", own.Root, recheckReport(other.Snapshot)},
+		{"a verification report against another snapshot", wrong.Root, verification},
+	} {
+		before, err := g.Release(ctx, c.root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cli(t, append([]string{"gate", "recheck", c.root.String(), "--kind", "tombstone", "--report", c.report.String()}, base...)...)
+		wantExit(t, err, errcode.BadInput, errcode.ExitInvalid)
+		if !strings.Contains(err.Error(), own.Snapshot.String()) || !strings.Contains(err.Error(), other.Snapshot.String()) {
+			t.Fatalf("%s: the refusal names neither snapshot: %v", c.name, err)
+		}
+		if after, _ := g.Release(ctx, c.root); len(after.Rechecks) != len(before.Rechecks) || after.TombstoneWatermark != before.TombstoneWatermark {
+			t.Fatalf("%s reached the gate: %d → %d rechecks, watermark %d → %d", c.name,
+				len(before.Rechecks), len(after.Rechecks), before.TombstoneWatermark, after.TombstoneWatermark)
+		}
+	}
+	out, err = cli(t, append([]string{"gate", "recheck", own.Root.String(), "--kind", "tombstone", "--report", recheckReport(own.Snapshot).String()}, base...)...)
+	if err != nil || !strings.Contains(out, "renewed 1 permits") {
+		t.Fatalf("gate recheck with a report of the release's own snapshot: %q %v", out, err)
+	}
+}
