@@ -268,16 +268,37 @@ func (k *Kubernetes) Run(ctx context.Context, ref PlanRef, maps, reduces int) er
 // deletion), so none of them is taken for the new Job's. A Job that
 // completed or still runs is kept: the resume waits for it, and its
 // tasks' commit records decide.
+//
+// The wait for the deletion is bounded by deleteJobTimeout: a pod that
+// cannot go (a finalizer nobody removes, a node that is lost) held the
+// Job, and kubectl's default wait is a week, so the resume hung without
+// a word. When it expires the error names the Job and what to do.
 func (k *Kubernetes) deleteFailed(ctx context.Context, name string) error {
 	out, err := k.kubectl(ctx, "get", "job", name, "--ignore-not-found", "-o",
 		`jsonpath={range .status.conditions[?(@.status=="True")]}{.type}{"\n"}{end}`)
 	if err != nil || !slices.Contains(strings.Fields(out), "Failed") {
 		return err
 	}
-	slog.Info("kubernetes job of an earlier run failed; deleting it to run it again", "job", name)
-	_, err = k.kubectl(ctx, "delete", "job", name, "--cascade=foreground", "--ignore-not-found", "--wait=true")
-	return err
+	slog.Info("kubernetes job of an earlier run failed; deleting it to run it again", "job", name, "timeout", deleteJobTimeout.String())
+	_, err = k.kubectl(ctx, "delete", "job", name, "--cascade=foreground", "--ignore-not-found", "--wait=true", "--timeout="+deleteJobTimeout.String())
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errcode.Wrap(errcode.Canceled, ctx.Err(), "deleting kubernetes job %s", name)
+	case strings.Contains(err.Error(), "timed out waiting"):
+		// kubectl's words when --timeout expires; the Job stays,
+		// marked for deletion.
+		return errcode.Wrap(errcode.IO, err, "kubernetes job %s, failed in an earlier run, was not deleted within %s: its pods did not go (a finalizer, or a node that is lost). See kubectl%s get pods -o wide -l batch.kubernetes.io/job-name=%s and their metadata.finalizers; remove what holds them (the finalizer, or a lost node's pod with kubectl%s delete pod NAME --force), check that kubectl%s get job %s finds no Job (delete it by hand otherwise), and resume again",
+			name, deleteJobTimeout, k.nsArg(), name, k.nsArg(), k.nsArg(), name)
+	default:
+		return errcode.Wrap(errcode.IO, err, "kubernetes job %s, failed in an earlier run, could not be deleted to run it again: delete it by hand (kubectl%s delete job %s) and resume again", name, k.nsArg(), name)
+	}
 }
+
+// deleteJobTimeout bounds deleteFailed's wait for a Job and its pods to
+// go.
+const deleteJobTimeout = 5 * time.Minute
 
 // waitJob polls the Job's conditions until it is Complete or Failed.
 // A poll that fails (an API server restarting, a lost connection) is

@@ -330,7 +330,9 @@ func TestKubernetesPodFailurePolicy(t *testing.T) {
 // end, or, as kubectl does, leaves a Job of that name that exists as it
 // is ("unchanged"), `get job NAME -o jsonpath=…` prints its final
 // condition (nothing with --ignore-not-found when there is no such Job),
-// and `delete job NAME` forgets it and its pods. It lets
+// and `delete job NAME` forgets it and its pods (or, for a Job the test
+// marked stuck with a file stuck-NAME, fails as kubectl does when its
+// --timeout expires, and refuses a delete without one). It lets
 // `verify --executor kubernetes --submit` run end to end without a
 // cluster; it is no substitute for one.
 const asKubectl = "SHARDPROOF_TEST_AS_KUBECTL"
@@ -437,6 +439,16 @@ func kubectlMain(state string) {
 		}
 		fmt.Printf("%s\n", b)
 	case len(args) >= 3 && args[0] == "delete" && args[1] == "job":
+		if _, err := os.Stat(filepath.Join(state, "stuck-"+args[2])); err == nil {
+			// A Job whose pods cannot go (a finalizer, a lost node):
+			// kubectl waits out --timeout, by default a week, and leaves
+			// the Job marked for deletion. The emulator answers at once.
+			if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--timeout=") && a != "--timeout=0s" }) {
+				exitT{}.Fatalf("delete job %s, whose pods cannot go, without --timeout: kubectl would wait 168h", args[2])
+			}
+			fmt.Fprintf(os.Stderr, "error: timed out waiting for the condition on jobs/%s\n", args[2])
+			os.Exit(1)
+		}
 		for _, prefix := range []string{"", "pods-", "failed-"} {
 			if err := os.Remove(filepath.Join(state, prefix+args[2])); err != nil && !slices.Contains(args, "--ignore-not-found") {
 				exitT{}.Fatalf("jobs.batch %q not found", args[2])
@@ -516,6 +528,50 @@ func TestKubernetesResumeAfterFailedJob(t *testing.T) {
 	calls, _ := os.ReadFile(filepath.Join(state, "calls.log"))
 	if n := strings.Count(string(calls), "apply -f"); n != 3 {
 		t.Errorf("%d applies, want 3 (map, map again, reduce):\n%s", n, calls)
+	}
+}
+
+// TestKubernetesResumeStuckFailedJob: a resume whose failed map Job
+// cannot be deleted (its pods held by a finalizer or a lost node) fails
+// with IO after a bounded wait, naming the Job and what to do, and applies
+// nothing; kubectl delete had no --timeout, so the resume waited a week
+// without a word. Once the Job can go, the resume runs.
+func TestKubernetesResumeStuckFailedJob(t *testing.T) {
+	r := newRelease(t)
+	j := planJob(t, r, 3, 2)
+	task := "jobs/" + j.PlanDigest.Hex() + "/map/1/"
+	if _, err := r.store.Put(t.Context(), task+"r0.arrow", strings.NewReader("stray"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	state := t.TempDir()
+	t.Setenv(asKubectl, state)
+	eng := &coordinator.Kubernetes{Image: "registry.example/shardproof:test", Kubectl: os.Args[0], Namespace: "verify", Poll: 100 * time.Millisecond}
+	if _, err := coordinator.RunWith(t.Context(), r.store, r.dir, j.PlanDigest, eng); errcode.Of(err) != errcode.Nondeterminism {
+		t.Fatalf("run with a stray output: %v, want map task 1's NONDETERMINISM", err)
+	}
+	if err := r.store.(objstore.Deleter).DeletePrefix(t.Context(), task); err != nil {
+		t.Fatal(err)
+	}
+	job := eng.JobName(coordinator.PlanRef{Plan: j.PlanDigest}, coordinator.KindMap)
+	stuck := filepath.Join(state, "stuck-"+job)
+	if err := os.WriteFile(stuck, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := coordinator.RunWith(t.Context(), r.store, r.dir, j.PlanDigest, eng)
+	msg := fmt.Sprint(err)
+	if errcode.Of(err) != errcode.IO || exitStatus(err) != errcode.ExitError || !strings.Contains(msg, "kubernetes job "+job+", failed in an earlier run, was not deleted within 5m0s") ||
+		!strings.Contains(msg, "finalizer") || !strings.Contains(msg, "kubectl -n verify get job "+job) {
+		t.Fatalf("resume with a Job that cannot be deleted: %v; want IO naming the Job, the wait and what to do", err)
+	}
+	calls, _ := os.ReadFile(filepath.Join(state, "calls.log"))
+	if n := strings.Count(string(calls), "apply -f"); n != 1 {
+		t.Errorf("%d applies, want 1 (the first run's map Job):\n%s", n, calls)
+	}
+	if err := os.Remove(stuck); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coordinator.RunWith(t.Context(), r.store, r.dir, j.PlanDigest, eng); err != nil {
+		t.Fatalf("resume once the Job can go: %v", err)
 	}
 }
 

@@ -44,7 +44,7 @@ func (x *executorFlags) addFlags(f *pflag.FlagSet) {
 	f.StringVar(&x.slurmPartition, "slurm-partition", "", "Slurm partition (default: the cluster's default)")
 	f.StringArrayVar(&x.slurmArgs, "slurm-arg", nil, "extra sbatch argument (repeatable), e.g. --slurm-arg=--time=30")
 	f.StringVar(&x.k8s.Emit, "emit", "", "kubernetes: write the Indexed Job YAML files to this directory")
-	f.BoolVar(&x.submit, "submit", false, "kubernetes: apply the Jobs with kubectl, wait for them and aggregate (with --resume, a Job of the plan an earlier run left failed is deleted and applied again)")
+	f.BoolVar(&x.submit, "submit", false, "kubernetes: apply the Jobs with kubectl, wait for them and aggregate (with --resume, a Job of the plan an earlier run left failed is deleted, waiting at most 5m for its pods to go, and applied again)")
 	f.StringVar(&x.k8s.Image, "image", "", "kubernetes: container image holding the shardproof binary")
 	f.StringVar(&x.k8s.Command, "image-command", "shardproof", "kubernetes: shardproof executable inside the image")
 	f.StringVar(&x.k8s.Namespace, "namespace", "", "kubernetes: namespace of the Jobs")
