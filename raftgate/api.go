@@ -406,27 +406,9 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
-	b, release, err := n.readBody(r, 64<<10, "join")
+	j, release := n.leaderJoinBody(w, r, "join")
 	defer release()
-	if err != nil {
-		writeError(w, err, nil)
-		return
-	}
-	c, err := DecodeCommand(b)
-	j, ok := c.(*Join)
-	if err != nil || !ok {
-		writeError(w, errcode.New(errcode.BadDocument, "join body must be a join command"), nil)
-		return
-	}
-	// Checked before the voter is added: a join the command would refuse
-	// must not change the configuration either.
-	if err := checkJoin(j); err != nil {
-		writeError(w, err, nil)
-		return
-	}
-	if !n.IsLeader() {
-		// The leader probes the joiner before it answers.
-		n.forward(w, r, b, joinProbeTimeout)
+	if j == nil {
 		return
 	}
 	// A raise of the cluster version in flight polls every voter added
@@ -849,3 +831,33 @@ var errForwardTimeout = errors.New("forward timeout")
 
 // maxResponseSize bounds what a client or forwarder reads of an answer.
 const maxResponseSize = 1 << 30
+
+// leaderJoinBody reads the join command of a POST /v1/join or
+// /v1/record (what names the route) and checks its fields, before the
+// voter is added or the record written: a join the command would refuse
+// must not change the configuration either. On a member that is not the
+// leader it forwards the request (the leader probes the member before it
+// answers). It returns nil once it has answered; release frees the
+// body's budget, and must be called either way.
+func (n *Node) leaderJoinBody(w http.ResponseWriter, r *http.Request, what string) (j *Join, release func()) {
+	b, release, err := n.readBody(r, 64<<10, what)
+	if err != nil {
+		writeError(w, err, nil)
+		return nil, release
+	}
+	c, err := DecodeCommand(b)
+	j, ok := c.(*Join)
+	if err != nil || !ok {
+		writeError(w, errcode.New(errcode.BadDocument, "%s body must be a join command", what), nil)
+		return nil, release
+	}
+	if err := checkJoin(j); err != nil {
+		writeError(w, err, nil)
+		return nil, release
+	}
+	if !n.IsLeader() {
+		n.forward(w, r, b, joinProbeTimeout)
+		return nil, release
+	}
+	return j, release
+}

@@ -32,25 +32,9 @@ import (
 // nothing) and answers at both addresses as that member. A record that
 // holds the addresses already is answered without a command.
 func (n *Node) handleRecord(w http.ResponseWriter, r *http.Request) {
-	b, release, err := n.readBody(r, 64<<10, "record")
+	j, release := n.leaderJoinBody(w, r, "record")
 	defer release()
-	if err != nil {
-		writeError(w, err, nil)
-		return
-	}
-	c, err := DecodeCommand(b)
-	j, ok := c.(*Join)
-	if err != nil || !ok {
-		writeError(w, errcode.New(errcode.BadDocument, "record body must be a join command"), nil)
-		return
-	}
-	if err := checkJoin(j); err != nil {
-		writeError(w, err, nil)
-		return
-	}
-	if !n.IsLeader() {
-		// The leader probes the member before it answers.
-		n.forward(w, r, b, joinProbeTimeout)
+	if j == nil {
 		return
 	}
 	// A raise of the cluster version in flight polls the members at
