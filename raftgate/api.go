@@ -150,8 +150,9 @@ func (n *Node) handler() http.Handler {
 	api := func(pattern string, fn http.HandlerFunc) { mux.HandleFunc(pattern, n.unlessHalted(fn)) }
 	api("POST /v1/commands", n.handleCommand)
 	api("POST /v1/join", n.handleJoin)
-	if n.cfg.olderBuild == nil {
-		// A test's older build answers 404, as builds before it do.
+	if n.recordsItself() {
+		// A test's build before the handshake answers 404, as builds
+		// before the path do.
 		api("POST /v1/record", n.handleRecord)
 	}
 	api("POST /v1/remove", n.handleRemove)

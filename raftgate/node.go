@@ -150,8 +150,10 @@ type Config struct {
 	// olderBuild, if set, makes the node a build of this command-schema
 	// version instead of CommandVersion: tests stand in a member not
 	// upgraded yet (0: a build before the version handshake), which
-	// reports it, refuses what is newer and halts at it. It neither
-	// serves nor sends POST /v1/record, which came after the handshake.
+	// reports it, refuses what is newer and halts at it. At 0 it neither
+	// serves nor sends POST /v1/record, which came after the handshake;
+	// from 1 on it is the build of that version before the next, which
+	// does both (see recordsItself).
 	olderBuild *uint64
 	// versionInterval is how often a leader whose cluster version is
 	// below its build's asks the members for theirs, and a follower

@@ -101,6 +101,13 @@ func (n *Node) recordMember(ctx context.Context, j *Join) (NodeInfo, error) {
 	return res.Value.(NodeInfo), nil
 }
 
+// recordsItself says whether this build serves and sends POST
+// /v1/record: every build but a test's stand-in for one from before the
+// version handshake (Config.olderBuild 0).
+func (n *Node) recordsItself() bool {
+	return n.cfg.olderBuild == nil || *n.cfg.olderBuild > 0
+}
+
 // askRecord, on a follower that is a server of its own Raft
 // configuration, asks the leader to record its addresses when the join
 // record in its applied state is missing or differs from them. It sends
@@ -110,7 +117,7 @@ func (n *Node) recordMember(ctx context.Context, j *Join) (NodeInfo, error) {
 // still hears why it is not recorded. The leader loop calls it at most
 // every versionInterval.
 func (n *Node) askRecord() {
-	if n.cfg.olderBuild != nil || n.Halted() != nil || n.raft.AppliedIndex() < n.raft.CommitIndex() {
+	if !n.recordsItself() || n.Halted() != nil || n.raft.AppliedIndex() < n.raft.CommitIndex() {
 		// A state behind the log may lack a record committed already.
 		return
 	}

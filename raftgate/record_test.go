@@ -120,7 +120,7 @@ func TestFollowerWithStaleRecordIsRecorded(t *testing.T) {
 
 	c.Configs[0].olderBuild = nil
 	c.Restart(0)
-	c.WaitClusterVersion(1, 30*time.Second)
+	c.WaitClusterVersion(CommandVersion, 30*time.Second)
 	noHalts(t, c)
 	if l := c.Leader(10 * time.Second); l == n3 || led.GetNumObserved()+led.GetNumDropped() != 0 {
 		t.Fatalf("node3 led (leader now %s, %d observations as leader); the test wants it recorded as a follower", l.ID(), led.GetNumObserved()+led.GetNumDropped())

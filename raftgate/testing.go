@@ -45,9 +45,10 @@ func TestConfig(dir, id string) Config {
 // OlderBuild returns an option that makes a test node a build of
 // command-schema version v instead of CommandVersion (0: a build before the
 // version handshake): it reports v, proposes and applies nothing newer,
-// and halts at a committed raise above v. Like the builds before
+// and halts at a committed raise above v. At 0, like the builds before
 // POST /v1/record, it neither asks for its join record nor serves the
-// path (404). Restarting the node without it upgrades it.
+// path (404); from 1 on it does both, as the builds of version 1 that
+// came before version 2 do. Restarting the node without it upgrades it.
 func OlderBuild(v uint64) func(*Config) {
 	return func(cfg *Config) { cfg.olderBuild = &v }
 }

@@ -114,7 +114,8 @@ func runningNodes(c *TestCluster) []*Node {
 // node3 is upgraded (node1 reports none), and while node1 is down (its
 // version unknown, and every member that answers upgraded). Once node1
 // restarts on its directory with the new build too, the leader raises the
-// version to 1 by itself, and the same advance keeps the permit open. The version survives a snapshot and a restart
+// version to CommandVersion by itself, and the same advance keeps the
+// permit open. The version survives a snapshot and a restart
 // of every member.
 func TestRollingUpgradeRaisesClusterVersion(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
@@ -124,7 +125,8 @@ func TestRollingUpgradeRaisesClusterVersion(t *testing.T) {
 		}
 	})
 	cl := c.Client()
-	askVersions(t, c, 0, map[string]string{"node1": "none (a build before", "node2": "1", "node3": "none (a build before"})
+	bv := fmt.Sprint(CommandVersion)
+	askVersions(t, c, 0, map[string]string{"node1": "none (a build before", "node2": bv, "node3": "none (a build before"})
 
 	r1 := registerVerified(t, ctx, cl, "r1", 2, 3, 0)
 	// An advance that spares nothing goes without the field: node3
@@ -159,11 +161,11 @@ func TestRollingUpgradeRaisesClusterVersion(t *testing.T) {
 	// node3 upgraded first: node1 still reports none.
 	c.Configs[2].olderBuild = nil
 	c.Restart(2)
-	askVersions(t, c, 0, map[string]string{"node1": "none", "node3": "1"})
+	askVersions(t, c, 0, map[string]string{"node1": "none", "node3": bv})
 	// node1 down: every member that answers runs the new build, but
 	// node1's is unknown, and the version stays.
 	c.Stop(0)
-	members := askVersions(t, c, 0, map[string]string{"node1": "unknown", "node2": "1", "node3": "1"})
+	members := askVersions(t, c, 0, map[string]string{"node1": "unknown", "node2": bv, "node3": bv})
 	if m := memberVersion(members, "node1"); strings.Contains(m, "--bootstrap") {
 		t.Fatalf("a member down is answered with a client's advice to found a gate: %s", m)
 	}
@@ -171,18 +173,18 @@ func TestRollingUpgradeRaisesClusterVersion(t *testing.T) {
 	// node1 upgraded: the leader raises the version without being asked.
 	c.Configs[0].olderBuild = nil
 	c.Restart(0)
-	c.WaitClusterVersion(1, 20*time.Second)
+	c.WaitClusterVersion(CommandVersion, 20*time.Second)
 	noHalts(t, c)
 	nc := NewClient(c.Nodes[0].URL())
 	defer nc.Close()
 	st, err := nc.Status(ctx)
-	if err != nil || st.CommandVersion != CommandVersion || st.ClusterVersion != 1 {
-		t.Fatalf("the upgraded member's status: %+v, %v; want build %d, cluster 1", st, err, CommandVersion)
+	if err != nil || st.CommandVersion != CommandVersion || st.ClusterVersion != CommandVersion {
+		t.Fatalf("the upgraded member's status: %+v, %v; want build and cluster %d", st, err, CommandVersion)
 	}
 
 	fr, err := cl.AdvanceFence(ctx, FenceTombstone, 5)
 	if err != nil || !slices.Equal(fr.Spared, []string{pub.Permit}) {
-		t.Fatalf("the advance at version 1: %+v, %v; want %s spared", fr, err, pub.Permit)
+		t.Fatalf("the advance at version %d: %+v, %v; want %s spared", CommandVersion, fr, err, pub.Permit)
 	}
 	waitApplied(t, c.Nodes)
 	noHalts(t, c)
@@ -196,8 +198,8 @@ func TestRollingUpgradeRaisesClusterVersion(t *testing.T) {
 	}
 	c.Shutdown()
 	for i := range c.Nodes {
-		if n := c.Restart(i); n.ClusterVersion() != 1 {
-			t.Fatalf("%s restarted on its snapshot: cluster version %d, want 1", n.ID(), n.ClusterVersion())
+		if n := c.Restart(i); n.ClusterVersion() != CommandVersion {
+			t.Fatalf("%s restarted on its snapshot: cluster version %d, want %d", n.ID(), n.ClusterVersion(), CommandVersion)
 		}
 	}
 	c.Leader(10 * time.Second)
@@ -205,8 +207,8 @@ func TestRollingUpgradeRaisesClusterVersion(t *testing.T) {
 	for _, n := range c.Nodes {
 		var p *Permit
 		n.FSM().Read(func(s *State) { p = s.Permits[pub.Permit] })
-		if n.ClusterVersion() != 1 || p.State != PermitOpen {
-			t.Fatalf("%s after the restart: cluster version %d, permit %s; want 1, OPEN", n.ID(), n.ClusterVersion(), p.State)
+		if n.ClusterVersion() != CommandVersion || p.State != PermitOpen {
+			t.Fatalf("%s after the restart: cluster version %d, permit %s; want %d, OPEN", n.ID(), n.ClusterVersion(), p.State, CommandVersion)
 		}
 	}
 }
@@ -229,7 +231,7 @@ func TestBuildBelowClusterVersionRefuses(t *testing.T) {
 	err := jn.Start(ctx)
 	jn.Shutdown()
 	if errcode.Of(err) != errcode.ClusterVersion || !strings.Contains(err.Error(), "reports none") {
-		t.Fatalf("a build before the handshake joining a cluster at version 1: %v, want CLUSTER_VERSION", err)
+		t.Fatalf("a build before the handshake joining a cluster at version %d: %v, want CLUSTER_VERSION", CommandVersion, err)
 	}
 	if f := c.Nodes[0].Raft().GetConfiguration(); f.Error() != nil || len(f.Configuration().Servers) != 1 {
 		t.Fatalf("the refused join changed the configuration: %+v", f.Configuration())
@@ -246,12 +248,12 @@ func TestBuildBelowClusterVersionRefuses(t *testing.T) {
 	n.Shutdown()
 	var h *HaltError
 	var v *VersionError
-	if !errors.As(err, &h) || !errors.As(err, &v) || errcode.Of(err) != errcode.GateHalted || v.Cluster != 1 || v.Build != 0 ||
-		!strings.Contains(err.Error(), "up to 0") || !strings.Contains(err.Error(), "version 1 or later") {
-		t.Fatalf("a build of version 0 on a directory at version 1: %v, want GATE_HALTED naming both versions", err)
+	if !errors.As(err, &h) || !errors.As(err, &v) || errcode.Of(err) != errcode.GateHalted || v.Cluster != CommandVersion || v.Build != 0 ||
+		!strings.Contains(err.Error(), "up to 0") || !strings.Contains(err.Error(), fmt.Sprintf("version %d or later", CommandVersion)) {
+		t.Fatalf("a build of version 0 on a directory at version %d: %v, want GATE_HALTED naming both versions", CommandVersion, err)
 	}
 	// Upgraded again, it starts.
-	if up := c.Restart(0); up.Halted() != nil || up.ClusterVersion() != 1 {
+	if up := c.Restart(0); up.Halted() != nil || up.ClusterVersion() != CommandVersion {
 		t.Fatalf("the member back on the new build: halted %v, version %d", up.Halted(), up.ClusterVersion())
 	}
 }
@@ -283,8 +285,8 @@ func TestFSMHaltsAtRaiseAboveItsBuild(t *testing.T) {
 	r := entry(3, &SetClusterVersion{Version: CommandVersion + 1})
 	var h *HaltError
 	if !errors.As(r.Err, &h) || h.Index != 3 || errcode.Of(r.Err) != errcode.GateHalted ||
-		!strings.Contains(h.Error(), "entry 3") || !strings.Contains(h.Error(), "version 2 or later") {
-		t.Fatalf("a raise above the build: %v, want GATE_HALTED at entry 3 naming version 2", r.Err)
+		!strings.Contains(h.Error(), "entry 3") || !strings.Contains(h.Error(), fmt.Sprintf("version %d or later", CommandVersion+1)) {
+		t.Fatalf("a raise above the build: %v, want GATE_HALTED at entry 3 naming version %d", r.Err, CommandVersion+1)
 	}
 	if after, _ := f.Encode(); !bytes.Equal(before, after) {
 		t.Fatal("the raise above the build changed the state")
@@ -300,13 +302,13 @@ func TestBackupKeepsClusterVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s, err := DecodeState(backup); err != nil || s.ClusterVersion != 1 {
-		t.Fatalf("the backup: %v, version %v; want 1", err, s)
+	if s, err := DecodeState(backup); err != nil || s.ClusterVersion != CommandVersion {
+		t.Fatalf("the backup: %v, version %v; want %d", err, s, CommandVersion)
 	}
 	cfg := TestConfig(t.TempDir(), "restored")
 	cfg.Restore = backup
-	if n := StartTestNode(t, cfg); n.ClusterVersion() != 1 {
-		t.Fatalf("restored: cluster version %d, want 1", n.ClusterVersion())
+	if n := StartTestNode(t, cfg); n.ClusterVersion() != CommandVersion {
+		t.Fatalf("restored: cluster version %d, want %d", n.ClusterVersion(), CommandVersion)
 	}
 	old := TestConfig(t.TempDir(), "old")
 	old.Restore = backup
@@ -314,8 +316,8 @@ func TestBackupKeepsClusterVersion(t *testing.T) {
 	n := NewNode(old)
 	err = n.Start(ctx)
 	n.Shutdown()
-	if errcode.Of(err) != errcode.ClusterVersion || !strings.Contains(err.Error(), "version 1 or later") {
-		t.Fatalf("a build of version 0 restoring a backup at version 1: %v, want CLUSTER_VERSION", err)
+	if errcode.Of(err) != errcode.ClusterVersion || !strings.Contains(err.Error(), fmt.Sprintf("version %d or later", CommandVersion)) {
+		t.Fatalf("a build of version 0 restoring a backup at version %d: %v, want CLUSTER_VERSION", CommandVersion, err)
 	}
 }
 
@@ -506,7 +508,8 @@ func TestVersionOnlyFromTheConfiguredMember(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	members := askVersions(t, c, 0, map[string]string{"node1": "unknown", "node2": "1", "node3": "1"})
+	bv := fmt.Sprint(CommandVersion)
+	members := askVersions(t, c, 0, map[string]string{"node1": "unknown", "node2": bv, "node3": bv})
 	if m := memberVersion(members, "node1"); !strings.Contains(m, "at raftAddr "+stray.RaftAddr()) || !strings.Contains(m, "node1 at "+old.RaftAddr()) {
 		t.Fatalf("what the leader says of node1: %s; want both Raft addresses", m)
 	}

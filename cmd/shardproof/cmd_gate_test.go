@@ -968,14 +968,15 @@ func TestGateStatusPrintsVersions(t *testing.T) {
 	if !strings.Contains(r.stdout, "command-schema version: build none (a build before the version handshake), cluster 0\n") {
 		t.Fatalf("status of the old member:\n%s", r.stdout)
 	}
-	want := "cluster version rises once every member reports 1: node1: none (a build before the version handshake); node2: 1\n"
+	bv := raftgate.CommandVersion
+	want := fmt.Sprintf("cluster version rises once every member reports %d: node1: none (a build before the version handshake); node2: %d\n", bv, bv)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		r = runGateCLI(t, "gate", "status", "--gate", up.URL()).expect(t, 0, "")
-		if strings.Contains(r.stdout, "command-schema version: build 1, cluster 0\n") && strings.Contains(r.stdout, want) {
+		if strings.Contains(r.stdout, fmt.Sprintf("command-schema version: build %d, cluster 0\n", bv)) && strings.Contains(r.stdout, want) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("status of the upgraded leader:\n%s\nwant build 1, cluster 0 and %q", r.stdout, want)
+			t.Fatalf("status of the upgraded leader:\n%s\nwant build %d, cluster 0 and %q", r.stdout, bv, want)
 		}
 	}
 
@@ -986,7 +987,7 @@ func TestGateStatusPrintsVersions(t *testing.T) {
 		}
 	}
 	r = runGateCLI(t, "gate", "status", "--gate", n.URL()).expect(t, 0, "")
-	if !strings.Contains(r.stdout, "command-schema version: build 1, cluster 1\n") || strings.Contains(r.stdout, "rises once") {
+	if !strings.Contains(r.stdout, fmt.Sprintf("command-schema version: build %d, cluster %d\n", bv, bv)) || strings.Contains(r.stdout, "rises once") {
 		t.Fatalf("status of an upgraded gate:\n%s", r.stdout)
 	}
 }
