@@ -107,27 +107,35 @@ func (a *applier) register(c *Register) (any, error) {
 	}
 	key := c.Root.String()
 	rel := a.s.Releases[key]
-	if rel == nil {
+	// From versionRefusedRegisterChangesNothing every refusal comes before
+	// the first change. Below it, as entries already in logs were applied,
+	// a new release is recorded and a pruned one takes its shards back
+	// before the checks that may refuse the command.
+	checkFirst := a.s.ClusterVersion >= versionRefusedRegisterChangesNothing
+	switch {
+	case rel == nil:
 		rel = &Release{Root: c.Root, State: ReleaseStaged, Shards: slices.Clone(c.Shards), Registered: a.now}
+		if checkFirst {
+			if err := refuseRegister(rel, c); err != nil {
+				return nil, err
+			}
+		}
 		a.s.Releases[key] = rel
-	} else if rel.Pruned {
+	case rel.Pruned:
 		// The root names the manifest, and so its shards: take them back.
+		if checkFirst {
+			if err := refuseRegister(rel, c); err != nil {
+				return nil, err
+			}
+		}
 		rel.Shards, rel.Pruned = slices.Clone(c.Shards), false
-	} else if !slices.Equal(rel.Shards, c.Shards) {
+	case !slices.Equal(rel.Shards, c.Shards):
 		return nil, errcode.New(errcode.AlreadyExists, "release %s is registered with %d other shards", c.Root, len(rel.Shards))
 	}
-	r := c.Report
-	if r != nil && r.Digest == rel.Report {
-		// A retry: the same report again. A report's digest covers its
-		// verdict and snapshot, so a summary that contradicts the one
-		// recorded is not a retry but a wrong one, and is refused. (A
-		// VERIFIED report of a release found INVALID since is a retry:
-		// a recheck with hits invalidates without a new report.)
-		if r.Verdict == manifest.Invalid && rel.State != ReleaseInvalid || r.DatasetSnapshot != rel.DatasetSnapshot {
-			return nil, errcode.New(errcode.BadInput, "report %s is registered for release %s as %s against snapshot %s; this register says %s against %s",
-				r.Digest, c.Root, rel.State, rel.DatasetSnapshot, r.Verdict, r.DatasetSnapshot)
-		}
+	if err := refuseRegister(rel, c); err != nil {
+		return nil, err
 	}
+	r := c.Report
 	if r == nil || r.Digest == rel.Report {
 		return RecheckResult{Release: copyRelease(rel), Reopened: []string{}}, nil
 	}
@@ -138,15 +146,9 @@ func (a *applier) register(c *Register) (any, error) {
 		rel.TombstoneHits, rel.BenchmarkHits = r.TombstoneHits, r.BenchmarkHits
 		return RecheckResult{Release: copyRelease(rel), Reopened: []string{}}, nil
 	}
-	switch rel.State {
-	case ReleaseInvalid:
-		return nil, errcode.New(errcode.NotVerified, "release %s was found INVALID by report %s", c.Root, rel.Report)
-	case ReleaseStaged:
+	if rel.State == ReleaseStaged {
 		rel.State = ReleaseVerified
 		rel.DatasetSnapshot = r.DatasetSnapshot
-	}
-	if !rel.DatasetSnapshot.IsZero() && r.DatasetSnapshot != rel.DatasetSnapshot {
-		return nil, errcode.New(errcode.BadInput, "report %s checks snapshot %s, release was verified against %s", r.Digest, r.DatasetSnapshot, rel.DatasetSnapshot)
 	}
 	// A newer VERIFIED report can only raise the watermarks a release was
 	// checked at; it renews permits a fence advance closed.
@@ -154,6 +156,40 @@ func (a *applier) register(c *Register) (any, error) {
 	rel.TombstoneWatermark = max(rel.TombstoneWatermark, r.TombstoneWatermark)
 	rel.BenchmarkFence = max(rel.BenchmarkFence, r.BenchmarkFence)
 	return RecheckResult{Release: copyRelease(rel), Reopened: a.renew(rel)}, nil
+}
+
+// refuseRegister returns the error a register of c's report is refused
+// with on rel, changing nothing: a retry whose summary contradicts the
+// report recorded, a VERIFIED report of an INVALID release, or one of
+// another snapshot than the release was verified against.
+func refuseRegister(rel *Release, c *Register) error {
+	r := c.Report
+	if r == nil {
+		return nil
+	}
+	if r.Digest == rel.Report {
+		// A retry: the same report again. A report's digest covers its
+		// verdict and snapshot, so a summary that contradicts the one
+		// recorded is not a retry but a wrong one, and is refused. (A
+		// VERIFIED report of a release found INVALID since is a retry:
+		// a recheck with hits invalidates without a new report.)
+		if r.Verdict == manifest.Invalid && rel.State != ReleaseInvalid || r.DatasetSnapshot != rel.DatasetSnapshot {
+			return errcode.New(errcode.BadInput, "report %s is registered for release %s as %s against snapshot %s; this register says %s against %s",
+				r.Digest, c.Root, rel.State, rel.DatasetSnapshot, r.Verdict, r.DatasetSnapshot)
+		}
+		return nil
+	}
+	if r.Verdict == manifest.Invalid {
+		return nil
+	}
+	// A STAGED release takes the report's snapshot.
+	switch {
+	case rel.State == ReleaseInvalid:
+		return errcode.New(errcode.NotVerified, "release %s was found INVALID by report %s", c.Root, rel.Report)
+	case rel.State != ReleaseStaged && !rel.DatasetSnapshot.IsZero() && r.DatasetSnapshot != rel.DatasetSnapshot:
+		return errcode.New(errcode.BadInput, "report %s checks snapshot %s, release was verified against %s", r.Digest, r.DatasetSnapshot, rel.DatasetSnapshot)
+	}
+	return nil
 }
 
 // invalidate marks rel INVALID and closes its open permits.
@@ -663,6 +699,15 @@ func (a *applier) attest(c *Attest) (any, error) {
 		}
 		return nil, err
 	}
+	// From versionEpochFirst an attestation at another epoch is judged
+	// by its epoch alone: STALE_EPOCH, changing nothing, also for a rank
+	// a scale-in removed since (in range at the epoch it names). Below
+	// it, as entries already in logs were applied, the rank, the
+	// deadline and the root come first.
+	epochFirst := a.s.ClusterVersion >= versionEpochFirst
+	if epochFirst && c.Epoch != nil && *c.Epoch != run.Epoch {
+		return run.Summary(), staleAttestation(c, run)
+	}
 	if c.Rank < 0 || c.Rank >= run.WorldSize {
 		return nil, errcode.New(errcode.BadInput, "rank %d outside [0,%d)", c.Rank, run.WorldSize)
 	}
@@ -673,8 +718,8 @@ func (a *applier) attest(c *Attest) (any, error) {
 		err := a.fail(run, errcode.RootMismatch, "rank %d attested root %s, run root (alias %s generation %d) is %s", c.Rank, c.Root, run.Alias, run.Generation, run.Root)
 		return run.Summary(), err
 	}
-	if c.Epoch != nil && *c.Epoch != run.Epoch {
-		return run.Summary(), errcode.New(errcode.StaleEpoch, "rank %d attested for epoch %d, the run is at epoch %d", c.Rank, *c.Epoch, run.Epoch)
+	if !epochFirst && c.Epoch != nil && *c.Epoch != run.Epoch {
+		return run.Summary(), staleAttestation(c, run)
 	}
 	rel := a.s.Releases[run.Root.String()]
 	want := map[manifest.Digest]int{}
@@ -700,6 +745,12 @@ func (a *applier) attest(c *Attest) (any, error) {
 		run.Barrier, run.State, run.BarrierOpened = BarrierOpen, RunRunning, a.now
 	}
 	return run.Summary(), nil
+}
+
+// staleAttestation is the STALE_EPOCH refusal of an attestation bound to
+// an epoch other than run's.
+func staleAttestation(c *Attest, run *Run) error {
+	return errcode.New(errcode.StaleEpoch, "rank %d attested for epoch %d, the run is at epoch %d", c.Rank, *c.Epoch, run.Epoch)
 }
 
 func (a *applier) checkBarrier(c *CheckBarrier) (any, error) {

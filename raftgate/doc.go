@@ -43,7 +43,11 @@
 //     and renews its permits. An INVALID report moves any state → INVALID
 //     and closes the release's open permits. The shard digests, in manifest
 //     order, are what attest checks assignments against. A different shard
-//     list for a known root is ALREADY_EXISTS.
+//     list for a known root is ALREADY_EXISTS. A refused register (a
+//     retry contradicting the report recorded or another snapshot:
+//     BAD_INPUT; a VERIFIED report of an INVALID release: NOT_VERIFIED)
+//     changes nothing from cluster version 2; below it a pruned release
+//     took its shard list back first.
 //   - publish(alias, root, expectedGeneration, retain) — compare-and-set
 //     from expectedGeneration to expectedGeneration+1. The root must be
 //     VERIFIED or PUBLISHED (else NOT_VERIFIED) and checked at or above both
@@ -91,7 +95,10 @@
 //     never made anew, so no retry, however late, resolves the alias again.
 //   - attest(run, rank, root, shards, epoch?) — an epoch other than the
 //     run's current assignment epoch is STALE_EPOCH and changes nothing
-//     (a reassignment landed while the worker verified); a root other than the run's FAILS
+//     (a reassignment landed while the worker verified), from cluster
+//     version 2 before anything else is checked; below it the rank range,
+//     the deadline and the root came first, so a rank a scale-in removed
+//     got BAD_INPUT "rank outside". A root other than the run's FAILS
 //     the run with ROOT_MISMATCH; a shard outside the rank's assignment
 //     FAILS it with SHARD_NOT_ASSIGNED (both before step 0, both
 //     state-changing). An attestation missing assigned shards is BAD_INPUT
@@ -229,7 +236,7 @@
 //
 // # Versions
 //
-// Each build applies command-schema versions up to CommandVersion (1;
+// Each build applies command-schema versions up to CommandVersion (2;
 // builds before the version handshake report none, the baseline 0) and
 // reports it in /v1/status. The cluster version, State.ClusterVersion,
 // is replicated: a leader whose build is newer asks every server of its
@@ -244,8 +251,11 @@
 // follows restarts, replacements and removals as they are. Nothing of a
 // version above the cluster's is proposed: below 1, advanceFence goes
 // without spareChecked, and one whose outcome depends on it (it keeps a
-// rechecked permit open) is CLUSTER_VERSION and changes nothing. A
-// raise and a join are serialized on the leader, which refuses a joiner
+// rechecked permit open) is CLUSTER_VERSION and changes nothing. What
+// Apply does with a command already in logs changes only with the
+// version in the state, never the build's: below 2 register and attest
+// are applied as builds of version 1 apply them, so members on either
+// build replaying one log hold the same state. A raise and a join are serialized on the leader, which refuses a joiner
 // below the cluster version (CLUSTER_VERSION). A member below the version
 // halts at the raise entry or at a snapshot of that version, and a start
 // on such a snapshot (a downgrade) fails, GATE_HALTED naming both

@@ -17,7 +17,14 @@ import (
 // handshake, which report no version. Version 1 adds the state's
 // clusterVersion, the setClusterVersion command and advanceFence's
 // spareChecked (builds before the handshake may or may not decode it:
-// those older than the field halt at it).
+// those older than the field halt at it). Version 2 adds no command and
+// no field: it changes what Apply does with two commands, which every
+// member must do alike, so it applies only once the state's cluster
+// version is 2, and a mixed cluster below it applies every entry as
+// builds of version 1 do. A register the gate refuses changes nothing
+// (versionRefusedRegisterChangesNothing), and an attestation bound to an
+// epoch other than the run's is STALE_EPOCH whatever its rank
+// (versionEpochFirst).
 //
 // The cluster version (State.ClusterVersion) is the version every member
 // applies. A leader raises it when every server of its Raft configuration
@@ -25,10 +32,26 @@ import (
 // nothing of a version above it: a cluster upgraded one member at a time
 // stays at the old version, with every member applying every entry, until
 // the last member is upgraded.
-const CommandVersion uint64 = 1
+const CommandVersion uint64 = 2
 
 // versionSpareChecked is the version of AdvanceFence.SpareChecked.
 const versionSpareChecked = 1
+
+// versionRefusedRegisterChangesNothing is the cluster version from which
+// a register is checked whole before it changes anything. Below it a
+// register of a pruned release gave it its shard list back, and one of
+// a new root recorded it STAGED, before the checks that refuse it
+// (BAD_INPUT for a retry that contradicts the report recorded or for
+// another snapshot, NOT_VERIFIED for a VERIFIED report of an INVALID
+// release).
+const versionRefusedRegisterChangesNothing = 2
+
+// versionEpochFirst is the cluster version from which an attestation is
+// checked against the run's epoch before anything else. Below it a rank
+// a scale-in removed got BAD_INPUT "rank outside" for an attestation at
+// the epoch it verified, and a stale attestation could fail the run (its
+// deadline passed, another root) before the epoch was looked at.
+const versionEpochFirst = 2
 
 // commandVersion returns the command-schema version of c: that of its
 // type, or of the newest field it carries.

@@ -33,6 +33,13 @@ import (
 // operations, each placed between its call and its return, is a sequence
 // the model accepts.
 //
+// The chaos cluster runs at the newest command-schema version, and the
+// model holds at every version from 1: its attestations carry no epoch
+// (version 2 checks one first), and the one register it sees refused,
+// NOT_VERIFIED for a VERIFIED report of an INVALID release, answers alike
+// at every version, which differ only in whether a pruned release took
+// its shard list back, and no operation observes shard lists.
+//
 // Releases are registered VERIFIED (some before the history starts, more
 // during it, as retirement uses them up), root i checked at both fences
 // up to chaosWM(i). A recheck with no hits raises a root's watermark of
