@@ -543,12 +543,14 @@ func (w *Worker) prepare(ctx context.Context) (*raftgate.Run, error) {
 			continue
 		}
 		if errcode.Of(err) == errcode.BadInput {
-			// The gate checks the rank against the run's world size
-			// before the epoch: an attestation of an epoch a scale-in
-			// replaced (sent without the read above, which no gate
-			// answered, or landing after it) is refused BAD_INPUT,
-			// not STALE_EPOCH. The run read again says whether the
-			// rank is outside the run only at that old epoch.
+			// A gate cluster below command-schema version 2 checks
+			// the rank against the run's world size before the
+			// epoch: an attestation of an epoch a scale-in replaced
+			// (sent without the read above, which no gate answered,
+			// or landing after it) is refused BAD_INPUT, not
+			// STALE_EPOCH as from version 2. The run read again says
+			// whether the rank is outside the run only at that old
+			// epoch.
 			if cur, rerr := w.getRun(ctx); rerr == nil && cur.Epoch != run.Epoch {
 				w.log.Info("run reassigned before the attestation landed; verifying again", "epoch", cur.Epoch)
 				continue

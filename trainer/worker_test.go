@@ -42,12 +42,16 @@ type env struct {
 	gen1, gen2 stage.Result
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, options ...func(*raftgate.Config)) *env {
 	t.Helper()
 	e := &env{t: t, ctx: context.Background(), store: stagetest.Store(t)}
 	e.gen1 = stagetest.Synth(t, e.store, 2000, 8, 1)
 	e.gen2 = stagetest.Synth(t, e.store, 2000, 8, 2)
-	n := raftgate.StartTestNode(t, raftgate.TestConfig(t.TempDir(), "gate1"))
+	cfg := raftgate.TestConfig(t.TempDir(), "gate1")
+	for _, o := range options {
+		o(&cfg)
+	}
+	n := raftgate.StartTestNode(t, cfg)
 	e.gate = raftgate.NewClient(n.URL())
 	t.Cleanup(e.gate.Close)
 	deadline := time.Now().Add(10 * time.Second)
@@ -1697,13 +1701,25 @@ func (g *failRuns) Run(ctx context.Context, id string) (*raftgate.Run, error) {
 }
 
 // A rank that attests at the epoch it verified because no gate answered
-// its read of the run after verifying: a scale-in that removed it while
-// it verified is answered BAD_INPUT ("rank outside"), not STALE_EPOCH,
-// since the gate checks the rank against the world size before the
-// epoch. The rank failed with BAD_INPUT; it has left the run, as it has
-// when the read answers.
+// its read of the run after verifying, while a scale-in removed it: it
+// has left the run, as it has when the read answers. A gate of version 2
+// answers the attestation STALE_EPOCH; one of version 1 (and a cluster
+// still at version 1) answers BAD_INPUT ("rank outside"), since it checks
+// the rank against the world size before the epoch, and the worker reads
+// the run again to tell the two apart.
 func TestScaledInRankWhoseRunReadFailedAfterVerifyingLeaves(t *testing.T) {
-	e := newEnv(t)
+	for _, gate := range []struct {
+		name    string
+		options []func(*raftgate.Config)
+	}{
+		{"gate of version 1", []func(*raftgate.Config){raftgate.OlderBuild(1)}},
+		{"newest gate", nil},
+	} {
+		t.Run(gate.name, func(t *testing.T) { scaledInWhileRunReadFailed(t, newEnv(t, gate.options...)) })
+	}
+}
+
+func scaledInWhileRunReadFailed(t *testing.T, e *env) {
 	e.publish(e.gen1, 0)
 	e.createRun("r1", 2, 30*time.Second)
 	h := &heldGet{Store: e.store, held: true, release: make(chan struct{})}

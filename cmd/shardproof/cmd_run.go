@@ -180,7 +180,8 @@ differs (a typo, a duplicate, or a list computed before a reassignment) is
 refused with BAD_INPUT and the run is untouched. With --epoch the gate
 answers STALE_EPOCH, changing nothing, when the run has moved on, so a
 script that remembers the epoch of its list can resend the same command
-safely. A ROOT that is not the run's root fails the run (ROOT_MISMATCH):
+safely (a gate cluster below command-schema version 2 answers a rank that
+a scale-in removed BAD_INPUT "rank outside" instead). A ROOT that is not the run's root fails the run (ROOT_MISMATCH):
 the rank read another release.
 
 Exit status: 0 attested, 1 bad input (nothing sent), 2 usage, 3 error,
