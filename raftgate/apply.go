@@ -699,16 +699,15 @@ func (a *applier) attest(c *Attest) (any, error) {
 		}
 		return nil, err
 	}
-	// From versionEpochFirst an attestation at another epoch is judged
-	// by its epoch alone: STALE_EPOCH, changing nothing, also for a rank
-	// a scale-in removed since (in range at the epoch it names). Below
-	// it, as entries already in logs were applied, the rank, the
-	// deadline and the root come first.
+	// From versionEpochFirst the epoch is checked before the rank: an
+	// attestation at another epoch is STALE_EPOCH, changing nothing, also
+	// from a rank a scale-in removed since (in range at the epoch it
+	// names). A passed deadline and another root still fail the run
+	// whatever the epoch: a worker holding another root read something
+	// other than the run, which no reassignment explains. Below it, as
+	// entries already in logs were applied, the rank comes first.
 	epochFirst := a.s.ClusterVersion >= versionEpochFirst
-	if epochFirst && c.Epoch != nil && *c.Epoch != run.Epoch {
-		return run.Summary(), staleAttestation(c, run)
-	}
-	if c.Rank < 0 || c.Rank >= run.WorldSize {
+	if !epochFirst && (c.Rank < 0 || c.Rank >= run.WorldSize) {
 		return nil, errcode.New(errcode.BadInput, "rank %d outside [0,%d)", c.Rank, run.WorldSize)
 	}
 	if err := a.timedOut(run); err != nil {
@@ -718,8 +717,11 @@ func (a *applier) attest(c *Attest) (any, error) {
 		err := a.fail(run, errcode.RootMismatch, "rank %d attested root %s, run root (alias %s generation %d) is %s", c.Rank, c.Root, run.Alias, run.Generation, run.Root)
 		return run.Summary(), err
 	}
-	if !epochFirst && c.Epoch != nil && *c.Epoch != run.Epoch {
+	if c.Epoch != nil && *c.Epoch != run.Epoch {
 		return run.Summary(), staleAttestation(c, run)
+	}
+	if epochFirst && (c.Rank < 0 || c.Rank >= run.WorldSize) {
+		return nil, errcode.New(errcode.BadInput, "rank %d outside [0,%d)", c.Rank, run.WorldSize)
 	}
 	rel := a.s.Releases[run.Root.String()]
 	want := map[manifest.Digest]int{}

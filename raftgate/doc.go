@@ -96,9 +96,10 @@
 //   - attest(run, rank, root, shards, epoch?) — an epoch other than the
 //     run's current assignment epoch is STALE_EPOCH and changes nothing
 //     (a reassignment landed while the worker verified), from cluster
-//     version 2 before anything else is checked; below it the rank range,
-//     the deadline and the root came first, so a rank a scale-in removed
-//     got BAD_INPUT "rank outside". A root other than the run's FAILS
+//     version 2 before the rank range is checked; below it the rank came
+//     first, so a rank a scale-in removed got BAD_INPUT "rank outside". A
+//     passed deadline and another root come before the epoch at every
+//     version. A root other than the run's FAILS
 //     the run with ROOT_MISMATCH; a shard outside the rank's assignment
 //     FAILS it with SHARD_NOT_ASSIGNED (both before step 0, both
 //     state-changing). An attestation missing assigned shards is BAD_INPUT

@@ -47,10 +47,10 @@ const versionSpareChecked = 1
 const versionRefusedRegisterChangesNothing = 2
 
 // versionEpochFirst is the cluster version from which an attestation is
-// checked against the run's epoch before anything else. Below it a rank
-// a scale-in removed got BAD_INPUT "rank outside" for an attestation at
-// the epoch it verified, and a stale attestation could fail the run (its
-// deadline passed, another root) before the epoch was looked at.
+// checked against the run's epoch before its rank. Below it a rank a
+// scale-in removed got BAD_INPUT "rank outside" for an attestation at the
+// epoch it verified. A passed deadline and another root fail the run
+// before the epoch is looked at, at every version.
 const versionEpochFirst = 2
 
 // commandVersion returns the command-schema version of c: that of its
