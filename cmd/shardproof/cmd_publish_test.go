@@ -229,6 +229,81 @@ func TestRecheckJSONWithNothingToRecheck(t *testing.T) {
 	}
 }
 
+// TestRecheckJSONOutcomes: recheck --json prints one object per root
+// asked for, in camelCase like every other --json document, naming its
+// root and, unless it was renewed, the code and message of its failure:
+// a root with hits, a renewed one and one the gate does not know, in
+// the order given. It printed the outcome struct's Go field names
+// ("ReportDigest", "Hits"), no root and no code, so a consumer could not
+// tell the hit root from the renewed one, and left out a root that
+// failed before any outcome (UNKNOWN_RELEASE) altogether.
+func TestRecheckJSONOutcomes(t *testing.T) {
+	ctx := context.Background()
+	e := publishTwo(t, 300, 200)
+	d, _, _, err := objstore.PutBlob(ctx, e.s, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":5,"sampleId":"syn1-a"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hit := manifest.Digest(d).String()
+	if out, err := cli(t, "gate", "fence", "advance", "--store", e.dir, "--gate", e.node.URL(), "--tombstones", hit); err != nil {
+		t.Fatalf("fence advance: %q %v", out, err)
+	}
+	unknown := manifest.Sum([]byte("no such release"))
+	out, err := e.run("recheck", "--members", "--json", "--tombstones", hit,
+		"--root", e.gen1.Root.String(), "--root", e.gen2.Root.String(), "--root", unknown.String())
+	wantExit(t, err, errcode.TombstoneHit, errcode.ExitInvalid)
+	var outs []map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &outs); err != nil || len(outs) != 3 {
+		t.Fatalf("recheck --json printed %q (%v), want 3 outcomes", out, err)
+	}
+	field := func(i int, key string, v any) {
+		t.Helper()
+		raw, ok := outs[i][key]
+		if !ok {
+			t.Fatalf("outcome %d has no %q: %s", i, key, out)
+		}
+		if err := json.Unmarshal(raw, v); err != nil {
+			t.Fatalf("outcome %d %q: %v", i, key, err)
+		}
+	}
+	for i, want := range []struct {
+		root    manifest.Digest
+		renewed bool
+		code    errcode.Code
+	}{
+		{e.gen1.Root, false, errcode.TombstoneHit},
+		{e.gen2.Root, true, ""},
+		{unknown, false, errcode.UnknownRelease},
+	} {
+		var root manifest.Digest
+		var renewed bool
+		var code errcode.Code
+		field(i, "root", &root)
+		field(i, "renewed", &renewed)
+		if _, ok := outs[i]["code"]; ok {
+			field(i, "code", &code)
+		}
+		if root != want.root || renewed != want.renewed || code != want.code {
+			t.Errorf("outcome %d: root %s renewed %v code %q, want %s %v %q", i, root, renewed, code, want.root, want.renewed, want.code)
+		}
+		if _, ok := outs[i]["ReportDigest"]; ok {
+			t.Errorf("outcome %d has Go field names: %s", i, out)
+		}
+	}
+	var hits map[string]int64
+	var reopened []string
+	field(0, "hits", &hits)
+	field(1, "reopened", &reopened)
+	if hits["tombstone"] != 1 || len(reopened) != 1 {
+		t.Fatalf("gen1 hits %v, gen2 reopened %v; want 1 tombstone hit and gen2's permit", hits, reopened)
+	}
+	var msg string
+	field(2, "message", &msg)
+	if _, ok := outs[2]["reportDigest"]; ok || !strings.HasPrefix(msg, "no release sha256:") {
+		t.Fatalf("the unknown root's outcome: %s", out)
+	}
+}
+
 // TestFenceAdvanceHintsRollbackWindow: a fence advance that closes no
 // permit (the alias's current root was rechecked before it) still leaves
 // the earlier generation of its rollback window behind the fence, and

@@ -125,14 +125,13 @@ other fence (FENCE_BEHIND).`,
 			slog.SetDefault(o.Logger)
 			w := cmd.OutOrStdout()
 			var first error
-			outs := []*publish.RecheckOutcome{} // --json prints [], not null, for no root
+			outs := []recheckJSON{} // --json prints [], not null, for no root
 			for _, d := range ds {
 				o.Root = d
 				out, err := publish.Recheck(cmd.Context(), s, g, o)
-				if out != nil {
-					outs = append(outs, out)
-				}
-				if !asJSON {
+				if asJSON {
+					outs = append(outs, newRecheckJSON(d, out, err))
+				} else {
 					printRecheckOutcome(w, d, out, err)
 				}
 				if err != nil && first == nil {
@@ -162,6 +161,45 @@ other fence (FENCE_BEHIND).`,
 	f.BoolVar(&asJSON, "json", false, "print the outcomes as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "log warnings only")
 	rootCmd.AddCommand(cmd)
+}
+
+// recheckJSON is one root's outcome in recheck --json: every root asked
+// for has one, in order, renewed or with the code and message of what
+// stopped it (those of the text form's "not rechecked" included); the
+// report, hits and permits are there once a recheck ran.
+type recheckJSON struct {
+	Root         manifest.Digest         `json:"root"`
+	Renewed      bool                    `json:"renewed"`
+	Code         errcode.Code            `json:"code,omitempty"`
+	Message      string                  `json:"message,omitempty"`
+	ReportDigest manifest.Digest         `json:"reportDigest,omitzero"`
+	Hits         map[string]int64        `json:"hits"`
+	Reopened     []string                `json:"reopened"`
+	Report       *manifest.Report        `json:"report,omitempty"`
+	Members      *manifest.RecheckReport `json:"members,omitempty"`
+	Release      *raftgate.Release       `json:"release,omitempty"`
+}
+
+func newRecheckJSON(root manifest.Digest, out *publish.RecheckOutcome, err error) recheckJSON {
+	j := recheckJSON{Root: root, Renewed: err == nil, Hits: map[string]int64{}, Reopened: []string{}}
+	if err != nil {
+		j.Code, j.Message = codedMessage(err)
+	}
+	if out == nil {
+		return j
+	}
+	j.ReportDigest, j.Report, j.Members = out.ReportDigest, out.Report, out.Members
+	if out.Hits != nil {
+		j.Hits = out.Hits
+	}
+	if out.Reopened != nil {
+		j.Reopened = out.Reopened
+	}
+	if !out.Release.Root.IsZero() {
+		// Set once the gate recorded a recheck.
+		j.Release = &out.Release
+	}
+	return j
 }
 
 func printRecheckOutcome(w io.Writer, root manifest.Digest, out *publish.RecheckOutcome, err error) {

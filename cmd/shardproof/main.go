@@ -114,21 +114,24 @@ func exitStatus(err error) int {
 	if errors.As(err, &ee) {
 		return ee.status
 	}
-	code := errcode.Of(err)
-	msg := err.Error()
-	if !strings.HasPrefix(msg, string(code)+": ") {
-		// An uncoded error, or a coded one wrapped in context (a store
-		// key): the line still starts with the code.
-		msg = string(code) + ": " + msg
-	}
-	// And says it once: context wrapped around a coded error repeats it
-	// ("GENERATION_CONFLICT: publish main at generation 5:
-	// GENERATION_CONFLICT: alias main is at …").
-	head := string(code) + ": "
-	msg = head + strings.ReplaceAll(msg[len(head):], ": "+head, ": ")
-	fmt.Fprintf(os.Stderr, "shardproof: %s\n", msg)
+	code, msg := codedMessage(err)
+	fmt.Fprintf(os.Stderr, "shardproof: %s: %s\n", code, msg)
 	slog.Debug("command failed", "code", code)
 	return code.Exit()
+}
+
+// codedMessage returns err's code and its message without the code in
+// front, as the "shardproof: CODE: message" line shows them.
+func codedMessage(err error) (errcode.Code, string) {
+	code := errcode.Of(err)
+	head := string(code) + ": "
+	// An uncoded error, or a coded one wrapped in context (a store key),
+	// may not start with the code.
+	msg := strings.TrimPrefix(err.Error(), head)
+	// Context wrapped around a coded error repeats it ("GENERATION_CONFLICT:
+	// publish main at generation 5: GENERATION_CONFLICT: alias main is at
+	// …"): say it once.
+	return code, strings.ReplaceAll(msg, ": "+head, ": ")
 }
 
 // countFlags are the int flags that count something (tasks, ranks,
