@@ -112,10 +112,15 @@ type Config struct {
 	// zero means raft's default (8192).
 	SnapshotThreshold uint64
 	// Logger receives the gate's structured logs; RaftLog receives
-	// hashicorp/raft's own (warnings and errors). Nil means slog.Default()
+	// hashicorp/raft's own, at RaftLogLevel. Nil means slog.Default()
 	// and os.Stderr.
 	Logger  *slog.Logger
 	RaftLog io.Writer
+	// RaftLogLevel is the process's log level, which raft's lines follow:
+	// warnings and errors at info (the default) and warn, errors only at
+	// error, and all of them, raft's info and debug lines (elections,
+	// replication), at debug.
+	RaftLogLevel slog.Level
 	// RaftLogJSON writes RaftLog's lines as JSON objects, for a log
 	// collector that parses the gate's own logs as JSON too.
 	RaftLogJSON bool
@@ -328,7 +333,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return errcode.Wrap(errcode.IO, err, "gate data dir")
 	}
-	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: n.cfg.RaftLog, JSONFormat: n.cfg.RaftLogJSON})
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLogLevel(n.cfg.RaftLogLevel), Output: n.cfg.RaftLog, JSONFormat: n.cfg.RaftLogJSON})
 	// bbolt locks the file for its one writer and, without a timeout,
 	// waits for the lock for ever: a second gate started on a running
 	// gate's directory hung without a word.
@@ -691,6 +696,18 @@ func (n *Node) watchHalt() {
 	if err := n.shutdownRaft(); err != nil {
 		n.log.Warn("raft shutdown after a halt", "err", err)
 	}
+}
+
+// raftLogLevel is the hclog level of raft's own lines at the process's
+// log level l (see Config.RaftLogLevel).
+func raftLogLevel(l slog.Level) hclog.Level {
+	switch {
+	case l <= slog.LevelDebug:
+		return hclog.Debug
+	case l >= slog.LevelError:
+		return hclog.Error
+	}
+	return hclog.Warn
 }
 
 // Halted returns why the node stopped applying its log, or nil.

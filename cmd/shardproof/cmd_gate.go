@@ -277,7 +277,7 @@ writes nothing while it waits. "gate status" shows the value in effect.`,
 		n := raftgate.NewNode(raftgate.Config{
 			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join, Bootstrap: f.bootstrap, Recover: f.recover,
 			RaftAdvertise: f.raftAdvertise, HTTPAdvertise: f.httpAdvertise,
-			Logger: logger, RaftLog: cmd.ErrOrStderr(), RaftLogJSON: logSettings.json,
+			Logger: logger, RaftLog: cmd.ErrOrStderr(), RaftLogJSON: logSettings.json, RaftLogLevel: logSettings.level,
 			PruneOlderThan: f.autoPrune,
 			WriteTimeout:   f.writeTimeout,
 			Timing:         raftgate.Timing{Heartbeat: f.heartbeat, Election: f.election, LeaderLease: f.lease},

@@ -104,3 +104,27 @@ func TestLogFlagsBad(t *testing.T) {
 		t.Errorf("SHARDPROOF_LOG_FORMAT=xml: exit %d:\n%s", res.status, res.stderr)
 	}
 }
+
+// TestGateServeRaftLogLevel: hashicorp/raft's own lines follow
+// --log-level like the gate's: a fresh single node's "heartbeat timeout
+// reached" warning is logged at the default level and left out at
+// error, and debug adds raft's info lines (its elections). Raft logged
+// at warn whatever the flag said, so --log-level error still printed its
+// warnings and --log-level debug showed none of its state changes.
+func TestGateServeRaftLogLevel(t *testing.T) {
+	start := func(extra ...string) string {
+		t.Helper()
+		addr := freeAddr(t)
+		args := append([]string{"--bootstrap", "--data", t.TempDir(), "--http-addr", addr, "--raft-addr", freeAddr(t)}, extra...)
+		return serveLogged(t, "http://"+addr, args...).String()
+	}
+	if out := start(); !strings.Contains(out, "[WARN]  raft:") || strings.Contains(out, "[INFO]  raft:") {
+		t.Errorf("at the default level, raft's warnings and not its info lines:\n%s", out)
+	}
+	if out := start("--log-level", "error"); strings.Contains(out, "raft:") {
+		t.Errorf("--log-level error logs raft's lines below error:\n%s", out)
+	}
+	if out := start("--log-level", "debug"); !strings.Contains(out, "[INFO]  raft:") {
+		t.Errorf("--log-level debug logs no raft info line:\n%s", out)
+	}
+}
