@@ -215,7 +215,8 @@ func printSummary(w io.Writer, out *coordinator.Outcome) {
 }
 
 // verifyProgress shows mapped files on a terminal as a progress bar, and
-// otherwise as at most one plain line per second on stderr.
+// otherwise as at most one plain line per second on stderr (a log record
+// with --log-format json), at --log-level info or below.
 type verifyProgress struct {
 	w       io.Writer
 	bar     *progressbar.ProgressBar
@@ -261,6 +262,11 @@ func (p *verifyProgress) update(pr coordinator.Progress) {
 		}
 		p.bar.Describe(desc)
 		p.bar.Set(pr.Done)
+		return
+	}
+	if logSettings.level > slog.LevelInfo {
+		// Off a terminal, progress is an info record in either format:
+		// --log-level warn leaves it out of text logs as out of JSON.
 		return
 	}
 	if time.Since(p.last) >= time.Second || pr.Done == pr.Total {

@@ -73,6 +73,12 @@ func TestLogFormatJSON(t *testing.T) {
 	if l := logLines(res.stderr); len(l) != 0 {
 		t.Errorf("at warn, a clean verify logs %d lines: %q", len(l), l)
 	}
+	// In text too, progress is info: warn leaves it out (it printed a
+	// line a second whatever --log-level said, where JSON left it out).
+	res = runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--log-level", "warn")
+	if res.status != errcode.ExitOK || strings.TrimSpace(res.stderr) != "" {
+		t.Errorf("at warn, a clean verify in text writes to stderr (exit %d):\n%s", res.status, res.stderr)
+	}
 	// Text, the default, is slog's key=value lines.
 	res = runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String())
 	for _, l := range logLines(res.stderr) {
