@@ -195,7 +195,7 @@ func printPublishOutcome(w io.Writer, out *publish.Outcome, asJSON, ok bool) {
 		if code := publish.FailureCode(&r.Counts); code != "" {
 			for _, code := range slices.Sorted(maps.Keys(r.Examples)) {
 				if ex := r.Examples[code]; len(ex) > 0 {
-					fmt.Fprintf(w, "  %s e.g. %s\n", code, ex[0])
+					fmt.Fprintf(w, "  %s e.g. %s\n", code, showID(ex[0]))
 				}
 			}
 			for _, f := range r.Failures {

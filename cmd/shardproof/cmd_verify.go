@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -198,7 +200,7 @@ func printSummary(w io.Writer, out *coordinator.Outcome) {
 		}
 		fmt.Fprintf(w, "  %-22s %d", l.code, l.n)
 		if ex := r.Examples[string(l.code)]; len(ex) > 0 {
-			fmt.Fprintf(w, "  e.g. %s", ex[0])
+			fmt.Fprintf(w, "  e.g. %s", showID(ex[0]))
 			if len(ex) > 1 {
 				fmt.Fprintf(w, " (+%d more listed)", len(ex)-1)
 			}
@@ -212,6 +214,17 @@ func printSummary(w io.Writer, out *coordinator.Outcome) {
 	fmt.Fprintf(w, "speed    %.0f records/s, %.1f MB/s stored, decompression ratio %.2f (%d map tasks, %d reducers, %.2fs)\n",
 		e.RecordsPerSecond, e.StoredMBPerSec, r.Stats.DecompressionRatio, e.MapTasks, e.Reducers, e.Seconds)
 	fmt.Fprintf(w, "report %s\n", out.ReportDigest)
+}
+
+// showID returns a sampleId for a line of text output: as it is when it
+// is all printable characters and no space, quoted otherwise. A sampleId
+// is any valid UTF-8, so one could otherwise add a line of its own to
+// the output or send a terminal an escape sequence.
+func showID(id string) string {
+	if id != "" && !strings.ContainsFunc(id, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) {
+		return id
+	}
+	return strconv.Quote(id)
 }
 
 // verifyProgress shows mapped files on a terminal as a progress bar, and

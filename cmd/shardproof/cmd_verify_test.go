@@ -17,6 +17,7 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
@@ -447,5 +448,31 @@ func TestVerifyMetricsFile(t *testing.T) {
 	res = runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--metrics-file", missing)
 	if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "--metrics-file") || strings.Contains(res.stderr, "verification planned") {
 		t.Fatalf("missing directory: exit %d\n%s", res.status, res.stderr)
+	}
+}
+
+// TestVerifySummaryQuotesSampleIDs: a sampleId is any valid UTF-8, so a
+// release's own ids may hold a newline or a terminal's escape sequence.
+// The summary's example ids are printed quoted when they hold anything
+// but printable characters, so such an id cannot add a line of its own
+// ("verdict  VERIFIED" under the real "verdict  INVALID") or move a
+// terminal's cursor; plain ids are printed as they are.
+func TestVerifySummaryQuotesSampleIDs(t *testing.T) {
+	r := newRelease(t)
+	const id = "a\nverdict  VERIFIED\x1b[2K"
+	res := stagetest.RewriteShard(t, r.store, r.res, 0, func(rows []stage.Row) []stage.Row {
+		rows[0].SampleID = id
+		return rows
+	})
+	out := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", res.Root.String())
+	if out.status != errcode.ExitInvalid {
+		t.Fatalf("exit %d, want %d\n%s\n%s", out.status, errcode.ExitInvalid, out.stdout, out.stderr)
+	}
+	if n := len(regexp.MustCompile(`(?m)^verdict`).FindAllString(out.stdout, -1)); n != 1 || strings.Contains(out.stdout, "\x1b") ||
+		!strings.Contains(out.stdout, "EXTRA_MEMBER           1  e.g. "+strconv.Quote(id)+"\n") {
+		t.Fatalf("summary with an id holding a newline and an escape (%d verdict lines):\n%s", n, out.stdout)
+	}
+	if !regexp.MustCompile(`MISSING_MEMBER +1  e\.g\. syn7-[0-9a-z]+\n`).MatchString(out.stdout) {
+		t.Fatalf("a plain id is not printed as it is:\n%s", out.stdout)
 	}
 }
