@@ -647,3 +647,26 @@ func TestKubernetesEmittedCommands(t *testing.T) {
 		t.Fatalf("--emit --json: exit %d: %s", res.status, res.stderr)
 	}
 }
+
+// TestKubernetesJobsLogLikeVerify: the emitted pods log in verify's
+// --log-format and at its --log-level, as the process executor's and
+// Slurm's tasks do by inheriting the environment; --k8s-env still
+// decides, and the defaults add nothing. The pods logged text at info
+// whatever verify was given, so a collector parsing the cluster's logs
+// as JSON got the tasks' lines as plain text.
+func TestKubernetesJobsLogLikeVerify(t *testing.T) {
+	r := newRelease(t)
+	_, m, red := emitJobs(t, r, "--log-format", "json", "--log-level", "debug")
+	for _, j := range []emuJob{m, red} {
+		if !slices.Contains(j.env, "SHARDPROOF_LOG_FORMAT=json") || !slices.Contains(j.env, "SHARDPROOF_LOG_LEVEL=debug") {
+			t.Fatalf("--log-format json --log-level debug: pod env %v", j.env)
+		}
+	}
+	_, m, _ = emitJobs(t, r, "--log-level", "debug", "--k8s-env", "SHARDPROOF_LOG_LEVEL=warn")
+	if !slices.Contains(m.env, "SHARDPROOF_LOG_LEVEL=warn") || slices.Contains(m.env, "SHARDPROOF_LOG_LEVEL=debug") || slices.ContainsFunc(m.env, func(e string) bool { return strings.HasPrefix(e, "SHARDPROOF_LOG_FORMAT=") }) {
+		t.Fatalf("--k8s-env SHARDPROOF_LOG_LEVEL=warn: pod env %v", m.env)
+	}
+	if _, m, _ = emitJobs(t, r); !slices.Equal(m.env, []string{"GOMAXPROCS=1"}) {
+		t.Fatalf("default logging: pod env %v, want only --k8s-env's", m.env)
+	}
+}

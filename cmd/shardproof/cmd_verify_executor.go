@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -141,6 +142,13 @@ func (x *executorFlags) run(cmd *cobra.Command, resume string) error {
 				return errcode.New(errcode.Usage, "verify: --k8s-env %q: want NAME=VALUE", kv)
 			}
 			x.k8s.Env[k] = v
+		}
+		// The pods log as this verify does, as process and Slurm tasks,
+		// which inherit the environment, do; --k8s-env says otherwise.
+		for name, set := range map[string]bool{"SHARDPROOF_LOG_FORMAT": logSettings.json, "SHARDPROOF_LOG_LEVEL": logSettings.level != slog.LevelInfo} {
+			if _, given := x.k8s.Env[name]; set && !given {
+				x.k8s.Env[name] = os.Getenv(name)
+			}
 		}
 		if x.k8s.Image == "" {
 			return errcode.New(errcode.Usage, "verify: --executor kubernetes needs --image IMAGE, a container image holding the shardproof binary")
