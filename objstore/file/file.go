@@ -362,6 +362,9 @@ func (s *Store) seqs(key string) ([]uint64, error) {
 	}
 	defer d.Close()
 	names, err := d.Readdirnames(-1)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil // deleted since it was opened
+	}
 	if err != nil {
 		return nil, s.ioErr(err, "read %s", key)
 	}
@@ -484,8 +487,13 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 	var keys []string
 	err := fs.WalkDir(s.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if p == start && errors.Is(err, fs.ErrNotExist) {
-				return fs.SkipAll
+			// A directory removed since its parent was read (a
+			// DeletePrefix running beside this List) holds no keys.
+			if errors.Is(err, fs.ErrNotExist) {
+				if p == start {
+					return fs.SkipAll
+				}
+				return fs.SkipDir
 			}
 			return err
 		}

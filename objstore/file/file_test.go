@@ -459,3 +459,60 @@ func TestPutBesideDeletePrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A listing beside a DeletePrefix (store prune-jobs or ls-jobs listing
+// jobs/ while a verification deletes its merge levels or its job) skips
+// the directories removed under it, and still lists every key nothing
+// deletes; it failed with an I/O error naming the vanished directory
+// (about 1 listing in 100).
+func TestListBesideDeletePrefix(t *testing.T) {
+	s, _ := openTemp(t)
+	ctx := t.Context()
+	keep := []string{"jobs/keep/a", "jobs/keep/z/z"}
+	for _, k := range keep {
+		if _, err := s.Put(ctx, k, strings.NewReader(k), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		for i := range 100 {
+			p := fmt.Sprintf("jobs/%d/", i)
+			for j := range 4 {
+				if _, err := s.Put(ctx, fmt.Sprintf("%smerge/%d/x", p, j), strings.NewReader("x"), objstore.PutOptions{Ephemeral: true}); err != nil {
+					done <- err
+					return
+				}
+			}
+			if err := s.DeletePrefix(ctx, p); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for listings := 0; ; listings++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d listings beside the deletions", listings)
+			return
+		default:
+		}
+		page, err := s.List(ctx, "jobs/", "", 0)
+		if err != nil {
+			t.Fatalf("listing %d: %v", listings, err)
+		}
+		var got []string
+		for _, o := range page.Objects {
+			if strings.HasPrefix(o.Key, "jobs/keep/") {
+				got = append(got, o.Key)
+			}
+		}
+		if !slices.Equal(got, keep) {
+			t.Fatalf("listing %d: kept keys %q, want %q", listings, got, keep)
+		}
+	}
+}
