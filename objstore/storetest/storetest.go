@@ -33,6 +33,7 @@ func Run(t *testing.T, open func(t *testing.T) objstore.Store) {
 		{"NotFound", testNotFound},
 		{"ListPaging", testListPaging},
 		{"ListPrefix", testListPrefix},
+		{"OddKeys", testOddKeys},
 		{"BadKeys", testBadKeys},
 		{"EmptyBody", testEmptyBody},
 		{"LargeBody", testLargeBody},
@@ -343,6 +344,53 @@ func testListPrefix(t *testing.T, s objstore.Store) {
 		if !slices.Equal(got, tc.want) || page.Next != "" {
 			t.Fatalf("List(%q) = %q next %q, want %q", tc.prefix, got, page.Next, tc.want)
 		}
+	}
+}
+
+// testOddKeys: keys with bytes that URLs, XML and shells treat
+// specially, multi-byte UTF-8 and the longest segment and key
+// ValidateKey allows round-trip, list in byte order across pages, and
+// are deleted by prefix, on every store.
+func testOddKeys(t *testing.T, s objstore.Store) {
+	long := "odd/" + strings.Repeat("s", objstore.MaxSegmentLen)
+	longest := "odd/" + strings.Repeat("k/", (objstore.MaxKeyLen-len("odd/"))/2-1) + "kk"
+	keys := []string{"odd/a b", "odd/100%", "odd/100%25", "odd/a+b", "odd/a?b=c&d", "odd/#frag", "odd/~t", "odd/'q\"", "odd/<x>",
+		"odd/ü", "odd/日本語", "odd/\U0001F600", "odd/a*b", "odd/a:b", "odd/a;b", "odd/ab ", "odd/ a", "odd/.x", "odd/x.", "odd/..x",
+		long, longest}
+	if len(longest) != objstore.MaxKeyLen {
+		t.Fatalf("test key is %d bytes, want %d", len(longest), objstore.MaxKeyLen)
+	}
+	for _, k := range keys {
+		if err := objstore.ValidateKey(k); err != nil {
+			t.Fatalf("test key: %v", err)
+		}
+		v := put(t, s, k, []byte(k), objstore.PutOptions{IfNoneMatch: true})
+		if got := get(t, s, k, v); string(got) != k {
+			t.Fatalf("Get(%q) = %q", k, got)
+		}
+		if info, err := s.Head(t.Context(), k, ""); err != nil || info.Key != k || info.Version != v || info.Size != int64(len(k)) {
+			t.Fatalf("Head(%q) = %+v, %v; want version %s size %d", k, info, err, v, len(k))
+		}
+	}
+	slices.Sort(keys)
+	if got := Keys(t, s, "odd/", 3); !slices.Equal(got, keys) {
+		t.Fatalf("List(odd/) by 3:\n got %q\nwant %q", got, keys)
+	}
+	if got := Keys(t, s, "odd/100%", 0); !slices.Equal(got, []string{"odd/100%", "odd/100%25"}) {
+		t.Fatalf("List(odd/100%%) = %q", got)
+	}
+	if got := Keys(t, s, "odd/日", 0); !slices.Equal(got, []string{"odd/日本語"}) {
+		t.Fatalf("List(odd/日) = %q", got)
+	}
+	d, ok := s.(objstore.Deleter)
+	if !ok {
+		return
+	}
+	if err := d.DeletePrefix(t.Context(), "odd/"); err != nil {
+		t.Fatal(err)
+	}
+	if got := Keys(t, s, "", 0); len(got) != 0 {
+		t.Fatalf("after DeletePrefix(odd/): %q", got)
 	}
 }
 
