@@ -548,9 +548,11 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 }
 
 // DeletePrefix implements objstore.Deleter: it removes the directory
-// tree of prefix, then whichever of its parents that leaves empty. The
-// removal is not fsynced: what is deleted is scratch, and a crash that
-// brings part of it back loses nothing.
+// tree of prefix but the versions of the key the directory itself names
+// ("a" beside "a/b", which this store allows, is not under "a/"), then
+// whichever of its parents that leaves empty. The removal is not
+// fsynced: what is deleted is scratch, and a crash that brings part of
+// it back loses nothing.
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 	if err := objstore.ValidateDeletePrefix(prefix); err != nil {
 		return err
@@ -559,8 +561,28 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 		return errcode.Wrap(errcode.Canceled, err, "delete %s", prefix)
 	}
 	dir := strings.TrimSuffix(prefix, "/")
-	if err := s.root.RemoveAll(dir); err != nil {
+	d, err := s.root.Open(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+	case err != nil:
 		return s.ioErr(err, "delete %s", prefix)
+	default:
+		names, err := d.Readdirnames(-1)
+		d.Close()
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return s.ioErr(err, "delete %s", prefix)
+		}
+		for _, n := range names {
+			if _, ok := parseSeqName(n); ok {
+				continue
+			}
+			if err := s.root.RemoveAll(dir + "/" + n); err != nil {
+				return s.ioErr(err, "delete %s", prefix)
+			}
+		}
+		if err := s.root.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil // the key dir names, or one created since, uses it
+		}
 	}
 	// A parent another key still uses is not empty: Remove fails and the
 	// pruning stops there.

@@ -264,6 +264,20 @@ func TestNestedKeys(t *testing.T) {
 	if len(page.Objects) != 2 || page.Objects[0].Key != "a" || page.Objects[1].Key != "a/b" {
 		t.Fatalf("List: %+v", page.Objects)
 	}
+	// "a" is not under "a/": deleting the prefix keeps it (it took it
+	// with "a/b", the whole directory).
+	if err := s.DeletePrefix(ctx, "a/"); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, s, "a"); got != "key a" {
+		t.Fatalf("a after DeletePrefix(a/) = %q", got)
+	}
+	if _, err := s.Head(ctx, "a/b", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("Head a/b after DeletePrefix(a/): %v", err)
+	}
+	if got := storetest.Keys(t, s, "", 0); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("after DeletePrefix(a/): keys %q, want [a]", got)
+	}
 }
 
 func BenchmarkStore(b *testing.B) {
