@@ -4,7 +4,7 @@
 //
 // Layout under the root directory:
 //
-//	@tmp/<random>                 bodies being written; never visible as versions
+//	@tmp/l-<random>               bodies being written; never visible as versions
 //	<key>/@<seq, 20 digits>       version <seq> of <key>, e.g. blobs/sha256/ab…/@00000000000000000001
 //
 // Each key is a directory whose version files are named '@' plus a
@@ -20,8 +20,11 @@
 // retries with the next number. Nothing is ever check-then-write, nothing is
 // renamed over an existing name, and a version file is never opened for
 // writing after it is linked, so versions are immutable. A crash leaves at
-// most a temp file in @tmp, which is never read; it may be deleted when no
-// writer is running.
+// most a temp file in @tmp, which is never read. A Put holds a lock
+// (flock) on its temp file until it has removed its name, so Open removes
+// the temp files whose lock is free (a minute after their last write) and
+// those older than a day (an older build's, unlocked, or on a file system
+// without flock).
 //
 // All access goes through an os.Root, so neither a key nor a symlink planted
 // inside the directory can reach outside it.

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -112,15 +113,30 @@ func open(dir string) (*Store, error) {
 	return s, nil
 }
 
-// TempMaxAge is how old a temp file must be before Open removes it. A Put
-// removes its temp file itself, whether it succeeds or fails, so a temp
-// file is left only by a process that died mid-Put; one this old belongs
-// to no Put still running.
+// TempMaxAge is how old a temp file must be before Open removes it
+// whatever its lock says. A Put removes its temp file itself, whether it
+// succeeds or fails, so a temp file is left only by a process that died
+// mid-Put; one this old belongs to no Put still running.
 const TempMaxAge = 24 * time.Hour
 
-// sweepTemp removes temp files older than TempMaxAge: what crashed Puts
-// left behind would otherwise accumulate forever. It is best effort: a
-// file it cannot remove is left for the next Open.
+// TempSettle is how old a locked-kind temp file (lockedPrefix) must be
+// before Open trusts that its lock is free: a Put creates the file, then
+// locks it, a few microseconds apart.
+const TempSettle = time.Minute
+
+// lockedPrefix starts the name of a temp file that its Put keeps locked
+// (flock) from its creation until its name is removed, so that a free
+// lock means the Put's process died (kill -9, the OOM killer, a machine
+// that rebooted). Unmarked names are an older build's, or a platform's
+// without locks.
+const lockedPrefix = "l-"
+
+// sweepTemp removes the temp files that crashed Puts left behind, which
+// would otherwise accumulate (one large shard's worth per process killed
+// mid-upload): a locked-kind one older than TempSettle whose lock is free,
+// and any older than TempMaxAge. It is best effort: a file it cannot
+// remove is left for the next Open, and one whose lock cannot be tried
+// (a file system without flock) waits for TempMaxAge.
 func (s *Store) sweepTemp(now time.Time) {
 	d, err := s.root.Open(tmpDir)
 	if err != nil {
@@ -130,17 +146,44 @@ func (s *Store) sweepTemp(now time.Time) {
 	for {
 		entries, err := d.ReadDir(256)
 		for _, e := range entries {
+			name := tmpDir + "/" + e.Name()
 			info, ierr := e.Info()
-			if ierr == nil && info.Mode().IsRegular() && now.Sub(info.ModTime()) > TempMaxAge {
-				if s.root.Remove(tmpDir+"/"+e.Name()) == nil {
-					slog.Debug("file store: removed a stale temp file", "store", s.dir, "name", e.Name(), "age", now.Sub(info.ModTime()).Round(time.Second))
-				}
+			if ierr != nil || !info.Mode().IsRegular() {
+				continue
+			}
+			age := now.Sub(info.ModTime())
+			if age <= TempMaxAge && (!strings.HasPrefix(e.Name(), lockedPrefix) || age <= TempSettle || !s.unlocked(name)) {
+				continue
+			}
+			if s.root.Remove(name) == nil {
+				slog.Debug("file store: removed a temp file no Put holds", "store", s.dir, "name", e.Name(), "age", age.Round(time.Second))
 			}
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// heldTemps holds the names (random, so unique) of the temp files this
+// process's Puts hold. A sweep skips them without trying their locks:
+// where flock is emulated by POSIX locks (NFS), a process's own lock
+// does not stop it taking the lock again, and closing the file it took
+// it by would release the Put's.
+var heldTemps sync.Map
+
+// unlocked reports whether temp file name's lock could be taken: no
+// running Put holds it.
+func (s *Store) unlocked(name string) bool {
+	if _, mine := heldTemps.Load(path.Base(name)); mine {
+		return false
+	}
+	f, err := s.root.Open(name)
+	if err != nil {
+		return false
+	}
+	defer f.Close() // releases the lock taken
+	return lock(f, false) == nil
 }
 
 // Close releases the root directory handle.
@@ -190,10 +233,11 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts objsto
 		}
 	}
 	sync := !opts.Ephemeral
-	tmp, err := s.writeTemp(ctx, key, body, opts.SHA256, sync)
+	tmp, release, err := s.writeTemp(ctx, key, body, opts.SHA256, sync)
 	if err != nil {
 		return "", err
 	}
+	defer release() // after the name is gone, so no sweep takes it first
 	defer s.root.Remove(tmp)
 	if err := s.mkdirs(key, sync); err != nil {
 		return "", err
@@ -234,12 +278,16 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts objsto
 }
 
 // writeTemp writes body to a new temp file, fsyncs it (if sync) and
-// returns its name relative to the root. If want is non-zero the body
-// must hash to it.
-func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want [32]byte, sync bool) (string, error) {
+// returns its name relative to the root, and the function that releases
+// its lock, which the caller calls once the name is removed. If want is
+// non-zero the body must hash to it.
+func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want [32]byte, sync bool) (string, func(), error) {
 	var rnd [12]byte
 	rand.Read(rnd[:])
 	name := tmpDir + "/" + hex.EncodeToString(rnd[:])
+	if canLock {
+		name = tmpDir + "/" + lockedPrefix + hex.EncodeToString(rnd[:])
+	}
 	f, err := s.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if errors.Is(err, fs.ErrNotExist) {
 		// The store's first Put: make the temp directory (another
@@ -249,7 +297,15 @@ func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want 
 		}
 	}
 	if err != nil {
-		return "", s.ioErr(err, "put %s: create temp file", key)
+		return "", nil, s.ioErr(err, "put %s: create temp file", key)
+	}
+	// The lock is held by a file of its own, so that f is closed (and
+	// its error seen) before the link, as before.
+	release, err := s.holdTemp(name)
+	if err != nil {
+		f.Close()
+		s.root.Remove(name)
+		return "", nil, s.ioErr(err, "put %s: open temp file", key)
 	}
 	h := sha256.New()
 	// Hashed only to check a digest the caller gave.
@@ -273,12 +329,35 @@ func (s *Store) writeTemp(ctx context.Context, key string, body io.Reader, want 
 	}
 	if err != nil {
 		s.root.Remove(name)
+		release()
 		if errcode.Of(err) == errcode.Internal {
 			err = errcode.Wrap(errcode.IO, err, "put %s", key)
 		}
-		return "", err
+		return "", nil, err
 	}
-	return name, nil
+	return name, release, nil
+}
+
+// holdTemp locks temp file name for this Put, through an open file of
+// its own, and returns the function that releases it. Where the file
+// system takes no lock (NFS without lockd) a sweep cannot take it
+// either, and leaves the file for TempMaxAge.
+func (s *Store) holdTemp(name string) (release func(), err error) {
+	if !canLock {
+		return func() {}, nil
+	}
+	base := path.Base(name)
+	heldTemps.Store(base, struct{}{})
+	f, err := s.root.Open(name)
+	if err != nil {
+		heldTemps.Delete(base)
+		return nil, err
+	}
+	lock(f, true) // no lock taken: see above
+	return func() {
+		f.Close()
+		heldTemps.Delete(base)
+	}, nil
 }
 
 // mkdirs creates the key's directory and its missing parents, fsyncing

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -528,5 +529,135 @@ func TestListBesideDeletePrefix(t *testing.T) {
 		if !slices.Equal(got, keep) {
 			t.Fatalf("listing %d: kept keys %q, want %q", listings, got, keep)
 		}
+	}
+}
+
+// killedPutEnv names the store directory a child test process Puts into
+// until it is killed (TestKilledPutTempIsSwept).
+const killedPutEnv = "SHARDPROOF_TEST_KILLED_PUT_STORE"
+
+// stallAfter yields n zero bytes, then blocks forever: a body whose
+// upload a kill ends midway.
+type stallAfter struct{ n int }
+
+func (s *stallAfter) Read(p []byte) (int, error) {
+	if s.n == 0 {
+		select {}
+	}
+	k := min(len(p), s.n)
+	clear(p[:k])
+	s.n -= k
+	return k, nil
+}
+
+// A Put killed mid-body (kill -9, the OOM killer) leaves its temp file,
+// which the next Open removed only once a day old: a retry loop of
+// killed uploads filled the disk with them meanwhile. Its lock is free,
+// so the next Open removes it once TempSettle old, and keeps the temp
+// files of Puts still running, whatever their age, in another process
+// or in its own (which then completes).
+func TestKilledPutTempIsSwept(t *testing.T) {
+	const size = 4 << 20
+	if dir := os.Getenv(killedPutEnv); dir != "" {
+		s, err := file.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Put(context.Background(), "big", &stallAfter{n: size}, objstore.PutOptions{IfNoneMatch: true})
+		t.Fatal("the stalled Put returned")
+	}
+	dir := t.TempDir()
+	tmpFiles := func() map[string]int64 {
+		out := map[string]int64{}
+		es, _ := os.ReadDir(filepath.Join(dir, "@tmp"))
+		for _, e := range es {
+			if fi, err := e.Info(); err == nil {
+				out[e.Name()] = fi.Size()
+			}
+		}
+		return out
+	}
+	// Two processes each write size bytes of a Put, then stall.
+	var temps []string
+	var children []*exec.Cmd
+	for range 2 {
+		child := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestKilledPutTempIsSwept$")
+		child.Env = append(os.Environ(), killedPutEnv+"="+dir)
+		if err := child.Start(); err != nil {
+			t.Fatal(err)
+		}
+		children = append(children, child)
+		defer func() { child.Process.Kill(); child.Wait() }()
+		for deadline := time.Now().Add(time.Minute); len(temps) < len(children); time.Sleep(5 * time.Millisecond) {
+			for name, n := range tmpFiles() {
+				if n == size && !slices.Contains(temps, name) {
+					temps = append(temps, name)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the child wrote no temp file")
+			}
+		}
+	}
+	killed, other := temps[0], temps[1]
+	children[0].Process.Kill()
+	children[0].Wait()
+
+	// And a Put of this process.
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	live := make(chan error, 1)
+	s, err := file.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	go func() {
+		_, err := s.Put(t.Context(), "live", pr, objstore.PutOptions{IfNoneMatch: true})
+		live <- err
+	}()
+	// Once the Put has read these bytes, its temp file exists.
+	if _, err := pw.Write([]byte("first half, ")); err != nil {
+		t.Fatal(err)
+	}
+	var own string
+	for name := range tmpFiles() {
+		if !slices.Contains(temps, name) {
+			own = name
+		}
+	}
+	if own == "" {
+		t.Fatal("the running Put has no temp file")
+	}
+	old := time.Now().Add(-file.TempSettle - time.Minute)
+	for _, name := range []string{killed, other, own} {
+		if err := os.Chtimes(filepath.Join(dir, "@tmp", name), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := file.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	left := tmpFiles()
+	if _, ok := left[killed]; ok {
+		t.Fatalf("the killed Put's temp file %s, %s old, is still there after Open", killed, file.TempSettle+time.Minute)
+	}
+	for _, name := range []string{other, own} {
+		if _, ok := left[name]; !ok {
+			t.Fatalf("Open removed the temp file %s of a Put still running", name)
+		}
+	}
+	if _, err := again.Head(t.Context(), "big", ""); !objstore.IsNotExist(err) {
+		t.Fatalf("Head of the stalled Puts' key: %v, want NOT_FOUND", err)
+	}
+	pw.Write([]byte("second half"))
+	pw.Close()
+	if err := <-live; err != nil {
+		t.Fatalf("the running Put, after the sweep: %v", err)
+	}
+	if got := readAll(t, again, "live"); got != "first half, second half" {
+		t.Fatalf("live = %q", got)
 	}
 }
