@@ -8,7 +8,10 @@
 //     it an overwrite destroys the bytes a descriptor names;
 //   - a conditional create is PutObject (or CompleteMultipartUpload) with
 //     If-None-Match: "*", so the server decides atomically; a 412 is
-//     ErrPreconditionFailed and is never retried;
+//     ErrPreconditionFailed and is never retried; a body of 1 MiB or
+//     more first asks (HeadObject) whether the key exists, and fails
+//     fast if it does, since a server may refuse it before reading the
+//     body and cut the connection under the upload;
 //   - Get and Head with a version send its VersionId;
 //   - bodies up to the multipart threshold (16 MiB by default) are buffered
 //     and sent in one PutObject; larger ones go as a multipart upload of

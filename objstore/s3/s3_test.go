@@ -493,3 +493,33 @@ func TestDeletePrefixAbortsOpenUploads(t *testing.T) {
 		t.Fatalf("open uploads after DeletePrefix(jobs/p1/): %v, want only jobs/p2's", left)
 	}
 }
+
+// Conditional creates of an existing key with a body of 12 MiB, below
+// the multipart threshold, are PRECONDITION_FAILED every time: versitygw
+// refuses such a PutObject before reading its body and closes the
+// connection under it, and 16 of 40 ended STORE_UNAVAILABLE after the
+// SDK's retries (a second stage of a release with shards that size).
+func TestConditionalCreateOfExistingLargeBody(t *testing.T) {
+	st := open(t, s3test.Start(t))
+	body := make([]byte, 12<<20)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	if _, err := st.Put(t.Context(), "k", bytes.NewReader(body), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		_, err := st.Put(t.Context(), "k", bytes.NewReader(body), objstore.PutOptions{IfNoneMatch: true, Size: int64(len(body))})
+		if !objstore.IsPrecondition(err) {
+			t.Fatalf("conditional create %d of an existing key: %v, want PRECONDITION_FAILED", i, err)
+		}
+	}
+	if _, _, created, err := objstore.PutBlob(t.Context(), st, body); err != nil || !created {
+		t.Fatalf("first PutBlob: created=%v, %v", created, err)
+	}
+	for i := range 5 {
+		if _, _, created, err := objstore.PutBlob(t.Context(), st, body); err != nil || created {
+			t.Fatalf("PutBlob %d of a stored blob: created=%v, %v; want the stored version", i, created, err)
+		}
+	}
+}
