@@ -30,6 +30,7 @@ func Run(t *testing.T, open func(t *testing.T) objstore.Store) {
 		{"ConditionalCreate", testConditionalCreate},
 		{"ConditionalCreateRace", testConditionalCreateRace},
 		{"ConditionalCreateSlowBody", testConditionalCreateSlowBody},
+		{"CreateOrMatch", testCreateOrMatch},
 		{"NotFound", testNotFound},
 		{"ListPaging", testListPaging},
 		{"ListPrefix", testListPrefix},
@@ -232,6 +233,34 @@ func testConditionalCreateSlowBody(t *testing.T, s objstore.Store) {
 	}
 	if got := get(t, s, "slow", v); string(got) != "fast writer" {
 		t.Fatalf("fast writer's version holds %q", got)
+	}
+}
+
+// testCreateOrMatch: a conditional create sent again with the bytes the
+// key holds (small, or larger than an S3 part, streamed from a reader
+// that cannot be read again) is a match at the key's version, and other
+// bytes of the same length, or one byte more or less, stay refused.
+func testCreateOrMatch(t *testing.T, s objstore.Store) {
+	large := make([]byte, 5<<20+777)
+	rand.NewChaCha8([32]byte{3}).Read(large)
+	for _, body := range [][]byte{[]byte("small body"), large} {
+		key := fmt.Sprintf("com/%d", len(body))
+		v := put(t, s, key, body, objstore.PutOptions{IfNoneMatch: true})
+		got, created, err := objstore.CreateOrMatch(t.Context(), s, key, struct{ io.Reader }{bytes.NewReader(body)}, objstore.PutOptions{})
+		if err != nil || created || got != v {
+			t.Fatalf("%s with its own bytes: %q created=%v, %v; want version %s", key, got, created, err, v)
+		}
+		flipped := bytes.Clone(body)
+		flipped[len(flipped)-1] ^= 1
+		for name, other := range map[string][]byte{"other bytes": flipped, "shorter": body[:len(body)-1], "longer": append(bytes.Clone(body), 0)} {
+			_, _, err := objstore.CreateOrMatch(t.Context(), s, key, struct{ io.Reader }{bytes.NewReader(other)}, objstore.PutOptions{Size: int64(len(other))})
+			if !objstore.IsPrecondition(err) {
+				t.Fatalf("%s, %s: %v, want PRECONDITION_FAILED", key, name, err)
+			}
+		}
+		if info, err := s.Head(t.Context(), key, ""); err != nil || info.Version != v {
+			t.Fatalf("%s after refused creates: %+v, %v; want version %s", key, info, err, v)
+		}
 	}
 }
 
