@@ -146,10 +146,26 @@ operational error (JOB_IN_USE included).`,
 	f.BoolVar(&readAllMembers, "read-all-members", false, "read every snapshot member, even those whose buckets all match the snapshot's leaf index (index/snapshots/<hex>/leaves.v1, written by stage and by a verify that read every member): a full audit of the snapshot's files too")
 	f.Bool("keep-job", false, "keep the job's shuffle files and task commit records (jobs/<plan>/ in the store, or in --scratch) after the report is stored; by default they are deleted")
 	f.StringVar(&scratch, "scratch", "", "store URL or path for the job's shuffle files and task commit records (jobs/<plan>/), created if missing; plans, reports and inputs stay in --store (default: --store). A local directory keeps an S3 release's shuffle off the network")
-	f.String("metrics-file", "", "also write the verification's figures (verified shard ratio, failures by class, throughput, decompression ratio; labelled by root digest) to this file in Prometheus text format, for node_exporter's textfile collector")
+	f.String("metrics-file", "", "also write the verification's figures (verified shard ratio, failures by class, throughput, decompression ratio; labelled by root digest) to this file in Prometheus text format, for node_exporter's textfile collector; a verify that ends with an error and no verdict writes shardproof_verify_error{root,code} instead")
 	f.StringVar(&resume, "resume", "", "finish an interrupted verification with any executor: the plan digest it logged (committed tasks are reused; the root, snapshot, fences and the plan's shape come from the plan, and giving --root, --reducers or another flag the plan records is USAGE; a finished one prints its stored report; one another process runs is JOB_IN_USE)")
 	f.BoolVar(&takeOver, "take-over", false, fmt.Sprintf("with --resume: take the job from its holder at once, for a holder known to be dead whose machine is down (one on another machine is otherwise taken for gone only %s after its last renewal); the holder displaced is printed, and one running on this machine is still JOB_IN_USE", coordinator.HoldStaleAfter))
 	engine.addFlags(f)
+	// A verification that ends with an error and no verdict still leaves
+	// its --metrics-file saying so (a verdict's path wrote the report's
+	// figures already, and returns the verdict's exit status).
+	run := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		err := run(cmd, args)
+		var verdict *exitError
+		path, _ := cmd.Flags().GetString("metrics-file")
+		if err == nil || path == "" || errors.As(err, &verdict) || errcode.Of(err) == errcode.Usage && checkMetricsFile(cmd) != nil {
+			return err
+		}
+		if werr := writeVerifyErrorMetrics(path, root, err); werr != nil {
+			slog.Error("metrics file not written", "path", path, "code", string(errcode.Of(werr)), "err", werr)
+		}
+		return err
+	}
 	rootCmd.AddCommand(cmd)
 }
 

@@ -444,6 +444,35 @@ func TestVerifyMetricsFile(t *testing.T) {
 		}
 	}
 
+	// A verification that ends with an error and no verdict (here its
+	// root is not in the store) replaces the figures of the run before,
+	// which must not stand for it, with its error code.
+	gone := "sha256:" + strings.Repeat("ab", 32)
+	res = runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", gone, "--metrics-file", path)
+	if res.status != errcode.ExitError || !strings.Contains(res.stderr, "NOT_FOUND") {
+		t.Fatalf("verify of a root not in the store: exit %d\n%s", res.status, res.stderr)
+	}
+	f2, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f2.Close()
+	p2 := expfmt.NewTextParser(model.LegacyValidation)
+	if fams, err = p2.TextToMetricFamilies(f2); err != nil {
+		t.Fatalf("metrics file after an error does not parse: %v", err)
+	}
+	if v := value("shardproof_verify_error", map[string]string{"root": gone, "code": "NOT_FOUND"}); v != 1 {
+		t.Errorf("error{code=NOT_FOUND} = %v, want 1", v)
+	}
+	if v := value("shardproof_verify_last_run_timestamp_seconds", map[string]string{"root": gone}); v <= 0 {
+		t.Errorf("last run timestamp %v", v)
+	}
+	for _, name := range []string{"shardproof_verify_verified", "shardproof_verify_failures", "shardproof_verify_verified_shard_ratio"} {
+		if fams[name] != nil {
+			t.Errorf("%s still in the metrics file after a run that ended with an error", name)
+		}
+	}
+
 	missing := filepath.Join(t.TempDir(), "no", "such", "dir", "v.prom")
 	res = runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", r.res.Root.String(), "--metrics-file", missing)
 	if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "--metrics-file") || strings.Contains(res.stderr, "verification planned") {

@@ -71,3 +71,33 @@ func writeVerifyMetrics(path string, out *coordinator.Outcome) error {
 	}
 	return nil
 }
+
+// writeVerifyErrorMetrics replaces the file at path, after a verification
+// that ended with an error and no verdict (a store or gate unreachable, a
+// bad document, a job another process holds), with that: an error gauge
+// labelled by the root given (empty when it is not known, as for --resume)
+// and the failure's code, and the run's timestamp. The figures of an
+// earlier run, a VERIFIED one above all, must not stand for a night whose
+// run failed: a dashboard alerting on shardproof_verify_verified would
+// otherwise see 1 from yesterday.
+func writeVerifyErrorMetrics(path, root string, failure error) error {
+	if d, err := manifest.ParseDigest(root); err == nil {
+		root = d.String()
+	} else {
+		root = "" // a root that does not parse is no label value
+	}
+	reg := prometheus.NewRegistry()
+	e := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "shardproof_verify_error",
+		Help: "1: the last verification ended with an error and no verdict (no report), labelled by its code; the figures of a verdict are absent.",
+	}, []string{"root", "code"})
+	reg.MustRegister(e)
+	e.WithLabelValues(root, string(errcode.Of(failure))).Set(1)
+	ts := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "shardproof_verify_last_run_timestamp_seconds", Help: "When this file was written (Unix time)."}, []string{"root"})
+	reg.MustRegister(ts)
+	ts.WithLabelValues(root).Set(float64(time.Now().Unix()))
+	if err := prometheus.WriteToTextfile(path, reg); err != nil {
+		return errcode.Wrap(errcode.IO, err, "verify: --metrics-file")
+	}
+	return nil
+}
