@@ -152,13 +152,16 @@ operational error (JOB_IN_USE included).`,
 	engine.addFlags(f)
 	// A verification that ends with an error and no verdict still leaves
 	// its --metrics-file saying so (a verdict's path wrote the report's
-	// figures already, and returns the verdict's exit status).
+	// figures already, and returns the verdict's exit status). --emit
+	// without --submit runs nothing and refuses --metrics-file: that
+	// refusal, like any, leaves the file as it was.
 	run := cmd.RunE
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		err := run(cmd, args)
 		var verdict *exitError
 		path, _ := cmd.Flags().GetString("metrics-file")
-		if err == nil || path == "" || errors.As(err, &verdict) || errcode.Of(err) == errcode.Usage && checkMetricsFile(cmd) != nil {
+		emitOnly := engine.executor == "kubernetes" && !engine.submit
+		if err == nil || path == "" || emitOnly || errors.As(err, &verdict) || errcode.Of(err) == errcode.Usage && checkMetricsFile(cmd) != nil {
 			return err
 		}
 		if werr := writeVerifyErrorMetrics(path, root, err); werr != nil {

@@ -478,6 +478,17 @@ func TestVerifyMetricsFile(t *testing.T) {
 	if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "--metrics-file") || strings.Contains(res.stderr, "verification planned") {
 		t.Fatalf("missing directory: exit %d\n%s", res.status, res.stderr)
 	}
+
+	// --emit without --submit runs nothing and refuses --metrics-file
+	// (USAGE); the file, whose directory exists, keeps what it held.
+	res = runCLI(t, cliEnv(), "verify", "--executor", "kubernetes", "--emit", t.TempDir(), "--image", "x",
+		"--store", r.dir, "--root", r.res.Root.String(), "--metrics-file", path)
+	if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "--metrics-file needs a report") {
+		t.Fatalf("--emit --metrics-file: exit %d\n%s", res.status, res.stderr)
+	}
+	if b, err := os.ReadFile(path); err != nil || strings.Contains(string(b), `code="USAGE"`) || !strings.Contains(string(b), `code="NOT_FOUND"`) {
+		t.Fatalf("--emit --metrics-file, refused, rewrote the file (%v):\n%s", err, b)
+	}
 }
 
 // TestVerifySummaryQuotesSampleIDs: a sampleId is any valid UTF-8, so a
