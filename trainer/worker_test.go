@@ -54,10 +54,12 @@ func newEnv(t *testing.T, options ...func(*raftgate.Config)) *env {
 	n := raftgate.StartTestNode(t, cfg)
 	e.gate = raftgate.NewClient(n.URL())
 	t.Cleanup(e.gate.Close)
+	// Leading, and at its build's cluster version (which it raises soon
+	// after it leads), so that a test runs against the version it names.
 	deadline := time.Now().Add(10 * time.Second)
-	for !n.IsLeader() {
+	for !n.IsLeader() || n.ClusterVersion() != n.BuildVersion() {
 		if time.Now().After(deadline) {
-			t.Fatal("gate did not become leader")
+			t.Fatalf("gate did not lead at cluster version %d (leader %v, cluster version %d)", n.BuildVersion(), n.IsLeader(), n.ClusterVersion())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
