@@ -769,6 +769,13 @@ func checkProposal(c Command) error {
 			// report that found its hits it is a claim, not evidence.
 			return errcode.New(errcode.BadInput, "recheck of %s names no report", c.Root)
 		}
+	case *Register:
+		if c.Report != nil && c.Report.Digest.IsZero() {
+			// A report is named by its digest: a summary without one
+			// is no stored report, and Apply takes the zero digest
+			// for a retry of the report a release already holds.
+			return errcode.New(errcode.BadInput, "register of %s: its report summary names no report digest", c.Root)
+		}
 	case *Publish:
 		return CheckPathName("alias", c.Alias)
 	case *CreateRun:

@@ -683,6 +683,37 @@ func TestClientRefusesWhatRetryingCannotFix(t *testing.T) {
 	}
 }
 
+// A register whose report summary names no report digest is refused
+// BAD_INPUT when it is proposed, and nothing is logged: Apply took the
+// zero digest for a retry of a release's report, and (below cluster
+// version 2) recorded a new root STAGED on the way to refusing it.
+func TestRegisterWithoutReportDigestIsRefused(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	n := StartTestNode(t, TestConfig(t.TempDir(), "g"))
+	g := NewClient(n.URL())
+	defer g.Close()
+	registerVerified(t, ctx, g, "rel", 2, 0, 0)
+	before, err := g.StatusDigest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := dig("no-report-digest")
+	_, err = g.Register(ctx, &Register{Root: root, Shards: shardsOf("no-report-digest", 1), Report: &ReportSummary{Verdict: manifest.Verified, DatasetSnapshot: dig("snap")}})
+	if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "names no report digest") {
+		t.Fatalf("register without a report digest: %v, want BAD_INPUT", err)
+	}
+	after, err := g.StatusDigest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.StateIndex != before.StateIndex || *after.StateDigest != *before.StateDigest {
+		t.Fatalf("the refused register changed the state: index %d → %d", before.StateIndex, after.StateIndex)
+	}
+	if _, err := g.Release(ctx, root); errcode.Of(err) != errcode.UnknownRelease {
+		t.Fatalf("release of the refused register: %v, want UNKNOWN_RELEASE", err)
+	}
+}
+
 // A node started on another member's data directory (its address under
 // another ID) is refused with the members it holds, where it used to
 // serve and answer every write NOT_LEADER; with the right ID the same
