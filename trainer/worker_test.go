@@ -1615,29 +1615,7 @@ func (g *heldRuns) Run(ctx context.Context, id string) (*raftgate.Run, error) {
 // shards this worker verified; otherwise it verifies the new assignment
 // and attests again.
 func TestOldWorkerOfAReplacedRankDoesNotTakeTheNewAssignment(t *testing.T) {
-	e := newEnv(t)
-	e.publish(e.gen1, 0)
-	e.createRun("r1", 2, 30*time.Second)
-	g := &heldRuns{Gate: e.gate, release: make(chan struct{})}
-	old := e.worker("r1", 0, nil, g)
-	done := make(chan error, 1)
-	go func() { done <- old.Run(e.ctx, true) }()
-	waitState(t, old, StateWaiting)
-	// The old worker's reads of the run between wait slices wait until
-	// the barrier has opened: what it sees first is the barrier open.
-	g.hold.Store(true)
-	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 2, Assignment: [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}}}); err != nil {
-		t.Fatal(err)
-	}
-	for r, err := range runAll(e.ctx, e.worker("r1", 0, nil, nil), e.worker("r1", 1, nil, nil)) {
-		if err != nil {
-			t.Fatalf("rank %d at epoch 1: %v", r, err)
-		}
-	}
-	close(g.release)
-	if err := <-done; err != nil {
-		t.Fatalf("the old worker of rank 0: %v", err)
-	}
+	e, old := replacedRank(t, [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}})
 	run, err := e.gate.Run(e.ctx, "r1")
 	if err != nil {
 		t.Fatal(err)
@@ -1763,27 +1741,7 @@ func scaledInWhileRunReadFailed(t *testing.T, e *env) {
 // epoch is taken only when the run assigns this rank the very shard
 // indices, in order, that this worker verified.
 func TestOldWorkerOfAReplacedRankTakesTheNewAssignmentsOrder(t *testing.T) {
-	e := newEnv(t)
-	e.publish(e.gen1, 0)
-	e.createRun("r1", 2, 30*time.Second) // rank 0: shards 0, 2, 4, 6
-	g := &heldRuns{Gate: e.gate, release: make(chan struct{})}
-	old := e.worker("r1", 0, nil, g)
-	done := make(chan error, 1)
-	go func() { done <- old.Run(e.ctx, true) }()
-	waitState(t, old, StateWaiting)
-	g.hold.Store(true)
-	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 2, Assignment: [][]int{{6, 4, 2, 0}, {1, 3, 5, 7}}}); err != nil {
-		t.Fatal(err)
-	}
-	for r, err := range runAll(e.ctx, e.worker("r1", 0, nil, nil), e.worker("r1", 1, nil, nil)) {
-		if err != nil {
-			t.Fatalf("rank %d at epoch 1: %v", r, err)
-		}
-	}
-	close(g.release)
-	if err := <-done; err != nil {
-		t.Fatalf("the old worker of rank 0: %v", err)
-	}
+	e, old := replacedRank(t, [][]int{{6, 4, 2, 0}, {1, 3, 5, 7}}) // rank 0 had shards 0, 2, 4, 6
 	var want []manifest.Digest
 	for _, i := range []int{6, 4, 2, 0} {
 		want = append(want, e.gen1.Release.Shards[i].Digest)
@@ -1866,4 +1824,36 @@ func TestSidecarWithAnEmptyAssignmentWatchesNoEntry(t *testing.T) {
 	if st := w.Status(); st.State != StateReady {
 		t.Fatalf("rank 0 with no shards, after an entry of its assignment before was deleted: %+v", st)
 	}
+}
+
+// replacedRank runs the old worker of rank 0 of a two-rank run (shards
+// 0, 2, 4, 6) to the barrier, then, while its reads of the run wait
+// until the barrier has opened (what it sees first is the barrier
+// open), reassigns the run to assignment and has new workers of both
+// ranks attest it. It returns once the old worker has ended without an
+// error.
+func replacedRank(t *testing.T, assignment [][]int) (*env, *Worker) {
+	t.Helper()
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 2, 30*time.Second)
+	g := &heldRuns{Gate: e.gate, release: make(chan struct{})}
+	old := e.worker("r1", 0, nil, g)
+	done := make(chan error, 1)
+	go func() { done <- old.Run(e.ctx, true) }()
+	waitState(t, old, StateWaiting)
+	g.hold.Store(true)
+	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 2, Assignment: assignment}); err != nil {
+		t.Fatal(err)
+	}
+	for r, err := range runAll(e.ctx, e.worker("r1", 0, nil, nil), e.worker("r1", 1, nil, nil)) {
+		if err != nil {
+			t.Fatalf("rank %d at epoch 1: %v", r, err)
+		}
+	}
+	close(g.release)
+	if err := <-done; err != nil {
+		t.Fatalf("the old worker of rank 0: %v", err)
+	}
+	return e, old
 }

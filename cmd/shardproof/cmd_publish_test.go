@@ -19,6 +19,7 @@ import (
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/raftgate"
+	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
 	"github.com/shardproof/shardproof/trainer"
 )
@@ -183,21 +184,7 @@ func TestPublishWorkerRecheckCLI(t *testing.T) {
 // rechecked the current root alone: the rollback was then
 // ROLLBACK_INELIGIBLE until each earlier root was rechecked by --root.
 func TestRecheckClosedKeepsRollbackWindow(t *testing.T) {
-	ctx := context.Background()
-	dir, s := tempFileStore(t)
-	gen1 := stagetest.Synth(t, s, 600, 2, 1)
-	gen2 := stagetest.Synth(t, s, 600, 2, 2)
-	node, _ := startLeader(t)
-	base := []string{"--store", dir, "--gate", node.URL()}
-	for i, r := range []manifest.Digest{gen1.Root, gen2.Root} {
-		if out, err := cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", r.String(), "--expect-generation", strconv.Itoa(i)}, base...)...); err != nil {
-			t.Fatalf("publish generation %d: %q %v", i+1, out, err)
-		}
-	}
-	tomb, _, _, err := objstore.PutBlob(ctx, s, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gen1, _, node, base, tomb := twoGenerations(t)
 	out, err := cli(t, append([]string{"gate", "fence", "advance", "--tombstones", manifest.Digest(tomb).String()}, base...)...)
 	if err != nil || !strings.Contains(out, "recheck with: shardproof recheck --closed") {
 		t.Fatalf("fence advance: %q %v", out, err)
@@ -313,21 +300,7 @@ func TestRecheckJSONOutcomes(t *testing.T) {
 // window from a ROLLBACK_INELIGIBLE rollback; once the roots are
 // rechecked no hint is printed.
 func TestFenceAdvanceHintsRollbackWindow(t *testing.T) {
-	ctx := context.Background()
-	dir, s := tempFileStore(t)
-	gen1 := stagetest.Synth(t, s, 600, 2, 1)
-	gen2 := stagetest.Synth(t, s, 600, 2, 2)
-	node, _ := startLeader(t)
-	base := []string{"--store", dir, "--gate", node.URL()}
-	for i, r := range []manifest.Digest{gen1.Root, gen2.Root} {
-		if out, err := cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", r.String(), "--expect-generation", strconv.Itoa(i)}, base...)...); err != nil {
-			t.Fatalf("publish generation %d: %q %v", i+1, out, err)
-		}
-	}
-	tomb, _, _, err := objstore.PutBlob(ctx, s, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	gen1, gen2, node, base, tomb := twoGenerations(t)
 	tombD := manifest.Digest(tomb).String()
 	if out, err := cli(t, append([]string{"recheck", "-q", "--members", "--root", gen2.Root.String(), "--tombstones", tombD}, base...)...); err != nil {
 		t.Fatalf("recheck of generation 2 before the advance: %q %v", out, err)
@@ -506,4 +479,27 @@ func TestSidecarStoppedWhileReadyPrintsNoReadyLine(t *testing.T) {
 	if strings.Contains(stdout.String(), "ready run=") {
 		t.Fatalf("a sidecar stopped while ready printed a ready line:\n%s", stdout.String())
 	}
+}
+
+// twoGenerations publishes two synthesized releases as generations 1
+// and 2 of alias main on a new gate and stores a tombstone log of
+// watermark 4. It returns both, the gate, the --store and --gate flags,
+// and the log's digest.
+func twoGenerations(t *testing.T) (gen1, gen2 stage.Result, node *raftgate.Node, base []string, tomb [32]byte) {
+	t.Helper()
+	dir, s := tempFileStore(t)
+	gen1 = stagetest.Synth(t, s, 600, 2, 1)
+	gen2 = stagetest.Synth(t, s, 600, 2, 2)
+	node, _ = startLeader(t)
+	base = []string{"--store", dir, "--gate", node.URL()}
+	for i, r := range []manifest.Digest{gen1.Root, gen2.Root} {
+		if out, err := cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", r.String(), "--expect-generation", strconv.Itoa(i)}, base...)...); err != nil {
+			t.Fatalf("publish generation %d: %q %v", i+1, out, err)
+		}
+	}
+	tomb, _, _, err := objstore.PutBlob(context.Background(), s, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gen1, gen2, node, base, tomb
 }
