@@ -199,7 +199,7 @@ func printPublishOutcome(w io.Writer, out *publish.Outcome, asJSON, ok bool) {
 				}
 			}
 			for _, f := range r.Failures {
-				fmt.Fprintf(w, "  %s %s: %s: %s\n", f.Side, f.Shard, f.Code, f.Detail)
+				fmt.Fprintln(w, showFailure(f))
 			}
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
@@ -227,7 +228,7 @@ func printSummary(w io.Writer, out *coordinator.Outcome) {
 		fmt.Fprintln(w)
 	}
 	for _, f := range r.Failures {
-		fmt.Fprintf(w, "  %s %s: %s: %s\n", f.Side, f.Shard, f.Code, f.Detail)
+		fmt.Fprintln(w, showFailure(f))
 	}
 	e := &r.Execution
 	fmt.Fprintf(w, "speed    %.0f records/s, %.1f MB/s stored, decompression ratio %.2f (%d map tasks, %d reducers, %.2fs)\n",
@@ -244,6 +245,40 @@ func showID(id string) string {
 		return id
 	}
 	return strconv.Quote(id)
+}
+
+// showFailure returns a shard failure as one line of text output. A
+// shard's path comes from the release's manifest and a detail can hold
+// names from a file's own schema (a SCHEMA_MISMATCH lists the fields it
+// found), so both are shown with every character that is not printable
+// escaped as Go escapes it: such a name can neither add a line of its
+// own nor send a terminal an escape sequence.
+func showFailure(f manifest.ShardFailure) string {
+	return fmt.Sprintf("  %s %s: %s: %s", escapeUnprintable(f.Side), showID(f.Shard), escapeUnprintable(f.Code), escapeUnprintable(f.Detail))
+}
+
+// escapeUnprintable returns s with every rune that is not printable (a
+// space is) written as a Go escape (\n, \x1b, \u2028, …), and every byte
+// that is not valid UTF-8 as \xNN.
+func escapeUnprintable(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case unicode.IsPrint(r):
+			b.WriteString(s[i : i+n])
+		default:
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 // verifyProgress shows mapped files on a terminal as a progress bar, and

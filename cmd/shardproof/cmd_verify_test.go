@@ -10,10 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
 	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
@@ -514,5 +517,86 @@ func TestVerifySummaryQuotesSampleIDs(t *testing.T) {
 	}
 	if !regexp.MustCompile(`MISSING_MEMBER +1  e\.g\. syn7-[0-9a-z]+\n`).MatchString(out.stdout) {
 		t.Fatalf("a plain id is not printed as it is:\n%s", out.stdout)
+	}
+}
+
+// TestVerifySummaryEscapesFailureDetails: a shard failure's detail can
+// hold names the file's author chose (a SCHEMA_MISMATCH lists the fields
+// the file has), so the summary's failure lines, of verify and of
+// publish, escape every character that is not printable: a field named
+// with a newline and a terminal's escape sequence can neither add a line
+// of its own ("verdict  VERIFIED" under the real "verdict  INVALID") nor
+// reach the terminal as an escape.
+func TestVerifySummaryEscapesFailureDetails(t *testing.T) {
+	r := newRelease(t)
+	const name = "lang\nverdict  VERIFIED\x1b[2K"
+	other := stage.DefaultSchema()
+	for i := range other.Fields {
+		if other.Fields[i].Name == "lang" {
+			other.Fields[i].Name = name
+		}
+	}
+	otherDigest, err := canon.SchemaDigest(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	as, err := canon.ArrowSchema(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := array.NewRecordBuilder(memory.NewGoAllocator(), as)
+	defer b.Release()
+	for _, row := range stagetest.ShardRows(t, r.store, r.res, 0) {
+		for i, f := range other.Fields {
+			switch f.Name {
+			case "sample_id":
+				b.Field(i).(*array.StringBuilder).Append(row.SampleID)
+			case "source_id":
+				b.Field(i).(*array.StringBuilder).Append(row.SourceID)
+			case "source_version":
+				b.Field(i).(*array.Int64Builder).Append(row.SourceVersion)
+			case "split":
+				b.Field(i).(*array.StringBuilder).Append(row.Split)
+			case "text":
+				b.Field(i).(*array.StringBuilder).Append(row.Text)
+			case "tokens":
+				b.Field(i).(*array.Int64Builder).Append(row.Tokens)
+			case name:
+				b.Field(i).(*array.StringBuilder).Append(row.Lang)
+			default:
+				t.Fatalf("field %q", f.Name)
+			}
+		}
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	rel := stagetest.CloneRelease(r.res.Release)
+	rel.Shards[0] = stagetest.WriteShard(t, r.store, rel.Shards[0].ID, rec, other, otherDigest, stage.ParquetOptions{})
+	res := stagetest.Reissue(t, r.store, r.res, rel, true)
+
+	out := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", res.Root.String())
+	if out.status != errcode.ExitInvalid || !strings.Contains(out.stdout, "SCHEMA_MISMATCH") {
+		t.Fatalf("exit %d, want %d\n%s\n%s", out.status, errcode.ExitInvalid, out.stdout, out.stderr)
+	}
+	if n := len(regexp.MustCompile(`(?m)^verdict`).FindAllString(out.stdout, -1)); n != 1 || strings.Contains(out.stdout, "\x1b") ||
+		!strings.Contains(out.stdout, `lang\nverdict  VERIFIED\x1b[2K`) {
+		t.Fatalf("summary of a shard whose field name holds a newline and an escape (%d verdict lines):\n%s", n, out.stdout)
+	}
+}
+
+// TestEscapeUnprintable: printable text, spaces included, is kept as it
+// is; anything else is written as a Go escape, bytes that are not UTF-8
+// as \xNN.
+func TestEscapeUnprintable(t *testing.T) {
+	for in, want := range map[string]string{
+		"fields [a b]; digest sha256:00": "fields [a b]; digest sha256:00",
+		"héllo wörld":                    "héllo wörld",
+		"a\nb\tc\x1b[2K":                 `a\nb\tc\x1b[2K`,
+		"x\u2028y\u202ez":                `x\u2028y\u202ez`,
+		"bad\xffutf8\xc3":                `bad\xffutf8\xc3`,
+	} {
+		if got := escapeUnprintable(in); got != want {
+			t.Errorf("escapeUnprintable(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
