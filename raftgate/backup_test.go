@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
 )
 
 // TestBackupRestore takes a backup of a gate with an alias, a run and a
@@ -122,6 +123,18 @@ func TestRestoreRefusals(t *testing.T) {
 			c.Restore = bytes.Replace(emptyState(t), []byte(`"runs":{}`), []byte(`"runs":null`), 1)
 		}, errcode.BadDocument},
 		"no bootstrap": {func(c *Config) { c.Restore, c.Bootstrap = emptyState(t), false }, errcode.Usage},
+		// json keeps the last of duplicate keys: the fence went back to 0.
+		"duplicate key": {func(c *Config) {
+			c.Restore = bytes.Replace(fencedState(t), []byte(`"benchmark":0}`), []byte(`"benchmark":0,"tombstone":0}`), 1)
+		}, errcode.BadDocument},
+		"duplicate table": {func(c *Config) {
+			c.Restore = bytes.Replace(fencedState(t), []byte(`"runs":{}`), []byte(`"runs":{},"aliases":{}`), 1)
+		}, errcode.BadDocument},
+		"key in another case": {func(c *Config) {
+			c.Restore = bytes.Replace(fencedState(t), []byte(`"fences"`), []byte(`"Fences"`), 1)
+		}, errcode.BadDocument},
+		"trailing bracket": {func(c *Config) { c.Restore = append(fencedState(t), ']') }, errcode.BadDocument},
+		"trailing brace":   {func(c *Config) { c.Restore = append(fencedState(t), '}') }, errcode.BadDocument},
 	} {
 		cfg := TestConfig(t.TempDir(), "n1")
 		tc.mod(&cfg)
@@ -133,10 +146,36 @@ func TestRestoreRefusals(t *testing.T) {
 			t.Errorf("%s: the refused restore created %s", name, cfg.DataDir)
 		}
 	}
-	// The control: an empty gate's own state restores.
-	if _, err := DecodeState(emptyState(t)); err != nil {
+	// The controls: an empty gate's own state restores, and so does the
+	// one the edits above start from, a newline after it too.
+	if _, err := DecodeBackup(emptyState(t)); err != nil {
 		t.Fatalf("an empty gate's state: %v", err)
 	}
+	if s, err := DecodeBackup(append(fencedState(t), '\n')); err != nil || s.Fences.Tombstone != 7 || len(s.Aliases) != 1 {
+		t.Fatalf("the state the edits start from: %v %+v", err, s)
+	}
+}
+
+// fencedState is the state of a gate with a tombstone fence at 7 and an
+// alias at generation 1.
+func fencedState(t *testing.T) []byte {
+	t.Helper()
+	f := NewFSM()
+	root, report := dig("r1"), dig("report/r1")
+	for _, c := range []Command{
+		&Register{Root: root, Shards: shardsOf("r1", 1), Report: &ReportSummary{Digest: report, Verdict: manifest.Verified, DatasetSnapshot: dig("snap"), TombstoneWatermark: 7}},
+		&AdvanceFence{Kind: FenceTombstone, Value: 7},
+		&Publish{Alias: "main", Root: root},
+	} {
+		if r := f.ApplyCommand(c); r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	b, err := f.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // emptyState is the state of a gate that holds nothing yet.

@@ -295,7 +295,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		// use) leaves an empty raft.db, and refusing the retry sent the
 		// operator to --bootstrap alone, which founded an empty gate.
 		var err error
-		if restored, err = DecodeState(n.cfg.Restore); err != nil {
+		if restored, err = DecodeBackup(n.cfg.Restore); err != nil {
 			return errcode.Wrap(errcode.Of(err), err, "gate backup")
 		}
 		restored.Nodes = map[string]*NodeInfo{}

@@ -39,8 +39,11 @@ func walk(dec *json.Decoder, t reflect.Type, path string) error {
 	switch d {
 	case '{':
 		var fields map[string]reflect.Type
+		var elem reflect.Type // a map's values: its keys are data
 		if t != nil && t.Kind() == reflect.Struct {
 			fields = jsonFields(t)
+		} else if t != nil && t.Kind() == reflect.Map {
+			elem = t.Elem()
 		}
 		seen := map[string]bool{}
 		for dec.More() {
@@ -53,7 +56,7 @@ func walk(dec *json.Decoder, t reflect.Type, path string) error {
 				return fmt.Errorf("%s: duplicate key %q", path, truncate(k))
 			}
 			seen[k] = true
-			var ft reflect.Type
+			ft := elem
 			if fields != nil {
 				var ok bool
 				if ft, ok = fields[k]; !ok {

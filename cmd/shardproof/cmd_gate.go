@@ -475,7 +475,7 @@ not a gate at --gate; nothing written), 2 usage (FILE exists), 3 error
 		}
 		// What the gate sent must found a gate: checked here, not on
 		// the day it is needed.
-		st, err := raftgate.DecodeState(b)
+		st, err := raftgate.DecodeBackup(b)
 		if err != nil {
 			return errcode.Wrap(errcode.Of(err), err, "the gate's state")
 		}
