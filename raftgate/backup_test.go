@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -252,4 +253,61 @@ func commandState(t *testing.T, n *Node) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestRestoreBesideItsRunningCluster: a backup restored at the Raft
+// address of a member of its cluster while the others still run (a
+// member's disk lost, and --restore used where --join belongs) is
+// refused, before anything is created: the old cluster's leader made the
+// restored node its follower within a heartbeat, with the old log and
+// configuration, while gate serve said it had founded a new cluster.
+// Once the old members are stopped, the same restore founds the cluster.
+func TestRestoreBesideItsRunningCluster(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	old := MakeCluster(t, 3)
+	cl := old.Client()
+	r1 := registerVerified(t, ctx, cl, "r1", 2, 0, 0)
+	if _, err := cl.Publish(ctx, "main", r1, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	backup, err := cl.StateBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := 0
+	if old.Nodes[lost].IsLeader() {
+		lost = 1
+	}
+	lostID := old.Nodes[lost].ID()
+	cfg := old.Configs[lost]
+	old.Stop(lost)
+	cfg.DataDir = filepath.Join(t.TempDir(), "new")
+	cfg.Restore, cfg.Bootstrap, cfg.Join = backup, true, ""
+	n := NewNode(cfg)
+	err = n.Start(ctx)
+	n.Shutdown()
+	if errcode.Of(err) != errcode.Usage || !strings.Contains(err.Error(), "as "+lostID) || !strings.Contains(err.Error(), "--join") {
+		t.Fatalf("restore at the Raft address of %s beside its running cluster: %v, want USAGE naming it and --join", lostID, err)
+	}
+	if _, err := os.Stat(cfg.DataDir); !os.IsNotExist(err) {
+		t.Fatalf("the refused restore created %s", cfg.DataDir)
+	}
+	leader := old.Leader(10 * time.Second)
+	if st, err := NewClient(leader.URL()).Status(ctx); err != nil || len(st.Voters) != 3 {
+		t.Fatalf("the old cluster after the refused restore: %+v %v", st, err)
+	}
+
+	old.Shutdown()
+	n = StartTestNode(t, cfg)
+	waitLeader(t, n)
+	nc := NewClient(n.URL())
+	defer nc.Close()
+	st, err := nc.Status(ctx)
+	if err != nil || len(st.Voters) != 1 || st.Voters[0].ID != lostID {
+		t.Fatalf("the restored node's configuration: %+v %v, want %s alone", st, err, lostID)
+	}
+	r2 := registerVerified(t, ctx, nc, "r2", 2, 0, 0)
+	if _, err := nc.Publish(ctx, "main", r2, 1, 0); err != nil {
+		t.Fatalf("publish at generation 1 on the restored gate: %v", err)
+	}
 }

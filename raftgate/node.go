@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,7 +102,9 @@ type Config struct {
 	// (the bytes of GET /v1/state, as `gate backup` writes them) instead
 	// of an empty state: the way back after every member's directory is
 	// lost, or to move a gate to new machines. The backup is decoded and
-	// validated first; a DIR that holds state is refused. The backup's
+	// validated first; a DIR that holds state is refused, and so is a
+	// Raft address that a still running member of the backup's cluster
+	// has in its configuration (see checkRestoreBeside). The backup's
 	// member records are dropped: the new members record their own.
 	Restore []byte
 	Timing  Timing
@@ -298,11 +301,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		if restored, err = DecodeBackup(n.cfg.Restore); err != nil {
 			return errcode.Wrap(errcode.Of(err), err, "gate backup")
 		}
-		restored.Nodes = map[string]*NodeInfo{}
 		if restored.ClusterVersion > n.fsm.version {
 			return errcode.Wrap(errcode.ClusterVersion, &VersionError{Cluster: restored.ClusterVersion, Build: n.fsm.version},
 				"gate backup: restore it with a build of version %d or later", restored.ClusterVersion)
 		}
+		if err := n.checkRestoreBeside(ctx, restored.Nodes); err != nil {
+			return err
+		}
+		restored.Nodes = map[string]*NodeInfo{}
 	}
 	if n.cfg.TLS != nil {
 		raftAddr, httpAddr := n.cfg.RaftAddr, n.cfg.HTTPAddr
@@ -996,6 +1002,71 @@ func (n *Node) recordSelf() error {
 	}
 	_, err := n.Apply(&Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()})
 	return err
+}
+
+// restoreProbeTimeout bounds checkRestoreBeside.
+const restoreProbeTimeout = 3 * time.Second
+
+// checkRestoreBeside refuses to found a cluster on a backup at a Raft
+// address that a member of the backup's cluster, still running, has in
+// its configuration (USAGE, before anything is created). hashicorp/raft
+// takes entries from whichever leader sends them, and the old cluster's
+// leader, replicating to every address of its configuration, made the
+// restored node its follower within a heartbeat: it took the old log and
+// configuration, and served as a member of the old cluster while gate
+// serve said it had founded a new one (a write it acknowledged before
+// then would have been cut from its log). The members asked are those
+// the backup recorded (old); one that does not answer /v1/status within
+// restoreProbeTimeout is taken for gone.
+func (n *Node) checkRestoreBeside(ctx context.Context, old map[string]*NodeInfo) error {
+	self := n.cfg.RaftAddr
+	if n.cfg.RaftAdvertise != "" {
+		self = n.cfg.RaftAdvertise
+	}
+	a, err := net.ResolveTCPAddr("tcp", self)
+	if err != nil || a.Port == 0 || a.IP == nil || a.IP.IsUnspecified() {
+		// A port the kernel picks is in no configuration yet; an
+		// address that does not resolve is refused when bound.
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, restoreProbeTimeout)
+	defer cancel()
+	type answer struct {
+		member, httpAddr string
+		st               *Status
+	}
+	answers := make(chan answer, len(old))
+	for _, id := range sortedKeys(old) {
+		go func(ni *NodeInfo) {
+			c := n.memberClient(ni.HTTPAddr)
+			defer c.Close()
+			c.RetryFor = -1
+			st, err := c.Status(ctx)
+			if err != nil {
+				st = nil
+			}
+			answers <- answer{ni.ID, ni.HTTPAddr, st}
+		}(old[id])
+	}
+	var refusals []string
+	for range old {
+		ans := <-answers
+		if ans.st == nil {
+			continue
+		}
+		for _, v := range ans.st.Voters {
+			if va, err := net.ResolveTCPAddr("tcp", v.RaftAddr); err == nil && va.String() == a.String() {
+				refusals = append(refusals, fmt.Sprintf("member %s (at %s) has %s in its configuration as %s", truncate(ans.st.ID), truncate(ans.httpAddr), a, truncate(v.ID)))
+				break
+			}
+		}
+	}
+	if len(refusals) == 0 {
+		return nil
+	}
+	slices.Sort(refusals)
+	return errcode.New(errcode.Usage, "gate backup: the cluster it was taken from still runs, and its leader would take this node over, replacing the restored state with its own: %s; to replace a member of that cluster, start it with --join and its --id instead of --restore; to found a new cluster on the backup, stop the old members first, or give this node a Raft address they do not have",
+		strings.Join(refusals, "; "))
 }
 
 // seedSnapshot writes s as the snapshot a new single-node cluster of id

@@ -191,7 +191,10 @@ live in DIR/raft.db, snapshots in DIR/snapshots.
 member's directory is lost, or to move a gate to new machines. A FILE
 that is no whole gate state ({}, null, truncated) is BAD_DOCUMENT, and
 one whose cluster version is above this build's CLUSTER_VERSION; nothing
-is started.
+is started. So is a restore at a Raft address that a still running
+member of the backup's cluster has in its configuration (USAGE): its
+leader would take the node over. A member whose directory was lost
+rejoins its running cluster with --join.
 
 To upgrade a cluster, restart one member at a time on its directory with
 the new build; the leader raises the cluster's command-schema version
