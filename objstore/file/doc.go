@@ -15,7 +15,9 @@
 //
 // A Put writes the body to a temp file in @tmp, fsyncs it, then link(2)s it
 // to the next sequence number and fsyncs the key's directory (restic
-// local.Save). link fails atomically with EEXIST when the name is taken: a
+// local.Save); each directory it makes is fsynced in its parent, as is
+// the store's own directory when Open makes it, and DeletePrefix fsyncs
+// the directory it removed entries from. link fails atomically with EEXIST when the name is taken: a
 // conditional create is a link to sequence 1, and an unconditional Put
 // retries with the next number. Nothing is ever check-then-write, nothing is
 // renamed over an existing name, and a version file is never opened for

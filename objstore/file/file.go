@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,7 +65,7 @@ func Open(dir string) (*Store, error) {
 		return nil, errcode.New(errcode.Usage, "file store: empty path")
 	}
 	_, statErr := os.Stat(dir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := mkdirAll(dir); err != nil {
 		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
 	}
 	s, err := open(dir)
@@ -72,6 +73,54 @@ func Open(dir string) (*Store, error) {
 		s.created = errors.Is(statErr, fs.ErrNotExist)
 	}
 	return s, err
+}
+
+// mkdirAll is os.MkdirAll that fsyncs the parent of each directory it
+// creates, so a store that synth or stage has just made, and every object
+// in it, survives a crash: a Put fsyncs the directories inside the store,
+// never the one that names the store.
+func mkdirAll(dir string) error {
+	var missing []string
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		if _, err := os.Lstat(p); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		missing = append(missing, p)
+		if filepath.Dir(p) == p {
+			break
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil || len(missing) == 0 {
+		return err
+	}
+	for _, p := range missing {
+		parent := filepath.Dir(p)
+		d, err := os.Open(parent)
+		if err != nil {
+			return err
+		}
+		err = fsyncDir(d, parent)
+		d.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dirSynced, when set (by tests), is called with the path of each
+// directory fsynced, once its fsync has succeeded.
+var dirSynced func(dir string)
+
+// fsyncDir fsyncs directory d, opened at path name.
+func fsyncDir(d *os.File, name string) error {
+	if err := d.Sync(); err != nil {
+		return err
+	}
+	if dirSynced != nil {
+		dirSynced(name)
+	}
+	return nil
 }
 
 // RemoveIfUnused removes the store's directory if Open created it and
@@ -415,7 +464,7 @@ func (s *Store) syncDir(dir string) error {
 		return s.ioErr(err, "sync %s", dir)
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil {
+	if err := fsyncDir(d, filepath.Join(s.dir, filepath.FromSlash(dir))); err != nil {
 		return s.ioErr(err, "sync %s", dir)
 	}
 	return nil
@@ -629,9 +678,11 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 // DeletePrefix implements objstore.Deleter: it removes the directory
 // tree of prefix but the versions of the key the directory itself names
 // ("a" beside "a/b", which this store allows, is not under "a/"), then
-// whichever of its parents that leaves empty. The removal is not
-// fsynced: what is deleted is scratch, and a crash that brings part of
-// it back loses nothing.
+// whichever of its parents that leaves empty, and fsyncs the directory
+// that held what it removed, so that a removal it returned from survives
+// a crash, and two removals survive in the order they were made
+// (RemoveJob deletes reduce commit records before the map files they
+// name).
 func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 	if err := objstore.ValidateDeletePrefix(prefix); err != nil {
 		return err
@@ -640,6 +691,8 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 		return errcode.Wrap(errcode.Canceled, err, "delete %s", prefix)
 	}
 	dir := strings.TrimSuffix(prefix, "/")
+	// held is the directory that lost an entry, removed is whether one was.
+	held, removed := dir, false
 	d, err := s.root.Open(dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
@@ -658,9 +711,13 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 			if err := s.root.RemoveAll(dir + "/" + n); err != nil {
 				return s.ioErr(err, "delete %s", prefix)
 			}
+			removed = true
 		}
 		if err := s.root.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil // the key dir names, or one created since, uses it
+			// The key dir names, or one created since, uses it.
+			return s.syncRemoval(held, removed, prefix)
+		} else if err == nil {
+			held, removed = path.Dir(dir), true
 		}
 	}
 	// A parent another key still uses is not empty: Remove fails and the
@@ -669,6 +726,20 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 		if s.root.Remove(p) != nil {
 			break
 		}
+		held, removed = path.Dir(p), true
+	}
+	return s.syncRemoval(held, removed, prefix)
+}
+
+// syncRemoval fsyncs dir, which lost entries to DeletePrefix(prefix) if
+// removed. A dir that is gone since (another deletion beside this one
+// removed it) holds nothing to sync.
+func (s *Store) syncRemoval(dir string, removed bool, prefix string) error {
+	if !removed {
+		return nil
+	}
+	if err := s.syncDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete %s: %w", prefix, err)
 	}
 	return nil
 }

@@ -661,3 +661,122 @@ func TestKilledPutTempIsSwept(t *testing.T) {
 		t.Fatalf("live = %q", got)
 	}
 }
+
+// BenchmarkPutSmall: durable Puts of documents (4 KiB) at new keys of one
+// directory, as a release's blobs and a job's commit records are written:
+// the cost of a Put is its fsyncs, the body's and its directories'.
+func BenchmarkPutSmall(b *testing.B) {
+	s, err := file.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	body := bytes.Repeat([]byte("d"), 4096)
+	for i := 0; b.Loop(); i++ {
+		if _, err := s.Put(b.Context(), fmt.Sprintf("blobs/sha256/%064d", i), bytes.NewReader(body), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDeleteJob: DeletePrefix of a small job's scratch (8 ephemeral
+// files), as verify removes its job once the report is stored.
+func BenchmarkDeleteJob(b *testing.B) {
+	s, err := file.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := b.Context()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		p := fmt.Sprintf("jobs/%d/", i)
+		for f := range 8 {
+			if _, err := s.Put(ctx, fmt.Sprintf("%smap/%d/r0.arrow", p, f), strings.NewReader("x"), objstore.PutOptions{Ephemeral: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		if err := s.DeletePrefix(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestDurableDirectories: every entry an acknowledged write adds or
+// removes is fsynced in the directory that holds it: the store's own
+// directory in its parent when Open makes it (synth, stage and --scratch
+// create a store: the store, with every object in it, could be lost to a
+// crash after a stage that had reported success), each directory a Put
+// makes in its parent, the version in the key's directory, and what
+// DeletePrefix removes in the directory it removed it from (removals
+// were not synced, so a crash could bring back a job's reduce commit
+// records whose map inputs stayed deleted). An ephemeral Put syncs
+// nothing.
+func TestDurableDirectories(t *testing.T) {
+	synced, restore := file.WatchDirSyncs()
+	defer restore()
+	base := t.TempDir()
+	dir := filepath.Join(base, "new", "store")
+	s, err := file.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	check := func(what string, want ...string) {
+		t.Helper()
+		got := synced()
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				t.Errorf("%s: %s not fsynced; fsynced %q", what, w, got)
+			}
+		}
+		if len(want) == 0 && len(got) > 0 {
+			t.Errorf("%s: fsynced %q, want nothing", what, got)
+		}
+	}
+	check("Open of a new store", base, filepath.Join(base, "new"))
+	if _, err := file.Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	check("Open of an existing store")
+
+	put := func(key string, o objstore.PutOptions) {
+		t.Helper()
+		if _, err := s.Put(ctx, key, strings.NewReader(key), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a/b/k", objstore.PutOptions{IfNoneMatch: true})
+	check("first Put of a/b/k", dir, filepath.Join(dir, "a"), filepath.Join(dir, "a/b"), filepath.Join(dir, "a/b/k"))
+	put("a/b/k", objstore.PutOptions{})
+	check("second version of a/b/k", filepath.Join(dir, "a/b/k"))
+	put("a/b/j", objstore.PutOptions{})
+	check("Put of a/b/j", filepath.Join(dir, "a/b"), filepath.Join(dir, "a/b/j"))
+	put("a/e/x", objstore.PutOptions{Ephemeral: true})
+	check("ephemeral Put")
+
+	d := objstore.Deleter(s)
+	if err := d.DeletePrefix(ctx, "a/b/"); err != nil {
+		t.Fatal(err)
+	}
+	check("DeletePrefix(a/b/)", filepath.Join(dir, "a"))
+	if err := d.DeletePrefix(ctx, "a/b/"); err != nil {
+		t.Fatal(err)
+	}
+	check("DeletePrefix of a prefix already deleted")
+	put("a/e", objstore.PutOptions{})
+	synced()
+	if err := d.DeletePrefix(ctx, "a/e/"); err != nil {
+		t.Fatal(err)
+	}
+	check("DeletePrefix(a/e/) beside key a/e", filepath.Join(dir, "a/e"))
+	if err := d.DeletePrefix(ctx, "a/"); err != nil {
+		t.Fatal(err)
+	}
+	check("DeletePrefix(a/), the last keys", dir)
+	if ents, err := os.ReadDir(dir); err != nil || slices.ContainsFunc(ents, func(e fs.DirEntry) bool { return e.Name() == "a" }) {
+		t.Fatalf("after DeletePrefix(a/): %v, %v", ents, err)
+	}
+}

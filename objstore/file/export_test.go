@@ -1,0 +1,26 @@
+package file
+
+import "sync"
+
+// WatchDirSyncs records the path of every directory the store fsyncs
+// until restore; synced returns them in order and starts a new record.
+func WatchDirSyncs() (synced func() []string, restore func()) {
+	var (
+		mu   sync.Mutex
+		dirs []string
+	)
+	dirSynced = func(dir string) {
+		mu.Lock()
+		dirs = append(dirs, dir)
+		mu.Unlock()
+	}
+	return func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			out := dirs
+			dirs = nil
+			return out
+		}, func() {
+			dirSynced = nil
+		}
+}
