@@ -73,7 +73,7 @@ var catalogue = map[Code]entry{
 	TaskNotReady:       {ExitError, "a task's inputs are not committed yet (run the earlier phase first)"},
 	FileLimit:          {ExitError, "a reduce task would hold more files open at once than the process may (ulimit -n)"},
 	JobInUse:           {ExitError, "another live process runs this verification job or deletes its files (verify --resume, store prune-jobs)"},
-	StoreDenied:        {ExitUsage, "the store refused the credentials, signature or region of a request, or its policy denies it, or no credentials were found; retrying does not help"},
+	StoreDenied:        {ExitUsage, "the store refused the credentials, signature or region of a request, or its policy denies it, or no credentials were found, or a file store's directory refuses this user (its permissions, an immutable flag) or is on a read-only file system; retrying does not help"},
 	NoSuchBucket:       {ExitUsage, "the S3 bucket the store URL names does not exist (or was deleted while the command ran); shardproof never creates one, and retrying does not help"},
 
 	// Gate.

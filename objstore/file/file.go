@@ -66,7 +66,7 @@ func Open(dir string) (*Store, error) {
 	}
 	_, statErr := os.Stat(dir)
 	if err := mkdirAll(dir); err != nil {
-		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
+		return nil, errcode.Wrap(fsCode(err, errcode.StoreUnavailable), err, "file store %s", dir)
 	}
 	s, err := open(dir)
 	if err == nil {
@@ -144,7 +144,7 @@ func OpenExisting(dir string) (*Store, error) {
 		return nil, errcode.New(errcode.StoreUnavailable, "file store %s: no such directory (synth and stage create a store; every other command opens an existing one)", dir)
 	}
 	if err != nil {
-		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
+		return nil, errcode.Wrap(fsCode(err, errcode.StoreUnavailable), err, "file store %s", dir)
 	}
 	if !info.IsDir() {
 		return nil, errcode.New(errcode.StoreUnavailable, "file store %s: not a directory", dir)
@@ -155,7 +155,7 @@ func OpenExisting(dir string) (*Store, error) {
 func open(dir string) (*Store, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, errcode.Wrap(errcode.StoreUnavailable, err, "file store %s", dir)
+		return nil, errcode.Wrap(fsCode(err, errcode.StoreUnavailable), err, "file store %s", dir)
 	}
 	s := &Store{dir: dir, root: root}
 	s.sweepTemp(time.Now())
@@ -745,5 +745,17 @@ func (s *Store) syncRemoval(dir string, removed bool, prefix string) error {
 }
 
 func (s *Store) ioErr(err error, format string, args ...any) error {
-	return errcode.Wrap(errcode.IO, err, "file store %s: %s", s.dir, fmt.Sprintf(format, args...))
+	return errcode.Wrap(fsCode(err, errcode.IO), err, "file store %s: %s", s.dir, fmt.Sprintf(format, args...))
+}
+
+// fsCode is the code of file-system error err: STORE_DENIED for a
+// permission the store's directory refuses (EACCES: its mode or owner;
+// EPERM: an immutable directory) and for a read-only file system
+// (EROFS), which, like an S3 bucket's AccessDenied, no retry overcomes;
+// otherwise the code given.
+func fsCode(err error, otherwise errcode.Code) errcode.Code {
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
+		return errcode.StoreDenied
+	}
+	return otherwise
 }

@@ -1,0 +1,152 @@
+package file_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/file"
+)
+
+// Linux's inode flag ioctls (linux/fs.h) and the immutable flag.
+const (
+	fsIocGetFlags   = 0x80086601
+	fsIocSetFlags   = 0x40086602
+	fsImmutableFlag = 0x10
+)
+
+// setImmutable sets or clears directory dir's immutable flag (chattr +i):
+// nothing can be created in it or removed from it, root included.
+func setImmutable(dir string, on bool) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var flags int
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), fsIocGetFlags, uintptr(unsafe.Pointer(&flags))); e != 0 {
+		return e
+	}
+	if on {
+		flags |= fsImmutableFlag
+	} else {
+		flags &^= fsImmutableFlag
+	}
+	if _, _, e := syscall.Syscall(syscall.SYS_IOCTL, f.Fd(), fsIocSetFlags, uintptr(unsafe.Pointer(&flags))); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// denyWrites makes directory dir refuse new entries, the way this process
+// can: not writable (EACCES) for a user who is not root, immutable
+// (EPERM) for root, whom no mode stops. It returns what it did, and
+// undoes it at the test's end.
+func denyWrites(t *testing.T, dir string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(dir, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(dir, 0o755) })
+		return "mode 0555"
+	}
+	if err := setImmutable(dir, true); err != nil {
+		t.Skipf("root, and the file system of %s takes no immutable flag (%v): no way to deny root a write", dir, err)
+	}
+	t.Cleanup(func() { setImmutable(dir, false) })
+	return "immutable"
+}
+
+// A store whose directory refuses this user a write (its mode, an
+// immutable flag) is STORE_DENIED, exit 2, as S3's AccessDenied is,
+// not IO, exit 3, which scripts and the engines retry in vain; the
+// refused Put changes nothing and leaves no temp file.
+func TestWriteDenied(t *testing.T) {
+	s, dir := openTemp(t)
+	ctx := t.Context()
+	if _, err := s.Put(ctx, "k", strings.NewReader("v1"), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ deny, key string }{
+		{"k", "k"},     // a new version: the link
+		{".", "new/k"}, // a new key: the mkdir
+		{"@tmp", "k2"}, // the temp file
+	} {
+		how := denyWrites(t, filepath.Join(dir, c.deny))
+		_, err := s.Put(ctx, c.key, strings.NewReader("v2"), objstore.PutOptions{})
+		if code := errcode.Of(err); code != errcode.StoreDenied || code.Exit() != errcode.ExitUsage {
+			t.Fatalf("Put %s into a store whose %s is %s: %v (code %s), want STORE_DENIED, exit %d", c.key, c.deny, how, err, code, errcode.ExitUsage)
+		}
+		if !errors.Is(err, os.ErrPermission) {
+			t.Errorf("the error does not carry its cause: %v", err)
+		}
+		if got := readAll(t, s, "k"); got != "v1" {
+			t.Fatalf("k after a refused Put: %q", got)
+		}
+		if tmp, _ := os.ReadDir(filepath.Join(dir, "@tmp")); len(tmp) != 0 {
+			t.Fatalf("temp files left: %v", tmp)
+		}
+		if c.deny != "@tmp" {
+			setImmutable(filepath.Join(dir, c.deny), false)
+			os.Chmod(filepath.Join(dir, c.deny), 0o755)
+		}
+	}
+}
+
+// readOnlyEnv names the store a child process mounts read-only in a
+// mount namespace of its own and writes to (TestReadOnlyFileSystem).
+const readOnlyEnv = "SHARDPROOF_TEST_READ_ONLY_STORE"
+
+// A store on a read-only file system (a read-only bind mount) is
+// STORE_DENIED for a Put, and still reads.
+func TestReadOnlyFileSystem(t *testing.T) {
+	if dir := os.Getenv(readOnlyEnv); dir != "" {
+		if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+			fmt.Printf("setup: bind mount: %v\n", err)
+			return
+		}
+		if err := syscall.Mount("", dir, "", syscall.MS_REMOUNT|syscall.MS_BIND|syscall.MS_RDONLY, ""); err != nil {
+			fmt.Printf("setup: remount read-only: %v\n", err)
+			return
+		}
+		s, err := file.OpenExisting(dir)
+		if err != nil {
+			fmt.Printf("open: %v\n", err)
+			return
+		}
+		_, err = s.Put(t.Context(), "k", strings.NewReader("v2"), objstore.PutOptions{})
+		fmt.Printf("put: %s: %v\n", errcode.Of(err), errors.Is(err, syscall.EROFS))
+		fmt.Printf("read: %s\n", readAll(t, s, "k"))
+		return
+	}
+	s, dir := openTemp(t)
+	if _, err := s.Put(t.Context(), "k", strings.NewReader("v1"), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	child := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestReadOnlyFileSystem$")
+	child.Env = append(os.Environ(), readOnlyEnv+"="+dir)
+	// A private mount namespace: the mounts end with the child.
+	child.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := child.CombinedOutput()
+	if err != nil && strings.Contains(err.Error(), "operation not permitted") {
+		t.Skipf("no mount namespace for this process: %v", err)
+	}
+	if strings.Contains(string(out), "setup: ") {
+		t.Skipf("no read-only bind mount here: %s", out)
+	}
+	if err != nil || !strings.Contains(string(out), "put: STORE_DENIED: true\n") || !strings.Contains(string(out), "read: v1\n") {
+		t.Fatalf("a Put on a read-only file system: %v\n%s\nwant STORE_DENIED carrying EROFS, and k still read", err, out)
+	}
+	if got := readAll(t, s, "k"); got != "v1" {
+		t.Fatalf("k after a refused Put: %q", got)
+	}
+}
