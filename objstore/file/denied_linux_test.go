@@ -150,3 +150,58 @@ func TestReadOnlyFileSystem(t *testing.T) {
 		t.Fatalf("k after a refused Put: %q", got)
 	}
 }
+
+// noSpaceEnv names the directory a child process mounts a small tmpfs on
+// and Puts into (TestPutNoSpace).
+const noSpaceEnv = "SHARDPROOF_TEST_NO_SPACE_STORE"
+
+// A Put that runs out of space (ENOSPC, a real one: a 256 KiB tmpfs) is
+// IO naming the key and the cause, leaves no version and no temp file,
+// and the same Put succeeds once there is space (the tmpfs grown).
+func TestPutNoSpace(t *testing.T) {
+	if dir := os.Getenv(noSpaceEnv); dir != "" {
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=256k"); err != nil {
+			fmt.Printf("setup: mount tmpfs: %v\n", err)
+			return
+		}
+		s, err := file.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := strings.Repeat("x", 1<<20)
+		_, err = s.Put(t.Context(), "jobs/p/map/0/r0.arrow", strings.NewReader(body), objstore.PutOptions{IfNoneMatch: true})
+		fmt.Printf("put: %s: %v: %v\n", errcode.Of(err), errors.Is(err, syscall.ENOSPC), err)
+		if _, err := s.Head(t.Context(), "jobs/p/map/0/r0.arrow", ""); !objstore.IsNotExist(err) {
+			fmt.Printf("a version is left: %v\n", err)
+		}
+		if tmp, _ := os.ReadDir(filepath.Join(dir, "@tmp")); len(tmp) != 0 {
+			fmt.Printf("temp files left: %v\n", tmp)
+		}
+		if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_REMOUNT, "size=4m"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Put(t.Context(), "jobs/p/map/0/r0.arrow", strings.NewReader(body), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+			fmt.Printf("the Put again, with space: %v\n", err)
+		}
+		if got := readAll(t, s, "jobs/p/map/0/r0.arrow"); got != body {
+			fmt.Printf("read back %d bytes\n", len(got))
+		}
+		return
+	}
+	dir := t.TempDir()
+	child := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestPutNoSpace$")
+	child.Env = append(os.Environ(), noSpaceEnv+"="+dir)
+	child.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	out, err := child.CombinedOutput()
+	if err != nil && strings.Contains(err.Error(), "operation not permitted") {
+		t.Skipf("no mount namespace for this process: %v", err)
+	}
+	if strings.Contains(string(out), "setup: ") {
+		t.Skipf("no tmpfs mount here: %s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err != nil || len(lines) != 2 || lines[1] != "PASS" || !strings.HasPrefix(lines[0], "put: IO: true: ") ||
+		!strings.Contains(lines[0], "put jobs/p/map/0/r0.arrow") || !strings.Contains(lines[0], "no space left on device") {
+		t.Fatalf("a Put with no space left: %v\n%s\nwant IO naming the key, carrying ENOSPC, and nothing left", err, out)
+	}
+}
