@@ -601,17 +601,21 @@ func (sp *spooler) fromInputs(rs []shardRange) error {
 				}
 				sum.add(rec, 0, 3, 6)
 				ids := rec.Column(0).(*array.String)
-				srcs := rec.Column(1).(*array.String)
 				for r := 0; r < int(rec.NumRows()); r++ {
-					// verify refuses a shard with such a sourceId
-					// (DECODE_ERROR), as with a sampleId or split (keys):
-					// checked here, before anything is stored.
-					if !utf8.ValidString(srcs.Value(r)) {
-						return errcode.New(errcode.BadInput, "input %s: row %d: source_id is not valid UTF-8", in.path, g-start)
-					}
 					j := sp.shardOf(ids.Value(r))
 					for c, col := range rec.Columns() {
 						if col, ok := col.(*array.String); ok {
+							// Every string column is utf8, which Parquet's
+							// STRING and Arrow's utf8 say is UTF-8: verify
+							// refuses a shard whose sourceId is not
+							// (DECODE_ERROR), and hashes lang and text as
+							// bytes (docs/FORMATS.md), so a release of
+							// them would carry text no UTF-8 reader takes.
+							// keys checked sample_id and split; the message
+							// names the column, never the value.
+							if c != 0 && c != 3 && !utf8.ValidString(col.Value(r)) {
+								return errcode.New(errcode.BadInput, "input %s: row %d: %s is not valid UTF-8", in.path, g-start, sp.s.schema.Field(c).Name)
+							}
 							if colBytes[j*ncols+c] += int64(col.ValueLen(r)); colBytes[j*ncols+c] > maxColumnBytes {
 								return errcode.New(errcode.BadInput, "input %s: row %d: shard %d of %d: %s", in.path, g-start, j, sp.order.shards, columnTooLarge(sp.s.schema.Field(c).Name))
 							}

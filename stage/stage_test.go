@@ -287,6 +287,11 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 	os.WriteFile(badUTF8, stagetest.Encode(t, []stage.Row{{SampleID: "q\xff", Split: "train"}}, stage.ParquetOptions{}), 0o644)
 	badSource := filepath.Join(dir, "badsource.parquet")
 	os.WriteFile(badSource, stagetest.Encode(t, []stage.Row{{SampleID: "q", SourceID: "w\xffb", Split: "train"}}, stage.ParquetOptions{}), 0o644)
+	// The bad byte in row 1: the error names the input's row.
+	badLang := filepath.Join(dir, "badlang.parquet")
+	os.WriteFile(badLang, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: "train", Lang: "en"}, {SampleID: "r", Split: "train", Lang: "e\xc3"}}, stage.ParquetOptions{}), 0o644)
+	badText := filepath.Join(dir, "badtext.parquet")
+	os.WriteFile(badText, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: "train", Text: "fine"}, {SampleID: "r", Split: "train", Text: "private words \xed\xa0\x80 (a UTF-16 surrogate)"}}, stage.ParquetOptions{}), 0o644)
 	manyTokens := filepath.Join(dir, "manytokens.parquet")
 	os.WriteFile(manyTokens, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: "train", Tokens: math.MaxInt64 - 1}}, stage.ParquetOptions{}), 0o644)
 	notParquet := filepath.Join(dir, "junk.parquet")
@@ -310,6 +315,10 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 		{"sampleId not UTF-8", stage.StageOptions{Inputs: []string{good, badUTF8}, Shards: 1}, errcode.BadInput, "not valid UTF-8"},
 		// verify refuses such a shard (DECODE_ERROR).
 		{"sourceId not UTF-8", stage.StageOptions{Inputs: []string{good, badSource}, Shards: 1}, errcode.BadInput, "badsource.parquet: row 0: source_id is not valid UTF-8"},
+		// Parquet's STRING and Arrow's utf8 are UTF-8; verify hashes
+		// lang and text as bytes and would not refuse them.
+		{"lang not UTF-8", stage.StageOptions{Inputs: []string{good, badLang}, Shards: 1}, errcode.BadInput, "badlang.parquet: row 1: lang is not valid UTF-8"},
+		{"text not UTF-8", stage.StageOptions{Inputs: []string{good, badText}, Shards: 1}, errcode.BadInput, "badtext.parquet: row 1: text is not valid UTF-8"},
 		// A shard's total overflows, then (one row a shard) only the
 		// release's: neither is found once shards are stored.
 		{"tokens overflow a shard", stage.StageOptions{Inputs: []string{good, manyTokens}, Shards: 1}, errcode.BadInput, "manytokens.parquet: row 0: tokens 9223372036854775806 take the inputs' total past"},
@@ -321,6 +330,10 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 			_, err := stage.Stage(ctx, s, c.o)
 			if errcode.Of(err) != c.code || !strings.Contains(err.Error(), c.detail) {
 				t.Fatalf("err = %v (code %s), want %s containing %q", err, errcode.Of(err), c.code, c.detail)
+			}
+			// Errors reach logs, which carry no sample text.
+			if strings.Contains(err.Error(), "private words") {
+				t.Fatalf("err = %v: it quotes the input's text", err)
 			}
 			if n := countObjects(t, s); n != 0 {
 				t.Fatalf("bad input wrote %d objects", n)
