@@ -18,7 +18,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
-	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/cespare/xxhash/v2"
 
@@ -133,35 +132,11 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 	}
 	defer pf.Close()
 	canon.DropStoredArrowSchema(pf)
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: inputBatchRows(pf.MetaData())}, memory.DefaultAllocator)
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
 	if err != nil {
 		return errcode.Wrap(errcode.BadInput, err, "input %s", path)
 	}
 	return fn(fr)
-}
-
-// inputBatchBytes bounds the rows read from an input at once by their
-// size, which the footer gives per row group (all columns, uncompressed),
-// as maxInputBatchRows bounds their number: 8192 rows of 64 KiB texts
-// were half a gigabyte a batch, and of 256 KiB texts past the 2 GiB of
-// an Arrow string column.
-var inputBatchBytes int64 = 16 << 20
-
-const maxInputBatchRows = 8192
-
-// inputBatchRows is the batch size, in rows, for an input whose footer
-// is md: maxInputBatchRows, or fewer when the largest rows per row group
-// would make a batch larger than inputBatchBytes. A footer's sizes are
-// untrusted; they only make batches smaller, down to a row.
-func inputBatchRows(md *metadata.FileMetaData) int64 {
-	rows := int64(maxInputBatchRows)
-	for i := range md.NumRowGroups() {
-		rg := md.RowGroup(i)
-		if n, b := rg.NumRows(), rg.TotalByteSize(); n > 0 && b > 0 {
-			rows = min(rows, max(1, inputBatchBytes/(b/n+1)))
-		}
-	}
-	return rows
 }
 
 // maxInputRows bounds the rows a footer may claim, and all inputs
@@ -294,37 +269,6 @@ func matchColumns(path string, got, want *arrow.Schema) ([]int, error) {
 	return cols, nil
 }
 
-// eachBatch calls fn for every record batch of the given columns; a null
-// in any of them is BAD_INPUT.
-func eachBatch(ctx context.Context, fr *pqarrow.FileReader, path string, cols []int, fn func(arrow.RecordBatch) error) error {
-	if onInputRead != nil {
-		onInputRead(path)
-	}
-	rr, err := fr.GetRecordReader(ctx, cols, nil)
-	if err != nil {
-		return errcode.Wrap(errcode.BadInput, err, "input %s", path)
-	}
-	defer rr.Release()
-	for rr.Next() {
-		rec := rr.RecordBatch()
-		for i := 0; i < int(rec.NumCols()); i++ {
-			if rec.Column(i).NullN() > 0 {
-				return errcode.New(errcode.BadInput, "input %s: column %s has nulls", path, rec.ColumnName(i))
-			}
-		}
-		if err := fn(rec); err != nil {
-			return err
-		}
-	}
-	if err := rr.Err(); err != nil {
-		if ctx.Err() != nil {
-			return errcode.Wrap(errcode.Canceled, ctx.Err(), "read %s", path)
-		}
-		return errcode.Wrap(errcode.BadInput, err, "input %s: read", path)
-	}
-	return nil
-}
-
 func (s *fileSource) Len() int { return s.rows }
 
 // maxOpenSpools bounds the spool files written at once (each with its
@@ -355,6 +299,9 @@ var (
 	// onSpoolBatch is called with the rows and string bytes of each
 	// batch written to a spool file.
 	onSpoolBatch func(rows, bytes int)
+	// onInputBatch is called with the rows and decoded bytes (strings'
+	// lengths, 8 for each int64) of each batch read from an input.
+	onInputBatch func(path string, rows int, bytes int64)
 )
 
 // shardRange is the shards [lo, hi) whose rows one spool file holds.

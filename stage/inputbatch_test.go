@@ -12,9 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 )
 
-// An input is read in batches of at most inputBatchBytes by its footer's
-// row group sizes, so long texts are not read 8192 rows at a time; short
-// rows still are.
+// An input is read in batches of at most inputBatchBytes decoded, so
+// long texts are not read 8192 rows at a time; short rows still are.
 func TestInputBatchesBoundedByBytes(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, n, textLen int) string {
@@ -51,16 +50,18 @@ func TestInputBatchesBoundedByBytes(t *testing.T) {
 		}
 		return largest, total
 	}
+	// 8-byte texts: one batch of 9000 would do; 8192 is the most.
+	short := write("short.parquet", 9000, 8)
+
 	old := inputBatchBytes
 	inputBatchBytes = 256 << 10
 	defer func() { inputBatchBytes = old }()
-
 	// 4 KiB texts: at most 64 rows a batch, every row read.
 	if largest, total := batches(write("long.parquet", 600, 4<<10)); largest > 64 || total != 600 {
 		t.Fatalf("4 KiB rows: batches of up to %d rows, %d rows in all; want at most 64, 600", largest, total)
 	}
-	// 8-byte texts: one batch of 9000 would do; 8192 is the most.
-	if largest, total := batches(write("short.parquet", 9000, 8)); largest != maxInputBatchRows || total != 9000 {
+	inputBatchBytes = old
+	if largest, total := batches(short); largest != maxInputBatchRows || total != 9000 {
 		t.Fatalf("short rows: batches of up to %d rows, %d rows in all; want %d, 9000", largest, total, maxInputBatchRows)
 	}
 }
