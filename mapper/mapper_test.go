@@ -413,3 +413,25 @@ func testOperationalErrors(t *testing.T, dec mapper.Decoder) {
 		t.Fatalf("emit error not returned: %v", err)
 	}
 }
+
+// A shard of no rows, as arrow-go writes one (a row group of 0 rows whose
+// column chunks hold no data page, at most a dictionary page), is a valid
+// file: it
+// maps clean, with no tuples, and its descriptor's figures are those of
+// an empty record stream (docs/FORMATS.md, "Parquet mapping"). One made
+// a release that held its snapshot exactly INVALID with FOOTER_CORRUPT
+// ("chunk [0, +0) outside the data region"), as
+// TestDifferentialAgainstOracle found.
+func TestZeroRowShard(t *testing.T) { forDecoders(t, testZeroRowShard) }
+
+func testZeroRowShard(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 50, 1, dec)
+	d := stagetest.WriteRows(t, f.s, f.res, "empty", nil)
+	if d.Records != 0 {
+		t.Fatalf("descriptor of no rows says %d records", d.Records)
+	}
+	r, tuples := f.mapOne(t, mapper.SideRelease, 0, d)
+	if len(r.Failures) != 0 || !r.Decoded || len(tuples) != 0 || r.LogicalDigest != d.LogicalDigest || r.MemberSetDigest != d.MemberSetDigest {
+		t.Fatalf("zero-row shard: failures %+v, decoded %v, %d tuples, logical %s (descriptor %s)", r.Failures, r.Decoded, len(tuples), r.LogicalDigest, d.LogicalDigest)
+	}
+}
