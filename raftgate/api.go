@@ -412,11 +412,8 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 	if j == nil {
 		return
 	}
-	// A raise of the cluster version in flight polls every voter added
-	// before it, and one after it is checked against it.
-	n.vers.raise.Lock()
-	defer n.vers.raise.Unlock()
-	if err := n.probeJoiner(r.Context(), j); err != nil {
+	st, err := n.probeMember(r.Context(), j, "join")
+	if err != nil {
 		writeError(w, err, nil)
 		return
 	}
@@ -429,12 +426,8 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, nil)
 		return
 	}
-	if err := n.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) {
-			writeError(w, errcode.Wrap(errcode.NotLeader, err, "add voter"), nil)
-		} else {
-			writeError(w, errcode.Wrap(errcode.Indeterminate, err, "add voter %s", j.ID), nil)
-		}
+	if err := n.addVoter(j, st); err != nil {
+		writeError(w, err, nil)
 		return
 	}
 	res, err := n.Apply(j)
@@ -501,23 +494,36 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"removed": req.ID})
 }
 
-// probeJoiner checks, before a joiner becomes a voter, that it is there:
-// its Raft address accepts a connection and its HTTP API answers
-// /v1/status with its ID. A voter nobody answers for costs the cluster
-// its quorum (a single node that added one stayed a candidate for good,
-// and so it stays after a restart), so a join from a process that is not
-// the member it names is refused (BAD_INPUT) and changes nothing.
-func (n *Node) probeJoiner(ctx context.Context, j *Join) error {
-	st, err := n.probeMember(ctx, j, "join")
-	if err != nil {
+// addVoter adds the joiner j, whose /v1/status answered st, as a voter,
+// unless its build is below the cluster version (checkJoinerVersion). It
+// holds vers.raise from the check to the configuration's commit: a raise
+// of the cluster version commits before the check, or sees the new
+// configuration and does not commit (see raiseClusterVersion). The
+// probe of the joiner comes before, outside the lock, so neither waits
+// for the other's network round trips.
+func (n *Node) addVoter(j *Join, st *Status) error {
+	n.vers.raise.Lock()
+	defer n.vers.raise.Unlock()
+	if err := n.checkJoinerVersion(j, st); err != nil {
 		return err
 	}
-	return n.checkJoinerVersion(j, st)
+	if err := n.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return errcode.Wrap(errcode.NotLeader, err, "add voter")
+		}
+		return errcode.Wrap(errcode.Indeterminate, err, "add voter %s", j.ID)
+	}
+	return nil
 }
 
 // probeMember checks that the member j names answers at j's addresses:
 // its Raft address completes the handshake members use, and its HTTP API
 // answers /v1/status with its ID. what names the request in errors.
+//
+// Before a joiner becomes a voter: a voter nobody answers for costs the
+// cluster its quorum (a single node that added one stayed a candidate for
+// good, and so it stays after a restart), so a join from a process that
+// is not the member it names is refused (BAD_INPUT) and changes nothing.
 func (n *Node) probeMember(ctx context.Context, j *Join, what string) (*Status, error) {
 	ctx, cancel := context.WithTimeout(ctx, joinProbeTimeout)
 	defer cancel()
@@ -551,7 +557,7 @@ func (n *Node) probeMember(ctx context.Context, j *Join, what string) (*Status, 
 	return st, nil
 }
 
-// joinProbeTimeout bounds probeJoiner.
+// joinProbeTimeout bounds probeMember.
 const joinProbeTimeout = 5 * time.Second
 
 // voters returns this node's Raft configuration.

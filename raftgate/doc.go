@@ -256,8 +256,13 @@
 // Apply does with a command already in logs changes only with the
 // version in the state, never the build's: below 2 register and attest
 // are applied as builds of version 1 apply them, so members on either
-// build replaying one log hold the same state. A raise and a join are serialized on the leader, which refuses a joiner
-// below the cluster version (CLUSTER_VERSION). A member below the version
+// build replaying one log hold the same state. The leader loop polls in
+// the background, and neither a poll nor a join's probe of its joiner
+// holds a lock while it waits for an answer: a member that never answers
+// delays no barrier sweep and no join. A raise's commit and a voter's
+// addition are serialized on the leader: the raise commits only while
+// the configuration it polled is the latest, and a joiner below the
+// cluster version is refused (CLUSTER_VERSION). A member below the version
 // halts at the raise entry or at a snapshot of that version, and a start
 // on such a snapshot (a downgrade) fails, GATE_HALTED naming both
 // versions; a backup of a higher version is not restored.

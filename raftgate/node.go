@@ -168,6 +168,13 @@ type Config struct {
 	// whose join record is missing or stale asks the leader to record
 	// it; zero means 5 s.
 	versionInterval time.Duration
+	// versionPollTimeout bounds one poll of the members' versions; zero
+	// means versionPollTimeout. Tests lengthen it, so a poll held by a
+	// member that never answers outlasts what they watch happen meanwhile.
+	versionPollTimeout time.Duration
+	// wrapHTTP, if set, decorates the API's listener (before TLS): tests
+	// black-hole a member's HTTP address.
+	wrapHTTP func(net.Listener) net.Listener
 	// TLS, if set, serves the API over HTTPS and makes Raft connections
 	// between members mutual TLS (see TLSConfig).
 	TLS *TLSConfig
@@ -258,6 +265,9 @@ func NewNode(cfg Config) *Node {
 	}
 	if n.cfg.versionInterval == 0 {
 		n.cfg.versionInterval = 5 * time.Second
+	}
+	if n.cfg.versionPollTimeout == 0 {
+		n.cfg.versionPollTimeout = versionPollTimeout
 	}
 	n.met = newMetrics(n)
 	n.bodyBudget = cfg.RequestMemory
@@ -381,6 +391,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.ln, err = net.Listen("tcp", n.cfg.HTTPAddr)
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "gate HTTP listener on %s", n.cfg.HTTPAddr)
+	}
+	if n.cfg.wrapHTTP != nil {
+		n.ln = n.cfg.wrapHTTP(n.ln)
 	}
 	if a, ok := n.ln.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() && n.cfg.HTTPAdvertise == "" && n.cfg.Join != "" {
 		// The address a member records is the one others forward
@@ -923,8 +936,10 @@ func (n *Node) leaderHTTP() string {
 }
 
 // leaderLoop runs the leader's housekeeping: it records this node's
-// addresses in the state, fails runs whose barrier deadline passed, and
-// prunes (Config.PruneOlderThan). The deadline and age decisions
+// addresses in the state, fails runs whose barrier deadline passed,
+// prunes (Config.PruneOlderThan), and starts a raise of the cluster
+// version in the background (raiseInBackground), which no member's
+// answer holds the loop up for. The deadline and age decisions
 // themselves happen in Apply, from the timestamp the command carries. On
 // a follower it asks the leader to record this node's addresses when its
 // record is missing or stale (askRecord).
@@ -950,9 +965,7 @@ func (n *Node) leaderLoop() {
 		}
 		if n.ClusterVersion() < n.BuildVersion() && time.Since(lastVersion) >= n.cfg.versionInterval {
 			lastVersion = time.Now()
-			if _, _, err := n.raiseClusterVersion(context.Background()); err != nil {
-				n.log.Warn("raise the cluster version", "code", errcode.Of(err), "err", err)
-			}
+			n.raiseInBackground()
 		}
 		if n.cfg.PruneOlderThan > 0 && time.Since(lastPrune) >= n.cfg.PruneInterval {
 			lastPrune = time.Now()

@@ -37,10 +37,8 @@ func (n *Node) handleRecord(w http.ResponseWriter, r *http.Request) {
 	if j == nil {
 		return
 	}
-	// A raise of the cluster version in flight polls the members at
-	// their records: one changes between its polls, not during one.
-	n.vers.raise.Lock()
-	defer n.vers.raise.Unlock()
+	// No vers.raise: a raise counts a member's answer only from its ID
+	// at the configuration's Raft address, whichever record it polled.
 	ni, err := n.recordMember(r.Context(), j)
 	if err != nil {
 		writeError(w, err, nil)
@@ -50,7 +48,7 @@ func (n *Node) handleRecord(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, CommandResponse{Result: raw})
 }
 
-// recordMember is handleRecord on the leader, under vers.raise.
+// recordMember is handleRecord on the leader.
 func (n *Node) recordMember(ctx context.Context, j *Join) (NodeInfo, error) {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -108,16 +109,23 @@ func (m MemberVersion) String() string {
 	return fmt.Sprintf("%s: %d", m.ID, *m.CommandVersion)
 }
 
-// versionPollTimeout bounds one poll of the members' versions.
+// versionPollTimeout bounds one poll of the members' versions (see
+// Config.versionPollTimeout).
 const versionPollTimeout = 3 * time.Second
 
 // versions is a leader's view of its members' versions.
 type versions struct {
-	// raise serializes raising the cluster version with adding a voter:
-	// a joiner is checked against the version once any raise in flight
-	// committed, and a raise polls every voter added before it.
+	// raise serializes a raise's commit with adding a voter: a joiner is
+	// checked against the version once any raise committed, and a raise
+	// commits only while the configuration it polled is the latest, so
+	// it polled every voter added before it. Neither holds it across a
+	// member's answer: a poll waits for none, and a join's probe of the
+	// joiner is done before it.
 	raise sync.Mutex
-	mu    sync.Mutex
+	// polling is set while the leader loop's raise (raiseInBackground)
+	// is in flight.
+	polling atomic.Bool
+	mu      sync.Mutex
 	// last is the latest poll's answer, for /v1/status and errors.
 	last []MemberVersion
 	// said is the last poll's answer as logged, so a lasting mixed
@@ -159,7 +167,7 @@ func (n *Node) pollVersions(ctx context.Context) (out []MemberVersion, confIndex
 			http[id] = ni.HTTPAddr
 		}
 	})
-	ctx, cancel := context.WithTimeout(ctx, versionPollTimeout)
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.versionPollTimeout)
 	defer cancel()
 	out = make([]MemberVersion, len(servers))
 	var wg sync.WaitGroup
@@ -218,9 +226,17 @@ func (n *Node) pollVersions(ctx context.Context) (out []MemberVersion, confIndex
 // version after it and the members' answers. A member that does not
 // answer keeps the version where it is: it may run an older build, and
 // would halt at the raise.
+//
+// The poll takes no lock: a member that does not answer (black-holed, its
+// SYNs dropped) holds it up to versionPollTimeout, and a join waited for
+// it that long. The raise commits under vers.raise, and only if the Raft
+// configuration is still the one polled: a voter added meanwhile (under
+// the same lock, so committed before the check) was not asked, and the
+// raise waits for the next poll. A member's join record that changes
+// during a poll needs no lock either: an answer counts only from the
+// member's ID at the configuration's Raft address, whichever of its HTTP
+// addresses gave it.
 func (n *Node) raiseClusterVersion(ctx context.Context) (uint64, []MemberVersion, error) {
-	n.vers.raise.Lock()
-	defer n.vers.raise.Unlock()
 	cv := n.ClusterVersion()
 	if cv >= n.BuildVersion() {
 		return cv, nil, nil
@@ -232,6 +248,10 @@ func (n *Node) raiseClusterVersion(ctx context.Context) (uint64, []MemberVersion
 	n.vers.mu.Lock()
 	n.vers.last = members
 	n.vers.mu.Unlock()
+	n.vers.raise.Lock()
+	defer n.vers.raise.Unlock()
+	// Another raise may have committed while this one polled.
+	cv = n.ClusterVersion()
 	if !ok || lowest <= cv {
 		n.sayVersions(cv, members)
 		return cv, members, nil
@@ -247,6 +267,33 @@ func (n *Node) raiseClusterVersion(ctx context.Context) (uint64, []MemberVersion
 	cv = res.Value.(ClusterVersionResult).ClusterVersion
 	n.log.Info("gate cluster version raised: every member runs a build that applies it", "clusterVersion", cv, "members", versionList(members))
 	return cv, members, nil
+}
+
+// raiseInBackground starts, from the leader loop, a raise of the cluster
+// version (raiseClusterVersion) unless one is in flight, and returns at
+// once: the loop sweeps barrier deadlines, prunes and records while a
+// member that does not answer holds the poll. Shutdown ends the poll.
+func (n *Node) raiseInBackground() {
+	if !n.vers.polling.CompareAndSwap(false, true) {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.vers.polling.Store(false)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-n.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if _, _, err := n.raiseClusterVersion(ctx); err != nil {
+			n.log.Warn("raise the cluster version", "code", errcode.Of(err), "err", err)
+		}
+	}()
 }
 
 // sayVersions logs, once per change, why the cluster version stays
@@ -292,7 +339,7 @@ func (n *Node) needVersion(want uint64, what string) error {
 	if n.ClusterVersion() >= want {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), versionPollTimeout+n.cfg.ApplyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.versionPollTimeout+n.cfg.ApplyTimeout)
 	defer cancel()
 	cv, _, err := n.raiseClusterVersion(ctx)
 	if err != nil {
