@@ -2,6 +2,7 @@ package raftgate
 
 import (
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,11 +38,24 @@ type metrics struct {
 	// recordRequests counts this member's requests, as a follower, that
 	// the leader record its addresses (POST /v1/record), by outcome.
 	recordRequests *prometheus.CounterVec
+
+	// mu guards what follows, and orders observe's new series
+	// with forget's deletions.
+	mu sync.Mutex
+	// releases are the release labels barrierWait and runFailures have
+	// series of.
+	releases map[string]bool
+	// added is set when observe gives a release its first series, so
+	// forget looks at it even if no entry was applied since.
+	added bool
+	// forgotAt is the log index of the state forget last looked at.
+	forgotAt uint64
 }
 
 func newMetrics(n *Node) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		reg:      prometheus.NewRegistry(),
+		releases: map[string]bool{},
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardproof_gate_commands_total",
 			Help: "Gate commands proposed by this node, by type and result code (OK when accepted).",
@@ -120,11 +134,50 @@ func (m *metrics) observe(c Command, res *Result, err error, took time.Duration)
 		return
 	}
 	now := c.header().Now
+	release := s.Root.String()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	switch {
 	case s.Barrier == BarrierOpen && s.BarrierOpened == now:
-		m.barrierWait.WithLabelValues(s.Root.String()).Observe(float64(s.BarrierOpened-s.Created) / 1000)
+		m.barrierWait.WithLabelValues(release).Observe(float64(s.BarrierOpened-s.Created) / 1000)
 	case s.State == RunFailed && res.Err != nil && errcode.Of(res.Err) == errcode.Code(s.FailCode):
-		m.runFailures.WithLabelValues(s.Root.String(), s.FailCode).Inc()
+		m.runFailures.WithLabelValues(release, s.FailCode).Inc()
+	default:
+		return
+	}
+	if !m.releases[release] {
+		m.releases[release] = true
+		m.added = true
+	}
+}
+
+// forget deletes the barrierWait and runFailures series of every release
+// no run in s is on: a nightly release gave each metric a series more for
+// the process's lifetime. A run stays in the state until prune drops it,
+// ended and older than the prune's age, so a release's series outlive
+// its last run by that age (--auto-prune, gate prune) and are scraped
+// meanwhile; a gate that never prunes keeps them, as it keeps its runs.
+// Every member forgets, once it applied the prune, the series it made
+// while it led. index is the log index s reflects: forget looks again
+// only once it moved, or once observe gave a release its first series.
+func (m *metrics) forget(s *State, index uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.added && (len(m.releases) == 0 || index == m.forgotAt) {
+		return
+	}
+	m.added, m.forgotAt = false, index
+	used := map[string]bool{}
+	for _, r := range s.Runs {
+		used[r.Root.String()] = true
+	}
+	for release := range m.releases {
+		if used[release] {
+			continue
+		}
+		m.barrierWait.DeletePartialMatch(prometheus.Labels{"release": release})
+		m.runFailures.DeletePartialMatch(prometheus.Labels{"release": release})
+		delete(m.releases, release)
 	}
 }
 

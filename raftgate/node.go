@@ -939,7 +939,8 @@ func (n *Node) leaderHTTP() string {
 // addresses in the state, fails runs whose barrier deadline passed,
 // prunes (Config.PruneOlderThan), and starts a raise of the cluster
 // version in the background (raiseInBackground), which no member's
-// answer holds the loop up for. The deadline and age decisions
+// answer holds the loop up for. On every member it deletes the per-release
+// metric series of releases no run is on any more (metrics.forget). The deadline and age decisions
 // themselves happen in Apply, from the timestamp the command carries. On
 // a follower it asks the leader to record this node's addresses when its
 // record is missing or stale (askRecord).
@@ -955,6 +956,8 @@ func (n *Node) leaderLoop() {
 			return
 		case <-t.C:
 		}
+		// The index under the state's lock: the one the state reflects.
+		n.fsm.Read(func(s *State) { n.met.forget(s, n.fsm.index) })
 		if !n.IsLeader() {
 			lastPrune, lastVersion = time.Time{}, time.Time{}
 			if time.Since(lastRecord) >= n.cfg.versionInterval {
