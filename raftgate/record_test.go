@@ -1,9 +1,9 @@
 package raftgate
 
 import (
+	"crypto/tls"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,18 +14,28 @@ import (
 	"github.com/shardproof/shardproof/manifest"
 )
 
-// recordRequests reads n's count of record requests that ended with code.
+// recordRequests reads n's count of record requests that ended with code,
+// gathered from its registry (/metrics needs the token and TLS of a gate
+// that has them).
 func recordRequests(t *testing.T, n *Node, code string) float64 {
 	t.Helper()
-	v := metricValue(t, n, `shardproof_gate_record_requests_total{code="`+code+`"}`)
-	if v == "" {
-		return 0
-	}
-	f, err := strconv.ParseFloat(v, 64)
+	mfs, err := n.met.reg.Gather()
 	if err != nil {
-		t.Fatalf("record requests %s of %s: %q", code, n.ID(), v)
+		t.Fatal(err)
 	}
-	return f
+	for _, mf := range mfs {
+		if mf.GetName() != "shardproof_gate_record_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "code" && lp.GetValue() == code {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }
 
 // neverCampaigns makes a test node a voter that never stands for
@@ -274,6 +284,84 @@ func TestRecordRequestToAnOlderLeader(t *testing.T) {
 	}
 	if !n1.IsLeader() || recordRequests(t, n2, "OK") != 0 {
 		t.Fatalf("node1 leads: %v; node2's records: %v", n1.IsLeader(), recordRequests(t, n2, "OK"))
+	}
+	noHalts(t, c)
+}
+
+// The record path end to end on a gate with TLS and a token: node3, a
+// follower that never leads, whose record is stale, asks the leader over
+// HTTPS with the token and is recorded on every member; one without the
+// token is UNAUTHENTICATED and changes nothing; and one sent to a
+// follower is forwarded to the leader, TLS and token and all, and
+// answered with the record.
+func TestRecordOverTLSWithAToken(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	pki := NewTestPKI(t, t.TempDir(), "gate")
+	tok := []byte("c2hhcmRwcm9vZi1yZWNvcmQtdG9rZW4")
+	c := MakeCluster(t, 3, func(cfg *Config) {
+		cfg.TLS, cfg.Token = pki.TLS, tok
+		if cfg.ID == "node3" {
+			neverCampaigns(cfg)
+		}
+	})
+	n3 := c.Nodes[2]
+	if n3.URL()[:8] != "https://" {
+		t.Fatalf("node3's URL %s, want https", n3.URL())
+	}
+	want := NodeInfo{ID: "node3", RaftAddr: n3.RaftAddr(), HTTPAddr: n3.HTTPAddr()}
+	recorded := func() bool {
+		for _, n := range runningNodes(c) {
+			if recordOf(n, "node3") != want {
+				return false
+			}
+		}
+		return true
+	}
+	before := recordRequests(t, n3, "OK")
+	staleRecord(t, c, n3)
+	waitFor(t, "node3 to be recorded at its request over TLS with the token", func() bool {
+		return recordRequests(t, n3, "OK") > before && recorded()
+	})
+	for _, code := range []string{string(errcode.Unauthenticated), string(errcode.Usage), string(errcode.GateUnavailable), string(errcode.BadInput)} {
+		if v := recordRequests(t, n3, code); v != 0 {
+			t.Fatalf("node3's record requests ended %s %v times", code, v)
+		}
+	}
+
+	client := func(url, token string) *Client {
+		cl := NewClient(url)
+		cl.UseTLS(&tls.Config{RootCAs: pki.TLS.CAs})
+		cl.Token, cl.RetryFor = token, -1
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	digest := func() (uint64, manifest.Digest) {
+		t.Helper()
+		waitApplied(t, c.Nodes)
+		st, err := client(c.Leader(10*time.Second).URL(), string(tok)).StatusDigest(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.StateIndex, *st.StateDigest
+	}
+	// Refused before it is read: a join that would move node3's record.
+	index, was := digest()
+	err := client(n3.URL(), "").do(ctx, http.MethodPost, "/v1/record", &Join{ID: want.ID, RaftAddr: want.RaftAddr, HTTPAddr: "127.0.0.1:1"}, nil)
+	if errcode.Of(err) != errcode.Unauthenticated {
+		t.Fatalf("a record request without the token: %v, want UNAUTHENTICATED", err)
+	}
+	if i, now := digest(); i != index || now != was {
+		t.Fatalf("the refused record request changed the state: index %d→%d, digest %s→%s", index, i, was, now)
+	}
+	staleRecord(t, c, n3)
+	join := &Join{ID: want.ID, RaftAddr: want.RaftAddr, HTTPAddr: want.HTTPAddr}
+	var got NodeInfo
+	if err := client(n3.URL(), string(tok)).do(ctx, http.MethodPost, "/v1/record", join, &got); err != nil || got != want {
+		t.Fatalf("a record request forwarded by node3 over TLS with the token: %+v, %v; want %+v", got, err, want)
+	}
+	waitApplied(t, c.Nodes)
+	if !recorded() {
+		t.Fatalf("node3's record after the forwarded request: %+v on the leader", recordOf(c.Leader(10*time.Second), "node3"))
 	}
 	noHalts(t, c)
 }
