@@ -228,16 +228,50 @@ type PermitLister interface {
 // closed whatever a recheck finds, so rechecking them would only verify
 // again, each time, to be refused.
 func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error) {
-	ps, err := g.Permits(ctx)
+	cr, _, err := ClosedRootsBehind(ctx, g)
 	if err != nil {
 		return nil, err
+	}
+	out := make([]manifest.Digest, len(cr))
+	for i, r := range cr {
+		out[i] = r.Root
+	}
+	return out, nil
+}
+
+// ClosedRoot is a root ClosedRoots names, with the fences its release is
+// checked below (raftgate.FenceTombstone, then raftgate.FenceBenchmark):
+// the documents a recheck of it needs. Behind is empty for a root whose
+// closed permit no fence holds closed (a failed or cancelled run's, which
+// no recheck renews).
+type ClosedRoot struct {
+	Root   manifest.Digest
+	Behind []string
+}
+
+// ClosedRootsBehind is ClosedRoots with the fences each root is behind,
+// and the gate's fences it compared them with.
+func ClosedRootsBehind(ctx context.Context, g PermitLister) ([]ClosedRoot, *raftgate.Fences, error) {
+	ps, err := g.Permits(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	f, err := g.Fences(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	behind := func(rel *raftgate.Release) []string {
+		var out []string
+		if rel.TombstoneWatermark < f.Tombstone {
+			out = append(out, raftgate.FenceTombstone)
+		}
+		if rel.BenchmarkFence < f.Benchmark {
+			out = append(out, raftgate.FenceBenchmark)
+		}
+		return out
 	}
 	seen := map[manifest.Digest]bool{}
-	var out []manifest.Digest
+	var out []ClosedRoot
 	aliases := map[string]bool{}
 	for _, p := range ps {
 		if p.Kind == raftgate.PermitPublish || p.Kind == raftgate.PermitRollback {
@@ -249,10 +283,10 @@ func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error)
 		seen[p.Root] = true
 		rel, err := g.Release(ctx, p.Root)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if rel.State != raftgate.ReleaseInvalid {
-			out = append(out, p.Root)
+			out = append(out, ClosedRoot{Root: p.Root, Behind: behind(rel)})
 		}
 	}
 	// Every alias has a publish permit in its history, which prune
@@ -260,7 +294,7 @@ func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error)
 	for _, name := range slices.Sorted(maps.Keys(aliases)) {
 		al, err := g.Alias(ctx, name)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		h := al.History
 		for _, e := range h[len(h)-min(max(al.Retain, 0), len(h)):] {
@@ -270,15 +304,15 @@ func ClosedRoots(ctx context.Context, g PermitLister) ([]manifest.Digest, error)
 			seen[e.Root] = true
 			rel, err := g.Release(ctx, e.Root)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			if rel.State == raftgate.ReleasePublished && (rel.TombstoneWatermark < f.Tombstone || rel.BenchmarkFence < f.Benchmark) {
-				out = append(out, e.Root)
+			if b := behind(rel); rel.State == raftgate.ReleasePublished && len(b) > 0 {
+				out = append(out, ClosedRoot{Root: e.Root, Behind: b})
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b manifest.Digest) int { return bytes.Compare(a[:], b[:]) })
-	return out, nil
+	slices.SortFunc(out, func(a, b ClosedRoot) int { return bytes.Compare(a.Root[:], b.Root[:]) })
+	return out, f, nil
 }
 
 // RecheckEvidence reads report d from s, a recheck report

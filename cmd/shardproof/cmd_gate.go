@@ -757,7 +757,8 @@ below it is closed, but one whose release the gate already holds checked
 at or above both new fences with no hits (a recheck made before the
 advance) is kept open; the answer lists both, and the 'recheck --closed'
 to run whenever roots are left behind the fences (closed permits', or
-earlier generations' of a rollback window, which lose no permit).
+earlier generations' of a rollback window, which lose no permit), with
+the documents of the fences those roots are behind.
 Keeping one open takes the gate cluster's command-schema version 1:
 during a rolling upgrade from a build before it, such an advance is
 refused (CLUSTER_VERSION, exit 3) and changes nothing. "gate fence advance" takes VALUE from a stored
@@ -794,11 +795,7 @@ tombstone log or benchmark registry.`,
 		return printResult(cmd, r, func(w io.Writer) {
 			fmt.Fprintf(w, "fences: tombstone %d, benchmark %d; ", r.Fences.Tombstone, r.Fences.Benchmark)
 			printPermitsMoved(w, r)
-			docs := "--tombstones DIGEST (a tombstone log"
-			if args[0] == raftgate.FenceBenchmark {
-				docs = "--benchmark DIGEST (a benchmark registry"
-			}
-			printRecheckHint(cmd, c, fmt.Sprintf("%s whose watermark is at least %d)", docs, v))
+			printRecheckHint(cmd, c, args[0], v, "")
 		})
 	},
 }

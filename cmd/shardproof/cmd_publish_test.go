@@ -327,6 +327,63 @@ func TestFenceAdvanceHintsRollbackWindow(t *testing.T) {
 	}
 }
 
+// TestFenceHintNamesTheFencesRootsAreBehind: the recheck a fence
+// advance prints names the documents of the fences the roots are behind,
+// not the one just advanced. Both generations are rechecked for
+// tombstones at 4, then the benchmark fence passes them: advancing the
+// tombstone fence to 4 leaves them behind the benchmark fence alone, and
+// the hint names --benchmark only (it named --tombstones, whose recheck
+// renews nothing: FENCE_BEHIND). Past both fences it names both, and
+// the recheck it names, run with documents that reach those fences,
+// renews both roots, after which no hint is printed.
+func TestFenceHintNamesTheFencesRootsAreBehind(t *testing.T) {
+	gen1, gen2, node, base, tomb := twoGenerations(t)
+	tombD := manifest.Digest(tomb).String()
+	if out, err := cli(t, append([]string{"recheck", "-q", "--members", "--root", gen1.Root.String(), "--root", gen2.Root.String(), "--tombstones", tombD}, base...)...); err != nil || strings.Count(out, "renewed") != 2 {
+		t.Fatalf("recheck of both generations before the advances: %q %v", out, err)
+	}
+	hint := "2 roots to recheck (closed permits, rollback windows behind the fences); recheck with: shardproof recheck --closed "
+	bench := "--benchmark DIGEST (a benchmark registry whose watermark is at least 3)"
+	out, err := cli(t, "gate", "fence", "benchmark", "3", "--gate", node.URL())
+	if err != nil || !strings.Contains(out, hint+bench+"\n") {
+		t.Fatalf("gate fence benchmark 3: %q %v, want the hint %q", out, err, hint+bench)
+	}
+	out, err = cli(t, append([]string{"gate", "fence", "advance", "--tombstones", tombD}, base...)...)
+	if err != nil || !strings.Contains(out, hint+bench+"\n") || strings.Contains(out, "recheck --closed --tombstones") {
+		t.Fatalf("tombstone advance with both roots behind the benchmark fence only: %q %v, want the hint %q", out, err, hint+bench)
+	}
+	out, err = cli(t, "gate", "fence", "tombstone", "5", "--gate", node.URL())
+	both := hint + "--tombstones DIGEST (a tombstone log whose watermark is at least 5) " + bench + "\n"
+	if err != nil || !strings.Contains(out, both) {
+		t.Fatalf("gate fence tombstone 5: %q %v, want the hint %q", out, err, both)
+	}
+
+	s, err := file.Open(base[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var docs []string
+	for _, doc := range []string{
+		`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"},{"seq":5,"sampleId":"gone too"}]}`,
+		`{"schema":"training.benchmark.v1","entries":[{"seq":3,"sampleId":"held out"}]}`,
+	} {
+		d, _, _, err := objstore.PutBlob(context.Background(), s, []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, manifest.Digest(d).String())
+	}
+	out, err = cli(t, append([]string{"recheck", "-q", "--members", "--closed", "--tombstones", docs[0], "--benchmark", docs[1]}, base...)...)
+	if err != nil || strings.Count(out, "renewed") != 2 {
+		t.Fatalf("the recheck the hint names: %q %v", out, err)
+	}
+	out, err = cli(t, "gate", "fence", "tombstone", "5", "--gate", node.URL())
+	if err != nil || strings.Contains(out, "recheck") {
+		t.Fatalf("gate fence tombstone 5 with nothing left to recheck: %q %v, want no hint", out, err)
+	}
+}
+
 // unlistedPermits is a real gate client whose Permits fails.
 type unlistedPermits struct{ *raftgate.Client }
 
@@ -345,7 +402,7 @@ func TestRecheckHintWarnsWhenUnlisted(t *testing.T) {
 	cmd.SetContext(context.Background())
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
-	printRecheckHint(cmd, unlistedPermits{g}, "--tombstones sha256:00")
+	printRecheckHint(cmd, unlistedPermits{g}, raftgate.FenceTombstone, 4, "sha256:00")
 	if out.Len() != 0 || !strings.Contains(errOut.String(), "warning: the fence advanced") ||
 		!strings.Contains(errOut.String(), "GATE_UNAVAILABLE") || !strings.Contains(errOut.String(), "shardproof recheck --closed --tombstones sha256:00") {
 		t.Fatalf("stdout %q, stderr %q", out.String(), errOut.String())

@@ -252,7 +252,9 @@ runs on those roots can no longer admit checkpoints, and rollbacks to them
 are refused, until 'shardproof recheck' finds zero hits at that watermark.
 Whenever roots are left to recheck (closed permits', or those of an
 alias's rollback window the fence passed, even if no permit closed), it
-prints how many and the 'recheck --closed' that brings them back; a
+prints how many and the 'recheck --closed' that brings them back, with
+the documents of the fences they are behind (the other kind's too, for
+roots an earlier advance of it left behind); a
 failure to list them is a warning on stderr, not the advance's error.
 A root already rechecked at or above it, before the advance, keeps its
 permits open (recheck first, then advance, and its runs go on). Keeping
@@ -296,7 +298,7 @@ credentials or a bucket the store refuses (STORE_DENIED, NO_SUCH_BUCKET),
 			return printResult(cmd, r, func(w io.Writer) {
 				fmt.Fprintf(w, "%s fence %d (from %s, %d entries); ", kind, l.Watermark(), d, len(l.Entries))
 				printPermitsMoved(w, r)
-				printRecheckHint(cmd, g, flag+" "+d.String())
+				printRecheckHint(cmd, g, kind, l.Watermark(), d.String())
 			})
 		},
 	}
@@ -309,23 +311,53 @@ credentials or a bucket the store refuses (STORE_DENIED, NO_SUCH_BUCKET),
 
 // printRecheckHint ends a fence advance's answer with the recheck that
 // brings back what the fences now leave out of use, whenever
-// publish.ClosedRoots names a root: the closed permits' roots, and the
-// roots of aliases' rollback windows the fences passed. The latter lose
-// no permit, so an advance that closes nothing (the current roots were
-// rechecked before it) can still leave every earlier generation
-// ROLLBACK_INELIGIBLE. docs is the fence-document flag and value to
-// recheck with. The advance has happened by now: a failure to list the
-// roots is a warning on stderr, never the command's error.
-func printRecheckHint(cmd *cobra.Command, g publish.PermitLister, docs string) {
+// publish.ClosedRootsBehind names a root behind a fence: the closed
+// permits' roots, and the roots of aliases' rollback windows the fences
+// passed. The latter lose no permit, so an advance that closes nothing
+// (the current roots were rechecked before it) can still leave every
+// earlier generation ROLLBACK_INELIGIBLE. The recheck names the fence
+// documents of the fences those roots are behind, which need not be the
+// one just advanced (a root rechecked for tombstones and left behind an
+// earlier benchmark advance): kind's as doc (the document's digest, or
+// "" for a placeholder), the other's as a placeholder at its fence. The
+// advance has happened by now: a failure to list the roots is a warning
+// on stderr, never the command's error.
+func printRecheckHint(cmd *cobra.Command, g publish.PermitLister, kind string, value uint64, doc string) {
 	w := cmd.OutOrStdout()
-	cr, err := publish.ClosedRoots(cmd.Context(), g)
+	docFlag := func(k string, at uint64) string {
+		flag, what := "--tombstones", "a tombstone log"
+		if k == raftgate.FenceBenchmark {
+			flag, what = "--benchmark", "a benchmark registry"
+		}
+		if k == kind && doc != "" {
+			return flag + " " + doc
+		}
+		return fmt.Sprintf("%s DIGEST (%s whose watermark is at least %d)", flag, what, at)
+	}
+	cr, f, err := publish.ClosedRootsBehind(cmd.Context(), g)
 	if err != nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the fence advanced, but the roots it left to recheck could not be listed (%s: %v); recheck them with: shardproof recheck --closed %s\n",
-			errcode.Of(err), err, docs)
+			errcode.Of(err), err, docFlag(kind, value))
 		return
 	}
-	if len(cr) == 0 {
+	roots, behind := 0, map[string]bool{}
+	for _, r := range cr {
+		if len(r.Behind) > 0 {
+			roots++
+		}
+		for _, k := range r.Behind {
+			behind[k] = true
+		}
+	}
+	if roots == 0 {
 		return
 	}
-	fmt.Fprintf(w, "%d roots to recheck (closed permits, rollback windows behind the fences); recheck with: shardproof recheck --closed %s\n", len(cr), docs)
+	var flags []string
+	if behind[raftgate.FenceTombstone] {
+		flags = append(flags, docFlag(raftgate.FenceTombstone, f.Tombstone))
+	}
+	if behind[raftgate.FenceBenchmark] {
+		flags = append(flags, docFlag(raftgate.FenceBenchmark, f.Benchmark))
+	}
+	fmt.Fprintf(w, "%d roots to recheck (closed permits, rollback windows behind the fences); recheck with: shardproof recheck --closed %s\n", roots, strings.Join(flags, " "))
 }
