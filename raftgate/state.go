@@ -391,6 +391,14 @@ func (s *State) Validate() error {
 			return fmt.Errorf("run %s: barrier open with %d of %d attestations", k, n, r.WorldSize)
 		}
 	}
+	for k, ni := range s.Nodes {
+		// Whatever reads the join records takes each for one: a null
+		// one panicked GET /v1/status and, on a leader, the version
+		// poll, which took the process down.
+		if ni == nil {
+			return fmt.Errorf("node %q: null entry", truncate(k))
+		}
+	}
 	for k, p := range s.PrunedRuns {
 		if p == nil || checkRunID(k) != nil {
 			return fmt.Errorf("pruned run %q: bad entry", k)
