@@ -16,7 +16,8 @@ import (
 // Commit records no task writes are SHUFFLE_CORRUPT when aggregated: a
 // failure code without a counter (was INTERNAL), negative figures (were
 // summed into a VERIFIED report with wrong totals), an example class no
-// report keeps (was BAD_DOCUMENT from the report's encoding).
+// report keeps (was BAD_DOCUMENT from the report's encoding), a stray ']'
+// or '}' after the record (was aggregated as the record before it).
 func TestForgedCommitRecords(t *testing.T) {
 	commitFuzzSetup(t)
 	j0 := commitFuzzJob
@@ -33,6 +34,9 @@ func TestForgedCommitRecords(t *testing.T) {
 		{"map: negative Tokens", 0, `"Tokens":`, `"Tokens":-`},
 		{"reduce: unknown example class", maps, `"examples":{}`, `"examples":{"NOT_A_CLASS":["a"]}`},
 		{"reduce: negative count", maps, `"records":`, `"records":-`},
+		// A commit record with a stray ']' or '}' after it is no record.
+		{"map: trailing bracket", 0, "", "]"},
+		{"reduce: trailing brace", maps, "", "}"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			body := mc
@@ -40,6 +44,9 @@ func TestForgedCommitRecords(t *testing.T) {
 				body = rc
 			}
 			forged := bytes.Replace(body, []byte(c.old), []byte(c.new), 1)
+			if c.old == "" {
+				forged = append(bytes.Clone(bytes.TrimRight(body, "\n")), c.new...)
+			}
 			if bytes.Equal(forged, body) {
 				t.Fatalf("%q not in the record %.300s", c.old, body)
 			}

@@ -179,7 +179,8 @@ func decodeStrict(b []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return errcode.Wrap(errcode.BadDocument, err, "decode")
 	}
-	if dec.More() {
+	// dec.More says no more before a stray ']' or '}' as before the end.
+	if _, err := dec.Token(); err != io.EOF {
 		return errcode.New(errcode.BadDocument, "trailing data after document")
 	}
 	return nil

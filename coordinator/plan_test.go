@@ -1,12 +1,14 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/shuffle"
 )
 
@@ -64,6 +66,21 @@ func TestOpenRejectsInconsistentPlans(t *testing.T) {
 		d := putDoc(t, s, &p)
 		if _, err := Open(ctx, s, d); errcode.Of(err) != errcode.BadDocument {
 			t.Errorf("%s: Open err = %v, want BAD_DOCUMENT", name, err)
+		}
+	}
+	// The good plan's bytes with a stray ']' or '}' after them: stored
+	// under their own digest, they are no plan.
+	b, err := manifest.Encode(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tail := range []string{"]", "}", " ]"} {
+		d, _, _, err := objstore.PutBlob(ctx, s, append(bytes.Clone(b), tail...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(ctx, s, d); errcode.Of(err) != errcode.BadDocument {
+			t.Errorf("plan with %q after it: Open err = %v, want BAD_DOCUMENT", tail, err)
 		}
 	}
 }

@@ -263,7 +263,7 @@ func DecodeCommand(b []byte) (Command, error) {
 	if err := dec.Decode(c); err != nil {
 		return nil, errcode.Wrap(errcode.BadDocument, err, "%s command", h.Type)
 	}
-	if dec.More() {
+	if !atEnd(dec) {
 		return nil, errcode.New(errcode.BadDocument, "trailing data after %s command", h.Type)
 	}
 	if err := checkKeys(b, reflect.TypeOf(c)); err != nil {

@@ -327,8 +327,7 @@ func DecodeState(b []byte) (*State, error) {
 	if err := dec.Decode(s); err != nil {
 		return nil, errcode.Wrap(errcode.BadDocument, err, "decode gate snapshot")
 	}
-	// dec.More says no more before a stray ']' or '}' as before the end.
-	if _, err := dec.Token(); err != io.EOF {
+	if !atEnd(dec) {
 		return nil, errcode.New(errcode.BadDocument, "trailing data after gate snapshot")
 	}
 	if err := s.Validate(); err != nil {

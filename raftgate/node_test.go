@@ -191,14 +191,18 @@ func TestHTTPAPI(t *testing.T) {
 	// or it may land between the two reads of the index.)
 	waitSelfRecorded(t, n, "api")
 	before := n.Raft().LastIndex()
-	resp, err := http.Post(n.URL()+"/v1/commands", "application/json", bytes.NewReader([]byte(`{"type":"publish","alias":"x","evil":1}`)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(body, []byte(errcode.BadDocument)) {
-		t.Fatalf("bad command: HTTP %d %s", resp.StatusCode, body)
+	// A command with a stray ']' or '}' after it too: it is no command.
+	for _, bad := range []string{`{"type":"publish","alias":"x","evil":1}`,
+		`{"type":"advanceFence","kind":"tombstone","value":9}]`, `{"type":"advanceFence","kind":"tombstone","value":9}}`} {
+		resp, err := http.Post(n.URL()+"/v1/commands", "application/json", strings.NewReader(bad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(body, []byte(errcode.BadDocument)) {
+			t.Fatalf("bad command %s: HTTP %d %s", bad, resp.StatusCode, body)
+		}
 	}
 	if n.Raft().LastIndex() != before {
 		t.Fatal("a malformed command was appended to the log")
@@ -240,11 +244,11 @@ func TestHTTPAPI(t *testing.T) {
 	if s, err := cl.Attest(ctx, "ok", 0, root, shardsOf("rel", 3)); err != nil || s.Barrier != BarrierOpen {
 		t.Fatalf("attest: %+v %v", s, err)
 	}
-	resp, err = http.Get(n.URL() + "/metrics")
+	resp, err := http.Get(n.URL() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ = io.ReadAll(resp.Body)
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{
 		`shardproof_gate_commands_total{code="OK",type="publish"} 1`,

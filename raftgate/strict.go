@@ -4,9 +4,18 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"reflect"
 	"strings"
 )
+
+// atEnd reports whether dec, having decoded one document, has nothing but
+// white space left. dec.More says no more before a stray ']' or '}' as
+// before the end: a backup with one appended restored.
+func atEnd(dec *json.Decoder) bool {
+	_, err := dec.Token()
+	return err == io.EOF
+}
 
 // checkKeys walks one JSON value and rejects what encoding/json would let
 // through silently: a duplicate key (json keeps the last) and a key that
