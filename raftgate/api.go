@@ -26,6 +26,13 @@ import (
 // of forwarding again, so a request is forwarded at most once.
 const forwardedHeader = "X-Shardproof-Forwarded"
 
+// stateIndexHeader carries, on the answer to a linearizable read, the log
+// index of the last command the state it was read from reflects, taken
+// under the same lock as the state: what `gate status --digest` shows as
+// the index of its digest (0 until the leader applied a command after
+// start-up or a snapshot restore). A follower passes the leader's on.
+const stateIndexHeader = "X-Shardproof-State-Index"
+
 // CommandResponse is the body of a successful POST /v1/commands.
 type CommandResponse struct {
 	Result json.RawMessage `json:"result"`
@@ -131,7 +138,8 @@ type Remove struct {
 //	POST /v1/record            record a member's addresses at its own request (leader; a
 //	                           server of the Raft configuration at that Raft address only)
 //	POST /v1/remove            remove a member from the Raft configuration (leader)
-//	GET  /v1/state             the whole state (linearizable)
+//	GET  /v1/state             the whole state (linearizable; like every linearizable read,
+//	                           the index of the command it reflects in X-Shardproof-State-Index)
 //	GET  /v1/aliases/{name}    one alias with its history (linearizable)
 //	GET  /v1/releases/{root}   one release (linearizable)
 //	GET  /v1/permits           every permit, sorted by id (linearizable)
@@ -582,11 +590,13 @@ func (n *Node) read(fn func(*State, *http.Request) (any, error)) http.HandlerFun
 			return
 		}
 		var raw []byte
+		var index uint64
 		var ferr error
-		err := n.ReadConsistent(func(s *State) {
+		err := n.readConsistentAt(func(s *State, i uint64) {
 			var v any
 			if v, ferr = fn(s, r); ferr == nil {
 				raw, ferr = json.Marshal(v)
+				index = i
 			}
 		})
 		if err == nil {
@@ -601,6 +611,7 @@ func (n *Node) read(fn func(*State, *http.Request) (any, error)) http.HandlerFun
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set(stateIndexHeader, strconv.FormatUint(index, 10))
 		w.Write(raw)
 	}
 }
@@ -789,6 +800,9 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte, hold
 	// wait for the leader's next bytes; writes to the client have their
 	// own deadline (writeDeadlines).
 	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
+	if v := resp.Header.Get(stateIndexHeader); v != "" {
+		w.Header().Set(stateIndexHeader, v)
+	}
 	if resp.ContentLength >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}

@@ -311,3 +311,51 @@ func TestRestoreBesideItsRunningCluster(t *testing.T) {
 		t.Fatalf("publish at generation 1 on the restored gate: %v", err)
 	}
 }
+
+// A backup names the log index of the last command its state reflects,
+// read on the leader under the lock it encodes the state under, and a
+// follower passes it on: at that index the leader's digest (gate status
+// --digest) is the sha256 of the backup's bytes. Before, the index was
+// not sent, and a backup could not be placed against a member's digest.
+func TestStateBackupNamesItsIndex(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 3)
+	if _, err := c.Client().AdvanceFence(ctx, FenceTombstone, 3); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.Leader(10 * time.Second)
+	var follower *Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	for _, n := range []*Node{leader, follower} {
+		cl := NewClient(n.URL())
+		for attempt := 1; ; attempt++ {
+			b, index, known, err := cl.StateBackup(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !known || index == 0 {
+				t.Fatalf("backup through %s: index %d, known %v; want the leader's non-zero index", n.ID(), index, known)
+			}
+			at, d, err := leader.FSM().Digest()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at == index {
+				if d != manifest.Sum(b) {
+					t.Fatalf("backup through %s at index %d has sha256 %s; the leader's digest there is %s", n.ID(), index, manifest.Sum(b), d)
+				}
+				break
+			}
+			// The leader applied a command of its own in between.
+			if attempt == 5 {
+				t.Fatalf("backup through %s at index %d, the leader at %d, five times", n.ID(), index, at)
+			}
+		}
+		cl.Close()
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -342,6 +343,9 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 		if err := json.Unmarshal(b, out); err != nil {
 			return false, notAGate(u, err)
 		}
+		if hr, ok := out.(headerReader); ok {
+			hr.readHeader(resp.Header)
+		}
 		return false, nil
 	}
 	var eb ErrorBody
@@ -504,11 +508,42 @@ func (c *Client) State(ctx context.Context) (*State, error) {
 // StateBytes returns the whole state as the leader encodes it
 // (linearizable): a gate backup, which Config.Restore founds a cluster on.
 func (c *Client) StateBytes(ctx context.Context) ([]byte, error) {
-	var raw json.RawMessage
-	if err := c.do(ctx, http.MethodGet, "/v1/state", nil, &raw); err != nil {
-		return nil, err
+	b, _, _, err := c.StateBackup(ctx)
+	return b, err
+}
+
+// StateBackup is StateBytes with the log index of the last command the
+// state reflects, read on the leader under the same lock as the state: a
+// member's `gate status --digest` at that index shows the sha256 of these
+// bytes. indexKnown is false when the gate did not say (a build before
+// the index was sent).
+func (c *Client) StateBackup(ctx context.Context) (b []byte, index uint64, indexKnown bool, err error) {
+	var a stateAnswer
+	if err := c.do(ctx, http.MethodGet, "/v1/state", nil, &a); err != nil {
+		return nil, 0, false, err
 	}
-	return raw, nil
+	return a.raw, a.index, a.indexKnown, nil
+}
+
+// headerReader is an answer that also takes the response's headers.
+type headerReader interface{ readHeader(http.Header) }
+
+// stateAnswer is the answer to GET /v1/state: its bytes as sent, and
+// the index in its header.
+type stateAnswer struct {
+	raw        json.RawMessage
+	index      uint64
+	indexKnown bool
+}
+
+func (a *stateAnswer) UnmarshalJSON(b []byte) error { return a.raw.UnmarshalJSON(b) }
+
+func (a *stateAnswer) readHeader(h http.Header) {
+	a.index, a.indexKnown = 0, false
+	if v := h.Get(stateIndexHeader); v != "" {
+		i, err := strconv.ParseUint(v, 10, 64)
+		a.index, a.indexKnown = i, err == nil
+	}
 }
 
 // Alias reads one alias (linearizable).

@@ -182,7 +182,10 @@
 // handleRecord),
 // GET /v1/state, /v1/aliases/{name}, /v1/releases/{root}, /v1/fences, /v1/permits, /v1/permits/{id},
 // /v1/runs/{id}, /v1/runs/{id}/wait?timeout=ms (long poll), /v1/status
-// (the node's own view; ?digest=1 adds its state digest), /metrics, /healthz and /readyz. Errors are
+// (the node's own view; ?digest=1 adds its state digest), /metrics, /healthz and /readyz. A
+// linearizable read answers the log index of the state it read in
+// X-Shardproof-State-Index, so a backup is placed against the digests
+// members report. Errors are
 // {"error":{"code","message"}} with 409 for rejections, 400 for bad input,
 // 404 for unknown names, 410 for a pruned run, 401 UNAUTHENTICATED, 503 NOT_LEADER/GATE_UNAVAILABLE, 504
 // INDETERMINATE. A node with no state

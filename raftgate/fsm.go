@@ -223,6 +223,14 @@ func (f *FSM) Read(fn func(*State)) {
 	fn(f.state)
 }
 
+// readAt is Read that also passes the log index of the last command the
+// state reflects (as Digest reports it), taken under the same lock.
+func (f *FSM) readAt(fn func(s *State, index uint64)) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	fn(f.state, f.index)
+}
+
 // Changed returns a channel closed at the next change of state.
 func (f *FSM) Changed() <-chan struct{} {
 	f.mu.RLock()

@@ -877,6 +877,12 @@ func (n *Node) apply(c Command, b []byte) (*Result, error) {
 // that this node is still the leader and (once per term) that it has
 // applied everything committed before its term: a linearizable read.
 func (n *Node) ReadConsistent(fn func(*State)) error {
+	return n.readConsistentAt(func(s *State, _ uint64) { fn(s) })
+}
+
+// readConsistentAt is ReadConsistent that also passes fn the log index of
+// the last command the state reflects (FSM.readAt).
+func (n *Node) readConsistentAt(fn func(s *State, index uint64)) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
@@ -886,7 +892,7 @@ func (n *Node) ReadConsistent(fn func(*State)) error {
 	if err := n.caughtUp(); err != nil {
 		return err
 	}
-	n.fsm.Read(fn)
+	n.fsm.readAt(fn)
 	if h := n.Halted(); h != nil {
 		// The state stopped before a committed entry (Raft may still
 		// lead until watchHalt shuts it down): answering from it would

@@ -448,8 +448,10 @@ var gateBackupCmd = &cobra.Command{
 	Short: "Write the gate's whole state to FILE, to found a new gate on with serve --restore",
 	Long: `Write the gate's whole state, read linearizably on the leader, to FILE:
 the bytes of GET /v1/state, which are the Raft snapshot format (JSON). It
-prints the state's sha256, which is what "gate status --digest" shows on a
-member at the same command index.
+prints the state's sha256 and the log index of the last command the state
+reflects, read on the leader with the bytes: "gate status --digest" on a
+member at that command index shows the same sha256. (A gate of a build
+that does not send the index leaves it unknown.)
 
 A backup is the way back when every member's directory is lost, and the way
 to move a gate to new machines: "gate serve --bootstrap --restore FILE
@@ -472,7 +474,7 @@ not a gate at --gate; nothing written), 2 usage (FILE exists), 3 error
 		}
 		c := gateClient()
 		defer c.Close()
-		b, err := c.StateBytes(cmd.Context())
+		b, index, indexKnown, err := c.StateBackup(cmd.Context())
 		if err != nil {
 			return err
 		}
@@ -488,9 +490,14 @@ not a gate at --gate; nothing written), 2 usage (FILE exists), 3 error
 		d := manifest.Sum(b)
 		out := map[string]any{"file": path, "bytes": len(b), "stateDigest": d, "aliases": len(st.Aliases),
 			"releases": len(st.Releases), "runs": len(st.Runs), "permits": len(st.Permits), "fences": st.Fences}
+		at := "command index unknown (the gate does not send it: an older build)"
+		if indexKnown {
+			out["stateIndex"] = index
+			at = fmt.Sprintf("at command index %d", index)
+		}
 		return printResult(cmd, out, func(w io.Writer) {
-			fmt.Fprintf(w, "backup %s: %d bytes, state %s: %d aliases, %d releases, %d runs, %d permits, tombstone fence %d, benchmark fence %d\n",
-				path, len(b), d, len(st.Aliases), len(st.Releases), len(st.Runs), len(st.Permits), st.Fences.Tombstone, st.Fences.Benchmark)
+			fmt.Fprintf(w, "backup %s: %d bytes, state %s %s: %d aliases, %d releases, %d runs, %d permits, tombstone fence %d, benchmark fence %d\n",
+				path, len(b), d, at, len(st.Aliases), len(st.Releases), len(st.Runs), len(st.Permits), st.Fences.Tombstone, st.Fences.Benchmark)
 		})
 	},
 }

@@ -703,24 +703,54 @@ func TestGateBackupRestore(t *testing.T) {
 	g(gate, "gate", "fence", "tombstone", "3").expect(t, 0, "")
 
 	file := filepath.Join(t.TempDir(), "gate.backup")
-	r := g(gate, "gate", "backup", file, "--json").expect(t, 0, "")
 	var out struct {
 		Bytes       int             `json:"bytes"`
 		StateDigest manifest.Digest `json:"stateDigest"`
+		StateIndex  *uint64         `json:"stateIndex"`
 		Aliases     int             `json:"aliases"`
 	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
-		t.Fatalf("backup --json: %v\n%s", err, r.stdout)
-	}
-	if out.Bytes != len(b) || out.StateDigest != manifest.Sum(b) || out.Aliases != 1 {
-		t.Fatalf("backup says %+v; the file holds %d bytes with sha256 %s", out, len(b), manifest.Sum(b))
+	var b []byte
+	// The backup's index and sha256 are what gate status --digest shows
+	// at that index. The gate may apply a command of its own between the
+	// two reads (its cluster-version raise): then both are read again.
+	for attempt := 1; ; attempt++ {
+		if attempt > 1 {
+			os.Remove(file)
+		}
+		r := g(gate, "gate", "backup", file, "--json").expect(t, 0, "")
+		var err error
+		if b, err = os.ReadFile(file); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			t.Fatalf("backup --json: %v\n%s", err, r.stdout)
+		}
+		if out.Bytes != len(b) || out.StateDigest != manifest.Sum(b) || out.Aliases != 1 {
+			t.Fatalf("backup says %+v; the file holds %d bytes with sha256 %s", out, len(b), manifest.Sum(b))
+		}
+		if out.StateIndex == nil || *out.StateIndex == 0 {
+			t.Fatalf("backup names no command index after three commands:\n%s", r.stdout)
+		}
+		var st raftgate.Status
+		r = g(gate, "gate", "status", "--digest", "--json").expect(t, 0, "")
+		if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.StateDigest == nil {
+			t.Fatalf("status --digest --json: %v\n%s", err, r.stdout)
+		}
+		if st.StateIndex == *out.StateIndex {
+			if *st.StateDigest != out.StateDigest {
+				t.Fatalf("at command index %d the backup's state is %s, gate status --digest says %s", st.StateIndex, out.StateDigest, *st.StateDigest)
+			}
+			break
+		}
+		if attempt == 5 {
+			t.Fatalf("backup at command index %d, status at %d, five times", *out.StateIndex, st.StateIndex)
+		}
 	}
 	g(gate, "gate", "backup", file).expect(t, errcode.ExitUsage, errcode.Usage)
-	g(gate, "gate", "backup", file, "--force").expect(t, 0, "")
+	r := g(gate, "gate", "backup", file, "--force").expect(t, 0, "")
+	if !regexp.MustCompile(`, state sha256:[0-9a-f]{64} at command index [1-9][0-9]*: `).MatchString(r.stdout) {
+		t.Fatalf("backup does not print the command index:\n%s", r.stdout)
+	}
 	if entries, _ := os.ReadDir(filepath.Dir(file)); len(entries) != 1 {
 		t.Fatalf("backup left temporary files: %v", entries)
 	}
@@ -764,6 +794,31 @@ func TestGateBackupOfNoGate(t *testing.T) {
 		if _, err := os.Stat(file); !os.IsNotExist(err) {
 			t.Fatalf("a backup of %s was written: %v", body, err)
 		}
+	}
+}
+
+// TestGateBackupOfOlderGate: a gate of a build that does not send the
+// state's command index (X-Shardproof-State-Index) is still backed up;
+// the backup says the index is unknown instead of naming one.
+func TestGateBackupOfOlderGate(t *testing.T) {
+	state, err := raftgate.EncodeState(raftgate.NewState())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(state)
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	r := runGateCLI(t, "gate", "backup", filepath.Join(dir, "a"), "--gate", srv.URL, "--retry", "0").expect(t, 0, "")
+	if !strings.Contains(r.stdout, " command index unknown (the gate does not send it: an older build): ") {
+		t.Fatalf("backup of a gate that sends no index:\n%s", r.stdout)
+	}
+	r = runGateCLI(t, "gate", "backup", filepath.Join(dir, "b"), "--gate", srv.URL, "--retry", "0", "--json").expect(t, 0, "")
+	var out map[string]any
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil || out["stateDigest"] == nil || out["stateIndex"] != nil {
+		t.Fatalf("backup --json of a gate that sends no index: %v\n%s", err, r.stdout)
 	}
 }
 
