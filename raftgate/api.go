@@ -102,6 +102,24 @@ type Status struct {
 	MemberVersions []MemberVersion `json:"memberVersions,omitempty"`
 }
 
+// Removed reports whether the node's own Raft configuration, as its
+// status gives it, no longer lists the node: `gate remove` took it out (a
+// leader that removes itself shuts its Raft down, and its status said
+// "Shutdown" and nothing more). A node that knows no configuration yet (a
+// joiner not yet added) and a build that sends none are not taken for
+// removed.
+func (s *Status) Removed() bool {
+	if len(s.Voters) == 0 {
+		return false
+	}
+	for _, v := range s.Voters {
+		if v.ID == s.ID {
+			return false
+		}
+	}
+	return true
+}
+
 // Halted says where and why a node stopped applying its log.
 type Halted struct {
 	Index uint64 `json:"index"`

@@ -317,6 +317,12 @@ the cluster: its status starts with HALTED and where (the log index, or
 "a snapshot of the gate's state"), and the exit status is 3 (GATE_HALTED).
 Upgrade it to the other members' build and restart it on its directory.
 
+A node that gate remove took out of the cluster (its own Raft
+configuration no longer lists it; a leader that removed itself shows
+"Shutdown") says so first, REMOVED, and the exit status is 3 (NOT_LEADER,
+what it answers every read and write). Stop it, or rejoin it with --join
+on a wiped directory.
+
 "command-schema version" is the highest version the node's build applies
 and the cluster's version in its state. The leader raises the cluster
 version once every member reports a build of it; until then, what a
@@ -338,6 +344,9 @@ a time and check here that the cluster version rose after the last.`,
 		err = printResult(cmd, st, func(w io.Writer) {
 			if h := st.Halted; h != nil {
 				fmt.Fprintf(w, "HALTED at %s: %s\n", haltedAt(h), h.Message)
+			}
+			if st.Removed() {
+				fmt.Fprintf(w, "REMOVED: %s\n", removedMessage(st))
 			}
 			fmt.Fprintf(w, "node %s: %s, term %d, leader %s (%s)\n", st.ID, st.RaftState, st.Term, st.Leader, st.LeaderHTTP)
 			fmt.Fprintf(w, "log: last %d, committed %d, applied %d\n", st.LastIndex, st.CommitIndex, st.AppliedIndex)
@@ -388,6 +397,10 @@ a time and check here that the cluster version rose after the last.`,
 		})
 		if err == nil && st.Halted != nil {
 			return errcode.New(errcode.GateHalted, "gate member %s halted at %s and serves no client: upgrade it to the other members' build and restart it on its data directory", st.ID, haltedAt(st.Halted))
+		}
+		if err == nil && st.Removed() {
+			// What it answers every read and write.
+			return errcode.New(errcode.NotLeader, "%s", removedMessage(st))
 		}
 		return err
 	},
@@ -805,6 +818,17 @@ tombstone log or benchmark registry.`,
 			printRecheckHint(cmd, c, args[0], v, "")
 		})
 	},
+}
+
+// removedMessage says that the node of st is no longer a member, and
+// what to do.
+func removedMessage(st *raftgate.Status) string {
+	ids := make([]string, len(st.Voters))
+	for i, v := range st.Voters {
+		ids[i] = v.ID
+	}
+	return fmt.Sprintf("node %s is no longer a member of the gate cluster: its Raft configuration lists %s, not itself (gate remove took it out): stop it, or to bring it back start it with --join on a wiped directory",
+		st.ID, strings.Join(ids, ", "))
 }
 
 // haltedAt says where a halted member stopped.

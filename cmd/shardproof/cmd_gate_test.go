@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/raftgate"
@@ -995,6 +997,42 @@ func TestGateStatusOfHaltedMember(t *testing.T) {
 	for _, out := range []string{r.stdout, r.stderr} {
 		if !strings.Contains(out, "upgrade it to the other members' build and restart it on its data directory") {
 			t.Fatalf("gate status of a halted member does not say to upgrade and restart it:\n%s", out)
+		}
+	}
+}
+
+// gate status on a leader that removed itself (gate remove of the leader's
+// ID: its Raft shuts down) says first that the node is no longer a member,
+// with the configuration it holds, and exits 3 NOT_LEADER, what the node
+// answers every read and write. It printed "Shutdown" and exited 0. A
+// remaining member's status is not affected.
+func TestGateStatusOfRemovedMember(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := raftgate.MakeCluster(t, 3)
+	old := c.Leader(10 * time.Second)
+	cl := raftgate.NewClient(old.URL())
+	defer cl.Close()
+	if err := cl.RemoveMember(ctx, old.ID()); err != nil {
+		t.Fatalf("remove the leader %s: %v", old.ID(), err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); old.Raft().State() != raft.Shutdown; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the removed leader's Raft is %s", old.Raft().State())
+		}
+	}
+	r := runGateCLI(t, "gate", "status", "--gate", old.URL()).expect(t, errcode.ExitError, errcode.NotLeader)
+	want := "REMOVED: node " + old.ID() + " is no longer a member of the gate cluster: its Raft configuration lists "
+	if !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stderr, "no longer a member") {
+		t.Fatalf("gate status of the removed leader:\nstdout: %s\nstderr: %s\nwant stdout to start %q", r.stdout, r.stderr, want)
+	}
+	for _, n := range c.Nodes {
+		if n == old {
+			continue
+		}
+		r := runGateCLI(t, "gate", "status", "--gate", n.URL()).expect(t, 0, "")
+		if strings.Contains(r.stdout, "REMOVED") {
+			t.Fatalf("gate status of the member %s:\n%s", n.ID(), r.stdout)
 		}
 	}
 }
