@@ -191,9 +191,10 @@ live in DIR/raft.db, snapshots in DIR/snapshots.
 member's directory is lost, or to move a gate to new machines. A FILE
 that is no whole gate state ({}, null, truncated) is BAD_DOCUMENT, and
 one whose cluster version is above this build's CLUSTER_VERSION; nothing
-is started. So is a restore at a Raft address that a still running
-member of the backup's cluster has in its configuration (USAGE): its
-leader would take the node over. A member whose directory was lost
+is started. So is a FILE that is missing or a directory (USAGE), and a
+restore at a Raft address that a still running member of the backup's
+cluster has in its configuration (USAGE): its leader would take the
+node over. A member whose directory was lost
 rejoins its running cluster with --join.
 
 To upgrade a cluster, restart one member at a time on its directory with
@@ -446,6 +447,10 @@ func readBackup(path string) ([]byte, error) {
 		return nil, errcode.Wrap(errcode.Usage, err, "gate backup")
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.IsDir() {
+		// Read, it failed IO, as if a disk were at fault.
+		return nil, errcode.New(errcode.Usage, "gate backup: %s is a directory: give the FILE gate backup wrote", path)
+	}
 	b, err := io.ReadAll(io.LimitReader(f, raftgate.MaxStateSize+1))
 	if err != nil {
 		return nil, errcode.Wrap(errcode.IO, err, "read gate backup %s", path)

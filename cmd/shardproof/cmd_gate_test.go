@@ -780,6 +780,23 @@ func TestGateBackupRestore(t *testing.T) {
 	g(restored, "gate", "fence", "tombstone", "4").expect(t, 0, "")
 }
 
+// TestGateServeRestoreOfADirectory: --restore given a directory (the
+// backup's folder, or --data's by mistake) is USAGE, saying it is a
+// directory, and creates nothing; it failed IO (exit 3) on reading it,
+// which reads as a disk to look at rather than an argument to fix.
+func TestGateServeRestoreOfADirectory(t *testing.T) {
+	dir := t.TempDir()
+	newDir := filepath.Join(dir, "new")
+	r := gateCLI(runRefused(t, "gate", "serve", "--data", newDir, "--bootstrap", "--restore", dir,
+		"--http-addr", freeAddr(t), "--raft-addr", freeAddr(t))).expect(t, errcode.ExitUsage, errcode.Usage)
+	if !strings.Contains(r.stderr, dir+" is a directory") {
+		t.Fatalf("restore of a directory does not say so:\n%s", r.stderr)
+	}
+	if _, err := os.Stat(newDir); !os.IsNotExist(err) {
+		t.Fatalf("a refused restore created %s", newDir)
+	}
+}
+
 // TestGateBackupOfNoGate: a server that answers GET /v1/state with 200
 // and JSON that holds no gate state ("null", "{}": a wrong --gate) is
 // not backed up. Such a file founded an empty gate on restore, which
