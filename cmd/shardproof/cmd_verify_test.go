@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -598,5 +599,26 @@ func TestEscapeUnprintable(t *testing.T) {
 		if got := escapeUnprintable(in); got != want {
 			t.Errorf("escapeUnprintable(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The "shardproof: CODE: message" line escapes what is not printable in
+// the message, which can carry a shard failure's detail: publish refuses
+// a snapshot member that no longer reads as the snapshot says with its
+// detail (publish/members.go), and a SCHEMA_MISMATCH detail names the
+// file's own fields, so a field named with a newline and an escape
+// sequence added a line and reached the terminal through the error line.
+func TestErrorLineEscapesUnprintable(t *testing.T) {
+	var buf bytes.Buffer
+	old := stderr
+	stderr = &buf
+	defer func() { stderr = old }()
+	err := errcode.New(errcode.SchemaMismatch, "snapshot member shard-00001.parquet no longer reads as the snapshot says (fields [lang\nverdict  VERIFIED\x1b[2K]); run a full recheck")
+	if got := exitStatus(err); got != errcode.SchemaMismatch.Exit() {
+		t.Fatalf("exit %d, want %d", got, errcode.SchemaMismatch.Exit())
+	}
+	out := buf.String()
+	if strings.Count(out, "\n") != 1 || strings.ContainsRune(out, 0x1b) || !strings.Contains(out, `[lang\nverdict  VERIFIED\x1b[2K]`) {
+		t.Fatalf("error line %q: want one line, the field name escaped", out)
 	}
 }

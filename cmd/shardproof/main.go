@@ -98,6 +98,9 @@ func startRecording(env, what string, start func(io.Writer) error) *os.File {
 	return f
 }
 
+// stderr is where exitStatus prints; tests replace it.
+var stderr io.Writer = os.Stderr
+
 // exitError carries a specific exit status without printing anything more
 // (the command already wrote its result, e.g. verify's INVALID summary).
 type exitError struct{ status int }
@@ -105,7 +108,10 @@ type exitError struct{ status int }
 func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.status) }
 
 // exitStatus prints err as "shardproof: CODE: message" and maps it to the
-// exit status of its code.
+// exit status of its code. The message is one line with what is not
+// printable escaped (escapeUnprintable): it can carry what stored bytes
+// say, such as a shard failure's detail naming a file's own schema
+// fields (publish's snapshot member check, the trainer's decode).
 func exitStatus(err error) int {
 	if err == nil {
 		return errcode.ExitOK
@@ -115,7 +121,7 @@ func exitStatus(err error) int {
 		return ee.status
 	}
 	code, msg := codedMessage(err)
-	fmt.Fprintf(os.Stderr, "shardproof: %s: %s\n", code, msg)
+	fmt.Fprintf(stderr, "shardproof: %s: %s\n", code, escapeUnprintable(msg))
 	slog.Debug("command failed", "code", code)
 	return code.Exit()
 }
