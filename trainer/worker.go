@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -671,7 +672,12 @@ type ShardsFailedError struct {
 }
 
 func (e *ShardsFailedError) Error() string {
-	return fmt.Sprintf("%d assigned shard(s) of %s failed verification: %v", len(e.Failures), e.Root, errors.Join(e.Failures...))
+	msgs := make([]string, len(e.Failures))
+	for i, f := range e.Failures {
+		msgs[i] = f.Error()
+	}
+	// "; ", not errors.Join's newlines: the error line escapes them.
+	return fmt.Sprintf("%d assigned shard(s) of %s failed verification: %s", len(e.Failures), e.Root, strings.Join(msgs, "; "))
 }
 
 // ErrorCode implements errcode.Coder.

@@ -1857,3 +1857,21 @@ func replacedRank(t *testing.T, assignment [][]int) (*env, *Worker) {
 	}
 	return e, old
 }
+
+// TestShardsFailedErrorIsOneLine: the error line escapes newlines, so the
+// failures are listed on one line, "; " between them, each with its own
+// message, instead of errors.Join's newlines shown as \n.
+func TestShardsFailedErrorIsOneLine(t *testing.T) {
+	e := &ShardsFailedError{Failures: []error{
+		errcode.New(errcode.SizeMismatch, "shard a: size 3, want 4"),
+		errcode.New(errcode.DigestMismatch, "shard b: digest differs"),
+	}}
+	msg := e.Error()
+	if strings.Contains(msg, "\n") || !strings.Contains(msg, "2 assigned shard(s)") ||
+		!strings.Contains(msg, "shard a: size 3, want 4; ") || !strings.HasSuffix(msg, "shard b: digest differs") {
+		t.Fatalf("ShardsFailedError: %q", msg)
+	}
+	if errcode.Of(e) != errcode.SizeMismatch {
+		t.Fatalf("code %s, want the first failure's", errcode.Of(e))
+	}
+}
