@@ -102,6 +102,10 @@ func TestWriteDenied(t *testing.T) {
 		if !errors.Is(err, os.ErrPermission) {
 			t.Errorf("the error does not carry its cause: %v", err)
 		}
+		// link(2)'s EPERM also means a file system without hard links.
+		if how == "immutable" && c.deny == "k" && !strings.Contains(err.Error(), "no hard links") {
+			t.Errorf("a link refused EPERM does not name a file system without hard links: %v", err)
+		}
 		if got := readAll(t, s, "k"); got != "v1" {
 			t.Fatalf("k after a refused Put: %q", got)
 		}

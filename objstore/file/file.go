@@ -306,6 +306,12 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts objsto
 		if err == nil {
 			break
 		}
+		if errors.Is(err, syscall.EPERM) {
+			// link(2) answers EPERM both for an immutable directory and on
+			// file systems without hard links (vfat, exFAT, some FUSE and
+			// SMB mounts), which the store's conditional create needs.
+			return "", s.ioErr(err, "put %s: the directory is immutable, or its file system has no hard links, which a file store needs", key)
+		}
 		if !errors.Is(err, fs.ErrExist) {
 			return "", s.ioErr(err, "put %s", key)
 		}
