@@ -37,6 +37,10 @@ type FSM struct {
 	// the first and after a restore (a snapshot's index is not passed to
 	// the FSM): replicas with the same non-zero index hold the same state.
 	index uint64
+	// runsDropped counts the applies and restores that dropped runs from
+	// the state (this member's, not replicated): metrics.forget walks the
+	// runs only once it moved.
+	runsDropped uint64
 	// changed is closed and replaced after every apply and restore, so
 	// waiters (run wait) learn about changes without polling.
 	changed chan struct{}
@@ -206,6 +210,9 @@ func (f *FSM) apply(c Command, index uint64) *Result {
 	default:
 		err = errcode.New(errcode.BadDocument, "unknown command %T", c)
 	}
+	if p, ok := v.(PruneResult); ok && len(p.Runs) > 0 {
+		f.runsDropped++
+	}
 	return &Result{Value: v, Err: err}
 }
 
@@ -317,6 +324,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return f.halted
 	}
 	f.state, f.index = s, 0
+	f.runsDropped++
 	f.notify()
 	return nil
 }

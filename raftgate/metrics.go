@@ -1,6 +1,7 @@
 package raftgate
 
 import (
+	"maps"
 	"net/http"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
 )
 
 // metrics are a node's Prometheus metrics, served at GET /metrics. Each
@@ -42,20 +44,20 @@ type metrics struct {
 	// mu guards what follows, and orders observe's new series
 	// with forget's deletions.
 	mu sync.Mutex
-	// releases are the release labels barrierWait and runFailures have
-	// series of.
-	releases map[string]bool
+	// releases are the releases barrierWait and runFailures have series
+	// of.
+	releases map[manifest.Digest]bool
 	// added is set when observe gives a release its first series, so
-	// forget looks at it even if no entry was applied since.
+	// forget looks at it even if no run was dropped since.
 	added bool
-	// forgotAt is the log index of the state forget last looked at.
+	// forgotAt is FSM.runsDropped of the state forget last looked at.
 	forgotAt uint64
 }
 
 func newMetrics(n *Node) *metrics {
 	m := &metrics{
 		reg:      prometheus.NewRegistry(),
-		releases: map[string]bool{},
+		releases: map[manifest.Digest]bool{},
 		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardproof_gate_commands_total",
 			Help: "Gate commands proposed by this node, by type and result code (OK when accepted).",
@@ -134,19 +136,18 @@ func (m *metrics) observe(c Command, res *Result, err error, took time.Duration)
 		return
 	}
 	now := c.header().Now
-	release := s.Root.String()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
 	case s.Barrier == BarrierOpen && s.BarrierOpened == now:
-		m.barrierWait.WithLabelValues(release).Observe(float64(s.BarrierOpened-s.Created) / 1000)
+		m.barrierWait.WithLabelValues(s.Root.String()).Observe(float64(s.BarrierOpened-s.Created) / 1000)
 	case s.State == RunFailed && res.Err != nil && errcode.Of(res.Err) == errcode.Code(s.FailCode):
-		m.runFailures.WithLabelValues(release, s.FailCode).Inc()
+		m.runFailures.WithLabelValues(s.Root.String(), s.FailCode).Inc()
 	default:
 		return
 	}
-	if !m.releases[release] {
-		m.releases[release] = true
+	if !m.releases[s.Root] {
+		m.releases[s.Root] = true
 		m.added = true
 	}
 }
@@ -158,26 +159,34 @@ func (m *metrics) observe(c Command, res *Result, err error, took time.Duration)
 // its last run by that age (--auto-prune, gate prune) and are scraped
 // meanwhile; a gate that never prunes keeps them, as it keeps its runs.
 // Every member forgets, once it applied the prune, the series it made
-// while it led. index is the log index s reflects: forget looks again
-// only once it moved, or once observe gave a release its first series.
-func (m *metrics) forget(s *State, index uint64) {
+// while it led.
+//
+// dropped is FSM.runsDropped of s: forget walks the runs (under the
+// state's read lock, which applies wait for) only once a prune or a
+// restore dropped some since it last looked, or once observe gave a
+// release its first series (which may come after the prune of its last
+// run was applied), not at every applied entry.
+func (m *metrics) forget(s *State, dropped uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.added && (len(m.releases) == 0 || index == m.forgotAt) {
+	if !m.added && (len(m.releases) == 0 || dropped == m.forgotAt) {
 		return
 	}
-	m.added, m.forgotAt = false, index
-	used := map[string]bool{}
+	m.added, m.forgotAt = false, dropped
+	gone := maps.Clone(m.releases)
 	for _, r := range s.Runs {
-		used[r.Root.String()] = true
-	}
-	for release := range m.releases {
-		if used[release] {
-			continue
+		if gone[r.Root] {
+			delete(gone, r.Root)
+			if len(gone) == 0 {
+				return
+			}
 		}
+	}
+	for root := range gone {
+		release := root.String()
 		m.barrierWait.DeletePartialMatch(prometheus.Labels{"release": release})
 		m.runFailures.DeletePartialMatch(prometheus.Labels{"release": release})
-		delete(m.releases, release)
+		delete(m.releases, root)
 	}
 }
 

@@ -1,11 +1,15 @@
 package raftgate
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
+	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 )
 
@@ -124,5 +128,69 @@ func TestReleaseSeriesGoWithTheirLastRun(t *testing.T) {
 	waitFor(t, "node1 to delete r2's series", func() bool { return releaseSeries(t, n1, names) == "" })
 	if got := releaseSeries(t, n2, names); got != "" {
 		t.Fatalf("node2, which led while no run failed or opened, has series %s", got)
+	}
+}
+
+// The deletion of per-release series costs a busy gate of many runs
+// nothing per applied entry: forgetSeries, which the node loop calls every
+// sweep, walks the runs (under the state's read lock, which applies wait
+// for) only once a prune dropped some, and a walk makes no label string
+// per run. Before, it walked them, a label string each, at every sweep
+// whose applied index had moved: 100k runs held every apply up for each
+// walk. The series of the release whose last run the prune dropped go,
+// those of a release still run stay.
+func TestForgetSeriesWalksRunsOnlyAfterADrop(t *testing.T) {
+	n := &Node{fsm: NewFSM()}
+	n.met = newMetrics(n)
+	busy, old := dig("busy"), dig("old")
+	names := map[manifest.Digest]string{busy: "busy", old: "old"}
+	n.fsm.mu.Lock()
+	for i := range 100_000 {
+		id := fmt.Sprintf("run%06d", i)
+		n.fsm.state.Runs[id] = &Run{ID: id, Root: busy, State: RunRunning, Created: 1}
+	}
+	n.fsm.state.Runs["old"] = &Run{ID: "old", Root: old, State: RunFailed, FailCode: string(errcode.BarrierTimeout), Created: 1, Ended: 2}
+	n.fsm.mu.Unlock()
+	n.met.observe(&CheckBarrier{Run: "old"}, &Result{Value: RunSummary{Root: old, State: RunFailed, FailCode: string(errcode.BarrierTimeout)}, Err: errcode.New(errcode.BarrierTimeout, "late")}, nil, time.Millisecond)
+	n.met.observe(&CheckBarrier{Header: Header{Now: 5}}, &Result{Value: RunSummary{Root: busy, Barrier: BarrierOpen, BarrierOpened: 5, Created: 1}}, nil, time.Millisecond)
+	n.forgetSeries() // observe gave both releases their first series
+	both := "barrier_wait_seconds busy, run_failures_total BARRIER_TIMEOUT old"
+	if got := releaseSeries(t, n, names); got != both {
+		t.Fatalf("series with a run on each release: %s, want %s", got, both)
+	}
+
+	index := uint64(1)
+	apply := func(c Command) *Result {
+		t.Helper()
+		c.header().Now = 1_000
+		b, err := EncodeCommand(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index++
+		return n.fsm.Apply(&raft.Log{Type: raft.LogCommand, Index: index, Data: b}).(*Result)
+	}
+	entry := func() { apply(&CancelRun{Run: "none", Reason: "no such run"}) }
+	perEntry := testing.AllocsPerRun(20, entry)
+	withForget := testing.AllocsPerRun(20, func() { entry(); n.forgetSeries() })
+	if withForget > perEntry+10 {
+		t.Fatalf("an applied entry that dropped no run, then forgetSeries: %.0f allocations, the entry alone %.0f", withForget, perEntry)
+	}
+	if got := releaseSeries(t, n, names); got != both {
+		t.Fatalf("series after entries that dropped no run: %s, want %s", got, both)
+	}
+
+	if res := apply(&Prune{}); res.Err != nil || len(res.Value.(PruneResult).Runs) != 1 {
+		t.Fatalf("prune: %+v", res)
+	}
+	n.forgetSeries()
+	if got := releaseSeries(t, n, names); got != "barrier_wait_seconds busy" {
+		t.Fatalf("series once the prune dropped old's last run: %s", got)
+	}
+	var s *State
+	n.fsm.Read(func(st *State) { s = st })
+	dropped := n.fsm.runsDropped
+	if walk := testing.AllocsPerRun(5, func() { dropped++; n.met.forget(s, dropped) }); walk > 10 {
+		t.Fatalf("a walk of %d runs: %.0f allocations", len(s.Runs), walk)
 	}
 }

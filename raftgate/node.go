@@ -962,8 +962,7 @@ func (n *Node) leaderLoop() {
 			return
 		case <-t.C:
 		}
-		// The index under the state's lock: the one the state reflects.
-		n.fsm.Read(func(s *State) { n.met.forget(s, n.fsm.index) })
+		n.forgetSeries()
 		if !n.IsLeader() {
 			lastPrune, lastVersion = time.Time{}, time.Time{}
 			if time.Since(lastRecord) >= n.cfg.versionInterval {
@@ -1008,6 +1007,13 @@ func (n *Node) leaderLoop() {
 			}
 		}
 	}
+}
+
+// forgetSeries deletes the per-release series of releases no run is on
+// (metrics.forget), from the runs of the state the FSM applied.
+func (n *Node) forgetSeries() {
+	// The count under the state's lock: the one the state reflects.
+	n.fsm.Read(func(s *State) { n.met.forget(s, n.fsm.runsDropped) })
 }
 
 // recordSelf records this leader's addresses in the state (a join
