@@ -43,6 +43,9 @@ func seedShard(tb testing.TB, n int) []byte {
 func FuzzMapShard(f *testing.F) {
 	good := seedShard(f, 40)
 	f.Add(good)
+	// A shard of no rows: a row group of 0 rows whose chunks hold no
+	// data page (checkChunks checks no range of a chunk of no bytes).
+	f.Add(seedShard(f, 0))
 	f.Add(good[:len(good)-1])
 	f.Add(good[:len(good)/2])
 	f.Add(append([]byte("PAR1"), good[len(good)-64:]...))
@@ -131,6 +134,8 @@ func seedMemberK(tb testing.TB, n int, k uint, rgRows int64) (data []byte, bucke
 func FuzzMemberBucket(f *testing.F) {
 	good, buckets := seedMember(f, 60)
 	f.Add(good, buckets[0])
+	empty, _ := seedMember(f, 0)
+	f.Add(empty, uint32(0))
 	f.Add(good, buckets[len(buckets)-1])
 	f.Add(good, uint32(99))
 	at := bytes.Index(good, []byte(canon.BucketRowGroupsKey))
