@@ -2,6 +2,7 @@ package raftgate
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -180,5 +181,184 @@ func TestBlackHoledMemberHoldsNoSweepOrJoin(t *testing.T) {
 	}
 	if got := strings.Join(voters, ", "); got != "node1 Voter, node2 Voter, node3 Voter" {
 		t.Fatalf("the leader's configuration once node3 joined: %s", got)
+	}
+}
+
+// holdLine is a member's HTTP listener that, once on, holds each request
+// it reads until the test lets it through: the member answers, late. A
+// request on a kept-alive connection is held too. Each request held is
+// sent on held, with the channel that lets it go.
+type holdLine struct {
+	net.Listener
+	on   atomic.Bool
+	held chan heldLine
+}
+
+type heldLine struct {
+	first string
+	let   chan struct{}
+}
+
+func (h *holdLine) wrap(l net.Listener) net.Listener {
+	h.Listener = l
+	return h
+}
+
+func (h *holdLine) Accept() (net.Conn, error) {
+	c, err := h.Listener.Accept()
+	if err != nil {
+		return c, err
+	}
+	return &heldConn{Conn: c, line: h}, nil
+}
+
+// heldConn reports the bytes of each read from the client, while its line
+// is on, and waits to be let through before the server sees them.
+type heldConn struct {
+	net.Conn
+	line    *holdLine
+	pending []byte
+}
+
+func (c *heldConn) Read(p []byte) (int, error) {
+	if len(c.pending) == 0 {
+		buf := make([]byte, 4096)
+		n, err := c.Conn.Read(buf)
+		if n == 0 {
+			return 0, err
+		}
+		if c.line.on.Load() {
+			l := heldLine{first: string(buf[:n]), let: make(chan struct{})}
+			c.line.held <- l
+			<-l.let
+		}
+		c.pending = buf[:n]
+	}
+	n := copy(p, c.pending)
+	c.pending = c.pending[n:]
+	return n, nil
+}
+
+// A raise commits only while the Raft configuration is the one its poll
+// asked, now that a join no longer waits for the poll: node4, a build of
+// version 1, joins the cluster at version 1 while the leader's poll of
+// node2 and node3 (both of version 2, node1 of version 1 removed) is held
+// at node3; the poll then hears version 2 from each member it asked, and
+// the version stays 1, so node4 does not halt. The next poll asks node4
+// and keeps it there. Without the comparison of the configurations, the
+// raise to 2 commits and node4 halts at it.
+func TestRaiseWaitsForAVoterAddedDuringItsPoll(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	line := &holdLine{held: make(chan heldLine, 16)}
+	c := MakeCluster(t, 3, func(cfg *Config) {
+		// A held poll waits for the test, not for a timeout.
+		cfg.versionPollTimeout = time.Minute
+		switch cfg.ID {
+		case "node1":
+			OlderBuild(1)(cfg)
+		case "node3":
+			cfg.wrapHTTP = line.wrap
+		}
+	})
+	l, n3 := c.Nodes[1], c.Nodes[2]
+	lead(t, l, c.Nodes...)
+	still := func(n *Node) {
+		t.Helper()
+		rc := n.Raft().ReloadableConfig()
+		rc.HeartbeatTimeout, rc.ElectionTimeout = time.Hour, time.Hour
+		if err := n.Raft().ReloadConfig(rc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	still(c.Nodes[0])
+	still(n3)
+	if v := l.ClusterVersion(); v != 1 {
+		t.Fatalf("cluster version with node1 on version 1: %d", v)
+	}
+	var n4 *Node
+	n4Halted := func() error {
+		if n4 == nil {
+			return nil
+		}
+		return n4.Halted()
+	}
+	var letGo []chan struct{}
+	letAllGo := func() {
+		for _, ch := range letGo {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+		letGo = nil
+	}
+	t.Cleanup(letAllGo)
+	nextPoll := func(what string) heldLine {
+		t.Helper()
+		for {
+			select {
+			case h := <-line.held:
+				letGo = append(letGo, h.let)
+				if !strings.HasPrefix(h.first, "GET /v1/status ") {
+					t.Fatalf("%s: node3 held %q, want the leader's GET /v1/status", what, h.first)
+				}
+				return h
+			case <-ctx.Done():
+				t.Fatalf("%s: the leader never asked node3", what)
+			case <-time.After(20 * time.Millisecond):
+			}
+			if v := l.ClusterVersion(); v != 1 {
+				l.vers.mu.Lock()
+				asked := versionList(l.vers.last)
+				l.vers.mu.Unlock()
+				t.Fatalf("%s: cluster version %d, want 1 (node4 runs version 1, halted: %v); the leader's last poll heard %s", what, v, n4Halted(), asked)
+			}
+		}
+	}
+
+	line.on.Store(true)
+	// The poll held first may have asked node1 too.
+	p0 := nextPoll("before node1's removal")
+	cl := NewClient(l.URL())
+	defer cl.Close()
+	if err := cl.RemoveMember(ctx, "node1"); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(0)
+	close(p0.let)
+	p1 := nextPoll("the poll of node2 and node3")
+
+	cfg4 := TestConfig(t.TempDir(), "node4")
+	cfg4.Join, cfg4.Bootstrap = l.HTTPAddr(), false
+	OlderBuild(1)(&cfg4)
+	n4 = StartTestNode(t, cfg4)
+	still(n4)
+	if got := l.voters(); len(got) != 3 || got[2].ID != "node4" {
+		t.Fatalf("the leader's configuration once node4 joined: %+v", got)
+	}
+
+	close(p1.let)
+	// The next poll is held once the one let through has ended, raise
+	// or not, and before it asks anyone: the leader's answers are p1's.
+	nextPoll("the poll after node4 joined")
+	l.vers.mu.Lock()
+	asked := versionList(l.vers.last)
+	l.vers.mu.Unlock()
+	if want := fmt.Sprintf("node2: %d, node3: %d", CommandVersion, CommandVersion); asked != want {
+		t.Fatalf("the poll held during the join heard %s, want %s", asked, want)
+	}
+	if v := l.ClusterVersion(); v != 1 {
+		t.Fatalf("cluster version after a poll that did not ask node4 (version 1), a voter since: %d, want 1", v)
+	}
+	line.on.Store(false)
+	letAllGo()
+	running := []*Node{l, n3, n4}
+	askVersions(t, &TestCluster{t: t, Nodes: running}, 1, map[string]string{"node3": fmt.Sprint(CommandVersion), "node4": "1"})
+	waitApplied(t, running)
+	for _, n := range running {
+		if n.Halted() != nil || n.ClusterVersion() != 1 {
+			t.Fatalf("%s: halted %v, cluster version %d; want running at 1", n.ID(), n.Halted(), n.ClusterVersion())
+		}
 	}
 }

@@ -3,10 +3,13 @@ package raftgate
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 )
@@ -152,15 +155,16 @@ func (n *Node) ClusterVersion() uint64 {
 // their join record (/v1/status, which must answer with their ID and,
 // from a build that reports a version, the configuration's Raft address
 // for them). It
-// returns the answers in configuration order, the configuration's index,
-// and the lowest version, with ok false when some version is unknown (a
-// member down, unreachable, or without a join record yet).
-func (n *Node) pollVersions(ctx context.Context) (out []MemberVersion, confIndex uint64, lowest uint64, ok bool) {
+// returns the answers in configuration order, the servers it asked (the
+// configuration), and the lowest version, with ok false when some
+// version is unknown (a member down, unreachable, or without a join
+// record yet).
+func (n *Node) pollVersions(ctx context.Context) (out []MemberVersion, servers []raft.Server, lowest uint64, ok bool) {
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return nil, 0, 0, false
+		return nil, nil, 0, false
 	}
-	servers := f.Configuration().Servers
+	servers = f.Configuration().Servers
 	http := map[string]string{}
 	n.fsm.Read(func(s *State) {
 		for id, ni := range s.Nodes {
@@ -217,7 +221,7 @@ func (n *Node) pollVersions(ctx context.Context) (out []MemberVersion, confIndex
 		}
 		lowest = min(lowest, *m.CommandVersion)
 	}
-	return out, f.Index(), lowest, ok
+	return out, servers, lowest, ok
 }
 
 // raiseClusterVersion raises the cluster version, as leader, to the lowest
@@ -230,7 +234,8 @@ func (n *Node) pollVersions(ctx context.Context) (out []MemberVersion, confIndex
 // The poll takes no lock: a member that does not answer (black-holed, its
 // SYNs dropped) holds it up to versionPollTimeout, and a join waited for
 // it that long. The raise commits under vers.raise, and only if the Raft
-// configuration is still the one polled: a voter added meanwhile (under
+// configuration is still the one polled (the same servers at the same
+// addresses): a voter added meanwhile (under
 // the same lock, so committed before the check) was not asked, and the
 // raise waits for the next poll. A member's join record that changes
 // during a poll needs no lock either: an answer counts only from the
@@ -244,7 +249,7 @@ func (n *Node) raiseClusterVersion(ctx context.Context) (uint64, []MemberVersion
 	if !n.IsLeader() {
 		return cv, nil, ErrNotLeader
 	}
-	members, confIndex, lowest, ok := n.pollVersions(ctx)
+	members, polled, lowest, ok := n.pollVersions(ctx)
 	n.vers.mu.Lock()
 	n.vers.last = members
 	n.vers.mu.Unlock()
@@ -256,7 +261,10 @@ func (n *Node) raiseClusterVersion(ctx context.Context) (uint64, []MemberVersion
 		n.sayVersions(cv, members)
 		return cv, members, nil
 	}
-	if f := n.raft.GetConfiguration(); f.Error() != nil || f.Index() != confIndex {
+	// The servers, not the configuration's index: GetConfiguration
+	// reports index 0 whatever the configuration (hashicorp/raft 1.7),
+	// and a voter added while it polled was let in by no raise.
+	if f := n.raft.GetConfiguration(); f.Error() != nil || !slices.Equal(f.Configuration().Servers, polled) {
 		// A server came or went while it polled: ask again next time.
 		return cv, members, nil
 	}
