@@ -508,6 +508,7 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.New(errcode.BadInput, "%s is the only member: a gate cannot remove its last one", req.ID), nil)
 		return
 	}
+	n.vers.changes.Add(1)
 	if err := n.raft.RemoveServer(raft.ServerID(req.ID), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			writeError(w, errcode.Wrap(errcode.NotLeader, err, "remove server"), nil)
@@ -533,6 +534,7 @@ func (n *Node) addVoter(j *Join, st *Status) error {
 	if err := n.checkJoinerVersion(j, st); err != nil {
 		return err
 	}
+	n.vers.changes.Add(1)
 	if err := n.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return errcode.Wrap(errcode.NotLeader, err, "add voter")

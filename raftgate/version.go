@@ -128,6 +128,12 @@ type versions struct {
 	// polling is set while the leader loop's raise (raiseInBackground)
 	// is in flight.
 	polling atomic.Bool
+	// changes counts the configuration changes this node asked Raft for
+	// (a voter added, a server removed), whatever their outcome: a raise
+	// compares it, with the term, across its poll, since a server removed
+	// and added back at the same addresses leaves the server list as it
+	// was.
+	changes atomic.Uint64
 	mu      sync.Mutex
 	// last is the latest poll's answer, for /v1/status and errors.
 	last []MemberVersion
@@ -249,6 +255,7 @@ func (n *Node) raiseClusterVersion(ctx context.Context) (uint64, []MemberVersion
 	if !n.IsLeader() {
 		return cv, nil, ErrNotLeader
 	}
+	term, changes := n.raft.CurrentTerm(), n.vers.changes.Load()
 	members, polled, lowest, ok := n.pollVersions(ctx)
 	n.vers.mu.Lock()
 	n.vers.last = members
@@ -263,8 +270,12 @@ func (n *Node) raiseClusterVersion(ctx context.Context) (uint64, []MemberVersion
 	}
 	// The servers, not the configuration's index: GetConfiguration
 	// reports index 0 whatever the configuration (hashicorp/raft 1.7),
-	// and a voter added while it polled was let in by no raise.
-	if f := n.raft.GetConfiguration(); f.Error() != nil || !slices.Equal(f.Configuration().Servers, polled) {
+	// and a voter added while it polled was let in by no raise. A server
+	// removed and added back at the same addresses leaves the servers as
+	// they were, so no change asked of this leader either, and the same
+	// term: a leader of another term may have changed it.
+	if f := n.raft.GetConfiguration(); f.Error() != nil || !slices.Equal(f.Configuration().Servers, polled) ||
+		n.raft.CurrentTerm() != term || n.vers.changes.Load() != changes {
 		// A server came or went while it polled: ask again next time.
 		return cv, members, nil
 	}
