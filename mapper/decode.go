@@ -341,15 +341,26 @@ func (d *decoding) hasher(pf *file.Reader, found *manifest.RecordSchema, res *de
 }
 
 func fieldList(s *manifest.RecordSchema) string {
-	parts := make([]string, len(s.Fields))
+	parts := make([]string, 0, min(len(s.Fields), maxListedFields+1))
 	for i, f := range s.Fields {
-		parts[i] = f.Name + " " + f.Type
-		if f.Nullable {
-			parts[i] += "?"
+		if i == maxListedFields {
+			parts = append(parts, fmt.Sprintf("and %d more", len(s.Fields)-i))
+			break
 		}
+		p := f.Name + " " + f.Type
+		if f.Nullable {
+			p += "?"
+		}
+		parts = append(parts, p)
 	}
 	return strings.Join(parts, ", ")
 }
+
+// maxListedFields is the most fields a SCHEMA_MISMATCH lists of a
+// schema: the detail stays short enough (MaxFailureDetail) to keep the
+// found schema's digest, which follows the list, for a file of
+// thousands of columns.
+const maxListedFields = 16
 
 // checkFooter checks the magic bytes and the footer length against the
 // bytes read, before any Parquet code parses them. It returns the offset

@@ -214,9 +214,7 @@ func Prefetch(ctx context.Context, o Options, in Input, async bool) *Fetch {
 		defer close(p.done)
 		start := time.Now()
 		p.f, p.err = open(ctx, o, in.Desc, p.bp, func(code errcode.Code, format string, args ...any) {
-			p.fails = append(p.fails, manifest.ShardFailure{
-				Shard: in.Desc.ID, Side: in.Side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...),
-			})
+			p.fails = append(p.fails, newFailure(in.Desc.ID, in.Side, code, format, args...))
 		})
 		p.nanos = int64(time.Since(start))
 	}
@@ -263,9 +261,7 @@ func MapFetched(ctx context.Context, o Options, p *Fetch, emit func(*Tuple) erro
 	in := p.in
 	res := Result{Side: in.Side, Index: in.Index, ShardID: in.Desc.ID}
 	fail := func(code errcode.Code, format string, args ...any) {
-		res.Failures = append(res.Failures, manifest.ShardFailure{
-			Shard: in.Desc.ID, Side: in.Side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...),
-		})
+		res.Failures = append(res.Failures, newFailure(in.Desc.ID, in.Side, code, format, args...))
 	}
 	o = o.withDefaults()
 	<-p.done
@@ -298,9 +294,7 @@ func MapFetched(ctx context.Context, o Options, p *Fetch, emit func(*Tuple) erro
 // or read and maybe hashed); res holds the failures of reading them.
 func mapData(ctx context.Context, o Options, in Input, f *fileBytes, res Result, emit func(*Tuple) error) (Result, error) {
 	fail := func(code errcode.Code, format string, args ...any) {
-		res.Failures = append(res.Failures, manifest.ShardFailure{
-			Shard: in.Desc.ID, Side: in.Side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...),
-		})
+		res.Failures = append(res.Failures, newFailure(in.Desc.ID, in.Side, code, format, args...))
 	}
 	tm := o.Timings
 	if tm == nil {
@@ -413,6 +407,33 @@ func mapData(ctx context.Context, o Options, in Input, f *fileBytes, res Result,
 	}
 	logResult(res, nil)
 	return res, nil
+}
+
+// MaxFailureDetail is the most bytes of a failure's detail. Every
+// failure of every file goes into its task's commit record and the
+// report, each capped at manifest.MaxDocumentSize: a detail that names
+// what a file holds (a SCHEMA_MISMATCH lists the file's fields, a
+// decoder's error may quote a column) would otherwise grow with the
+// file, and a few hundred files of thousands of columns made a report,
+// or a commit record, no verification could store.
+const MaxFailureDetail = 1024
+
+// newFailure is a failure of file id, its detail cut to MaxFailureDetail
+// bytes (at a character boundary, saying how long it was).
+func newFailure(id string, side Side, code errcode.Code, format string, args ...any) manifest.ShardFailure {
+	return manifest.ShardFailure{Shard: id, Side: side.String(), Code: string(code), Detail: capDetail(fmt.Sprintf(format, args...))}
+}
+
+func capDetail(s string) string {
+	if len(s) <= MaxFailureDetail {
+		return s
+	}
+	tail := fmt.Sprintf("… (%d bytes in all)", len(s))
+	cut := MaxFailureDetail - len(tail)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + tail
 }
 
 func logResult(res Result, err error) {
@@ -564,7 +585,7 @@ func (f *fileBytes) finish(o Options, mapIt bool, fail func(errcode.Code, string
 func CheckStored(ctx context.Context, st objstore.Store, side Side, d manifest.Shard) ([]manifest.ShardFailure, error) {
 	var out []manifest.ShardFailure
 	fail := func(code errcode.Code, format string, args ...any) {
-		out = append(out, manifest.ShardFailure{Shard: d.ID, Side: side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...)})
+		out = append(out, newFailure(d.ID, side, code, format, args...))
 	}
 	key, v := d.Digest.BlobKey(), objstore.Version(d.ObjectVersion)
 	if v == "" {

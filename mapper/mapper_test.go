@@ -435,3 +435,64 @@ func testZeroRowShard(t *testing.T, dec mapper.Decoder) {
 		t.Fatalf("zero-row shard: failures %+v, decoded %v, %d tuples, logical %s (descriptor %s)", r.Failures, r.Decoded, len(tuples), r.LogicalDigest, d.LogicalDigest)
 	}
 }
+
+// A file of thousands of columns, or of a column with a very long name,
+// is one SCHEMA_MISMATCH whose detail stays within MaxFailureDetail:
+// every failure goes into a commit record and the report, each of
+// bounded size, so a few hundred such files must not make them too large
+// to store. The found schema's digest, after the field list, stays in
+// the detail of the wide file.
+func TestSchemaMismatchDetailBounded(t *testing.T) {
+	f := newFixture(t, 40, 1, mapper.DecoderColumnReader)
+	rows := stagetest.ShardRows(t, f.s, f.res, 0)
+	rec := stage.BuildRows(rows)
+	defer rec.Release()
+	withColumns := func(names []string) arrow.RecordBatch {
+		b := array.NewFloat32Builder(memory.DefaultAllocator)
+		defer b.Release()
+		for range rows {
+			b.Append(0.5)
+		}
+		col := b.NewArray()
+		defer col.Release()
+		fields, cols := slices.Clone(rec.Schema().Fields()), slices.Clone(rec.Columns())
+		for _, n := range names {
+			fields = append(fields, arrow.Field{Name: n, Type: arrow.PrimitiveTypes.Float32})
+			cols = append(cols, col)
+		}
+		return array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, rec.NumRows())
+	}
+	var many []string
+	for i := range 3000 {
+		many = append(many, fmt.Sprintf("extra_feature_%04d", i))
+	}
+	for _, c := range []struct {
+		name      string
+		columns   []string
+		wantInAll bool
+	}{
+		{"3000 columns", many, false},
+		{"a name of 20,000 bytes", []string{strings.Repeat("n", 20000)}, true},
+	} {
+		wide := withColumns(c.columns)
+		r, _ := mapBytes(t, f, f.res.Release.Shards[0], stagetest.EncodeRecord(t, wide, stage.DefaultSchema(), stage.ParquetOptions{}))
+		found, _ := canon.SchemaDigest(canon.FromArrow(wide.Schema(), stage.DefaultSchema()))
+		wide.Release()
+		var detail string
+		for _, fl := range r.Failures {
+			if fl.Code == string(errcode.SchemaMismatch) {
+				detail = fl.Detail
+			}
+		}
+		switch {
+		case detail == "":
+			t.Fatalf("%s: no SCHEMA_MISMATCH in %v", c.name, codes(r))
+		case len(detail) > mapper.MaxFailureDetail:
+			t.Fatalf("%s: SCHEMA_MISMATCH detail is %d bytes, more than %d", c.name, len(detail), mapper.MaxFailureDetail)
+		case c.wantInAll != strings.Contains(detail, " bytes in all)"):
+			t.Fatalf("%s: detail cut %v, want %v: %.200q", c.name, !c.wantInAll, c.wantInAll, detail)
+		case !c.wantInAll && (!strings.Contains(detail, found.String()) || !strings.Contains(detail, "and 2991 more")):
+			t.Fatalf("%s: detail lacks the found schema %s or the count of fields not listed: %q", c.name, found, detail)
+		}
+	}
+}

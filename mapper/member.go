@@ -16,7 +16,6 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/internal/sha256x2"
-	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/tuplehash"
 )
 
@@ -98,9 +97,7 @@ func OpenMember(o Options, p *Fetch) *Member {
 	m.res.Failures = append(m.res.Failures, p.fails...)
 	start := time.Now()
 	fail := func(code errcode.Code, format string, args ...any) {
-		m.res.Failures = append(m.res.Failures, manifest.ShardFailure{
-			Shard: p.in.Desc.ID, Side: p.in.Side.String(), Code: string(code), Detail: fmt.Sprintf(format, args...),
-		})
+		m.res.Failures = append(m.res.Failures, newFailure(p.in.Desc.ID, p.in.Side, code, format, args...))
 	}
 	if m.err == nil {
 		m.err = m.f.finish(o, true, fail)
