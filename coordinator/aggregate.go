@@ -100,24 +100,18 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 		}
 		return nil
 	}
-	for i := range j.Plan.MapTasks {
-		var mc MapCommit
-		found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &mc)
-		if err != nil {
-			return nil, manifest.Digest{}, err
-		}
-		if !found {
-			return nil, manifest.Digest{}, errcode.New(errcode.TaskNotReady, "aggregate: map task %d has not committed", i)
-		}
-		if err := j.checkMapCommit(i, &mc); err != nil {
-			return nil, manifest.Digest{}, err
-		}
+	var addErr error
+	if err := j.eachMapCommit(ctx, "aggregate", func(_ int, mc *MapCommit) {
 		for _, o := range mc.Outputs {
 			exec.ShuffleBytes += o.Size
 		}
-		if err := addResults(mc.Results); err != nil {
-			return nil, manifest.Digest{}, err
+		if err := addResults(mc.Results); err != nil && addErr == nil {
+			addErr = err
 		}
+	}); err != nil {
+		return nil, manifest.Digest{}, err
+	} else if addErr != nil {
+		return nil, manifest.Digest{}, addErr
 	}
 	nb := 1 << j.Plan.K
 	relLeaves := make([][32]byte, 0, nb)

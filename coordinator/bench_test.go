@@ -117,3 +117,54 @@ func BenchmarkVerify(b *testing.B) {
 	b.ReportMetric(float64(last.Execution.MapTasks), "maps")
 	b.ReportMetric(float64(last.Execution.Reducers), "reducers")
 }
+
+// BenchmarkReduceCommitReads measures one reduce task of a plan of many
+// map tasks over a store whose reads of the job's files take a round
+// trip (faults.Latency, SHARDPROOF_BENCH_JOBS_LATENCY_MS, default 2 ms,
+// as S3 in the same region): a reduce task reads every map task's commit
+// record and then opens its shuffle file of each, and the aggregation
+// reads every commit record again, so at the 7,630 map tasks of a
+// billion records these reads are most of a reduce task's time unless
+// they overlap. ns/op is one reduce task; ms/map is per map task.
+func BenchmarkReduceCommitReads(b *testing.B) {
+	delay := time.Duration(envInt(b, "SHARDPROOF_BENCH_JOBS_LATENCY_MS", 2)) * time.Millisecond
+	for _, m := range []int{32, 256} {
+		b.Run(fmt.Sprintf("maps=%d", m), func(b *testing.B) {
+			dir := b.TempDir()
+			fs, err := file.Open(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer fs.Close()
+			ctx := context.Background()
+			root, err := benchRelease(ctx, fs, dir, 2*m, m)
+			if err != nil {
+				b.Fatal(err)
+			}
+			s := &faults.Latency{Store: fs, Delay: delay, Match: func(k string) bool { return strings.HasPrefix(k, JobsPrefix) }}
+			_, pd, err := NewPlan(ctx, s, PlanOptions{Root: root, MapTasks: m, Reducers: 2, MapMembers: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			j, err := Open(ctx, s, pd)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := runAll(ctx, m, 4, func(ctx context.Context, i int) error { _, err := j.Map(ctx, i, nil); return err }); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				if err := fs.DeletePrefix(ctx, jobPrefix(pd)+"reduce/"); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if _, err := j.Reduce(ctx, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N)/float64(m), "ms/map")
+		})
+	}
+}

@@ -94,13 +94,15 @@ func (j *Job) mergeGroup(ctx context.Context, r int, group []Output, key string,
 			c.Close()
 		}
 	}()
-	for _, in := range group {
-		rc, err := j.Store.Get(ctx, in.Key, in.Version)
-		if err != nil {
-			return Output{}, wrap(err, "reduce task %d: %s version %s%s", r, in.Key, in.Version, j.lostShuffleHint())
-		}
+	bodies, err := j.getAll(ctx, r, group)
+	if err != nil {
+		return Output{}, err
+	}
+	for _, rc := range bodies {
 		closers = append(closers, rc)
-		vr := in.open(rc)
+	}
+	for k, in := range group {
+		vr := in.open(bodies[k])
 		rd, err := shuffle.NewReaderCompression(vr, j.Plan.ShuffleCompression, in.Size, in.Key, j.Plan.K, rng.Lo, rng.Hi)
 		if err != nil {
 			return Output{}, err

@@ -2,10 +2,12 @@ package coordinator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -81,19 +83,11 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 			c()
 		}
 	}()
-	for i := range j.Plan.MapTasks {
-		var mc MapCommit
-		found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &mc)
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			return nil, errcode.New(errcode.TaskNotReady, "reduce task %d: map task %d has not committed", r, i)
-		}
-		if err := j.checkMapCommit(i, &mc); err != nil {
-			return nil, err
-		}
-		commit.Inputs = append(commit.Inputs, mc.Outputs[r])
+	commit.Inputs = make([]Output, len(j.Plan.MapTasks))
+	if err := j.eachMapCommit(ctx, fmt.Sprintf("reduce task %d", r), func(i int, mc *MapCommit) {
+		commit.Inputs[i] = mc.Outputs[r]
+	}); err != nil {
+		return nil, err
 	}
 	// Above the plan's fan-in, the map tasks' files are merged a group
 	// at a time into files of this task's own first (a merge level).
@@ -106,13 +100,15 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 		}
 		files, commit.Merged = final, merged
 	}
-	for _, out := range files {
-		rc, err := j.Store.Get(ctx, out.Key, out.Version)
-		if err != nil {
-			return nil, wrap(err, "reduce task %d: %s version %s%s", r, out.Key, out.Version, j.lostShuffleHint())
-		}
+	bodies, err := j.getAll(ctx, r, files)
+	if err != nil {
+		return nil, err
+	}
+	for _, rc := range bodies {
 		closers = append(closers, rc.Close)
-		vr := out.open(rc)
+	}
+	for k, out := range files {
+		vr := out.open(bodies[k])
 		rd, err := shuffle.NewReaderCompression(vr, j.Plan.ShuffleCompression, out.Size, out.Key, j.Plan.K, rng.Lo, rng.Hi)
 		if err != nil {
 			return nil, err
@@ -228,6 +224,84 @@ func (j *Job) lostShuffleHint() string {
 		return ""
 	}
 	return " (a local verification does not sync its shuffle files to disk: after a machine crash, start a new verification instead of resuming)"
+}
+
+// storeReadsAtOnce is how many commit records, or shuffle files to
+// open, a reduce task or the aggregation asks the store for at once.
+// Each is a round trip (milliseconds on S3), and a task reads one per
+// map task: one after the other, at the 7,630 map tasks of a billion
+// records, they took minutes of every reduce task.
+const storeReadsAtOnce = 16
+
+// eachMapCommit reads every map task's commit record, storeReadsAtOnce
+// at a time, checks it against the plan and calls use with it, one call
+// at a time in no set order; a record missing is TASK_NOT_READY, named
+// for what (the reader). Only what use keeps of a record stays in
+// memory. A failure is the one of the lowest map task, as when the
+// records were read one after the other: the others are all read.
+func (j *Job) eachMapCommit(ctx context.Context, what string, use func(i int, mc *MapCommit)) error {
+	var mu sync.Mutex
+	errs := make([]error, len(j.Plan.MapTasks))
+	err := runAll(ctx, len(j.Plan.MapTasks), storeReadsAtOnce, func(ctx context.Context, i int) error {
+		var mc MapCommit
+		found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &mc)
+		switch {
+		case err != nil:
+		case !found:
+			err = errcode.New(errcode.TaskNotReady, "%s: map task %d has not committed", what, i)
+		default:
+			err = j.checkMapCommit(i, &mc)
+		}
+		if err != nil {
+			errs[i] = err
+			return nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		use(i, &mc)
+		return nil
+	})
+	return firstError(ctx, errs, err, what)
+}
+
+// getAll opens every file of reduce task r's inputs, storeReadsAtOnce
+// at a time; on failure, that of the first file in order, it closes
+// what it opened.
+func (j *Job) getAll(ctx context.Context, r int, files []Output) ([]io.ReadCloser, error) {
+	bodies := make([]io.ReadCloser, len(files))
+	errs := make([]error, len(files))
+	// Each Get takes ctx, not runAll's own context: a body (an S3
+	// response) is read after runAll returned and cancelled that.
+	err := runAll(ctx, len(files), storeReadsAtOnce, func(_ context.Context, k int) error {
+		bodies[k], errs[k] = j.Store.Get(ctx, files[k].Key, files[k].Version)
+		if errs[k] != nil {
+			errs[k] = wrap(errs[k], "reduce task %d: %s version %s%s", r, files[k].Key, files[k].Version, j.lostShuffleHint())
+		}
+		return nil
+	})
+	if err = firstError(ctx, errs, err, fmt.Sprintf("reduce task %d", r)); err != nil {
+		for _, rc := range bodies {
+			if rc != nil {
+				rc.Close()
+			}
+		}
+		return nil, err
+	}
+	return bodies, nil
+}
+
+// firstError is the first of errs, or else runAll's own error (ctx
+// ended), as CANCELED.
+func firstError(ctx context.Context, errs []error, err error, what string) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.Canceled, cmp.Or(ctx.Err(), err), "%s", what)
+	}
+	return nil
 }
 
 // reduceFileSlack is what a reduce task holds open besides its shuffle

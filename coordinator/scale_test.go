@@ -5,14 +5,17 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
@@ -65,5 +68,40 @@ func TestManyLongFailuresStillReport(t *testing.T) {
 		if len(f.Detail) > mapper.MaxFailureDetail {
 			t.Fatalf("%s %s: detail of %d bytes", f.Shard, f.Code, len(f.Detail))
 		}
+	}
+}
+
+// A reduce task and the aggregation read the map commit records several
+// at a time; when several are bad, the failure is still the lowest map
+// task's, as when they were read one by one: here map task 0's record,
+// slow to answer, is missing (TASK_NOT_READY, which `task reduce --wait`
+// waits out) while task 3's, answered at once, is damaged.
+func TestMapCommitReadsFailInTaskOrder(t *testing.T) {
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 200, 6, 7)
+	ctx := t.Context()
+	_, pd, err := NewPlan(ctx, s, PlanOptions{Root: res.Root, MapTasks: 6, Reducers: 2, MapMembers: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Open(ctx, s, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{1, 2, 4, 5} {
+		if _, err := j.Map(ctx, i, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Put(ctx, j.mapCommitKey(3), strings.NewReader("{"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	slow := *j
+	slow.Store = &faults.Latency{Store: s, Delay: 300 * time.Millisecond, Match: func(k string) bool { return k == j.mapCommitKey(0) }}
+	if _, err := slow.Reduce(ctx, 1); errcode.Of(err) != errcode.TaskNotReady || !strings.Contains(err.Error(), "map task 0 ") {
+		t.Fatalf("reduce: %v, want TASK_NOT_READY for map task 0", err)
+	}
+	if _, _, err := slow.Aggregate(ctx, manifest.Execution{Executor: "test"}); errcode.Of(err) != errcode.TaskNotReady || !strings.Contains(err.Error(), "map task 0 ") {
+		t.Fatalf("aggregate: %v, want TASK_NOT_READY for map task 0", err)
 	}
 }
