@@ -2,12 +2,15 @@ package raftgate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -187,7 +190,8 @@ func TestBlackHoledMemberHoldsNoSweepOrJoin(t *testing.T) {
 // holdLine is a member's HTTP listener that, once on, holds each request
 // it reads until the test lets it through: the member answers, late. A
 // request on a kept-alive connection is held too. Each request held is
-// sent on held, with the channel that lets it go.
+// sent on held, with the channel that lets it go and the one that says
+// its client hung up.
 type holdLine struct {
 	net.Listener
 	on   atomic.Bool
@@ -197,6 +201,9 @@ type holdLine struct {
 type heldLine struct {
 	first string
 	let   chan struct{}
+	// gone is closed once the client closed the connection the request
+	// came on: a member client closes it once it read the whole answer.
+	gone <-chan struct{}
 }
 
 func (h *holdLine) wrap(l net.Listener) net.Listener {
@@ -209,7 +216,7 @@ func (h *holdLine) Accept() (net.Conn, error) {
 	if err != nil {
 		return c, err
 	}
-	return &heldConn{Conn: c, line: h}, nil
+	return &heldConn{Conn: c, line: h, gone: make(chan struct{})}, nil
 }
 
 // heldConn reports the bytes of each read from the client, while its line
@@ -218,6 +225,8 @@ type heldConn struct {
 	net.Conn
 	line    *holdLine
 	pending []byte
+	gone    chan struct{}
+	hungUp  sync.Once
 }
 
 func (c *heldConn) Read(p []byte) (int, error) {
@@ -225,10 +234,15 @@ func (c *heldConn) Read(p []byte) (int, error) {
 		buf := make([]byte, 4096)
 		n, err := c.Conn.Read(buf)
 		if n == 0 {
+			// The client's close, not the server's own deadline (its
+			// read beside a handler ends with one) or close.
+			if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+				c.hungUp.Do(func() { close(c.gone) })
+			}
 			return 0, err
 		}
 		if c.line.on.Load() {
-			l := heldLine{first: string(buf[:n]), let: make(chan struct{})}
+			l := heldLine{first: string(buf[:n]), let: make(chan struct{}), gone: c.gone}
 			c.line.held <- l
 			<-l.let
 		}
@@ -262,16 +276,8 @@ func TestRaiseWaitsForAVoterAddedDuringItsPoll(t *testing.T) {
 	})
 	l, n3 := c.Nodes[1], c.Nodes[2]
 	lead(t, l, c.Nodes...)
-	still := func(n *Node) {
-		t.Helper()
-		rc := n.Raft().ReloadableConfig()
-		rc.HeartbeatTimeout, rc.ElectionTimeout = time.Hour, time.Hour
-		if err := n.Raft().ReloadConfig(rc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	still(c.Nodes[0])
-	still(n3)
+	still(t, c.Nodes[0])
+	still(t, n3)
 	if v := l.ClusterVersion(); v != 1 {
 		t.Fatalf("cluster version with node1 on version 1: %d", v)
 	}
@@ -333,7 +339,7 @@ func TestRaiseWaitsForAVoterAddedDuringItsPoll(t *testing.T) {
 	cfg4.Join, cfg4.Bootstrap = l.HTTPAddr(), false
 	OlderBuild(1)(&cfg4)
 	n4 = StartTestNode(t, cfg4)
-	still(n4)
+	still(t, n4)
 	if got := l.voters(); len(got) != 3 || got[2].ID != "node4" {
 		t.Fatalf("the leader's configuration once node4 joined: %+v", got)
 	}
@@ -355,6 +361,188 @@ func TestRaiseWaitsForAVoterAddedDuringItsPoll(t *testing.T) {
 	letAllGo()
 	running := []*Node{l, n3, n4}
 	askVersions(t, &TestCluster{t: t, Nodes: running}, 1, map[string]string{"node3": fmt.Sprint(CommandVersion), "node4": "1"})
+	waitApplied(t, running)
+	for _, n := range running {
+		if n.Halted() != nil || n.ClusterVersion() != 1 {
+			t.Fatalf("%s: halted %v, cluster version %d; want running at 1", n.ID(), n.Halted(), n.ClusterVersion())
+		}
+	}
+}
+
+// still makes n, a follower, stand for election no more: the leader the
+// test chose keeps its term.
+func still(t *testing.T, n *Node) {
+	t.Helper()
+	rc := n.Raft().ReloadableConfig()
+	rc.HeartbeatTimeout, rc.ElectionTimeout = time.Hour, time.Hour
+	if err := n.Raft().ReloadConfig(rc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A raise commits only if the leader changed no member while it polled,
+// even one added back as it was: node4, of version 2, answers the
+// leader's poll (node2 leads; node1, of version 1, which kept the cluster
+// at 1, removed), and while the poll is held at node3, node4 is removed
+// and replaced at the same ID and addresses, with an empty data
+// directory, by a build of version 1, which joins as the cluster is at 1.
+// The configuration's servers are then those the poll asked and every
+// one answered version 2, yet the version stays 1 and the new node4 does
+// not halt; the next poll asks it and keeps the version there. Comparing
+// only the servers, the raise to 2 commits and node4 halts at it.
+//
+// The test's polls are the leader's only ones: its loop starts none
+// while one is marked in flight, so each answer held is known to be of
+// the poll the test started.
+func TestRaiseWaitsForAMemberReplacedDuringItsPoll(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	line3 := &holdLine{held: make(chan heldLine, 16)}
+	line4 := &holdLine{held: make(chan heldLine, 16)}
+	c := MakeCluster(t, 4, func(cfg *Config) {
+		// A held poll waits for the test, not for a timeout.
+		cfg.versionPollTimeout = time.Minute
+		switch cfg.ID {
+		case "node1":
+			OlderBuild(1)(cfg)
+		case "node3":
+			cfg.wrapHTTP = line3.wrap
+		case "node4":
+			cfg.wrapHTTP = line4.wrap
+		}
+	})
+	l, n3 := c.Nodes[1], c.Nodes[2]
+	lead(t, l, c.Nodes...)
+	for _, n := range []*Node{c.Nodes[0], n3, c.Nodes[3]} {
+		still(t, n)
+	}
+	if v := l.ClusterVersion(); v != 1 {
+		t.Fatalf("cluster version with node1 on version 1: %d", v)
+	}
+	for !l.vers.polling.CompareAndSwap(false, true) {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the leader's loop never ended its poll")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	var letGo []chan struct{}
+	letAllGo := func() {
+		for _, ch := range letGo {
+			select {
+			case <-ch:
+			default:
+				close(ch)
+			}
+		}
+		letGo = nil
+	}
+	t.Cleanup(letAllGo)
+	asked := func(line *holdLine, id string) heldLine {
+		t.Helper()
+		for {
+			select {
+			case h := <-line.held:
+				letGo = append(letGo, h.let)
+				if strings.HasPrefix(h.first, "GET /v1/status ") {
+					return h
+				}
+				// Not the poll (a follower's record request): it
+				// goes on.
+				close(h.let)
+			case <-ctx.Done():
+				t.Fatalf("the leader's poll never asked %s", id)
+			}
+		}
+	}
+
+	cl := NewClient(l.URL())
+	defer cl.Close()
+	if err := cl.RemoveMember(ctx, "node1"); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(0)
+	servers := func() string {
+		var s []string
+		for _, v := range l.voters() {
+			s = append(s, v.ID+" "+v.RaftAddr+" "+v.Suffrage)
+		}
+		return strings.Join(s, ", ")
+	}
+	before := servers()
+	term := l.Raft().CurrentTerm()
+
+	line3.on.Store(true)
+	line4.on.Store(true)
+	type raise struct {
+		cv      uint64
+		members []MemberVersion
+		err     error
+	}
+	raised := make(chan raise, 1)
+	go func() {
+		cv, members, err := l.raiseClusterVersion(ctx)
+		raised <- raise{cv, members, err}
+	}()
+	h3, h4 := asked(line3, "node3"), asked(line4, "node4")
+	line4.on.Store(false)
+	close(h4.let)
+	// The leader's client closes its connection once it read the whole
+	// answer: version 2, from the node4 about to be replaced.
+	select {
+	case <-h4.gone:
+	case <-ctx.Done():
+		t.Fatal("the leader's poll never read node4's answer")
+	}
+
+	if err := cl.RemoveMember(ctx, "node4"); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(3)
+	cfg4 := c.Configs[3]
+	cfg4.DataDir = filepath.Join(t.TempDir(), "node4")
+	cfg4.Join, cfg4.wrapHTTP = l.HTTPAddr(), nil
+	OlderBuild(1)(&cfg4)
+	// Never a candidate: the leader's term stays, so the test shows the
+	// configuration changes counted, not the term.
+	cfg4.Timing.Heartbeat, cfg4.Timing.Election = time.Hour, time.Hour
+	n4 := StartTestNode(t, cfg4)
+	c.Nodes[3] = n4
+	if after := servers(); after != before {
+		t.Fatalf("the leader's configuration once node4 joined again: %s, want the one it polled, %s", after, before)
+	}
+
+	close(h3.let)
+	var r raise
+	select {
+	case r = <-raised:
+	case <-ctx.Done():
+		t.Fatal("the poll never ended")
+	}
+	if r.err != nil {
+		t.Fatalf("the poll: %v", r.err)
+	}
+	if got, want := versionList(r.members), fmt.Sprintf("node2: %d, node3: %d, node4: %d", CommandVersion, CommandVersion, CommandVersion); got != want {
+		t.Fatalf("the poll held while node4 was replaced heard %s, want %s (node4's answer from its old process)", got, want)
+	}
+	if v := l.ClusterVersion(); r.cv != 1 || v != 1 {
+		// Until node4 applied the raise, or halted at it.
+		for end := l.Raft().CommitIndex(); n4.Halted() == nil && n4.Raft().AppliedIndex() < end && ctx.Err() == nil; {
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("cluster version %d (the raise returned %d) after a poll whose node4 was replaced by a build of version 1 (halted: %v), want 1", v, r.cv, n4.Halted())
+	}
+	if !l.IsLeader() || l.Raft().CurrentTerm() != term {
+		t.Fatalf("%s's term moved from %d to %d during the poll (leader: %v); the test wants one term", l.ID(), term, l.Raft().CurrentTerm(), l.IsLeader())
+	}
+
+	line3.on.Store(false)
+	letAllGo()
+	cv, members, err := l.raiseClusterVersion(ctx)
+	if want := fmt.Sprintf("node2: %d, node3: %d, node4: 1", CommandVersion, CommandVersion); err != nil || cv != 1 || versionList(members) != want {
+		t.Fatalf("the next poll heard %s: version %d, %v; want %s and version 1", versionList(members), cv, err, want)
+	}
+	l.vers.polling.Store(false)
+	running := []*Node{l, n3, n4}
 	waitApplied(t, running)
 	for _, n := range running {
 		if n.Halted() != nil || n.ClusterVersion() != 1 {
