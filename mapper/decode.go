@@ -316,8 +316,7 @@ func (d *decoding) hasher(pf *file.Reader, found *manifest.RecordSchema, res *de
 		}
 		return h, d.want, nil, true
 	}
-	res.fail(errcode.SchemaMismatch, "recordSchema %s has fields [%s]; the file has fields [%s] (schema digest %s)",
-		wd, fieldList(d.want), fieldList(found), fd)
+	res.fail(errcode.SchemaMismatch, "%s", schemaMismatch(wd, fd, d.want, found))
 	used := *found
 	used.Fields = nil
 	var leaves []int
@@ -340,26 +339,56 @@ func (d *decoding) hasher(pf *file.Reader, found *manifest.RecordSchema, res *de
 	return h, &used, leaves, true
 }
 
-func fieldList(s *manifest.RecordSchema) string {
-	parts := make([]string, 0, min(len(s.Fields), maxListedFields+1))
+// schemaMismatch is a SCHEMA_MISMATCH's detail: the fields and digests
+// of the schema wanted and of the one found. One that fits in
+// MaxFailureDetail lists every field; otherwise each schema gets half of
+// what the rest leaves (the found one also what the wanted one left),
+// and lists its first fields (at most maxListedFields) that fit in it,
+// then how many more, so the found schema's digest, last, is never cut,
+// however long the fields' names.
+func schemaMismatch(wd, fd manifest.Digest, want, found *manifest.RecordSchema) string {
+	detail := func(w, f string) string {
+		return fmt.Sprintf("recordSchema %s has fields [%s]; the file has fields [%s] (schema digest %s)", wd, w, f, fd)
+	}
+	if s := detail(fieldList(want, -1), fieldList(found, -1)); len(s) <= MaxFailureDetail {
+		return s
+	}
+	w := fieldList(want, (MaxFailureDetail-len(detail("", "")))/2)
+	return detail(w, fieldList(found, MaxFailureDetail-len(detail(w, ""))))
+}
+
+// fieldList lists s's fields, in at most budget bytes unless budget is
+// negative: the first maxListedFields at most that fit, then "and N
+// more".
+func fieldList(s *manifest.RecordSchema, budget int) string {
+	// Room kept for the count of those not listed, whatever their number.
+	tail := len(fmt.Sprintf(", and %d more", len(s.Fields)))
+	var b strings.Builder
 	for i, f := range s.Fields {
-		if i == maxListedFields {
-			parts = append(parts, fmt.Sprintf("and %d more", len(s.Fields)-i))
-			break
-		}
 		p := f.Name + " " + f.Type
 		if f.Nullable {
 			p += "?"
 		}
-		parts = append(parts, p)
+		sep := ""
+		if i > 0 {
+			sep = ", "
+		}
+		need := len(sep) + len(p)
+		if i < len(s.Fields)-1 {
+			need += tail
+		}
+		if budget >= 0 && (i == maxListedFields || b.Len()+need > budget) {
+			fmt.Fprintf(&b, "%sand %d more", sep, len(s.Fields)-i)
+			break
+		}
+		b.WriteString(sep)
+		b.WriteString(p)
 	}
-	return strings.Join(parts, ", ")
+	return b.String()
 }
 
-// maxListedFields is the most fields a SCHEMA_MISMATCH lists of a
-// schema: the detail stays short enough (MaxFailureDetail) to keep the
-// found schema's digest, which follows the list, for a file of
-// thousands of columns.
+// maxListedFields is the most fields a SCHEMA_MISMATCH that would pass
+// MaxFailureDetail lists of a schema.
 const maxListedFields = 16
 
 // checkFooter checks the magic bytes and the footer length against the

@@ -1,0 +1,67 @@
+package mapper
+
+import (
+	"crypto/sha256"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/shardproof/shardproof/manifest"
+)
+
+// A detail cut to MaxFailureDetail is valid UTF-8 (cut at a character
+// boundary) and a prefix of the whole, which one within the bound is,
+// unchanged; a SCHEMA_MISMATCH of schemas of any number of fields of
+// any names (multi-byte among them) fits without a cut, names whole
+// fields only, ends with the found schema's digest, and lists every
+// field when they all fit.
+func TestDetailBoundsMultiByte(t *testing.T) {
+	chars := []rune{'a', 'é', '€', '😀', '\u0301', '_'}
+	r := rand.New(rand.NewPCG(7, 11))
+	text := func(n int) string {
+		var b strings.Builder
+		for b.Len() < n {
+			b.WriteRune(chars[r.IntN(len(chars))])
+		}
+		return b.String()
+	}
+	for range 5000 {
+		s := text(900 + r.IntN(300))
+		got := capDetail(s)
+		cut, _, _ := strings.Cut(got, "… (")
+		switch {
+		case len(s) <= MaxFailureDetail && got != s:
+			t.Fatalf("a detail of %d bytes changed", len(s))
+		case len(got) > MaxFailureDetail || !utf8.ValidString(got) || !strings.HasPrefix(s, cut):
+			t.Fatalf("a detail of %d bytes cut to %d bytes, valid UTF-8 %v, a prefix %v", len(s), len(got), utf8.ValidString(got), strings.HasPrefix(s, cut))
+		}
+	}
+	wd, fd := manifest.Digest(sha256.Sum256([]byte("want"))), manifest.Digest(sha256.Sum256([]byte("found")))
+	schema := func() *manifest.RecordSchema {
+		s := &manifest.RecordSchema{}
+		long := r.IntN(3) == 0
+		for range r.IntN(40) {
+			n := r.IntN(12)
+			if long {
+				n = r.IntN(600)
+			}
+			s.Fields = append(s.Fields, manifest.Field{Name: text(n), Type: "utf8", Nullable: r.IntN(2) == 0})
+		}
+		return s
+	}
+	empty := len(schemaMismatch(wd, fd, &manifest.RecordSchema{}, &manifest.RecordSchema{}))
+	for range 5000 {
+		want, found := schema(), schema()
+		got := schemaMismatch(wd, fd, want, found)
+		fits := empty+len(fieldList(want, -1))+len(fieldList(found, -1)) <= MaxFailureDetail
+		switch {
+		case len(got) > MaxFailureDetail || !utf8.ValidString(got) || capDetail(got) != got:
+			t.Fatalf("detail of %d bytes, valid UTF-8 %v", len(got), utf8.ValidString(got))
+		case !strings.HasSuffix(got, "(schema digest "+fd.String()+")"):
+			t.Fatalf("detail does not end with the found digest: %q", got)
+		case fits == strings.Contains(got, " more"):
+			t.Fatalf("fields all fit %v, and the detail counts fields it does not list: %q", fits, got)
+		}
+	}
+}
