@@ -2,11 +2,14 @@ package coordinator
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -14,6 +17,7 @@ import (
 	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/reducer"
 	"github.com/shardproof/shardproof/shuffle"
+	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
 // mergeFiles lists what reduce merge levels left in s for plan j.
@@ -152,11 +156,76 @@ func TestMergeLevelAnswerLost(t *testing.T) {
 func TestReduceFilesWithFanIn(t *testing.T) {
 	for _, c := range []struct{ maps, fan, want int }{
 		{10, 0, 10}, {10, 10, 10}, {10, 16, 10}, {10, 4, 5}, {7630, 256, 257}, {100000, 256, 257},
+		// Commit records read 16 at a time, before a file is merged.
+		{100, 2, 16 - reduceFileSlack}, {12, 2, 12 - reduceFileSlack}, {12, 4, 5},
 	} {
 		j := &Job{Plan: &Plan{MapTasks: make([][]Input, c.maps), ReduceFanIn: c.fan}}
 		if got := j.reduceFiles() - reduceFileSlack; got != c.want {
 			t.Errorf("%d map tasks, fan-in %d: %d files open at once, want %d", c.maps, c.fan, got, c.want)
 		}
+	}
+}
+
+// openBodies counts the Gets of the wrapped store in flight or with
+// their body open, at once: each holds a file, or a connection on S3.
+type openBodies struct {
+	objstore.Store
+	mu         sync.Mutex
+	open, peak int
+}
+
+func (o *openBodies) add(n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.open += n
+	o.peak = max(o.peak, o.open)
+}
+
+func (o *openBodies) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	o.add(1)
+	rc, err := o.Store.Get(ctx, key, v)
+	if err != nil {
+		o.add(-1)
+		return nil, err
+	}
+	return &countedBody{ReadCloser: rc, o: o}, nil
+}
+
+type countedBody struct {
+	io.ReadCloser
+	o    *openBodies
+	once sync.Once
+}
+
+func (b *countedBody) Close() error {
+	b.once.Do(func() { b.o.add(-1) })
+	return b.ReadCloser.Close()
+}
+
+// A reduce task holds no more files open at once than reduceFiles, what
+// the open-file limit is checked against (FILE_LIMIT), also at a small
+// fan-in, where the map tasks' commit records it reads several at a time
+// outnumber the files its merge level holds.
+func TestReduceOpensAtMostReduceFiles(t *testing.T) {
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 400, 24, 7)
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 24, Reducers: 1, Tool: "shardproof test", ReduceFanIn: 2, Parallelism: 2})
+	ctx := t.Context()
+	if err := runAll(ctx, len(j.Plan.MapTasks), 2, func(ctx context.Context, i int) error { _, err := j.Map(ctx, i, nil); return err }); err != nil {
+		t.Fatal(err)
+	}
+	// The commit records answer after a round trip, as on S3, so the
+	// reads overlap.
+	counted := *j
+	o := &openBodies{Store: &faults.Latency{Store: s, Delay: 20 * time.Millisecond, Match: func(k string) bool {
+		return strings.HasPrefix(k, j.prefix()+"map/") && strings.HasSuffix(k, "/commit.json")
+	}}}
+	counted.Store = o
+	if _, err := counted.Reduce(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if o.peak > j.reduceFiles() {
+		t.Fatalf("reduce task held %d store bodies open at once; reduceFiles says %d", o.peak, j.reduceFiles())
 	}
 }
 

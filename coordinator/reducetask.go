@@ -339,13 +339,14 @@ func (j *Job) fanIn() int {
 // or a connection on S3), all of them from its first bucket to its last,
 // or, above the plan's fan-in, a group of them and the file it merges
 // them into, then at most fan-in merged files (levels of merging, however
-// many map tasks).
+// many map tasks). Before any of them, it reads the map tasks' commit
+// records storeReadsAtOnce at a time, more than that at a fan-in below 7.
 func (j *Job) reduceFiles() int {
 	m, fan := len(j.Plan.MapTasks), j.Plan.ReduceFanIn
 	if fan <= 0 || m <= fan {
 		return m + reduceFileSlack
 	}
-	return fan + 1 + reduceFileSlack
+	return max(fan+1+reduceFileSlack, min(m, storeReadsAtOnce))
 }
 
 // reducersAtOnce returns how many of the plan's reduce tasks this process
