@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -50,7 +49,6 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 		Tombstones:      j.Plan.Tombstones,
 		Benchmark:       j.Plan.Benchmark,
 		Examples:        map[string][]string{},
-		Failures:        []manifest.ShardFailure{},
 		Tool:            j.Plan.Tool,
 	}
 	if j.Tombstones != nil {
@@ -62,6 +60,7 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	c := &rep.Counts
 	c.Shards = int64(len(j.Release.Shards))
 	failedShard := make([]bool, len(j.Release.Shards))
+	var failures failureList
 	// addResults counts the failures of mapped files, release shards
 	// (from map tasks) and snapshot members (from map or reduce tasks).
 	addResults := func(results []mapper.Result) error {
@@ -95,7 +94,7 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 				if res.Side == 0 {
 					failedShard[res.Index] = true
 				}
-				rep.Failures = append(rep.Failures, f)
+				failures.add(f)
 			}
 		}
 		return nil
@@ -154,7 +153,7 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	rep.BoundTupleRoot = tuplehash.BindRoot(rep.ReleaseTupleRoot, rel.DatasetSnapshot, rel.TombstoneWatermark, rel.BenchmarkFence)
 	if rep.BoundTupleRoot != rel.OrderedMemberTupleRoot {
 		c.TupleRootMismatches++
-		rep.Failures = append(rep.Failures, manifest.ShardFailure{
+		failures.add(manifest.ShardFailure{
 			Shard: "orderedMemberTupleRoot", Side: "release", Code: string(errcode.TupleRootMismatch),
 			Detail: fmt.Sprintf("manifest.orderedMemberTupleRoot=%s, recomputed=%s (from %d decoded release tuples, bound to datasetSnapshot %s and watermarks %d/%d)",
 				rel.OrderedMemberTupleRoot, rep.BoundTupleRoot, c.Records, rel.DatasetSnapshot, rel.TombstoneWatermark, rel.BenchmarkFence),
@@ -162,7 +161,7 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	}
 	if rep.SnapshotTupleRoot != j.Snapshot.TupleRoot {
 		c.TupleRootMismatches++
-		rep.Failures = append(rep.Failures, manifest.ShardFailure{
+		failures.add(manifest.ShardFailure{
 			Shard: "tupleRoot", Side: "snapshot", Code: string(errcode.TupleRootMismatch),
 			Detail: fmt.Sprintf("snapshot.tupleRoot=%s, recomputed=%s (from %d decoded member tuples)",
 				j.Snapshot.TupleRoot, rep.SnapshotTupleRoot, c.SnapshotRecords),
@@ -171,9 +170,11 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	if rep.SnapshotTupleRoot == j.Snapshot.TupleRoot {
 		j.storeLeafIndex(ctx, snapLeaves)
 	}
-	// In the report format's order: sorted by shard first, failures of
-	// both sides made a report its own decoding refused.
-	slices.SortFunc(rep.Failures, func(a, b manifest.ShardFailure) int { return manifest.CompareFailures(&a, &b) })
+	// In the report format's order (sorted by shard first, failures of
+	// both sides made a report its own decoding refused), the first of
+	// them when there are more than a report lists.
+	failures.cut()
+	rep.Failures, rep.FailuresOmitted = append([]manifest.ShardFailure{}, failures.kept...), failures.omitted
 	for _, f := range rep.Failures {
 		j.log().Warn("verification failure", "root", rep.Root.String(), "shard", f.Shard, "side", f.Side, "code", f.Code)
 	}

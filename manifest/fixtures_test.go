@@ -140,6 +140,18 @@ func validReport(failed bool) *Report {
 	return r
 }
 
+// omittingReport is an INVALID report whose failure list was cut: it
+// lists the first failures and says how many more it leaves out.
+func omittingReport() *Report {
+	r := validReport(true)
+	r.Counts.DigestFailures = 4
+	r.Counts.ShardsVerified = 0
+	r.Counts.Shards = 4
+	r.Failures = r.Failures[:1]
+	r.FailuresOmitted = 5
+	return r
+}
+
 // docCase is one valid document of each kind with its decoder.
 type docCase struct {
 	name   string
@@ -157,6 +169,7 @@ func docCases() []docCase {
 		{"recordSchema", validRecordSchema(), func(b []byte) (Validator, error) { return DecodeRecordSchema(b) }},
 		{"report", validReport(false), func(b []byte) (Validator, error) { return DecodeReport(b) }},
 		{"reportInvalid", validReport(true), func(b []byte) (Validator, error) { return DecodeReport(b) }},
+		{"reportOmitted", omittingReport(), func(b []byte) (Validator, error) { return DecodeReport(b) }},
 	}
 }
 

@@ -199,6 +199,16 @@ func TestRejectStruct(t *testing.T) {
 			r.Verdict, r.Counts.DigestFailures = Invalid, 2
 			r.Failures = []ShardFailure{{Shard: "a", Side: "snapshot", Code: "DIGEST_MISMATCH"}, {Shard: "b", Side: "release", Code: "DIGEST_MISMATCH"}}
 		}, errcode.BadDocument},
+		{"negative failures omitted", func(r *Report) {
+			r.Verdict, r.Counts.DigestFailures = Invalid, 1
+			r.FailuresOmitted = -1
+		}, errcode.BadCount},
+		{"failures omitted from a VERIFIED report", func(r *Report) { r.FailuresOmitted = 1 }, errcode.BadDocument},
+		{"failures omitted after more than the bound", func(r *Report) {
+			r.Verdict, r.Counts.DigestFailures = Invalid, MaxReportFailures+2
+			r.Failures = failuresOf(MaxReportFailures + 1)
+			r.FailuresOmitted = 1
+		}, errcode.BadDocument},
 		{"negative stored bytes", func(r *Report) { r.Stats.StoredBytes = -1 }, errcode.BadCount},
 		{"negative ratio", func(r *Report) { r.Stats.DecompressionRatio = -0.5 }, errcode.BadCount},
 		{"negative seconds", func(r *Report) { r.Execution.Seconds = -1 }, errcode.BadCount},

@@ -161,9 +161,16 @@ type Report struct {
 	// Examples maps a code (e.g. MISSING_MEMBER) to up to 20 sampleIds,
 	// sorted. Never sample text.
 	Examples map[string][]string `json:"examples"`
-	// Failures lists every shard-level failure, sorted by side, shard id,
-	// code, then detail.
+	// Failures lists the shard-level failures, sorted by side, shard id,
+	// code, then detail (CompareFailures): every one, or the first of
+	// them in that order when there are more than a report lists
+	// (ListedFailures).
 	Failures []ShardFailure `json:"failures"`
+	// FailuresOmitted is how many failures follow those listed and are
+	// left out of the list; Counts count them all. It is omitted when 0,
+	// so a report that lists every failure is the one builds before the
+	// field wrote.
+	FailuresOmitted int64 `json:"failuresOmitted,omitempty"`
 	// ReleaseTupleRoot and SnapshotTupleRoot are the recomputed unbound
 	// Merkle roots; BoundTupleRoot is ReleaseTupleRoot bound as the
 	// manifest's orderedMemberTupleRoot must be.

@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"math"
@@ -20,6 +21,51 @@ const MaxMemberPartitionK = 24
 
 // MaxExamples is the most example sampleIds a report keeps per class.
 const MaxExamples = 20
+
+// MaxReportFailures and MaxReportFailureBytes bound the failures a report
+// lists (ListedFailures); Counts count every failure whatever the list
+// holds, and FailuresOmitted says how many it leaves out. A failure takes
+// about 460 bytes (its detail at most mapper.MaxFailureDetail), so a
+// release of ~146,000 shards that all fail, the night a lifecycle rule
+// expired every version, listed them all in a report over
+// MaxDocumentSize: DOCUMENT_TOO_LARGE after reading everything, and no
+// report. 10,000 failures are about 5 MB, more than anyone reads one by
+// one and enough to see which shards and codes a fault spans. The bytes
+// bound holds where the count alone would not: a shard id and a detail
+// of up to 1,024 bytes each, every byte escaped as \u00XX in JSON, make a
+// failure of 12 KB; 16 MiB of them leave the rest of the cap to the
+// other sections.
+const (
+	MaxReportFailures     = 10_000
+	MaxReportFailureBytes = 16 << 20
+)
+
+// ListedFailures returns how many of failures, sorted in the canonical
+// order (CompareFailures), a report lists: the longest prefix of at most
+// maxCount failures whose JSON encodings, a comma each, take at most
+// maxBytes. The cut depends on the sorted list alone, so a report lists
+// the same failures whatever the plan's shape; and a failure it lists is
+// also listed by the cut of any subset holding it (nothing sorted before
+// it there is missing from the whole), so each task may cut its own.
+func ListedFailures(failures []ShardFailure, maxCount, maxBytes int) int {
+	var buf bytes.Buffer
+	enc := newEncoder(&buf)
+	size := 0
+	for i := range failures {
+		if i >= maxCount {
+			return i
+		}
+		buf.Reset()
+		if err := enc.Encode(&failures[i]); err != nil {
+			return i
+		}
+		// Encode's newline stands for the comma between failures.
+		if size += buf.Len(); size > maxBytes {
+			return i
+		}
+	}
+	return len(failures)
+}
 
 // TotalsError reports a declared total that differs from the sum over the
 // document's entries.
@@ -403,6 +449,17 @@ func (r *Report) Validate() error {
 				return errcode.New(errcode.BadDocument, "examples.%s: sampleIds not sorted and unique at [%d]", class, i)
 			}
 		}
+	}
+	if err := nonNegative(r.FailuresOmitted, "failuresOmitted"); err != nil {
+		return err
+	}
+	if r.FailuresOmitted > 0 && r.Verdict != Invalid {
+		return errcode.New(errcode.BadDocument, "failuresOmitted=%d in a %s report", r.FailuresOmitted, r.Verdict)
+	}
+	// Reports that list every failure may list any number (builds before
+	// the bound wrote them); one that leaves some out was cut at it.
+	if r.FailuresOmitted > 0 && len(r.Failures) > MaxReportFailures {
+		return errcode.New(errcode.BadDocument, "%d failures listed and %d omitted: a report that omits failures lists at most %d", len(r.Failures), r.FailuresOmitted, MaxReportFailures)
 	}
 	for i, f := range r.Failures {
 		path := fmt.Sprintf("failures[%d]", i)
