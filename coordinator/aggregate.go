@@ -78,11 +78,13 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 				rep.Stats.StoredBytes += res.StoredBytes
 				rep.Stats.LogicalBytes += res.LogicalBytes
 			}
+			// The failures its commit record lists, then those it left
+			// out (their codes alone), count alike.
 			counted := map[*int64]bool{}
-			for _, f := range res.Failures {
-				counter := failureCounter[f.Code]
+			for k, code := range failureCodes(&res) {
+				counter := failureCounter[code]
 				if counter == nil {
-					return errcode.New(errcode.Internal, "mapper reported unknown failure code %q for %s", f.Code, f.Shard)
+					return errcode.New(errcode.Internal, "mapper reported unknown failure code %q for %s", code, res.ShardID)
 				}
 				// A counter counts files: a shard whose tokens and member
 				// set both differ is one COUNT_MISMATCH with two entries,
@@ -94,7 +96,11 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 				if res.Side == 0 {
 					failedShard[res.Index] = true
 				}
-				failures.add(f)
+				if k < len(res.Failures) {
+					failures.add(res.Failures[k])
+				} else {
+					failures.omitted++
+				}
 			}
 		}
 		return nil

@@ -2,12 +2,15 @@ package coordinator
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
@@ -109,11 +112,18 @@ func TestReportFailuresCut(t *testing.T) {
 // At the real bound: 4,500 failing shards make 10,500 failures, and the
 // report lists the first MaxReportFailures of them in the canonical
 // order and counts the other 500 in failuresOmitted, with counts of them
-// all.
+// all; the one map task's commit record lists as many.
 func TestReportFailuresCutAtTheBound(t *testing.T) {
 	s, res, want := manyFailing(t, 4500)
 	total := want.VersionMissing + 3*want.DigestFailures
-	r := verify(t, s, PlanOptions{Root: res.Root, Parallelism: 2})
+	j, r := runPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 1, Parallelism: 2})
+	var mc MapCommit
+	if found, err := readRecord(context.Background(), s, j.mapCommitKey(0), &mc); !found || err != nil {
+		t.Fatalf("map commit record: found %v, %v", found, err)
+	}
+	if listed, omitted := listedIn(mc.Results); len(listed) != manifest.MaxReportFailures || len(omitted) != 500 {
+		t.Fatalf("the map task's record lists %d failures and omits %d; want %d, 500", len(listed), len(omitted), manifest.MaxReportFailures)
+	}
 	if r.Verdict != manifest.Invalid || r.Counts != want {
 		t.Fatalf("verdict %s, counts %+v, want INVALID, %+v", r.Verdict, r.Counts, want)
 	}
@@ -128,4 +138,95 @@ func TestReportFailuresCutAtTheBound(t *testing.T) {
 	if first.Shard != "bad-000000" || first.Code != "VERSION_MISSING" || last.Shard != "bad-004285" || last.Code != "SIZE_MISMATCH" {
 		t.Fatalf("failures listed from %s %s to %s %s; want bad-000000 VERSION_MISSING to bad-004285 SIZE_MISMATCH", first.Shard, first.Code, last.Shard, last.Code)
 	}
+}
+
+// listedIn returns the failures results list, in the canonical order
+// (a result keeps the mapper's), and the codes they leave out.
+func listedIn(results []mapper.Result) (listed []manifest.ShardFailure, omitted []string) {
+	for _, r := range results {
+		listed = append(listed, r.Failures...)
+		omitted = append(omitted, r.FailuresOmitted...)
+	}
+	slices.SortFunc(listed, func(a, b manifest.ShardFailure) int { return manifest.CompareFailures(&a, &b) })
+	return listed, omitted
+}
+
+// runPlan plans o, runs it with the local executor and returns the job
+// (its task records are kept) and the report.
+func runPlan(t *testing.T, s objstore.Store, o PlanOptions) (*Job, *manifest.Report) {
+	t.Helper()
+	ctx := context.Background()
+	o.Tool = "shardproof test"
+	_, pd, err := NewPlan(ctx, s, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Run(ctx, s, pd, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Open(ctx, s, pd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, out.Report
+}
+
+// A map task's commit record lists at most the failures a report lists,
+// the first of its own in the canonical order, and keeps the codes of
+// the others; a reduce task's record does the same with the snapshot
+// members it read. So one task of 50,000 failing files no longer makes a
+// record over manifest.MaxDocumentSize, and the report still has exact
+// counts and the first failures of all.
+func TestCommitRecordFailuresCut(t *testing.T) {
+	ctx := context.Background()
+	s, res, want := manyFailing(t, 30)
+	whole := verify(t, s, PlanOptions{Root: res.Root, MapTasks: 1, Reducers: 1})
+	withBound(7, manifest.MaxReportFailureBytes, func() {
+		j, r := runPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 1, Reducers: 1})
+		var mc MapCommit
+		if found, err := readRecord(ctx, s, j.mapCommitKey(0), &mc); !found || err != nil {
+			t.Fatalf("map commit record: found %v, %v", found, err)
+		}
+		listed, omitted := listedIn(mc.Results)
+		if !slices.Equal(listed, whole.Failures[:7]) || len(omitted) != len(whole.Failures)-7 {
+			t.Fatalf("the map task's record lists %d failures and omits %d; want the first 7 of %d and the rest omitted:\n%+v", len(listed), len(omitted), len(whole.Failures), listed)
+		}
+		if r.Counts != want || !slices.Equal(r.Failures, whole.Failures[:7]) || r.FailuresOmitted != int64(len(whole.Failures)-7) {
+			t.Fatalf("report from cut records: counts %+v, %d failures listed, %d omitted; want %+v, the first 7, %d", r.Counts, len(r.Failures), r.FailuresOmitted, want, len(whole.Failures)-7)
+		}
+	})
+
+	// Snapshot members a reducer reads: every member rotted at one byte.
+	s, res = synth(t)
+	keys := map[string]bool{}
+	for _, m := range res.SnapshotDoc.Members {
+		keys[m.Digest.BlobKey()] = true
+	}
+	rotted := &faults.BitFlip{Store: s, Match: func(k string) bool { return keys[k] }, Offset: 200, Bit: 3}
+	o := PlanOptions{Root: res.Root, Reducers: 1, ReadAllMembers: true}
+	_, whole = runPlan(t, rotted, o)
+	var members int
+	for _, f := range whole.Failures {
+		if f.Side == "snapshot" && f.Code != "TUPLE_ROOT_MISMATCH" {
+			members++
+		}
+	}
+	if members < 2 || whole.FailuresOmitted != 0 {
+		t.Fatalf("rotted members: %d member failures, %d omitted: %+v", members, whole.FailuresOmitted, whole.Failures)
+	}
+	withBound(1, manifest.MaxReportFailureBytes, func() {
+		j, r := runPlan(t, rotted, o)
+		var rc ReduceCommit
+		if found, err := readRecord(ctx, rotted, j.reduceCommitKey(0), &rc); !found || err != nil {
+			t.Fatalf("reduce commit record: found %v, %v", found, err)
+		}
+		listed, omitted := listedIn(rc.Members)
+		if len(listed) != 1 || len(omitted) != members-1 {
+			t.Fatalf("the reduce task's record lists %d failures and omits %d; want 1 of %d", len(listed), len(omitted), members)
+		}
+		if r.Counts != whole.Counts || !slices.Equal(r.Failures, whole.Failures[:1]) || r.FailuresOmitted != int64(len(whole.Failures)-1) {
+			t.Fatalf("report from cut records: counts %+v, failures %+v, %d omitted; want %+v, %+v, %d", r.Counts, r.Failures, r.FailuresOmitted, whole.Counts, whole.Failures[:1], len(whole.Failures)-1)
+		}
+	})
 }

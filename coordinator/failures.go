@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
 )
 
 // listedFailures and listedFailureBytes bound the failures a report
@@ -39,4 +40,48 @@ func (l *failureList) cut() {
 	l.omitted += int64(len(l.kept) - n)
 	clear(l.kept[n:])
 	l.kept = l.kept[:n]
+}
+
+// cutResults leaves in the Failures of a task's results those a report
+// could list of them, the first in the canonical order within the bound,
+// and moves the codes of the others to FailuresOmitted. So a commit
+// record holds at most the bound's failures whatever its inputs (50,000
+// failing files of one map task made a record over
+// manifest.MaxDocumentSize), the aggregation still counts every failure,
+// and the report still lists the first of all: a failure the report
+// lists is one its own task's cut keeps (manifest.ListedFailures).
+func cutResults(results []mapper.Result) {
+	type at struct{ r, k int }
+	var refs []at
+	for r := range results {
+		for k := range results[r].Failures {
+			refs = append(refs, at{r, k})
+		}
+	}
+	failure := func(a at) *manifest.ShardFailure { return &results[a.r].Failures[a.k] }
+	slices.SortFunc(refs, func(a, b at) int { return manifest.CompareFailures(failure(a), failure(b)) })
+	sorted := make([]manifest.ShardFailure, len(refs))
+	for i, a := range refs {
+		sorted[i] = *failure(a)
+	}
+	n := manifest.ListedFailures(sorted, listedFailures, listedFailureBytes)
+	if n == len(refs) {
+		return
+	}
+	omit := make(map[at]bool, len(refs)-n)
+	for _, a := range refs[n:] {
+		omit[a] = true
+	}
+	for r := range results {
+		res := &results[r]
+		var kept []manifest.ShardFailure
+		for k, f := range res.Failures {
+			if omit[at{r, k}] {
+				res.FailuresOmitted = append(res.FailuresOmitted, f.Code)
+			} else {
+				kept = append(kept, f)
+			}
+		}
+		res.Failures = kept
+	}
 }

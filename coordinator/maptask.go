@@ -179,6 +179,7 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	if err != nil {
 		return nil, err
 	}
+	cutResults(commit.Results)
 	b, err := manifest.Encode(commit)
 	if err != nil {
 		return nil, err
@@ -291,10 +292,20 @@ func checkResult(r *mapper.Result) error {
 	if r.Records < 0 || r.Tokens < 0 || r.StoredBytes < 0 || r.LogicalBytes < 0 || r.BucketsRead < 0 {
 		return fmt.Errorf("negative figures (records %d, tokens %d, stored %d, logical %d, buckets %d)", r.Records, r.Tokens, r.StoredBytes, r.LogicalBytes, r.BucketsRead)
 	}
-	for _, f := range r.Failures {
-		if failureCounter[f.Code] == nil {
-			return fmt.Errorf("failure code %.40q is not a shard-level code", f.Code)
+	for _, code := range failureCodes(r) {
+		if failureCounter[code] == nil {
+			return fmt.Errorf("failure code %.40q is not a shard-level code", code)
 		}
 	}
 	return nil
+}
+
+// failureCodes returns the codes of r's failures, those its commit record
+// lists and those it left out.
+func failureCodes(r *mapper.Result) []string {
+	codes := make([]string, 0, len(r.Failures)+len(r.FailuresOmitted))
+	for _, f := range r.Failures {
+		codes = append(codes, f.Code)
+	}
+	return append(codes, r.FailuresOmitted...)
 }

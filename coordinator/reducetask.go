@@ -146,6 +146,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 		}
 		// Mapping members is timed as map stages; the rest is reducing.
 		commit.Members = members.results
+		cutResults(commit.Members)
 		start = start.Add(time.Duration(members.mapNanos))
 		members.release()
 	}
@@ -404,13 +405,13 @@ func (j *Job) checkReduceCommit(r int, c *ReduceCommit) error {
 		if err := checkResult(&m); err != nil {
 			return bad("member result %d: %v", k, err)
 		}
-		if (m.Skipped || m.BucketsRead != 0) && (j.Plan.SnapshotLeaves == nil || m.Skipped && m.BucketsRead != 0 || m.BucketsRead < 0 || m.Decoded || m.Records != 0 || m.BucketsRead != 0 && len(m.Failures) > 0) {
+		if (m.Skipped || m.BucketsRead != 0) && (j.Plan.SnapshotLeaves == nil || m.Skipped && m.BucketsRead != 0 || m.BucketsRead < 0 || m.Decoded || m.Records != 0 || m.BucketsRead != 0 && len(failureCodes(&m)) > 0) {
 			return bad("member result %d is skipped or read by bucket with figures, or without a snapshot leaf index in the plan", k)
 		}
 		// A skipped member was only looked up (mapper.CheckStored).
-		for _, f := range m.Failures {
-			if m.Skipped && f.Code != string(errcode.VersionMissing) && f.Code != string(errcode.SizeMismatch) {
-				return bad("member result %d is skipped with a %s failure", k, f.Code)
+		for _, code := range failureCodes(&m) {
+			if m.Skipped && code != string(errcode.VersionMissing) && code != string(errcode.SizeMismatch) {
+				return bad("member result %d is skipped with a %s failure", k, code)
 			}
 		}
 	}

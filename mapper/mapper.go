@@ -105,6 +105,11 @@ type Result struct {
 	// LogicalBytes is the decoded value bytes (see canon.Row).
 	LogicalBytes int64
 	Failures     []manifest.ShardFailure
+	// FailuresOmitted holds the codes of the file's failures that its
+	// task's commit record leaves out of Failures, one per failure: a
+	// record lists at most the failures a report would, and the
+	// aggregation counts these too. The mapper leaves it empty.
+	FailuresOmitted []string `json:",omitempty"`
 	// Decoded reports that every record decoded and tuples were emitted.
 	Decoded bool
 	// Skipped marks a snapshot member a reducer did not need to read:
