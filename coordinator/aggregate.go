@@ -181,9 +181,6 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	// them when there are more than a report lists.
 	failures.cut()
 	rep.Failures, rep.FailuresOmitted = append([]manifest.ShardFailure{}, failures.kept...), failures.omitted
-	for _, f := range rep.Failures {
-		j.log().Warn("verification failure", "root", rep.Root.String(), "shard", f.Shard, "side", f.Side, "code", f.Code)
-	}
 	if rep.Stats.StoredBytes > 0 {
 		rep.Stats.DecompressionRatio = float64(rep.Stats.LogicalBytes) / float64(rep.Stats.StoredBytes)
 	}
@@ -221,9 +218,27 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	} else if first != nil {
 		return first.Report, first.ReportDigest, nil
 	}
+	j.logFailures(rep, d)
 	j.log().Info("verification report stored", "root", rep.Root.String(), "report", manifest.Digest(d).String(),
-		"verdict", rep.Verdict, "records", c.Records, "failures", len(rep.Failures))
+		"verdict", rep.Verdict, "records", c.Records, "failures", int64(len(rep.Failures))+rep.FailuresOmitted, "failuresOmitted", rep.FailuresOmitted)
 	return rep, d, nil
+}
+
+// loggedFailures is the most failures an aggregation logs one line each:
+// 4,000 corrupted shards logged 8,000 lines, and the report has them.
+const loggedFailures = 20
+
+// logFailures logs the first loggedFailures failures of rep, stored as
+// d, then one line saying how many more there are.
+func (j *Job) logFailures(rep *manifest.Report, d manifest.Digest) {
+	shown := rep.Failures[:min(len(rep.Failures), loggedFailures)]
+	for _, f := range shown {
+		j.log().Warn("verification failure", "root", rep.Root.String(), "shard", f.Shard, "side", f.Side, "code", f.Code)
+	}
+	if more := int64(len(rep.Failures)-len(shown)) + rep.FailuresOmitted; more > 0 {
+		j.log().Warn("more verification failures", "root", rep.Root.String(), "report", d.String(), "more", more,
+			"listed", len(rep.Failures), "failuresOmitted", rep.FailuresOmitted)
+	}
 }
 
 // aggregate is Aggregate returning an Outcome.

@@ -187,7 +187,19 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	if _, err := putExact(ctx, j.Store, j.mapCommitKey(i), b); err != nil {
 		return nil, err
 	}
-	j.log().Debug("map task committed", "task", i, "inputs", len(commit.Results))
+	var failed, failures int
+	for k := range commit.Results {
+		if n := len(failureCodes(&commit.Results[k])); n > 0 {
+			failed, failures = failed+1, failures+n
+		}
+	}
+	if failures > 0 {
+		// One line per task: the mapper logs each file's failures at
+		// debug only, and the aggregation the first of the report's.
+		j.log().Info("map task committed with failures", "task", i, "inputs", len(commit.Results), "failedInputs", failed, "failures", failures)
+	} else {
+		j.log().Debug("map task committed", "task", i, "inputs", len(commit.Results))
+	}
 	return commit, nil
 }
 

@@ -188,8 +188,12 @@ func summary(d manifest.Digest, v objstore.Version, doc manifest.Validator) stri
 		return fmt.Sprintf("snapshot %s (version %s): %d member files, %d records; recordSchema %s, tupleRoot %s, %s",
 			d, v, x.Totals.Shards, x.Totals.Records, x.RecordSchema, x.TupleRoot, x.MemberPartition)
 	case *manifest.Report:
-		return fmt.Sprintf("report %s (version %s): %s for root %s; %d of %d shards verified, %d records, %d shard-level failures; tombstoneWatermark %d, benchmarkFence %d",
-			d, v, x.Verdict, x.Root, x.Counts.ShardsVerified, x.Counts.Shards, x.Counts.Records, len(x.Failures),
+		omitted := ""
+		if x.FailuresOmitted > 0 {
+			omitted = fmt.Sprintf(" (%d listed)", len(x.Failures))
+		}
+		return fmt.Sprintf("report %s (version %s): %s for root %s; %d of %d shards verified, %d records, %d shard-level failures%s; tombstoneWatermark %d, benchmarkFence %d",
+			d, v, x.Verdict, x.Root, x.Counts.ShardsVerified, x.Counts.Shards, x.Counts.Records, int64(len(x.Failures))+x.FailuresOmitted, omitted,
 			x.TombstoneWatermark, x.BenchmarkFence)
 	}
 	return ""

@@ -198,9 +198,7 @@ func printPublishOutcome(w io.Writer, out *publish.Outcome, asJSON, ok bool) {
 					fmt.Fprintf(w, "  %s e.g. %s\n", code, showID(ex[0]))
 				}
 			}
-			for _, f := range r.Failures {
-				fmt.Fprintln(w, showFailure(f))
-			}
+			printFailures(w, r, out.ReportDigest)
 		}
 	}
 	if !ok {

@@ -227,9 +227,7 @@ func printSummary(w io.Writer, out *coordinator.Outcome) {
 		}
 		fmt.Fprintln(w)
 	}
-	for _, f := range r.Failures {
-		fmt.Fprintln(w, showFailure(f))
-	}
+	printFailures(w, r, out.ReportDigest)
 	e := &r.Execution
 	fmt.Fprintf(w, "speed    %.0f records/s, %.1f MB/s stored, decompression ratio %.2f (%d map tasks, %d reducers, %.2fs)\n",
 		e.RecordsPerSecond, e.StoredMBPerSec, r.Stats.DecompressionRatio, e.MapTasks, e.Reducers, e.Seconds)
@@ -245,6 +243,24 @@ func showID(id string) string {
 		return id
 	}
 	return strconv.Quote(id)
+}
+
+// summaryFailures is the most failure lines the summaries of verify and
+// publish print: the report lists up to manifest.MaxReportFailures, and a
+// summary of 4,000 corrupted shards printed 8,000 lines, the counts and
+// the verdict lost above them.
+const summaryFailures = 20
+
+// printFailures prints the first summaryFailures failures of r, one line
+// each, then how many more r, stored with digest d, lists or counts.
+func printFailures(w io.Writer, r *manifest.Report, d manifest.Digest) {
+	shown := r.Failures[:min(len(r.Failures), summaryFailures)]
+	for _, f := range shown {
+		fmt.Fprintln(w, showFailure(f))
+	}
+	if more := int64(len(r.Failures)-len(shown)) + r.FailuresOmitted; more > 0 {
+		fmt.Fprintf(w, "  … and %d more failures (report %s lists %d of %d)\n", more, d, len(r.Failures), int64(len(r.Failures))+r.FailuresOmitted)
+	}
 }
 
 // showFailure returns a shard failure as one line of text output. A
