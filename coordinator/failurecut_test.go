@@ -5,7 +5,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
@@ -227,6 +232,73 @@ func TestCommitRecordFailuresCut(t *testing.T) {
 		}
 		if r.Counts != whole.Counts || !slices.Equal(r.Failures, whole.Failures[:1]) || r.FailuresOmitted != int64(len(whole.Failures)-1) {
 			t.Fatalf("report from cut records: counts %+v, failures %+v, %d omitted; want %+v, %+v, %d", r.Counts, r.Failures, r.FailuresOmitted, whole.Counts, whole.Failures[:1], len(whole.Failures)-1)
+		}
+	})
+}
+
+// A detail may hold bytes that are not UTF-8 (a SCHEMA_MISMATCH lists the
+// names of the file's own fields), which a commit record's JSON turns
+// into U+FFFD: the aggregation sorts and measures the failures as the
+// records give them back, so a task's cut must too, or a task of many
+// such failures keeps fewer than the report lists and the report depends
+// on the plan's shape. Here 20 shards name a field with 300 bytes of
+// 0xff (and fail 3 times each), and the bound is the bytes of the first
+// 10 failures.
+func TestReportFailuresCutNotUTF8(t *testing.T) {
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 40, 2, 7)
+	rows := stagetest.ShardRows(t, s, res, 0)
+	rec := stage.BuildRows(rows)
+	defer rec.Release()
+	b := array.NewFloat32Builder(memory.DefaultAllocator)
+	for range rows {
+		b.Append(0.5)
+	}
+	col := b.NewArray()
+	b.Release()
+	defer col.Release()
+	fields := append(slices.Clone(rec.Schema().Fields()), arrow.Field{Name: strings.Repeat("\xff", 300), Type: arrow.PrimitiveTypes.Float32})
+	odd := array.NewRecordBatch(arrow.NewSchema(fields, nil), append(slices.Clone(rec.Columns()), col), rec.NumRows())
+	defer odd.Release()
+	data := stagetest.EncodeRecord(t, odd, stage.DefaultSchema(), stage.ParquetOptions{})
+	dg, v, _, err := objstore.PutBlob(t.Context(), s, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := res.Release.Shards[0]
+	d.Digest, d.Size, d.ObjectVersion = dg, int64(len(data)), string(v)
+	const oddShards = 20
+	rel := stagetest.CloneRelease(res.Release)
+	for i := range oddShards {
+		d.ID = fmt.Sprintf("odd-%03d", i)
+		rel.Shards = append(rel.Shards, d)
+	}
+	res = stagetest.Reissue(t, s, res, rel, false)
+
+	whole := verify(t, s, PlanOptions{Root: res.Root, MapTasks: 1, Reducers: 1})
+	replaced := 0
+	for _, f := range whole.Failures {
+		if f.Code == "SCHEMA_MISMATCH" && strings.Contains(f.Detail, strings.Repeat("\ufffd", 300)) {
+			replaced++
+		}
+	}
+	if whole.Counts.SchemaMismatches != oddShards || replaced != oddShards || whole.FailuresOmitted != 0 {
+		t.Fatalf("unbounded: %d schema mismatches, %d with the field's bytes as U+FFFD, %d omitted; want %d, %d, 0", whole.Counts.SchemaMismatches, replaced, whole.FailuresOmitted, oddShards, oddShards)
+	}
+	ten := 0
+	for _, f := range whole.Failures[:10] {
+		b, err := manifest.Encode(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ten += len(b) + 1
+	}
+	withBound(manifest.MaxReportFailures, ten, func() {
+		for _, maps := range []int{1, len(rel.Shards)} {
+			r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: maps, Reducers: 1})
+			if r.Counts != whole.Counts || !slices.Equal(r.Failures, whole.Failures[:10]) || r.FailuresOmitted != int64(len(whole.Failures)-10) {
+				t.Fatalf("%d map tasks: counts %+v, %d failures listed, %d omitted; want %+v, the first 10, %d", maps, r.Counts, len(r.Failures), r.FailuresOmitted, whole.Counts, len(whole.Failures)-10)
+			}
 		}
 	})
 }

@@ -2,6 +2,7 @@ package mapper
 
 import (
 	"crypto/sha256"
+	"encoding/json"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -62,6 +63,32 @@ func TestDetailBoundsMultiByte(t *testing.T) {
 			t.Fatalf("detail does not end with the found digest: %q", got)
 		case fits == strings.Contains(got, " more"):
 			t.Fatalf("fields all fit %v, and the detail counts fields it does not list: %q", fits, got)
+		}
+	}
+}
+
+// A failure's strings are what a commit record's JSON gives back: asJSON
+// of any bytes is what JSON makes of them (each byte outside valid UTF-8
+// one U+FFFD), and leaves valid UTF-8 as it is.
+func TestFailureAsJSON(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 5))
+	pieces := []string{"a", "é", "€", "😀", "\xff", "\xe2\x82", "\xed\xa0\x80", "\ufffd", "\x00", "\u2028", "\""}
+	for range 5000 {
+		var b strings.Builder
+		for range r.IntN(12) {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		s := b.String()
+		enc, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back string
+		if err := json.Unmarshal(enc, &back); err != nil {
+			t.Fatal(err)
+		}
+		if got := asJSON(s); got != back || utf8.ValidString(s) && got != s {
+			t.Fatalf("asJSON(%q) = %q; JSON gives back %q", s, got, back)
 		}
 	}
 }

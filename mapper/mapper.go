@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -424,9 +425,35 @@ func mapData(ctx context.Context, o Options, in Input, f *fileBytes, res Result,
 const MaxFailureDetail = 1024
 
 // newFailure is a failure of file id, its detail cut to MaxFailureDetail
-// bytes (at a character boundary, saying how long it was).
+// bytes (at a character boundary, saying how long it was), as the
+// commit record's JSON gives it back (asJSON).
 func newFailure(id string, side Side, code errcode.Code, format string, args ...any) manifest.ShardFailure {
-	return manifest.ShardFailure{Shard: id, Side: side.String(), Code: string(code), Detail: capDetail(fmt.Sprintf(format, args...))}
+	return manifest.ShardFailure{Shard: asJSON(id), Side: side.String(), Code: string(code), Detail: asJSON(capDetail(fmt.Sprintf(format, args...)))}
+}
+
+// asJSON returns s with each byte that is not part of valid UTF-8
+// replaced by U+FFFD, as encoding/json writes and so decodes it. A
+// detail may quote what a file holds (a SCHEMA_MISMATCH lists the names
+// of its fields), any bytes; a task cuts its failures
+// (manifest.ListedFailures) by their order and the bytes of their JSON,
+// and the aggregation, which reads them from the commit records, must
+// see the same failures: a byte 0xff is 6 bytes of JSON ("\ufffd") where
+// the U+FFFD it decodes to is 3, and the two sort differently.
+func asJSON(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			b.WriteRune(utf8.RuneError)
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
 
 func capDetail(s string) string {
