@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 
@@ -202,6 +203,11 @@ func TestRejectStruct(t *testing.T) {
 		{"negative failures omitted", func(r *Report) {
 			r.Verdict, r.Counts.DigestFailures = Invalid, 1
 			r.FailuresOmitted = -1
+		}, errcode.BadCount},
+		{"failures omitted past an int64", func(r *Report) {
+			r.Verdict, r.Counts.DigestFailures = Invalid, 1
+			r.Failures = failuresOf(1)
+			r.FailuresOmitted = math.MaxInt64
 		}, errcode.BadCount},
 		{"failures omitted from a VERIFIED report", func(r *Report) { r.FailuresOmitted = 1 }, errcode.BadDocument},
 		{"failures omitted after more than the bound", func(r *Report) {

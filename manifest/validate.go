@@ -453,6 +453,11 @@ func (r *Report) Validate() error {
 	if err := nonNegative(r.FailuresOmitted, "failuresOmitted"); err != nil {
 		return err
 	}
+	// The listed and the omitted make the number of failures that
+	// manifest show and the summaries print.
+	if r.FailuresOmitted > math.MaxInt64-int64(len(r.Failures)) {
+		return errcode.New(errcode.BadCount, "failuresOmitted=%d beside %d failures listed: more failures than an int64 counts", r.FailuresOmitted, len(r.Failures))
+	}
 	if r.FailuresOmitted > 0 && r.Verdict != Invalid {
 		return errcode.New(errcode.BadDocument, "failuresOmitted=%d in a %s report", r.FailuresOmitted, r.Verdict)
 	}
