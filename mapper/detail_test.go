@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 )
 
@@ -89,6 +90,20 @@ func TestFailureAsJSON(t *testing.T) {
 		}
 		if got := asJSON(s); got != back || utf8.ValidString(s) && got != s {
 			t.Fatalf("asJSON(%q) = %q; JSON gives back %q", s, got, back)
+		}
+	}
+}
+
+// TestFailureDetailBoundAfterReplacement: a detail quoting bytes that are
+// not UTF-8 is made valid (each such byte U+FFFD, 3 bytes) before it is
+// cut, so the detail a report holds is within MaxFailureDetail, not up
+// to three times it.
+func TestFailureDetailBoundAfterReplacement(t *testing.T) {
+	for _, n := range []int{MaxFailureDetail / 3, MaxFailureDetail - 10, MaxFailureDetail, 4 * MaxFailureDetail} {
+		f := newFailure("shard-\xff", SideRelease, errcode.SchemaMismatch, "fields [%s]", strings.Repeat("\xff", n))
+		if len(f.Detail) > MaxFailureDetail || !utf8.ValidString(f.Detail) || !utf8.ValidString(f.Shard) {
+			t.Fatalf("%d bytes 0xff: detail of %d bytes (valid UTF-8 %v), shard %q; want at most %d bytes of UTF-8",
+				n, len(f.Detail), utf8.ValidString(f.Detail), f.Shard, MaxFailureDetail)
 		}
 	}
 }

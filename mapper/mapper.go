@@ -428,7 +428,7 @@ const MaxFailureDetail = 1024
 // bytes (at a character boundary, saying how long it was), as the
 // commit record's JSON gives it back (asJSON).
 func newFailure(id string, side Side, code errcode.Code, format string, args ...any) manifest.ShardFailure {
-	return manifest.ShardFailure{Shard: asJSON(id), Side: side.String(), Code: string(code), Detail: asJSON(capDetail(fmt.Sprintf(format, args...)))}
+	return manifest.ShardFailure{Shard: asJSON(id), Side: side.String(), Code: string(code), Detail: capDetail(asJSON(fmt.Sprintf(format, args...)))}
 }
 
 // asJSON returns s with each byte that is not part of valid UTF-8
