@@ -241,9 +241,10 @@ func TestCommitRecordFailuresCut(t *testing.T) {
 // into U+FFFD: the aggregation sorts and measures the failures as the
 // records give them back, so a task's cut must too, or a task of many
 // such failures keeps fewer than the report lists and the report depends
-// on the plan's shape. Here 20 shards name a field with 300 bytes of
+// on the plan's shape. Here 20 shards name a field with 150 bytes of
 // 0xff (and fail 3 times each), and the bound is the bytes of the first
-// 10 failures.
+// 10 failures. (150 bytes, not more: a detail over MaxFailureDetail lists
+// fewer fields, and this one must list the field whole.)
 func TestReportFailuresCutNotUTF8(t *testing.T) {
 	s := stagetest.Store(t)
 	res := stagetest.Synth(t, s, 40, 2, 7)
@@ -257,7 +258,7 @@ func TestReportFailuresCutNotUTF8(t *testing.T) {
 	col := b.NewArray()
 	b.Release()
 	defer col.Release()
-	fields := append(slices.Clone(rec.Schema().Fields()), arrow.Field{Name: strings.Repeat("\xff", 300), Type: arrow.PrimitiveTypes.Float32})
+	fields := append(slices.Clone(rec.Schema().Fields()), arrow.Field{Name: strings.Repeat("\xff", 150), Type: arrow.PrimitiveTypes.Float32})
 	odd := array.NewRecordBatch(arrow.NewSchema(fields, nil), append(slices.Clone(rec.Columns()), col), rec.NumRows())
 	defer odd.Release()
 	data := stagetest.EncodeRecord(t, odd, stage.DefaultSchema(), stage.ParquetOptions{})
@@ -278,7 +279,7 @@ func TestReportFailuresCutNotUTF8(t *testing.T) {
 	whole := verify(t, s, PlanOptions{Root: res.Root, MapTasks: 1, Reducers: 1})
 	replaced := 0
 	for _, f := range whole.Failures {
-		if f.Code == "SCHEMA_MISMATCH" && strings.Contains(f.Detail, strings.Repeat("\ufffd", 300)) {
+		if f.Code == "SCHEMA_MISMATCH" && strings.Contains(f.Detail, strings.Repeat("\ufffd", 150)) {
 			replaced++
 		}
 	}

@@ -365,7 +365,9 @@ func fieldList(s *manifest.RecordSchema, budget int) string {
 	tail := len(fmt.Sprintf(", and %d more", len(s.Fields)))
 	var b strings.Builder
 	for i, f := range s.Fields {
-		p := f.Name + " " + f.Type
+		// As the detail will be (asJSON): a name's bytes that are not
+		// UTF-8 take 3 bytes each there, and the budget must hold them.
+		p := asJSON(f.Name) + " " + f.Type
 		if f.Nullable {
 			p += "?"
 		}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -104,6 +105,23 @@ func TestFailureDetailBoundAfterReplacement(t *testing.T) {
 		if len(f.Detail) > MaxFailureDetail || !utf8.ValidString(f.Detail) || !utf8.ValidString(f.Shard) {
 			t.Fatalf("%d bytes 0xff: detail of %d bytes (valid UTF-8 %v), shard %q; want at most %d bytes of UTF-8",
 				n, len(f.Detail), utf8.ValidString(f.Detail), f.Shard, MaxFailureDetail)
+		}
+	}
+}
+
+// TestSchemaMismatchDetailNotUTF8: field names of bytes that are not
+// UTF-8 are budgeted as the detail will hold them (U+FFFD, 3 bytes for
+// each), so a SCHEMA_MISMATCH naming one still fits MaxFailureDetail
+// whole and ends with the found schema's digest, which a cut after the
+// replacement would have taken off.
+func TestSchemaMismatchDetailNotUTF8(t *testing.T) {
+	wd, fd := manifest.Digest(sha256.Sum256([]byte("want"))), manifest.Digest(sha256.Sum256([]byte("found")))
+	want := &manifest.RecordSchema{Fields: []manifest.Field{{Name: "sample_id", Type: "utf8"}, {Name: "text", Type: "utf8"}}}
+	for _, n := range []int{100, 200, 300, 600} {
+		found := &manifest.RecordSchema{Fields: append(slices.Clone(want.Fields), manifest.Field{Name: strings.Repeat("\xff", n), Type: "float32"})}
+		f := newFailure("shard", SideRelease, errcode.SchemaMismatch, "%s", schemaMismatch(wd, fd, want, found))
+		if len(f.Detail) > MaxFailureDetail || !utf8.ValidString(f.Detail) || !strings.HasSuffix(f.Detail, "(schema digest "+fd.String()+")") {
+			t.Fatalf("a field of %d bytes 0xff: detail of %d bytes, valid UTF-8 %v: %q", n, len(f.Detail), utf8.ValidString(f.Detail), f.Detail)
 		}
 	}
 }
