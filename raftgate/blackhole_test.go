@@ -206,6 +206,23 @@ type heldLine struct {
 	gone <-chan struct{}
 }
 
+// heldLines are the held requests a test has yet to let through.
+type heldLines struct{ let []chan struct{} }
+
+func (h *heldLines) add(l heldLine) { h.let = append(h.let, l.let) }
+
+// letAllGo lets every held request through (each once).
+func (h *heldLines) letAllGo() {
+	for _, ch := range h.let {
+		select {
+		case <-ch:
+		default:
+			close(ch)
+		}
+	}
+	h.let = nil
+}
+
 func (h *holdLine) wrap(l net.Listener) net.Listener {
 	h.Listener = l
 	return h
@@ -288,24 +305,14 @@ func TestRaiseWaitsForAVoterAddedDuringItsPoll(t *testing.T) {
 		}
 		return n4.Halted()
 	}
-	var letGo []chan struct{}
-	letAllGo := func() {
-		for _, ch := range letGo {
-			select {
-			case <-ch:
-			default:
-				close(ch)
-			}
-		}
-		letGo = nil
-	}
-	t.Cleanup(letAllGo)
+	var held heldLines
+	t.Cleanup(held.letAllGo)
 	nextPoll := func(what string) heldLine {
 		t.Helper()
 		for {
 			select {
 			case h := <-line.held:
-				letGo = append(letGo, h.let)
+				held.add(h)
 				if !strings.HasPrefix(h.first, "GET /v1/status ") {
 					t.Fatalf("%s: node3 held %q, want the leader's GET /v1/status", what, h.first)
 				}
@@ -358,7 +365,7 @@ func TestRaiseWaitsForAVoterAddedDuringItsPoll(t *testing.T) {
 		t.Fatalf("cluster version after a poll that did not ask node4 (version 1), a voter since: %d, want 1", v)
 	}
 	line.on.Store(false)
-	letAllGo()
+	held.letAllGo()
 	running := []*Node{l, n3, n4}
 	askVersions(t, &TestCluster{t: t, Nodes: running}, 1, map[string]string{"node3": fmt.Sprint(CommandVersion), "node4": "1"})
 	waitApplied(t, running)
@@ -425,24 +432,14 @@ func TestRaiseWaitsForAMemberReplacedDuringItsPoll(t *testing.T) {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	var letGo []chan struct{}
-	letAllGo := func() {
-		for _, ch := range letGo {
-			select {
-			case <-ch:
-			default:
-				close(ch)
-			}
-		}
-		letGo = nil
-	}
-	t.Cleanup(letAllGo)
+	var held heldLines
+	t.Cleanup(held.letAllGo)
 	asked := func(line *holdLine, id string) heldLine {
 		t.Helper()
 		for {
 			select {
 			case h := <-line.held:
-				letGo = append(letGo, h.let)
+				held.add(h)
 				if strings.HasPrefix(h.first, "GET /v1/status ") {
 					return h
 				}
@@ -536,7 +533,7 @@ func TestRaiseWaitsForAMemberReplacedDuringItsPoll(t *testing.T) {
 	}
 
 	line3.on.Store(false)
-	letAllGo()
+	held.letAllGo()
 	cv, members, err := l.raiseClusterVersion(ctx)
 	if want := fmt.Sprintf("node2: %d, node3: %d, node4: 1", CommandVersion, CommandVersion); err != nil || cv != 1 || versionList(members) != want {
 		t.Fatalf("the next poll heard %s: version %d, %v; want %s and version 1", versionList(members), cv, err, want)
