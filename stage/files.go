@@ -213,8 +213,11 @@ func (s *fileSource) keys(ctx context.Context, add func(id string) error) error 
 				for i := 0; i < ids.Len(); i++ {
 					// verify refuses such a shard (DECODE_ERROR): a
 					// release of them could never be VERIFIED.
-					if !utf8.ValidString(ids.Value(i)) || !utf8.ValidString(split.Value(i)) {
-						return errcode.New(errcode.BadInput, "input %s: row %d: sampleId or split is not valid UTF-8", p, rows+i)
+					if !utf8.ValidString(ids.Value(i)) {
+						return errcode.New(errcode.BadInput, "input %s: row %d: sample_id is not valid UTF-8", p, rows+i)
+					}
+					if !utf8.ValidString(split.Value(i)) {
+						return errcode.New(errcode.BadInput, "input %s: row %d: split is not valid UTF-8", p, rows+i)
 					}
 					if len(split.Value(i)) > tuplehash.MaxSplitLen {
 						return errcode.New(errcode.BadInput, "input %s: row %d: split longer than %d bytes", p, rows+i, tuplehash.MaxSplitLen)

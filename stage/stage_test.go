@@ -285,6 +285,8 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 	os.WriteFile(negTokens, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: "train", Tokens: -1}}, stage.ParquetOptions{}), 0o644)
 	badUTF8 := filepath.Join(dir, "badutf8.parquet")
 	os.WriteFile(badUTF8, stagetest.Encode(t, []stage.Row{{SampleID: "q\xff", Split: "train"}}, stage.ParquetOptions{}), 0o644)
+	badSplit := filepath.Join(dir, "badsplit.parquet")
+	os.WriteFile(badSplit, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: "train"}, {SampleID: "r", Split: "tr\xe2"}}, stage.ParquetOptions{}), 0o644)
 	badSource := filepath.Join(dir, "badsource.parquet")
 	os.WriteFile(badSource, stagetest.Encode(t, []stage.Row{{SampleID: "q", SourceID: "w\xffb", Split: "train"}}, stage.ParquetOptions{}), 0o644)
 	// The bad byte in row 1: the error names the input's row.
@@ -312,7 +314,8 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 		{"duplicate sample", stage.StageOptions{Inputs: []string{good, dup}, Shards: 1}, errcode.BadInput, `sample_id "a" occurs more than once`},
 		{"split too long", stage.StageOptions{Inputs: []string{good, longSplit}, Shards: 1}, errcode.BadInput, "split longer than 255 bytes"},
 		{"negative tokens", stage.StageOptions{Inputs: []string{good, negTokens}, Shards: 1}, errcode.BadInput, "negative tokens -1"},
-		{"sampleId not UTF-8", stage.StageOptions{Inputs: []string{good, badUTF8}, Shards: 1}, errcode.BadInput, "not valid UTF-8"},
+		{"sampleId not UTF-8", stage.StageOptions{Inputs: []string{good, badUTF8}, Shards: 1}, errcode.BadInput, "badutf8.parquet: row 0: sample_id is not valid UTF-8"},
+		{"split not UTF-8", stage.StageOptions{Inputs: []string{good, badSplit}, Shards: 1}, errcode.BadInput, "badsplit.parquet: row 1: split is not valid UTF-8"},
 		// verify refuses such a shard (DECODE_ERROR).
 		{"sourceId not UTF-8", stage.StageOptions{Inputs: []string{good, badSource}, Shards: 1}, errcode.BadInput, "badsource.parquet: row 0: source_id is not valid UTF-8"},
 		// Parquet's STRING and Arrow's utf8 are UTF-8; verify hashes
