@@ -114,34 +114,35 @@ func TestRestoreRefusals(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mod  func(*Config)
 		want errcode.Code
+		msg  string
 	}{
-		"garbage":      {func(c *Config) { c.Restore = []byte(`{"releases":`) }, errcode.BadDocument},
-		"unknown":      {func(c *Config) { c.Restore = []byte(`{"nope":1}`) }, errcode.BadDocument},
-		"empty object": {func(c *Config) { c.Restore = []byte(`{}`) }, errcode.BadDocument},
-		"null":         {func(c *Config) { c.Restore = []byte(`null`) }, errcode.BadDocument},
-		"no tables":    {func(c *Config) { c.Restore = []byte(`{"fences":{"tombstone":7,"benchmark":0},"nextPermit":0}`) }, errcode.BadDocument},
+		"garbage":      {func(c *Config) { c.Restore = []byte(`{"releases":`) }, errcode.BadDocument, ""},
+		"unknown":      {func(c *Config) { c.Restore = []byte(`{"nope":1}`) }, errcode.BadDocument, ""},
+		"empty object": {func(c *Config) { c.Restore = []byte(`{}`) }, errcode.BadDocument, ""},
+		"null":         {func(c *Config) { c.Restore = []byte(`null`) }, errcode.BadDocument, ""},
+		"no tables":    {func(c *Config) { c.Restore = []byte(`{"fences":{"tombstone":7,"benchmark":0},"nextPermit":0}`) }, errcode.BadDocument, ""},
 		"null table": {func(c *Config) {
 			c.Restore = bytes.Replace(emptyState(t), []byte(`"runs":{}`), []byte(`"runs":null`), 1)
-		}, errcode.BadDocument},
-		"no bootstrap": {func(c *Config) { c.Restore, c.Bootstrap = emptyState(t), false }, errcode.Usage},
+		}, errcode.BadDocument, ""},
+		"no bootstrap": {func(c *Config) { c.Restore, c.Bootstrap = emptyState(t), false }, errcode.Usage, ""},
 		// json keeps the last of duplicate keys: the fence went back to 0.
 		"duplicate key": {func(c *Config) {
 			c.Restore = bytes.Replace(fencedState(t), []byte(`"benchmark":0}`), []byte(`"benchmark":0,"tombstone":0}`), 1)
-		}, errcode.BadDocument},
+		}, errcode.BadDocument, `duplicate key "tombstone" in fences`},
 		"duplicate table": {func(c *Config) {
 			c.Restore = bytes.Replace(fencedState(t), []byte(`"runs":{}`), []byte(`"runs":{},"aliases":{}`), 1)
-		}, errcode.BadDocument},
+		}, errcode.BadDocument, `duplicate key "aliases" at the top level`},
 		"key in another case": {func(c *Config) {
 			c.Restore = bytes.Replace(fencedState(t), []byte(`"fences"`), []byte(`"Fences"`), 1)
-		}, errcode.BadDocument},
-		"trailing bracket": {func(c *Config) { c.Restore = append(fencedState(t), ']') }, errcode.BadDocument},
-		"trailing brace":   {func(c *Config) { c.Restore = append(fencedState(t), '}') }, errcode.BadDocument},
+		}, errcode.BadDocument, `key "Fences" at the top level must be spelled "fences"`},
+		"trailing bracket": {func(c *Config) { c.Restore = append(fencedState(t), ']') }, errcode.BadDocument, ""},
+		"trailing brace":   {func(c *Config) { c.Restore = append(fencedState(t), '}') }, errcode.BadDocument, ""},
 	} {
 		cfg := TestConfig(t.TempDir(), "n1")
 		tc.mod(&cfg)
 		err := NewNode(cfg).Start(ctxT(t, 10*time.Second))
-		if c := errcode.Of(err); c != tc.want {
-			t.Errorf("%s: %v, want %s", name, err, tc.want)
+		if c := errcode.Of(err); c != tc.want || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: %v, want %s saying %q", name, err, tc.want, tc.msg)
 		}
 		if _, err := os.Stat(filepath.Join(cfg.DataDir)); !os.IsNotExist(err) {
 			t.Errorf("%s: the refused restore created %s", name, cfg.DataDir)

@@ -62,7 +62,7 @@ func walk(dec *json.Decoder, t reflect.Type, path string) error {
 			}
 			k, _ := kt.(string)
 			if seen[k] {
-				return fmt.Errorf("%s: duplicate key %q", path, truncate(k))
+				return fmt.Errorf("duplicate key %q %s", truncate(k), where(path))
 			}
 			seen[k] = true
 			ft := elem
@@ -71,7 +71,7 @@ func walk(dec *json.Decoder, t reflect.Type, path string) error {
 				if ft, ok = fields[k]; !ok {
 					for name := range fields {
 						if strings.EqualFold(name, k) {
-							return fmt.Errorf("%s: key %q must be spelled %q", path, truncate(k), name)
+							return fmt.Errorf("key %q %s must be spelled %q", truncate(k), where(path), name)
 						}
 					}
 				}
@@ -93,6 +93,15 @@ func walk(dec *json.Decoder, t reflect.Type, path string) error {
 	}
 	_, err = dec.Token() // the closing delimiter
 	return err
+}
+
+// where names the object at path for an error: "at the top level", or
+// "in fences.tombstone".
+func where(path string) string {
+	if path == "" {
+		return "at the top level"
+	}
+	return "in " + strings.TrimPrefix(path, ".")
 }
 
 // jsonFields maps the JSON names of t's fields (embedded structs
