@@ -126,8 +126,8 @@ Staging the same input again prints the same digests and writes nothing.
 
 Every input needs those columns, with no nulls: sample_id, source_id,
 split, lang and text as Parquet strings, source_version and tokens as
-INT64. sample_id must be unique across the inputs; sample_id, source_id
-and split valid UTF-8; split at most 255 bytes; tokens non-negative and
+INT64. sample_id must be unique across the inputs; every string column
+valid UTF-8; split at most 255 bytes; tokens non-negative and
 summing to at most 2^63-1. One shard's values of a string column may
 hold at most 2 GiB (give more --shards otherwise). Anything else is
 BAD_INPUT naming the input (and the row or column), found before
