@@ -664,6 +664,10 @@ func (w *Worker) pin(ctx context.Context, run *raftgate.Run) (*manifest.Release,
 	return rel, shards, nil
 }
 
+// maxListedShardFailures is the most failures a ShardsFailedError's
+// message names.
+const maxListedShardFailures = 20
+
 // ShardsFailedError lists every assigned shard that failed verification.
 // Its code is the first failure's.
 type ShardsFailedError struct {
@@ -672,9 +676,15 @@ type ShardsFailedError struct {
 }
 
 func (e *ShardsFailedError) Error() string {
-	msgs := make([]string, len(e.Failures))
-	for i, f := range e.Failures {
-		msgs[i] = f.Error()
+	// The first maxListedShardFailures, as verify's summary lists the
+	// first 20: a rank of thousands of shards makes no line of megabytes
+	// (the metrics count them all).
+	var msgs []string
+	for _, f := range e.Failures[:min(len(e.Failures), maxListedShardFailures)] {
+		msgs = append(msgs, f.Error())
+	}
+	if n := len(e.Failures) - len(msgs); n > 0 {
+		msgs = append(msgs, fmt.Sprintf("and %d more", n))
 	}
 	// "; ", not errors.Join's newlines: the error line escapes them.
 	return fmt.Sprintf("%d assigned shard(s) of %s failed verification: %s", len(e.Failures), e.Root, strings.Join(msgs, "; "))

@@ -1875,3 +1875,18 @@ func TestShardsFailedErrorIsOneLine(t *testing.T) {
 		t.Fatalf("code %s, want the first failure's", errcode.Of(e))
 	}
 }
+
+// TestShardsFailedErrorBounded: a rank of thousands of failed shards
+// names the first 20 in its message and counts the rest, instead of a
+// line of megabytes.
+func TestShardsFailedErrorBounded(t *testing.T) {
+	e := &ShardsFailedError{}
+	for i := range 4000 {
+		e.Failures = append(e.Failures, errcode.New(errcode.DigestMismatch, "shard-%05d: digest differs", i))
+	}
+	msg := e.Error()
+	if !strings.HasPrefix(msg, "4000 assigned shard(s)") || !strings.Contains(msg, "shard-00019: digest differs; and 3980 more") ||
+		strings.Contains(msg, "shard-00020") || len(msg) > 2000 {
+		t.Fatalf("ShardsFailedError of 4,000 failures, %d bytes: %.300q", len(msg), msg)
+	}
+}
