@@ -87,22 +87,64 @@ func EncodeRecordSchema(s *RecordSchema) ([]byte, error) { return Encode(s) }
 // EncodeReport validates r and returns its stored bytes.
 func EncodeReport(r *Report) ([]byte, error) { return Encode(r) }
 
+// Decode strictly decodes the JSON document b into v, a non-nil pointer,
+// by the rules of this package's documents, for documents that other
+// packages define (a verification plan, a task's commit record): at most
+// MaxDocumentSize bytes of UTF-8 holding exactly one JSON value of v's
+// shape, in which every object key is an exact, unrepeated field name,
+// every digest parses strictly, unsigned numbers are not negative and only
+// slices and maps are null (see scanDocument); then encoding/json decodes
+// the values, and a document type (one with a Validate method) is
+// validated, as Encode validates it before encoding. encoding/json alone
+// keeps the last of duplicate keys and matches keys in any case, where
+// another reader of the same bytes may keep the first key or none.
+//
+// The error's code is BAD_DOCUMENT, BAD_DIGEST, BAD_COUNT or
+// DOCUMENT_TOO_LARGE, or the document's Validate's; INTERNAL when v's type
+// holds one the scan does not model (see supported).
+func Decode(b []byte, v any) error {
+	if err := checkBytes(b); err != nil {
+		return err
+	}
+	return decodeShape(b, v)
+}
+
 // decodeStrict decodes one document of v's type from b: size cap, UTF-8,
 // schema identifier, exact shape (scanDocument), then encoding/json for the
 // values and the document's own Validate.
 func decodeStrict(b []byte, schema string, v Validator) error {
-	if len(b) > MaxDocumentSize {
-		return errcode.New(errcode.DocumentTooLarge, "document is %d bytes, cap %d", len(b), MaxDocumentSize)
-	}
-	if !utf8.Valid(b) {
-		return errcode.New(errcode.BadDocument, "document is not valid UTF-8")
+	if err := checkBytes(b); err != nil {
+		return err
 	}
 	if schema != "" {
 		if got, ok := peekSchema(b); ok && got != schema {
 			return errcode.New(errcode.BadDocument, "schema %q, want %q", truncate(got), schema)
 		}
 	}
-	if err := scanDocument(b, reflect.TypeOf(v).Elem()); err != nil {
+	return decodeShape(b, v)
+}
+
+// checkBytes checks a document's size and that it is UTF-8: encoding/json
+// would turn each invalid byte of a string into U+FFFD, so two strings
+// that differ would decode alike.
+func checkBytes(b []byte) error {
+	if len(b) > MaxDocumentSize {
+		return errcode.New(errcode.DocumentTooLarge, "document is %d bytes, cap %d", len(b), MaxDocumentSize)
+	}
+	if !utf8.Valid(b) {
+		return errcode.New(errcode.BadDocument, "document is not valid UTF-8")
+	}
+	return nil
+}
+
+// decodeShape scans b against v's type, decodes it into v and validates
+// it when v is a document type.
+func decodeShape(b []byte, v any) error {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return errcode.New(errcode.Internal, "decode into %T: want a non-nil pointer", v)
+	}
+	if err := scanDocument(b, rv.Type().Elem()); err != nil {
 		return err
 	}
 	if err := json.Unmarshal(b, v); err != nil {
@@ -110,7 +152,10 @@ func decodeStrict(b []byte, schema string, v Validator) error {
 		// alone rejects.
 		return errcode.Wrap(errcode.BadDocument, err, "decode")
 	}
-	return v.Validate()
+	if x, ok := v.(Validator); ok {
+		return x.Validate()
+	}
+	return nil
 }
 
 // peekSchema returns the value of "schema" when it is the document's first

@@ -121,11 +121,12 @@ func FuzzScanSyntax(f *testing.F) {
 		f.Add(b)
 		f.Add(bytes.ReplaceAll(b, []byte(`":`), []byte(`" : `)))
 	}
+	f.Add(mustEncode(f, validRecord()))
 	for _, s := range []string{`{"schema":"a\u00e9\n\"\\\/"}`, `{"tombstoneWatermark":1e3}`, `{"tombstoneWatermark":-0.5E+2}`,
 		`{"tombstoneWatermark":01}`, `{"shards":[1,]}`, `{"schema":"\x01"}`, `{"schema":"\ud800"}`, "{\"schema\":\"a\"}\t\r\n ", `{,}`, `{"a" 1}`} {
 		f.Add([]byte(s))
 	}
-	types := []reflect.Type{reflect.TypeFor[Release](), reflect.TypeFor[Report](), reflect.TypeFor[FenceLog]()}
+	types := []reflect.Type{reflect.TypeFor[Release](), reflect.TypeFor[Report](), reflect.TypeFor[FenceLog](), reflect.TypeFor[record]()}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		valid := json.Valid(b)
 		for _, typ := range types {

@@ -2,9 +2,11 @@ package manifest
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,7 +32,14 @@ const maxDepth = 16
 // It is a small hand-written scanner over b rather than json.Decoder.Token,
 // which allocates for every token and made decoding several times slower.
 // encoding/json still decodes the values afterwards and re-checks the syntax.
+//
+// t must be of the types the scan models (supported): a type it does not
+// is INTERNAL whatever b holds, so a round trip of any document of t finds
+// it, not only one that happens to hold the field.
 func scanDocument(b []byte, t reflect.Type) error {
+	if err := supported(t); err != nil {
+		return err
+	}
 	s := scanner{b: b}
 	if err := s.value(t, nil, 0); err != nil {
 		return err
@@ -219,7 +228,68 @@ func (s *scanner) number(at *location) (string, error) {
 	return string(s.b[start:s.i]), nil
 }
 
-var digestType = reflect.TypeFor[Digest]()
+var (
+	digestType          = reflect.TypeFor[Digest]()
+	jsonUnmarshalerType = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+var supportCache sync.Map // reflect.Type → error, nil when supported
+
+// supported returns nil when the scan models every type reachable from t
+// as encoding/json decodes it: booleans, strings, numbers, Digest, byte
+// slices (base64 strings), pointers, slices, maps keyed by strings, and
+// structs of such fields without embedded structs or the ",string"
+// option. Any other type (time.Time, json.RawMessage, a type with its own
+// UnmarshalJSON or UnmarshalText, an array, an interface) is INTERNAL: its
+// bytes would be judged by a shape the scan does not know.
+func supported(t reflect.Type) error {
+	if e, ok := supportCache.Load(t); ok {
+		err, _ := e.(error)
+		return err
+	}
+	err := supportedType(t, make(map[reflect.Type]bool))
+	supportCache.Store(t, err)
+	return err
+}
+
+func supportedType(t reflect.Type, seen map[reflect.Type]bool) error {
+	if t == digestType || seen[t] {
+		return nil
+	}
+	seen[t] = true
+	if p := reflect.PointerTo(t); p.Implements(jsonUnmarshalerType) || p.Implements(textUnmarshalerType) {
+		return errcode.New(errcode.Internal, "manifest scan does not support %s: it decodes itself", t)
+	}
+	switch t.Kind() {
+	case reflect.Bool, reflect.String,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64:
+		return nil
+	case reflect.Pointer, reflect.Slice:
+		return supportedType(t.Elem(), seen)
+	case reflect.Map:
+		// encoding/json parses other keys ("1" and "01" both an int 1),
+		// so two keys could be one.
+		if k := t.Key(); k.Kind() != reflect.String || reflect.PointerTo(k).Implements(textUnmarshalerType) {
+			return errcode.New(errcode.Internal, "manifest scan does not support %s: its keys are not strings", t)
+		}
+		return supportedType(t.Elem(), seen)
+	case reflect.Struct:
+		fs := jsonFields(t)
+		if fs.err != nil {
+			return fs.err
+		}
+		for _, ft := range fs.types {
+			if err := supportedType(ft, seen); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return errcode.New(errcode.Internal, "manifest scan does not support %s", t)
+}
 
 func (s *scanner) value(t reflect.Type, at *location, depth int) error {
 	c := s.peek()
@@ -249,6 +319,15 @@ func (s *scanner) value(t reflect.Type, at *location, depth int) error {
 		// not a spelling of absent).
 		return s.value(t.Elem(), at, depth)
 	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			// encoding/json writes a []byte as a base64 string, and
+			// decodes the base64 itself.
+			if c != '"' {
+				return wrongType(at, "a base64 string", c)
+			}
+			_, err := s.str(at)
+			return err
+		}
 		if c != '[' {
 			return wrongType(at, "an array", c)
 		}
@@ -429,32 +508,48 @@ type structField struct {
 
 type structFields struct {
 	byName map[string]structField
+	types  []reflect.Type // the fields' types, in field order
 	err    error
 }
 
 var fieldCache sync.Map // reflect.Type → *structFields
 
 // jsonFields maps the exact JSON names of t's exported fields to their
-// types and to a bit index used to detect repeated members.
+// types and to a bit index used to detect repeated members. A struct whose
+// names encoding/json resolves by rules the scan does not follow (an
+// embedded struct's fields promoted, two fields of one name, a number in a
+// string) has err set.
 func jsonFields(t reflect.Type) *structFields {
 	if m, ok := fieldCache.Load(t); ok {
 		return m.(*structFields)
 	}
 	fs := &structFields{byName: make(map[string]structField, t.NumField())}
 	for f := range t.Fields() {
-		if !f.IsExported() {
-			continue
+		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				fs.err = errcode.New(errcode.Internal, "manifest scan does not support %s: field %s is embedded", t, f.Name)
+				break
+			}
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
+		if !f.IsExported() || name == "-" && opts == "" {
 			continue
 		}
 		if name == "" {
 			name = f.Name
 		}
+		if _, dup := fs.byName[name]; dup || slices.Contains(strings.Split(opts, ","), "string") {
+			fs.err = errcode.New(errcode.Internal, "manifest scan does not support %s: field %s (json %q)", t, f.Name, f.Tag.Get("json"))
+			break
+		}
 		fs.byName[name] = structField{index: len(fs.byName), typ: f.Type}
+		fs.types = append(fs.types, f.Type)
 	}
-	if len(fs.byName) > 64 {
+	if fs.err == nil && len(fs.byName) > 64 {
 		fs.err = errcode.New(errcode.Internal, "%s has more than 64 JSON fields", t)
 	}
 	fieldCache.Store(t, fs)

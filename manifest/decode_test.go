@@ -1,0 +1,137 @@
+package manifest
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// record has the field types of the documents other packages decode with
+// Decode (the coordinator's plans and commit records): untagged fields,
+// a named string, a byte slice, a map of lists, an optional object.
+type record struct {
+	Schema  string              `json:"schema"`
+	Plan    Digest              `json:"plan"`
+	Side    uint8               // untagged: its JSON name is Side
+	Name    named               `json:"name,omitempty"`
+	Leaves  []byte              `json:"leaves"`
+	Codes   []string            `json:",omitempty"`
+	Example map[string][]string `json:"examples"`
+	Ref     *recordRef          `json:"ref,omitempty"`
+}
+
+type named string
+
+type recordRef struct {
+	Key  string `json:"key"`
+	Size int64  `json:"size"`
+}
+
+func validRecord() *record {
+	return &record{Schema: "x.v1", Plan: dg("p"), Side: 1, Name: "n", Leaves: []byte("\x00\x01leaves\xff"),
+		Codes: []string{"A"}, Example: map[string][]string{"MISSING_MEMBER": {"a", "b"}}, Ref: &recordRef{Key: "k", Size: 3}}
+}
+
+// Decode holds a document of another package's type to the rules of the
+// manifests: what encoding/json alone lets through (a repeated key, which
+// it decodes as the last, a key in another case, null for an object,
+// bytes that are not UTF-8) is refused with BAD_DOCUMENT, and what
+// Encode writes decodes to the same value.
+func TestDecodeHoldsOtherTypesToTheManifestRules(t *testing.T) {
+	good := string(mustEncode(t, validRecord()))
+	var got record
+	if err := Decode([]byte(good), &got); err != nil || !reflect.DeepEqual(&got, validRecord()) {
+		t.Fatalf("round trip: %v\n%+v", err, got)
+	}
+	for _, c := range []struct{ name, old, new string }{
+		{"repeated key", `"leaves":`, `"leaves":"AA==","leaves":`},
+		{"repeated untagged key", `"Side":1`, `"Side":0,"Side":1`},
+		{"repeated key in a nested object", `"size":3`, `"size":4,"size":3`},
+		{"repeated map key", `"MISSING_MEMBER":`, `"MISSING_MEMBER":[],"MISSING_MEMBER":`},
+		{"repeated map key, escaped", `"MISSING_MEMBER":`, `"MISSING_MEMBER":[],"\u004dISSING_MEMBER":`},
+		{"key in another case", `"leaves":`, `"Leaves":`},
+		{"untagged key in another case", `"Side":`, `"side":`},
+		{"nested key in another case", `"size":`, `"Size":`},
+		{"null object", `"ref":{"key":"k","size":3}`, `"ref":null`},
+		{"null string", `"name":"n"`, `"name":null`},
+		{"null number", `"Side":1`, `"Side":null`},
+		{"byte slice as an array", `"leaves":"AAFsZWF2ZXP/"`, `"leaves":[0,1]`},
+		{"not UTF-8", `"key":"k"`, "\"key\":\"k\xff\""},
+		{"trailing bracket", `}}`, `}}]`},
+		{"bad digest", `"plan":"sha256:`, `"plan":"sha256:A`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := strings.Replace(good, c.old, c.new, 1)
+			if b == good {
+				t.Fatalf("%q not in %s", c.old, good)
+			}
+			// encoding/json alone takes it; Decode must not.
+			var lenient record
+			lenientErr := json.Unmarshal([]byte(b), &lenient)
+			var got record
+			err := Decode([]byte(b), &got)
+			if c := errcode.Of(err); c != errcode.BadDocument && c != errcode.BadDigest {
+				t.Fatalf("Decode: %v (encoding/json alone: %v), want BAD_DOCUMENT", err, lenientErr)
+			}
+		})
+	}
+	// null is a byte slice's nil, as encoding/json writes it.
+	nilLeaves := validRecord()
+	nilLeaves.Leaves = nil
+	if err := Decode(mustEncode(t, nilLeaves), &got); err != nil || got.Leaves != nil {
+		t.Fatalf("null leaves: %v, %q", err, got.Leaves)
+	}
+	if err := Decode([]byte(good), got); errcode.Of(err) != errcode.Internal {
+		t.Fatalf("Decode into a non-pointer: %v, want INTERNAL", err)
+	}
+}
+
+// Decode validates a document type as Encode does.
+func TestDecodeValidates(t *testing.T) {
+	r := validRelease()
+	b := strings.Replace(string(mustEncode(t, r)), `"shards":3`, `"shards":4`, 1)
+	var got Release
+	if err := Decode([]byte(b), &got); errcode.Of(err) != errcode.TotalsMismatch {
+		t.Fatalf("Decode of a release whose totals are off: %v, want TOTALS_MISMATCH", err)
+	}
+}
+
+// A type the scan does not model is INTERNAL whatever the document holds,
+// even a document without the field: a round trip of any document of it
+// finds the gap, not only one that happens to hold the field.
+func TestDecodeRefusesTypesTheScanDoesNotModel(t *testing.T) {
+	type embedded struct{ A int }
+	for name, v := range map[string]any{
+		"time.Time":        &struct{ T time.Time }{},
+		"json.RawMessage":  &struct{ R json.RawMessage }{},
+		"UnmarshalText":    &struct{ D *Digest }{}, // supported: Digest itself
+		"map keyed by int": &struct{ M map[int]string }{},
+		"embedded struct":  &struct{ embedded }{},
+		"string option": &struct {
+			N int `json:",string"`
+		}{},
+		// Built at run time: go vet refuses the type written out.
+		"one name twice": reflect.New(reflect.StructOf([]reflect.StructField{
+			{Name: "A", Type: reflect.TypeFor[int](), Tag: `json:"a"`},
+			{Name: "B", Type: reflect.TypeFor[int](), Tag: `json:"a"`},
+		})).Interface(),
+		"array":             &struct{ A [4]int }{},
+		"interface":         &struct{ I any }{},
+		"nested in a slice": &struct{ S []struct{ T time.Time } }{},
+	} {
+		err := Decode([]byte(`{}`), v)
+		if name == "UnmarshalText" {
+			if err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+			continue
+		}
+		if errcode.Of(err) != errcode.Internal {
+			t.Errorf("%s: Decode of {} = %v, want INTERNAL", name, err)
+		}
+	}
+}
