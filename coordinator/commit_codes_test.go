@@ -17,7 +17,10 @@ import (
 // failure code without a counter (was INTERNAL), negative figures (were
 // summed into a VERIFIED report with wrong totals), an example class no
 // report keeps (was BAD_DOCUMENT from the report's encoding), a stray ']'
-// or '}' after the record (was aggregated as the record before it).
+// or '}' after the record (was aggregated as the record before it), a key
+// given twice or in another case (was aggregated as encoding/json reads
+// it, the last of the two or the field of that name in any case, where a
+// reader keeping the first finds a failure or no outputs).
 func TestForgedCommitRecords(t *testing.T) {
 	commitFuzzSetup(t)
 	j0 := commitFuzzJob
@@ -37,6 +40,16 @@ func TestForgedCommitRecords(t *testing.T) {
 		// A commit record with a stray ']' or '}' after it is no record.
 		{"map: trailing bracket", 0, "", "]"},
 		{"reduce: trailing brace", maps, "", "}"},
+		// The first "Failures" lists a digest mismatch, the last none.
+		{"map: failures twice", 0, `"Failures":null`, `"Failures":[{"shard":"x","side":"release","code":"DIGEST_MISMATCH","detail":""}],"Failures":null`},
+		{"map: outputs twice", 0, `"outputs":`, `"outputs":null,"outputs":`},
+		{"map: outputs in another case", 0, `"outputs":`, `"Outputs":`},
+		{"map: failures in another case", 0, `"Failures":null`, `"failures":null`},
+		{"map: output key in another case", 0, `"digest":`, `"Digest":`},
+		// The first "counts" has a member missing, the last none.
+		{"reduce: counts twice", maps, `"counts":{`, `"counts":{"missing":1},"counts":{`},
+		{"reduce: counts in another case", maps, `"counts":`, `"Counts":`},
+		{"reduce: example not UTF-8", maps, `"examples":{}`, "\"examples\":{\"MISSING_MEMBER\":[\"\xff\"]}"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			body := mc

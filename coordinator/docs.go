@@ -3,7 +3,6 @@ package coordinator
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -171,17 +170,17 @@ func readRecord(ctx context.Context, s objstore.Store, key string, v any) (found
 	return true, nil
 }
 
-// decodeStrict decodes one JSON document, rejecting unknown fields and
-// trailing data.
+// decodeStrict decodes one of the coordinator's own documents (a plan, a
+// task's commit record, a hold record) as strictly as a manifest
+// (manifest.Decode): one JSON value of v's shape, every key an exact,
+// unrepeated field name, null only for a list or a map, UTF-8, strict
+// digests. These documents sit in a store other processes write, and
+// encoding/json alone reads a commit record with "failures" twice as the
+// last, or takes "Outputs" for "outputs", where another reader of the same
+// bytes would not: the verdict would depend on the reader.
 func decodeStrict(b []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := manifest.Decode(b, v); err != nil {
 		return errcode.Wrap(errcode.BadDocument, err, "decode")
-	}
-	// dec.More says no more before a stray ']' or '}' as before the end.
-	if _, err := dec.Token(); err != io.EOF {
-		return errcode.New(errcode.BadDocument, "trailing data after document")
 	}
 	return nil
 }

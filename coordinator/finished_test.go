@@ -26,9 +26,9 @@ func jobKeys(t *testing.T, s objstore.Store, pd manifest.Digest, within string) 
 // A plan whose job finished keeps its report: a run of it again (a
 // resume after the job's files were deleted, or while they were being
 // deleted) returns that report, byte for byte, and runs nothing; an
-// aggregation run again returns it too. A record that is damaged, or
-// names the report of another plan, is no record: the job runs again and
-// its report is recorded.
+// aggregation run again returns it too. A record that is damaged (a key
+// twice or in another case too), or names the report of another plan, is
+// no record: the job runs again and its report is recorded.
 func TestFinishedPlanKeepsItsReport(t *testing.T) {
 	s, res := synth(t)
 	ctx := t.Context()
@@ -72,6 +72,12 @@ func TestFinishedPlanKeepsItsReport(t *testing.T) {
 		{"another plan's report", must(manifest.Encode(&PlanReport{Schema: PlanReportSchema, Plan: pd, Report: other.ReportDigest}))},
 		{"another plan", must(manifest.Encode(&PlanReport{Schema: PlanReportSchema, Plan: other.Plan, Report: first.ReportDigest}))},
 		{"a report not stored", must(manifest.Encode(&PlanReport{Schema: PlanReportSchema, Plan: pd, Report: manifest.Sum([]byte("gone"))}))},
+		// encoding/json read the last "report", this plan's; another
+		// reader the first. And it took "Report" for "report".
+		{"report twice", bytes.Replace(must(manifest.Encode(&PlanReport{Schema: PlanReportSchema, Plan: pd, Report: first.ReportDigest})),
+			[]byte(`"report":`), []byte(`"report":"`+other.ReportDigest.String()+`","report":`), 1)},
+		{"report in another case", bytes.Replace(must(manifest.Encode(&PlanReport{Schema: PlanReportSchema, Plan: pd, Report: first.ReportDigest})),
+			[]byte(`"report":`), []byte(`"Report":`), 1)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := s.Put(ctx, PlanReportKey(pd), bytes.NewReader(c.record), objstore.PutOptions{}); err != nil {

@@ -41,11 +41,18 @@ func planOnly(t *testing.T, s objstore.Store, root manifest.Digest, nonce string
 // putHold writes generation gen of pd's hold record as process p.
 func putHold(t *testing.T, s objstore.Store, pd manifest.Digest, gen int, purpose string, p procid.ID) {
 	t.Helper()
+	putHoldBytes(t, s, pd, gen, purpose, p, func(b []byte) []byte { return b })
+}
+
+// putHoldBytes is putHold writing edit of the record's bytes.
+func putHoldBytes(t *testing.T, s objstore.Store, pd manifest.Digest, gen int, purpose string, p procid.ID, edit func([]byte) []byte) {
+	t.Helper()
 	b, err := json.Marshal(&HoldRecord{Schema: HoldSchema, Plan: pd, Generation: gen, Purpose: purpose,
 		Command: "shardproof verify", Process: p, Started: time.Now().UTC().Format(time.RFC3339)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	b = edit(b)
 	if _, err := s.Put(t.Context(), holdKey(pd, gen), bytes.NewReader(b), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +201,43 @@ func TestHoldOfGoneProcess(t *testing.T) {
 		t.Fatalf("after a generation of 2^62: %v", err)
 	}
 	h.Release()
+}
+
+// A hold record with a key twice, of which encoding/json keeps the last
+// and another reader the first, or with a key in another case, which
+// encoding/json takes for the field, does not decode: like any record
+// that does not, it is taken for a holder that is gone (it was taken for
+// the live holder encoding/json read in it, JOB_IN_USE).
+func TestHoldRecordDecodedStrictly(t *testing.T) {
+	s, res := synth(t)
+	ctx := t.Context()
+	pd := planOnly(t, s, res.Root, "hold strict")
+	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
+	putHold(t, s, pd, 1, HoldRun, far)
+	var inUse *JobInUseError
+	if _, err := Acquire(ctx, s, pd, HoldRun); !errors.As(err, &inUse) {
+		t.Fatalf("a holder on another machine renewed just now: %v, want JOB_IN_USE", err)
+	}
+	gen := 2
+	for _, c := range []struct{ name, old, new string }{
+		{"process twice", `"process":`, `"process":{"host":"gone","pid":1},"process":`},
+		{"process in another case", `"process":`, `"Process":`},
+		{"pid in another case", `"pid":`, `"PID":`},
+	} {
+		putHoldBytes(t, s, pd, gen, HoldRun, far, func(b []byte) []byte {
+			forged := bytes.Replace(b, []byte(c.old), []byte(c.new), 1)
+			if bytes.Equal(forged, b) {
+				t.Fatalf("%q not in %s", c.old, b)
+			}
+			return forged
+		})
+		h, err := Acquire(ctx, s, pd, HoldRun)
+		if err != nil || h.rec.Generation != gen+1 {
+			t.Fatalf("%s: %v, want the job taken as generation %d", c.name, err, gen+1)
+		}
+		h.Release()
+		gen += 2
+	}
 }
 
 // A holder renews its record; when another process takes the job over

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"regexp"
 	"slices"
 	"testing"
 
@@ -81,6 +82,31 @@ func TestOpenRejectsInconsistentPlans(t *testing.T) {
 		}
 		if _, err := Open(ctx, s, d); errcode.Of(err) != errcode.BadDocument {
 			t.Errorf("plan with %q after it: Open err = %v, want BAD_DOCUMENT", tail, err)
+		}
+	}
+	// The good plan's bytes with a key twice, of which encoding/json
+	// keeps the last and another reader the first, or a key in another
+	// case, which encoding/json takes for the field: they are no plan
+	// (they decoded as the good one, under a digest of their own).
+	for _, c := range []struct{ name, old, new string }{
+		{"nonce twice", `"nonce":`, `"nonce":"other","nonce":`},
+		{"reducers twice", `"reducers":`, `"reducers":[],"reducers":`},
+		{"mapTasks in another case", `"mapTasks":`, `"MapTasks":`},
+		{"input side in another case", `"side":`, `"Side":`},
+		{"members twice", `"members":`, `"members":[],"members":`},
+		// null, which encoding/json takes for absent: no leaf index.
+		{"snapshotLeaves null", string(regexp.MustCompile(`"snapshotLeaves":\{[^}]*\}`).Find(b)), `"snapshotLeaves":null`},
+	} {
+		forged := bytes.Replace(b, []byte(c.old), []byte(c.new), 1)
+		if c.old == "" || bytes.Equal(forged, b) {
+			t.Fatalf("%s: %q not in %.300s", c.name, c.old, b)
+		}
+		d, _, _, err := objstore.PutBlob(ctx, s, forged)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(ctx, s, d); errcode.Of(err) != errcode.BadDocument {
+			t.Errorf("plan with %s: Open err = %v, want BAD_DOCUMENT", c.name, err)
 		}
 	}
 }
