@@ -365,9 +365,11 @@ func fieldList(s *manifest.RecordSchema, budget int) string {
 	tail := len(fmt.Sprintf(", and %d more", len(s.Fields)))
 	var b strings.Builder
 	for i, f := range s.Fields {
-		// As the detail will be (asJSON): a name's bytes that are not
-		// UTF-8 take 3 bytes each there, and the budget must hold them.
-		p := asJSON(f.Name) + " " + f.Type
+		// As the detail will be (asJSON): bytes of a name, or of a
+		// found type (a struct's lists its children's names), that are
+		// not UTF-8 take 3 bytes each there, and the budget must hold
+		// them.
+		p := asJSON(f.Name + " " + f.Type)
 		if f.Nullable {
 			p += "?"
 		}

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 )
@@ -122,6 +125,28 @@ func TestSchemaMismatchDetailNotUTF8(t *testing.T) {
 		f := newFailure("shard", SideRelease, errcode.SchemaMismatch, "%s", schemaMismatch(wd, fd, want, found))
 		if len(f.Detail) > MaxFailureDetail || !utf8.ValidString(f.Detail) || !strings.HasSuffix(f.Detail, "(schema digest "+fd.String()+")") {
 			t.Fatalf("a field of %d bytes 0xff: detail of %d bytes, valid UTF-8 %v: %q", n, len(f.Detail), utf8.ValidString(f.Detail), f.Detail)
+		}
+	}
+}
+
+// TestSchemaMismatchDetailTypeNotUTF8: a found field's type names what
+// the file holds too (a struct column's type lists its children's
+// names, any bytes), so it is budgeted as the detail will hold it like
+// a name: a SCHEMA_MISMATCH with a struct child named by bytes that are
+// not UTF-8 still ends with the found schema's digest.
+func TestSchemaMismatchDetailTypeNotUTF8(t *testing.T) {
+	wd, fd := manifest.Digest(sha256.Sum256([]byte("want"))), manifest.Digest(sha256.Sum256([]byte("found")))
+	want := &manifest.RecordSchema{Fields: []manifest.Field{{Name: "sample_id", Type: "utf8"}, {Name: "text", Type: "utf8"}}}
+	for _, n := range []int{100, 200, 300, 600} {
+		child := arrow.Field{Name: strings.Repeat("\xff", n), Type: arrow.PrimitiveTypes.Int64}
+		as := arrow.NewSchema([]arrow.Field{
+			{Name: "sample_id", Type: arrow.BinaryTypes.String},
+			{Name: "meta", Type: arrow.StructOf(child)},
+		}, nil)
+		found := canon.FromArrow(as, want)
+		f := newFailure("shard", SideRelease, errcode.SchemaMismatch, "%s", schemaMismatch(wd, fd, want, found))
+		if len(f.Detail) > MaxFailureDetail || !utf8.ValidString(f.Detail) || !strings.HasSuffix(f.Detail, "(schema digest "+fd.String()+")") {
+			t.Fatalf("a struct child of %d bytes 0xff: detail of %d bytes, valid UTF-8 %v: %q", n, len(f.Detail), utf8.ValidString(f.Detail), f.Detail)
 		}
 	}
 }
