@@ -100,11 +100,19 @@ type JobInUseError struct {
 	// Estimated: Age is by this machine's clock, not the store's (a
 	// look that wrote nothing: HolderReadOnly).
 	Estimated bool
+	// Unreadable is why the holder's record could not be read (a newer
+	// build's, or damaged), nil when it was: Holder then holds only
+	// Plan and Generation, and the holder is judged by its record's age
+	// alone, as one on another machine.
+	Unreadable error
 }
 
 func (e *JobInUseError) Error() string {
 	h := &e.Holder
 	who := fmt.Sprintf("%q (pid %d on host %s, %s since %s", h.Command, h.Process.PID, h.Process.Host, h.Purpose, h.Started)
+	if e.Unreadable != nil && !e.TakenOver {
+		who = fmt.Sprintf("a process whose hold record could not be read (generation %d: %v; a newer shardproof's record, or a damaged one", h.Generation, e.Unreadable)
+	}
 	if e.TakenOver {
 		if h.Schema == "" {
 			who = "another process" // its record did not decode
@@ -120,8 +128,12 @@ func (e *JobInUseError) Error() string {
 		if e.Estimated {
 			clock = "this machine's clock, which may disagree with the store's"
 		}
-		who += fmt.Sprintf(", hold renewed %s ago by %s; a holder on another machine is taken for dead %s after its last renewal)",
-			e.Age.Round(time.Second), clock, HoldStaleAfter)
+		whose := "a holder on another machine"
+		if e.Unreadable != nil {
+			whose = "a holder whose record cannot be read"
+		}
+		who += fmt.Sprintf(", hold renewed %s ago by %s; %s is taken for dead %s after its last renewal)",
+			e.Age.Round(time.Second), clock, whose, HoldStaleAfter)
 	}
 	next := "wait for it to end: `verify --resume` of the plan then prints the report it stored (or goes on from where it stopped)"
 	if h.Purpose == HoldRemove {
@@ -182,14 +194,26 @@ func holdClockKey(pd manifest.Digest) string { return holdPrefix(pd) + "clock" }
 
 // currentHolder returns the job's newest hold record and when it was last
 // written, or nil when the job has none. gen is the highest generation
-// present, even when its record does not decode (then rec is nil).
+// present, even when its record was deleted since the listing or does
+// not decode (then rec is nil; the latter is logged).
 func currentHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (rec *HoldRecord, gen int, info objstore.ObjectInfo, err error) {
+	rec, gen, info, unreadable, err := readHolder(ctx, s, pd)
+	if unreadable != nil {
+		slog.Warn("job hold record unreadable", "key", info.Key, "version", string(info.Version), "err", unreadable)
+	}
+	return rec, gen, info, err
+}
+
+// readHolder is currentHolder returning why the record of generation gen
+// could not be read (it does not decode, or names another schema, plan or
+// generation) as unreadable, instead of logging it.
+func readHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (rec *HoldRecord, gen int, info objstore.ObjectInfo, unreadable, err error) {
 	prefix := holdPrefix(pd)
 	after := ""
 	for {
 		page, err := s.List(ctx, prefix, after, 1000)
 		if err != nil {
-			return nil, 0, info, err
+			return nil, 0, info, nil, err
 		}
 		for _, o := range page.Objects {
 			// Generations count holders: a number past maxHoldGeneration
@@ -208,15 +232,15 @@ func currentHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (r
 		after = page.Next
 	}
 	if gen == 0 {
-		return nil, 0, info, nil
+		return nil, 0, info, nil, nil
 	}
 	rc, err := s.Get(ctx, info.Key, info.Version)
 	if objstore.IsNotExist(err) {
 		// Deleted since the listing: the job is being removed, or was.
-		return nil, gen, info, nil
+		return nil, gen, info, nil, nil
 	}
 	if err != nil {
-		return nil, 0, info, err
+		return nil, 0, info, nil, err
 	}
 	defer rc.Close()
 	b, err := verifyread.ReadAll(rc, maxHoldRecord)
@@ -225,13 +249,13 @@ func currentHolder(ctx context.Context, s objstore.Store, pd manifest.Digest) (r
 		err = decodeStrict(b, &r)
 	}
 	if err == nil && (r.Schema != HoldSchema || r.Plan != pd || r.Generation != gen) {
-		err = fmt.Errorf("schema %q, plan %s, generation %d do not match", r.Schema, r.Plan, r.Generation)
+		// The schema is cut: a record's bytes are bounded, not short.
+		err = fmt.Errorf("schema %.40q, plan %s, generation %d do not match", r.Schema, r.Plan, r.Generation)
 	}
 	if err != nil {
-		slog.Warn("job hold record unreadable; taken for a holder that is gone", "key", info.Key, "version", string(info.Version), "err", err)
-		return nil, gen, info, nil
+		return nil, gen, info, err, nil
 	}
-	return &r, gen, info, nil
+	return &r, gen, info, nil, nil
 }
 
 // storeNow returns the store's time now: the modification time it gives
@@ -271,6 +295,9 @@ type holderState struct {
 	rec  *HoldRecord
 	gen  int
 	info objstore.ObjectInfo
+	// unreadable is why the record of generation gen could not be read
+	// (rec is nil): its holder is judged by the record's age.
+	unreadable error
 	// alive: the holder may still run; local: that was looked up on
 	// this machine (/proc); age: how old its record was, by the store's
 	// clock, when not local.
@@ -282,7 +309,17 @@ type holderState struct {
 
 // inUse is the JOB_IN_USE error naming st's holder.
 func (st *holderState) inUse(pd manifest.Digest) *JobInUseError {
-	return &JobInUseError{Plan: pd, Holder: *st.rec, Renewed: st.info.Modified, Age: st.age, Local: st.local, Estimated: st.estimated}
+	return &JobInUseError{Plan: pd, Holder: st.holder(pd), Renewed: st.info.Modified, Age: st.age, Local: st.local, Estimated: st.estimated,
+		Unreadable: st.unreadable}
+}
+
+// holder is st's record, or, when it could not be read, one naming only
+// its plan and generation.
+func (st *holderState) holder(pd manifest.Digest) HoldRecord {
+	if st.rec == nil {
+		return HoldRecord{Plan: pd, Generation: st.gen}
+	}
+	return *st.rec
 }
 
 // lookHolder reads plan pd's current holder and judges whether it may
@@ -296,22 +333,34 @@ func (st *holderState) inUse(pd manifest.Digest) *JobInUseError {
 // has not landed by then cannot, since its holder stops (holdExpiry) a
 // renewal interval before others may take it for gone.
 //
+// A record that cannot be read (a newer build's, with a field this one
+// does not know, or damaged) names no process to look up: its holder is
+// judged by the record's age too, so a newer build's live holder is not
+// taken over beside it while the machines that run verify are upgraded
+// one by one.
+//
 // With readOnly, nothing is written: the record's age is judged against
 // this machine's clock instead (estimated, as a dry run may be).
 func lookHolder(ctx context.Context, s objstore.Store, pd manifest.Digest, readOnly bool) (holderState, error) {
 	var now time.Time
 	for {
-		rec, gen, info, err := currentHolder(ctx, s, pd)
+		rec, gen, info, unreadable, err := readHolder(ctx, s, pd)
 		if err != nil {
 			return holderState{}, err
 		}
-		st := holderState{rec: rec, gen: gen, info: info}
-		if rec == nil || rec.Released {
+		st := holderState{rec: rec, gen: gen, info: info, unreadable: unreadable}
+		if unreadable != nil && (readOnly || !now.IsZero()) {
+			slog.Warn("job hold record unreadable; its holder is taken to live until the record is HoldStaleAfter old", "key", info.Key,
+				"version", string(info.Version), "holdStaleAfter", HoldStaleAfter.String(), "err", unreadable)
+		}
+		if (rec == nil && unreadable == nil) || (rec != nil && rec.Released) {
 			return st, nil
 		}
-		if alive, known := rec.Process.Alive(); known {
-			st.alive, st.local = alive, true
-			return st, nil
+		if rec != nil {
+			if alive, known := rec.Process.Alive(); known {
+				st.alive, st.local = alive, true
+				return st, nil
+			}
 		}
 		if readOnly {
 			st.age = time.Since(info.Modified)
@@ -372,8 +421,8 @@ func commandName() string {
 // Acquire takes plan pd's job for purpose (HoldRun or HoldRemove). A job
 // whose current holder lives is JOB_IN_USE (*JobInUseError, naming it);
 // one whose holder released it or is gone (its process no longer runs,
-// or, on another machine, it has not renewed its hold for
-// HoldStaleAfter by the store's clock) is taken over. Taking is a conditional create of the
+// or, on another machine or with a record that cannot be read, it has not
+// renewed its hold for HoldStaleAfter by the store's clock) is taken over. Taking is a conditional create of the
 // next generation's record, so of any number of processes at once
 // exactly one wins. Each attempt's record carries a nonce of its own: a
 // create that went through but whose answer was lost (a retry of it
@@ -396,6 +445,9 @@ type Displaced struct {
 	// HoldStaleAfter). Local: its process was looked up on this machine,
 	// and was gone.
 	Live, Local bool
+	// Unreadable is why its record could not be read, nil when it was:
+	// Holder then holds only Plan and Generation (see JobInUseError).
+	Unreadable error
 }
 
 // TakeOver takes plan pd's job from its holder at once and releases it,
@@ -421,10 +473,14 @@ func TakeOver(ctx context.Context, s objstore.Store, pd manifest.Digest) (*Displ
 	}
 	if d != nil {
 		p := &d.Holder
-		slog.Warn("job taken over by hand from its holder", "plan", pd.String(), "generation", h.rec.Generation,
+		attrs := []any{"plan", pd.String(), "generation", h.rec.Generation,
 			"previousCommand", p.Command, "previousPid", p.Process.PID, "previousHost", p.Process.Host, "previousPurpose", p.Purpose,
 			"previousStarted", p.Started, "previousRenewed", d.Renewed.UTC().Format(time.RFC3339), "previousAge", d.Age.Round(time.Second).String(),
-			"previousLive", d.Live)
+			"previousLive", d.Live}
+		if d.Unreadable != nil {
+			attrs = append(attrs, "previousUnreadable", d.Unreadable)
+		}
+		slog.Warn("job taken over by hand from its holder", attrs...)
 	}
 	if err := h.release(); err != nil {
 		return nil, wrap(err, "plan %s: release the job taken over", pd)
@@ -468,10 +524,10 @@ func acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 			// Nothing to take by hand: the next Acquire takes the job
 			// from a holder that is gone, and a job with no record
 			// gets none.
-			if rec == nil || rec.Released {
+			if (rec == nil && st.unreadable == nil) || (rec != nil && rec.Released) {
 				return nil, nil, nil
 			}
-			return nil, &Displaced{Holder: *rec, Renewed: st.info.Modified, Age: st.age, Local: st.local}, nil
+			return nil, &Displaced{Holder: st.holder(pd), Renewed: st.info.Modified, Age: st.age, Local: st.local, Unreadable: st.unreadable}, nil
 		}
 		if attempt > 8 {
 			return nil, nil, wrap(refused, "plan %s: take the job's hold", pd)
@@ -484,11 +540,14 @@ func acquire(ctx context.Context, s objstore.Store, pd manifest.Digest, purpose 
 			Nonce: hex.EncodeToString(nonce[:]),
 		}}
 		if takeOver {
-			// rec lives (see above), on another machine.
-			if rec.Purpose == HoldRemove {
+			// The holder lives (see above), on another machine. One
+			// whose record could not be read is displaced as a run:
+			// its purpose is unknown, as it is to a take-over once
+			// the record is stale.
+			if rec != nil && rec.Purpose == HoldRemove {
 				h.rec.Purpose = HoldRemove
 			}
-			h.displaced = &Displaced{Holder: *rec, Renewed: st.info.Modified, Age: st.age, Live: true}
+			h.displaced = &Displaced{Holder: st.holder(pd), Renewed: st.info.Modified, Age: st.age, Live: true, Unreadable: st.unreadable}
 		}
 		b, err := h.body()
 		if err != nil {

@@ -170,28 +170,20 @@ func TestHoldOfGoneProcess(t *testing.T) {
 		t.Fatalf("a holder on another machine renewed just now: %v, want JOB_IN_USE naming it", err)
 	}
 	// Its last renewal ages past HoldStaleAfter.
-	old := time.Now().Add(-HoldStaleAfter - time.Minute)
-	dir := filepath.Join(s.(fmt.Stringer).String(), holdKey(pd, 3))
-	versions, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range versions {
-		if err := os.Chtimes(filepath.Join(dir, v.Name()), old, old); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ageHold(t, s, pd, 3)
 	h, err := Acquire(ctx, s, pd, HoldRun)
 	if err != nil || h.Previous.Process.Host != "elsewhere" || h.rec.Generation != 4 {
 		t.Fatalf("a holder silent for longer than HoldStaleAfter: %v, want the job taken over", err)
 	}
 	h.Release()
-	// A record that does not decode is no holder.
+	// A record that does not decode is judged by its age alone (see
+	// TestHoldRecordDecodedStrictly).
 	if _, err := s.Put(ctx, holdKey(pd, 5), strings.NewReader("{not json"), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	ageHold(t, s, pd, 5)
 	if h, err = Acquire(ctx, s, pd, HoldRun); err != nil || h.rec.Generation != 6 {
-		t.Fatalf("after an unreadable record: %v", err)
+		t.Fatalf("after an unreadable record HoldStaleAfter old: %v", err)
 	}
 	h.Release()
 	// Nor is a generation no holder could have reached (its successor
@@ -203,11 +195,34 @@ func TestHoldOfGoneProcess(t *testing.T) {
 	h.Release()
 }
 
+// ageHold makes every version of generation gen of pd's hold record, in
+// the file store s, HoldStaleAfter and a minute old: its holder stopped
+// renewing it that long ago.
+func ageHold(t *testing.T, s objstore.Store, pd manifest.Digest, gen int) {
+	t.Helper()
+	old := time.Now().Add(-HoldStaleAfter - time.Minute)
+	dir := filepath.Join(s.(fmt.Stringer).String(), holdKey(pd, gen))
+	versions, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range versions {
+		if err := os.Chtimes(filepath.Join(dir, v.Name()), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A hold record with a key twice, of which encoding/json keeps the last
-// and another reader the first, or with a key in another case, which
-// encoding/json takes for the field, does not decode: like any record
-// that does not, it is taken for a holder that is gone (it was taken for
-// the live holder encoding/json read in it, JOB_IN_USE).
+// and another reader the first, with a key in another case, which
+// encoding/json takes for the field, or with a field this build does not
+// know (a newer build's, during a rolling upgrade) does not decode: its
+// holder is judged by the record's age alone, as one on another machine.
+// While the record is fresh the job is JOB_IN_USE, saying that the
+// record could not be read and why (not an empty command, PID and host);
+// once it is HoldStaleAfter old the job is taken over. (An unreadable
+// record was taken for a holder that is gone at once: a newer build's
+// live holder was taken over, and two processes ran the job.)
 func TestHoldRecordDecodedStrictly(t *testing.T) {
 	s, res := synth(t)
 	ctx := t.Context()
@@ -219,10 +234,11 @@ func TestHoldRecordDecodedStrictly(t *testing.T) {
 		t.Fatalf("a holder on another machine renewed just now: %v, want JOB_IN_USE", err)
 	}
 	gen := 2
-	for _, c := range []struct{ name, old, new string }{
-		{"process twice", `"process":`, `"process":{"host":"gone","pid":1},"process":`},
-		{"process in another case", `"process":`, `"Process":`},
-		{"pid in another case", `"pid":`, `"PID":`},
+	for _, c := range []struct{ name, old, new, why string }{
+		{"process twice", `"process":`, `"process":{"host":"gone","pid":1},"process":`, "$.process: duplicate key"},
+		{"process in another case", `"process":`, `"Process":`, "$.Process: unknown field"},
+		{"pid in another case", `"pid":`, `"PID":`, "$.process.PID: unknown field"},
+		{"a newer build's field", `"process":`, `"lease":"7","process":`, "$.lease: unknown field"},
 	} {
 		putHoldBytes(t, s, pd, gen, HoldRun, far, func(b []byte) []byte {
 			forged := bytes.Replace(b, []byte(c.old), []byte(c.new), 1)
@@ -231,12 +247,67 @@ func TestHoldRecordDecodedStrictly(t *testing.T) {
 			}
 			return forged
 		})
+		_, err := Acquire(ctx, s, pd, HoldRun)
+		if !errors.As(err, &inUse) || inUse.Unreadable == nil || inUse.Local || inUse.Holder.Generation != gen ||
+			inUse.Age < 0 || inUse.Age >= HoldStaleAfter {
+			t.Fatalf("%s, renewed just now: %v, want JOB_IN_USE for a record that could not be read", c.name, err)
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, fmt.Sprintf("hold record could not be read (generation %d: ", gen)) || !strings.Contains(msg, c.why) ||
+			!strings.Contains(msg, "taken for dead") || !strings.Contains(msg, "--take-over") || strings.Contains(msg, "pid 0") {
+			t.Fatalf("%s: JOB_IN_USE does not say the record could not be read, and why: %s", c.name, msg)
+		}
+		if held, err := HolderReadOnly(ctx, s, pd); err != nil || held == nil || held.Unreadable == nil || !held.Estimated {
+			t.Fatalf("%s: HolderReadOnly = %+v, %v; want the holder, estimated", c.name, held, err)
+		}
+		ageHold(t, s, pd, gen)
+		if held, err := HolderReadOnly(ctx, s, pd); err != nil || held != nil {
+			t.Fatalf("%s, HoldStaleAfter old: HolderReadOnly = %+v, %v; want none", c.name, held, err)
+		}
 		h, err := Acquire(ctx, s, pd, HoldRun)
-		if err != nil || h.rec.Generation != gen+1 {
-			t.Fatalf("%s: %v, want the job taken as generation %d", c.name, err, gen+1)
+		if err != nil || h.rec.Generation != gen+1 || h.Previous != nil {
+			t.Fatalf("%s, HoldStaleAfter old: %v, want the job taken as generation %d", c.name, err, gen+1)
 		}
 		h.Release()
 		gen += 2
+	}
+}
+
+// verify --resume --take-over takes a job at once from a holder whose
+// record could not be read and was renewed just now, as from a live
+// holder on another machine, and names it by that; once the record is
+// HoldStaleAfter old, the holder is named as gone and nothing is written.
+func TestTakeOverUnreadableHolder(t *testing.T) {
+	s := stagetest.Store(t)
+	ctx := t.Context()
+	pd := manifest.Sum([]byte("plan whose holder's record cannot be read, taken over by hand"))
+	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
+	newer := func(b []byte) []byte {
+		return bytes.Replace(b, []byte(`"process":`), []byte(`"lease":"7","process":`), 1)
+	}
+	putHoldBytes(t, s, pd, 1, HoldRemove, far, newer)
+	d, err := TakeOver(ctx, s, pd)
+	if err != nil || d == nil || !d.Live || d.Unreadable == nil || d.Holder.Generation != 1 || d.Age < 0 || d.Age >= HoldStaleAfter {
+		t.Fatalf("TakeOver of a live holder whose record cannot be read = %+v, %v", d, err)
+	}
+	h, err := Acquire(ctx, s, pd, HoldRun)
+	if err != nil {
+		t.Fatalf("after TakeOver: %v", err)
+	}
+	if p := h.Previous; p == nil || p.Generation != 2 || !p.Released {
+		t.Fatalf("after TakeOver the next holder follows %+v", p)
+	}
+	h.Release()
+
+	putHoldBytes(t, s, pd, 4, HoldRun, far, newer)
+	ageHold(t, s, pd, 4)
+	n := jobKeys(t, s, pd, "hold/")
+	d, err = TakeOver(ctx, s, pd)
+	if err != nil || d == nil || d.Live || d.Unreadable == nil || d.Holder.Generation != 4 || d.Age < HoldStaleAfter {
+		t.Fatalf("TakeOver of a stale holder whose record cannot be read = %+v, %v", d, err)
+	}
+	if got := jobKeys(t, s, pd, "hold/"); got != n {
+		t.Fatalf("TakeOver of a holder that is gone left %d hold keys, was %d", got, n)
 	}
 }
 

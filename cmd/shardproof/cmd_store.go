@@ -195,6 +195,9 @@ store's clock when it judges a holder on another machine).`,
 				// A verify --resume of an old job, or another prune.
 				h := &inUse.Holder
 				holder = fmt.Sprintf("\tin use by %q (pid %d on host %s, %s)", h.Command, h.Process.PID, h.Process.Host, h.Purpose)
+				if inUse.Unreadable != nil {
+					holder = fmt.Sprintf("\tin use by a holder whose record could not be read (generation %d: %v)", h.Generation, inUse.Unreadable)
+				}
 				if inUse.Estimated && !inUse.Local {
 					holder += fmt.Sprintf(", renewed %s ago by this machine's clock", inUse.Age.Round(time.Second))
 				}

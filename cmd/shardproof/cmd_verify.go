@@ -421,6 +421,11 @@ func removeJob(ctx context.Context, s objstore.Store, plan manifest.Digest) {
 	case errors.As(err, &inUse):
 		// Another process took the job (a resume that found its report,
 		// or prune-jobs): it deletes the files.
+		if inUse.Unreadable != nil {
+			slog.Info("job scratch left to the process that holds it, whose hold record could not be read", "plan", plan.String(),
+				"holderGeneration", inUse.Holder.Generation, "holderUnreadable", inUse.Unreadable)
+			break
+		}
 		slog.Info("job scratch left to the process that holds it", "plan", plan.String(), "holderPid", inUse.Holder.Process.PID,
 			"holderHost", inUse.Holder.Process.Host, "holderPurpose", inUse.Holder.Purpose)
 	case err != nil:
@@ -532,8 +537,14 @@ func takeOverJob(cmd *cobra.Command, s objstore.Store, pd manifest.Digest) error
 	}
 	h := &d.Holder
 	who := fmt.Sprintf("%q (pid %d on host %s, %s since %s, hold last renewed %s", h.Command, h.Process.PID, h.Process.Host, h.Purpose, h.Started, d.Renewed.UTC().Format(time.RFC3339))
+	if d.Unreadable != nil {
+		who = fmt.Sprintf("whose hold record could not be read (generation %d: %v; hold last renewed %s", h.Generation, d.Unreadable, d.Renewed.UTC().Format(time.RFC3339))
+	}
 	switch {
 	case d.Live:
+		if d.Unreadable != nil {
+			who = "a process " + who
+		}
 		fmt.Fprintf(w, "shardproof: verify: plan %s: took its job over from %s, %s before by the store's clock; if it still runs, it stops at its next renewal)\n", pd, who, d.Age.Round(time.Second))
 	case d.Local:
 		fmt.Fprintf(w, "shardproof: verify: plan %s: its job's holder %s; its process on this machine has ended) is gone: the resume takes the job from it\n", pd, who)

@@ -221,6 +221,76 @@ func TestVerifyCLIKilledAndResumed(t *testing.T) {
 	}
 }
 
+// A job whose hold record this build cannot read (a newer build's, with
+// a field this one does not know, renewed a moment ago) is held:
+// `store prune-jobs`, its dry run too, keeps it and `verify --resume`
+// is JOB_IN_USE, each saying that the record could not be read and why,
+// not an empty command, PID and host; `verify --resume --take-over`
+// takes it at once and finishes the job. (Such a record was taken for a
+// holder that is gone at once: the newer build's live holder was taken
+// over, and two processes ran the job.)
+func TestVerifyCLIResumeUnreadableHolder(t *testing.T) {
+	r := newRelease(t)
+	ctx := t.Context()
+	_, pd, err := coordinator.NewPlan(ctx, r.store, coordinator.PlanOptions{
+		Root: r.res.Root, MapTasks: 2, Reducers: 1, Parallelism: 1, Tool: "shardproof " + version, Nonce: "unreadable holder",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(&coordinator.HoldRecord{Schema: coordinator.HoldSchema, Plan: pd, Generation: 1, Purpose: coordinator.HoldRun,
+		Command: "shardproof verify", Process: procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1},
+		Started: time.Now().UTC().Format(time.RFC3339)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte(`"process":`), []byte(`"lease":"7","process":`), 1)
+	if _, err := r.store.Put(ctx, "jobs/"+pd.Hex()+"/hold/1", bytes.NewReader(b), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The record was renewed 10 seconds ago: older than --older-than 0s
+	// by either clock, and fresh.
+	renewed := time.Now().Add(-10 * time.Second)
+	versions, err := filepath.Glob(filepath.Join(r.dir, "jobs", pd.Hex(), "hold", "1", "*"))
+	if err != nil || len(versions) == 0 {
+		t.Fatalf("the hold record's versions: %v, %v", versions, err)
+	}
+	for _, v := range versions {
+		if err := os.Chtimes(v, renewed, renewed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const unreadable = "in use by a holder whose record could not be read (generation 1: BAD_DOCUMENT: decode: BAD_DOCUMENT: $.lease: unknown field)"
+	kept := "kept\tjobs/" + pd.Hex() + "/"
+	pruneFlags.olderThan, pruneFlags.dryRun = 24*time.Hour, false
+	stdout, _, err := runInProcess(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than", "0s", "--dry-run")
+	if out := string(stdout); err != nil || !strings.Contains(out, kept) || !strings.Contains(out, unreadable+", renewed") {
+		t.Fatalf("prune-jobs --dry-run of a job whose holder's record cannot be read: %q, %v", out, err)
+	}
+	if out, err := storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than", "0s"); err != nil ||
+		!strings.Contains(out, kept) || !strings.Contains(out, unreadable) {
+		t.Fatalf("prune-jobs of a job whose holder's record cannot be read: %q, %v", out, err)
+	}
+
+	args := []string{"verify", "--store", r.dir, "--resume", pd.String(), "--json"}
+	held := runCLI(t, cliEnv(), args...)
+	if held.status != errcode.ExitError || !strings.Contains(held.stderr, "JOB_IN_USE") ||
+		!strings.Contains(held.stderr, "its job is held by a process whose hold record could not be read (generation 1: ") ||
+		!strings.Contains(held.stderr, "$.lease: unknown field") || strings.Contains(held.stderr, "pid 0") ||
+		!strings.Contains(held.stderr, "--resume "+pd.String()+" --take-over") || held.stdout != "" {
+		t.Fatalf("resume of a job whose holder's record cannot be read: exit %d, want %d, JOB_IN_USE saying the record could not be read\n%s",
+			held.status, errcode.ExitError, held.stderr)
+	}
+	taken := runCLI(t, cliEnv(), append(args, "--take-over")...)
+	if js := cliReport(t, taken); js.Verdict != manifest.Verified || js.Execution.Plan != pd {
+		t.Fatalf("resume --take-over: verdict %s, plan %s", js.Verdict, js.Execution.Plan)
+	}
+	if !strings.Contains(taken.stderr, "plan "+pd.String()+": took its job over from a process whose hold record could not be read (generation 1: ") ||
+		strings.Contains(taken.stderr, "pid 0") {
+		t.Fatalf("resume --take-over does not say the holder's record could not be read:\n%s", taken.stderr)
+	}
+}
+
 // TestVerifyCLIResumeTakeOver: a job whose holder on another machine
 // renewed its hold a moment ago (and whose machine then went down) is
 // JOB_IN_USE for `verify --resume`, which names --take-over; `verify
