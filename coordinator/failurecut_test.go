@@ -8,10 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
-
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
@@ -246,35 +242,8 @@ func TestCommitRecordFailuresCut(t *testing.T) {
 // 10 failures. (150 bytes, not more: a detail over MaxFailureDetail lists
 // fewer fields, and this one must list the field whole.)
 func TestReportFailuresCutNotUTF8(t *testing.T) {
-	s := stagetest.Store(t)
-	res := stagetest.Synth(t, s, 40, 2, 7)
-	rows := stagetest.ShardRows(t, s, res, 0)
-	rec := stage.BuildRows(rows)
-	defer rec.Release()
-	b := array.NewFloat32Builder(memory.DefaultAllocator)
-	for range rows {
-		b.Append(0.5)
-	}
-	col := b.NewArray()
-	b.Release()
-	defer col.Release()
-	fields := append(slices.Clone(rec.Schema().Fields()), arrow.Field{Name: strings.Repeat("\xff", 150), Type: arrow.PrimitiveTypes.Float32})
-	odd := array.NewRecordBatch(arrow.NewSchema(fields, nil), append(slices.Clone(rec.Columns()), col), rec.NumRows())
-	defer odd.Release()
-	data := stagetest.EncodeRecord(t, odd, stage.DefaultSchema(), stage.ParquetOptions{})
-	dg, v, _, err := objstore.PutBlob(t.Context(), s, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := res.Release.Shards[0]
-	d.Digest, d.Size, d.ObjectVersion = dg, int64(len(data)), string(v)
 	const oddShards = 20
-	rel := stagetest.CloneRelease(res.Release)
-	for i := range oddShards {
-		d.ID = fmt.Sprintf("odd-%03d", i)
-		rel.Shards = append(rel.Shards, d)
-	}
-	res = stagetest.Reissue(t, s, res, rel, false)
+	s, res := withExtraColumn(t, strings.Repeat("\xff", 150), "odd", oddShards)
 
 	whole := verify(t, s, PlanOptions{Root: res.Root, MapTasks: 1, Reducers: 1})
 	replaced := 0
@@ -295,7 +264,7 @@ func TestReportFailuresCutNotUTF8(t *testing.T) {
 		ten += len(b) + 1
 	}
 	withBound(manifest.MaxReportFailures, ten, func() {
-		for _, maps := range []int{1, len(rel.Shards)} {
+		for _, maps := range []int{1, len(res.Release.Shards)} {
 			r := verify(t, s, PlanOptions{Root: res.Root, MapTasks: maps, Reducers: 1})
 			if r.Counts != whole.Counts || !slices.Equal(r.Failures, whole.Failures[:10]) || r.FailuresOmitted != int64(len(whole.Failures)-10) {
 				t.Fatalf("%d map tasks: counts %+v, %d failures listed, %d omitted; want %+v, the first 10, %d", maps, r.Counts, len(r.Failures), r.FailuresOmitted, whole.Counts, len(whole.Failures)-10)

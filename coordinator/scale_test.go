@@ -28,37 +28,8 @@ import (
 // a report of about 68 MB, and verify failed with DOCUMENT_TOO_LARGE and
 // no report at all.
 func TestManyLongFailuresStillReport(t *testing.T) {
-	s := stagetest.Store(t)
-	res := stagetest.Synth(t, s, 40, 2, 7)
-	rows := stagetest.ShardRows(t, s, res, 0)
-	rec := stage.BuildRows(rows)
-	defer rec.Release()
-	b := array.NewFloat32Builder(memory.DefaultAllocator)
-	for range rows {
-		b.Append(0.5)
-	}
-	col := b.NewArray()
-	b.Release()
-	defer col.Release()
-	fields := append(slices.Clone(rec.Schema().Fields()), arrow.Field{Name: strings.Repeat("n", 150_000), Type: arrow.PrimitiveTypes.Float32})
-	wide := array.NewRecordBatch(arrow.NewSchema(fields, nil), append(slices.Clone(rec.Columns()), col), rec.NumRows())
-	defer wide.Release()
-	// One stored file, listed under many shard ids with shard 0's
-	// figures.
-	data := stagetest.EncodeRecord(t, wide, stage.DefaultSchema(), stage.ParquetOptions{})
-	dg, v, _, err := objstore.PutBlob(t.Context(), s, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := res.Release.Shards[0]
-	d.Digest, d.Size, d.ObjectVersion = dg, int64(len(data)), string(v)
 	const wideShards = 450
-	rel := stagetest.CloneRelease(res.Release)
-	for i := range wideShards {
-		d.ID = fmt.Sprintf("wide-%03d", i)
-		rel.Shards = append(rel.Shards, d)
-	}
-	res = stagetest.Reissue(t, s, res, rel, false)
+	s, res := withExtraColumn(t, strings.Repeat("n", 150_000), "wide", wideShards)
 
 	r := verify(t, s, PlanOptions{Root: res.Root})
 	if r.Verdict != manifest.Invalid || r.Counts.SchemaMismatches != wideShards || r.Counts.ShardsVerified != 2 {
@@ -104,4 +75,41 @@ func TestMapCommitReadsFailInTaskOrder(t *testing.T) {
 	if _, _, err := slow.Aggregate(ctx, manifest.Execution{Executor: "test"}); errcode.Of(err) != errcode.TaskNotReady || !strings.Contains(err.Error(), "map task 0 ") {
 		t.Fatalf("aggregate: %v, want TASK_NOT_READY for map task 0", err)
 	}
+}
+
+// withExtraColumn synthesizes a 2-shard release of 40 records and adds
+// n shards "<prefix>-000", … that all name one stored file: shard 0's
+// rows with an extra float32 column called name, so each is a
+// SCHEMA_MISMATCH (and more) whose detail names that column.
+func withExtraColumn(t *testing.T, name, prefix string, n int) (objstore.Store, stage.Result) {
+	t.Helper()
+	s := stagetest.Store(t)
+	res := stagetest.Synth(t, s, 40, 2, 7)
+	rows := stagetest.ShardRows(t, s, res, 0)
+	rec := stage.BuildRows(rows)
+	defer rec.Release()
+	b := array.NewFloat32Builder(memory.DefaultAllocator)
+	for range rows {
+		b.Append(0.5)
+	}
+	col := b.NewArray()
+	b.Release()
+	defer col.Release()
+	fields := append(slices.Clone(rec.Schema().Fields()), arrow.Field{Name: name, Type: arrow.PrimitiveTypes.Float32})
+	extra := array.NewRecordBatch(arrow.NewSchema(fields, nil), append(slices.Clone(rec.Columns()), col), rec.NumRows())
+	defer extra.Release()
+	// One stored file, listed under n shard ids with shard 0's figures.
+	data := stagetest.EncodeRecord(t, extra, stage.DefaultSchema(), stage.ParquetOptions{})
+	dg, v, _, err := objstore.PutBlob(t.Context(), s, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := res.Release.Shards[0]
+	d.Digest, d.Size, d.ObjectVersion = dg, int64(len(data)), string(v)
+	rel := stagetest.CloneRelease(res.Release)
+	for i := range n {
+		d.ID = fmt.Sprintf("%s-%03d", prefix, i)
+		rel.Shards = append(rel.Shards, d)
+	}
+	return s, stagetest.Reissue(t, s, res, rel, false)
 }
