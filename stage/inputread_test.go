@@ -40,23 +40,7 @@ func TestInputBatchesBoundedOnDecodedBytes(t *testing.T) {
 	defer rec.Release()
 	dir := t.TempDir()
 	write := func(name string, dict bool) string {
-		var buf bytes.Buffer
-		props := parquet.NewWriterProperties(parquet.WithDictionaryDefault(dict), parquet.WithMaxRowGroupLength(n))
-		w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.DefaultWriterProps())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write(rec); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return writeInputFile(t, filepath.Join(dir, name), rec, parquet.NewWriterProperties(parquet.WithDictionaryDefault(dict), parquet.WithMaxRowGroupLength(n)))
 	}
 	dict, plain := write("dict.parquet", true), write("plain.parquet", false)
 
@@ -146,23 +130,7 @@ func TestStageReadsOptionalColumnsAndRefusesNulls(t *testing.T) {
 		defer cols[5].Release()
 		r := array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, rec.NumRows())
 		defer r.Release()
-		var buf bytes.Buffer
-		props := parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(7), parquet.WithDataPageSize(512), parquet.WithBatchSize(3))
-		w, err := pqarrow.NewFileWriter(r.Schema(), &buf, props, pqarrow.DefaultWriterProps())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Write(r); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Close(); err != nil {
-			t.Fatal(err)
-		}
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return writeInputFile(t, filepath.Join(dir, name), r, parquet.NewWriterProperties(parquet.WithMaxRowGroupLength(7), parquet.WithDataPageSize(512), parquet.WithBatchSize(3)))
 	}
 	// stage returns what staging p gave and the objects it stored.
 	stage := func(p string) (Result, int, error) {
@@ -196,4 +164,25 @@ func TestStageReadsOptionalColumnsAndRefusesNulls(t *testing.T) {
 	if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "null.parquet: column text has nulls") || n != 0 {
 		t.Fatalf("a null text: err = %v, %d objects stored; want BAD_INPUT naming the column, none", err, n)
 	}
+}
+
+// writeInputFile writes rec to path as a Parquet file with props, as a
+// user's pipeline would, and returns path.
+func writeInputFile(t *testing.T, path string, rec arrow.RecordBatch, props *parquet.WriterProperties) string {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
