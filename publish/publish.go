@@ -206,25 +206,13 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		return nil, errcode.New(errcode.BadDocument, "report %s verifies %s, not %s", out.ReportDigest, rep.Root, o.Root)
 	}
 	if rep.Verdict != manifest.Verified && copyFailure(&rep.Counts) {
-		// This store's bytes are not the ones the manifest names. If
-		// the gate already holds a VERIFIED report of the root, those
-		// bytes were proven once: what is bad is this copy (a damaged
-		// store, another store given by mistake), not the release, and
-		// registering the verdict would close every permit of every
-		// alias and run on the root.
-		if gr, err := g.Release(ctx, o.Root); err == nil && (gr.State == raftgate.ReleaseVerified || gr.State == raftgate.ReleasePublished || gr.State == raftgate.ReleaseRetired) {
-			code := FailureCode(&rep.Counts)
-			log.Warn("this store's copy of a VERIFIED release is damaged; nothing registered", "report", out.ReportDigest.String(), "code", code, "state", gr.State)
-			hits := ""
-			if n := rep.Counts.TombstoneHits + rep.Counts.BenchmarkHits; rep.Counts.TombstoneHits > 0 || rep.Counts.BenchmarkHits > 0 {
-				// Fence hits are the gate's business once its fences
-				// reach these documents: a fence advance closes the
-				// permits, and a recheck on sound bytes records them.
-				hits = fmt.Sprintf(" The report also counts %d tombstone and %d benchmark hits (%d in all): advance the fence and recheck from a sound copy.",
-					rep.Counts.TombstoneHits, rep.Counts.BenchmarkHits, n)
+		// The copy may be what is bad, not a release the gate holds
+		// proven.
+		if gr, err := g.Release(ctx, o.Root); err == nil {
+			if err := DamagedCopy(gr, rep, out.ReportDigest); err != nil {
+				log.Warn("this store's copy of a VERIFIED release is damaged; nothing registered", "report", out.ReportDigest.String(), "code", errcode.Of(err), "state", gr.State)
+				return out, err
 			}
-			return out, errcode.New(code, "this store's copy of release %s does not match its manifest (report %s: %d digest failures, %d size mismatches, %d versions missing); the gate holds the release %s from report %s, proven on other bytes, and nothing was registered: repair or replace the copy.%s",
-				o.Root, out.ReportDigest, rep.Counts.DigestFailures, rep.Counts.SizeMismatches, rep.Counts.VersionMissing, gr.State, gr.Report, hits)
 		}
 	}
 	var reg *raftgate.RecheckResult
@@ -363,6 +351,32 @@ func OlderReport(gr *raftgate.Release, sum *raftgate.ReportSummary) error {
 	}
 	return errcode.New(errcode.BadInput, "report %s was checked at tombstone %d, benchmark %d, below the %d, %d the gate records for release %s (report %s and rechecks): it would bring nothing but name a report that does not back them",
 		sum.Digest, sum.TombstoneWatermark, sum.BenchmarkFence, gr.TombstoneWatermark, gr.BenchmarkFence, gr.Root, gr.Report)
+}
+
+// DamagedCopy returns the error that refuses to register rep, an INVALID
+// report with digest d, when it counts failures of the stored bytes
+// themselves (digest, size, missing version) and the gate holds its root
+// as gr, VERIFIED, PUBLISHED or RETIRED: those bytes were proven once, so
+// what is bad is the copy that was read (a damaged store, another store
+// given by mistake), not the release, and registering the verdict would
+// close every permit of every alias and run on the root for good. The
+// error carries the failure's code (DIGEST_MISMATCH, …) and names any
+// fence hits the report counts: they reach the gate the way fence hits
+// always do, a fence advance closing the permits and a recheck from a
+// sound copy recording them. Otherwise it returns nil: a report of
+// content failures, or of a root never proven, is registered as it is.
+func DamagedCopy(gr *raftgate.Release, rep *manifest.Report, d manifest.Digest) error {
+	if rep.Verdict == manifest.Verified || !copyFailure(&rep.Counts) ||
+		gr.State != raftgate.ReleaseVerified && gr.State != raftgate.ReleasePublished && gr.State != raftgate.ReleaseRetired {
+		return nil
+	}
+	hits := ""
+	if n := rep.Counts.TombstoneHits + rep.Counts.BenchmarkHits; rep.Counts.TombstoneHits > 0 || rep.Counts.BenchmarkHits > 0 {
+		hits = fmt.Sprintf(" The report also counts %d tombstone and %d benchmark hits (%d in all): advance the fence and recheck from a sound copy.",
+			rep.Counts.TombstoneHits, rep.Counts.BenchmarkHits, n)
+	}
+	return errcode.New(FailureCode(&rep.Counts), "this store's copy of release %s does not match its manifest (report %s: %d digest failures, %d size mismatches, %d versions missing); the gate holds the release %s from report %s, proven on other bytes, and nothing was registered: repair or replace the copy.%s",
+		rep.Root, d, rep.Counts.DigestFailures, rep.Counts.SizeMismatches, rep.Counts.VersionMissing, gr.State, gr.Report, hits)
 }
 
 // copyFailure reports whether c counts failures of the stored bytes

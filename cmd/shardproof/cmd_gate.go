@@ -578,10 +578,16 @@ checked below the tombstoneWatermark or benchmarkFence the root manifest
 claims is refused too (WATERMARK_UNCHECKED; verify no longer writes
 one), and so is a report that checked the root against another snapshot
 than the one its manifest binds (verify --snapshot; BAD_INPUT), whatever
-its verdict. With only --root the release is STAGED.
+its verdict. An INVALID report whose failures include bytes that fail
+their digests, sizes or versions is refused with that code when the gate
+holds the release VERIFIED, PUBLISHED or RETIRED, as publish refuses it:
+those bytes were proven once, so the store's copy is what is bad, and the
+verdict would close the permits of the root's aliases and runs for good.
+With only --root the release is STAGED.
 
-Exit status: 0 registered, 1 the release is INVALID (recorded as such)
-or the report does not reach its claims (nothing recorded), 2 usage,
+Exit status: 0 registered, 1 the release is INVALID (recorded as such),
+the report does not reach its claims or describes a damaged copy of a
+release the gate holds proven (nothing recorded), 2 usage,
 3 error, 4 rejected, 5 indeterminate.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
@@ -595,6 +601,7 @@ or the report does not reach its claims (nothing recorded), 2 usage,
 		}
 		ctx := cmd.Context()
 		reg := &raftgate.Register{}
+		var rep *manifest.Report
 		if f.root != "" {
 			if reg.Root, err = parseDigestArg(cmd, "--root", f.root); err != nil {
 				return err
@@ -609,8 +616,7 @@ or the report does not reach its claims (nothing recorded), 2 usage,
 			if err != nil {
 				return errcode.Wrap(errcode.Of(err), err, "report %s", rd)
 			}
-			rep, err := manifest.DecodeReport(b)
-			if err != nil {
+			if rep, err = manifest.DecodeReport(b); err != nil {
 				return errcode.Wrap(errcode.Of(err), err, "report %s", rd)
 			}
 			if rep.Schema != manifest.ReportSchema {
@@ -653,17 +659,23 @@ or the report does not reach its claims (nothing recorded), 2 usage,
 		}
 		c := gateClient()
 		defer c.Close()
-		if reg.Report != nil && reg.Report.Verdict == manifest.Verified {
-			// The gate keeps the highest watermarks any VERIFIED report
-			// or recheck showed but names the last report registered:
-			// one checked below them would leave it naming a report
-			// that does not back them.
+		if reg.Report != nil {
 			gr, err := c.Release(ctx, reg.Root)
 			if err != nil && errcode.Of(err) != errcode.UnknownRelease {
 				return err
 			}
 			if err == nil {
+				// The gate keeps the highest watermarks any VERIFIED
+				// report or recheck showed but names the last report
+				// registered: one checked below them would leave it
+				// naming a report that does not back them.
 				if err := publish.OlderReport(gr, reg.Report); err != nil {
+					return err
+				}
+				// An INVALID verdict on this store's bytes of a root
+				// the gate holds proven is about the copy, as publish
+				// judges it.
+				if err := publish.DamagedCopy(gr, rep, reg.Report.Digest); err != nil {
 					return err
 				}
 			}

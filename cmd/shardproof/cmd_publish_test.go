@@ -177,6 +177,92 @@ func TestPublishWorkerRecheckCLI(t *testing.T) {
 	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
 }
 
+// damagedCopy copies the file store at dir to a new directory and flips
+// one bit of the stored bytes of shard, as a store copied through a bad
+// disk or link holds them, and returns the copy's directory.
+func damagedCopy(t *testing.T, dir string, shard manifest.Digest) string {
+	t.Helper()
+	bad := filepath.Join(t.TempDir(), "store")
+	if err := os.CopyFS(bad, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	versions, err := filepath.Glob(filepath.Join(bad, filepath.FromSlash(shard.BlobKey()), "@*"))
+	if err != nil || len(versions) != 1 {
+		t.Fatalf("versions of %s: %v %v", shard, versions, err)
+	}
+	b, err := os.ReadFile(versions[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 4
+	if err := os.WriteFile(versions[0], b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return bad
+}
+
+// gate register --report of a report that verify wrote from a damaged
+// copy of a release the gate holds VERIFIED (here PUBLISHED) fails with
+// the damage's code and registers nothing, as publish does: it made the
+// release INVALID and closed the permits of its alias and runs for good.
+// The same report of a root the gate never proved is registered INVALID.
+func TestGateRegisterOfDamagedCopy(t *testing.T) {
+	ctx := context.Background()
+	dir, s := tempFileStore(t)
+	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
+	gen2 := stagetest.Synth(t, s, 800, 2, 2)
+	node, g := startLeader(t)
+	if out, err := cli(t, "publish", "--store", dir, "--gate", node.URL(), "-q", "--alias", "main", "--root", gen1.Root.String()); err != nil {
+		t.Fatalf("publish: %q %v", out, err)
+	}
+	before, err := g.Release(ctx, gen1.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli(t, "gate", "register", "--store", dir, "--gate", node.URL(), "--root", gen2.Root.String()); err != nil {
+		t.Fatal(err)
+	}
+	bad := damagedCopy(t, dir, gen1.Release.Shards[2].Digest)
+	bad = damagedCopy(t, bad, gen2.Release.Shards[0].Digest)
+	report := func(root manifest.Digest) string {
+		t.Helper()
+		out, err := cli(t, "verify", "--store", bad, "--root", root.String())
+		if exitStatus(err) != errcode.ExitInvalid || !strings.Contains(out, "DIGEST_MISMATCH") {
+			t.Fatalf("verify of the damaged copy: exit %d, %q", exitStatus(err), out)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "report" {
+				return f[1]
+			}
+		}
+		t.Fatalf("verify printed no report: %q", out)
+		return ""
+	}
+	register := func(report string) (string, error) {
+		return cli(t, "gate", "register", "--store", bad, "--gate", node.URL(), "--report", report)
+	}
+
+	rep1 := report(gen1.Root)
+	out, err := register(rep1)
+	wantExit(t, err, errcode.DigestMismatch, errcode.ExitInvalid)
+	if !strings.Contains(err.Error(), "nothing was registered") || !strings.Contains(err.Error(), before.Report.String()) {
+		t.Fatalf("refusal: %v", err)
+	}
+	if rel, _ := g.Release(ctx, gen1.Root); rel.State != raftgate.ReleasePublished || rel.Report != before.Report {
+		t.Fatalf("after gate register of the damaged copy's report (%q): release %s, report %s", out, rel.State, rel.Report)
+	}
+	// The alias's permit is open: a run can start on it.
+	if _, err := g.CreateRun(ctx, &raftgate.CreateRun{Run: "r1", Alias: "main", WorldSize: 1}); err != nil {
+		t.Fatalf("a run on the alias after the damaged copy: %v", err)
+	}
+
+	// A root never proven: the verdict is the release's.
+	out, err = register(report(gen2.Root))
+	if rel, _ := g.Release(ctx, gen2.Root); rel.State != raftgate.ReleaseInvalid || exitStatus(err) != errcode.ExitInvalid || !strings.Contains(out, "INVALID") {
+		t.Fatalf("a STAGED root with a damaged shard: release %s, exit %d, output %q", rel.State, exitStatus(err), out)
+	}
+}
+
 // TestRecheckClosedKeepsRollbackWindow: after a fence advance, the
 // command it prints (recheck --closed) rechecks the roots of the alias's
 // rollback window too, so the alias can roll back to its generation
