@@ -288,3 +288,22 @@ func TestSurrogatePairAccepted(t *testing.T) {
 		t.Fatalf("objectVersion %q", r.Shards[0].ObjectVersion)
 	}
 }
+
+// The strict scan allocates per document, not per member or element: it
+// keeps the path to the value it scans on a stack and renders it only for
+// an error. It allocated a location for every key and array element, and
+// a string for every digest and number (76 allocations for a release of
+// one shard, 8,029 for 500 shards).
+func TestScanAllocatesPerDocument(t *testing.T) {
+	r := validRelease()
+	r.Shards = validShards(500)
+	r.Totals = totalsOf(r.Shards)
+	b := mustEncode(t, r)
+	typ := reflect.TypeFor[Release]()
+	if err := scanDocument(b, typ); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(20, func() { scanDocument(b, typ) }); n > 2 {
+		t.Fatalf("scan of a release of 500 shards (%d bytes): %v allocations, want at most 2", len(b), n)
+	}
+}

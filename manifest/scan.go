@@ -40,8 +40,8 @@ func scanDocument(b []byte, t reflect.Type) error {
 	if err := supported(t); err != nil {
 		return err
 	}
-	s := scanner{b: b}
-	if err := s.value(t, nil, 0); err != nil {
+	s := scanner{b: b, path: make([]pathElem, 0, maxDepth+1)}
+	if err := s.value(t); err != nil {
 		return err
 	}
 	if s.peek() != 0 || s.i < len(s.b) {
@@ -51,33 +51,45 @@ func scanDocument(b []byte, t reflect.Type) error {
 }
 
 type scanner struct {
-	b []byte
-	i int // next byte to read
+	b    []byte
+	i    int        // next byte to read
+	path []pathElem // the members and elements the scan is in, outermost first
 }
 
-// location locates a value for error messages. It is a chain of parent
-// links rendered only when an error is reported, so a successful scan
-// builds no strings.
-type location struct {
-	parent *location
-	key    []byte // object member name, when index < 0
-	index  int    // array element index, or -1 for an object member
+// pathElem is one step of the path to the value being scanned: an object
+// member or an array element. The path is a stack the scan pushes and
+// pops, rendered only when an error is reported, so a successful scan
+// builds no strings and allocates nothing per member.
+type pathElem struct {
+	key   []byte // object member name, when index < 0
+	index int    // array element index, or -1 for an object member
 }
 
-func (p *location) String() string {
-	if p == nil {
-		return "$"
+// where renders the path to the value being scanned for an error:
+// "$", "$.shards[3]".
+func (s *scanner) where() string {
+	var sb strings.Builder
+	sb.WriteString("$")
+	for _, p := range s.path {
+		if p.index >= 0 {
+			sb.WriteString("[" + strconv.Itoa(p.index) + "]")
+		} else {
+			sb.WriteString("." + truncate(string(p.key)))
+		}
 	}
-	if p.index >= 0 {
-		return p.parent.String() + "[" + strconv.Itoa(p.index) + "]"
-	}
-	return p.parent.String() + "." + truncate(string(p.key))
+	return sb.String()
 }
+
+func (s *scanner) push(key []byte, index int) {
+	s.path = append(s.path, pathElem{key: key, index: index})
+}
+
+func (s *scanner) pop() { s.path = s.path[:len(s.path)-1] }
 
 // syntaxError is malformed JSON, as opposed to well-formed JSON of the
 // wrong shape.
 type syntaxError struct {
-	at   *location
+	at   string
 	off  int
 	what string
 }
@@ -89,8 +101,8 @@ func (e *syntaxError) Error() string {
 // ErrorCode implements errcode.Coder.
 func (e *syntaxError) ErrorCode() errcode.Code { return errcode.BadDocument }
 
-func (s *scanner) syntax(at *location, what string) error {
-	return &syntaxError{at: at, off: s.i, what: what}
+func (s *scanner) syntax(what string) error {
+	return &syntaxError{at: s.where(), off: s.i, what: what}
 }
 
 // peek skips whitespace and returns the next byte, or 0 at the end.
@@ -107,9 +119,9 @@ func (s *scanner) peek() byte {
 }
 
 // literal consumes the keyword lit ("true", "false" or "null").
-func (s *scanner) literal(lit string, at *location) error {
+func (s *scanner) literal(lit string) error {
 	if !bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
-		return s.syntax(at, "invalid literal")
+		return s.syntax("invalid literal")
 	}
 	s.i += len(lit)
 	return nil
@@ -117,7 +129,7 @@ func (s *scanner) literal(lit string, at *location) error {
 
 // str consumes a string (s.b[s.i] is '"') and returns its contents, decoded
 // only when it contains escapes.
-func (s *scanner) str(at *location) ([]byte, error) {
+func (s *scanner) str() ([]byte, error) {
 	s.i++
 	start, escaped := s.i, false
 	for s.i < len(s.b) {
@@ -130,13 +142,13 @@ func (s *scanner) str(at *location) ([]byte, error) {
 			}
 			var v string
 			if err := json.Unmarshal(s.b[start-1:s.i], &v); err != nil {
-				return nil, s.syntax(at, "invalid string")
+				return nil, s.syntax("invalid string")
 			}
 			return []byte(v), nil
 		case c == '\\':
 			escaped = true
 			if s.i+1 >= len(s.b) {
-				return nil, s.syntax(at, "unterminated string")
+				return nil, s.syntax("unterminated string")
 			}
 			switch s.b[s.i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
@@ -144,7 +156,7 @@ func (s *scanner) str(at *location) ([]byte, error) {
 			case 'u':
 				r, ok := s.hex4(s.i)
 				if !ok {
-					return nil, s.syntax(at, "invalid \\u escape")
+					return nil, s.syntax("invalid \\u escape")
 				}
 				s.i += 6
 				// JSON's grammar allows an unpaired surrogate, and
@@ -153,22 +165,22 @@ func (s *scanner) str(at *location) ([]byte, error) {
 				switch {
 				case 0xD800 <= r && r < 0xDC00:
 					if lo, ok := s.hex4(s.i); !ok || lo < 0xDC00 || lo >= 0xE000 {
-						return nil, errcode.New(errcode.BadDocument, "%s: unpaired UTF-16 surrogate \\u%04x", at, r)
+						return nil, errcode.New(errcode.BadDocument, "%s: unpaired UTF-16 surrogate \\u%04x", s.where(), r)
 					}
 					s.i += 6
 				case 0xDC00 <= r && r < 0xE000:
-					return nil, errcode.New(errcode.BadDocument, "%s: unpaired UTF-16 surrogate \\u%04x", at, r)
+					return nil, errcode.New(errcode.BadDocument, "%s: unpaired UTF-16 surrogate \\u%04x", s.where(), r)
 				}
 			default:
-				return nil, s.syntax(at, "invalid escape")
+				return nil, s.syntax("invalid escape")
 			}
 		case c < 0x20:
-			return nil, s.syntax(at, "control character in string")
+			return nil, s.syntax("control character in string")
 		default:
 			s.i++
 		}
 	}
-	return nil, s.syntax(at, "unterminated string")
+	return nil, s.syntax("unterminated string")
 }
 
 // hex4 decodes the escape \uXXXX starting at s.b[i].
@@ -193,7 +205,7 @@ func (s *scanner) hex4(i int) (rune, bool) {
 }
 
 // number consumes a number per the JSON grammar and returns its text.
-func (s *scanner) number(at *location) (string, error) {
+func (s *scanner) number() ([]byte, error) {
 	start := s.i
 	digits := func() int {
 		n := 0
@@ -208,12 +220,12 @@ func (s *scanner) number(at *location) (string, error) {
 	}
 	intStart := s.i
 	if n := digits(); n == 0 || n > 1 && s.b[intStart] == '0' {
-		return "", s.syntax(at, "invalid number")
+		return nil, s.syntax("invalid number")
 	}
 	if s.i < len(s.b) && s.b[s.i] == '.' {
 		s.i++
 		if digits() == 0 {
-			return "", s.syntax(at, "invalid number")
+			return nil, s.syntax("invalid number")
 		}
 	}
 	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
@@ -222,10 +234,10 @@ func (s *scanner) number(at *location) (string, error) {
 			s.i++
 		}
 		if digits() == 0 {
-			return "", s.syntax(at, "invalid number")
+			return nil, s.syntax("invalid number")
 		}
 	}
-	return string(s.b[start:s.i]), nil
+	return s.b[start:s.i], nil
 }
 
 var (
@@ -291,48 +303,48 @@ func supportedType(t reflect.Type, seen map[reflect.Type]bool) error {
 	return errcode.New(errcode.Internal, "manifest scan does not support %s", t)
 }
 
-func (s *scanner) value(t reflect.Type, at *location, depth int) error {
+func (s *scanner) value(t reflect.Type) error {
 	c := s.peek()
 	if s.i >= len(s.b) {
-		return s.syntax(at, "unexpected end of document")
+		return s.syntax("unexpected end of document")
 	}
 	if t == digestType {
 		if c != '"' {
-			return errcode.New(errcode.BadDigest, "%s: a digest must be a JSON string, found %s", at, describe(c))
+			return errcode.New(errcode.BadDigest, "%s: a digest must be a JSON string, found %s", s.where(), describe(c))
 		}
-		v, err := s.str(at)
+		v, err := s.str()
 		if err != nil {
 			return err
 		}
-		if _, err := ParseDigest(string(v)); err != nil {
-			return errcode.New(errcode.BadDigest, "%s: %q is not sha256:<64 lowercase hex>", at, truncate(string(v)))
+		if !validDigest(v) {
+			return errcode.New(errcode.BadDigest, "%s: %q is not sha256:<64 lowercase hex>", s.where(), truncate(string(v)))
 		}
 		return nil
 	}
 	kind := t.Kind()
 	if c == 'n' && (kind == reflect.Slice || kind == reflect.Map) {
-		return s.literal("null", at)
+		return s.literal("null")
 	}
 	switch kind {
 	case reflect.Pointer:
 		// An optional object: present means the object itself (null is
 		// not a spelling of absent).
-		return s.value(t.Elem(), at, depth)
+		return s.value(t.Elem())
 	case reflect.Slice:
 		if t.Elem().Kind() == reflect.Uint8 {
 			// encoding/json writes a []byte as a base64 string, and
 			// decodes the base64 itself.
 			if c != '"' {
-				return wrongType(at, "a base64 string", c)
+				return s.wrongType("a base64 string", c)
 			}
-			_, err := s.str(at)
+			_, err := s.str()
 			return err
 		}
 		if c != '[' {
-			return wrongType(at, "an array", c)
+			return s.wrongType("an array", c)
 		}
-		if depth >= maxDepth {
-			return errcode.New(errcode.BadDocument, "%s: nesting deeper than %d", at, maxDepth)
+		if len(s.path) >= maxDepth {
+			return errcode.New(errcode.BadDocument, "%s: nesting deeper than %d", s.where(), maxDepth)
 		}
 		s.i++
 		if s.peek() == ']' {
@@ -340,9 +352,12 @@ func (s *scanner) value(t reflect.Type, at *location, depth int) error {
 			return nil
 		}
 		for i := 0; ; i++ {
-			if err := s.value(t.Elem(), &location{parent: at, index: i}, depth+1); err != nil {
+			s.push(nil, i)
+			err := s.value(t.Elem())
+			if err != nil {
 				return err
 			}
+			s.pop()
 			switch s.peek() {
 			case ',':
 				s.i++
@@ -350,70 +365,108 @@ func (s *scanner) value(t reflect.Type, at *location, depth int) error {
 				s.i++
 				return nil
 			default:
-				return s.syntax(at, "want , or ] after an array element")
+				return s.syntax("want , or ] after an array element")
 			}
 		}
 	case reflect.Struct, reflect.Map:
 		if c != '{' {
-			return wrongType(at, "an object", c)
+			return s.wrongType("an object", c)
 		}
-		if depth >= maxDepth {
-			return errcode.New(errcode.BadDocument, "%s: nesting deeper than %d", at, maxDepth)
+		if len(s.path) >= maxDepth {
+			return errcode.New(errcode.BadDocument, "%s: nesting deeper than %d", s.where(), maxDepth)
 		}
-		return s.object(t, at, depth)
+		return s.object(t)
 	case reflect.String:
 		if c != '"' {
-			return wrongType(at, "a string", c)
+			return s.wrongType("a string", c)
 		}
-		_, err := s.str(at)
+		_, err := s.str()
 		return err
 	case reflect.Bool:
 		switch c {
 		case 't':
-			return s.literal("true", at)
+			return s.literal("true")
 		case 'f':
-			return s.literal("false", at)
+			return s.literal("false")
 		}
-		return wrongType(at, "true or false", c)
+		return s.wrongType("true or false", c)
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
 		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
 		reflect.Float32, reflect.Float64:
 		if c != '-' && (c < '0' || c > '9') {
-			return wrongType(at, "a number", c)
+			return s.wrongType("a number", c)
 		}
-		n, err := s.number(at)
+		n, err := s.number()
 		if err != nil {
 			return err
 		}
-		return checkNumber(n, t, at)
+		return s.checkNumber(n, t)
 	}
-	return errcode.New(errcode.Internal, "%s: manifest scan does not support %s", at, t)
+	return errcode.New(errcode.Internal, "%s: manifest scan does not support %s", s.where(), t)
+}
+
+// validDigest reports whether v is the strict string form of a digest, as
+// ParseDigest would, without making a string of it.
+func validDigest(v []byte) bool {
+	if len(v) != len(digestPrefix)+64 || string(v[:len(digestPrefix)]) != digestPrefix {
+		return false
+	}
+	for _, c := range v[len(digestPrefix):] {
+		if _, ok := lowerHex(c); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// plainInteger reports whether the number text n is an integer of at most
+// max digits, with a sign when signed allows it: one that fits 64 bits
+// without parsing it.
+func plainInteger(n []byte, signed bool, max int) bool {
+	if signed && len(n) > 0 && n[0] == '-' {
+		n = n[1:]
+	}
+	if len(n) == 0 || len(n) > max {
+		return false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // checkNumber checks that the number text n fits t.
-func checkNumber(n string, t reflect.Type, at *location) error {
+func (s *scanner) checkNumber(n []byte, t reflect.Type) error {
 	switch t.Kind() {
 	case reflect.Float32, reflect.Float64:
-		if _, err := strconv.ParseFloat(n, t.Bits()); err != nil {
-			return errcode.New(errcode.BadDocument, "%s: %s is out of range", at, truncate(n))
+		if _, err := strconv.ParseFloat(string(n), t.Bits()); err != nil {
+			return errcode.New(errcode.BadDocument, "%s: %s is out of range", s.where(), truncate(string(n)))
 		}
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		if strings.HasPrefix(n, "-") {
-			return errcode.New(errcode.BadCount, "%s: negative value %s", at, truncate(n))
+		if n[0] == '-' {
+			return errcode.New(errcode.BadCount, "%s: negative value %s", s.where(), truncate(string(n)))
 		}
-		if _, err := strconv.ParseUint(n, 10, t.Bits()); err != nil {
-			return errcode.New(errcode.BadDocument, "%s: %s is not a %d-bit unsigned integer", at, truncate(n), t.Bits())
+		if t.Bits() == 64 && plainInteger(n, false, 19) {
+			return nil
+		}
+		if _, err := strconv.ParseUint(string(n), 10, t.Bits()); err != nil {
+			return errcode.New(errcode.BadDocument, "%s: %s is not a %d-bit unsigned integer", s.where(), truncate(string(n)), t.Bits())
 		}
 	default:
-		if _, err := strconv.ParseInt(n, 10, t.Bits()); err != nil {
-			return errcode.New(errcode.BadDocument, "%s: %s is not a %d-bit integer", at, truncate(n), t.Bits())
+		if t.Bits() == 64 && plainInteger(n, true, 18) {
+			return nil
+		}
+		if _, err := strconv.ParseInt(string(n), 10, t.Bits()); err != nil {
+			return errcode.New(errcode.BadDocument, "%s: %s is not a %d-bit integer", s.where(), truncate(string(n)), t.Bits())
 		}
 	}
 	return nil
 }
 
 // object scans the members of an object; s.b[s.i] is '{'.
-func (s *scanner) object(t reflect.Type, at *location, depth int) error {
+func (s *scanner) object(t reflect.Type) error {
 	s.i++
 	if s.peek() == '}' {
 		s.i++
@@ -434,38 +487,39 @@ func (s *scanner) object(t reflect.Type, at *location, depth int) error {
 	}
 	for {
 		if s.peek() != '"' {
-			return s.syntax(at, "want a member name")
+			return s.syntax("want a member name")
 		}
-		key, err := s.str(at)
+		key, err := s.str()
 		if err != nil {
 			return err
 		}
-		sub := &location{parent: at, key: key, index: -1}
+		s.push(key, -1)
 		if s.peek() != ':' {
-			return s.syntax(sub, "want : after a member name")
+			return s.syntax("want : after a member name")
 		}
 		s.i++
 		var elem reflect.Type
 		if fields != nil {
 			f, ok := fields.byName[string(key)]
 			if !ok {
-				return errcode.New(errcode.BadDocument, "%s: unknown field", sub)
+				return errcode.New(errcode.BadDocument, "%s: unknown field", s.where())
 			}
 			if seenBits&(1<<f.index) != 0 {
-				return errcode.New(errcode.BadDocument, "%s: duplicate key", sub)
+				return errcode.New(errcode.BadDocument, "%s: duplicate key", s.where())
 			}
 			seenBits |= 1 << f.index
 			elem = f.typ
 		} else {
 			if _, dup := seenKeys[string(key)]; dup {
-				return errcode.New(errcode.BadDocument, "%s: duplicate key", sub)
+				return errcode.New(errcode.BadDocument, "%s: duplicate key", s.where())
 			}
 			seenKeys[string(key)] = struct{}{}
 			elem = t.Elem()
 		}
-		if err := s.value(elem, sub, depth+1); err != nil {
+		if err := s.value(elem); err != nil {
 			return err
 		}
+		s.pop()
 		switch s.peek() {
 		case ',':
 			s.i++
@@ -473,13 +527,13 @@ func (s *scanner) object(t reflect.Type, at *location, depth int) error {
 			s.i++
 			return nil
 		default:
-			return s.syntax(at, "want , or } after an object member")
+			return s.syntax("want , or } after an object member")
 		}
 	}
 }
 
-func wrongType(at *location, want string, c byte) error {
-	return errcode.New(errcode.BadDocument, "%s: want %s, found %s", at, want, describe(c))
+func (s *scanner) wrongType(want string, c byte) error {
+	return errcode.New(errcode.BadDocument, "%s: want %s, found %s", s.where(), want, describe(c))
 }
 
 // describe names the kind of JSON value that starts with c.
