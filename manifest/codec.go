@@ -93,7 +93,7 @@ func EncodeReport(r *Report) ([]byte, error) { return Encode(r) }
 // MaxDocumentSize bytes of UTF-8 holding exactly one JSON value of v's
 // shape, in which every object key is an exact, unrepeated field name,
 // every digest parses strictly, unsigned numbers are not negative and only
-// slices and maps are null (see scanDocument); then encoding/json decodes
+// slices, maps and the pointers in a slice are null (see scanDocument); then encoding/json decodes
 // the values, and a document type (one with a Validate method) is
 // validated, as Encode validates it before encoding. encoding/json alone
 // keeps the last of duplicate keys and matches keys in any case, where
@@ -103,17 +103,29 @@ func EncodeReport(r *Report) ([]byte, error) { return Encode(r) }
 // DOCUMENT_TOO_LARGE, or the document's Validate's; INTERNAL when v's type
 // holds one the scan does not model (see supported).
 func Decode(b []byte, v any) error {
-	if err := checkBytes(b); err != nil {
+	if err := checkBytes(b, MaxDocumentSize); err != nil {
 		return err
 	}
-	return decodeShape(b, v)
+	return decodeShape(b, v, true)
+}
+
+// DecodeJSON decodes b into v, a non-nil pointer, by Decode's rules, but
+// with maxSize in place of MaxDocumentSize and without calling a Validate
+// method: for JSON that is not a stored document, whose reader sets its
+// own cap and checks the values itself (a gate's commands and states, up
+// to a gigabyte).
+func DecodeJSON(b []byte, v any, maxSize int) error {
+	if err := checkBytes(b, maxSize); err != nil {
+		return err
+	}
+	return decodeShape(b, v, false)
 }
 
 // decodeStrict decodes one document of v's type from b: size cap, UTF-8,
 // schema identifier, exact shape (scanDocument), then encoding/json for the
 // values and the document's own Validate.
 func decodeStrict(b []byte, schema string, v Validator) error {
-	if err := checkBytes(b); err != nil {
+	if err := checkBytes(b, MaxDocumentSize); err != nil {
 		return err
 	}
 	if schema != "" {
@@ -121,15 +133,15 @@ func decodeStrict(b []byte, schema string, v Validator) error {
 			return errcode.New(errcode.BadDocument, "schema %q, want %q", truncate(got), schema)
 		}
 	}
-	return decodeShape(b, v)
+	return decodeShape(b, v, true)
 }
 
 // checkBytes checks a document's size and that it is UTF-8: encoding/json
 // would turn each invalid byte of a string into U+FFFD, so two strings
 // that differ would decode alike.
-func checkBytes(b []byte) error {
-	if len(b) > MaxDocumentSize {
-		return errcode.New(errcode.DocumentTooLarge, "document is %d bytes, cap %d", len(b), MaxDocumentSize)
+func checkBytes(b []byte, maxSize int) error {
+	if len(b) > maxSize {
+		return errcode.New(errcode.DocumentTooLarge, "document is %d bytes, cap %d", len(b), maxSize)
 	}
 	if !utf8.Valid(b) {
 		return errcode.New(errcode.BadDocument, "document is not valid UTF-8")
@@ -137,9 +149,9 @@ func checkBytes(b []byte) error {
 	return nil
 }
 
-// decodeShape scans b against v's type, decodes it into v and validates
-// it when v is a document type.
-func decodeShape(b []byte, v any) error {
+// decodeShape scans b against v's type, decodes it into v and, when
+// validate is set, validates it when v is a document type.
+func decodeShape(b []byte, v any, validate bool) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return errcode.New(errcode.Internal, "decode into %T: want a non-nil pointer", v)
@@ -152,7 +164,7 @@ func decodeShape(b []byte, v any) error {
 		// alone rejects.
 		return errcode.Wrap(errcode.BadDocument, err, "decode")
 	}
-	if x, ok := v.(Validator); ok {
+	if x, ok := v.(Validator); ok && validate {
 		return x.Validate()
 	}
 	return nil

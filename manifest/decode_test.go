@@ -105,12 +105,18 @@ func TestDecodeValidates(t *testing.T) {
 // finds the gap, not only one that happens to hold the field.
 func TestDecodeRefusesTypesTheScanDoesNotModel(t *testing.T) {
 	type embedded struct{ A int }
+	type embeddedTime struct{ time.Time }
 	for name, v := range map[string]any{
 		"time.Time":        &struct{ T time.Time }{},
 		"json.RawMessage":  &struct{ R json.RawMessage }{},
 		"UnmarshalText":    &struct{ D *Digest }{}, // supported: Digest itself
 		"map keyed by int": &struct{ M map[int]string }{},
-		"embedded struct":  &struct{ embedded }{},
+		"embedded pointer": &struct{ *embedded }{},
+		"embedded and own field of one name": &struct {
+			embedded
+			A int
+		}{},
+		"embedded time.Time": &struct{ embeddedTime }{},
 		"string option": &struct {
 			N int `json:",string"`
 		}{},
@@ -133,5 +139,71 @@ func TestDecodeRefusesTypesTheScanDoesNotModel(t *testing.T) {
 		if errcode.Of(err) != errcode.Internal {
 			t.Errorf("%s: Decode of {} = %v, want INTERNAL", name, err)
 		}
+	}
+}
+
+// envelope embeds a header as a gate command embeds its Header, and holds
+// a list of optional objects as a gate run holds its attestations.
+type envelope struct {
+	envelopeHeader
+	Items []*recordRef `json:"items"`
+	Ref   *recordRef   `json:"ref,omitempty"`
+	Refs  map[string]*recordRef
+}
+
+type envelopeHeader struct {
+	Type string `json:"type"`
+	Now  int64  `json:"now"`
+}
+
+// An embedded struct's fields are the document's own, as encoding/json
+// promotes them, held to the same rules: repeated, in another case, null.
+// A list of pointers holds its nil elements as null, as encoding/json
+// writes them; a pointer field or a map's pointer value is not null.
+func TestDecodeEmbeddedAndNilElements(t *testing.T) {
+	want := &envelope{envelopeHeader: envelopeHeader{Type: "t", Now: 7}, Items: []*recordRef{nil, {Key: "k", Size: 1}, nil},
+		Refs: map[string]*recordRef{"a": {Key: "a"}}}
+	good := string(mustEncode(t, want))
+	var got envelope
+	if err := Decode([]byte(good), &got); err != nil || !reflect.DeepEqual(&got, want) {
+		t.Fatalf("round trip of %s: %v\n%+v", good, err, got)
+	}
+	for _, c := range []struct{ name, old, new, where string }{
+		{"repeated promoted key", `"now":7`, `"now":0,"now":7`, "$.now: duplicate key"},
+		{"promoted key in another case", `"now":`, `"Now":`, "$.Now: unknown field"},
+		{"null promoted number", `"now":7`, `"now":null`, "$.now: want a number"},
+		{"null promoted string", `"type":"t"`, `"type":null`, "$.type: want a string"},
+		{"embedded struct's own name", `"type":"t"`, `"envelopeHeader":{},"type":"t"`, "$.envelopeHeader: unknown field"},
+		{"null pointer field", `"items"`, `"ref":null,"items"`, "$.ref: want an object"},
+		{"null pointer map value", `"a":{"key":"a","size":0}`, `"a":null`, "$.Refs.a: want an object"},
+		{"number in a list of pointers", `[null,`, `[1,`, "$.items[0]: want an object"},
+		{"nul instead of null", `[null,`, `[nul,`, "$.items[0]: invalid JSON"},
+	} {
+		b := strings.Replace(good, c.old, c.new, 1)
+		if b == good {
+			t.Fatalf("%s: %q not in %s", c.name, c.old, good)
+		}
+		var got envelope
+		if err := Decode([]byte(b), &got); errcode.Of(err) != errcode.BadDocument || !strings.Contains(err.Error(), c.where) {
+			t.Errorf("%s: Decode: %v, want BAD_DOCUMENT at %q", c.name, err, c.where)
+		}
+	}
+}
+
+// DecodeJSON applies Decode's rules with the caller's cap, and leaves the
+// values to the caller: it does not validate a document type.
+func TestDecodeJSON(t *testing.T) {
+	r := validRelease()
+	b := strings.Replace(string(mustEncode(t, r)), `"shards":3`, `"shards":4`, 1)
+	var got Release
+	if err := DecodeJSON([]byte(b), &got, len(b)); err != nil || got.Totals.Shards != 4 {
+		t.Fatalf("DecodeJSON of a release whose totals are off: %v, %d shards, want it decoded as it is", err, got.Totals.Shards)
+	}
+	if err := DecodeJSON([]byte(b), &got, len(b)-1); errcode.Of(err) != errcode.DocumentTooLarge {
+		t.Fatalf("DecodeJSON of %d bytes, cap %d: %v, want DOCUMENT_TOO_LARGE", len(b), len(b)-1, err)
+	}
+	dup := strings.Replace(b, `"shards":4`, `"shards":4,"shards":3`, 1)
+	if err := DecodeJSON([]byte(dup), &got, len(dup)); errcode.Of(err) != errcode.BadDocument {
+		t.Fatalf("DecodeJSON of a key twice: %v, want BAD_DOCUMENT", err)
 	}
 }

@@ -26,7 +26,8 @@ const maxDepth = 16
 // accepts null for any value. scanDocument requires exactly one JSON value
 // of t's shape in which every object key is an exact, unrepeated field
 // name, every digest parses strictly, unsigned numbers are not negative and
-// only slices and maps may be null. It runs in time linear in len(b), stops
+// only slices, maps and the pointers in a slice may be null (where
+// encoding/json writes a nil). It runs in time linear in len(b), stops
 // at the first fault and never recurses deeper than t.
 //
 // It is a small hand-written scanner over b rather than json.Decoder.Token,
@@ -251,7 +252,7 @@ var supportCache sync.Map // reflect.Type → error, nil when supported
 // supported returns nil when the scan models every type reachable from t
 // as encoding/json decodes it: booleans, strings, numbers, Digest, byte
 // slices (base64 strings), pointers, slices, maps keyed by strings, and
-// structs of such fields without embedded structs or the ",string"
+// structs of such fields, embedded structs' promoted, without the ",string"
 // option. Any other type (time.Time, json.RawMessage, a type with its own
 // UnmarshalJSON or UnmarshalText, an array, an interface) is INTERNAL: its
 // bytes would be judged by a shape the scan does not know.
@@ -351,9 +352,17 @@ func (s *scanner) value(t reflect.Type) error {
 			s.i++
 			return nil
 		}
+		// A list of pointers holds its nil elements as null: encoding/json
+		// writes them so (a gate run's attestations, one per rank).
+		nilElem := t.Elem().Kind() == reflect.Pointer
 		for i := 0; ; i++ {
 			s.push(nil, i)
-			err := s.value(t.Elem())
+			var err error
+			if nilElem && s.peek() == 'n' {
+				err = s.literal("null")
+			} else {
+				err = s.value(t.Elem())
+			}
 			if err != nil {
 				return err
 			}
@@ -502,6 +511,11 @@ func (s *scanner) object(t reflect.Type) error {
 		if fields != nil {
 			f, ok := fields.byName[string(key)]
 			if !ok {
+				for name := range fields.byName {
+					if strings.EqualFold(name, string(key)) {
+						return errcode.New(errcode.BadDocument, "%s: unknown field, must be spelled %q", s.where(), name)
+					}
+				}
 				return errcode.New(errcode.BadDocument, "%s: unknown field", s.where())
 			}
 			if seenBits&(1<<f.index) != 0 {
@@ -569,25 +583,41 @@ type structFields struct {
 var fieldCache sync.Map // reflect.Type → *structFields
 
 // jsonFields maps the exact JSON names of t's exported fields to their
-// types and to a bit index used to detect repeated members. A struct whose
-// names encoding/json resolves by rules the scan does not follow (an
-// embedded struct's fields promoted, two fields of one name, a number in a
-// string) has err set.
+// types and to a bit index used to detect repeated members. The fields of
+// an embedded struct (not a pointer, no JSON name) are promoted as
+// encoding/json promotes them, so a gate command's Header fields are its
+// own. A struct whose names encoding/json resolves by rules the scan does
+// not follow (an embedded pointer, two fields of one name at any depth, a
+// number in a string) has err set.
 func jsonFields(t reflect.Type) *structFields {
 	if m, ok := fieldCache.Load(t); ok {
 		return m.(*structFields)
 	}
 	fs := &structFields{byName: make(map[string]structField, t.NumField())}
-	for f := range t.Fields() {
+	fs.add(t, t)
+	if fs.err == nil && len(fs.byName) > 64 {
+		fs.err = errcode.New(errcode.Internal, "%s has more than 64 JSON fields", t)
+	}
+	fieldCache.Store(t, fs)
+	return fs
+}
+
+// add adds the fields of st, top or a struct embedded in it, to fs.
+func (fs *structFields) add(top, st reflect.Type) {
+	for f := range st.Fields() {
 		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
 		if f.Anonymous && name == "" {
 			ft := f.Type
-			if ft.Kind() == reflect.Pointer {
-				ft = ft.Elem()
-			}
 			if ft.Kind() == reflect.Struct {
-				fs.err = errcode.New(errcode.Internal, "manifest scan does not support %s: field %s is embedded", t, f.Name)
-				break
+				fs.add(top, ft)
+				if fs.err != nil {
+					return
+				}
+				continue
+			}
+			if ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct {
+				fs.err = errcode.New(errcode.Internal, "manifest scan does not support %s: field %s is an embedded pointer", top, f.Name)
+				return
 			}
 		}
 		if !f.IsExported() || name == "-" && opts == "" {
@@ -597,15 +627,10 @@ func jsonFields(t reflect.Type) *structFields {
 			name = f.Name
 		}
 		if _, dup := fs.byName[name]; dup || slices.Contains(strings.Split(opts, ","), "string") {
-			fs.err = errcode.New(errcode.Internal, "manifest scan does not support %s: field %s (json %q)", t, f.Name, f.Tag.Get("json"))
-			break
+			fs.err = errcode.New(errcode.Internal, "manifest scan does not support %s: field %s (json %q)", top, f.Name, f.Tag.Get("json"))
+			return
 		}
 		fs.byName[name] = structField{index: len(fs.byName), typ: f.Type}
 		fs.types = append(fs.types, f.Type)
 	}
-	if fs.err == nil && len(fs.byName) > 64 {
-		fs.err = errcode.New(errcode.Internal, "%s has more than 64 JSON fields", t)
-	}
-	fieldCache.Store(t, fs)
-	return fs
 }
