@@ -479,8 +479,10 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, nil)
 		return
 	}
+	// Strictly: encoding/json took {"id":"a","id":"b"} for b, "ID" for
+	// "id" and ignored an unknown key.
 	var req Remove
-	if err := json.Unmarshal(b, &req); err != nil || req.ID == "" {
+	if err := manifest.DecodeJSON(b, &req, 64<<10); err != nil || req.ID == "" {
 		writeError(w, errcode.New(errcode.BadDocument, "remove body must be {\"id\": \"<member ID>\"}"), nil)
 		return
 	}

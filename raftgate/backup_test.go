@@ -128,13 +128,20 @@ func TestRestoreRefusals(t *testing.T) {
 		// json keeps the last of duplicate keys: the fence went back to 0.
 		"duplicate key": {func(c *Config) {
 			c.Restore = bytes.Replace(fencedState(t), []byte(`"benchmark":0}`), []byte(`"benchmark":0,"tombstone":0}`), 1)
-		}, errcode.BadDocument, `duplicate key "tombstone" in fences`},
+		}, errcode.BadDocument, `$.fences.tombstone: duplicate key`},
 		"duplicate table": {func(c *Config) {
 			c.Restore = bytes.Replace(fencedState(t), []byte(`"runs":{}`), []byte(`"runs":{},"aliases":{}`), 1)
-		}, errcode.BadDocument, `duplicate key "aliases" at the top level`},
+		}, errcode.BadDocument, `$.aliases: duplicate key`},
 		"key in another case": {func(c *Config) {
 			c.Restore = bytes.Replace(fencedState(t), []byte(`"fences"`), []byte(`"Fences"`), 1)
-		}, errcode.BadDocument, `key "Fences" at the top level must be spelled "fences"`},
+		}, errcode.BadDocument, `$.Fences: unknown field, must be spelled "fences"`},
+		// json leaves the zero value for null: the fences went back to 0.
+		"null fences": {func(c *Config) {
+			c.Restore = bytes.Replace(fencedState(t), []byte(`{"tombstone":7,"benchmark":0}`), []byte(`null`), 1)
+		}, errcode.BadDocument, `$.fences: want an object, found null`},
+		"null fence": {func(c *Config) {
+			c.Restore = bytes.Replace(fencedState(t), []byte(`"tombstone":7`), []byte(`"tombstone":null`), 1)
+		}, errcode.BadDocument, `$.fences.tombstone: want a number, found null`},
 		"trailing bracket": {func(c *Config) { c.Restore = append(fencedState(t), ']') }, errcode.BadDocument, ""},
 		"trailing brace":   {func(c *Config) { c.Restore = append(fencedState(t), '}') }, errcode.BadDocument, ""},
 	} {

@@ -3,7 +3,6 @@ package raftgate
 import (
 	"bytes"
 	"encoding/json"
-	"reflect"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -242,34 +241,66 @@ func newCommand(typ string) Command {
 	return nil
 }
 
-// DecodeCommand strictly decodes a command envelope: an unknown type, an
-// unknown field, a bad digest or trailing data is a BAD_DOCUMENT error.
+// DecodeCommand strictly decodes a command envelope by the manifests'
+// rules (manifest.DecodeJSON): one JSON object of UTF-8 whose keys are
+// exact, unrepeated field names, strict digests, and null for a list
+// alone. An unknown type, or anything those rules refuse, is BAD_DOCUMENT;
+// a command larger than MaxCommandSize is DOCUMENT_TOO_LARGE.
+//
+// The API decodes a request with it and Apply each log entry. Every entry
+// a gate logs is a command a leader encoded with EncodeCommand: a
+// json.Marshal of these types, whose pointers are omitted when nil, so
+// null stands only for a nil list, strings are UTF-8 and no key repeats.
+// What the rules refuse besides encoding/json (a key twice or in another
+// case, a null string, number, boolean or object, bytes that are not
+// UTF-8) no leader ever logged, and an old log replays as it did.
 func DecodeCommand(b []byte) (Command, error) {
 	if len(b) > MaxCommandSize {
 		return nil, errcode.New(errcode.DocumentTooLarge, "command is %d bytes, cap %d", len(b), MaxCommandSize)
 	}
-	var h struct {
-		Type string `json:"type"`
+	typ, ok := leadingType(b)
+	if !ok {
+		var h struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(b, &h); err != nil {
+			return nil, errcode.Wrap(errcode.BadDocument, err, "command envelope")
+		}
+		typ = h.Type
 	}
-	if err := json.Unmarshal(b, &h); err != nil {
-		return nil, errcode.Wrap(errcode.BadDocument, err, "command envelope")
-	}
-	c := newCommand(h.Type)
+	c := newCommand(typ)
 	if c == nil {
-		return nil, errcode.New(errcode.BadDocument, "unknown command type %q", truncate(h.Type))
+		return nil, errcode.New(errcode.BadDocument, "unknown command type %q", truncate(typ))
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(c); err != nil {
-		return nil, errcode.Wrap(errcode.BadDocument, err, "%s command", h.Type)
+	if err := manifest.DecodeJSON(b, c, MaxCommandSize); err != nil {
+		if errcode.Of(err) == errcode.Internal {
+			// A command type the strict scan does not model: no
+			// document of it decodes, whatever it holds.
+			return nil, err
+		}
+		return nil, errcode.Wrap(errcode.BadDocument, err, "%s command", typ)
 	}
-	if !atEnd(dec) {
-		return nil, errcode.New(errcode.BadDocument, "trailing data after %s command", h.Type)
-	}
-	if err := checkKeys(b, reflect.TypeOf(c)); err != nil {
-		return nil, errcode.Wrap(errcode.BadDocument, err, "%s command", h.Type)
+	if c.header().Type != typ {
+		// Not reached: the scan refuses a second "type".
+		return nil, errcode.New(errcode.BadDocument, "%s command says type %q", typ, truncate(c.header().Type))
 	}
 	return c, nil
+}
+
+// leadingType returns the type of a command that names it first and
+// without escapes, as EncodeCommand writes it, so the envelope is not
+// parsed twice; ok is false for any other spelling.
+func leadingType(b []byte) (typ string, ok bool) {
+	const prefix = `{"type":"`
+	if !bytes.HasPrefix(b, []byte(prefix)) {
+		return "", false
+	}
+	rest := b[len(prefix):]
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 || bytes.IndexByte(rest[:end], '\\') >= 0 {
+		return "", false
+	}
+	return string(rest[:end]), true
 }
 
 // EncodeCommand encodes c with its type set.

@@ -16,7 +16,9 @@
 // # Commands
 //
 // A command is a JSON envelope {"type": …, fields…, "now": unix-ms}.
-// DecodeCommand is strict: an unknown type or field, a bad digest or
+// DecodeCommand is strict, by the manifests' rules (manifest.DecodeJSON):
+// an unknown type or field, a key twice or in another case, a null that
+// is not an empty list, a bad digest, bytes that are not UTF-8 or
 // trailing data is BAD_DOCUMENT, and such a command never reaches the log
 // (the HTTP handler decodes before proposing). A committed entry a member
 // cannot decode is another build's (a newer leader's field or type): the

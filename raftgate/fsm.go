@@ -1,12 +1,10 @@
 package raftgate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"reflect"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -338,13 +336,11 @@ func DecodeState(b []byte) (*State, error) {
 	// gate always writes every table, so one missing is no gate state
 	// ("{}" or "null" founded an empty gate on restore).
 	s := &State{}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(s); err != nil {
+	if err := manifest.DecodeJSON(b, s, MaxStateSize); err != nil {
+		if errcode.Of(err) == errcode.Internal {
+			return nil, err
+		}
 		return nil, errcode.Wrap(errcode.BadDocument, err, "decode gate snapshot")
-	}
-	if !atEnd(dec) {
-		return nil, errcode.New(errcode.BadDocument, "trailing data after gate snapshot")
 	}
 	if err := s.Validate(); err != nil {
 		return nil, errcode.Wrap(errcode.BadDocument, err, "gate snapshot")
@@ -353,23 +349,14 @@ func DecodeState(b []byte) (*State, error) {
 }
 
 // DecodeBackup decodes a gate backup (the bytes of GET /v1/state) as
-// DecodeState does, and also refuses what encoding/json lets through and
-// a gate never writes: a duplicate key, which json resolves to the last
-// one (a backup whose fences read "tombstone":7,"tombstone":0 founded a
-// gate at fence 0, and one with a second, empty "aliases" a gate whose
-// aliases started again at generation 1), and a key that matches a field
-// only case-insensitively. The snapshots members restore are their
-// cluster's own encoding and are not walked twice.
-func DecodeBackup(b []byte) (*State, error) {
-	s, err := DecodeState(b)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkKeys(b, reflect.TypeOf(s)); err != nil {
-		return nil, errcode.Wrap(errcode.BadDocument, err, "gate snapshot")
-	}
-	return s, nil
-}
+// DecodeState decodes a snapshot: strictly, by the manifests' rules
+// (manifest.DecodeJSON), so a duplicate key, which encoding/json resolves
+// to the last one (a backup whose fences read "tombstone":7,"tombstone":0
+// founded a gate at fence 0, and one with a second, empty "aliases" a gate
+// whose aliases started again at generation 1), a key that matches a
+// field only case-insensitively, or a null where a gate writes a value
+// ("fences":null founded a gate at fences 0) is BAD_DOCUMENT.
+func DecodeBackup(b []byte) (*State, error) { return DecodeState(b) }
 
 type snapshot struct{ b []byte }
 

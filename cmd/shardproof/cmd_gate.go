@@ -189,8 +189,8 @@ live in DIR/raft.db, snapshots in DIR/snapshots.
 --bootstrap --restore FILE founds the new cluster on a backup written by
 "gate backup" instead of an empty state (DIR must hold none): after every
 member's directory is lost, or to move a gate to new machines. A FILE
-that is no whole gate state ({}, null, truncated, a key twice, bytes
-after its end) is BAD_DOCUMENT, and
+that is no whole gate state ({}, null, truncated, a key twice, a null
+value, bytes after its end) is BAD_DOCUMENT, and
 one whose cluster version is above this build's CLUSTER_VERSION; nothing
 is started. So is a FILE that is missing or a directory (USAGE), and a
 restore at a Raft address that a still running member of the backup's
