@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -165,6 +166,9 @@ func readRecord(ctx context.Context, s objstore.Store, key string, v any) (found
 		return false, wrap(err, "%s", key)
 	}
 	if err := decodeStrict(b, v); err != nil {
+		if isInternal(err) {
+			return false, err
+		}
 		return false, errcode.Wrap(errcode.ShuffleCorrupt, err, "commit record %s", key)
 	}
 	return true, nil
@@ -178,9 +182,23 @@ func readRecord(ctx context.Context, s objstore.Store, key string, v any) (found
 // encoding/json alone reads a commit record with "failures" twice as the
 // last, or takes "Outputs" for "outputs", where another reader of the same
 // bytes would not: the verdict would depend on the reader.
+//
+// An INTERNAL error (v's type holds one the scan does not model) is a
+// fault of this build, not of the document, and is returned as it is:
+// wrapped, it would read as a corrupt record, and a caller would take its
+// task for one to run again, or a hold record for another build's.
 func decodeStrict(b []byte, v any) error {
 	if err := manifest.Decode(b, v); err != nil {
+		if isInternal(err) {
+			return err
+		}
 		return errcode.Wrap(errcode.BadDocument, err, "decode")
 	}
 	return nil
+}
+
+// isInternal reports whether err carries the code INTERNAL itself (not
+// merely no code).
+func isInternal(err error) bool {
+	return errors.Is(err, errcode.New(errcode.Internal, ""))
 }

@@ -3,10 +3,13 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/objstore/file"
 )
@@ -88,5 +91,40 @@ func TestRunAllStopsAtFirstError(t *testing.T) {
 	ran.Store(0)
 	if err := runAll(context.Background(), 10, 3, func(context.Context, int) error { ran.Add(1); return nil }); err != nil || ran.Load() != 10 {
 		t.Fatalf("ran %d, err %v", ran.Load(), err)
+	}
+}
+
+// A record type the strict scan does not model is INTERNAL, a fault of
+// the build, not BAD_DOCUMENT or SHUFFLE_CORRUPT, which would read as a
+// corrupt record and have its task run again; a record that is corrupt is
+// still SHUFFLE_CORRUPT.
+func TestDecodeInternalIsNotCorrupt(t *testing.T) {
+	ctx := context.Background()
+	s, err := file.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const key = "jobs/x/map/0/commit.json"
+	if _, err := s.Put(ctx, key, strings.NewReader(`{"at":"2024-01-01T00:00:00Z"}`), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var unmodelled struct {
+		At time.Time `json:"at"`
+	}
+	if err := decodeStrict([]byte(`{"at":"2024-01-01T00:00:00Z"}`), &unmodelled); errcode.Of(err) != errcode.Internal {
+		t.Errorf("decodeStrict into a type the scan does not model: %v, want INTERNAL", err)
+	}
+	if _, err := readRecord(ctx, s, key, &unmodelled); errcode.Of(err) != errcode.Internal {
+		t.Errorf("readRecord into a type the scan does not model: %v, want INTERNAL", err)
+	}
+	var modelled struct {
+		At string `json:"at"`
+	}
+	if _, err := s.Put(ctx, key, strings.NewReader(`{"at":"x","at":"y"}`), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readRecord(ctx, s, key, &modelled); errcode.Of(err) != errcode.ShuffleCorrupt {
+		t.Errorf("readRecord of a key twice: %v, want SHUFFLE_CORRUPT", err)
 	}
 }
