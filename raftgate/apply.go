@@ -444,22 +444,42 @@ func (a *applier) rollback(c *Rollback) (any, error) {
 
 func (a *applier) advanceFence(c *AdvanceFence) (any, error) {
 	var cur *uint64
+	var log *manifest.Digest
 	switch c.Kind {
 	case FenceTombstone:
-		cur = &a.s.Fences.Tombstone
+		cur, log = &a.s.Fences.Tombstone, &a.s.Fences.TombstoneLog
 	case FenceBenchmark:
-		cur = &a.s.Fences.Benchmark
+		cur, log = &a.s.Fences.Benchmark, &a.s.Fences.BenchmarkLog
 	default:
 		return nil, errcode.New(errcode.BadInput, "fence kind %q is not tombstone or benchmark", truncate(c.Kind))
+	}
+	if !c.Log.IsZero() && a.s.ClusterVersion < versionFenceLog {
+		// A node proposes none below it (Node.Apply): a member of an
+		// older build could not keep the field in its state.
+		return nil, errcode.New(errcode.ClusterVersion, "an advance of the %s fence with a log prefix digest needs the cluster version %d; it is %d", c.Kind, versionFenceLog, a.s.ClusterVersion)
 	}
 	if c.Value < *cur {
 		return nil, errcode.New(errcode.FenceRegression, "%s fence is %d, cannot move to %d", c.Kind, *cur, c.Value)
 	}
 	closed, spared := []string{}, []string(nil)
 	if c.Value == *cur {
+		switch {
+		case c.Log.IsZero() || c.Log == *log:
+		case log.IsZero():
+			// A fence advanced without a log (before version 4) takes
+			// the first one named at its value: from then on, logs
+			// are checked against it.
+			*log = c.Log
+		default:
+			return nil, errcode.New(errcode.FenceLogMismatch, "the %s fence is at %d with log prefix %s; this advance names prefix %s at %d: another log, which differs from the fence's at or below %d",
+				c.Kind, *cur, *log, c.Log, c.Value, c.Value)
+		}
 		return FenceResult{Fences: a.s.Fences, Closed: closed}, nil
 	}
-	*cur = c.Value
+	// The log named at the new value, or none: the previous one
+	// describes the log up to the previous value only. Entries from
+	// before version 4 name none and find none.
+	*cur, *log = c.Value, c.Log
 	for _, id := range sortedKeys(a.s.Permits) {
 		p := a.s.Permits[id]
 		if p.State != PermitOpen {

@@ -447,10 +447,19 @@ func (c *Client) Rollback(ctx context.Context, alias string, root manifest.Diges
 	return &r, c.Apply(ctx, &Rollback{Alias: alias, Root: root, ExpectedGeneration: expected}, &r)
 }
 
-// AdvanceFence raises a fence.
+// AdvanceFence raises a fence, naming no log: the gate then has no log
+// prefix digest for it, and no client can check a log against it.
 func (c *Client) AdvanceFence(ctx context.Context, kind string, value uint64) (*FenceResult, error) {
+	return c.AdvanceFenceLog(ctx, kind, value, manifest.Digest{})
+}
+
+// AdvanceFenceLog raises a fence to value, recording log, the prefix
+// digest at value of the log it is advanced with (see AdvanceFence.Log).
+// At the fence's current value, it records log when the fence has none
+// and is FENCE_LOG_MISMATCH when the fence has another.
+func (c *Client) AdvanceFenceLog(ctx context.Context, kind string, value uint64, log manifest.Digest) (*FenceResult, error) {
 	var r FenceResult
-	return &r, c.Apply(ctx, &AdvanceFence{Kind: kind, Value: value}, &r)
+	return &r, c.Apply(ctx, &AdvanceFence{Kind: kind, Value: value, Log: log}, &r)
 }
 
 // CreateRun creates (or, with the same parameters, finds) a run.

@@ -110,6 +110,14 @@ type AdvanceFence struct {
 	// is 1 (see CommandVersion); entries written before the field lack
 	// it and replay as they did.
 	SpareChecked bool `json:"spareChecked,omitempty"`
+	// Log is the prefix digest at Value (manifest.FenceLog.PrefixDigest)
+	// of the tombstone log or benchmark registry the fence is advanced
+	// with; the gate keeps it beside the fence (Fences.TombstoneLog,
+	// BenchmarkLog). Zero: none, and an advance to a higher value then
+	// leaves the fence without one. Command-schema version 4: a node
+	// proposes it only once the cluster version is 4 (CLUSTER_VERSION
+	// before).
+	Log manifest.Digest `json:"log,omitzero"`
 }
 
 // CreateRun pins a run to the alias's current root. Assignment, when

@@ -761,6 +761,11 @@ func (n *Node) Apply(c Command) (*Result, error) {
 		if err := n.stampFence(f); err != nil {
 			return nil, err
 		}
+		if !f.Log.IsZero() {
+			if err := n.needVersion(versionFenceLog, fmt.Sprintf("advancing the %s fence to %d with its log's prefix digest", truncate(f.Kind), f.Value)); err != nil {
+				return nil, err
+			}
+		}
 	}
 	b, err := EncodeCommand(c)
 	if err != nil {

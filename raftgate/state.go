@@ -88,10 +88,22 @@ type State struct {
 	ClusterVersion uint64 `json:"clusterVersion,omitempty"`
 }
 
-// Fences are the two monotonic watermarks.
+// Fences are the two monotonic watermarks, each with the prefix digest
+// (manifest.FenceLog.PrefixDigest) at its value of the log it was
+// advanced with. The gate never reads a log: a client that checks a report
+// against the fences computes the prefix digest of the log the report
+// names at the fence and refuses one that differs (FENCE_LOG_MISMATCH).
+// A log digest is zero for a fence advanced without one (before
+// command-schema version 4, or by a bare "gate fence KIND VALUE"): then
+// no log can be checked against that fence. Both are omitted while zero,
+// so a state without them encodes as before.
 type Fences struct {
 	Tombstone uint64 `json:"tombstone"`
 	Benchmark uint64 `json:"benchmark"`
+	// TombstoneLog is the tombstone log's prefix digest at Tombstone.
+	TombstoneLog manifest.Digest `json:"tombstoneLog,omitzero"`
+	// BenchmarkLog is the benchmark registry's prefix digest at Benchmark.
+	BenchmarkLog manifest.Digest `json:"benchmarkLog,omitzero"`
 }
 
 // Release is what the gate knows of one root manifest. The gate never reads
@@ -293,6 +305,11 @@ func (s *State) Validate() error {
 		if t.missing {
 			return fmt.Errorf("missing table %q", t.name)
 		}
+	}
+	if (!s.Fences.TombstoneLog.IsZero() || !s.Fences.BenchmarkLog.IsZero()) && s.ClusterVersion < versionFenceLog {
+		// Only a command of that version records one; a build below it
+		// must halt at the state's version, not meet the field.
+		return fmt.Errorf("fences: a log prefix digest at cluster version %d, below %d", s.ClusterVersion, versionFenceLog)
 	}
 	for k, r := range s.Releases {
 		if r == nil || r.Root.String() != k {

@@ -28,7 +28,12 @@ import (
 // builds of version 1 do. A register the gate refuses changes nothing
 // (versionRefusedRegisterChangesNothing), and an attestation bound to an
 // epoch other than the run's is STALE_EPOCH whatever its rank
-// (versionEpochFirst).
+// (versionEpochFirst). Version 4 adds advanceFence's log and the state's
+// fences.tombstoneLog and benchmarkLog (versionFenceLog): the prefix
+// digest of the log a fence was advanced with. A node proposes an advance
+// with a log only at cluster version 4 (CLUSTER_VERSION below it, and
+// Apply refuses one too); entries without it apply as before, and a fence
+// advanced by one has no log, so nothing can be checked against it.
 //
 // The cluster version (State.ClusterVersion) is the version every member
 // applies. A leader raises it when every server of its Raft configuration
@@ -36,7 +41,7 @@ import (
 // nothing of a version above it: a cluster upgraded one member at a time
 // stays at the old version, with every member applying every entry, until
 // the last member is upgraded.
-const CommandVersion uint64 = 2
+const CommandVersion uint64 = 4
 
 // versionSpareChecked is the version of AdvanceFence.SpareChecked.
 const versionSpareChecked = 1
@@ -57,6 +62,11 @@ const versionRefusedRegisterChangesNothing = 2
 // before the epoch is looked at, at every version.
 const versionEpochFirst = 2
 
+// versionFenceLog is the version of AdvanceFence.Log and of the state's
+// Fences.TombstoneLog and BenchmarkLog: the prefix digest of the log a
+// fence was advanced with.
+const versionFenceLog = 4
+
 // commandVersion returns the command-schema version of c: that of its
 // type, or of the newest field it carries.
 func commandVersion(c Command) uint64 {
@@ -64,6 +74,9 @@ func commandVersion(c Command) uint64 {
 	case *SetClusterVersion:
 		return 1
 	case *AdvanceFence:
+		if !c.Log.IsZero() {
+			return versionFenceLog
+		}
 		if c.SpareChecked {
 			return versionSpareChecked
 		}

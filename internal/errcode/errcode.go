@@ -104,6 +104,7 @@ var catalogue = map[Code]entry{
 	UnknownPermit:      {ExitRejected, "no such permit (pruned, or never issued)"},
 	GateHalted:         {ExitError, "this gate member stopped applying the log at a committed command or a snapshot its build cannot decode (a newer build's) and serves no client: upgrade it and restart it on its data directory"},
 	ClusterVersion:     {ExitError, "the gate cluster's command-schema version is below what the request needs (a member not upgraded yet), or above this member's build"},
+	FenceLogMismatch:   {ExitRejected, "the tombstone log or benchmark registry checked is not the one the gate's fence was advanced with: its entries up to the fence differ (prefix digest), or it is not named"},
 
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
@@ -182,6 +183,7 @@ const (
 	UnknownPermit      Code = "UNKNOWN_PERMIT"
 	GateHalted         Code = "GATE_HALTED"
 	ClusterVersion     Code = "CLUSTER_VERSION"
+	FenceLogMismatch   Code = "FENCE_LOG_MISMATCH"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"
