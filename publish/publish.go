@@ -205,6 +205,19 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	if rep.Root != o.Root {
 		return nil, errcode.New(errcode.BadDocument, "report %s verifies %s, not %s", out.ReportDigest, rep.Root, o.Root)
 	}
+	if rep.Verdict == manifest.Verified {
+		// The fences may have moved during the verification: the logs
+		// the report checked must still be the fences' logs.
+		if fences, err = g.Fences(ctx); err != nil {
+			return out, err
+		}
+		if err := CheckFenceLogs(ctx, s, rep.Tombstones, rep.Benchmark, *fences); err != nil {
+			return out, fmt.Errorf("report %s: %w; nothing registered", out.ReportDigest, err)
+		}
+		if note := fenceLogNote(*fences); note != "" {
+			log.Warn("the gate's fences record no log (advanced without one): the logs checked cannot be matched against them", "fences", note)
+		}
+	}
 	if rep.Verdict != manifest.Verified && copyFailure(&rep.Counts) {
 		// The copy may be what is bad, not a release the gate holds
 		// proven.
@@ -309,6 +322,9 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 			if err := release.CheckWatermarks(rep.TombstoneWatermark, rep.BenchmarkFence); err != nil {
 				return nil, none, fmt.Errorf("report %s cannot stand for this publish: %w", o.Report, err)
 			}
+			if err := CheckFenceLogs(ctx, s, rep.Tombstones, rep.Benchmark, f); err != nil {
+				return nil, none, fmt.Errorf("report %s cannot stand for this publish: %w", o.Report, err)
+			}
 			if known {
 				if err := OlderReport(rel, Summary(rep, o.Report)); err != nil {
 					return nil, none, fmt.Errorf("publish --report: %w (without --report, publish reuses what the gate holds when it reaches the fences)", err)
@@ -330,6 +346,12 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 	}
 	if rep.Verdict != manifest.Verified || mismatch(rep, o, snapshot) != "" ||
 		release.CheckWatermarks(rep.TombstoneWatermark, rep.BenchmarkFence) != nil {
+		return nil, none, nil
+	}
+	if err := CheckFenceLogs(ctx, s, rep.Tombstones, rep.Benchmark, f); err != nil {
+		// Checked against another log than the fences': verify again
+		// against the documents named (checkFenceDocs holds them to
+		// the fences' logs).
 		return nil, none, nil
 	}
 	return rep, rel.Report, nil
@@ -439,8 +461,10 @@ func loadReport(ctx context.Context, s objstore.Store, d manifest.Digest) (*mani
 
 // checkFenceDocs refuses, before any verification work, fence documents
 // whose watermarks are below the gate's fences (FENCE_BEHIND: the gate
-// would refuse the resulting report) or below the watermarks rel claims
-// (WATERMARK_UNCHECKED: verify would refuse to start).
+// would refuse the resulting report), below the watermarks rel claims
+// (WATERMARK_UNCHECKED: verify would refuse to start), or that are not
+// the logs the fences were advanced with (FENCE_LOG_MISMATCH, see
+// CheckFenceLogs).
 func checkFenceDocs(ctx context.Context, s objstore.Store, rel *manifest.Release, tomb, bench manifest.Digest, f raftgate.Fences) error {
 	var ws [2]uint64
 	for i, d := range []struct {
@@ -474,7 +498,7 @@ func checkFenceDocs(ctx context.Context, s objstore.Store, rel *manifest.Release
 	if err := rel.CheckWatermarks(ws[0], ws[1]); err != nil {
 		return fmt.Errorf("publish: %w: pass a tombstone log and benchmark registry that reach them (--tombstones, --benchmark)", err)
 	}
-	return nil
+	return CheckFenceLogs(ctx, s, tomb, bench, f)
 }
 
 // LoadFenceLog reads and strictly decodes a tombstone log or benchmark

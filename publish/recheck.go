@@ -122,7 +122,9 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 // checkRecheckDocs refuses, before any verification work, a fence
 // document below the gate's current fence of its kind (FENCE_BEHIND): its
 // zero hits could renew nothing, so the verification (or the member
-// reads) it would take were wasted.
+// reads) it would take were wasted; and one that is not the log the
+// fence was advanced with (FENCE_LOG_MISMATCH, see CheckFenceLogs): its
+// zero hits would renew permits the fence's log closed.
 func checkRecheckDocs(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) error {
 	f, err := g.Fences(ctx)
 	if err != nil {
@@ -149,7 +151,14 @@ func checkRecheckDocs(ctx context.Context, s objstore.Store, g Gate, o RecheckOp
 				d.schema, d.digest, w, d.fence, d.schema, d.flag)
 		}
 	}
-	return nil
+	// Only the kinds rechecked: each must be the fence's log.
+	if o.Tombstones.IsZero() {
+		f.TombstoneLog = manifest.Digest{}
+	}
+	if o.Benchmark.IsZero() {
+		f.BenchmarkLog = manifest.Digest{}
+	}
+	return CheckFenceLogs(ctx, s, o.Tombstones, o.Benchmark, *f)
 }
 
 // stillBehind returns FENCE_BEHIND when the release, as the gate records
@@ -328,14 +337,14 @@ func ClosedRootsBehind(ctx context.Context, g PermitLister) ([]ClosedRoot, *raft
 // so another snapshot's are another dataset's hits, and a verification
 // report without failures against another snapshot (verify --snapshot)
 // shows the release holds that snapshot's tuples, not its own.
-func RecheckEvidence(ctx context.Context, s objstore.Store, root manifest.Digest, kind string, d manifest.Digest) (value uint64, hits int64, err error) {
+func RecheckEvidence(ctx context.Context, s objstore.Store, root manifest.Digest, kind string, d manifest.Digest) (value uint64, hits int64, checked manifest.Digest, err error) {
 	b, _, err := objstore.ReadBlob(ctx, s, d, manifest.MaxDocumentSize)
 	if err != nil {
-		return 0, 0, errcode.Wrap(errcode.Of(err), err, "report %s", d)
+		return 0, 0, checked, errcode.Wrap(errcode.Of(err), err, "report %s", d)
 	}
 	schema, doc, err := manifest.DecodeAny(b)
 	if err != nil {
-		return 0, 0, errcode.Wrap(errcode.Of(err), err, "report %s", d)
+		return 0, 0, checked, errcode.Wrap(errcode.Of(err), err, "report %s", d)
 	}
 	var (
 		reportRoot, snapshot, fenceDoc manifest.Digest
@@ -358,20 +367,20 @@ func RecheckEvidence(ctx context.Context, s objstore.Store, root manifest.Digest
 		other := r.Counts
 		other.TombstoneHits, other.BenchmarkHits = 0, 0
 		if code := FailureCode(&other); code != "" {
-			return 0, 0, errcode.New(code, "report %s: release %s no longer verifies (%s); it is no recheck evidence", d, r.Root, code)
+			return 0, 0, checked, errcode.New(code, "report %s: release %s no longer verifies (%s); it is no recheck evidence", d, r.Root, code)
 		}
 	default:
-		return 0, 0, errcode.New(errcode.BadDocument, "report %s is a %s document, not a recheck or verification report", d, schema)
+		return 0, 0, checked, errcode.New(errcode.BadDocument, "report %s is a %s document, not a recheck or verification report", d, schema)
 	}
 	if reportRoot != root {
-		return 0, 0, errcode.New(errcode.BadDocument, "report %s checks root %s, not %s", d, reportRoot, root)
+		return 0, 0, checked, errcode.New(errcode.BadDocument, "report %s checks root %s, not %s", d, reportRoot, root)
 	}
 	rel, err := loadRelease(ctx, s, root)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, checked, err
 	}
 	if snapshot != rel.DatasetSnapshot {
-		return 0, 0, errcode.New(errcode.BadInput, "report %s checks root %s against snapshot %s, but the root manifest binds snapshot %s: its hits are not the release's (recheck without verify --snapshot)",
+		return 0, 0, checked, errcode.New(errcode.BadInput, "report %s checks root %s against snapshot %s, but the root manifest binds snapshot %s: its hits are not the release's (recheck without verify --snapshot)",
 			d, root, snapshot, rel.DatasetSnapshot)
 	}
 	switch kind {
@@ -380,10 +389,10 @@ func RecheckEvidence(ctx context.Context, s objstore.Store, root manifest.Digest
 	case raftgate.FenceBenchmark:
 		value, hits = bf, bh
 	default:
-		return 0, 0, errcode.New(errcode.Usage, "fence kind %q is not tombstone or benchmark", kind)
+		return 0, 0, checked, errcode.New(errcode.Usage, "fence kind %q is not tombstone or benchmark", kind)
 	}
 	if fenceDoc.IsZero() {
-		return 0, 0, errcode.New(errcode.BadInput, "report %s checked no %s document", d, kind)
+		return 0, 0, checked, errcode.New(errcode.BadInput, "report %s checked no %s document", d, kind)
 	}
-	return value, hits, nil
+	return value, hits, fenceDoc, nil
 }

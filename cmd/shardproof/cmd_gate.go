@@ -578,7 +578,12 @@ checked below the tombstoneWatermark or benchmarkFence the root manifest
 claims is refused too (WATERMARK_UNCHECKED; verify no longer writes
 one), and so is a report that checked the root against another snapshot
 than the one its manifest binds (verify --snapshot; BAD_INPUT), whatever
-its verdict. An INVALID report whose failures include bytes that fail
+its verdict. A VERIFIED report whose tombstone log or benchmark registry
+is not the log the gate's fence of that kind was advanced with (its
+prefix digest at the fence differs from the one the gate records, or the
+report names none), where the report reaches that fence, is refused
+(FENCE_LOG_MISMATCH, exit 4): it may have missed a sample the fence's log
+erased. An INVALID report whose failures include bytes that fail
 their digests, sizes or versions is refused with that code when the gate
 holds the release VERIFIED, PUBLISHED or RETIRED, as publish refuses it:
 those bytes were proven once, so the store's copy is what is bad, and the
@@ -659,6 +664,17 @@ release the gate holds proven (nothing recorded), 2 usage,
 		}
 		c := gateClient()
 		defer c.Close()
+		if reg.Report != nil && reg.Report.Verdict == manifest.Verified {
+			// The logs the report checked must be the fences' logs
+			// where it reaches the fences.
+			fences, err := c.Fences(ctx)
+			if err != nil {
+				return err
+			}
+			if err := publish.CheckReportLogs(ctx, s, rep.Tombstones, rep.Benchmark, rep.TombstoneWatermark, rep.BenchmarkFence, *fences); err != nil {
+				return fmt.Errorf("report %s: %w; nothing registered", reg.Report.Digest, err)
+			}
+		}
 		if reg.Report != nil {
 			gr, err := c.Release(ctx, reg.Root)
 			if err != nil && errcode.Of(err) != errcode.UnknownRelease {
@@ -789,7 +805,9 @@ same command again is safe.`,
 var gateFenceCmd = &cobra.Command{
 	Use:   "fence [tombstone|benchmark VALUE]",
 	Short: "Show the fences, or advance one (closes permits bound below it)",
-	Long: `With no arguments, print the gate's tombstone and benchmark fences.
+	Long: `With no arguments, print the gate's tombstone and benchmark fences, each
+with the prefix digest of the log it was advanced with ("gate fence
+advance" records it), or "no log recorded".
 With KIND VALUE, advance that fence to VALUE: every open permit bound
 below it is closed, but one whose release the gate already holds checked
 at or above both new fences with no hits (a recheck made before the
@@ -799,8 +817,11 @@ earlier generations' of a rollback window, which lose no permit), with
 the documents of the fences those roots are behind.
 Keeping one open takes the gate cluster's command-schema version 1:
 during a rolling upgrade from a build before it, such an advance is
-refused (CLUSTER_VERSION, exit 3) and changes nothing. "gate fence advance" takes VALUE from a stored
-tombstone log or benchmark registry.`,
+refused (CLUSTER_VERSION, exit 3) and changes nothing. An advance to a
+higher VALUE this way records no log: the fence then has none, and
+publish, gate register and recheck cannot check that the logs reports
+checked are the fence's log. "gate fence advance" takes VALUE from a
+stored tombstone log or benchmark registry and records its log.`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) != 0 && len(args) != 2 {
 			return errcode.New(errcode.Usage, "%s: give no arguments or KIND VALUE", cmd.CommandPath())
@@ -816,7 +837,20 @@ tombstone log or benchmark registry.`,
 				return err
 			}
 			return printResult(cmd, f, func(w io.Writer) {
-				fmt.Fprintf(w, "tombstone %d\nbenchmark %d\n", f.Tombstone, f.Benchmark)
+				for _, k := range []struct {
+					kind  string
+					value uint64
+					log   manifest.Digest
+				}{{raftgate.FenceTombstone, f.Tombstone, f.TombstoneLog}, {raftgate.FenceBenchmark, f.Benchmark, f.BenchmarkLog}} {
+					fmt.Fprintf(w, "%s %d", k.kind, k.value)
+					switch {
+					case !k.log.IsZero():
+						fmt.Fprintf(w, " log prefix %s", k.log)
+					case k.value > 0:
+						fmt.Fprint(w, " (no log recorded: no log can be checked against it)")
+					}
+					fmt.Fprintln(w)
+				}
 			})
 		}
 		if args[0] != raftgate.FenceTombstone && args[0] != raftgate.FenceBenchmark {
@@ -920,8 +954,11 @@ against the snapshot ROOT's manifest binds (a report of another
 snapshot, verify --snapshot, is BAD_INPUT, as gate register refuses it),
 and have checked a document of --kind; the watermark and hits sent to
 the gate are the report's. --value and --hits, if given, must equal them
-(a typo is caught, not recorded). Zero hits renews ROOT's permits a
-fence advance closed; any hit marks the release INVALID.
+(a typo is caught, not recorded). The document of --kind the report
+checked must be the log the gate's fence was advanced with, when the
+gate records one (FENCE_LOG_MISMATCH, exit 4, nothing recorded). Zero
+hits renews ROOT's permits a fence advance closed; any hit marks the
+release INVALID.
 
 Exit status: 0 recorded, 1 the release has hits (now INVALID), or the
 report does not show what --value/--hits say or checked another
@@ -947,7 +984,7 @@ snapshot (BAD_INPUT; nothing recorded), 2 usage, 3 error, 4 refused, 5 indetermi
 		if err != nil {
 			return err
 		}
-		value, hits, err := publish.RecheckEvidence(cmd.Context(), s, root, f.kind, rd)
+		value, hits, doc, err := publish.RecheckEvidence(cmd.Context(), s, root, f.kind, rd)
 		if err != nil {
 			return err
 		}
@@ -960,6 +997,21 @@ snapshot (BAD_INPUT; nothing recorded), 2 usage, 3 error, 4 refused, 5 indetermi
 		rc := &raftgate.RecheckCmd{Root: root, Kind: f.kind, Value: value, Report: rd, Hits: hits}
 		c := gateClient()
 		defer c.Close()
+		// The document the report checked must be the fence's log (the
+		// other kind is not rechecked here).
+		fences, err := c.Fences(cmd.Context())
+		if err != nil {
+			return err
+		}
+		var tomb, bench manifest.Digest
+		if f.kind == raftgate.FenceTombstone {
+			tomb, fences.BenchmarkLog = doc, manifest.Digest{}
+		} else {
+			bench, fences.TombstoneLog = doc, manifest.Digest{}
+		}
+		if err := publish.CheckFenceLogs(cmd.Context(), s, tomb, bench, *fences); err != nil {
+			return fmt.Errorf("report %s: %w; nothing recorded", rd, err)
+		}
 		r, err := c.Recheck(cmd.Context(), rc)
 		if err != nil {
 			return err

@@ -99,7 +99,16 @@ already pointing at the root is reported, not published again.
 Fence documents must reach the gate's fences (else FENCE_BEHIND, exit 4)
 and the tombstoneWatermark and benchmarkFence the release claims (else
 WATERMARK_UNCHECKED, exit 1), as verify requires; both are checked before
-anything is registered. A --report VERIFIED below the claims is refused,
+anything is registered. Each must also be the log the gate's fence of its
+kind was advanced with ('gate fence advance' records its prefix digest)
+or one that extends it: a log whose entries up to the fence differ
+(another log, or history rewritten), or none named while the fence
+records a log, is FENCE_LOG_MISMATCH (exit 4) and nothing is registered;
+the logs a --report or the gate's report checked are held to the same
+rule (the gate's is then not reused), and so are the verified report's
+against the fences read again before it is registered. A fence advanced
+without a log ("gate fence KIND VALUE", or before command-schema version
+4) checks no log. A --report VERIFIED below the claims is refused,
 and so is one checked below the watermarks the gate already records for
 the release (BAD_INPUT, as gate register refuses it: publish without
 --report reuses what the gate holds).

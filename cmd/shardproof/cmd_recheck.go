@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -45,7 +46,10 @@ rollback window that the fences passed, which 'gate rollback' refuses
 until they are rechecked.
 A full recheck is a verification: a release that claims a tombstoneWatermark
 and a benchmarkFence needs documents reaching both (WATERMARK_UNCHECKED
-otherwise), as verify does; each document given is recorded.
+otherwise), as verify does; each document given is recorded. Each must be
+the log the gate's fence of its kind was advanced with, or extend it
+(FENCE_LOG_MISMATCH, exit 4, before any work: its zero hits would renew
+permits the fence's log closed), when the gate records one.
 
 --members counts the hits in the member files of the snapshot that the
 gate's VERIFIED report binds each root to, instead of verifying the release
@@ -66,8 +70,9 @@ Exit status: 0 every root renewed (its release satisfies both fences),
 1 a root has hits or no longer verifies (TOMBSTONE_HIT, BENCHMARK_HIT, …)
 or its claims need other documents (WATERMARK_UNCHECKED), 2 usage, or
 credentials or a bucket the store refuses (STORE_DENIED, NO_SUCH_BUCKET),
-3 store or gate unreachable, 4 refused by the gate, or still behind the
-other fence (FENCE_BEHIND).`,
+3 store or gate unreachable, 4 refused by the gate, a document that is
+not the fence's log (FENCE_LOG_MISMATCH), or still behind the other fence
+(FENCE_BEHIND).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o := publish.RecheckOptions{}
@@ -247,7 +252,18 @@ func init() {
 		Short: "Advance a fence to the watermark of a tombstone log or benchmark registry",
 		Long: `advance reads the tombstone log (--tombstones) or benchmark registry
 (--benchmark) by digest, strictly decoded, and advances the gate's fence to
-its watermark (the highest seq). Every open permit bound below it is closed:
+its watermark (the highest seq), recording the log's prefix digest at
+that seq (FORMATS.md) beside the fence: publish, gate register and
+recheck then refuse a log whose entries up to the fence differ
+(FENCE_LOG_MISMATCH). The log must extend the one the fence was advanced
+with: its prefix digest at the current fence must be the gate's
+(FENCE_LOG_MISMATCH otherwise, nothing changed). At the fence's current
+value it records the log when the fence has none (one advanced before
+command-schema version 4, or by "gate fence KIND VALUE"). Recording a log
+takes the gate cluster's command-schema version 4: during a rolling
+upgrade from an earlier build the advance is CLUSTER_VERSION and changes
+nothing ("gate fence KIND VALUE" still advances, without a log). Every
+open permit bound below it is closed:
 runs on those roots can no longer admit checkpoints, and rollbacks to them
 are refused, until 'shardproof recheck' finds zero hits at that watermark.
 Whenever roots are left to recheck (closed permits', or those of an
@@ -267,7 +283,8 @@ Exit status: 0 advanced (or already there), 1 the document is not a
 tombstone log or benchmark registry (BAD_DOCUMENT), 2 usage, or
 credentials or a bucket the store refuses (STORE_DENIED, NO_SUCH_BUCKET),
 3 store or gate unreachable, or CLUSTER_VERSION, 4 refused
-(FENCE_REGRESSION: the fence is already higher).`,
+(FENCE_REGRESSION: the fence is already higher; FENCE_LOG_MISMATCH: the
+log does not extend the fence's).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if (tombstones == "") == (benchmark == "") {
@@ -291,12 +308,16 @@ credentials or a bucket the store refuses (STORE_DENIED, NO_SUCH_BUCKET),
 			}
 			g := gateClient()
 			defer g.Close()
-			r, err := g.AdvanceFence(cmd.Context(), kind, l.Watermark())
+			prefix, err := fenceLogPrefix(cmd.Context(), g, kind, l)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", schema, d, err)
+			}
+			r, err := g.AdvanceFenceLog(cmd.Context(), kind, l.Watermark(), prefix)
 			if err != nil {
 				return err
 			}
 			return printResult(cmd, r, func(w io.Writer) {
-				fmt.Fprintf(w, "%s fence %d (from %s, %d entries); ", kind, l.Watermark(), d, len(l.Entries))
+				fmt.Fprintf(w, "%s fence %d (from %s, %d entries, prefix digest %s); ", kind, l.Watermark(), d, len(l.Entries), prefix)
 				printPermitsMoved(w, r)
 				printRecheckHint(cmd, g, kind, l.Watermark(), d.String())
 			})
@@ -307,6 +328,42 @@ credentials or a bucket the store refuses (STORE_DENIED, NO_SUCH_BUCKET),
 	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest")
 	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest")
 	fence.AddCommand(cmd)
+}
+
+// fenceLogPrefix returns the prefix digest of l at its watermark, which
+// the advance records beside the fence (zero for an empty log: at 0
+// there is nothing to tell logs apart by), after checking that l extends
+// the log the gate's fence of kind was advanced with: its prefix digest
+// at the current fence must be the one the gate records
+// (FENCE_LOG_MISMATCH otherwise: the log rewrites entries the fence
+// already stands for). A fence with no log recorded, or at 0, checks
+// nothing; a log below the fence is left to the gate (FENCE_REGRESSION).
+// The check reads the fences before the advance: an advance by another
+// client in between is not seen.
+func fenceLogPrefix(ctx context.Context, g *raftgate.Client, kind string, l *manifest.FenceLog) (manifest.Digest, error) {
+	var none manifest.Digest
+	f, err := g.Fences(ctx)
+	if err != nil {
+		return none, err
+	}
+	cur, curLog := f.Tombstone, f.TombstoneLog
+	if kind == raftgate.FenceBenchmark {
+		cur, curLog = f.Benchmark, f.BenchmarkLog
+	}
+	if !curLog.IsZero() && cur > 0 && l.Watermark() >= cur {
+		p, err := l.PrefixDigest(cur)
+		if err != nil {
+			return none, err
+		}
+		if p != curLog {
+			return none, errcode.New(errcode.FenceLogMismatch, "its prefix digest at the gate's %s fence %d is %s, and the fence was advanced with a log of prefix digest %s: an entry at or below %d differs, so it does not extend that log (append-only); nothing changed",
+				kind, cur, p, curLog, cur)
+		}
+	}
+	if l.Watermark() == 0 {
+		return none, nil
+	}
+	return l.PrefixDigest(l.Watermark())
 }
 
 // printRecheckHint ends a fence advance's answer with the recheck that

@@ -1,0 +1,90 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/raftgate"
+)
+
+// CheckFenceLogs refuses fence documents that are not the logs the gate's
+// fences were advanced with: for each kind whose fence f records a log
+// prefix digest (raftgate.Fences.TombstoneLog, BenchmarkLog), the document
+// named (tomb, bench: the ones a report checked, or a publish or recheck
+// is about to check) must have that prefix digest at the fence's value
+// (manifest.FenceLog.PrefixDigest): an append-only log at seq n is a
+// prefix of every later one, so a log that differs at or below the fence
+// erased other samples than the fence stands for, and a release checked
+// against it may hold one the fence's log erased. The error is
+// FENCE_LOG_MISMATCH, for a document of another log and for none named
+// while the fence records a log (a report from before the fence's log,
+// or one that checked no document of that kind: verify it again against
+// the current log). A document below the fence is FENCE_BEHIND. A fence
+// without a log digest (advanced before command-schema version 4, or by
+// a bare "gate fence KIND VALUE") checks nothing: say so in the docs, not
+// here. Nothing is written.
+func CheckFenceLogs(ctx context.Context, s objstore.Store, tomb, bench manifest.Digest, f raftgate.Fences) error {
+	for _, k := range []struct {
+		kind, schema, flag string
+		doc                manifest.Digest
+		fence              uint64
+		log                manifest.Digest
+	}{
+		{raftgate.FenceTombstone, manifest.TombstonesSchema, "--tombstones", tomb, f.Tombstone, f.TombstoneLog},
+		{raftgate.FenceBenchmark, manifest.BenchmarkSchema, "--benchmark", bench, f.Benchmark, f.BenchmarkLog},
+	} {
+		if k.log.IsZero() || k.fence == 0 {
+			// At 0 every log has the same (empty) prefix.
+			continue
+		}
+		if k.doc.IsZero() {
+			return errcode.New(errcode.FenceLogMismatch, "no %s document is named, and the gate's %s fence %d was advanced with a log of prefix digest %s: verify against that log or one that extends it (%s)",
+				k.schema, k.kind, k.fence, k.log, k.flag)
+		}
+		l, err := LoadFenceLog(ctx, s, k.doc, k.schema)
+		if err != nil {
+			return err
+		}
+		p, err := l.PrefixDigest(k.fence)
+		if err != nil {
+			return fmt.Errorf("%s %s against the gate's %s fence %d: %w", k.schema, k.doc, k.kind, k.fence, err)
+		}
+		if p != k.log {
+			return errcode.New(errcode.FenceLogMismatch, "%s %s is not the log the gate's %s fence was advanced with: its prefix digest at seq %d is %s, the fence's %s, so an entry at or below %d differs (another log, or history rewritten); verify against the log the fence was advanced with, or one that extends it (%s)",
+				k.schema, k.doc, k.kind, k.fence, p, k.log, k.fence, k.flag)
+		}
+	}
+	return nil
+}
+
+// fenceLogNote says which fences record no log and so check none, for a
+// log line; "" when both record one or are at 0.
+func fenceLogNote(f raftgate.Fences) string {
+	var none []string
+	if f.Tombstone > 0 && f.TombstoneLog.IsZero() {
+		none = append(none, raftgate.FenceTombstone)
+	}
+	if f.Benchmark > 0 && f.BenchmarkLog.IsZero() {
+		none = append(none, raftgate.FenceBenchmark)
+	}
+	return strings.Join(none, ", ")
+}
+
+// CheckReportLogs is CheckFenceLogs for a VERIFIED report to register,
+// checked at watermarks tw and bf against documents tomb and bench: a kind
+// whose fence the report is below is left out, since the report cannot
+// make the release satisfy that fence whatever log it checked (the gate
+// keeps the release behind it, FENCE_BEHIND at publish).
+func CheckReportLogs(ctx context.Context, s objstore.Store, tomb, bench manifest.Digest, tw, bf uint64, f raftgate.Fences) error {
+	if tw < f.Tombstone {
+		f.TombstoneLog = manifest.Digest{}
+	}
+	if bf < f.Benchmark {
+		f.BenchmarkLog = manifest.Digest{}
+	}
+	return CheckFenceLogs(ctx, s, tomb, bench, f)
+}
