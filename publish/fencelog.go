@@ -88,3 +88,60 @@ func CheckReportLogs(ctx context.Context, s objstore.Store, tomb, bench manifest
 	}
 	return CheckFenceLogs(ctx, s, tomb, bench, f)
 }
+
+// checkEvidenceLogs is CheckFenceLogs for the evidence a publish stands
+// on: report rep where it reaches a fence (its logs), and where it does
+// not, the gate's rechecks of release gr (nil: none) at or above that
+// fence with no hits, one of whose reports must have checked the
+// fence's log (RecheckEvidence names it). The gate admits the release on
+// the highest watermarks any of them showed, so each fence's log must be
+// behind one of them. A fence neither reaches is left to the gate
+// (FENCE_BEHIND).
+func checkEvidenceLogs(ctx context.Context, s objstore.Store, rep *manifest.Report, gr *raftgate.Release, f raftgate.Fences) error {
+	if err := CheckReportLogs(ctx, s, rep.Tombstones, rep.Benchmark, rep.TombstoneWatermark, rep.BenchmarkFence, f); err != nil {
+		return err
+	}
+	for _, k := range []struct {
+		kind    string
+		reached bool
+		fence   uint64
+		log     manifest.Digest
+	}{
+		{raftgate.FenceTombstone, rep.TombstoneWatermark >= f.Tombstone, f.Tombstone, f.TombstoneLog},
+		{raftgate.FenceBenchmark, rep.BenchmarkFence >= f.Benchmark, f.Benchmark, f.BenchmarkLog},
+	} {
+		if k.reached || k.log.IsZero() || gr == nil {
+			continue
+		}
+		var last error
+		found := false
+		for i := len(gr.Rechecks) - 1; i >= 0 && !found; i-- {
+			rc := gr.Rechecks[i]
+			if rc.Kind != k.kind || rc.Value < k.fence || rc.Hits != 0 || rc.Report.IsZero() {
+				continue
+			}
+			_, _, doc, err := RecheckEvidence(ctx, s, gr.Root, k.kind, rc.Report)
+			if err != nil {
+				last = err
+				continue
+			}
+			one := raftgate.Fences{}
+			var tomb, bench manifest.Digest
+			if k.kind == raftgate.FenceTombstone {
+				one.Tombstone, one.TombstoneLog, tomb = k.fence, k.log, doc
+			} else {
+				one.Benchmark, one.BenchmarkLog, bench = k.fence, k.log, doc
+			}
+			if last = CheckFenceLogs(ctx, s, tomb, bench, one); last == nil {
+				found = true
+			}
+		}
+		if found {
+			continue
+		}
+		if last != nil {
+			return fmt.Errorf("release %s reaches the %s fence %d by rechecks only, none against the fence's log: %w", gr.Root, k.kind, k.fence, last)
+		}
+	}
+	return nil
+}

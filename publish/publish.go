@@ -211,7 +211,14 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		if fences, err = g.Fences(ctx); err != nil {
 			return out, err
 		}
-		if err := CheckFenceLogs(ctx, s, rep.Tombstones, rep.Benchmark, *fences); err != nil {
+		gr, err := g.Release(ctx, o.Root)
+		if err != nil && errcode.Of(err) != errcode.UnknownRelease {
+			return out, err
+		}
+		if err != nil {
+			gr = nil
+		}
+		if err := checkEvidenceLogs(ctx, s, rep, gr, *fences); err != nil {
 			return out, fmt.Errorf("report %s: %w; nothing registered", out.ReportDigest, err)
 		}
 		if note := fenceLogNote(*fences); note != "" {
@@ -322,7 +329,11 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 			if err := release.CheckWatermarks(rep.TombstoneWatermark, rep.BenchmarkFence); err != nil {
 				return nil, none, fmt.Errorf("report %s cannot stand for this publish: %w", o.Report, err)
 			}
-			if err := CheckFenceLogs(ctx, s, rep.Tombstones, rep.Benchmark, f); err != nil {
+			var gr *raftgate.Release
+			if known {
+				gr = rel
+			}
+			if err := checkEvidenceLogs(ctx, s, rep, gr, f); err != nil {
 				return nil, none, fmt.Errorf("report %s cannot stand for this publish: %w", o.Report, err)
 			}
 			if known {
@@ -348,7 +359,7 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 		release.CheckWatermarks(rep.TombstoneWatermark, rep.BenchmarkFence) != nil {
 		return nil, none, nil
 	}
-	if err := CheckFenceLogs(ctx, s, rep.Tombstones, rep.Benchmark, f); err != nil {
+	if err := checkEvidenceLogs(ctx, s, rep, rel, f); err != nil {
 		// Checked against another log than the fences': verify again
 		// against the documents named (checkFenceDocs holds them to
 		// the fences' logs).

@@ -13,11 +13,21 @@ import (
 	"github.com/shardproof/shardproof/raftgate"
 )
 
-// fenceDoc stores a fence document of schema with one entry at seq (an
-// item no synthetic release holds) and returns its digest.
+// fenceDoc stores a fence document of schema with entries at seqs 1 to
+// seq (items no synthetic release holds) and returns its digest.
 func fenceDoc(t *testing.T, s objstore.Store, schema string, seq int) manifest.Digest {
 	t.Helper()
-	b := fmt.Appendf(nil, `{"schema":%q,"entries":[{"seq":%d,"sampleId":"elsewhere"}]}`, schema, seq)
+	// Entries 1..seq, so the documents of one kind extend each other,
+	// as an append-only log's versions do (gate fence advance refuses
+	// one that rewrites the fence's log).
+	b := fmt.Appendf(nil, `{"schema":%q,"entries":[`, schema)
+	for i := 1; i <= seq; i++ {
+		if i > 1 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, `{"seq":%d,"sampleId":"elsewhere-%d"}`, i, i)
+	}
+	b = append(b, "]}"...)
 	d, _, _, err := objstore.PutBlob(t.Context(), s, b)
 	if err != nil {
 		t.Fatal(err)

@@ -78,7 +78,7 @@ func TestRecheckMembersCLI(t *testing.T) {
 	}
 
 	// Two of gen1's samples deleted: TOMBSTONE_HIT, INVALID, examples.
-	hit := fence(`{"schema":"training.tombstones.v1","entries":[{"seq":5,"sampleId":"syn1-b"},{"seq":6,"sampleId":"syn1-a"},{"seq":7,"sampleId":"syn9-zz"}]}`)
+	hit := fence(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"},{"seq":5,"sampleId":"syn1-b"},{"seq":6,"sampleId":"syn1-a"},{"seq":7,"sampleId":"syn9-zz"}]}`)
 	out, err = run("recheck", "--members", "--alias", "main", "--tombstones", hit.String())
 	wantExit(t, err, errcode.TombstoneHit, errcode.ExitInvalid)
 	r := reportOf(out)
