@@ -100,6 +100,10 @@ type Status struct {
 	// build's, are the members' versions as it last asked them: what
 	// keeps the version from rising.
 	MemberVersions []MemberVersion `json:"memberVersions,omitempty"`
+	// Learner is set while the node is a learner (it joined on an empty
+	// directory and the leader has not promoted it yet): it grants no
+	// vote and asks for none.
+	Learner *LearnerStatus `json:"learner,omitempty"`
 }
 
 // Removed reports whether the node's own Raft configuration, as its
@@ -152,7 +156,7 @@ type Remove struct {
 // handler routes the API:
 //
 //	POST /v1/commands          a command envelope (writes; forwarded to the leader)
-//	POST /v1/join              add a voter (leader)
+//	POST /v1/join              add a learner (leader): a nonvoter, promoted once it caught up
 //	POST /v1/record            record a member's addresses at its own request (leader; a
 //	                           server of the Raft configuration at that Raft address only)
 //	POST /v1/remove            remove a member from the Raft configuration (leader)
@@ -452,7 +456,8 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, nil)
 		return
 	}
-	if err := n.addVoter(j, st); err != nil {
+	index, err := n.addLearner(j, st)
+	if err != nil {
 		writeError(w, err, nil)
 		return
 	}
@@ -461,8 +466,9 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, nil)
 		return
 	}
-	n.log.Info("voter added", "id", j.ID, "raftAddr", j.RaftAddr, "httpAddr", j.HTTPAddr)
+	n.log.Info("learner added: a voter once it caught up", "id", j.ID, "raftAddr", j.RaftAddr, "httpAddr", j.HTTPAddr, "index", index)
 	raw, _ := json.Marshal(res.Value)
+	w.Header().Set(nonvoterIndexHeader, strconv.FormatUint(index, 10))
 	writeJSON(w, http.StatusOK, CommandResponse{Result: raw})
 }
 
@@ -521,29 +527,6 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 	}
 	n.log.Info("member removed", "id", req.ID)
 	writeJSON(w, http.StatusOK, map[string]any{"removed": req.ID})
-}
-
-// addVoter adds the joiner j, whose /v1/status answered st, as a voter,
-// unless its build is below the cluster version (checkJoinerVersion). It
-// holds vers.raise from the check to the configuration's commit: a raise
-// of the cluster version commits before the check, or sees the new
-// configuration and does not commit (see raiseClusterVersion). The
-// probe of the joiner comes before, outside the lock, so neither waits
-// for the other's network round trips.
-func (n *Node) addVoter(j *Join, st *Status) error {
-	n.vers.raise.Lock()
-	defer n.vers.raise.Unlock()
-	if err := n.checkJoinerVersion(j, st); err != nil {
-		return err
-	}
-	n.vers.changes.Add(1)
-	if err := n.raft.AddVoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) {
-			return errcode.Wrap(errcode.NotLeader, err, "add voter")
-		}
-		return errcode.Wrap(errcode.Indeterminate, err, "add voter %s", j.ID)
-	}
-	return nil
 }
 
 // probeMember checks that the member j names answers at j's addresses:
@@ -724,6 +707,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.Halted = &Halted{Index: h.Index, Snapshot: h.Snapshot, Code: errcode.GateHalted, Message: h.Error()}
 	}
 	st.CommandVersion, st.RaftAddr = n.BuildVersion(), n.RaftAddr()
+	st.Learner = n.learner.status()
 	if n.IsLeader() {
 		n.vers.mu.Lock()
 		st.MemberVersions = n.vers.last
@@ -824,6 +808,9 @@ func (n *Node) forward(w http.ResponseWriter, r *http.Request, body []byte, hold
 	w.Header().Set("Content-Type", resp.Header.Get("Content-Type"))
 	if v := resp.Header.Get(stateIndexHeader); v != "" {
 		w.Header().Set(stateIndexHeader, v)
+	}
+	if v := resp.Header.Get(nonvoterIndexHeader); v != "" {
+		w.Header().Set(nonvoterIndexHeader, v)
 	}
 	if resp.ContentLength >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))

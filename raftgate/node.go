@@ -225,6 +225,10 @@ type Node struct {
 	vers versions
 	// recording is set while a record request (askRecord) is in flight.
 	recording atomic.Bool
+	// learner is set while the node is a learner (see learner.go);
+	// promoting while the leader's promoteLearners runs.
+	learner   learner
+	promoting atomic.Bool
 }
 
 // NewNode returns a node; Start opens its storage and starts serving.
@@ -419,6 +423,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "inspect raft state")
 	}
+	if err := n.learner.load(n.cfg.DataDir); err != nil {
+		return err
+	}
+	if !existing && n.cfg.Join != "" {
+		// Before Raft starts: from its first RPC on, this node grants
+		// no vote until the leader promoted it (see learner.go).
+		if err := n.learner.begin(); err != nil {
+			return err
+		}
+	}
 	if restored != nil {
 		if existing {
 			return errcode.New(errcode.Usage, "%s holds gate state already: a backup is restored into an empty directory only", n.cfg.DataDir)
@@ -456,9 +470,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		if err := os.WriteFile(marker, []byte("at "+time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 			return errcode.Wrap(errcode.IO, err, "recovery marker")
 		}
+		// The only member votes: a learner that recovers is one no more.
+		if err := n.learner.end(); err != nil {
+			return err
+		}
 		n.log.Warn("recovered as a single-node cluster from this node's own state; other members must rejoin with wiped directories and --join", "id", n.cfg.ID)
 	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, n.trans)
+	n.raft, err = raft.NewRaft(rc, configWatch{FSM: n.fsm, n: n}, n.store, n.store, snaps, &voteGate{NetworkTransport: n.trans, n: n})
 	if err != nil {
 		if _, h := n.fsm.Halted(); h != nil {
 			// Its newest snapshot is a newer build's.
@@ -548,6 +566,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		if err := n.join(ctx); err != nil {
 			return err
 		}
+	} else if l := n.learner.status(); l != nil && l.Since == 0 {
+		// A learner stopped before its join was answered: the leader
+		// promotes it only once it knows the answer.
+		if n.cfg.Join == "" {
+			n.log.Warn("this member is a learner whose join was not answered: it votes only once the leader promoted it; restart it with --join", "id", n.cfg.ID)
+		} else if err := n.join(ctx); err != nil {
+			return err
+		}
 	}
 	n.log.Info("gate node started", "httpAddr", n.HTTPAddr(), "raftAddr", n.RaftAddr(), "existingState", existing)
 	return nil
@@ -591,16 +617,26 @@ func loopbackHost(hostport string) bool {
 	return host == "localhost" || strings.HasSuffix(host, ".localhost")
 }
 
-// join asks the member at Config.Join to add this node as a voter,
-// retrying until ctx ends.
+// join asks the member at Config.Join to add this node as a learner,
+// retrying until ctx ends, and records the index of the nonvoter entry
+// the leader answers with (see learner.go).
 func (n *Node) join(ctx context.Context) error {
 	c := n.memberClient(n.cfg.Join)
 	c.RetryFor = 30 * time.Second
 	req := &Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()}
-	if err := c.do(ctx, http.MethodPost, "/v1/join", req, nil); err != nil {
+	var ans joinAnswer
+	if err := c.do(ctx, http.MethodPost, "/v1/join", req, &ans); err != nil {
 		return errcode.Wrap(errcode.Of(err), err, "join via %s", n.cfg.Join)
 	}
-	n.log.Info("joined gate cluster", "via", n.cfg.Join)
+	if ans.nonvoter == 0 {
+		// A leader of a build before learners added it as a voter.
+		n.log.Warn("joined as a voter at once: the leader's build has no learners", "via", n.cfg.Join)
+		return n.learner.end()
+	}
+	if err := n.learner.answered(ans.nonvoter); err != nil {
+		return err
+	}
+	n.log.Info("joined gate cluster as a learner: it votes once the leader promoted it", "via", n.cfg.Join, "index", ans.nonvoter)
 	return nil
 }
 
@@ -976,6 +1012,7 @@ func (n *Node) leaderLoop() {
 			}
 			continue
 		}
+		n.promoteInBackground()
 		if n.ClusterVersion() < n.BuildVersion() && time.Since(lastVersion) >= n.cfg.versionInterval {
 			lastVersion = time.Now()
 			n.raiseInBackground()

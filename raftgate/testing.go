@@ -54,7 +54,9 @@ func OlderBuild(v uint64) func(*Config) {
 }
 
 // StartTestNode starts one node with cfg and registers its shutdown with
-// t.Cleanup. It fails the test if the node does not start.
+// t.Cleanup. It fails the test if the node does not start. A node that
+// joins is a learner until the leader promotes it: StartTestNode returns
+// once it votes (WaitPromoted).
 func StartTestNode(t testing.TB, cfg Config) *Node {
 	t.Helper()
 	n := NewNode(cfg)
@@ -62,7 +64,23 @@ func StartTestNode(t testing.TB, cfg Config) *Node {
 		t.Fatalf("start %s: %v", cfg.ID, err)
 	}
 	t.Cleanup(func() { n.Shutdown() })
+	if cfg.Join != "" {
+		WaitPromoted(t, n, 10*time.Second)
+	}
 	return n
+}
+
+// WaitPromoted waits up to timeout for n to be a learner no more (see
+// Status.Learner); it fails the test on timeout.
+func WaitPromoted(t testing.TB, n *Node, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for n.learner.status() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still a learner after %s: %+v", n.ID(), timeout, n.learner.status())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // MakeCluster starts size nodes: the first bootstraps, the others join it.
@@ -93,7 +111,7 @@ func MakeCluster(t testing.TB, size int, options ...func(*Config)) *TestCluster 
 			c.Leader(10 * time.Second)
 		}
 	}
-	c.Leader(10 * time.Second)
+	c.WaitVoters(10 * time.Second)
 	want := CommandVersion
 	for _, n := range c.Nodes {
 		want = min(want, n.BuildVersion())
@@ -118,6 +136,35 @@ func (c *TestCluster) WaitClusterVersion(v uint64, timeout time.Duration) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.t.Fatalf("cluster version %d not reached within %s", v, timeout)
+}
+
+// WaitVoters waits up to timeout for the leader to hold every running
+// node as a voter, and every running node to vote (joiners are learners
+// until the leader promotes them); it fails the test on timeout.
+func (c *TestCluster) WaitVoters(timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		done := false
+		for _, l := range c.Nodes {
+			if l == nil || !l.IsLeader() {
+				continue
+			}
+			voters := map[string]bool{}
+			for _, v := range l.voters() {
+				voters[v.ID] = v.Suffrage == "Voter"
+			}
+			done = true
+			for _, n := range c.Nodes {
+				done = done && (n == nil || voters[n.ID()] && n.learner.status() == nil)
+			}
+		}
+		if done {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatalf("not every node a voter within %s", timeout)
 }
 
 // Leader waits up to timeout for a running node to be leader and returns

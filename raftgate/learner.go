@@ -1,0 +1,483 @@
+package raftgate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// A member that joins on an empty directory, under a new ID or under the
+// ID of a member whose directory was lost, is a learner until the leader
+// promotes it (etcd's learners, with hashicorp/raft's nonvoters).
+//
+// Raft's safety rests on a voter never forgetting its term, its vote and
+// the entries it acknowledged. A member that lost its directory and came
+// back under its old ID as a voter had forgotten all three: with term 0,
+// no vote and an empty configuration, hashicorp/raft granted its vote to
+// any candidate, in a term in which it had voted for another already (two
+// leaders of one term) and to a candidate whose log lacked entries
+// committed with its old acknowledgements (acknowledged writes lost). So:
+//
+//   - the joiner writes a learner marker (learnerFile) before its Raft
+//     starts; while the marker is there it grants no vote and no pre-vote
+//     and asks for none (voteGate), whatever its configuration says;
+//   - the leader makes the joiner a nonvoter (demoting the old voter of
+//     that ID first, which never shrinks what the cluster tolerates: the
+//     dead voter counted in no quorum that could form without it) and
+//     answers the join with the index of that configuration entry;
+//   - the joiner notes, from the configurations its log commits (raft's
+//     ConfigurationStore), the first one at or after that index that makes
+//     it a nonvoter, and reports it in /v1/status;
+//   - the leader (any leader: promoteLearners runs in every leader's loop)
+//     promotes a nonvoter to voter once it applied every entry the leader
+//     had committed when it asked, and it reported that nonvoter entry
+//     (one that got it only in a snapshot is made a nonvoter again, to
+//     find one in its log);
+//   - the joiner drops its marker, and votes, at the first committed
+//     configuration after that entry that makes it a voter.
+//
+// Committed entries are never undone, so neither the old configuration,
+// nor a demotion a later leader cut from the log, is taken for the
+// promotion.
+
+// learnerFile is the learner marker in a data directory.
+const learnerFile = "learner"
+
+// learnerMark is the marker's content.
+type learnerMark struct {
+	// Since is the log index of the configuration entry that made this
+	// member a nonvoter in answer to its join (0: no answer yet).
+	Since uint64 `json:"since"`
+	// NonvoterAt is the index of the first committed configuration at or
+	// after Since that lists this member as a nonvoter (0: none yet).
+	NonvoterAt uint64 `json:"nonvoterAt,omitempty"`
+}
+
+// LearnerStatus is a learner's progress, in its /v1/status.
+type LearnerStatus struct {
+	// Since is the index of the configuration entry the leader made this
+	// member a nonvoter with (0: its join was not answered yet).
+	Since uint64 `json:"since"`
+	// NonvoterAt is the index of the committed configuration, at or
+	// after Since, in which this member found itself a nonvoter: the
+	// leader promotes it only once it is set.
+	NonvoterAt uint64 `json:"nonvoterAt,omitempty"`
+}
+
+// learner is a node's learner state.
+type learner struct {
+	// on is set while the marker is there: no votes.
+	on   atomic.Bool
+	mu   sync.Mutex
+	mark learnerMark
+	path string
+}
+
+// load reads the marker in dir, if any.
+func (l *learner) load(dir string) error {
+	l.path = filepath.Join(dir, learnerFile)
+	b, err := os.ReadFile(l.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "read the learner marker")
+	}
+	var m learnerMark
+	if err := json.Unmarshal(b, &m); err != nil {
+		return errcode.Wrap(errcode.BadDocument, err, "learner marker %s", l.path)
+	}
+	l.mark = m
+	l.on.Store(true)
+	return nil
+}
+
+// begin makes the node a learner: the marker is on disk before Raft
+// starts, so a crash at any point leaves a node that does not vote.
+func (l *learner) begin() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mark = learnerMark{}
+	if err := l.save(); err != nil {
+		return err
+	}
+	l.on.Store(true)
+	return nil
+}
+
+// save writes the marker durably (temp file, fsync, rename, fsync of the
+// directory). Called with mu held.
+func (l *learner) save() error {
+	b, _ := json.Marshal(l.mark)
+	tmp := l.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err == nil {
+		_, err = f.Write(append(b, '\n'))
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp, l.path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(l.path))
+	}
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "write the learner marker")
+	}
+	return nil
+}
+
+// end drops the marker: the node votes from now on.
+func (l *learner) end() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.endLocked()
+}
+
+func (l *learner) endLocked() error {
+	if l.path == "" {
+		return nil
+	}
+	if err := os.Remove(l.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return errcode.Wrap(errcode.IO, err, "remove the learner marker")
+	}
+	if err := syncDir(filepath.Dir(l.path)); err != nil {
+		return errcode.Wrap(errcode.IO, err, "remove the learner marker")
+	}
+	l.on.Store(false)
+	return nil
+}
+
+// answered records the index of the configuration entry the leader's
+// answer to the join named.
+func (l *learner) answered(since uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.on.Load() || l.mark.Since >= since {
+		return nil
+	}
+	l.mark = learnerMark{Since: since}
+	return l.save()
+}
+
+// status is the learner's progress, nil once it votes.
+func (l *learner) status() *LearnerStatus {
+	if !l.on.Load() {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.on.Load() {
+		return nil
+	}
+	return &LearnerStatus{Since: l.mark.Since, NonvoterAt: l.mark.NonvoterAt}
+}
+
+// committed takes the configuration committed at index. It returns
+// whether the node was promoted by it.
+func (l *learner) committed(id raft.ServerID, index uint64, c raft.Configuration) (promoted bool, err error) {
+	if !l.on.Load() {
+		return false, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.on.Load() || l.mark.Since == 0 || index < l.mark.Since {
+		return false, nil
+	}
+	var suffrage raft.ServerSuffrage = -1
+	for _, sv := range c.Servers {
+		if sv.ID == id {
+			suffrage = sv.Suffrage
+		}
+	}
+	switch {
+	case suffrage == raft.Nonvoter && l.mark.NonvoterAt == 0:
+		l.mark.NonvoterAt = index
+		return false, l.save()
+	case suffrage == raft.Voter && l.mark.NonvoterAt > 0 && index > l.mark.NonvoterAt:
+		return true, l.endLocked()
+	}
+	return false, nil
+}
+
+// syncDir fsyncs a directory, so a rename or removal in it is durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+		return err
+	}
+	return nil
+}
+
+// configWatch is the FSM Raft drives: n.fsm, and the configurations its
+// log commits for the learner (hashicorp/raft's ConfigurationStore).
+type configWatch struct {
+	*FSM
+	n *Node
+}
+
+// StoreConfiguration is called, in log order, with each configuration
+// entry once it is committed (and again, after a restart, for those after
+// the snapshot).
+func (w configWatch) StoreConfiguration(index uint64, c raft.Configuration) {
+	promoted, err := w.n.learner.committed(raft.ServerID(w.n.cfg.ID), index, c)
+	if err != nil {
+		// The marker stays as it was: the node keeps refusing votes.
+		w.n.log.Error("learner marker", "code", errcode.Of(err), "err", err)
+		return
+	}
+	if promoted {
+		w.n.log.Info("promoted to voter: this member votes from now on", "index", index)
+	}
+}
+
+// voteGate is the Raft transport as the node's Raft sees it: while the
+// node is a learner it answers every RequestVote and RequestPreVote
+// refused, and sends none (so it neither grants a vote nor campaigns);
+// everything else passes.
+type voteGate struct {
+	*raft.NetworkTransport
+	n    *Node
+	once sync.Once
+	out  chan raft.RPC
+}
+
+// errLearner is what a learner's vote requests fail with.
+var errLearner = errors.New("this member is a learner and asks for no votes until the leader promotes it")
+
+// Consumer passes the transport's RPCs on, answering vote requests itself
+// while the node is a learner.
+func (g *voteGate) Consumer() <-chan raft.RPC {
+	g.once.Do(func() {
+		g.out = make(chan raft.RPC)
+		in := g.NetworkTransport.Consumer()
+		go func() {
+			for {
+				var rpc raft.RPC
+				select {
+				case rpc = <-in:
+				case <-g.n.stop:
+					return
+				}
+				if g.n.learner.on.Load() && g.refuse(rpc) {
+					continue
+				}
+				select {
+				case g.out <- rpc:
+				case <-g.n.stop:
+					return
+				}
+			}
+		}()
+	})
+	return g.out
+}
+
+// refuse answers rpc refused if it asks for a vote.
+func (g *voteGate) refuse(rpc raft.RPC) bool {
+	h := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(g.n.cfg.ID), Addr: g.EncodePeer(raft.ServerID(g.n.cfg.ID), g.LocalAddr())}
+	switch rpc.Command.(type) {
+	case *raft.RequestVoteRequest:
+		rpc.Respond(&raft.RequestVoteResponse{RPCHeader: h, Granted: false}, nil)
+	case *raft.RequestPreVoteRequest:
+		rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: h, Granted: false}, nil)
+	default:
+		return false
+	}
+	return true
+}
+
+// RequestVote asks for a vote, unless the node is a learner.
+func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if g.n.learner.on.Load() {
+		return errLearner
+	}
+	return g.NetworkTransport.RequestVote(id, target, args, resp)
+}
+
+// RequestPreVote asks for a pre-vote, unless the node is a learner.
+func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if g.n.learner.on.Load() {
+		return errLearner
+	}
+	return g.NetworkTransport.RequestPreVote(id, target, args, resp)
+}
+
+// nonvoterIndexHeader carries, on the answer to a POST /v1/join, the log
+// index of the configuration entry that made the joiner a nonvoter (see
+// LearnerStatus.Since). A leader of a build before learners sends none: it
+// added the joiner as a voter. A follower passes the leader's on.
+const nonvoterIndexHeader = "X-Shardproof-Nonvoter-Index"
+
+// joinAnswer is a joiner's view of the answer to its POST /v1/join.
+type joinAnswer struct {
+	NodeInfo
+	nonvoter uint64
+}
+
+func (a *joinAnswer) readHeader(h http.Header) {
+	a.nonvoter, _ = strconv.ParseUint(h.Get(nonvoterIndexHeader), 10, 64)
+}
+
+// addLearner makes the joiner j, whose /v1/status answered st, a
+// nonvoter, unless its build is below the cluster version
+// (checkJoinerVersion): a voter of that ID (a member whose directory was
+// lost) is demoted first. It returns the index of the nonvoter entry. It
+// holds vers.raise from the check to the configuration's commit, as a
+// raise of the cluster version expects (see raiseClusterVersion).
+func (n *Node) addLearner(j *Join, st *Status) (uint64, error) {
+	if j.ID == n.cfg.ID {
+		return 0, errcode.New(errcode.BadInput, "join of %s: that is the leader's own ID; a member joins under an ID of its own", truncate(j.ID))
+	}
+	n.vers.raise.Lock()
+	defer n.vers.raise.Unlock()
+	if err := n.checkJoinerVersion(j, st); err != nil {
+		return 0, err
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return 0, errcode.Wrap(errcode.Internal, err, "read the configuration")
+	}
+	n.vers.changes.Add(1)
+	for _, sv := range f.Configuration().Servers {
+		if string(sv.ID) == j.ID && sv.Suffrage == raft.Voter {
+			// Its votes and acknowledgements are lost with its
+			// directory: it counts in no quorum until promoted again.
+			if err := n.raft.DemoteVoter(sv.ID, 0, n.cfg.ApplyTimeout).Error(); err != nil {
+				return 0, configChangeError(err, "demote voter %s", j.ID)
+			}
+			n.log.Info("voter demoted to nonvoter: it rejoins on an empty directory", "id", j.ID)
+		}
+	}
+	af := n.raft.AddNonvoter(raft.ServerID(j.ID), raft.ServerAddress(j.RaftAddr), 0, n.cfg.ApplyTimeout)
+	if err := af.Error(); err != nil {
+		return 0, configChangeError(err, "add nonvoter %s", j.ID)
+	}
+	return af.Index(), nil
+}
+
+// configChangeError is the coded error of a failed configuration change.
+func configChangeError(err error, format string, args ...any) error {
+	if errors.Is(err, raft.ErrNotLeader) {
+		return errcode.Wrap(errcode.NotLeader, err, format, args...)
+	}
+	return errcode.Wrap(errcode.Indeterminate, err, format, args...)
+}
+
+// promoteInBackground starts, from the leader loop, promoteLearners
+// unless a run is in flight, and returns at once.
+func (n *Node) promoteInBackground() {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	some := false
+	for _, sv := range f.Configuration().Servers {
+		some = some || sv.Suffrage == raft.Nonvoter
+	}
+	if !some || !n.promoting.CompareAndSwap(false, true) {
+		return
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer n.promoting.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), joinProbeTimeout)
+		defer cancel()
+		go func() {
+			select {
+			case <-n.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		n.promoteLearners(ctx)
+	}()
+}
+
+// promoteLearners, on the leader, promotes each nonvoter of the
+// configuration that caught up: its /v1/status, at the HTTP address of its
+// join record, answers with its ID and Raft address, an applied index at
+// least the leader's commit index before it asked, and (from a build with
+// learners) the nonvoter entry it found in its log. One that caught up
+// without finding one (it got the entry in a snapshot) is made a nonvoter
+// again, so its log commits one.
+func (n *Node) promoteLearners(ctx context.Context) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	httpOf := map[string]string{}
+	n.fsm.Read(func(s *State) {
+		for id, ni := range s.Nodes {
+			httpOf[id] = ni.HTTPAddr
+		}
+	})
+	for _, sv := range f.Configuration().Servers {
+		if sv.Suffrage != raft.Nonvoter || httpOf[string(sv.ID)] == "" {
+			continue
+		}
+		if err := n.promote(ctx, sv, httpOf[string(sv.ID)]); err != nil {
+			n.log.Warn("learner not promoted yet", "id", sv.ID, "code", errcode.Of(err), "err", err)
+		}
+	}
+}
+
+// promote promotes the nonvoter sv if it caught up (see promoteLearners).
+// It returns nil when it is not its time yet.
+func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string) error {
+	commit := n.raft.CommitIndex()
+	c := n.memberClient(httpAddr)
+	defer c.Close()
+	c.RetryFor = -1
+	st, err := c.Status(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("its status at %s: %w", httpAddr, err)
+	case st.ID != string(sv.ID) || st.RaftAddr != "" && st.RaftAddr != string(sv.Address):
+		return errcode.New(errcode.BadInput, "the gate at %s is %s at raftAddr %s, and the configuration has %s at %s", httpAddr, truncate(st.ID), truncate(st.RaftAddr), sv.ID, sv.Address)
+	case st.Halted != nil || st.AppliedIndex < commit:
+		return nil
+	}
+	n.vers.raise.Lock()
+	defer n.vers.raise.Unlock()
+	n.vers.changes.Add(1)
+	if l := st.Learner; l != nil && l.NonvoterAt == 0 {
+		if l.Since == 0 {
+			// Its join was not answered; it joins again when restarted
+			// with --join.
+			return nil
+		}
+		if err := n.raft.AddNonvoter(sv.ID, sv.Address, 0, n.cfg.ApplyTimeout).Error(); err != nil {
+			return configChangeError(err, "add nonvoter %s again", sv.ID)
+		}
+		n.log.Info("learner caught up from a snapshot: made a nonvoter again, to find that in its log", "id", sv.ID)
+		return nil
+	}
+	if err := n.raft.AddVoter(sv.ID, sv.Address, 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return configChangeError(err, "promote %s", sv.ID)
+	}
+	n.log.Info("learner promoted to voter: it caught up", "id", sv.ID, "appliedIndex", st.AppliedIndex, "leaderCommitIndex", commit)
+	return nil
+}

@@ -1,0 +1,148 @@
+package raftgate
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// A member whose directory was lost and that rejoins under its old ID
+// (README's "Replacing a dead member") is a learner until it caught up: it
+// grants no vote and no pre-vote, even for a term above its own, so it
+// cannot vote a second time in a term its lost directory had voted in, nor
+// for a candidate whose log lacks what its old acknowledgements committed.
+// Before, it started with term 0 and an empty configuration and granted the
+// first vote it was asked for. The leader demotes the old voter to a
+// nonvoter (the cluster keeps its quorum and takes writes meanwhile),
+// promotes it once it caught up, and then it votes: the cluster survives
+// the loss of another member with it.
+func TestReplacedMemberRejoinsAsLearner(t *testing.T) {
+	ctx := ctxT(t, 90*time.Second)
+	c := MakeCluster(t, 3)
+	cl := c.Client()
+	registerVerified(t, ctx, cl, "before", 2, 0, 0)
+	leader := c.Leader(10 * time.Second)
+	var victim, other int = -1, -1
+	for i, n := range c.Nodes {
+		switch {
+		case n == leader:
+		case victim < 0:
+			victim = i
+		default:
+			other = i
+		}
+	}
+	c.Stop(victim)
+	if err := os.RemoveAll(c.Configs[victim].DataDir); err != nil {
+		t.Fatal(err)
+	}
+
+	// The join goes through a proxy to the leader that holds it until
+	// released: the replacement's Raft serves meanwhile.
+	arrived, release := make(chan struct{}), make(chan struct{})
+	target, _ := url.Parse(leader.URL())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/join" {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	cfg := c.Configs[victim]
+	cfg.Join = proxy.Listener.Addr().String()
+	n := NewNode(cfg)
+	t.Cleanup(func() { n.Shutdown() })
+	started := make(chan error, 1)
+	go func() { started <- n.Start(ctx) }()
+	select {
+	case <-arrived:
+	case err := <-started:
+		t.Fatalf("start returned before its join was answered: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no join")
+	}
+
+	// A candidate of a term above every member's, with a log longer than
+	// any, asks the replacement for its vote and its pre-vote.
+	trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trans.Close()
+	cand := c.Nodes[other]
+	term := leader.Raft().CurrentTerm() + 5
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(cand.ID()), Addr: []byte(cand.RaftAddr())}
+	var vote raft.RequestVoteResponse
+	if err := trans.RequestVote(raft.ServerID(n.ID()), raft.ServerAddress(cfg.RaftAddr), &raft.RequestVoteRequest{
+		RPCHeader: hdr, Term: term, LastLogIndex: 1 << 40, LastLogTerm: term - 1, LeadershipTransfer: true,
+	}, &vote); err != nil {
+		t.Fatalf("request vote: %v", err)
+	}
+	var pre raft.RequestPreVoteResponse
+	if err := trans.RequestPreVote(raft.ServerID(n.ID()), raft.ServerAddress(cfg.RaftAddr), &raft.RequestPreVoteRequest{
+		RPCHeader: hdr, Term: term, LastLogIndex: 1 << 40, LastLogTerm: term - 1,
+	}, &pre); err != nil {
+		t.Fatalf("request pre-vote: %v", err)
+	}
+	if vote.Granted || pre.Granted || n.Raft().CurrentTerm() >= term {
+		t.Fatalf("the replacement of %s on an empty directory granted vote %v, pre-vote %v, and is at term %d (asked for term %d): it may vote twice in a term", n.ID(), vote.Granted, pre.Granted, n.Raft().CurrentTerm(), term)
+	}
+	// The cluster takes writes while the replacement waits.
+	registerVerified(t, ctx, cl, "during", 2, 0, 0)
+
+	close(release)
+	if err := <-started; err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	WaitPromoted(t, n, 10*time.Second)
+	c.Nodes[victim] = n
+
+	// The leader's log: the old voter became a nonvoter, then a voter.
+	leader = c.Leader(10 * time.Second)
+	var seq []raft.ServerSuffrage
+	first, _ := leader.store.FirstIndex()
+	last, _ := leader.store.LastIndex()
+	for i := first; i <= last; i++ {
+		var l raft.Log
+		if err := leader.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
+			continue
+		}
+		for _, sv := range raft.DecodeConfiguration(l.Data).Servers {
+			if string(sv.ID) == n.ID() && (len(seq) == 0 || seq[len(seq)-1] != sv.Suffrage) {
+				seq = append(seq, sv.Suffrage)
+			}
+		}
+	}
+	if len(seq) < 3 || seq[len(seq)-3] != raft.Voter || seq[len(seq)-2] != raft.Nonvoter || seq[len(seq)-1] != raft.Voter {
+		t.Fatalf("%s's suffrage along the leader's log: %v, want voter, nonvoter, voter", n.ID(), seq)
+	}
+	if _, err := os.Stat(cfg.DataDir + "/" + learnerFile); !os.IsNotExist(err) {
+		t.Fatalf("learner marker after the promotion: %v", err)
+	}
+
+	// Promoted, it counts: the third member stops, and the leader and the
+	// replacement are 2 of 3.
+	c.Stop(other)
+	cl2 := NewClient(leader.URL() + "," + n.URL())
+	defer cl2.Close()
+	registerVerified(t, ctx, cl2, "after", 2, 0, 0)
+}
