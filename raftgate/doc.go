@@ -193,8 +193,11 @@
 // INDETERMINATE. A node with no state
 // bootstraps a single-node cluster of itself only with Config.Bootstrap
 // (else it refuses: it may be a wiped member, which must rejoin rather
-// than found a second cluster); a node with Join asks that member to
-// AddVoter it (the same ID at a new address replaces the old one). Writes on a follower are forwarded
+// than found a second cluster); a node with Join asks that member to add
+// it as a learner: a nonvoter (a voter of the same ID, whose directory
+// was lost, is demoted first; a new address replaces the old one) that
+// grants no vote and asks for none until the leader promotes it, once it
+// applied what the leader had committed (see learner.go). Writes on a follower are forwarded
 // once to the leader (X-Shardproof-Forwarded prevents loops), and the
 // follower waits for the answer at most twice ApplyTimeout (a join adds
 // the leader's probe of the joiner, a long-poll its wait): a leader

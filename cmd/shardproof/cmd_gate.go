@@ -394,7 +394,10 @@ a time and check here that the cluster version rose after the last.`,
 				if h == "" {
 					h = "(not recorded yet)"
 				}
-				fmt.Fprintf(w, "member %s: http %s, raft %s, %s\n", v.ID, h, v.RaftAddr, strings.ToLower(v.Suffrage))
+				fmt.Fprintf(w, "member %s: http %s, raft %s, %s\n", v.ID, h, v.RaftAddr, suffrageText(v.Suffrage))
+			}
+			if l := st.Learner; l != nil {
+				fmt.Fprintf(w, "learner: %s\n", learnerText(l))
 			}
 		})
 		if err == nil && st.Halted != nil {
@@ -408,6 +411,26 @@ a time and check here that the cluster version rose after the last.`,
 	},
 }
 
+// suffrageText is how gate status names a member's suffrage: a
+// nonvoter is a learner the leader promotes once it caught up.
+func suffrageText(s string) string {
+	if s == "Nonvoter" {
+		return "nonvoter (learner: catching up, no vote until the leader promotes it)"
+	}
+	return strings.ToLower(s)
+}
+
+// learnerText is a learner's own progress, as gate status prints it.
+func learnerText(l *raftgate.LearnerStatus) string {
+	switch {
+	case l.Since == 0:
+		return "joined on an empty directory; its join was not answered (restart it with --join); grants no vote"
+	case l.NonvoterAt == 0:
+		return fmt.Sprintf("catching up to the nonvoter entry at index %d; grants no vote until promoted", l.Since)
+	}
+	return fmt.Sprintf("caught up to its nonvoter entry (index %d); grants no vote until the leader promotes it", l.NonvoterAt)
+}
+
 var gateRemoveCmd = &cobra.Command{
 	Use:   "remove ID",
 	Short: "Remove a member from the gate cluster's Raft configuration",
@@ -417,8 +440,8 @@ Use it to shrink a cluster, and before replacing a dead member by a node
 with another ID: the newcomer would otherwise be one voter more, and the
 quorum one larger (a 3-node cluster that lost a member and gained a new one
 without this has 4 voters and stops at the next loss). A replacement that
-reuses the dead member's --id needs no remove: its --join updates the
-address. Stop the removed member's process (it no longer counts, and a
+reuses the dead member's --id needs no remove: its --join (on an empty
+--data) updates the address, and makes it a nonvoter until it caught up. Stop the removed member's process (it no longer counts, and a
 restart of it would not rejoin without --join). Removing a non-member or
 the last member is BAD_INPUT and changes nothing; the leader may remove
 itself, and steps down.

@@ -1101,3 +1101,50 @@ func TestGateStatusPrintsVersions(t *testing.T) {
 		t.Fatalf("status of an upgraded gate:\n%s", r.stdout)
 	}
 }
+
+// gate status on a member that joined on an empty directory and is still
+// a learner says so: it grants no vote until the leader promotes it. Here
+// its join is held on the way to the leader, so it is not answered yet.
+func TestGateStatusOfLearner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	c := raftgate.MakeCluster(t, 1)
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	target, _ := url.Parse(c.Nodes[0].URL())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/join" {
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	cfg := raftgate.TestConfig(t.TempDir(), "node2")
+	cfg.Join, cfg.Bootstrap = proxy.Listener.Addr().String(), false
+	n := raftgate.NewNode(cfg)
+	defer n.Shutdown()
+	started := make(chan error, 1)
+	go func() { started <- n.Start(ctx) }()
+	select {
+	case <-arrived:
+	case err := <-started:
+		t.Fatalf("start returned before its join was answered: %v", err)
+	}
+	r := runGateCLI(t, "gate", "status", "--gate", n.URL()).expect(t, 0, "")
+	close(release)
+	if !strings.Contains(r.stdout, "learner: joined on an empty directory; its join was not answered") {
+		t.Fatalf("gate status of a learner:\n%s", r.stdout)
+	}
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	raftgate.WaitPromoted(t, n, 10*time.Second)
+	r = runGateCLI(t, "gate", "status", "--gate", n.URL()).expect(t, 0, "")
+	if strings.Contains(r.stdout, "learner") || !strings.Contains(r.stdout, "member node2: http "+n.HTTPAddr()+", raft "+n.RaftAddr()+", voter") {
+		t.Fatalf("gate status of the promoted member:\n%s", r.stdout)
+	}
+}
