@@ -178,6 +178,8 @@ func TestBlackHoledMemberHoldsNoSweepOrJoin(t *testing.T) {
 		t.Fatal("node3 never joined")
 	}
 	outstanding("node3 joined")
+	// A learner first, promoted once caught up.
+	WaitPromoted(t, n3, 10*time.Second)
 	var voters []string
 	for _, v := range l.voters() {
 		voters = append(voters, v.ID+" "+v.Suffrage)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -37,12 +38,12 @@ import (
 //     that ID first, which never shrinks what the cluster tolerates: the
 //     dead voter counted in no quorum that could form without it) and
 //     answers the join with the index of that configuration entry;
-//   - the joiner notes, from the configurations its log commits (raft's
-//     ConfigurationStore), the first one at or after that index that makes
-//     it a nonvoter, and reports it in /v1/status;
+//   - the joiner notes, from the configuration entries its log holds up to
+//     its commit index (watchLearner), the first one at or after that index
+//     that makes it a nonvoter, and reports it in /v1/status;
 //   - the leader (any leader: promoteLearners runs in every leader's loop)
-//     promotes a nonvoter to voter once it applied every entry the leader
-//     had committed when it asked, and it reported that nonvoter entry
+//     promotes a nonvoter to voter once its log holds every entry the
+//     leader had committed when it asked, and it reported that nonvoter entry
 //     (one that got it only in a snapshot is made a nonvoter again, to
 //     find one in its log);
 //   - the joiner drops its marker, and votes, at the first committed
@@ -230,27 +231,57 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// configWatch is the FSM Raft drives: n.fsm, and the configurations its
-// log commits for the learner (hashicorp/raft's ConfigurationStore).
-type configWatch struct {
-	*FSM
-	n *Node
+// watchLearner, while the node is a learner, reads the configuration
+// entries its log holds up to its commit index (committed, so never
+// undone), in order, for the learner's progress (learner.committed). It
+// reads the log, not the FSM's progress, so a member whose state lags
+// behind its log (a slow disk, a restart replaying its log) is promoted
+// and votes as one whose log caught up would.
+func (n *Node) watchLearner() {
+	t := time.NewTicker(learnerScanInterval)
+	defer t.Stop()
+	var scanned uint64
+	for n.learner.on.Load() {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		first, err := n.store.FirstIndex()
+		if err != nil {
+			continue
+		}
+		commit := n.raft.CommitIndex()
+		for i := max(scanned+1, first); i <= commit && n.learner.on.Load(); i++ {
+			var l raft.Log
+			if err := n.store.GetLog(i, &l); err != nil {
+				// Compacted meanwhile: the entries before the snapshot
+				// are gone, and what they said is in no log of this
+				// node (the leader makes it a nonvoter again).
+				break
+			}
+			scanned = i
+			if l.Type != raft.LogConfiguration {
+				continue
+			}
+			promoted, err := n.learner.committed(raft.ServerID(n.cfg.ID), i, raft.DecodeConfiguration(l.Data))
+			if err != nil {
+				// The marker stays as it was: the node keeps refusing
+				// votes, and reads the entry again.
+				n.log.Error("learner marker", "code", errcode.Of(err), "err", err)
+				scanned = i - 1
+				break
+			}
+			if promoted {
+				n.log.Info("promoted to voter: this member votes from now on", "index", i)
+			}
+		}
+	}
 }
 
-// StoreConfiguration is called, in log order, with each configuration
-// entry once it is committed (and again, after a restart, for those after
-// the snapshot).
-func (w configWatch) StoreConfiguration(index uint64, c raft.Configuration) {
-	promoted, err := w.n.learner.committed(raft.ServerID(w.n.cfg.ID), index, c)
-	if err != nil {
-		// The marker stays as it was: the node keeps refusing votes.
-		w.n.log.Error("learner marker", "code", errcode.Of(err), "err", err)
-		return
-	}
-	if promoted {
-		w.n.log.Info("promoted to voter: this member votes from now on", "index", index)
-	}
-}
+// learnerScanInterval is how often a learner reads its log's new
+// committed entries.
+const learnerScanInterval = 50 * time.Millisecond
 
 // voteGate is the Raft transport as the node's Raft sees it: while the
 // node is a learner it answers every RequestVote and RequestPreVote
@@ -418,7 +449,7 @@ func (n *Node) promoteInBackground() {
 
 // promoteLearners, on the leader, promotes each nonvoter of the
 // configuration that caught up: its /v1/status, at the HTTP address of its
-// join record, answers with its ID and Raft address, an applied index at
+// join record, answers with its ID and Raft address, a last log index at
 // least the leader's commit index before it asked, and (from a build with
 // learners) the nonvoter entry it found in its log. One that caught up
 // without finding one (it got the entry in a snapshot) is made a nonvoter
@@ -457,7 +488,7 @@ func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string) err
 		return fmt.Errorf("its status at %s: %w", httpAddr, err)
 	case st.ID != string(sv.ID) || st.RaftAddr != "" && st.RaftAddr != string(sv.Address):
 		return errcode.New(errcode.BadInput, "the gate at %s is %s at raftAddr %s, and the configuration has %s at %s", httpAddr, truncate(st.ID), truncate(st.RaftAddr), sv.ID, sv.Address)
-	case st.Halted != nil || st.AppliedIndex < commit:
+	case st.Halted != nil || st.LastIndex < commit:
 		return nil
 	}
 	n.vers.raise.Lock()
@@ -478,6 +509,6 @@ func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string) err
 	if err := n.raft.AddVoter(sv.ID, sv.Address, 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		return configChangeError(err, "promote %s", sv.ID)
 	}
-	n.log.Info("learner promoted to voter: it caught up", "id", sv.ID, "appliedIndex", st.AppliedIndex, "leaderCommitIndex", commit)
+	n.log.Info("learner promoted to voter: it caught up", "id", sv.ID, "lastIndex", st.LastIndex, "leaderCommitIndex", commit)
 	return nil
 }

@@ -476,7 +476,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 		n.log.Warn("recovered as a single-node cluster from this node's own state; other members must rejoin with wiped directories and --join", "id", n.cfg.ID)
 	}
-	n.raft, err = raft.NewRaft(rc, configWatch{FSM: n.fsm, n: n}, n.store, n.store, snaps, &voteGate{NetworkTransport: n.trans, n: n})
+	n.raft, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, &voteGate{NetworkTransport: n.trans, n: n})
 	if err != nil {
 		if _, h := n.fsm.Halted(); h != nil {
 			// Its newest snapshot is a newer build's.
@@ -562,6 +562,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		n.leaderLoop()
 	}()
 
+	if n.learner.on.Load() {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.watchLearner()
+		}()
+	}
 	if !existing && n.cfg.Join != "" {
 		if err := n.join(ctx); err != nil {
 			return err
