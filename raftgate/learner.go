@@ -41,7 +41,7 @@ import (
 //   - the joiner notes, from the configuration entries its log holds up to
 //     its commit index (watchLearner), the first one at or after that index
 //     that makes it a nonvoter, and reports it in /v1/status;
-//   - the leader (any leader: promoteLearners runs in every leader's loop)
+//   - the leader (any leader: promoteLoop runs on every member)
 //     promotes a nonvoter to voter once its log holds every entry the
 //     leader had committed when it asked, and it reported that nonvoter entry
 //     (one that got it only in a snapshot is made a nonvoter again, to
@@ -416,8 +416,32 @@ func configChangeError(err error, format string, args ...any) error {
 	return errcode.Wrap(errcode.Indeterminate, err, format, args...)
 }
 
-// promoteInBackground starts, from the leader loop, promoteLearners
-// unless a run is in flight, and returns at once.
+// StoreConfiguration takes nothing from a configuration entry: it makes
+// the FSM a raft ConfigurationStore, so the index its snapshots are taken
+// at counts configuration entries too. A promotion is often the log's last
+// entry, and raft takes no snapshot before the FSM's index passed the
+// latest configuration's ("cannot take snapshot now").
+func (f *FSM) StoreConfiguration(uint64, raft.Configuration) {}
+
+// promoteLoop runs promoteInBackground every versionInterval while the
+// node leads, beside the leader loop (whose interval tests stretch).
+func (n *Node) promoteLoop() {
+	t := time.NewTicker(n.cfg.versionInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		if n.IsLeader() {
+			n.promoteInBackground()
+		}
+	}
+}
+
+// promoteInBackground starts promoteLearners unless a run is in flight,
+// and returns at once.
 func (n *Node) promoteInBackground() {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {

@@ -562,6 +562,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		n.leaderLoop()
 	}()
 
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.promoteLoop()
+	}()
 	if n.learner.on.Load() {
 		n.wg.Add(1)
 		go func() {
@@ -1019,7 +1024,6 @@ func (n *Node) leaderLoop() {
 			}
 			continue
 		}
-		n.promoteInBackground()
 		if n.ClusterVersion() < n.BuildVersion() && time.Since(lastVersion) >= n.cfg.versionInterval {
 			lastVersion = time.Now()
 			n.raiseInBackground()
