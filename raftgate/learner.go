@@ -423,10 +423,12 @@ func configChangeError(err error, format string, args ...any) error {
 // latest configuration's ("cannot take snapshot now").
 func (f *FSM) StoreConfiguration(uint64, raft.Configuration) {}
 
-// promoteLoop runs promoteInBackground every versionInterval while the
-// node leads, beside the leader loop (whose interval tests stretch).
+// promoteLoop runs promoteInBackground every second (or versionInterval,
+// if shorter) while the node leads, beside the leader loop (whose
+// interval tests stretch): until then a cluster that gained a member
+// tolerates no more failures than before.
 func (n *Node) promoteLoop() {
-	t := time.NewTicker(n.cfg.versionInterval)
+	t := time.NewTicker(min(n.cfg.versionInterval, time.Second))
 	defer t.Stop()
 	for {
 		select {
