@@ -227,8 +227,14 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 	}
 	if rep.Verdict != manifest.Verified && copyFailure(&rep.Counts) {
 		// The copy may be what is bad, not a release the gate holds
-		// proven.
-		if gr, err := g.Release(ctx, o.Root); err == nil {
+		// proven. Unjudged is not registered: a gate that does not
+		// answer the read may hold the release VERIFIED, and as
+		// gate register does, the verdict waits for an answer.
+		gr, err := g.Release(ctx, o.Root)
+		if err != nil && errcode.Of(err) != errcode.UnknownRelease {
+			return out, fmt.Errorf("read the gate's release %s to judge report %s of a copy that fails its digests, sizes or versions; nothing registered: %w", o.Root, out.ReportDigest, err)
+		}
+		if err == nil {
 			if err := DamagedCopy(gr, rep, out.ReportDigest); err != nil {
 				log.Warn("this store's copy of a VERIFIED release is damaged; nothing registered", "report", out.ReportDigest.String(), "code", errcode.Of(err), "state", gr.State)
 				return out, err

@@ -517,6 +517,53 @@ func TestDamagedCopyDoesNotInvalidateVerifiedRelease(t *testing.T) {
 	}
 }
 
+// releaseLost answers every release read after the verification ran
+// GATE_UNAVAILABLE, as a gate that stops answering reads for longer than
+// the client retries would, while its commands still go through.
+type releaseLost struct {
+	publish.Gate
+	verified *bool
+}
+
+func (g releaseLost) Release(ctx context.Context, root manifest.Digest) (*raftgate.Release, error) {
+	if *g.verified {
+		return nil, errcode.New(errcode.GateUnavailable, "release read lost")
+	}
+	return g.Gate.Release(ctx, root)
+}
+
+// A publish whose verification of a damaged copy fails its digests, and
+// which then cannot read what the gate holds of the root, fails with
+// that error and registers nothing: the gate may hold the release
+// VERIFIED, and the verdict would close its permits for good (it was
+// registered INVALID).
+func TestDamagedCopyUnjudgedRegistersNothing(t *testing.T) {
+	e := newEnv(t)
+	gen1 := stagetest.Synth(t, e.store, 1200, 4, 1)
+	first, err := e.publish(nil, e.opts(gen1.Root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := gen1.Release.Shards[2].Digest.BlobKey()
+	damaged := &faults.BitFlip{Store: e.store, Match: func(k string) bool { return k == key }, Offset: 100, Bit: 2}
+	tomb := e.putFenceLog(manifest.TombstonesSchema, manifest.FenceEntry{Seq: 1, SampleID: "nobody"})
+	verified := false
+	o := e.opts(gen1.Root)
+	o.Alias, o.Tombstones = "scratch", tomb
+	o.Verify = func(ctx context.Context, root, tomb, bench manifest.Digest) (*manifest.Report, manifest.Digest, error) {
+		defer func() { verified = true }()
+		return verifier(damaged)(ctx, root, tomb, bench)
+	}
+	out, err := publish.Publish(e.ctx, damaged, releaseLost{Gate: e.gate, verified: &verified}, o)
+	if !verified || out == nil || out.Report == nil || out.Report.Counts.DigestFailures != 1 {
+		t.Fatalf("publish through the damaged copy: %+v %v", out, err)
+	}
+	wantCode(t, err, errcode.GateUnavailable)
+	if rel, _ := e.gate.Release(e.ctx, gen1.Root); rel.State != raftgate.ReleasePublished || rel.Report != first.ReportDigest {
+		t.Fatalf("after the damaged copy's verdict went unjudged: release %s, report %s", rel.State, rel.Report)
+	}
+}
+
 func TestRunPermitClosedMustBeCancelledAndRecreated(t *testing.T) {
 	e := newEnv(t)
 	gen1 := stagetest.Synth(t, e.store, 1500, 4, 1)
