@@ -86,7 +86,9 @@ not move (exit 1, with the first failure's code). One exception: when the
 gate already holds a VERIFIED report of the root and this store's bytes
 fail their digests or sizes, the copy is what is bad, not the release:
 publish exits with that code and registers nothing, so a damaged or
-mistaken --store cannot close the permits of the root's aliases and runs.
+mistaken --store cannot close the permits of the root's aliases and runs
+(nor can a gate that does not answer the read of the root: publish then
+exits with the gate's error and registers nothing).
 An alias already pointing at the root is reported as published only while
 the root still is: a root since found INVALID, or whose permits a fence
 advance closed, exits with that code. --expect-generation G
