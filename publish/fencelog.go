@@ -89,40 +89,60 @@ func CheckReportLogs(ctx context.Context, s objstore.Store, tomb, bench manifest
 	return CheckFenceLogs(ctx, s, tomb, bench, f)
 }
 
-// checkEvidenceLogs is CheckFenceLogs for the evidence a publish stands
-// on: report rep where it reaches a fence (its logs), and where it does
-// not, the gate's rechecks of release gr (nil: none) at or above that
-// fence with no hits, one of whose reports must have checked the
-// fence's log (RecheckEvidence names it). The gate admits the release on
-// the highest watermarks any of them showed, so each fence's log must be
-// behind one of them. A fence neither reaches is left to the gate
-// (FENCE_BEHIND).
-func checkEvidenceLogs(ctx context.Context, s objstore.Store, rep *manifest.Report, gr *raftgate.Release, f raftgate.Fences) error {
+// CheckEvidenceLogs is CheckFenceLogs for the evidence a publish or a
+// register stands on: report rep where it reaches a fence (its logs), and
+// where it does not while the gate's release gr (nil: none) does, the
+// evidence the gate holds for gr at or above that fence: its report
+// (gr.Report) and its rechecks with no hits, one of which must have
+// checked the fence's log (RecheckEvidence names it). The gate admits the
+// release on the highest watermarks any report or recheck showed, and it
+// keeps them after a fence advance names a log, so a watermark that
+// reaches the fence on another log's report (one registered before the
+// fence named its log) would otherwise admit a release no check against
+// the fence's log stands behind. None found is FENCE_LOG_MISMATCH (verify
+// against the fence's log); an earlier report the gate no longer names
+// cannot be found, and is no evidence. A fence neither rep nor gr reaches
+// is left to the gate (FENCE_BEHIND).
+func CheckEvidenceLogs(ctx context.Context, s objstore.Store, rep *manifest.Report, gr *raftgate.Release, f raftgate.Fences) error {
 	if err := CheckReportLogs(ctx, s, rep.Tombstones, rep.Benchmark, rep.TombstoneWatermark, rep.BenchmarkFence, f); err != nil {
 		return err
+	}
+	if gr == nil {
+		return nil
 	}
 	for _, k := range []struct {
 		kind    string
 		reached bool
+		gate    uint64
 		fence   uint64
 		log     manifest.Digest
 	}{
-		{raftgate.FenceTombstone, rep.TombstoneWatermark >= f.Tombstone, f.Tombstone, f.TombstoneLog},
-		{raftgate.FenceBenchmark, rep.BenchmarkFence >= f.Benchmark, f.Benchmark, f.BenchmarkLog},
+		{raftgate.FenceTombstone, rep.TombstoneWatermark >= f.Tombstone, gr.TombstoneWatermark, f.Tombstone, f.TombstoneLog},
+		{raftgate.FenceBenchmark, rep.BenchmarkFence >= f.Benchmark, gr.BenchmarkFence, f.Benchmark, f.BenchmarkLog},
 	} {
-		if k.reached || k.log.IsZero() || gr == nil {
+		if k.reached || k.log.IsZero() || k.fence == 0 || k.gate < k.fence {
 			continue
+		}
+		// The gate's report first, then its rechecks, newest first.
+		var evidence []manifest.Digest
+		if !gr.Report.IsZero() {
+			evidence = append(evidence, gr.Report)
+		}
+		for i := len(gr.Rechecks) - 1; i >= 0; i-- {
+			rc := gr.Rechecks[i]
+			if rc.Kind == k.kind && rc.Value >= k.fence && rc.Hits == 0 && !rc.Report.IsZero() {
+				evidence = append(evidence, rc.Report)
+			}
 		}
 		var last error
 		found := false
-		for i := len(gr.Rechecks) - 1; i >= 0 && !found; i-- {
-			rc := gr.Rechecks[i]
-			if rc.Kind != k.kind || rc.Value < k.fence || rc.Hits != 0 || rc.Report.IsZero() {
-				continue
-			}
-			_, _, doc, err := RecheckEvidence(ctx, s, gr.Root, k.kind, rc.Report)
+		for _, d := range evidence {
+			value, hits, doc, err := RecheckEvidence(ctx, s, gr.Root, k.kind, d)
 			if err != nil {
 				last = err
+				continue
+			}
+			if value < k.fence || hits != 0 {
 				continue
 			}
 			one := raftgate.Fences{}
@@ -134,14 +154,17 @@ func checkEvidenceLogs(ctx context.Context, s objstore.Store, rep *manifest.Repo
 			}
 			if last = CheckFenceLogs(ctx, s, tomb, bench, one); last == nil {
 				found = true
+				break
 			}
 		}
 		if found {
 			continue
 		}
 		if last != nil {
-			return fmt.Errorf("release %s reaches the %s fence %d by rechecks only, none against the fence's log: %w", gr.Root, k.kind, k.fence, last)
+			return fmt.Errorf("release %s reaches the %s fence %d by what the gate records only (its report and rechecks), none checked against the fence's log: %w", gr.Root, k.kind, k.fence, last)
 		}
+		return errcode.New(errcode.FenceLogMismatch, "release %s reaches the %s fence %d by what the gate records only (watermark %d), and neither its report %s nor any recheck checked the fence's log (prefix digest %s): verify against that log or one that extends it",
+			gr.Root, k.kind, k.fence, k.gate, gr.Report, k.log)
 	}
 	return nil
 }

@@ -218,7 +218,7 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		if err != nil {
 			gr = nil
 		}
-		if err := checkEvidenceLogs(ctx, s, rep, gr, *fences); err != nil {
+		if err := CheckEvidenceLogs(ctx, s, rep, gr, *fences); err != nil {
 			return out, fmt.Errorf("report %s: %w; nothing registered", out.ReportDigest, err)
 		}
 		if note := fenceLogNote(*fences); note != "" {
@@ -339,7 +339,7 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 			if known {
 				gr = rel
 			}
-			if err := checkEvidenceLogs(ctx, s, rep, gr, f); err != nil {
+			if err := CheckEvidenceLogs(ctx, s, rep, gr, f); err != nil {
 				return nil, none, fmt.Errorf("report %s cannot stand for this publish: %w", o.Report, err)
 			}
 			if known {
@@ -365,7 +365,7 @@ func reusable(ctx context.Context, s objstore.Store, g Gate, o Options, f raftga
 		release.CheckWatermarks(rep.TombstoneWatermark, rep.BenchmarkFence) != nil {
 		return nil, none, nil
 	}
-	if err := checkEvidenceLogs(ctx, s, rep, rel, f); err != nil {
+	if err := CheckEvidenceLogs(ctx, s, rep, rel, f); err != nil {
 		// Checked against another log than the fences': verify again
 		// against the documents named (checkFenceDocs holds them to
 		// the fences' logs).

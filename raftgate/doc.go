@@ -69,8 +69,11 @@
 //     current root, is still PUBLISHED (not INVALID/RETIRED) and satisfies
 //     both current fences; otherwise ROLLBACK_INELIGIBLE. It is a new,
 //     higher generation, never a rewrite of history.
-//   - advanceFence(kind, value, spareChecked) — monotonic: lower is
-//     FENCE_REGRESSION, equal is a no-op. Every OPEN permit whose bound
+//   - advanceFence(kind, value, spareChecked, log) — monotonic: lower is
+//     FENCE_REGRESSION, equal changes nothing but, with a log prefix
+//     digest (cluster version 4), records it on a fence that has none
+//     and is FENCE_LOG_MISMATCH on one that has another; higher records
+//     the log named, or none. Every OPEN permit whose bound
 //     for that kind is below the new value becomes CLOSED, except, with
 //     spareChecked (which the proposing node sets on every new advance
 //     once the cluster version is 1; older entries lack it), a permit

@@ -606,7 +606,11 @@ is not the log the gate's fence of that kind was advanced with (its
 prefix digest at the fence differs from the one the gate records, or the
 report names none), where the report reaches that fence, is refused
 (FENCE_LOG_MISMATCH, exit 4): it may have missed a sample the fence's log
-erased. An INVALID report whose failures include bytes that fail
+erased. Where it does not reach a fence that the watermarks the gate
+records for the release do, the gate's report or one of its rechecks at
+or above the fence must have checked the fence's log (FENCE_LOG_MISMATCH
+otherwise): registering would make the release satisfy the fences on
+what the gate recorded before the fence named its log. An INVALID report whose failures include bytes that fail
 their digests, sizes or versions is refused with that code when the gate
 holds the release VERIFIED, PUBLISHED or RETIRED, as publish refuses it:
 those bytes were proven once, so the store's copy is what is bad, and the
@@ -687,21 +691,27 @@ release the gate holds proven (nothing recorded), 2 usage,
 		}
 		c := gateClient()
 		defer c.Close()
-		if reg.Report != nil && reg.Report.Verdict == manifest.Verified {
-			// The logs the report checked must be the fences' logs
-			// where it reaches the fences.
-			fences, err := c.Fences(ctx)
-			if err != nil {
-				return err
-			}
-			if err := publish.CheckReportLogs(ctx, s, rep.Tombstones, rep.Benchmark, rep.TombstoneWatermark, rep.BenchmarkFence, *fences); err != nil {
-				return fmt.Errorf("report %s: %w; nothing registered", reg.Report.Digest, err)
-			}
-		}
 		if reg.Report != nil {
 			gr, err := c.Release(ctx, reg.Root)
 			if err != nil && errcode.Of(err) != errcode.UnknownRelease {
 				return err
+			}
+			if reg.Report.Verdict == manifest.Verified {
+				// The logs the report checked must be the fences'
+				// logs where it reaches the fences, and where only
+				// the gate's watermarks do, what the gate records
+				// must have checked them (publish.CheckEvidenceLogs).
+				fences, ferr := c.Fences(ctx)
+				if ferr != nil {
+					return ferr
+				}
+				var known *raftgate.Release
+				if err == nil {
+					known = gr
+				}
+				if err := publish.CheckEvidenceLogs(ctx, s, rep, known, *fences); err != nil {
+					return fmt.Errorf("report %s: %w; nothing registered", reg.Report.Digest, err)
+				}
 			}
 			if err == nil {
 				// The gate keeps the highest watermarks any VERIFIED

@@ -108,7 +108,10 @@ or one that extends it: a log whose entries up to the fence differ
 records a log, is FENCE_LOG_MISMATCH (exit 4) and nothing is registered;
 the logs a --report or the gate's report checked are held to the same
 rule (the gate's is then not reused), and so are the verified report's
-against the fences read again before it is registered. A fence advanced
+against the fences read again before it is registered; where such a
+report does not reach a fence that the gate's watermarks for the release
+do, the gate's report or one of its rechecks at or above the fence must
+have checked the fence's log. A fence advanced
 without a log ("gate fence KIND VALUE", or before command-schema version
 4) checks no log. A --report VERIFIED below the claims is refused,
 and so is one checked below the watermarks the gate already records for

@@ -159,3 +159,54 @@ func TestFenceLogRecheckCLI(t *testing.T) {
 		t.Fatalf("the alias's permit after the recheck is %s, want OPEN", st)
 	}
 }
+
+// gate register with a report below the tombstone fence (it checked a
+// benchmark registry only) of a release whose gate watermark reaches the
+// fence on a report of another log, registered before the fence named
+// its log: the register raised the benchmark watermark and left the
+// release satisfying both fences, so gate publish could move an alias to
+// it, with no check against the fence's log behind it. Now it is
+// FENCE_LOG_MISMATCH and registers nothing.
+func TestFenceLogGateRegisterBelowFenceCLI(t *testing.T) {
+	ctx := context.Background()
+	dir, s := tempFileStore(t)
+	rel := stagetest.Synth(t, s, 300, 2, 5)
+	node, g := startLeader(t)
+	gate := []string{"--store", dir, "--gate", node.URL()}
+	pub := append([]string{"-q"}, gate...)
+	erased := putFenceLog(t, s, `{"schema":"training.tombstones.v1","entries":[{"seq":3,"sampleId":"nobody-1"},{"seq":7,"sampleId":"syn5-1"}]}`)
+	other := putFenceLog(t, s, `{"schema":"training.tombstones.v1","entries":[{"seq":3,"sampleId":"nobody-1"},{"seq":7,"sampleId":"nobody-2"}]}`)
+	bench := putFenceLog(t, s, `{"schema":"training.benchmark.v1","entries":[{"seq":2,"sampleId":"nobody-3"}]}`)
+
+	out, err := cli(t, "verify", "--store", dir, "--root", rel.Root.String(), "--tombstones", other.String())
+	m := reportLine.FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("verify against the other log: %q %v", out, err)
+	}
+	if out, err := cli(t, append([]string{"gate", "register", "--report", m[1]}, gate...)...); err != nil {
+		t.Fatalf("register at fence 0: %q %v", out, err)
+	}
+	if out, err := cli(t, append([]string{"gate", "fence", "advance", "--tombstones", erased.String()}, gate...)...); err != nil {
+		t.Fatalf("advance: %q %v", out, err)
+	}
+	out, err = cli(t, "verify", "--store", dir, "--root", rel.Root.String(), "--benchmark", bench.String())
+	mb := reportLine.FindStringSubmatch(out)
+	if err != nil || mb == nil {
+		t.Fatalf("verify against the benchmark registry: %q %v", out, err)
+	}
+	before, err := g.Release(ctx, rel.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = cli(t, append([]string{"gate", "register", "--report", mb[1]}, gate...)...)
+	wantExit(t, err, errcode.FenceLogMismatch, errcode.ExitRejected)
+	after, err := g.Release(ctx, rel.Root)
+	if err != nil || after.Report != before.Report || after.BenchmarkFence != before.BenchmarkFence {
+		t.Fatalf("the refused register changed the release: %+v -> %+v (%v)", before, after, err)
+	}
+	_, err = cli(t, append([]string{"publish", "--alias", "main", "--root", rel.Root.String(), "--report", mb[1]}, pub...)...)
+	wantExit(t, err, errcode.FenceLogMismatch, errcode.ExitRejected)
+	if _, err := g.Alias(ctx, "main"); errcode.Of(err) != errcode.UnknownAlias {
+		t.Fatalf("alias after the refusals: %v, want UNKNOWN_ALIAS", err)
+	}
+}
