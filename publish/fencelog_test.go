@@ -71,9 +71,9 @@ func TestPublishGateWatermarkHeldToFenceLog(t *testing.T) {
 		t.Fatalf("publish --report registered the report: %+v %v", gr, err)
 	}
 
-	// The same report registered (gate register holds only what a
-	// report reaches to the fences' logs): publish reuses nothing the
-	// fence's log is not behind, and verifies against it.
+	// The same report registered (by an older client; gate register
+	// now refuses it too): publish reuses nothing the fence's log is
+	// not behind, and verifies against the documents named.
 	shards := make([]manifest.Digest, len(gen1.Release.Shards))
 	for i, sh := range gen1.Release.Shards {
 		shards[i] = sh.Digest
@@ -84,11 +84,17 @@ func TestPublishGateWatermarkHeldToFenceLog(t *testing.T) {
 	verified := 0
 	verify := verifier(e.store)
 	o = e.opts(gen1.Root)
-	o.Tombstones = erased
 	o.Verify = func(ctx context.Context, root, tomb, bench manifest.Digest) (*manifest.Report, manifest.Digest, error) {
 		verified++
 		return verify(ctx, root, tomb, bench)
 	}
+	// Naming no documents, it reused the gate's report and published.
+	_, err = e.publish(nil, o)
+	wantCode(t, err, errcode.FenceBehind)
+	if verified != 0 {
+		t.Fatalf("publish without documents verified %d times", verified)
+	}
+	o.Tombstones = erased
 	out, err := e.publish(nil, o)
 	wantCode(t, err, errcode.TombstoneHit)
 	if verified != 1 || out.Reused {
