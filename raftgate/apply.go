@@ -476,9 +476,18 @@ func (a *applier) advanceFence(c *AdvanceFence) (any, error) {
 		}
 		return FenceResult{Fences: a.s.Fences, Closed: closed}, nil
 	}
-	// The log named at the new value, or none: the previous one
-	// describes the log up to the previous value only. Entries from
-	// before version 4 name none and find none.
+	if c.Log.IsZero() && !log.IsZero() {
+		// A fence that names its log moves only with a log that
+		// extends it (the client checks that): a bare advance would
+		// drop the log, and the next advance would record whatever
+		// log it names, so any log would pass at the fence again.
+		return nil, errcode.New(errcode.FenceLogMismatch, "the %s fence is at %d with log prefix %s; an advance to %d must name the log it extends (gate fence advance --store URL --%s DIGEST, the stored log's digest)",
+			c.Kind, *cur, *log, c.Value, fenceLogFlag(c.Kind))
+	}
+	// The log named at the new value, or none for a fence that had
+	// none: the previous one describes the log up to the previous
+	// value only. Entries from before version 4 name none and find
+	// none.
 	*cur, *log = c.Value, c.Log
 	for _, id := range sortedKeys(a.s.Permits) {
 		p := a.s.Permits[id]
@@ -506,6 +515,15 @@ func (a *applier) advanceFence(c *AdvanceFence) (any, error) {
 		closed = append(closed, id)
 	}
 	return FenceResult{Fences: a.s.Fences, Closed: closed, Spared: spared}, nil
+}
+
+// fenceLogFlag is the flag of gate fence advance that names a fence
+// kind's log.
+func fenceLogFlag(kind string) string {
+	if kind == FenceBenchmark {
+		return "benchmark"
+	}
+	return "tombstones"
 }
 
 // spareable returns the release of open permit p when a fence advance to

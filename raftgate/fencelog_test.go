@@ -52,8 +52,11 @@ func TestAdvanceFenceLog(t *testing.T) {
 	h.ok(&AdvanceFence{Kind: FenceBenchmark, Value: 2, Log: dig("registry at 2")})
 	fences(Fences{Tombstone: 7, TombstoneLog: l7, Benchmark: 2, BenchmarkLog: dig("registry at 2")})
 
-	h.ok(&AdvanceFence{Kind: FenceTombstone, Value: 9})
-	fences(Fences{Tombstone: 9, Benchmark: 2, BenchmarkLog: dig("registry at 2")})
+	// A fence that names its log moves only with a log: a bare advance
+	// would drop it, and the next advance would record any log.
+	h.reject(&AdvanceFence{Kind: FenceTombstone, Value: 9}, errcode.FenceLogMismatch)
+	h.reject(&AdvanceFence{Kind: FenceBenchmark, Value: 3, SpareChecked: true}, errcode.FenceLogMismatch)
+	fences(Fences{Tombstone: 7, TombstoneLog: l7, Benchmark: 2, BenchmarkLog: dig("registry at 2")})
 	h.ok(&AdvanceFence{Kind: FenceTombstone, Value: 9, Log: l9})
 	h.reject(&AdvanceFence{Kind: FenceTombstone, Value: 9, Log: l7}, errcode.FenceLogMismatch)
 	fences(Fences{Tombstone: 9, TombstoneLog: l9, Benchmark: 2, BenchmarkLog: dig("registry at 2")})

@@ -850,11 +850,14 @@ earlier generations' of a rollback window, which lose no permit), with
 the documents of the fences those roots are behind.
 Keeping one open takes the gate cluster's command-schema version 1:
 during a rolling upgrade from a build before it, such an advance is
-refused (CLUSTER_VERSION, exit 3) and changes nothing. An advance to a
-higher VALUE this way records no log: the fence then has none, and
-publish, gate register and recheck cannot check that the logs reports
-checked are the fence's log. "gate fence advance" takes VALUE from a
-stored tombstone log or benchmark registry and records its log.`,
+refused (CLUSTER_VERSION, exit 3) and changes nothing. An advance this
+way records no log, so it moves only a fence that has none (one advanced
+before command-schema version 4, or only this way): publish, gate register
+and recheck then cannot check that the logs reports checked are the
+fence's log. A fence that names its log is advanced only by "gate fence
+advance", which takes VALUE from a stored tombstone log or benchmark
+registry that extends the fence's log and records it; KIND VALUE for it is
+FENCE_LOG_MISMATCH (exit 4) and changes nothing.`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) != 0 && len(args) != 2 {
 			return errcode.New(errcode.Usage, "%s: give no arguments or KIND VALUE", cmd.CommandPath())
