@@ -121,6 +121,87 @@ func DecodeJSON(b []byte, v any, maxSize int) error {
 	return decodeShape(b, v, false)
 }
 
+// A Pick names a top-level list of a document and the one element of it
+// DecodePicked decodes.
+type Pick struct {
+	Field string // the list field's JSON name
+	Index int    // the element to decode; none when out of range (-1)
+	Len   int    // set by DecodePicked: the list's length in the document
+}
+
+// DecodePicked is Decode for a reader that needs one element of a long
+// list in a document, or none: b is held to every rule Decode holds it
+// to, as a document of v's type, every element of every list included,
+// but each top-level list a pick names is decoded into v holding only the
+// element at the pick's Index, as its one element (none when Index is out
+// of range; nil when the list is null or absent), and the pick's Len is
+// set to the list's length in b. The scan of the whole document costs a
+// fraction of decoding it: a reader of one element of a list of
+// thousands, or of a document's head alone, skips the rest for that
+// fraction, not a full decode.
+//
+// v must point to a struct that is not a document type (v is not the
+// document, so it is not validated), and each pick must name one of its
+// list fields: otherwise INTERNAL. Errors are Decode's.
+func DecodePicked(b []byte, v any, picks []Pick) error {
+	rv := reflect.ValueOf(v)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() || rv.Elem().Kind() != reflect.Struct {
+		return errcode.New(errcode.Internal, "decode into %T: want a non-nil pointer to a struct", v)
+	}
+	if _, ok := v.(Validator); ok {
+		return errcode.New(errcode.Internal, "decode picked elements of %T: a document type is validated whole", v)
+	}
+	t := rv.Type().Elem()
+	fields := jsonFields(t)
+	for k := range picks {
+		f, ok := fields.byName[picks[k].Field]
+		if !ok || f.typ.Kind() != reflect.Slice || f.typ.Elem().Kind() == reflect.Uint8 {
+			return errcode.New(errcode.Internal, "decode into %T: %q is not a list field", v, picks[k].Field)
+		}
+		picks[k].Len = 0
+	}
+	if err := checkBytes(b, MaxDocumentSize); err != nil {
+		return err
+	}
+	s := newScanner(b)
+	s.picks = picks
+	if err := s.document(t); err != nil {
+		return err
+	}
+	// The document again with each picked list cut to its element: the
+	// bytes encoding/json decodes, all of them scanned above.
+	n := 2
+	for _, m := range s.members {
+		n += m.val - m.key + 3
+		if m.pick < 0 {
+			n += m.end - m.val
+		} else {
+			n += m.elemEnd - m.elem
+		}
+	}
+	part := make([]byte, 0, n)
+	part = append(part, '{')
+	for k, m := range s.members {
+		if k > 0 {
+			part = append(part, ',')
+		}
+		part = append(part, b[m.key:m.val]...)
+		switch {
+		case m.pick < 0 || b[m.val] == 'n':
+			part = append(part, b[m.val:m.end]...)
+		default:
+			part = append(part, '[')
+			part = append(part, b[m.elem:m.elemEnd]...)
+			part = append(part, ']')
+		}
+	}
+	part = append(part, '}')
+	if err := json.Unmarshal(part, v); err != nil {
+		return errcode.Wrap(errcode.BadDocument, err, "decode")
+	}
+	return nil
+}
+
 // decodeStrict decodes one document of v's type from b: size cap, UTF-8,
 // schema identifier, exact shape (scanDocument), then encoding/json for the
 // values and the document's own Validate.

@@ -156,29 +156,37 @@ type envelopeHeader struct {
 	Now  int64  `json:"now"`
 }
 
+func validEnvelope() *envelope {
+	return &envelope{envelopeHeader: envelopeHeader{Type: "t", Now: 7}, Items: []*recordRef{nil, {Key: "k", Size: 1}, nil},
+		Refs: map[string]*recordRef{"a": {Key: "a"}}}
+}
+
+// envelopeFaults are faults of an encoded validEnvelope, each a
+// replacement of old by new, and the start of the error it must be.
+var envelopeFaults = []struct{ name, old, new, where string }{
+	{"repeated promoted key", `"now":7`, `"now":0,"now":7`, "$.now: duplicate key"},
+	{"promoted key in another case", `"now":`, `"Now":`, "$.Now: unknown field"},
+	{"null promoted number", `"now":7`, `"now":null`, "$.now: want a number"},
+	{"null promoted string", `"type":"t"`, `"type":null`, "$.type: want a string"},
+	{"embedded struct's own name", `"type":"t"`, `"envelopeHeader":{},"type":"t"`, "$.envelopeHeader: unknown field"},
+	{"null pointer field", `"items"`, `"ref":null,"items"`, "$.ref: want an object"},
+	{"null pointer map value", `"a":{"key":"a","size":0}`, `"a":null`, "$.Refs.a: want an object"},
+	{"number in a list of pointers", `[null,`, `[1,`, "$.items[0]: want an object"},
+	{"nul instead of null", `[null,`, `[nul,`, "$.items[0]: invalid JSON"},
+}
+
 // An embedded struct's fields are the document's own, as encoding/json
 // promotes them, held to the same rules: repeated, in another case, null.
 // A list of pointers holds its nil elements as null, as encoding/json
 // writes them; a pointer field or a map's pointer value is not null.
 func TestDecodeEmbeddedAndNilElements(t *testing.T) {
-	want := &envelope{envelopeHeader: envelopeHeader{Type: "t", Now: 7}, Items: []*recordRef{nil, {Key: "k", Size: 1}, nil},
-		Refs: map[string]*recordRef{"a": {Key: "a"}}}
+	want := validEnvelope()
 	good := string(mustEncode(t, want))
 	var got envelope
 	if err := Decode([]byte(good), &got); err != nil || !reflect.DeepEqual(&got, want) {
 		t.Fatalf("round trip of %s: %v\n%+v", good, err, got)
 	}
-	for _, c := range []struct{ name, old, new, where string }{
-		{"repeated promoted key", `"now":7`, `"now":0,"now":7`, "$.now: duplicate key"},
-		{"promoted key in another case", `"now":`, `"Now":`, "$.Now: unknown field"},
-		{"null promoted number", `"now":7`, `"now":null`, "$.now: want a number"},
-		{"null promoted string", `"type":"t"`, `"type":null`, "$.type: want a string"},
-		{"embedded struct's own name", `"type":"t"`, `"envelopeHeader":{},"type":"t"`, "$.envelopeHeader: unknown field"},
-		{"null pointer field", `"items"`, `"ref":null,"items"`, "$.ref: want an object"},
-		{"null pointer map value", `"a":{"key":"a","size":0}`, `"a":null`, "$.Refs.a: want an object"},
-		{"number in a list of pointers", `[null,`, `[1,`, "$.items[0]: want an object"},
-		{"nul instead of null", `[null,`, `[nul,`, "$.items[0]: invalid JSON"},
-	} {
+	for _, c := range envelopeFaults {
 		b := strings.Replace(good, c.old, c.new, 1)
 		if b == good {
 			t.Fatalf("%s: %q not in %s", c.name, c.old, good)
@@ -205,5 +213,149 @@ func TestDecodeJSON(t *testing.T) {
 	dup := strings.Replace(b, `"shards":4`, `"shards":4,"shards":3`, 1)
 	if err := DecodeJSON([]byte(dup), &got, len(dup)); errcode.Of(err) != errcode.BadDocument {
 		t.Fatalf("DecodeJSON of a key twice: %v, want BAD_DOCUMENT", err)
+	}
+}
+
+// commitLike has the shape DecodePicked is for: a head, a list of which a
+// reader needs one element, and a list it needs none of.
+type commitLike struct {
+	Schema  string      `json:"schema"`
+	Plan    Digest      `json:"plan"`
+	Outputs []recordRef `json:"outputs"`
+	Results []record    `json:"results"`
+}
+
+func validCommitLike() *commitLike {
+	return &commitLike{Schema: "x.v1", Plan: dg("p"),
+		Outputs: []recordRef{{Key: "k0", Size: 0}, {Key: "k1", Size: 1}, {Key: "k2", Size: 2}},
+		Results: []record{*validRecord(), *validRecord()}}
+}
+
+// DecodePicked decodes the head of a document and the one element picked
+// of a list, and sets each picked list's length.
+func TestDecodePicked(t *testing.T) {
+	want := validCommitLike()
+	good := mustEncode(t, want)
+	for _, index := range []int{0, 1, 2, 3, -1} {
+		var got commitLike
+		picks := []Pick{{Field: "outputs", Index: index}, {Field: "results", Index: -1}}
+		if err := DecodePicked(good, &got, picks); err != nil {
+			t.Fatalf("pick %d: %v", index, err)
+		}
+		if picks[0].Len != 3 || picks[1].Len != 2 {
+			t.Fatalf("pick %d: lengths %d and %d, want 3 and 2", index, picks[0].Len, picks[1].Len)
+		}
+		var wantOut []recordRef
+		if index >= 0 && index < 3 {
+			wantOut = want.Outputs[index : index+1]
+		}
+		if got.Schema != want.Schema || got.Plan != want.Plan || len(got.Results) != 0 || len(got.Outputs) != len(wantOut) || len(wantOut) > 0 && got.Outputs[0] != wantOut[0] {
+			t.Fatalf("pick %d: %+v", index, got)
+		}
+	}
+	// A null list is nil, of length 0; whitespace between the members
+	// stays out of the way.
+	var got commitLike
+	picks := []Pick{{Field: "outputs", Index: 0}}
+	b := strings.Replace(string(good), `"outputs":[`, "\n \"outputs\" :\t[", 1)
+	b = strings.Replace(b, `"results":[{`, `"results":null,"x":[{`, 1)
+	b = b[:strings.Index(b, `,"x":`)] + "}"
+	if err := DecodePicked([]byte(b), &got, picks); err != nil || got.Results != nil || picks[0].Len != 3 || got.Outputs[0] != want.Outputs[0] {
+		t.Fatalf("%s: %v, %+v, %+v", b, err, got, picks)
+	}
+}
+
+// DecodePicked holds the whole document to Decode's rules, the elements
+// and lists it does not decode included: what Decode refuses, it refuses
+// with the same code.
+func TestDecodePickedIsAsStrictAsDecode(t *testing.T) {
+	good := string(mustEncode(t, validCommitLike()))
+	replaceLast := func(s, old, new string) string {
+		i := strings.LastIndex(s, old)
+		if i < 0 {
+			return s
+		}
+		return s[:i] + new + s[i+len(old):]
+	}
+	for _, c := range []struct{ name, b string }{
+		{"key twice in an output not picked", strings.Replace(good, `{"key":"k2"`, `{"key":"x","key":"k2"`, 1)},
+		{"key in another case in an output not picked", strings.Replace(good, `"key":"k2"`, `"Key":"k2"`, 1)},
+		{"unknown key in an output not picked", strings.Replace(good, `"size":2`, `"size":2,"sizes":2`, 1)},
+		{"null output", strings.Replace(good, `{"key":"k2","size":2}`, `null`, 1)},
+		{"output not UTF-8", strings.Replace(good, `"k2"`, "\"k2\xff\"", 1)},
+		{"output of a string size", strings.Replace(good, `"size":2`, `"size":"2"`, 1)},
+		{"invalid number in an output", strings.Replace(good, `"size":2`, `"size":2.`, 1)},
+		{"unknown key in a result", replaceLast(good, `"Side":1`, `"Side":1,"side":1`)},
+		{"key twice in a result", replaceLast(good, `"leaves":`, `"leaves":"AA==","leaves":`)},
+		{"negative unsigned in a result", replaceLast(good, `"Side":1`, `"Side":-1`)},
+		{"bad digest in a result", replaceLast(good, `"plan":"sha256:`, `"plan":"sha256:A`)},
+		{"unpaired surrogate in a result", replaceLast(good, `"name":"n"`, `"name":"\ud800"`)},
+		{"map key twice in a result", replaceLast(good, `"MISSING_MEMBER":`, `"MISSING_MEMBER":[],"MISSING_MEMBER":`)},
+		{"list twice", strings.Replace(good, `"outputs":`, `"outputs":[],"outputs":`, 1)},
+		{"list in another case", strings.Replace(good, `"results":`, `"Results":`, 1)},
+		{"list as an object", strings.Replace(good, `"outputs":[{"key":"k0","size":0},`, `"outputs":{"a":{"key":"k0","size":0}},"x":[`, 1)},
+		{"trailing bracket", good + "]"},
+		{"unterminated", good[:len(good)-1]},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.b == good {
+				t.Fatal("the case changes nothing")
+			}
+			var full, part commitLike
+			err := Decode([]byte(c.b), &full)
+			if err == nil {
+				t.Fatalf("Decode takes %s", c.b)
+			}
+			perr := DecodePicked([]byte(c.b), &part, []Pick{{Field: "outputs", Index: 0}, {Field: "results", Index: -1}})
+			if errcode.Of(perr) != errcode.Of(err) {
+				t.Fatalf("DecodePicked: %v, want %s as Decode: %v", perr, errcode.Of(err), err)
+			}
+		})
+	}
+}
+
+// DecodePicked holds a document to Decode's rules for embedded structs
+// and lists of pointers too: it takes a promoted field and a null element,
+// picked or not, and refuses what Decode refuses, at the same path.
+func TestDecodePickedEmbeddedAndNilElements(t *testing.T) {
+	want := validEnvelope()
+	good := string(mustEncode(t, want))
+	for index, elem := range want.Items {
+		var got envelope
+		picks := []Pick{{Field: "items", Index: index}}
+		if err := DecodePicked([]byte(good), &got, picks); err != nil || picks[0].Len != 3 || got.envelopeHeader != want.envelopeHeader ||
+			!reflect.DeepEqual(got.Items, []*recordRef{elem}) || !reflect.DeepEqual(got.Refs, want.Refs) {
+			t.Fatalf("pick %d of %s: %v, %+v, %+v", index, good, err, got, picks)
+		}
+	}
+	for _, c := range envelopeFaults {
+		b := strings.Replace(good, c.old, c.new, 1)
+		var got envelope
+		if err := DecodePicked([]byte(b), &got, []Pick{{Field: "items", Index: 1}}); errcode.Of(err) != errcode.BadDocument || !strings.Contains(err.Error(), c.where) {
+			t.Errorf("%s: DecodePicked: %v, want BAD_DOCUMENT at %q", c.name, err, c.where)
+		}
+	}
+}
+
+// A pick that names no list field, or a document type (validated whole),
+// is the caller's mistake: INTERNAL.
+func TestDecodePickedRefusesMisuse(t *testing.T) {
+	good := mustEncode(t, validCommitLike())
+	for name, c := range map[string]struct {
+		v     any
+		field string
+	}{
+		"string field":   {&commitLike{}, "schema"},
+		"unknown field":  {&commitLike{}, "output"},
+		"Go name":        {&commitLike{}, "Outputs"},
+		"byte slice":     {&record{}, "leaves"},
+		"not a pointer":  {commitLike{}, "outputs"},
+		"document type":  {&Release{}, "shards"},
+		"not a struct":   {&[]int{}, "outputs"},
+		"unmodeled type": {&struct{ L []time.Time }{}, "L"},
+	} {
+		if err := DecodePicked(good, c.v, []Pick{{Field: c.field}}); errcode.Of(err) != errcode.Internal {
+			t.Errorf("%s: %v, want INTERNAL", name, err)
+		}
 	}
 }

@@ -38,10 +38,19 @@ const maxDepth = 16
 // is INTERNAL whatever b holds, so a round trip of any document of t finds
 // it, not only one that happens to hold the field.
 func scanDocument(b []byte, t reflect.Type) error {
+	s := newScanner(b)
+	return s.document(t)
+}
+
+func newScanner(b []byte) scanner {
+	return scanner{b: b, path: make([]pathElem, 0, maxDepth+1)}
+}
+
+// document scans one document of t, the whole of s.b.
+func (s *scanner) document(t reflect.Type) error {
 	if err := supported(t); err != nil {
 		return err
 	}
-	s := scanner{b: b, path: make([]pathElem, 0, maxDepth+1)}
 	if err := s.value(t); err != nil {
 		return err
 	}
@@ -55,6 +64,19 @@ type scanner struct {
 	b    []byte
 	i    int        // next byte to read
 	path []pathElem // the members and elements the scan is in, outermost first
+
+	// picks, when set (DecodePicked), are the top-level lists of which
+	// the scan records one element's span each and the length; members
+	// then records every top-level member's span.
+	picks   []Pick
+	members []memberSpan
+}
+
+// memberSpan locates one top-level member of a document in its bytes.
+type memberSpan struct {
+	key, val, end int // its name's opening quote, its value's start and end
+	pick          int // its index in scanner.picks, or -1
+	elem, elemEnd int // the picked element's bytes; elemEnd 0 for none
 }
 
 // pathElem is one step of the path to the value being scanned: an object
@@ -352,10 +374,19 @@ func (s *scanner) value(t reflect.Type) error {
 			s.i++
 			return nil
 		}
+		// A top-level list DecodePicked picks from: under the member
+		// scanned last.
+		var m *memberSpan
+		if len(s.path) == 1 && len(s.members) > 0 {
+			if m = &s.members[len(s.members)-1]; m.pick < 0 {
+				m = nil
+			}
+		}
 		// A list of pointers holds its nil elements as null: encoding/json
 		// writes them so (a gate run's attestations, one per rank).
 		nilElem := t.Elem().Kind() == reflect.Pointer
 		for i := 0; ; i++ {
+			start := s.i
 			s.push(nil, i)
 			var err error
 			if nilElem && s.peek() == 'n' {
@@ -367,6 +398,12 @@ func (s *scanner) value(t reflect.Type) error {
 				return err
 			}
 			s.pop()
+			if m != nil {
+				if i == s.picks[m.pick].Index {
+					m.elem, m.elemEnd = start, s.i
+				}
+				s.picks[m.pick].Len = i + 1
+			}
 			switch s.peek() {
 			case ',':
 				s.i++
@@ -494,10 +531,12 @@ func (s *scanner) object(t reflect.Type) error {
 	} else {
 		seenKeys = make(map[string]struct{})
 	}
+	top := len(s.path) == 0 && s.picks != nil
 	for {
 		if s.peek() != '"' {
 			return s.syntax("want a member name")
 		}
+		keyStart := s.i
 		key, err := s.str()
 		if err != nil {
 			return err
@@ -507,6 +546,17 @@ func (s *scanner) object(t reflect.Type) error {
 			return s.syntax("want : after a member name")
 		}
 		s.i++
+		if top {
+			// The member's value starts after the whitespace peek skips.
+			s.peek()
+			m := memberSpan{key: keyStart, val: s.i, pick: -1}
+			for k := range s.picks {
+				if s.picks[k].Field == string(key) {
+					m.pick = k
+				}
+			}
+			s.members = append(s.members, m)
+		}
 		var elem reflect.Type
 		if fields != nil {
 			f, ok := fields.byName[string(key)]
@@ -534,6 +584,9 @@ func (s *scanner) object(t reflect.Type) error {
 			return err
 		}
 		s.pop()
+		if top {
+			s.members[len(s.members)-1].end = s.i
+		}
 		switch s.peek() {
 		case ',':
 			s.i++
