@@ -359,3 +359,50 @@ func TestDecodePickedRefusesMisuse(t *testing.T) {
 		}
 	}
 }
+
+// The strict scan allocates nothing per value but a map's set of keys, in
+// a commit record's shape too (lists of records holding byte slices and
+// maps), as in a release's (TestScanAllocatesPerDocument): a location, a
+// number's text or a digest's string each was an allocation, most of the
+// scan's time in a commit record of thousands of values.
+func TestScanAllocatesNothingPerValue(t *testing.T) {
+	allocs := map[int]float64{}
+	for _, n := range []int{2, 200} {
+		c := validCommitLike()
+		c.Results = nil
+		for len(c.Outputs) < n {
+			c.Outputs = append(c.Outputs, recordRef{Key: "k", Size: int64(len(c.Outputs)) << 40})
+			r := validRecord()
+			r.Example = nil
+			c.Results = append(c.Results, *r)
+		}
+		b := mustEncode(t, c)
+		typ := reflect.TypeFor[commitLike]()
+		if err := scanDocument(b, typ); err != nil {
+			t.Fatal(err)
+		}
+		allocs[n] = testing.AllocsPerRun(10, func() { scanDocument(b, typ) })
+	}
+	if allocs[200] != allocs[2] {
+		t.Fatalf("scanning 200 outputs and results allocates %.0f times, 2 of each %.0f", allocs[200], allocs[2])
+	}
+}
+
+// An error names the path to the value at fault, its parents' members
+// and elements as they were when the scan met it, not as the scan's path
+// stack holds them later.
+func TestScanErrorNamesThePath(t *testing.T) {
+	good := string(mustEncode(t, validCommitLike()))
+	i := strings.LastIndex(good, `"size":3`)
+	for _, c := range []struct{ b, want string }{
+		{good[:i] + `"size":"3"` + good[i+len(`"size":3`):], "$.results[1].ref.size: want a number"},
+		{good[:i] + `"size":3.` + good[i+len(`"size":3`):], "$.results[1].ref.size: invalid JSON at byte"},
+		{strings.Replace(good, `"size":2`, `"size":2,"size":2`, 1), "$.outputs[2].size: duplicate key"},
+		{strings.Replace(good, `"MISSING_MEMBER":["a"`, `"MISSING_MEMBER":[7`, 1), "$.results[0].examples.MISSING_MEMBER[0]: want a string"},
+	} {
+		var got commitLike
+		if err := Decode([]byte(c.b), &got); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Decode: %v, want %q", err, c.want)
+		}
+	}
+}
