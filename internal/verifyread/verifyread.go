@@ -201,15 +201,33 @@ func (r *reader) Close() error { return r.rc.Close() }
 // (code DOCUMENT_TOO_LARGE) if r holds more than max bytes. It allocates
 // lazily, so a hostile max does not reserve memory up front.
 func ReadAll(r io.Reader, max int64) ([]byte, error) {
+	return AppendAll(nil, r, max)
+}
+
+// AppendAll is ReadAll appending r's bytes to buf, for a reader of many
+// documents that reuses one buffer: max bounds the bytes appended, and
+// the buffer grows only as they arrive.
+func AppendAll(buf []byte, r io.Reader, max int64) ([]byte, error) {
 	if max < 0 {
-		return nil, errcode.New(errcode.Internal, "verifyread.ReadAll: negative limit %d", max)
+		return nil, errcode.New(errcode.Internal, "verifyread: negative read limit %d", max)
 	}
-	data, err := io.ReadAll(io.LimitReader(r, max+1))
-	if err != nil {
-		return nil, err
+	start := len(buf)
+	lr := io.LimitedReader{R: r, N: max + 1}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grow, as io.ReadAll does
+		}
+		n, err := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	if int64(len(data)) > max {
+	if int64(len(buf)-start) > max {
 		return nil, &TooLargeError{Max: max}
 	}
-	return data, nil
+	return buf, nil
 }

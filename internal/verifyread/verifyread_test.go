@@ -139,6 +139,25 @@ func TestReadAll(t *testing.T) {
 	}
 }
 
+// AppendAll appends to what the buffer holds, reuses its room, and
+// bounds what it appends alone by max.
+func TestAppendAll(t *testing.T) {
+	buf := make([]byte, 0, 64)
+	buf = append(buf, "head:"...)
+	got, err := AppendAll(buf, strings.NewReader("12345"), 5)
+	if err != nil || string(got) != "head:12345" || &got[0] != &buf[:1][0] {
+		t.Fatalf("AppendAll = %q, %v (same array: %v)", got, err, err == nil && &got[0] == &buf[:1][0])
+	}
+	got, err = AppendAll(got[:0], strings.NewReader(strings.Repeat("x", 100)), 100)
+	if err != nil || len(got) != 100 {
+		t.Fatalf("AppendAll grown = %d bytes, %v", len(got), err)
+	}
+	var tl *TooLargeError
+	if _, err := AppendAll(buf, strings.NewReader("123456"), 5); !errors.As(err, &tl) {
+		t.Fatalf("AppendAll of 6 bytes, max 5: %v, want TooLargeError", err)
+	}
+}
+
 // NewXXH64 checks size exactly as New does, and the bytes' xxh64.
 func TestXXH64(t *testing.T) {
 	data := []byte("0123456789abcdef")
