@@ -20,7 +20,9 @@ import (
 // or '}' after the record (was aggregated as the record before it), a key
 // given twice or in another case (was aggregated as encoding/json reads
 // it, the last of the two or the field of that name in any case, where a
-// reader keeping the first finds a failure or no outputs).
+// reader keeping the first finds a failure or no outputs). A reduce task,
+// which decodes only its own output of a map commit record, refuses those
+// of them no reader may take (mapRecordRefused).
 func TestForgedCommitRecords(t *testing.T) {
 	commitFuzzSetup(t)
 	j0 := commitFuzzJob
@@ -46,6 +48,13 @@ func TestForgedCommitRecords(t *testing.T) {
 		{"map: outputs in another case", 0, `"outputs":`, `"Outputs":`},
 		{"map: failures in another case", 0, `"Failures":null`, `"failures":null`},
 		{"map: output key in another case", 0, `"digest":`, `"Digest":`},
+		{"map: result key twice", 0, `"Decoded":`, `"Decoded":false,"Decoded":`},
+		{"map: unknown key in a result", 0, `"Decoded":`, `"decoded":false,"Decoded":`},
+		{"map: result not UTF-8", 0, `"ShardID":"`, "\"ShardID\":\"\xff"},
+		{"map: result digest in upper case", 0, `"LogicalDigest":"sha256:`, `"LogicalDigest":"SHA256:`},
+		// Each reducer's output names the other's file.
+		{"map: another reducer's output", 0, `r0.arrow`, `r1.arrow`},
+		{"map: a result too many", 0, `"results":[`, `"results":[{"Side":0,"Index":0,"ShardID":"x","Records":0,"Tokens":0,"LogicalDigest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","MemberSetDigest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","StorageDigest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","StoredBytes":0,"LogicalBytes":0,"Failures":null,"Decoded":false},`},
 		// The first "counts" has a member missing, the last none.
 		{"reduce: counts twice", maps, `"counts":{`, `"counts":{"missing":1},"counts":{`},
 		{"reduce: counts in another case", maps, `"counts":`, `"Counts":`},
@@ -69,8 +78,42 @@ func TestForgedCommitRecords(t *testing.T) {
 			if errcode.Of(err) != errcode.ShuffleCorrupt {
 				t.Fatalf("aggregate: %v (report %+v), want SHUFFLE_CORRUPT", err, rep)
 			}
+			// A reduce task decodes only its own output of a map commit
+			// record, but holds the whole record to the same rules.
+			refused, ok := mapRecordRefused[c.name]
+			if c.w != 0 || !ok {
+				return
+			}
+			if refused == nil {
+				refused = []int{0, 1}
+			}
+			j.Store = &overlayStore{Store: j0.Store, key: commitFuzzKeys[c.w], body: forged, hide: func(k string) bool { return strings.Contains(k, "/reduce/") }}
+			for _, r := range refused {
+				if _, err := j.Reduce(context.Background(), r); errcode.Of(err) != errcode.ShuffleCorrupt {
+					t.Fatalf("reduce task %d: %v, want SHUFFLE_CORRUPT", r, err)
+				}
+			}
 		})
 	}
+}
+
+// mapRecordRefused names the cases of TestForgedCommitRecords whose map
+// commit record a reduce task refuses too, and which of the two (nil:
+// both): a record no reader may take, whatever part of it it uses, or
+// one whose output for that reducer is wrong.
+var mapRecordRefused = map[string][]int{
+	"map: trailing bracket":            nil,
+	"map: failures twice":              nil,
+	"map: outputs twice":               nil,
+	"map: outputs in another case":     nil,
+	"map: failures in another case":    nil,
+	"map: output key in another case":  nil,
+	"map: result key twice":            nil,
+	"map: unknown key in a result":     nil,
+	"map: result not UTF-8":            nil,
+	"map: result digest in upper case": nil,
+	"map: a result too many":           nil,
+	"map: another reducer's output":    {0},
 }
 
 // A shard whose sampleIds are not UTF-8 (a Parquet utf8 column nothing

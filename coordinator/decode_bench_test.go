@@ -1,10 +1,15 @@
 package coordinator
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"testing"
 
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
+	"github.com/shardproof/shardproof/objstore"
 )
 
 // BenchmarkDecodeCommitRecord measures decodeStrict on a map commit
@@ -45,5 +50,126 @@ func BenchmarkDecodeCommitRecord(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// memBodies serves the latest version of each of its keys from memory and
+// everything else from the store below.
+type memBodies struct {
+	objstore.Store
+	bodies map[string][]byte
+}
+
+func (m *memBodies) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	if b, ok := m.bodies[key]; ok && v == "" {
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}
+	return m.Store.Get(ctx, key, v)
+}
+
+// syntheticMapCommits returns commitFuzzSetup's job with a plan of maps
+// map tasks of 20 inputs and reducers reducers, and a store serving, from
+// memory, a map commit record for every task: commitFuzzSetup's first
+// record's results, repeated, and one output per reducer. It returns the
+// records' total size too.
+func syntheticMapCommits(t testing.TB, maps, reducers int) (*Job, int64) {
+	commitFuzzSetup(t)
+	var real MapCommit
+	if err := decodeStrict(commitFuzzBody[0], &real); err != nil {
+		t.Fatal(err)
+	}
+	j0 := commitFuzzJob
+	plan := *j0.Plan
+	plan.MapTasks = make([][]Input, maps)
+	plan.Reducers = make([]BucketRange, reducers)
+	j := *j0
+	j.Plan = &plan
+	bodies := make(map[string][]byte, maps)
+	var size int64
+	for i := range maps {
+		mc := MapCommit{Schema: MapCommitSchema, Plan: j.PlanDigest, Task: i}
+		for k := range 20 {
+			res := real.Results[k%len(real.Results)]
+			res.Side, res.Index = mapper.SideRelease, 20*i+k
+			mc.Results = append(mc.Results, res)
+			plan.MapTasks[i] = append(plan.MapTasks[i], Input{Side: 0, Index: res.Index})
+		}
+		for r := range reducers {
+			o := real.Outputs[r%len(real.Outputs)]
+			o.Key, o.Size, o.Rows = j.mapOutputKey(i, r), 1<<20+int64(r), 4096+int64(i)
+			mc.Outputs = append(mc.Outputs, o)
+		}
+		body, err := manifest.Encode(&mc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies[j.mapCommitKey(i)] = body
+		size += int64(len(body))
+	}
+	j.Store = &memBodies{Store: j0.Store, bodies: bodies}
+	return &j, size
+}
+
+// BenchmarkReduceMapCommits measures the CPU and memory a reduce task
+// spends on the map tasks' commit records it reads before its shuffle
+// files, without the store's round trips (BenchmarkReduceCommitReads
+// has them): at a billion records 7,630 records (SHARDPROOF_BENCH_MAPS),
+// each of 20 results and one output per reducer, 64 or 256
+// (syntheticMapCommits). ns/op, cpu-ms/op (the process's CPU time, all
+// cores) and B/op are one reduce task's; recordMB is the bytes of the
+// records it reads.
+func BenchmarkReduceMapCommits(b *testing.B) {
+	maps := envInt(b, "SHARDPROOF_BENCH_MAPS", 7630)
+	for _, reducers := range []int{64, 256} {
+		b.Run(fmt.Sprintf("maps=%d/reducers=%d", maps, reducers), func(b *testing.B) {
+			j, size := syntheticMapCommits(b, maps, reducers)
+			ctx := context.Background()
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				in, err := j.reduceInputs(ctx, reducers/2)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if in[maps-1].Key != j.mapOutputKey(maps-1, reducers/2) {
+					b.Fatalf("input %d is %s", maps-1, in[maps-1].Key)
+				}
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(size)/1e6, "recordMB")
+		})
+	}
+}
+
+// A reduce task decodes its own output of each map commit record and
+// none of the others': what it allocates reading the records does not
+// grow with the reducers. Decoding each record whole, 32 times the
+// reducers made it allocate 11 times as often (at a billion records,
+// 7,630 map tasks and 256 reducers, 3.7 GB and 7 CPU seconds a reduce
+// task: BenchmarkReduceMapCommits).
+func TestReduceDecodesItsOutputAlone(t *testing.T) {
+	const maps = 40
+	ctx := t.Context()
+	allocs := map[int]float64{}
+	for _, reducers := range []int{8, 256} {
+		j, _ := syntheticMapCommits(t, maps, reducers)
+		r := reducers - 1
+		in, err := j.reduceInputs(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range in {
+			if want := j.mapOutputKey(i, r); in[i].Key != want || in[i].Rows != 4096+int64(i) {
+				t.Fatalf("%d reducers: input %d is %+v, want %s", reducers, i, in[i], want)
+			}
+		}
+		allocs[reducers] = testing.AllocsPerRun(3, func() {
+			if _, err := j.reduceInputs(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if allocs[256] > 1.25*allocs[8] {
+		t.Fatalf("reading %d map commit records allocates %.0f times with 256 reducers, %.0f with 8", maps, allocs[256], allocs[8])
 	}
 }

@@ -153,25 +153,49 @@ func putExactWith(ctx context.Context, s objstore.Store, key string, data []byte
 // readRecord reads and strictly decodes the latest version of a commit
 // record into v. found is false when the key does not exist.
 func readRecord(ctx context.Context, s objstore.Store, key string, v any) (found bool, err error) {
-	rc, err := s.Get(ctx, key, "")
-	if objstore.IsNotExist(err) {
-		return false, nil
+	b, found, err := readRecordBytes(ctx, s, key, nil)
+	if !found || err != nil {
+		return found, err
 	}
-	if err != nil {
+	if err := decodeRecord(b, key, v, nil); err != nil {
 		return false, err
 	}
-	defer rc.Close()
-	b, err := verifyread.ReadAll(rc, manifest.MaxDocumentSize)
-	if err != nil {
-		return false, wrap(err, "%s", key)
-	}
-	if err := decodeStrict(b, v); err != nil {
-		if isInternal(err) {
-			return false, err
-		}
-		return false, errcode.Wrap(errcode.ShuffleCorrupt, err, "commit record %s", key)
-	}
 	return true, nil
+}
+
+// decodeRecord strictly decodes commit record key's bytes b into v, or
+// only the elements picks pick (manifest.DecodePicked) when picks is set.
+// A fault of the record is SHUFFLE_CORRUPT; an INTERNAL error, a fault of
+// this build, is returned as it is (see decodeStrict).
+func decodeRecord(b []byte, key string, v any, picks []manifest.Pick) error {
+	var err error
+	if picks == nil {
+		err = decodeStrict(b, v)
+	} else {
+		err = manifest.DecodePicked(b, v, picks)
+	}
+	if err == nil || isInternal(err) {
+		return err
+	}
+	return errcode.Wrap(errcode.ShuffleCorrupt, err, "commit record %s", key)
+}
+
+// readRecordBytes reads the latest version of a commit record, at most
+// manifest.MaxDocumentSize bytes, into buf's room. found is false when
+// the key does not exist.
+func readRecordBytes(ctx context.Context, s objstore.Store, key string, buf []byte) (b []byte, found bool, err error) {
+	rc, err := s.Get(ctx, key, "")
+	if objstore.IsNotExist(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer rc.Close()
+	if b, err = verifyread.AppendAll(buf[:0], rc, manifest.MaxDocumentSize); err != nil {
+		return nil, false, wrap(err, "%s", key)
+	}
+	return b, true, nil
 }
 
 // decodeStrict decodes one of the coordinator's own documents (a plan, a

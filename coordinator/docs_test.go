@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/objstore/file"
@@ -117,6 +118,18 @@ func TestDecodeInternalIsNotCorrupt(t *testing.T) {
 	}
 	if _, err := readRecord(ctx, s, key, &unmodelled); errcode.Of(err) != errcode.Internal {
 		t.Errorf("readRecord into a type the scan does not model: %v, want INTERNAL", err)
+	}
+	var unmodelledList struct {
+		At []time.Time `json:"at"`
+	}
+	picks := []manifest.Pick{{Field: "at", Index: 0}}
+	if err := decodeRecord([]byte(`{"at":["2024-01-01T00:00:00Z"]}`), key, &unmodelledList, picks); errcode.Of(err) != errcode.Internal {
+		t.Errorf("decodeRecord of picks into a type the scan does not model: %v, want INTERNAL", err)
+	}
+	if err := decodeRecord([]byte(`{"at":[],"at":[]}`), key, &struct {
+		At []string `json:"at"`
+	}{}, picks); errcode.Of(err) != errcode.ShuffleCorrupt {
+		t.Errorf("decodeRecord of picks of a record with a key twice: %v, want SHUFFLE_CORRUPT", err)
 	}
 	var modelled struct {
 		At string `json:"at"`

@@ -262,40 +262,60 @@ func (j *Job) desc(in Input) manifest.Shard {
 // checkMapCommit checks a commit record read back from the store before
 // anything trusts it.
 func (j *Job) checkMapCommit(i int, c *MapCommit) error {
-	bad := func(format string, args ...any) error {
-		return errcode.New(errcode.ShuffleCorrupt, "%s: "+format, append([]any{j.mapCommitKey(i)}, args...)...)
+	if err := j.checkMapCommitHead(i, c, len(c.Outputs), len(c.Results)); err != nil {
+		return err
 	}
-	if c.Schema != MapCommitSchema || c.Plan != j.PlanDigest || c.Task != i {
-		return bad("schema %q, plan %s, task %d do not match", c.Schema, c.Plan, c.Task)
-	}
-	if len(c.Outputs) != len(j.Plan.Reducers) {
-		return bad("%d outputs for %d reducers", len(c.Outputs), len(j.Plan.Reducers))
-	}
-	for r, o := range c.Outputs {
-		if o.Key != j.mapOutputKey(i, r) || o.Size < 0 || o.Rows < 0 {
-			return bad("output %d is %q (size %d)", r, o.Key, o.Size)
-		}
-		if j.Plan.ShuffleChecksum == shuffle.XXH64 {
-			if _, ok := parseXXH64(o.XXH64); !ok || !o.Digest.IsZero() {
-				return bad("output %d: the plan checks shuffle files with xxh64; the record has xxh64 %.20q and digest %s", r, o.XXH64, o.Digest)
-			}
-		} else if o.XXH64 != "" || o.Digest.IsZero() {
-			return bad("output %d: the plan checks shuffle files with sha256; the record has xxh64 %.20q and digest %s", r, o.XXH64, o.Digest)
+	for r := range c.Outputs {
+		if err := j.checkOutput(i, r, &c.Outputs[r]); err != nil {
+			return err
 		}
 	}
 	ins := j.Plan.MapTasks[i]
-	if len(c.Results) != len(ins) {
-		return bad("%d results for %d inputs", len(c.Results), len(ins))
-	}
 	for k, r := range c.Results {
 		if uint8(r.Side) != ins[k].Side || r.Index != ins[k].Index {
-			return bad("result %d is (side %d, index %d), plan says (side %d, index %d)", k, r.Side, r.Index, ins[k].Side, ins[k].Index)
+			return j.badMapCommit(i, "result %d is (side %d, index %d), plan says (side %d, index %d)", k, r.Side, r.Index, ins[k].Side, ins[k].Index)
 		}
 		if err := checkResult(&r); err != nil {
-			return bad("result %d: %v", k, err)
+			return j.badMapCommit(i, "result %d: %v", k, err)
 		}
 	}
 	return nil
+}
+
+// checkMapCommitHead checks what a map task's commit record says of
+// itself, and its numbers of outputs and results, against the plan.
+func (j *Job) checkMapCommitHead(i int, c *MapCommit, outputs, results int) error {
+	if c.Schema != MapCommitSchema || c.Plan != j.PlanDigest || c.Task != i {
+		return j.badMapCommit(i, "schema %q, plan %s, task %d do not match", c.Schema, c.Plan, c.Task)
+	}
+	if outputs != len(j.Plan.Reducers) {
+		return j.badMapCommit(i, "%d outputs for %d reducers", outputs, len(j.Plan.Reducers))
+	}
+	if ins := len(j.Plan.MapTasks[i]); results != ins {
+		return j.badMapCommit(i, "%d results for %d inputs", results, ins)
+	}
+	return nil
+}
+
+// checkOutput checks output o of map task i's commit record, the shuffle
+// file it wrote for reduce task r, against the plan.
+func (j *Job) checkOutput(i, r int, o *Output) error {
+	if o.Key != j.mapOutputKey(i, r) || o.Size < 0 || o.Rows < 0 {
+		return j.badMapCommit(i, "output %d is %q (size %d)", r, o.Key, o.Size)
+	}
+	if j.Plan.ShuffleChecksum == shuffle.XXH64 {
+		if _, ok := parseXXH64(o.XXH64); !ok || !o.Digest.IsZero() {
+			return j.badMapCommit(i, "output %d: the plan checks shuffle files with xxh64; the record has xxh64 %.20q and digest %s", r, o.XXH64, o.Digest)
+		}
+	} else if o.XXH64 != "" || o.Digest.IsZero() {
+		return j.badMapCommit(i, "output %d: the plan checks shuffle files with sha256; the record has xxh64 %.20q and digest %s", r, o.XXH64, o.Digest)
+	}
+	return nil
+}
+
+// badMapCommit is SHUFFLE_CORRUPT naming map task i's commit record.
+func (j *Job) badMapCommit(i int, format string, args ...any) error {
+	return errcode.New(errcode.ShuffleCorrupt, "%s: "+format, append([]any{j.mapCommitKey(i)}, args...)...)
 }
 
 // checkResult refuses a file's result no mapper produces: a negative
