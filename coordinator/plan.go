@@ -3,13 +3,18 @@ package coordinator
 import (
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/shuffle"
 	"github.com/shardproof/shardproof/snapindex"
@@ -257,11 +262,22 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 			records = min(records+max(snap.Members[i].Records, 0), math.MaxInt64/2)
 		}
 	}
+	reducers := reducerRanges(nb, r, snap.Members, ranged)
 	m := o.MapTasks
 	if m <= 0 {
 		m = DefaultMapTasks(len(inputs), records, p)
 	}
 	m = max(1, min(m, len(inputs)))
+	// Before any work: a map task of too many inputs would fail to
+	// store its commit record once it mapped them all.
+	fit, each := mapTaskFit(len(reducers), inputs, rel, snap)
+	if need := (len(inputs) + fit - 1) / fit; m < need {
+		if o.MapTasks > 0 {
+			return nil, manifest.Digest{}, errcode.New(errcode.Usage, "%d map tasks of %d inputs: a map task's commit record would be over the %d-byte cap after it mapped them all (about %d bytes an input, with %d reducers and room for listed failures: %d inputs a task at most): verify with --map-tasks %d or more",
+				m, len(inputs), manifest.MaxDocumentSize, each, len(reducers), fit, need)
+		}
+		m = need
+	}
 	plan := &Plan{
 		Schema: PlanSchema, Root: o.Root, Snapshot: snapDigest,
 		Tombstones: o.Tombstones, Benchmark: o.Benchmark,
@@ -282,7 +298,7 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 	for i, in := range inputs {
 		plan.MapTasks[i%m] = append(plan.MapTasks[i%m], in)
 	}
-	plan.Reducers = reducerRanges(nb, r, snap.Members, ranged)
+	plan.Reducers = reducers
 	if len(snap.Members) > 0 && len(ranged) == len(snap.Members) && !o.ReadAllMembers {
 		// The index only helps where reducers hold the whole snapshot
 		// side of their buckets; a damaged one is ignored, not fatal:
@@ -306,6 +322,70 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 		return nil, manifest.Digest{}, err
 	}
 	return plan, d, nil
+}
+
+// mapTaskFit returns how many of inputs one map task may hold with its
+// commit record sure to fit manifest.MaxDocumentSize, and the bytes it
+// counts for each input. It counts every input's result at its largest
+// (each figure of 19 digits, its three digests, the longest shard id of
+// inputs as JSON escapes it, the codes of omittedPerInput failures the
+// record leaves out of its list), the failures the record lists (at
+// most listedFailureBytes of them, cutResults), and one output per
+// reducer at its largest: a map task stored a record over the cap after
+// it mapped every input, and its reduce tasks, and every resume, refused
+// it with DOCUMENT_TOO_LARGE (a result takes about 425 bytes: from about
+// 158,000 clean shards in one map task). It counts about 600 bytes an
+// input with a short shard id: about 85,000 inputs a task.
+func mapTaskFit(reducers int, inputs []Input, rel *manifest.Release, snap *manifest.Snapshot) (fit, each int) {
+	id := 0
+	for _, in := range inputs {
+		d := rel.Shards
+		if in.Side != 0 {
+			d = snap.Members
+		}
+		id = max(id, jsonStringLen(d[in.Index].ID))
+	}
+	code := 0
+	for c := range failureCounter {
+		code = max(code, jsonStringLen(c)+1)
+	}
+	var sum manifest.Digest
+	for i := range sum {
+		sum[i] = 0xff
+	}
+	largest := mapper.Result{Side: mapper.SideSnapshot, Index: math.MaxInt64, Records: math.MaxInt64, Tokens: math.MaxInt64,
+		LogicalDigest: sum, MemberSetDigest: sum, StorageDigest: sum, StoredBytes: math.MaxInt64, LogicalBytes: math.MaxInt64,
+		FailuresOmitted: []string{""}, Decoded: true}
+	out := Output{Key: jobPrefix(sum) + fmt.Sprintf("map/%d/r%d.arrow", math.MaxInt32, reducers), Version: objstore.Version(strings.Repeat("v", maxVersionBytes)),
+		Digest: sum, XXH64: strings.Repeat("f", 16), Size: math.MaxInt64, Rows: math.MaxInt64}
+	head := MapCommit{Schema: MapCommitSchema, Plan: sum, Task: math.MaxInt64}
+	lr, err1 := json.Marshal(largest)
+	lo, err2 := json.Marshal(out)
+	lh, err3 := json.Marshal(head)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		panic(err) // values of fixed types
+	}
+	// Each a comma before it; the result's omitted code list holds "".
+	each = len(lr) + 1 - 2 + id - 2 + omittedPerInput*code
+	room := manifest.MaxDocumentSize - listedFailureBytes - len(lh) - reducers*(len(lo)+1)
+	return max(1, room/each), each
+}
+
+// omittedPerInput is how many failures of each input mapTaskFit counts
+// a map commit record leaving out of its list (a file's failures are a
+// few: its size, its digest, its decoding, its counts).
+const omittedPerInput = 4
+
+// maxVersionBytes is the longest object version mapTaskFit counts (S3's
+// are 32 bytes, a file store's 20).
+const maxVersionBytes = 1024
+
+// jsonStringLen is the length of s as a JSON string, quotes included:
+// encoding/json escapes a quote and a backslash with one more byte, and
+// U+2028 and U+2029 as \u2028, three more (a manifest's names hold no
+// control characters).
+func jsonStringLen(s string) int {
+	return len(s) + 2 + strings.Count(s, `"`) + strings.Count(s, `\`) + 3*(strings.Count(s, "\u2028")+strings.Count(s, "\u2029"))
 }
 
 // rangedMembers returns the snapshot members that declare a bucket range,

@@ -3,12 +3,17 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"math"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/shuffle"
 )
@@ -310,5 +315,62 @@ func TestDefaultMapTasks(t *testing.T) {
 		if got := DefaultMapTasks(c.n, c.records, c.p); got != c.want {
 			t.Errorf("DefaultMapTasks(%d, %d, %d) = %d, want %d", c.n, c.records, c.p, got, c.want)
 		}
+	}
+}
+
+// mapTaskFit counts enough for the largest commit record a map task of
+// that many inputs can write: every input's result at its largest, with
+// the longest id and four omitted failure codes, failures listed up to
+// the bytes bound, the longest outputs. Such a record still encodes
+// within manifest.MaxDocumentSize.
+func TestMapTaskFitHoldsTheLargestRecord(t *testing.T) {
+	const reducers = 256
+	id := strings.Repeat(`"\`, manifest.MaxNameLen/2)
+	rel := &manifest.Release{Shards: []manifest.Shard{{ID: id}}}
+	fit, each := mapTaskFit(reducers, []Input{{Side: 0, Index: 0}}, rel, &manifest.Snapshot{})
+	if fit < 1 || each < 2*manifest.MaxNameLen {
+		t.Fatalf("fit %d, %d bytes an input", fit, each)
+	}
+	var sum manifest.Digest
+	for i := range sum {
+		sum[i] = 0xab
+	}
+	code := string(errcode.FooterCorrupt)
+	for c := range failureCounter {
+		if len(c) > len(code) {
+			code = c
+		}
+	}
+	mc := MapCommit{Schema: MapCommitSchema, Plan: sum, Task: math.MaxInt64}
+	for k := range fit {
+		mc.Results = append(mc.Results, mapper.Result{Side: mapper.SideSnapshot, Index: math.MaxInt64 - k, ShardID: id,
+			Records: math.MaxInt64, Tokens: math.MaxInt64, LogicalDigest: sum, MemberSetDigest: sum, StorageDigest: sum,
+			StoredBytes: math.MaxInt64, LogicalBytes: math.MaxInt64, FailuresOmitted: []string{code, code, code, code}, Decoded: true})
+	}
+	// The failures the record lists, as many bytes of them as cutResults
+	// keeps: details of quotes, each escaped.
+	var failures []manifest.ShardFailure
+	for n := 0; ; {
+		f := manifest.ShardFailure{Shard: id, Side: "snapshot", Code: code, Detail: strings.Repeat(`"`, mapper.MaxFailureDetail)}
+		b, err := json.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n += len(b) + 1; n > listedFailureBytes {
+			break
+		}
+		failures = append(failures, f)
+	}
+	mc.Results[0].Failures = failures
+	for r := range reducers {
+		mc.Outputs = append(mc.Outputs, Output{Key: jobPrefix(sum) + fmt.Sprintf("map/%d/r%d.arrow", math.MaxInt32, r), Version: objstore.Version(strings.Repeat("v", maxVersionBytes)),
+			Digest: sum, XXH64: strings.Repeat("f", 16), Size: math.MaxInt64, Rows: math.MaxInt64})
+	}
+	b, err := manifest.Encode(&mc)
+	if err != nil {
+		t.Fatalf("a record of %d inputs (%d bytes each counted): %v", fit, each, err)
+	}
+	if len(b) > manifest.MaxDocumentSize {
+		t.Fatalf("a record of %d inputs is %d bytes", fit, len(b))
 	}
 }

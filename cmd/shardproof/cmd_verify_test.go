@@ -345,6 +345,43 @@ func TestVerifyFileLimit(t *testing.T) {
 	}
 }
 
+// TestVerifyMapTasksTooFew: verify refuses at once, before any work, a
+// --map-tasks whose map task's commit record would be over the document
+// cap, naming the smallest count that fits: a release of 100,000 shards
+// (all one stored file, under 100,000 ids) in one map task counts 59 MB
+// of results at their largest, with 16 MiB kept for listed failures. A
+// map task used to map every input first, and store a record over the
+// cap (about 425 bytes a result: from about 158,000 clean shards, fewer
+// failing ones) that its reduce tasks, and every resume, then refused
+// with DOCUMENT_TOO_LARGE.
+func TestVerifyMapTasksTooFew(t *testing.T) {
+	r := newRelease(t)
+	rel := stagetest.CloneRelease(r.res.Release)
+	d := rel.Shards[0]
+	for i := range 100_000 {
+		d.ID = fmt.Sprintf("many-%06d", i)
+		rel.Shards = append(rel.Shards, d)
+	}
+	res := stagetest.Reissue(t, r.store, r.res, rel, false)
+	root := res.Root.String()
+	out := runCLI(t, cliEnv(), "verify", "--store", r.dir, "--root", root, "--map-tasks", "1")
+	if out.status != errcode.ExitUsage || !strings.Contains(out.stderr, "shardproof: USAGE: 1 map tasks of 100005 inputs") || !strings.Contains(out.stderr, "verify with --map-tasks 2 or more") {
+		t.Fatalf("verify --map-tasks 1: exit %d, stderr %q; want USAGE naming --map-tasks 2", out.status, out.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(r.dir, "jobs")); !os.IsNotExist(err) {
+		t.Fatalf("verify mapped before it refused: %v", err)
+	}
+	// Two map tasks fit.
+	_, pd, err := coordinator.NewPlan(t.Context(), r.store, coordinator.PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2})
+	if err != nil {
+		t.Fatalf("plan of 2 map tasks: %v", err)
+	}
+	j, err := coordinator.Open(t.Context(), r.store, pd)
+	if err != nil || len(j.Plan.MapTasks) != 2 {
+		t.Fatalf("plan %s: %v", pd, err)
+	}
+}
+
 // TestVerifyReduceFanIn: --reduce-fan-in bounds the shuffle files a
 // reduce task merges at once. Under an open-file limit that five map
 // tasks' files (and the slack) exceed, verify refuses with FILE_LIMIT;
