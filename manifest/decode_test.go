@@ -290,6 +290,7 @@ func TestDecodePickedIsAsStrictAsDecode(t *testing.T) {
 		{"negative unsigned in a result", replaceLast(good, `"Side":1`, `"Side":-1`)},
 		{"bad digest in a result", replaceLast(good, `"plan":"sha256:`, `"plan":"sha256:A`)},
 		{"unpaired surrogate in a result", replaceLast(good, `"name":"n"`, `"name":"\ud800"`)},
+		{"not base64 in a result", replaceLast(good, `"leaves":"AAFsZWF2ZXP/"`, `"leaves":"AAFsZWF2ZXP"`)},
 		{"map key twice in a result", replaceLast(good, `"MISSING_MEMBER":`, `"MISSING_MEMBER":[],"MISSING_MEMBER":`)},
 		{"list twice", strings.Replace(good, `"outputs":`, `"outputs":[],"outputs":`, 1)},
 		{"list in another case", strings.Replace(good, `"results":`, `"Results":`, 1)},
@@ -369,7 +370,7 @@ func TestScanAllocatesNothingPerValue(t *testing.T) {
 	allocs := map[int]float64{}
 	for _, n := range []int{2, 200} {
 		c := validCommitLike()
-		c.Results = nil
+		c.Outputs, c.Results = nil, nil
 		for len(c.Outputs) < n {
 			c.Outputs = append(c.Outputs, recordRef{Key: "k", Size: int64(len(c.Outputs)) << 40})
 			r := validRecord()

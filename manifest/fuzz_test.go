@@ -166,3 +166,39 @@ func FuzzParseMemberPartition(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodePicked checks DecodePicked against Decode on arbitrary bytes:
+// one refuses what the other refuses, with the same code, and what both
+// take, DecodePicked takes as Decode does, its picked element and list
+// lengths included.
+func FuzzDecodePicked(f *testing.F) {
+	good := mustEncode(f, validCommitLike())
+	for _, s := range [][]byte{good, []byte(`{"outputs":null,"results":[]}`)} {
+		f.Add(s, uint8(1))
+		f.Add(bytes.Replace(s, []byte(`"size":2`), []byte(`"size":2,"size":2`), 1), uint8(0))
+		f.Add(bytes.Replace(s, []byte(`"leaves":"`), []byte(`"leaves":"=`), 1), uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, b []byte, index uint8) {
+		var full, part commitLike
+		err := Decode(b, &full)
+		picks := []Pick{{Field: "outputs", Index: int(index) - 1}, {Field: "results", Index: -1}}
+		perr := DecodePicked(b, &part, picks)
+		if errcode.Of(err) != errcode.Of(perr) {
+			t.Fatalf("Decode: %v; DecodePicked: %v", err, perr)
+		}
+		if err != nil {
+			return
+		}
+		i := int(index) - 1
+		if picks[0].Len != len(full.Outputs) || picks[1].Len != len(full.Results) || part.Schema != full.Schema || part.Plan != full.Plan || len(part.Results) != 0 {
+			t.Fatalf("picked %+v (lengths %d, %d) of %+v", part, picks[0].Len, picks[1].Len, full)
+		}
+		if i >= 0 && i < len(full.Outputs) {
+			if len(part.Outputs) != 1 || part.Outputs[0] != full.Outputs[i] {
+				t.Fatalf("output %d picked as %+v, decoded %+v", i, part.Outputs, full.Outputs[i])
+			}
+		} else if len(part.Outputs) != 0 {
+			t.Fatalf("output %d of %d picked as %+v", i, len(full.Outputs), part.Outputs)
+		}
+	})
+}

@@ -3,6 +3,7 @@ package manifest
 import (
 	"bytes"
 	"encoding"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -64,6 +65,9 @@ type scanner struct {
 	b    []byte
 	i    int        // next byte to read
 	path []pathElem // the members and elements the scan is in, outermost first
+
+	// base64 is scratch room to check a byte slice's base64 in.
+	base64 []byte
 
 	// picks, when set (DecodePicked), are the top-level lists of which
 	// the scan records one element's span each and the length; members
@@ -356,12 +360,21 @@ func (s *scanner) value(t reflect.Type) error {
 	case reflect.Slice:
 		if t.Elem().Kind() == reflect.Uint8 {
 			// encoding/json writes a []byte as a base64 string, and
-			// decodes the base64 itself.
+			// decodes it as base64.StdEncoding, checked here too: a
+			// reader of part of a document (DecodePicked) decodes no
+			// more than that part.
 			if c != '"' {
 				return s.wrongType("a base64 string", c)
 			}
-			_, err := s.str()
-			return err
+			v, err := s.str()
+			if err != nil {
+				return err
+			}
+			s.base64 = slices.Grow(s.base64[:0], base64.StdEncoding.DecodedLen(len(v)))
+			if _, err := base64.StdEncoding.Decode(s.base64[:cap(s.base64)], v); err != nil {
+				return errcode.New(errcode.BadDocument, "%s: not base64: %v", s.where(), err)
+			}
+			return nil
 		}
 		if c != '[' {
 			return s.wrongType("an array", c)
