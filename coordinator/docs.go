@@ -201,7 +201,7 @@ func readRecordBytes(ctx context.Context, s objstore.Store, key string, buf []by
 // decodeStrict decodes one of the coordinator's own documents (a plan, a
 // task's commit record, a hold record) as strictly as a manifest
 // (manifest.Decode): one JSON value of v's shape, every key an exact,
-// unrepeated field name, null only for a list or a map, UTF-8, strict
+// unrepeated field name, null only for a list, a map or a nil pointer in a list, UTF-8, strict
 // digests. These documents sit in a store other processes write, and
 // encoding/json alone reads a commit record with "failures" twice as the
 // last, or takes "Outputs" for "outputs", where another reader of the same
