@@ -39,15 +39,18 @@ import (
 //     dead voter counted in no quorum that could form without it) and
 //     answers the join with the index of that configuration entry;
 //   - the joiner notes, from the configuration entries its log holds up to
-//     its commit index (watchLearner), the first one at or after that index
-//     that makes it a nonvoter, and reports it in /v1/status;
+//     its commit index and its newest snapshot's configuration
+//     (watchLearner), the first one at or after that index that makes it a
+//     nonvoter, and reports it in /v1/status;
 //   - the leader (any leader: promoteLoop runs on every member)
 //     promotes a nonvoter to voter once its log holds every entry the
 //     leader had committed when it asked, and it reported that nonvoter entry
-//     (one that got it only in a snapshot is made a nonvoter again, to
-//     find one in its log);
+//     (one that caught up without reporting one is made a nonvoter again,
+//     to find one);
 //   - the joiner drops its marker, and votes, at the first committed
-//     configuration after that entry that makes it a voter.
+//     configuration after that entry that makes it a voter, in its log or
+//     in its newest snapshot (a promotion the leader compacted away before
+//     the joiner got it arrives in a snapshot only).
 //
 // Committed entries are never undone, so neither the old configuration,
 // nor a demotion a later leader cut from the log, is taken for the
@@ -233,14 +236,15 @@ func syncDir(dir string) error {
 
 // watchLearner, while the node is a learner, reads the configuration
 // entries its log holds up to its commit index (committed, so never
-// undone), in order, for the learner's progress (learner.committed). It
+// undone), in order, and then the configuration of its newest snapshot
+// (committed as well), for the learner's progress (learner.committed). It
 // reads the log, not the FSM's progress, so a member whose state lags
 // behind its log (a slow disk, a restart replaying its log) is promoted
 // and votes as one whose log caught up would.
 func (n *Node) watchLearner() {
 	t := time.NewTicker(learnerScanInterval)
 	defer t.Stop()
-	var scanned uint64
+	var scanned, snapConf uint64
 	for n.learner.on.Load() {
 		select {
 		case <-n.stop:
@@ -275,6 +279,29 @@ func (n *Node) watchLearner() {
 			if promoted {
 				n.log.Info("promoted to voter: this member votes from now on", "index", i)
 			}
+		}
+		// The configuration of its newest snapshot, committed too: the
+		// entries a snapshot the leader sent replaced (or that this
+		// node compacted) are in no log of this node, and a promotion
+		// among them would otherwise never be found: the node would
+		// stay a voter that grants no vote, which no leader promotes
+		// again.
+		if !n.learner.on.Load() {
+			break
+		}
+		metas, err := n.snaps.List()
+		if err != nil || len(metas) == 0 || metas[0].ConfigurationIndex <= snapConf {
+			continue
+		}
+		m := metas[0]
+		promoted, err := n.learner.committed(raft.ServerID(n.cfg.ID), m.ConfigurationIndex, m.Configuration)
+		if err != nil {
+			n.log.Error("learner marker", "code", errcode.Of(err), "err", err)
+			continue
+		}
+		snapConf = m.ConfigurationIndex
+		if promoted {
+			n.log.Info("promoted to voter (in a snapshot): this member votes from now on", "index", m.ConfigurationIndex)
 		}
 	}
 }

@@ -1,12 +1,18 @@
 package raftgate
 
 import (
+	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,4 +151,119 @@ func TestReplacedMemberRejoinsAsLearner(t *testing.T) {
 	cl2 := NewClient(leader.URL() + "," + n.URL())
 	defer cl2.Close()
 	registerVerified(t, ctx, cl2, "after", 2, 0, 0)
+}
+
+// cutStream is a Raft stream layer whose links can be cut: while cut, it
+// dials nothing, hangs up on what it accepts, and its open connections
+// fail, so its member neither reaches the others nor is reached.
+type cutStream struct {
+	raft.StreamLayer
+	cut  atomic.Bool
+	mu   sync.Mutex
+	open []net.Conn
+}
+
+func (s *cutStream) track(c net.Conn) net.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open = append(s.open, c)
+	return c
+}
+
+func (s *cutStream) Accept() (net.Conn, error) {
+	for {
+		c, err := s.StreamLayer.Accept()
+		if err != nil || !s.cut.Load() {
+			if err == nil {
+				c = s.track(c)
+			}
+			return c, err
+		}
+		c.Close()
+	}
+}
+
+func (s *cutStream) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if s.cut.Load() {
+		return nil, errors.New("link cut")
+	}
+	c, err := s.StreamLayer.Dial(address, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return s.track(c), nil
+}
+
+// setCut cuts the links (closing those open) or heals them.
+func (s *cutStream) setCut(on bool) {
+	s.cut.Store(on)
+	if !on {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.open {
+		c.Close()
+	}
+	s.open = nil
+}
+
+// A learner whose promotion reaches it only in a snapshot votes once it
+// installed the snapshot: node3, a learner that found its nonvoter entry,
+// is cut off from the others' Raft (its API still answers), the leader
+// promotes it, and compacts its log past the promotion; healed, node3
+// gets the snapshot, whose configuration makes it a voter. Before, it
+// looked for its promotion in its log's entries only, and stayed a voter
+// that refused every vote for good: the leader promotes only nonvoters.
+func TestLearnerPromotedInASnapshotVotes(t *testing.T) {
+	c := MakeCluster(t, 2, func(cfg *Config) { cfg.SnapshotThreshold = 16 })
+	for _, n := range c.Nodes {
+		n.promoting.Store(true) // no promotion until the test says so
+	}
+	cfg := TestConfig(t.TempDir(), "node3")
+	cfg.SnapshotThreshold, cfg.Bootstrap, cfg.Join = 16, false, c.Nodes[0].HTTPAddr()
+	cs := &cutStream{}
+	cfg.WrapStream = func(s raft.StreamLayer) raft.StreamLayer { cs.StreamLayer = s; return cs }
+	n3 := NewNode(cfg)
+	if err := n3.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n3.Shutdown() })
+	leader := c.Leader(10 * time.Second)
+	waitFor(t, "node3 to find its nonvoter entry and catch up", func() bool {
+		l := n3.learner.status()
+		return l != nil && l.NonvoterAt > 0 && n3.Raft().LastIndex() >= leader.Raft().CommitIndex()
+	})
+	cs.setCut(true)
+	leader.promoting.Store(false)
+	var promotedAt uint64
+	waitFor(t, "the leader to promote node3", func() bool {
+		for _, v := range leader.voters() {
+			if v.ID == "node3" && v.Suffrage == "Voter" {
+				promotedAt = leader.Raft().LastIndex()
+				return true
+			}
+		}
+		return false
+	})
+	for i := 0; i < 64; i++ {
+		if _, err := leader.Apply(&Prune{OlderThanMs: 1 << 40}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := leader.Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	if first, _ := leader.store.FirstIndex(); first <= promotedAt {
+		t.Fatalf("the leader's log starts at %d, not past the promotion at or before %d", first, promotedAt)
+	}
+	if l := n3.learner.status(); l == nil {
+		t.Fatal("node3 found its promotion while cut off")
+	}
+	cs.setCut(false)
+	waitFor(t, "node3 to install the leader's snapshot", func() bool { return n3.Raft().CommitIndex() >= promotedAt })
+	WaitPromoted(t, n3, 10*time.Second)
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, learnerFile)); !os.IsNotExist(err) {
+		t.Fatalf("learner marker after the promotion: %v", err)
+	}
 }

@@ -199,6 +199,7 @@ type Node struct {
 	// token handshake), which a joiner's probe goes through too.
 	stream raft.StreamLayer
 	store  *raftboltdb.BoltStore
+	snaps  raft.SnapshotStore
 	ln     net.Listener
 	srv    *http.Server
 	hc     *http.Client
@@ -369,6 +370,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "open snapshot store")
 	}
+	n.snaps = snaps
 	var advertise net.Addr
 	if n.cfg.RaftAdvertise != "" {
 		if advertise, err = net.ResolveTCPAddr("tcp", n.cfg.RaftAdvertise); err != nil {
