@@ -467,7 +467,8 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n.log.Info("learner added: a voter once it caught up", "id", j.ID, "raftAddr", j.RaftAddr, "httpAddr", j.HTTPAddr, "index", index)
-	raw, _ := json.Marshal(res.Value)
+	ni, _ := res.Value.(NodeInfo)
+	raw, _ := json.Marshal(joinResult{NodeInfo: ni, NonvoterIndex: index})
 	w.Header().Set(nonvoterIndexHeader, strconv.FormatUint(index, 10))
 	writeJSON(w, http.StatusOK, CommandResponse{Result: raw})
 }

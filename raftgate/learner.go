@@ -385,17 +385,28 @@ func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, a
 // nonvoterIndexHeader carries, on the answer to a POST /v1/join, the log
 // index of the configuration entry that made the joiner a nonvoter (see
 // LearnerStatus.Since). A leader of a build before learners sends none: it
-// added the joiner as a voter. A follower passes the leader's on.
+// added the joiner as a voter. A follower passes the leader's on; one of
+// a build before learners does not, so the answer's result carries the
+// index too (joinResult), in the body every follower passes on as it is.
 const nonvoterIndexHeader = "X-Shardproof-Nonvoter-Index"
+
+// joinResult is the result of a POST /v1/join: the member's record, and
+// the index of the configuration entry that made it a nonvoter (absent
+// from a leader of a build before learners).
+type joinResult struct {
+	NodeInfo
+	NonvoterIndex uint64 `json:"nonvoterIndex,omitempty"`
+}
 
 // joinAnswer is a joiner's view of the answer to its POST /v1/join.
 type joinAnswer struct {
-	NodeInfo
+	joinResult
 	nonvoter uint64
 }
 
 func (a *joinAnswer) readHeader(h http.Header) {
 	a.nonvoter, _ = strconv.ParseUint(h.Get(nonvoterIndexHeader), 10, 64)
+	a.nonvoter = max(a.nonvoter, a.NonvoterIndex)
 }
 
 // addLearner makes the joiner j, whose /v1/status answered st, a

@@ -267,3 +267,44 @@ func TestLearnerPromotedInASnapshotVotes(t *testing.T) {
 		t.Fatalf("learner marker after the promotion: %v", err)
 	}
 }
+
+// A joiner whose join a follower of a build before learners forwards
+// (which passes on no X-Shardproof-Nonvoter-Index) is a learner all the
+// same: the answer's body, which every follower passes on as it is, names
+// the nonvoter entry too. Before, the joiner took the missing header for a
+// leader of a build before learners, dropped its marker at once and
+// granted votes as a nonvoter at term 0, the double vote learners exist to
+// prevent; and the leader promoted it without its nonvoter entry.
+func TestLearnerJoinedThroughAFollowerBeforeLearners(t *testing.T) {
+	c := MakeCluster(t, 2)
+	for _, n := range c.Nodes {
+		n.promoting.Store(true) // the joiner stays a learner meanwhile
+	}
+	leader := c.Leader(10 * time.Second)
+	target, _ := url.Parse(leader.URL())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(r *http.Response) error {
+		r.Header.Del(nonvoterIndexHeader) // what an older follower's forward passes on
+		return nil
+	}
+	old := httptest.NewServer(rp)
+	defer old.Close()
+	cfg := TestConfig(t.TempDir(), "node3")
+	cfg.Bootstrap, cfg.Join = false, old.Listener.Addr().String()
+	n3 := NewNode(cfg)
+	if err := n3.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n3.Shutdown() })
+	l := n3.learner.status()
+	if l == nil || l.Since == 0 {
+		t.Fatalf("node3 joined through a follower before learners: learner status %+v, want a learner that knows its nonvoter entry", l)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, learnerFile)); err != nil {
+		t.Fatalf("learner marker: %v", err)
+	}
+	for _, n := range c.Nodes {
+		n.promoting.Store(false)
+	}
+	WaitPromoted(t, n3, 10*time.Second)
+}
