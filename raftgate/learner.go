@@ -313,7 +313,7 @@ const learnerScanInterval = 50 * time.Millisecond
 // voteGate is the Raft transport as the node's Raft sees it: while the
 // node is a learner it answers every RequestVote and RequestPreVote
 // refused, and sends none (so it neither grants a vote nor campaigns);
-// everything else passes.
+// everything else passes, heartbeats under n.beats.
 type voteGate struct {
 	*raft.NetworkTransport
 	n    *Node
@@ -364,6 +364,26 @@ func (g *voteGate) refuse(rpc raft.RPC) bool {
 		return false
 	}
 	return true
+}
+
+// SetHeartbeatHandler passes Raft's heartbeat handler to the transport,
+// which calls it on its connection goroutines: each call holds n.beats,
+// so Shutdown closes the store only once the calls in flight are done,
+// and the calls after are refused (see Shutdown).
+func (g *voteGate) SetHeartbeatHandler(cb func(raft.RPC)) {
+	if cb == nil {
+		g.NetworkTransport.SetHeartbeatHandler(nil)
+		return
+	}
+	g.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		g.n.beats.RLock()
+		defer g.n.beats.RUnlock()
+		if g.n.beatsOff {
+			rpc.Respond(nil, raft.ErrTransportShutdown)
+			return
+		}
+		cb(rpc)
+	})
 }
 
 // RequestVote asks for a vote, unless the node is a learner.

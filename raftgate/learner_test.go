@@ -308,3 +308,81 @@ func TestLearnerJoinedThroughAFollowerBeforeLearners(t *testing.T) {
 	}
 	WaitPromoted(t, n3, 10*time.Second)
 }
+
+// heldTerm is a stable store whose term writes, once armed, wait for the
+// test to let them go, and record what the store answered.
+type heldTerm struct {
+	raft.StableStore
+	armed   atomic.Bool
+	entered chan struct{}
+	let     chan struct{}
+	err     chan error
+}
+
+func (h *heldTerm) SetUint64(key []byte, v uint64) error {
+	if string(key) != "CurrentTerm" || !h.armed.CompareAndSwap(true, false) {
+		return h.StableStore.SetUint64(key, v)
+	}
+	close(h.entered)
+	<-h.let
+	err := h.StableStore.SetUint64(key, v)
+	h.err <- err
+	// What raft panics at ("failed to save current term"), reported by
+	// the test instead.
+	return nil
+}
+
+// Shutdown closes the store only once the heartbeats Raft handles on the
+// transport's goroutines are done: a heartbeat of a higher term, whose
+// term write is held, is still in flight when Raft and the transport are
+// shut down, and its write, let go then, finds the store open. Before,
+// Shutdown closed the store under it, and raft panicked: "failed to save
+// current term: database not open".
+func TestShutdownWaitsForAHeartbeatInFlight(t *testing.T) {
+	h := &heldTerm{entered: make(chan struct{}), let: make(chan struct{}), err: make(chan error, 1)}
+	cfg := TestConfig(t.TempDir(), "node1")
+	cfg.wrapStable = func(s raft.StableStore) raft.StableStore { h.StableStore = s; return h }
+	n := StartTestNode(t, cfg)
+	c := &TestCluster{t: t, Nodes: []*Node{n}}
+	c.Leader(10 * time.Second)
+
+	trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer trans.Close()
+	h.armed.Store(true)
+	go func() {
+		var resp raft.AppendEntriesResponse
+		trans.AppendEntries(raft.ServerID(n.ID()), raft.ServerAddress(n.RaftAddr()), &raft.AppendEntriesRequest{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("other"), Addr: []byte(trans.LocalAddr())},
+			Term:      n.Raft().CurrentTerm() + 10,
+		}, &resp)
+	}()
+	<-h.entered
+
+	down := make(chan struct{})
+	go func() {
+		n.Shutdown()
+		close(down)
+	}()
+	// Shutdown returned, or waits for the heartbeat (its write lock is
+	// pending: no read lock is to be had).
+	waitFor(t, "Shutdown to return or wait for the heartbeat", func() bool {
+		select {
+		case <-down:
+			return true
+		default:
+		}
+		if n.beats.TryRLock() {
+			n.beats.RUnlock()
+			return false
+		}
+		return true
+	})
+	close(h.let)
+	if err := <-h.err; err != nil {
+		t.Fatalf("the heartbeat's term write after Shutdown: %v", err)
+	}
+	<-down
+}

@@ -175,6 +175,9 @@ type Config struct {
 	// wrapHTTP, if set, decorates the API's listener (before TLS): tests
 	// black-hole a member's HTTP address.
 	wrapHTTP func(net.Listener) net.Listener
+	// wrapStable, if set, decorates the stable store Raft keeps its term
+	// and vote in: tests hold a write of the term.
+	wrapStable func(raft.StableStore) raft.StableStore
 	// TLS, if set, serves the API over HTTPS and makes Raft connections
 	// between members mutual TLS (see TLSConfig).
 	TLS *TLSConfig
@@ -230,6 +233,11 @@ type Node struct {
 	// promoting while the leader's promoteLearners runs.
 	learner   learner
 	promoting atomic.Bool
+	// beats is held, read-locked, by each heartbeat Raft handles on a
+	// transport goroutine (voteGate.SetHeartbeatHandler), and beatsOff
+	// set under its write lock before the store closes: see Shutdown.
+	beats    sync.RWMutex
+	beatsOff bool
 }
 
 // NewNode returns a node; Start opens its storage and starts serving.
@@ -478,7 +486,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 		n.log.Warn("recovered as a single-node cluster from this node's own state; other members must rejoin with wiped directories and --join", "id", n.cfg.ID)
 	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, n.store, n.store, snaps, &voteGate{NetworkTransport: n.trans, n: n})
+	var stable raft.StableStore = n.store
+	if n.cfg.wrapStable != nil {
+		stable = n.cfg.wrapStable(stable)
+	}
+	n.raft, err = raft.NewRaft(rc, n.fsm, n.store, stable, snaps, &voteGate{NetworkTransport: n.trans, n: n})
 	if err != nil {
 		if _, h := n.fsm.Halted(); h != nil {
 			// Its newest snapshot is a newer build's.
@@ -728,6 +740,16 @@ func (n *Node) Shutdown() error {
 			errs = append(errs, n.trans.Close())
 		}
 		n.wg.Wait()
+		// hashicorp/raft handles a heartbeat on the transport's
+		// connection goroutine, which neither its Shutdown nor the
+		// transport's Close waits for: one that began before them may
+		// still write the term it carries, and raft panics when that
+		// write fails ("failed to save current term: database not
+		// open"). The store closes once those are done; later ones are
+		// refused.
+		n.beats.Lock()
+		n.beatsOff = true
+		n.beats.Unlock()
 		if n.store != nil {
 			errs = append(errs, n.store.Close())
 		}
