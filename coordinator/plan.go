@@ -334,8 +334,8 @@ func NewPlan(ctx context.Context, s objstore.Store, o PlanOptions) (*Plan, manif
 // reducer at its largest: a map task stored a record over the cap after
 // it mapped every input, and its reduce tasks, and every resume, refused
 // it with DOCUMENT_TOO_LARGE (a result takes about 425 bytes: from about
-// 158,000 clean shards in one map task). It counts about 600 bytes an
-// input with a short shard id: about 85,000 inputs a task.
+// 158,000 clean shards in one map task). It counts about 680 bytes an
+// input with a short shard id: about 74,000 inputs a task.
 func mapTaskFit(reducers int, inputs []Input, rel *manifest.Release, snap *manifest.Snapshot) (fit, each int) {
 	id := 0
 	for _, in := range inputs {
@@ -355,7 +355,7 @@ func mapTaskFit(reducers int, inputs []Input, rel *manifest.Release, snap *manif
 	}
 	largest := mapper.Result{Side: mapper.SideSnapshot, Index: math.MaxInt64, Records: math.MaxInt64, Tokens: math.MaxInt64,
 		LogicalDigest: sum, MemberSetDigest: sum, StorageDigest: sum, StoredBytes: math.MaxInt64, LogicalBytes: math.MaxInt64,
-		FailuresOmitted: []string{""}, Decoded: true}
+		FailuresOmitted: []string{""}}
 	out := Output{Key: jobPrefix(sum) + fmt.Sprintf("map/%d/r%d.arrow", math.MaxInt32, reducers), Version: objstore.Version(strings.Repeat("v", maxVersionBytes)),
 		Digest: sum, XXH64: strings.Repeat("f", 16), Size: math.MaxInt64, Rows: math.MaxInt64}
 	head := MapCommit{Schema: MapCommitSchema, Plan: sum, Task: math.MaxInt64}
@@ -372,9 +372,12 @@ func mapTaskFit(reducers int, inputs []Input, rel *manifest.Release, snap *manif
 }
 
 // omittedPerInput is how many failures of each input mapTaskFit counts
-// a map commit record leaving out of its list (a file's failures are a
-// few: its size, its digest, its decoding, its counts).
-const omittedPerInput = 4
+// a map commit record leaving out of its list: the most a file's result
+// holds, its size and its digest, its schema (its records are still
+// decoded), its logical digest and its counts, one each for records,
+// tokens, member set and, for a snapshot member with declared buckets,
+// tuples outside them (mapper.MapShardStream).
+const omittedPerInput = 8
 
 // maxVersionBytes is the longest object version mapTaskFit counts (S3's
 // are 32 bytes, a file store's 20).

@@ -320,9 +320,10 @@ func TestDefaultMapTasks(t *testing.T) {
 
 // mapTaskFit counts enough for the largest commit record a map task of
 // that many inputs can write: every input's result at its largest, with
-// the longest id and four omitted failure codes, failures listed up to
-// the bytes bound, the longest outputs. Such a record still encodes
-// within manifest.MaxDocumentSize.
+// the longest id and the codes of the most failures a file's result
+// holds (eight: it counted four, and such a record of 19,024 inputs was
+// 68,285,833 bytes), failures listed up to the bytes bound, the longest
+// outputs. Such a record still encodes within manifest.MaxDocumentSize.
 func TestMapTaskFitHoldsTheLargestRecord(t *testing.T) {
 	const reducers = 256
 	id := strings.Repeat(`"\`, manifest.MaxNameLen/2)
@@ -341,11 +342,17 @@ func TestMapTaskFitHoldsTheLargestRecord(t *testing.T) {
 			code = c
 		}
 	}
+	// The most failures a file's result holds: its size and digest, its
+	// schema (its records still decoded), its logical digest, and its
+	// counts (records, tokens, member set, and for a snapshot member
+	// with declared buckets, tuples outside them).
+	worst := []string{string(errcode.SizeMismatch), string(errcode.DigestMismatch), string(errcode.SchemaMismatch), string(errcode.LogicalMismatch),
+		string(errcode.CountMismatch), string(errcode.CountMismatch), string(errcode.CountMismatch), string(errcode.CountMismatch)}
 	mc := MapCommit{Schema: MapCommitSchema, Plan: sum, Task: math.MaxInt64}
 	for k := range fit {
 		mc.Results = append(mc.Results, mapper.Result{Side: mapper.SideSnapshot, Index: math.MaxInt64 - k, ShardID: id,
 			Records: math.MaxInt64, Tokens: math.MaxInt64, LogicalDigest: sum, MemberSetDigest: sum, StorageDigest: sum,
-			StoredBytes: math.MaxInt64, LogicalBytes: math.MaxInt64, FailuresOmitted: []string{code, code, code, code}, Decoded: true})
+			StoredBytes: math.MaxInt64, LogicalBytes: math.MaxInt64, FailuresOmitted: worst})
 	}
 	// The failures the record lists, as many bytes of them as cutResults
 	// keeps: details of quotes, each escaped.

@@ -136,7 +136,7 @@ operational error (JOB_IN_USE included).`,
 	f.StringVar(&snapshot, "snapshot", "", "snapshot manifest digest (default: the manifest's datasetSnapshot); a report against another snapshot is an audit only: publish --report and gate register refuse it")
 	f.StringVar(&tombstones, "tombstones", "", "tombstone log digest to check against; its watermark must reach the release's tombstoneWatermark")
 	f.StringVar(&benchmark, "benchmark", "", "benchmark registry digest to check against; its watermark must reach the release's benchmarkFence")
-	f.IntVar(&mapTasks, "map-tasks", 0, "number of map tasks (default: derived from inputs and parallelism); at least as many as keep each task's commit record, a result per input, under the 64 MiB document cap (about 85,000 inputs a task), or USAGE naming that count")
+	f.IntVar(&mapTasks, "map-tasks", 0, "number of map tasks (default: derived from inputs and parallelism); at least as many as keep each task's commit record, a result per input, under the 64 MiB document cap (about 74,000 inputs a task), or USAGE naming that count")
 	f.IntVar(&reducers, "reducers", 0, "number of reduce tasks (default: 2 × parallelism)")
 	f.IntVar(&fanIn, "reduce-fan-in", 0, fmt.Sprintf("the most shuffle files a reduce task merges at once (one per map task); a reduce task with more merges them a group at a time first, into files of its own under jobs/<plan>/merge/, which bounds its open files and memory at the cost of one more write and read of its rows (default %d; at least 2)", coordinator.DefaultReduceFanIn))
 	f.IntVar(&parallelism, "parallelism", 0, "tasks run at once by the local and process executors; the default map-task and reducer counts derive from it (default: number of CPUs)")

@@ -348,7 +348,7 @@ func TestVerifyFileLimit(t *testing.T) {
 // TestVerifyMapTasksTooFew: verify refuses at once, before any work, a
 // --map-tasks whose map task's commit record would be over the document
 // cap, naming the smallest count that fits: a release of 100,000 shards
-// (all one stored file, under 100,000 ids) in one map task counts 59 MB
+// (all one stored file, under 100,000 ids) in one map task counts 68 MB
 // of results at their largest, with 16 MiB kept for listed failures. A
 // map task used to map every input first, and store a record over the
 // cap (about 425 bytes a result: from about 158,000 clean shards, fewer
