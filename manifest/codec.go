@@ -164,7 +164,7 @@ func DecodePicked(b []byte, v any, picks []Pick) error {
 		return err
 	}
 	s := newScanner(b)
-	s.picks = picks
+	s.picking, s.picks = true, picks
 	if err := s.document(t); err != nil {
 		return err
 	}

@@ -263,6 +263,15 @@ func TestDecodePicked(t *testing.T) {
 	if err := DecodePicked([]byte(b), &got, picks); err != nil || got.Results != nil || picks[0].Len != 3 || got.Outputs[0] != want.Outputs[0] {
 		t.Fatalf("%s: %v, %+v, %+v", b, err, got, picks)
 	}
+	// No picks cuts no list: the document is decoded whole, as Decode
+	// decodes it (it was decoded as {}, every field left zero, and no
+	// error said so).
+	for _, none := range [][]Pick{nil, {}} {
+		var all commitLike
+		if err := DecodePicked(good, &all, none); err != nil || !reflect.DeepEqual(&all, want) {
+			t.Fatalf("picks %#v: %v, %+v", none, err, all)
+		}
+	}
 }
 
 // DecodePicked holds the whole document to Decode's rules, the elements

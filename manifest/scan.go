@@ -69,9 +69,10 @@ type scanner struct {
 	// base64 is scratch room to check a byte slice's base64 in.
 	base64 []byte
 
-	// picks, when set (DecodePicked), are the top-level lists of which
-	// the scan records one element's span each and the length; members
-	// then records every top-level member's span.
+	// picking is set for DecodePicked: members then records every
+	// top-level member's span, and of each top-level list that one of
+	// picks names, the scan records one element's span and the length.
+	picking bool
 	picks   []Pick
 	members []memberSpan
 }
@@ -544,7 +545,7 @@ func (s *scanner) object(t reflect.Type) error {
 	} else {
 		seenKeys = make(map[string]struct{})
 	}
-	top := len(s.path) == 0 && s.picks != nil
+	top := len(s.path) == 0 && s.picking
 	for {
 		if s.peek() != '"' {
 			return s.syntax("want a member name")
