@@ -476,18 +476,20 @@ func (a *applier) advanceFence(c *AdvanceFence) (any, error) {
 		}
 		return FenceResult{Fences: a.s.Fences, Closed: closed}, nil
 	}
-	if c.Log.IsZero() && !log.IsZero() {
+	if c.Log.IsZero() && !log.IsZero() && a.s.ClusterVersion >= versionFenceLogKept {
 		// A fence that names its log moves only with a log that
 		// extends it (the client checks that): a bare advance would
 		// drop the log, and the next advance would record whatever
 		// log it names, so any log would pass at the fence again.
+		// Below versionFenceLogKept it drops the log, as builds of
+		// version 4 applied it.
 		return nil, errcode.New(errcode.FenceLogMismatch, "the %s fence is at %d with log prefix %s; an advance to %d must name the log it extends (gate fence advance --store URL --%s DIGEST, the stored log's digest)",
 			c.Kind, *cur, *log, c.Value, fenceLogFlag(c.Kind))
 	}
-	// The log named at the new value, or none for a fence that had
-	// none: the previous one describes the log up to the previous
-	// value only. Entries from before version 4 name none and find
-	// none.
+	// The log named at the new value, or none (a fence that had none,
+	// or below versionFenceLogKept): the previous one describes the
+	// log up to the previous value only. Entries from before version
+	// 4 name none and find none.
 	*cur, *log = c.Value, c.Log
 	for _, id := range sortedKeys(a.s.Permits) {
 		p := a.s.Permits[id]

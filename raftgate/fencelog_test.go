@@ -52,8 +52,10 @@ func TestAdvanceFenceLog(t *testing.T) {
 	h.ok(&AdvanceFence{Kind: FenceBenchmark, Value: 2, Log: dig("registry at 2")})
 	fences(Fences{Tombstone: 7, TombstoneLog: l7, Benchmark: 2, BenchmarkLog: dig("registry at 2")})
 
-	// A fence that names its log moves only with a log: a bare advance
-	// would drop it, and the next advance would record any log.
+	// From cluster version 5, a fence that names its log moves only
+	// with a log: a bare advance would drop it, and the next advance
+	// would record any log.
+	h.ok(&SetClusterVersion{Version: versionFenceLogKept})
 	h.reject(&AdvanceFence{Kind: FenceTombstone, Value: 9}, errcode.FenceLogMismatch)
 	h.reject(&AdvanceFence{Kind: FenceBenchmark, Value: 3, SpareChecked: true}, errcode.FenceLogMismatch)
 	fences(Fences{Tombstone: 7, TombstoneLog: l7, Benchmark: 2, BenchmarkLog: dig("registry at 2")})
@@ -72,6 +74,30 @@ func TestAdvanceFenceLog(t *testing.T) {
 	st.ClusterVersion = versionFenceLog - 1
 	if err := st.Validate(); err == nil {
 		t.Fatal("a state with a fence log at cluster version 3 is valid")
+	}
+}
+
+// At cluster version 4 an advance to a higher value that names no log
+// moves a fence that names its log and drops the log, as builds of
+// version 4 applied it: a member of this build replaying their log, or
+// following one of them as leader during a rolling upgrade, reaches the
+// state they reached (refusing it, it kept the fence and its log where
+// they had moved it, and its permits open where theirs closed). From
+// version 5 the same advance is FENCE_LOG_MISMATCH and changes nothing.
+func TestBareAdvanceOfALoggedFenceByClusterVersion(t *testing.T) {
+	h := newHarness(t)
+	h.ok(&SetClusterVersion{Version: versionFenceLog})
+	l7, l11 := dig("log at 7"), dig("log at 11")
+	h.ok(&AdvanceFence{Kind: FenceTombstone, Value: 7, Log: l7})
+	h.ok(&AdvanceFence{Kind: FenceTombstone, Value: 9})
+	if f := h.state().Fences; f != (Fences{Tombstone: 9}) {
+		t.Fatalf("fences after a bare advance at cluster version 4: %+v, want the fence at 9 without a log", f)
+	}
+	h.ok(&SetClusterVersion{Version: versionFenceLogKept})
+	h.ok(&AdvanceFence{Kind: FenceTombstone, Value: 11, Log: l11})
+	h.reject(&AdvanceFence{Kind: FenceTombstone, Value: 12}, errcode.FenceLogMismatch)
+	if f := h.state().Fences; f != (Fences{Tombstone: 11, TombstoneLog: l11}) {
+		t.Fatalf("fences after a bare advance at cluster version 5: %+v", f)
 	}
 }
 

@@ -34,6 +34,11 @@ import (
 // with a log only at cluster version 4 (CLUSTER_VERSION below it, and
 // Apply refuses one too); entries without it apply as before, and a fence
 // advanced by one has no log, so nothing can be checked against it.
+// Version 5 adds no command and no field: from cluster version 5 an
+// advance to a higher value that names no log is FENCE_LOG_MISMATCH for
+// a fence that names its log (versionFenceLogKept), where builds of
+// version 4 apply it and drop the log; below 5 every member applies it
+// as they do, so a log those builds wrote replays as it applied.
 //
 // The cluster version (State.ClusterVersion) is the version every member
 // applies. A leader raises it when every server of its Raft configuration
@@ -41,7 +46,7 @@ import (
 // nothing of a version above it: a cluster upgraded one member at a time
 // stays at the old version, with every member applying every entry, until
 // the last member is upgraded.
-const CommandVersion uint64 = 4
+const CommandVersion uint64 = 5
 
 // versionSpareChecked is the version of AdvanceFence.SpareChecked.
 const versionSpareChecked = 1
@@ -66,6 +71,14 @@ const versionEpochFirst = 2
 // Fences.TombstoneLog and BenchmarkLog: the prefix digest of the log a
 // fence was advanced with.
 const versionFenceLog = 4
+
+// versionFenceLogKept is the cluster version from which a fence that
+// names its log is not advanced by a command that names none. Below it
+// such an advance moves the fence and drops its log, as builds of
+// version 4 applied it: a member of this build replaying their entries,
+// or following a leader of theirs in a rolling upgrade, must reach the
+// state they reached.
+const versionFenceLogKept = 5
 
 // commandVersion returns the command-schema version of c: that of its
 // type, or of the newest field it carries.

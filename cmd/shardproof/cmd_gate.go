@@ -857,7 +857,9 @@ and recheck then cannot check that the logs reports checked are the
 fence's log. A fence that names its log is advanced only by "gate fence
 advance", which takes VALUE from a stored tombstone log or benchmark
 registry that extends the fence's log and records it; KIND VALUE for it is
-FENCE_LOG_MISMATCH (exit 4) and changes nothing.`,
+FENCE_LOG_MISMATCH (exit 4) and changes nothing, from the cluster's
+command-schema version 5 (below it, during a rolling upgrade from a build
+of version 4, it moves the fence and drops its log, as those builds do).`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) != 0 && len(args) != 2 {
 			return errcode.New(errcode.Usage, "%s: give no arguments or KIND VALUE", cmd.CommandPath())
