@@ -644,15 +644,33 @@ func loopbackHost(hostport string) bool {
 }
 
 // join asks the member at Config.Join to add this node as a learner,
-// retrying until ctx ends, and records the index of the nonvoter entry
-// the leader answers with (see learner.go).
+// retrying for up to joinRetryFor or until ctx ends, and records the
+// index of the nonvoter entry the leader answers with (see learner.go).
+// A join whose outcome is INDETERMINATE (the leader lost its leadership
+// while committing it, as one on a short lease does when a new member
+// answers late, or the answer was lost) is asked again: the nonvoter
+// added again at the same addresses, and its addresses recorded again,
+// change nothing. The node's start failed on it instead.
 func (n *Node) join(ctx context.Context) error {
 	c := n.memberClient(n.cfg.Join)
-	c.RetryFor = 30 * time.Second
+	defer c.Close()
+	c.RetryFor = joinRetryFor
 	req := &Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()}
 	var ans joinAnswer
-	if err := c.do(ctx, http.MethodPost, "/v1/join", req, &ans); err != nil {
-		return errcode.Wrap(errcode.Of(err), err, "join via %s", n.cfg.Join)
+	deadline := time.Now().Add(joinRetryFor)
+	for {
+		err := c.do(ctx, http.MethodPost, "/v1/join", req, &ans)
+		if err == nil {
+			break
+		}
+		if !IsIndeterminate(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return errcode.Wrap(errcode.Of(err), err, "join via %s", n.cfg.Join)
+		}
+		n.log.Warn("join outcome unknown; asking again", "via", n.cfg.Join, "code", errcode.Of(err), "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	if ans.nonvoter == 0 {
 		// A leader of a build before learners added it as a voter.
@@ -665,6 +683,9 @@ func (n *Node) join(ctx context.Context) error {
 	n.log.Info("joined gate cluster as a learner: it votes once the leader promoted it", "via", n.cfg.Join, "index", ans.nonvoter)
 	return nil
 }
+
+// joinRetryFor bounds how long a joining node asks to be added.
+const joinRetryFor = 30 * time.Second
 
 // HTTPAddr is the host:port other members and clients reach the API at:
 // HTTPAdvertise if set, else the bound address.
