@@ -892,15 +892,35 @@ func nonLoopbackIP(t *testing.T) string {
 	return ""
 }
 
-// serveLogged runs `gate serve args…`, waits until probe/readyz answers
-// and returns the child's stderr; it stops the child with SIGINT at the
-// end of the test.
-func serveLogged(t *testing.T, probe string, args ...string) *syncBuffer {
+// serveLogged runs `gate serve` with the arguments args returns, waits
+// until probe/readyz answers and returns the child's stderr; it stops the
+// child with SIGINT at the end of the test. args names addresses from
+// freeAddr, which closes its listener before the child binds the port:
+// another process may take it in between, so a child that exits with
+// "address already in use" starts again with what args returns next (new
+// ports, a fresh data directory).
+func serveLogged(t *testing.T, args func() (probe string, args []string)) *syncBuffer {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		probe, a := args()
+		stderr, taken := tryServeLogged(t, probe, a...)
+		if !taken {
+			return stderr
+		}
+		if attempt == 3 {
+			t.Fatalf("gate serve: ports taken three times\n%s", stderr.String())
+		}
+	}
+}
+
+// tryServeLogged is one attempt of serveLogged; taken reports a child
+// that exited because one of its ports was already in use.
+func tryServeLogged(t *testing.T, probe string, args ...string) (stderr *syncBuffer, taken bool) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"gate", "serve"}, args...)...)
 	cmd.Env = cliEnv()
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
+	stderr = &syncBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -919,17 +939,48 @@ func serveLogged(t *testing.T, probe string, args ...string) *syncBuffer {
 		if resp, err := readyClient.Get(probe + "/readyz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return &stderr
+				return stderr, false
 			}
 		}
 		select {
 		case <-exited:
+			if strings.Contains(stderr.String(), "address already in use") {
+				return stderr, true
+			}
 			t.Fatalf("gate serve exited before it was ready\n%s", stderr.String())
 		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("gate serve not ready\n%s", stderr.String())
 		}
+	}
+}
+
+// serveLogged starts the child again, on new ports, when one it was given
+// is taken: here the first HTTP address is held by a listener of the test.
+func TestServeLoggedStartsAgainOnATakenPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gate servers")
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	var tries []string
+	stderr := serveLogged(t, func() (string, []string) {
+		addr := freeAddr(t)
+		if len(tries) == 0 {
+			addr = held.Addr().String()
+		}
+		tries = append(tries, addr)
+		return "http://" + addr, []string{"--bootstrap", "--data", t.TempDir(), "--http-addr", addr, "--raft-addr", freeAddr(t)}
+	})
+	if len(tries) != 2 || tries[1] == tries[0] {
+		t.Fatalf("gate serve started on %v, want the held address and then another", tries)
+	}
+	if s := stderr.String(); strings.Contains(s, "address already in use") || !strings.Contains(s, tries[1]) {
+		t.Fatalf("the stderr returned is not the second child's:\n%s", s)
 	}
 }
 
@@ -953,9 +1004,12 @@ func TestGateTokenInClearText(t *testing.T) {
 	const serveWarning = "the gate token travels in clear text"
 
 	// Bound to every interface: reachable from other hosts.
-	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
-	stderr := serveLogged(t, "http://127.0.0.1:"+port, "--bootstrap", "--data", t.TempDir(), "--token-file", tokFile,
-		"--http-addr", "0.0.0.0:"+port, "--raft-addr", freeAddr(t))
+	var port string
+	stderr := serveLogged(t, func() (string, []string) {
+		port = strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+		return "http://127.0.0.1:" + port, []string{"--bootstrap", "--data", t.TempDir(), "--token-file", tokFile,
+			"--http-addr", "0.0.0.0:" + port, "--raft-addr", freeAddr(t)}
+	})
 	if s := stderr.String(); strings.Count(s, serveWarning) != 1 || !regexp.MustCompile(`httpAddr=\S+:`+port).MatchString(s) {
 		t.Fatalf("gate serve with a token on 0.0.0.0 without TLS: want one warning naming its address\n%s", s)
 	}
@@ -982,8 +1036,10 @@ func TestGateTokenInClearText(t *testing.T) {
 	}
 
 	// A token-guarded gate on loopback only says nothing at start.
-	lo := freeAddr(t)
-	stderr = serveLogged(t, "http://"+lo, "--bootstrap", "--data", t.TempDir(), "--token-file", tokFile, "--http-addr", lo, "--raft-addr", freeAddr(t))
+	stderr = serveLogged(t, func() (string, []string) {
+		lo := freeAddr(t)
+		return "http://" + lo, []string{"--bootstrap", "--data", t.TempDir(), "--token-file", tokFile, "--http-addr", lo, "--raft-addr", freeAddr(t)}
+	})
 	if s := stderr.String(); strings.Contains(s, serveWarning) {
 		t.Fatalf("gate serve with a token on loopback warned\n%s", s)
 	}

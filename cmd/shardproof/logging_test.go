@@ -120,9 +120,10 @@ func TestLogFlagsBad(t *testing.T) {
 func TestGateServeRaftLogLevel(t *testing.T) {
 	start := func(extra ...string) string {
 		t.Helper()
-		addr := freeAddr(t)
-		args := append([]string{"--bootstrap", "--data", t.TempDir(), "--http-addr", addr, "--raft-addr", freeAddr(t)}, extra...)
-		return serveLogged(t, "http://"+addr, args...).String()
+		return serveLogged(t, func() (string, []string) {
+			addr := freeAddr(t)
+			return "http://" + addr, append([]string{"--bootstrap", "--data", t.TempDir(), "--http-addr", addr, "--raft-addr", freeAddr(t)}, extra...)
+		}).String()
 	}
 	if out := start(); !strings.Contains(out, "[WARN]  raft:") || strings.Contains(out, "[INFO]  raft:") {
 		t.Errorf("at the default level, raft's warnings and not its info lines:\n%s", out)
