@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -543,8 +544,7 @@ func TestWorkerStoppedAtTheBarrier(t *testing.T) {
 		flags []string
 		want  int
 	}{{[]string{"--once"}, errcode.ExitError}, {nil, errcode.ExitOK}} {
-		listen := freeAddr(t)
-		args := append([]string{"worker", "--store", dir, "--gate", node.URL(), "--run", "r1", "--rank", "0", "--cache", t.TempDir(), "--listen", listen}, tc.flags...)
+		args := append([]string{"worker", "--store", dir, "--gate", node.URL(), "--run", "r1", "--rank", "0", "--cache", t.TempDir(), "--listen", "127.0.0.1:0"}, tc.flags...)
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = cliEnv()
 		var stderr syncBuffer
@@ -552,6 +552,7 @@ func TestWorkerStoppedAtTheBarrier(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
+		listen := servingAddr(t, cmd, &stderr)
 		// Rank 0 attests; rank 1 never comes, so the barrier stays closed.
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 			var st trainer.Status
@@ -597,14 +598,14 @@ func TestSidecarStoppedWhileReadyPrintsNoReadyLine(t *testing.T) {
 	if _, err := g.CreateRun(ctx, &raftgate.CreateRun{Run: "r1", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 600_000}); err != nil {
 		t.Fatal(err)
 	}
-	listen := freeAddr(t)
-	cmd := exec.Command(os.Args[0], "worker", "--store", dir, "--gate", node.URL(), "--run", "r1", "--rank", "0", "--cache", t.TempDir(), "--listen", listen)
+	cmd := exec.Command(os.Args[0], "worker", "--store", dir, "--gate", node.URL(), "--run", "r1", "--rank", "0", "--cache", t.TempDir(), "--listen", "127.0.0.1:0")
 	cmd.Env = cliEnv()
 	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	listen := servingAddr(t, cmd, &stderr)
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		var st trainer.Status
 		if resp, err := readyClient.Get("http://" + listen + "/status"); err == nil {
@@ -649,4 +650,25 @@ func twoGenerations(t *testing.T) (gen1, gen2 stage.Result, node *raftgate.Node,
 		t.Fatal(err)
 	}
 	return gen1, gen2, node, base, tomb
+}
+
+// servingRE finds the address a worker started with --listen says it
+// serves at.
+var servingRE = regexp.MustCompile(`worker run=\S+ rank=\d+ serving http://(\S+) `)
+
+// servingAddr waits for the worker cmd, started with --listen
+// 127.0.0.1:0, to say where it serves, and returns that address. The
+// port is the one the kernel gave the child: a port a test picked (and
+// closed) could be taken by another process before the child bound it.
+func servingAddr(t *testing.T, cmd *exec.Cmd, stderr *syncBuffer) string {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if m := servingRE.FindStringSubmatch(stderr.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("the worker did not say where it serves\n%s", stderr.String())
+		}
+	}
 }
