@@ -5,10 +5,12 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -193,21 +195,29 @@ type chaosCluster struct {
 	nodes []*chaosNode
 	// links[i] is the clients' way to nodes[i]'s HTTP API.
 	links []*httpLink
+	// addr returns a free address for a member.
+	addr func(*testing.T) string
 }
 
 func startChaosCluster(t *testing.T) *chaosCluster {
 	t.Helper()
+	return startChaosClusterOn(t, freeAddr)
+}
+
+// startChaosClusterOn is startChaosCluster with the members' addresses
+// taken from addr.
+func startChaosClusterOn(t *testing.T, addr func(*testing.T) string) *chaosCluster {
+	t.Helper()
 	dir := t.TempDir()
-	c := &chaosCluster{t: t}
+	c := &chaosCluster{t: t, addr: addr}
 	for i := range 3 {
 		n := &chaosNode{
 			id: fmt.Sprintf("n%d", i+1), dir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			httpAddr: freeAddr(t), raftAddr: freeAddr(t),
+			httpAddr: addr(t), raftAddr: addr(t),
 			logPath: filepath.Join(dir, fmt.Sprintf("n%d.log", i+1)),
 			cutPath: cutPathFor(dir, fmt.Sprintf("n%d", i+1)),
 		}
 		c.nodes = append(c.nodes, n)
-		c.links = append(c.links, newHTTPLink(t, n.httpAddr))
 	}
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
@@ -225,6 +235,9 @@ func startChaosCluster(t *testing.T) *chaosCluster {
 			n.join = c.nodes[0].httpAddr
 		}
 		c.startFresh(n)
+		// The link once n has its final address: startFresh may have
+		// moved it to new ports.
+		c.links = append(c.links, newHTTPLink(t, n.httpAddr))
 		if i == 0 {
 			c.leader(20 * time.Second)
 		}
@@ -328,7 +341,45 @@ func (c *chaosCluster) startFresh(n *chaosNode) {
 		if err := os.RemoveAll(n.dir); err != nil {
 			c.t.Fatal(err)
 		}
-		n.httpAddr, n.raftAddr = freeAddr(c.t), freeAddr(c.t)
+		n.httpAddr, n.raftAddr = c.addr(c.t), c.addr(c.t)
+	}
+}
+
+// A member whose first port another process holds starts again on new
+// ports, and the clients' link to it follows it there: the links were
+// made before the members started, and one kept the taken address.
+func TestChaosClusterStartsAgainOnATakenPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three gate servers")
+	}
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	first := true
+	c := startChaosClusterOn(t, func(t *testing.T) string {
+		if first {
+			first = false
+			return held.Addr().String()
+		}
+		return freeAddr(t)
+	})
+	if a := c.nodes[0].httpAddr; a == held.Addr().String() {
+		t.Fatalf("n1 serves at the held address %s", a)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	for i, l := range c.links {
+		resp, err := client.Get(l.url() + "/v1/status")
+		if err != nil {
+			t.Fatalf("%s through its link: %v", c.nodes[i].id, err)
+		}
+		var st raftgate.Status
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil || st.ID != c.nodes[i].id {
+			t.Fatalf("%s's link reaches %q (%v)", c.nodes[i].id, st.ID, err)
+		}
 	}
 }
 
