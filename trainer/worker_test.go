@@ -349,14 +349,29 @@ func TestWorkerReportingAnotherRootFailsRunBeforeStepZero(t *testing.T) {
 func TestBarrierTimeoutWithOneRankMissing(t *testing.T) {
 	e := newEnv(t)
 	e.publish(e.gen1, 0)
-	e.createRun("r1", 3, 1500*time.Millisecond)
-	errs := runAll(e.ctx, e.worker("r1", 0, nil, nil), e.worker("r1", 1, nil, nil))
-	for _, err := range errs {
-		wantCode(t, err, errcode.BarrierTimeout)
-	}
-	run, _ := e.gate.Run(e.ctx, "r1")
-	if run.State != raftgate.RunFailed || run.Attested != 2 {
-		t.Fatalf("run %s with %d attested", run.State, run.Attested)
+	// The deadline runs from the run's creation, and a loaded machine may
+	// reach it before both ranks have verified their shards. Such a try
+	// says nothing of a barrier with two ranks waiting: try again with a
+	// deadline twice as far.
+	for timeout := 1500 * time.Millisecond; ; timeout *= 2 {
+		id := fmt.Sprintf("r-%d", timeout.Milliseconds())
+		e.createRun(id, 3, timeout)
+		errs := runAll(e.ctx, e.worker(id, 0, nil, nil), e.worker(id, 1, nil, nil))
+		run, err := e.gate.Run(e.ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Attested < 2 && timeout < time.Minute {
+			t.Logf("%s: %d of 2 ranks attested within %s (%v); again with a longer deadline", id, run.Attested, timeout, errs)
+			continue
+		}
+		for _, err := range errs {
+			wantCode(t, err, errcode.BarrierTimeout)
+		}
+		if run.State != raftgate.RunFailed || run.Attested != 2 || run.FailCode != string(errcode.BarrierTimeout) {
+			t.Fatalf("run %s (%s) with %d attested", run.State, run.FailCode, run.Attested)
+		}
+		return
 	}
 }
 
@@ -388,10 +403,19 @@ func TestTruncatedOrSwappedShardDiscoveredByWorker(t *testing.T) {
 			// Round-robin: shard 3 belongs to rank 1.
 			broken := tc.wrap(e.store, e.gen1.Release.Shards[3].Digest.BlobKey())
 			w0, w1 := e.worker(run, 0, broken, nil), e.worker(run, 1, broken, nil)
-			ctx, cancel := context.WithTimeout(e.ctx, 1500*time.Millisecond)
-			defer cancel()
-			errs := runAll(ctx, w0, w1)
+			// Rank 1 ends on its own, at the broken shard; rank 0 is
+			// stopped once it waits at the barrier rank 1 never reaches,
+			// rather than by a deadline a loaded machine may reach first.
+			ctx, cancel := context.WithCancel(e.ctx)
+			errs := make([]error, 2)
+			var wg sync.WaitGroup
+			wg.Go(func() { errs[0] = w0.Run(ctx, true) })
+			defer func() { cancel(); wg.Wait() }()
+			errs[1] = w1.Run(ctx, true)
 			wantCode(t, errs[1], tc.code)
+			waitState(t, w0, StateWaiting)
+			cancel()
+			wg.Wait()
 			var sf *ShardsFailedError
 			if !errors.As(errs[1], &sf) || len(sf.Failures) != 1 {
 				t.Fatalf("rank 1 error %v: want one shard failure", errs[1])
@@ -513,6 +537,22 @@ func waitState(t *testing.T, w *Worker, state string) {
 	for w.Status().State != state {
 		if time.Now().After(deadline) {
 			t.Fatalf("worker state %+v, want %s", w.Status(), state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitStates waits for w to be in one of states and returns its status.
+func waitStates(t *testing.T, w *Worker, states ...string) Status {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := w.Status()
+		if slices.Contains(states, st.State) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker state %+v, want one of %v", st, states)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -1061,25 +1101,41 @@ func TestSidecarFailsWhenItsRunIsPruned(t *testing.T) {
 // waitingWhenTheGateStops runs rank 0 of a 2-rank run with the given
 // barrier timeout (and worker DeadlineGrace, 0 for the default) until it
 // waits at the barrier, then stops the run's single gate node. The
-// client retries for 300 ms, much less than the 2 s wait slice. done
-// receives rank 0's result.
-func waitingWhenTheGateStops(t *testing.T, barrier, grace time.Duration) (*raftgate.TestCluster, *env, chan error) {
+// client retries for 300 ms, much less than the 2 s wait slice. run is
+// the run's ID; done receives rank 0's result.
+//
+// The deadline runs from the run's creation, and a loaded machine may
+// reach a short one before rank 0 has verified its shards and attested.
+// Such a try says nothing of a rank waiting when the gate stops: it
+// tries again, with a new run and a deadline twice as far.
+func waitingWhenTheGateStops(t *testing.T, barrier, grace time.Duration) (c *raftgate.TestCluster, e *env, run string, done chan error) {
 	t.Helper()
-	c := raftgate.MakeCluster(t, 1)
+	c = raftgate.MakeCluster(t, 1)
 	s := stagetest.Store(t)
 	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
 	g := c.Client()
 	g.RetryFor = 300 * time.Millisecond
-	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
+	e = &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
 	e.publish(gen1, 0)
-	e.createRun("r1", 2, barrier)
-	w0 := e.worker("r1", 0, nil, nil)
-	w0.cfg.DeadlineGrace = grace
-	done := make(chan error, 1)
-	go func() { done <- w0.Run(e.ctx, true) }()
-	waitState(t, w0, StateWaiting)
-	c.Stop(0)
-	return c, e, done
+	for try := 1; ; try, barrier = try+1, 2*barrier {
+		run = fmt.Sprintf("r%d", try)
+		e.createRun(run, 2, barrier)
+		w0 := e.worker(run, 0, nil, nil)
+		w0.cfg.DeadlineGrace = grace
+		ended := make(chan error, 1)
+		go func() { ended <- w0.Run(e.ctx, true) }()
+		st := waitStates(t, w0, StateWaiting, StateFailed)
+		if st.State == StateFailed && st.Code == string(errcode.BarrierTimeout) && barrier < time.Minute {
+			<-ended
+			t.Logf("%s: rank 0 attested after the %s deadline (%s); again with a longer one", run, barrier, st.Reason)
+			continue
+		}
+		if st.State != StateWaiting {
+			t.Fatalf("worker state %+v, want %s", st, StateWaiting)
+		}
+		c.Stop(0)
+		return c, e, run, ended
+	}
 }
 
 // The gate is down for longer than the client keeps retrying but shorter
@@ -1089,7 +1145,7 @@ func waitingWhenTheGateStops(t *testing.T, barrier, grace time.Duration) (*raftg
 // GATE_UNAVAILABLE before the slice did, and the worker failed, where a
 // slice that ran out first was no news. Both are no news now.
 func TestGateOutageLongerThanRetries(t *testing.T) {
-	c, e, done := waitingWhenTheGateStops(t, 60*time.Second, 0)
+	c, e, run, done := waitingWhenTheGateStops(t, 60*time.Second, 0)
 	time.Sleep(3 * time.Second)
 	select {
 	case err := <-done:
@@ -1098,7 +1154,7 @@ func TestGateOutageLongerThanRetries(t *testing.T) {
 	}
 	c.Restart(0)
 	c.Leader(10 * time.Second)
-	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
+	if err := e.worker(run, 1, nil, nil).Run(e.ctx, true); err != nil {
 		t.Fatalf("rank 1 after the outage: %v", err)
 	}
 	if err := <-done; err != nil {
@@ -1111,7 +1167,7 @@ func TestGateOutageLongerThanRetries(t *testing.T) {
 // GATE_UNAVAILABLE, instead of waiting for ever: only a gate that answers
 // could fail the run.
 func TestGateGoneForGoodAtTheBarrier(t *testing.T) {
-	_, _, done := waitingWhenTheGateStops(t, 2*time.Second, 500*time.Millisecond)
+	_, _, _, done := waitingWhenTheGateStops(t, 2*time.Second, 500*time.Millisecond)
 	select {
 	case err := <-done:
 		wantCode(t, err, errcode.GateUnavailable)
