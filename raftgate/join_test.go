@@ -24,7 +24,7 @@ func TestJoinAskedAgainWhenIndeterminate(t *testing.T) {
 			first := StartTestNode(t, TestConfig(dir, "node1"))
 			waitLeader(t, first)
 			var joins atomic.Int32
-			via := breakFirstJoin(t, first.HTTPAddr(), applied, &joins)
+			via := breakFirst(t, first.HTTPAddr(), "/v1/join", applied, &joins)
 			cfg := TestConfig(dir, "node2")
 			cfg.Join, cfg.Bootstrap = via, false
 			second := StartTestNode(t, cfg)
@@ -46,11 +46,11 @@ func TestJoinAskedAgainWhenIndeterminate(t *testing.T) {
 	}
 }
 
-// breakFirstJoin returns the address of a proxy to target that breaks the
-// connection of the first POST /v1/join without answering: after passing
+// breakFirst returns the address of a proxy to target that breaks the
+// connection of the first POST to path without answering: after passing
 // it on and reading the answer when applied is set, before otherwise.
-// joins counts the joins it saw.
-func breakFirstJoin(t *testing.T, target string, applied bool, joins *atomic.Int32) string {
+// posts counts the POSTs to path it saw.
+func breakFirst(t *testing.T, target, path string, applied bool, posts *atomic.Int32) string {
 	t.Helper()
 	proxy := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: target})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -58,7 +58,7 @@ func breakFirstJoin(t *testing.T, target string, applied bool, joins *atomic.Int
 		t.Fatal(err)
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/v1/join" || joins.Add(1) > 1 {
+		if r.Method != http.MethodPost || r.URL.Path != path || posts.Add(1) > 1 {
 			proxy.ServeHTTP(w, r)
 			return
 		}
@@ -66,7 +66,7 @@ func breakFirstJoin(t *testing.T, target string, applied bool, joins *atomic.Int
 			rec := &lostAnswer{h: http.Header{}}
 			proxy.ServeHTTP(rec, r)
 			if rec.status != http.StatusOK {
-				t.Errorf("the first join, passed on: status %d", rec.status)
+				t.Errorf("the first POST %s, passed on: status %d", path, rec.status)
 			}
 		}
 		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {

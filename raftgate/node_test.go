@@ -30,18 +30,45 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// registerVerified registers a VERIFIED release through the client.
+// registerVerified registers a VERIFIED release through the client. A
+// register whose outcome is unknown (INDETERMINATE: on a loaded machine
+// a leader on FastTiming's 100 ms lease loses its leadership while
+// committing it) is sent again, as the client's contract allows: the
+// same report again is a retry.
 func registerVerified(t *testing.T, ctx context.Context, cl *Client, label string, shards int, tw, bf uint64) manifest.Digest {
 	t.Helper()
 	root := dig(label)
-	_, err := cl.Register(ctx, &Register{Root: root, Shards: shardsOf(label, shards), Report: &ReportSummary{
-		Digest: dig("report/" + label), Verdict: manifest.Verified, DatasetSnapshot: dig("snap"),
-		TombstoneWatermark: tw, BenchmarkFence: bf,
-	}})
-	if err != nil {
-		t.Fatalf("register %s: %v", label, err)
+	for attempt := 1; ; attempt++ {
+		_, err := cl.Register(ctx, &Register{Root: root, Shards: shardsOf(label, shards), Report: &ReportSummary{
+			Digest: dig("report/" + label), Verdict: manifest.Verified, DatasetSnapshot: dig("snap"),
+			TombstoneWatermark: tw, BenchmarkFence: bf,
+		}})
+		if err == nil {
+			return root
+		}
+		if !IsIndeterminate(err) || attempt == 5 {
+			t.Fatalf("register %s (attempt %d): %v", label, attempt, err)
+		}
 	}
-	return root
+}
+
+// registerVerified sends a register again when its outcome is unknown.
+func TestRegisterVerifiedRetriesIndeterminate(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	n := StartTestNode(t, TestConfig(t.TempDir(), "n1"))
+	waitLeader(t, n)
+	var posts atomic.Int32
+	cl := NewClient("http://" + breakFirst(t, n.HTTPAddr(), "/v1/commands", true, &posts))
+	defer cl.Close()
+	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
+	if p := posts.Load(); p != 2 {
+		t.Fatalf("%d registers sent, want the one whose answer was lost and one more", p)
+	}
+	good := NewClient(n.URL())
+	defer good.Close()
+	if rel, err := good.Release(ctx, root); err != nil || rel.State != ReleaseVerified {
+		t.Fatalf("release after the retried register: %+v %v", rel, err)
+	}
 }
 
 // stateBytes reads a node's local state encoding.
