@@ -5,7 +5,9 @@ cd "$(dirname "$0")/.."
 need=()
 # Real Slurm for the slurm executor's tests (internal/slurmtest starts
 # munged, slurmctld and slurmd on loopback with a temp config).
-for pair in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge; do
+# A C and C++ toolchain for cgo: the cgo zstd codec's test and the bench
+# module, which links DuckDB.
+for pair in slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge gcc:gcc g++:g++; do
   bin=${pair%%:*}; pkg=${pair#*:}
   command -v "$bin" >/dev/null 2>&1 || [ -x "/usr/sbin/$bin" ] || need+=("$pkg")
 done
