@@ -43,6 +43,10 @@ type Job struct {
 	leaves *leafCache
 
 	clock *stageClock
+
+	// redos serializes and counts the map tasks this process runs again
+	// (redoMap); nil in a Job not from Open.
+	redos *redoLocks
 }
 
 // stageClock accumulates the time this process's tasks spend per stage
@@ -113,7 +117,7 @@ func Open(ctx context.Context, s objstore.Store, planDigest manifest.Digest) (*J
 		}
 		return nil, wrap(err, "plan %s", planDigest)
 	}
-	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p, clock: new(stageClock), leaves: new(leafCache)}
+	j := &Job{Store: s, PlanDigest: planDigest, Plan: &p, clock: new(stageClock), leaves: new(leafCache), redos: new(redoLocks)}
 	if j.Release, err = loadRelease(ctx, s, p.Root); err != nil {
 		return nil, err
 	}

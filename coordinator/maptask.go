@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -68,26 +69,39 @@ func parseXXH64(s string) (uint64, bool) {
 
 // Map runs map task i: it maps every input of the task, writes one sorted
 // shuffle file per reduce range and then the commit record. If the commit
-// record already exists, Map returns it without doing anything. progress,
-// if non-nil, is called after each input.
+// record already exists, Map returns it without doing anything; if it
+// exists but is damaged (SHUFFLE_CORRUPT), Map runs the task again (see
+// redoMap). progress, if non-nil, is called after each input.
 func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*MapCommit, error) {
 	if i < 0 || i >= len(j.Plan.MapTasks) {
 		return nil, errcode.New(errcode.Usage, "map task %d out of range [0, %d)", i, len(j.Plan.MapTasks))
 	}
 	var done MapCommit
-	if found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &done); err != nil {
-		return nil, err
-	} else if found {
-		if err := j.checkMapCommit(i, &done); err != nil {
-			return nil, err
-		}
-		if progress != nil {
-			for _, r := range done.Results {
-				progress(r)
-			}
-		}
-		return &done, nil
+	found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &done)
+	if err == nil && found {
+		err = j.checkMapCommit(i, &done)
 	}
+	switch {
+	case errcode.Of(err) == errcode.ShuffleCorrupt:
+		return j.redoMap(ctx, i, -1, err, progress)
+	case err != nil:
+		return nil, err
+	case !found:
+		return j.runMap(ctx, i, progress, false)
+	}
+	if progress != nil {
+		for _, r := range done.Results {
+			progress(r)
+		}
+	}
+	return &done, nil
+}
+
+// runMap maps map task i's inputs and writes its shuffle files, then
+// its commit record, with conditional creates; again writes the files
+// as new versions instead, and leaves the record to the caller
+// (redoMap).
+func (j *Job) runMap(ctx context.Context, i int, progress func(mapper.Result), again bool) (*MapCommit, error) {
 	set := getParts()
 	defer putParts(set)
 	set.enc.Compression = j.Plan.ShuffleCompression
@@ -168,7 +182,7 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		ends[r] = br.Hi
 	}
 	err := set.enc.EncodeRanges(buf, ends, func(r int, b []byte, rows int) error {
-		out, err := j.putOutput(ctx, j.mapOutputKey(i, r), b)
+		out, err := j.putOutput(ctx, j.mapOutputKey(i, r), b, again)
 		if err != nil {
 			return err
 		}
@@ -180,6 +194,9 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 		return nil, err
 	}
 	cutResults(commit.Results)
+	if again {
+		return commit, nil
+	}
 	b, err := manifest.Encode(commit)
 	if err != nil {
 		return nil, err
@@ -187,6 +204,12 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	if _, err := putExact(ctx, j.Store, j.mapCommitKey(i), b); err != nil {
 		return nil, err
 	}
+	j.logMapCommit(i, commit)
+	return commit, nil
+}
+
+// logMapCommit logs map task i's commit.
+func (j *Job) logMapCommit(i int, commit *MapCommit) {
 	var failed, failures int
 	for k := range commit.Results {
 		if n := len(failureCodes(&commit.Results[k])); n > 0 {
@@ -200,19 +223,31 @@ func (j *Job) Map(ctx context.Context, i int, progress func(mapper.Result)) (*Ma
 	} else {
 		j.log().Debug("map task committed", "task", i, "inputs", len(commit.Results))
 	}
-	return commit, nil
 }
 
-// putOutput stores shuffle file key with the plan's checksum.
-func (j *Job) putOutput(ctx context.Context, key string, b []byte) (Output, error) {
+// putOutput stores shuffle file key with the plan's checksum: with a
+// conditional create (putExact), or as a new version when again (a map
+// task run again over damaged outputs: the version there is not to be
+// compared with, and the commit record names the new one).
+func (j *Job) putOutput(ctx context.Context, key string, b []byte, again bool) (Output, error) {
 	out := Output{Key: key, Size: int64(len(b))}
 	var err error
 	if j.Plan.ShuffleChecksum == shuffle.XXH64 {
 		out.XXH64 = fmt.Sprintf("%016x", xxhash.Sum64(b))
-		o := objstore.PutOptions{IfNoneMatch: true, Size: out.Size, Ephemeral: j.ephemeralShuffle}
-		out.Version, err = putExactWith(ctx, j.Store, key, b, o, "xxh64:"+out.XXH64, out.open)
 	} else {
 		out.Digest = manifest.Sum(b)
+	}
+	switch {
+	case again:
+		o := objstore.PutOptions{Size: out.Size, SHA256: out.Digest, Ephemeral: j.ephemeralShuffle}
+		if o.Ephemeral {
+			o.SHA256 = [32]byte{} // as putExactSum
+		}
+		out.Version, err = j.Store.Put(ctx, key, bytes.NewReader(b), o)
+	case out.XXH64 != "":
+		o := objstore.PutOptions{IfNoneMatch: true, Size: out.Size, Ephemeral: j.ephemeralShuffle}
+		out.Version, err = putExactWith(ctx, j.Store, key, b, o, "xxh64:"+out.XXH64, out.open)
+	default:
 		out.Version, err = putExactSum(ctx, j.Store, key, b, out.Digest, j.ephemeralShuffle)
 	}
 	return out, err

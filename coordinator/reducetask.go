@@ -47,9 +47,9 @@ func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 	return j.reduce(ctx, r, nil)
 }
 
-// reduce is Reduce; progress, if non-nil, is called after each snapshot
-// member the task reads itself.
-func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (*ReduceCommit, error) {
+// reduceOnce is one run of reduce task r (see reduce); inputs is set to
+// the map tasks' files it reads once it has them.
+func (j *Job) reduceOnce(ctx context.Context, r int, progress func(mapper.Result), inputs *[]Output) (*ReduceCommit, error) {
 	if r < 0 || r >= len(j.Plan.Reducers) {
 		return nil, errcode.New(errcode.Usage, "reduce task %d out of range [0, %d)", r, len(j.Plan.Reducers))
 	}
@@ -87,6 +87,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 	if commit.Inputs, err = j.reduceInputs(ctx, r); err != nil {
 		return nil, err
 	}
+	*inputs = commit.Inputs
 	// Above the plan's fan-in, the map tasks' files are merged a group
 	// at a time into files of this task's own first (a merge level).
 	files := commit.Inputs
@@ -222,7 +223,7 @@ func (j *Job) lostShuffleHint() string {
 	if !j.ephemeralShuffle {
 		return ""
 	}
-	return " (a local verification does not sync its shuffle files to disk: after a machine crash, start a new verification instead of resuming)"
+	return " (a local verification does not sync its shuffle files to disk: a machine crash may lose them)"
 }
 
 // storeReadsAtOnce is how many commit records, or shuffle files to

@@ -1,0 +1,329 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/mapper"
+	"github.com/shardproof/shardproof/objstore"
+)
+
+// maxMapRuns bounds the runs of one map task: its first and the runs
+// again that replace a damaged commit record or shuffle file (redoMap).
+// Each run's commit record is a version of the task's commit key, so a
+// store that lists versions (the file store, S3) counts them across
+// processes and resumes; a process also counts the runs it made itself.
+// Damage that comes back after that many runs (a disk that rots what it
+// is given) is SHUFFLE_CORRUPT naming the file, for good.
+const maxMapRuns = 3
+
+// redoLocks serializes the runs again of one map task in a process:
+// reducers that find the same map task's files damaged (a machine crash
+// lost a local verification's shuffle files, which are not synced) wait
+// for the first to run it, then read its new record instead of running
+// the task again themselves.
+type redoLocks struct {
+	mu    sync.Mutex
+	locks map[int]*sync.Mutex
+	runs  map[int]int
+}
+
+// lock locks map task i's runs again; l may be nil (a Job not from Open).
+func (l *redoLocks) lock(i int) (unlock func()) {
+	if l == nil {
+		return func() {}
+	}
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[int]*sync.Mutex{}
+	}
+	m := l.locks[i]
+	if m == nil {
+		m = new(sync.Mutex)
+		l.locks[i] = m
+	}
+	l.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// ran counts a run again of map task i and returns how many this process
+// made before it.
+func (l *redoLocks) ran(i int) int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.runs == nil {
+		l.runs = map[int]int{}
+	}
+	n := l.runs[i]
+	l.runs[i]++
+	return n
+}
+
+// redoMap runs map task i again: cause showed its commit record damaged
+// (r < 0: the record does not decode or does not match the plan), or
+// the shuffle file it committed for reduce task r gone or failing its
+// checksum. The task's files are written as new versions and its record
+// as a new version of its key, after them, naming them: a reader of the
+// record reads the latest version, so it finds either the old record,
+// whose intact files are still there under the versions it names, or the
+// new one, never a file half-written. First the latest record is read
+// again: when another process already ran the task again (a valid record
+// whose output r is intact), that record is returned and nothing runs.
+//
+// The new run must commit what the old one did, but for versions: the
+// same checksums, sizes and rows of every file and the same results as
+// the old record (when it still decodes), and the same file for every
+// reduce task that committed from the old one (the inputs its record
+// names); otherwise NONDETERMINISM, and nothing is recorded. After
+// maxMapRuns runs of the task, SHUFFLE_CORRUPT naming the damaged key.
+// progress, if non-nil, is called for each input the run maps (Map's,
+// whose record was unreadable and so reported nothing).
+func (j *Job) redoMap(ctx context.Context, i, r int, cause error, progress func(mapper.Result)) (*MapCommit, error) {
+	defer j.redos.lock(i)()
+	key := j.mapCommitKey(i)
+	damaged := key
+	// The runs are counted before the record is read: a run another
+	// process commits meanwhile is then found in the record, whose
+	// file is intact, instead of counting against this one.
+	runs, err := j.mapRuns(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	var prev MapCommit
+	found, err := readRecord(ctx, j.Store, key, &prev)
+	if err == nil && found {
+		err = j.checkMapCommit(i, &prev)
+	}
+	old := &prev
+	switch {
+	case errcode.Of(err) == errcode.ShuffleCorrupt:
+		old = nil
+		if r >= 0 {
+			// The record was read whole here, and it is the fault now.
+			cause = err
+		}
+	case err != nil:
+		return nil, err
+	case !found:
+		// Deleted since it was read: nothing to run again over.
+		return nil, cause
+	case r < 0:
+		// Another process ran the task again meanwhile.
+		if progress != nil {
+			for _, res := range prev.Results {
+				progress(res)
+			}
+		}
+		return old, nil
+	default:
+		damaged = prev.Outputs[r].Key
+		if err := j.readOutput(ctx, prev.Outputs[r]); err == nil {
+			return old, nil // another process ran the task again meanwhile
+		} else if !isDamage(ctx, err) {
+			return nil, err
+		} else {
+			cause = err
+		}
+	}
+	if mine := j.redos.ran(i) + 1; mine > runs {
+		runs = mine
+	}
+	if runs >= maxMapRuns {
+		return nil, errcode.Wrap(errcode.ShuffleCorrupt, cause, "map task %d has run %d times, the most one task of a job runs, and %s is damaged again",
+			i, runs, damaged)
+	}
+	j.log().Warn("map task's committed output is damaged or gone; running the task again", "task", i, "key", damaged,
+		"code", string(errcode.Of(cause)), "run", runs+1)
+	c, err := j.runMap(ctx, i, progress, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.sameMapRun(ctx, i, old, c); err != nil {
+		return nil, err
+	}
+	b, err := manifest.Encode(c)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := j.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b)), SHA256: manifest.Sum(b)}); err != nil {
+		return nil, wrap(err, "%s", key)
+	}
+	j.logMapCommit(i, c)
+	return c, nil
+}
+
+// mapRuns returns how many runs of a map task its commit record key
+// counts (its versions, up to maxMapRuns), or 0 when the store cannot
+// list versions.
+func (j *Job) mapRuns(ctx context.Context, key string) (int, error) {
+	vl, ok := j.Store.(objstore.VersionLister)
+	if !ok {
+		return 0, nil
+	}
+	vs, err := vl.Versions(ctx, key, maxMapRuns)
+	if err != nil {
+		return 0, wrap(err, "versions of %s", key)
+	}
+	return len(vs), nil
+}
+
+// sameMapRun checks that c, map task i's run again, commits what the
+// run before it did, old (nil: its record is unreadable): the files
+// differ in their versions alone, and so do the records. Without old, c
+// is checked against the inputs the committed reduce tasks name: a
+// reduce commit record that does not decode is not this check's to
+// judge (the aggregation refuses it).
+func (j *Job) sameMapRun(ctx context.Context, i int, old, c *MapCommit) error {
+	differ := func(what string, a, b Output) error {
+		return errcode.New(errcode.Nondeterminism, "map task %d run again wrote %s (size %d, rows %d, %s), where %s names (size %d, rows %d, %s): the job's tasks ran another build, or the task depends on more than its plan; verify again, which plans anew",
+			i, a.Key, a.Size, a.Rows, outputSum(a), what, b.Size, b.Rows, outputSum(b))
+	}
+	if old != nil {
+		for k := range c.Outputs {
+			if !sameOutput(c.Outputs[k], old.Outputs[k]) {
+				return differ(j.mapCommitKey(i), c.Outputs[k], old.Outputs[k])
+			}
+		}
+		a, aerr := manifest.Encode(c.Results)
+		b, berr := manifest.Encode(old.Results)
+		if aerr != nil || berr != nil || !bytes.Equal(a, b) {
+			return errcode.New(errcode.Nondeterminism, "map task %d run again has other results than its commit record %s: the job's tasks ran another build; verify again, which plans anew", i, j.mapCommitKey(i))
+		}
+		return nil
+	}
+	for r := range j.Plan.Reducers {
+		key := j.reduceCommitKey(r)
+		b, found, err := readRecordBytes(ctx, j.Store, key, nil)
+		if err != nil {
+			return err
+		}
+		if !found {
+			continue
+		}
+		var rc ReduceCommit
+		picks := []manifest.Pick{{Field: "inputs", Index: i}}
+		if err := decodeRecord(b, key, &rc, picks); err != nil {
+			if isInternal(err) {
+				return err
+			}
+			continue
+		}
+		if picks[0].Len != len(j.Plan.MapTasks) || len(rc.Inputs) != 1 {
+			continue
+		}
+		if !sameOutput(c.Outputs[r], rc.Inputs[0]) {
+			return differ(key, c.Outputs[r], rc.Inputs[0])
+		}
+	}
+	return nil
+}
+
+// sameOutput reports whether a and b name the same bytes, in any version.
+func sameOutput(a, b Output) bool {
+	a.Version, b.Version = "", ""
+	return a == b
+}
+
+// outputSum is the checksum an output names its bytes by.
+func outputSum(o Output) string {
+	if o.XXH64 != "" {
+		return "xxh64:" + o.XXH64
+	}
+	return o.Digest.String()
+}
+
+// readOutput reads shuffle file o whole, checking its size and checksum.
+func (j *Job) readOutput(ctx context.Context, o Output) error {
+	rc, err := j.Store.Get(ctx, o.Key, o.Version)
+	if err != nil {
+		return wrap(err, "%s version %s", o.Key, o.Version)
+	}
+	defer rc.Close()
+	_, err = io.Copy(io.Discard, o.open(rc))
+	return err
+}
+
+// isDamage reports whether err, reading a shuffle file, shows the file
+// gone or damaged, not the store out of reach or the read cut short: the
+// failures drainError keeps the code of are not.
+func isDamage(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	switch errcode.Of(err) {
+	case errcode.StoreUnavailable, errcode.Canceled, errcode.IO, errcode.StoreDenied, errcode.NoSuchBucket:
+		return false
+	}
+	return true
+}
+
+// reduce is Reduce; progress, if non-nil, is called after each snapshot
+// member the task reads itself. A failure naming a map task's shuffle
+// file (SHUFFLE_CORRUPT, or NOT_FOUND: gone) has that map task run again
+// if the file is indeed gone or fails its checksum (redoMap), and the
+// reduce task start over from the map tasks' commit records, at most
+// maxMapRuns times a map task: it then fails with redoMap's error, or
+// its own when the file was intact (nothing a run of the map task
+// mends). Members already reported are not reported again.
+func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (*ReduceCommit, error) {
+	var reported atomic.Int64
+	tries := map[int]int{}
+	for {
+		var n atomic.Int64
+		prog := progress
+		if progress != nil {
+			prog = func(res mapper.Result) {
+				if n.Add(1) > reported.Load() {
+					progress(res)
+				}
+			}
+		}
+		var inputs []Output
+		c, err := j.reduceOnce(ctx, r, prog, &inputs)
+		reported.Store(max(reported.Load(), n.Load()))
+		if err == nil {
+			return c, nil
+		}
+		named := namedInputs(err, inputs)
+		if len(named) == 0 {
+			return nil, err
+		}
+		for _, i := range named {
+			if tries[i] >= maxMapRuns {
+				return nil, err
+			}
+			tries[i]++
+			// The record read again: a file intact there (another
+			// process ran the task again) runs nothing.
+			if _, rerr := j.redoMap(ctx, i, r, err, nil); rerr != nil {
+				return nil, wrap(rerr, "reduce task %d", r)
+			}
+		}
+	}
+}
+
+// namedInputs returns the map tasks whose files, among a reduce task's
+// inputs, its failure err names, when it is SHUFFLE_CORRUPT or NOT_FOUND.
+func namedInputs(err error, inputs []Output) []int {
+	if c := errcode.Of(err); c != errcode.ShuffleCorrupt && c != errcode.NotFound {
+		return nil
+	}
+	msg := err.Error()
+	var tasks []int
+	for i, in := range inputs {
+		if strings.Contains(msg, in.Key) {
+			tasks = append(tasks, i)
+		}
+	}
+	return tasks
+}
