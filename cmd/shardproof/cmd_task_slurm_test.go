@@ -19,7 +19,8 @@ import (
 // Slurm cluster on loopback: a map array, a reduce array held by afterok,
 // each array task running `shardproof task` with SLURM_ARRAY_TASK_ID. The
 // report equals the local executor's. Then a plan whose map task 1 cannot
-// succeed (its commit record is corrupt): the task script retries it, the
+// succeed (its commit record is corrupt, and it has run as often as a
+// task may run again over a damaged record): the task script retries it, the
 // map array fails, --kill-on-invalid-dep cancels the reducers, and the
 // error carries the task's own code.
 func TestVerifySlurmExecutor(t *testing.T) {
@@ -55,9 +56,13 @@ func TestVerifySlurmExecutor(t *testing.T) {
 	}
 
 	j := planJob(t, r, 3, 2)
+	// Corrupt in each of the 3 versions a map task's runs may write: a
+	// map task whose record is damaged runs again, up to 3 runs in all.
 	bad := "jobs/" + j.PlanDigest.Hex() + "/map/1/commit.json"
-	if _, err := r.store.Put(t.Context(), bad, strings.NewReader("{"), objstore.PutOptions{IfNoneMatch: true}); err != nil {
-		t.Fatal(err)
+	for range 3 {
+		if _, err := r.store.Put(t.Context(), bad, strings.NewReader("{"), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	dir := t.TempDir()
 	eng := &coordinator.Slurm{Binary: os.Args[0], Dir: dir, Attempts: 2, Env: cliEnv("SLURM_CONF=" + c.Conf)}

@@ -199,8 +199,9 @@ func TestVerifyCLIResume(t *testing.T) {
 // its report, leaves commit records whose outputs are gone: a resume
 // prints the report that verification stored (the plan's report record)
 // and deletes what is left. Without the record (a job of an earlier
-// build), it says the files are partly deleted and what to do, not a bare
-// NOT_FOUND after the hint that promised it would finish.
+// build), it runs again the map task whose file is gone and finishes the
+// job, to the same report but for its execution section (it said the
+// files were partly deleted and to verify the root again).
 func TestVerifyCLIResumePartlyDeleted(t *testing.T) {
 	r := newRelease(t)
 	partly := func() (*manifest.Report, cliResult) {
@@ -228,9 +229,73 @@ func TestVerifyCLIResumePartlyDeleted(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(r.dir, "index", "plans", js.Execution.Plan.Hex())); err != nil {
 		t.Fatal(err)
 	}
-	res = runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", js.Execution.Plan.String())
-	if res.status != errcode.NotFound.Exit() || !strings.Contains(res.stderr, "NOT_FOUND") || !strings.Contains(res.stderr, "partly deleted") {
+	res = runCLI(t, cliEnv(), "verify", "--store", r.dir, "--resume", js.Execution.Plan.String(), "--json")
+	if res.status != 0 || !strings.Contains(res.stderr, "running the task again") {
 		t.Fatalf("resume of a partly deleted job without a report record: exit %d\n%s", res.status, res.stderr)
+	}
+	sameReport(t, "resume of a partly deleted job", js, cliReport(t, res))
+}
+
+// A shuffle file damaged after its map task committed, and another map
+// task's commit record, in a job interrupted before its reduce tasks all
+// committed: `verify --resume` runs those two map tasks again and ends
+// VERIFIED with the report a verification without damage gives, but for
+// its execution section, with the local executor and with the process
+// executor's tasks. It used to fail with SHUFFLE_CORRUPT at every resume,
+// the process executor's retries and all.
+func TestVerifyCLIResumeDamagedShuffle(t *testing.T) {
+	for _, executor := range []string{"local", "process"} {
+		t.Run(executor, func(t *testing.T) {
+			r := newRelease(t)
+			flags := []string{"--executor", executor, "--keep-job", "--json"}
+			if executor == "process" {
+				flags = append(flags, "--task-binary", os.Args[0])
+			}
+			first := cliReport(t, runCLI(t, cliEnv(), append([]string{"verify", "--store", r.dir, "--root", r.res.Root.String(),
+				"--map-tasks", "3", "--reducers", "2"}, flags...)...))
+			pd := first.Execution.Plan
+			jobs := filepath.Join(r.dir, "jobs", pd.Hex())
+			// What a verification interrupted in its reduce phase
+			// leaves: reduce task 0 committed, reduce task 1 not, no
+			// report.
+			for _, dir := range []string{filepath.Join(r.dir, "index", "plans", pd.Hex()), filepath.Join(jobs, "reduce", "1")} {
+				if err := os.RemoveAll(dir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			damage := func(path string, edit func([]byte) []byte) {
+				t.Helper()
+				b, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chmod(path, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, edit(b), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v1 := "@00000000000000000001"
+			damage(filepath.Join(jobs, "map", "0", "r1.arrow", v1), func(b []byte) []byte { b[len(b)-30] ^= 4; return b })
+			damage(filepath.Join(jobs, "map", "2", "commit.json", v1), func(b []byte) []byte { return b[:len(b)/2] })
+
+			res := runCLI(t, cliEnv(), append([]string{"verify", "--store", r.dir, "--resume", pd.String()}, flags...)...)
+			if res.status != 0 || !strings.Contains(res.stderr, "running the task again") && executor == "local" {
+				t.Fatalf("resume over a damaged shuffle file and commit record: exit %d\n%s", res.status, res.stderr)
+			}
+			got := cliReport(t, res)
+			if got.Verdict != manifest.Verified || got.Execution.Executor != executor {
+				t.Fatalf("resume over a damaged shuffle file: verdict %s, executor %s", got.Verdict, got.Execution.Executor)
+			}
+			sameReport(t, "resume over a damaged shuffle file", first, got)
+			for k, want := range map[string]int{"0/commit.json": 2, "1/commit.json": 1, "2/commit.json": 2} {
+				vs, err := filepath.Glob(filepath.Join(jobs, "map", filepath.FromSlash(k), "@*"))
+				if err != nil || len(vs) != want {
+					t.Errorf("map/%s has %d versions (%v), want %d", k, len(vs), err, want)
+				}
+			}
+		})
 	}
 }
 
