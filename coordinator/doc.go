@@ -12,7 +12,11 @@
 // it in any process, and retry it: outputs are written with a conditional
 // create (an existing output must be byte-identical, else NONDETERMINISM),
 // and a task counts as done only once its commit record exists. Outputs
-// without a commit record are ignored. Store layout under jobs/<planHex>/:
+// without a commit record are ignored. A map task whose committed output
+// is found damaged or gone, or whose commit record is, runs again: new
+// versions of its files, then of its record, which must name the same
+// bytes (redoMap), at most maxMapRuns runs a task. Store layout under
+// jobs/<planHex>/:
 //
 //	map/<i>/r<j>.arrow    shuffle file of map task i for reduce range j
 //	map/<i>/commit.json   map task i's outputs (digest, size, version) and per-shard results
