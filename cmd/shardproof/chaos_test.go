@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/hashicorp/raft"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -242,13 +243,16 @@ func startChaosClusterOn(t *testing.T, addr func(*testing.T) string) *chaosClust
 			c.leader(20 * time.Second)
 		}
 	}
-	// Every member known to the leader's state, and the cluster version
-	// raised: a fence advance that keeps a rechecked permit open needs
-	// it, and the leader cannot raise it while a member is down.
+	// Every member known to the leader's state and promoted to voter
+	// (a member joins as a learner: a cut of the leader before the last
+	// joiner's promotion leaves no majority to elect another), and the
+	// cluster version raised: a fence advance that keeps a rechecked
+	// permit open needs it, and the leader cannot raise it while a
+	// member is down.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		st, err := c.leader(20*time.Second).status(t.Context(), false)
-		if err == nil && len(st.Nodes) == 3 && st.ClusterVersion == raftgate.CommandVersion {
+		if err == nil && len(st.Nodes) == 3 && allVoters(st, 3) && st.ClusterVersion == raftgate.CommandVersion {
 			return c
 		}
 		if time.Now().After(deadline) {
@@ -256,6 +260,20 @@ func startChaosClusterOn(t *testing.T, addr func(*testing.T) string) *chaosClust
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// allVoters reports whether st's Raft configuration holds n servers, all
+// voters.
+func allVoters(st *raftgate.Status, n int) bool {
+	if len(st.Voters) != n {
+		return false
+	}
+	for _, v := range st.Voters {
+		if v.Suffrage != raft.Voter.String() {
+			return false
+		}
+	}
+	return true
 }
 
 func tail(s string, n int) string {
