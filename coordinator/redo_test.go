@@ -385,3 +385,59 @@ func TestLostMapTaskAcrossProcesses(t *testing.T) {
 		t.Fatalf("aggregate: %v, %+v", err, rep)
 	}
 }
+
+// notYet is a store in which key's first Get finds nothing: a task's
+// attempt that read its commit record key before another attempt of the
+// task (an engine may run one twice at once) committed it.
+func notYet(s objstore.Store, key string) *faults.ErrorOnce {
+	return &faults.ErrorOnce{Store: s, Method: faults.Get, Match: func(k string) bool { return k == key },
+		Err: fmt.Errorf("%s: %w", key, objstore.ErrNotExist)}
+}
+
+// Two attempts of one reduce task at once, the first committing from map
+// task 1's files as they were, the second reading them after map task 1
+// ran again (another reducer found its file damaged): they read the same
+// bytes under other versions, and their records differ in those
+// versions alone. The second used to fail with NONDETERMINISM, which no
+// engine retries; it now returns the first attempt's record. With a
+// merge level too.
+func TestReduceAttemptsAroundMapRunAgain(t *testing.T) {
+	for _, fan := range []int{0, 2} {
+		t.Run(fmt.Sprintf("fan-in %d", fan), func(t *testing.T) {
+			s, dir, res := fileSynth(t)
+			ctx := t.Context()
+			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 4, Reducers: 2, Tool: "shardproof test",
+				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64, ReduceFanIn: fan})
+			var commits []*MapCommit
+			for i := range len(j.Plan.MapTasks) {
+				commits = append(commits, must(j.Map(ctx, i, nil)))
+			}
+			first := must(j.Reduce(ctx, 0))
+			out := commits[1].Outputs[1]
+			rewrite(t, versionFile(t, dir, out.Key, out.Version), func(b []byte) []byte { b[len(b)-8-16] ^= 8; return b })
+			must(j.Reduce(ctx, 1))
+			if n := versions(t, s, j.mapCommitKey(1)); n != 2 {
+				t.Fatalf("map task 1's record has %d versions, want 2", n)
+			}
+
+			late := notYet(s, j.reduceCommitKey(0))
+			j2, err := Open(ctx, late, j.PlanDigest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := j2.Reduce(ctx, 0)
+			if !late.Fired() {
+				t.Fatal("the second attempt did not read the record key")
+			}
+			if err != nil {
+				t.Fatalf("second attempt of reduce task 0, reading map task 1's run again: %v", err)
+			}
+			if a, b := must(manifest.Encode(second)), must(manifest.Encode(first)); !bytes.Equal(a, b) {
+				t.Errorf("second attempt returned\n%s\nwant the first's record\n%s", a, b)
+			}
+			if n := versions(t, s, j.reduceCommitKey(0)); n != 1 {
+				t.Errorf("reduce task 0's record has %d versions, want 1", n)
+			}
+		})
+	}
+}

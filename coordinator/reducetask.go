@@ -169,7 +169,7 @@ func (j *Job) reduceOnce(ctx context.Context, r int, progress func(mapper.Result
 		return nil, err
 	}
 	if _, err := putExact(ctx, j.Store, j.reduceCommitKey(r), b); err != nil {
-		if len(commit.Merged) == 0 || errcode.Of(err) != errcode.Nondeterminism {
+		if errcode.Of(err) != errcode.Nondeterminism {
 			return nil, err
 		}
 		return j.otherAttempt(ctx, r, commit, err)
@@ -180,11 +180,13 @@ func (j *Job) reduceOnce(ctx context.Context, r int, progress func(mapper.Result
 }
 
 // otherAttempt returns the commit record another attempt of reduce task
-// r stored before this one's, c, when the two differ in merged alone:
-// each attempt's merge level writes files of its own (an engine may run
-// a task twice at once), so two attempts commit one result under
-// different merged files. Otherwise it returns nondet, the conditional
-// create's failure, or the failure to read the record back.
+// r stored before this one's, c, when the two differ in merged and in
+// their inputs' versions alone: each attempt's merge level writes files
+// of its own (an engine may run a task twice at once), and a map task
+// run again between two attempts (redoMap) has the later one read the
+// same bytes under new versions, so two attempts commit one result under
+// different files. Otherwise it returns nondet, the conditional create's
+// failure, or the failure to read the record back.
 func (j *Job) otherAttempt(ctx context.Context, r int, c *ReduceCommit, nondet error) (*ReduceCommit, error) {
 	var other ReduceCommit
 	found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &other)
@@ -196,12 +198,23 @@ func (j *Job) otherAttempt(ctx context.Context, r int, c *ReduceCommit, nondet e
 	}
 	mine, theirs := *c, other
 	mine.Merged, theirs.Merged = nil, nil
+	mine.Inputs, theirs.Inputs = unversioned(mine.Inputs), unversioned(theirs.Inputs)
 	a, aerr := manifest.Encode(&mine)
 	b, berr := manifest.Encode(&theirs)
 	if aerr != nil || berr != nil || !bytes.Equal(a, b) {
 		return nil, nondet
 	}
 	return &other, nil
+}
+
+// unversioned returns a copy of files without their versions.
+func unversioned(files []Output) []Output {
+	out := make([]Output, len(files))
+	for k, o := range files {
+		o.Version = ""
+		out[k] = o
+	}
+	return out
 }
 
 // drainError is the failure of reading a shuffle file's last bytes after
