@@ -270,11 +270,13 @@ func isDamage(ctx context.Context, err error) bool {
 // reduce is Reduce; progress, if non-nil, is called after each snapshot
 // member the task reads itself. A failure naming a map task's shuffle
 // file (SHUFFLE_CORRUPT, or NOT_FOUND: gone) has that map task run again
-// if the file is indeed gone or fails its checksum (redoMap), and the
-// reduce task start over from the map tasks' commit records, at most
-// maxMapRuns times a map task: it then fails with redoMap's error, or
-// its own when the file was intact (nothing a run of the map task
-// mends). Members already reported are not reported again.
+// if the file is indeed gone or fails its checksum, and one naming a map
+// task's commit record (SHUFFLE_CORRUPT) if the record is still damaged
+// when read again, as in Map (redoMap); the reduce task then starts over
+// from the map tasks' commit records, at most maxMapRuns times a map
+// task: it then fails with redoMap's error, or its own when the file or
+// record was intact (nothing a run of the map task mends). Members
+// already reported are not reported again.
 func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (*ReduceCommit, error) {
 	var reported atomic.Int64
 	tries := map[int]int{}
@@ -294,7 +296,12 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 		if err == nil {
 			return c, nil
 		}
-		named := namedInputs(err, inputs)
+		named, out := namedInputs(err, inputs), r
+		if inputs == nil {
+			// Failed before it had its inputs: reading a map task's
+			// commit record, damaged.
+			named, out = j.namedRecords(err), -1
+		}
 		if len(named) == 0 {
 			return nil, err
 		}
@@ -303,13 +310,29 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 				return nil, err
 			}
 			tries[i]++
-			// The record read again: a file intact there (another
-			// process ran the task again) runs nothing.
-			if _, rerr := j.redoMap(ctx, i, r, err, nil); rerr != nil {
+			// The record read again: a file or record intact there
+			// (another process ran the task again) runs nothing.
+			if _, rerr := j.redoMap(ctx, i, out, err, nil); rerr != nil {
 				return nil, wrap(rerr, "reduce task %d", r)
 			}
 		}
 	}
+}
+
+// namedRecords returns the map tasks whose commit records err names, when
+// it is SHUFFLE_CORRUPT: a reduce task found them damaged.
+func (j *Job) namedRecords(err error) []int {
+	if errcode.Of(err) != errcode.ShuffleCorrupt {
+		return nil
+	}
+	msg := err.Error()
+	var tasks []int
+	for i := range j.Plan.MapTasks {
+		if strings.Contains(msg, j.mapCommitKey(i)) {
+			tasks = append(tasks, i)
+		}
+	}
+	return tasks
 }
 
 // namedInputs returns the map tasks whose files, among a reduce task's

@@ -441,3 +441,59 @@ func TestReduceAttemptsAroundMapRunAgain(t *testing.T) {
 		})
 	}
 }
+
+// A map task's commit record damaged after the map phase (cut short, or
+// holding a result no mapper gives), found by a reduce task reading it:
+// the reduce task failed with SHUFFLE_CORRUPT at every retry of an engine
+// (only a resume, running the map task, mended it); the map task now
+// runs again, as when Map finds it so, and the reduce task starts over.
+func TestReduceOverDamagedMapCommitRecord(t *testing.T) {
+	damages := []struct {
+		name string
+		edit func(b []byte) []byte
+	}{
+		{"cut short", func(b []byte) []byte { return b[:100] }},
+		{"a key twice", func(b []byte) []byte {
+			return append([]byte(`{"schema":"x",`), b[1:]...)
+		}},
+	}
+	for _, d := range damages {
+		t.Run(d.name, func(t *testing.T) {
+			s, dir, res := fileSynth(t)
+			ctx := t.Context()
+			want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
+			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+			var commits []*MapCommit
+			for i := range len(j.Plan.MapTasks) {
+				commits = append(commits, must(j.Map(ctx, i, nil)))
+			}
+			key := j.mapCommitKey(1)
+			rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), d.edit)
+			for r := range j.Plan.Reducers {
+				if _, err := j.Reduce(ctx, r); err != nil {
+					t.Fatalf("reduce task %d over map task 1's damaged record: %v", r, err)
+				}
+			}
+			if n := versions(t, s, key); n != 2 {
+				t.Errorf("map task 1's record has %d versions, want 2", n)
+			}
+			var redone MapCommit
+			if found, err := readRecord(ctx, s, key, &redone); !found || err != nil {
+				t.Fatalf("map task 1's record: found %v, %v", found, err)
+			}
+			for r, o := range redone.Outputs {
+				if !sameOutput(o, commits[1].Outputs[r]) {
+					t.Errorf("map task 1 run again: output %d is %+v, was %+v", r, o, commits[1].Outputs[r])
+				}
+			}
+			rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
+			if err != nil {
+				t.Fatalf("aggregate: %v", err)
+			}
+			if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
+				t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
+			}
+		})
+	}
+}
