@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,12 +11,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/objstore/file"
+	"github.com/shardproof/shardproof/objstore/s3/s3test"
 	"github.com/shardproof/shardproof/shuffle"
 	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
@@ -495,5 +500,71 @@ func TestReduceOverDamagedMapCommitRecord(t *testing.T) {
 				t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
 			}
 		})
+	}
+}
+
+// On S3 (a versioned bucket), a shuffle file's version gone for good (its
+// version deleted) has its map task run again: a new version of the file
+// and of the record, which a version listing counts; a second attempt of
+// the reduce task that committed from the old version, reading the new
+// one, takes the first attempt's record; the report is the one a
+// verification without damage gives.
+func TestMapRunAgainS3(t *testing.T) {
+	raw := s3test.Start(t)
+	ctx := t.Context()
+	s, err := objstore.Open(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := stagetest.Synth(t, s, testSamples, testShards, 7)
+	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
+	var commits []*MapCommit
+	for i := range len(j.Plan.MapTasks) {
+		commits = append(commits, must(j.Map(ctx, i, nil)))
+	}
+	first := must(j.Reduce(ctx, 0))
+	out := commits[1].Outputs[1]
+	pu, _ := url.Parse(raw)
+	del := &awss3.DeleteObjectInput{Bucket: aws.String(pu.Host), Key: aws.String(out.Key), VersionId: aws.String(string(out.Version))}
+	if _, err := s3test.Client(s3test.Endpoint()).DeleteObject(ctx, del); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Reduce(ctx, 1); err != nil {
+		t.Fatalf("reduce task 1 over a file of map task 1 gone: %v", err)
+	}
+	vs, err := s.(objstore.VersionLister).Versions(ctx, j.mapCommitKey(1), 10)
+	if err != nil || len(vs) != 2 {
+		t.Fatalf("map task 1's record: %d versions (%v), want 2", len(vs), err)
+	}
+	var redone MapCommit
+	if found, err := readRecord(ctx, s, j.mapCommitKey(1), &redone); !found || err != nil {
+		t.Fatalf("map task 1's record: found %v, %v", found, err)
+	}
+	for r, o := range redone.Outputs {
+		if !sameOutput(o, commits[1].Outputs[r]) || o.Version == commits[1].Outputs[r].Version {
+			t.Errorf("map task 1 run again: output %d is %+v, was %+v; want the same bytes in a new version", r, o, commits[1].Outputs[r])
+		}
+	}
+
+	late := notYet(s, j.reduceCommitKey(0))
+	j2, err := Open(ctx, late, j.PlanDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := j2.Reduce(ctx, 0)
+	if err != nil || !late.Fired() {
+		t.Fatalf("second attempt of reduce task 0 (read its record key: %v): %v", late.Fired(), err)
+	}
+	if a, b := must(manifest.Encode(second)), must(manifest.Encode(first)); !bytes.Equal(a, b) {
+		t.Errorf("second attempt returned\n%s\nwant the first's record\n%s", a, b)
+	}
+	rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
+	if err != nil {
+		t.Fatalf("aggregate: %v", err)
+	}
+	if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
+		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
 	}
 }
