@@ -104,6 +104,9 @@ type Status struct {
 	// directory and the leader has not promoted it yet): it grants no
 	// vote and asks for none.
 	Learner *LearnerStatus `json:"learner,omitempty"`
+	// ClusterID is the cluster identity in the node's state (see
+	// identity.go); none below cluster version 3.
+	ClusterID string `json:"clusterID,omitempty"`
 }
 
 // Removed reports whether the node's own Raft configuration, as its
@@ -551,6 +554,12 @@ func (n *Node) probeMember(ctx context.Context, j *Join, what string) (*Status, 
 		if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
 			return nil, errcode.Wrap(errcode.BadInput, err, "%s of %s: nothing accepts connections at raftAddr %s", what, truncate(j.ID), truncate(j.RaftAddr))
 		}
+		// A build below the cluster version cannot read the identity
+		// handshake of a cluster at versionClusterID: say what it
+		// needs, as the version check after the probe would.
+		if verr := n.joinerBelowVersion(ctx, j); verr != nil {
+			return nil, verr
+		}
 		return nil, errcode.Wrap(errcode.BadInput, err, "%s of %s: the Raft handshake with raftAddr %s failed (with TLS, the member's certificate must name the IP of its Raft address and be signed by the gate's CA; with a token, the member must hold the gate's)", what, truncate(j.ID), truncate(j.RaftAddr))
 	}
 	conn.Close()
@@ -569,6 +578,19 @@ func (n *Node) probeMember(ctx context.Context, j *Join, what string) (*Status, 
 		return nil, errcode.New(errcode.BadInput, "%s of %s: the gate at httpAddr %s is %s", what, truncate(j.ID), truncate(j.HTTPAddr), truncate(st.ID))
 	}
 	return st, nil
+}
+
+// joinerBelowVersion returns checkJoinerVersion's refusal of j when its
+// status answers with a build below the cluster version, else nil.
+func (n *Node) joinerBelowVersion(ctx context.Context, j *Join) error {
+	c := n.memberClient(j.HTTPAddr)
+	defer c.Close()
+	c.RetryFor = -1
+	st, err := c.Status(ctx)
+	if err != nil || st.ID != j.ID || st.CommandVersion >= n.ClusterVersion() {
+		return nil
+	}
+	return n.checkJoinerVersion(j, st)
 }
 
 // joinProbeTimeout bounds probeMember.
@@ -715,7 +737,7 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		n.vers.mu.Unlock()
 	}
 	n.fsm.Read(func(s *State) {
-		st.ClusterVersion = s.ClusterVersion
+		st.ClusterVersion, st.ClusterID = s.ClusterVersion, s.ClusterID
 		if st.ClusterVersion >= st.CommandVersion {
 			st.MemberVersions = nil
 		}

@@ -569,7 +569,22 @@ func wouldSpare(s *State, kind string, value uint64) []string {
 
 // setClusterVersion raises the cluster version; it never lowers it. The
 // FSM halted before this on a build below c.Version.
+//
+// A raise to versionClusterID or above gives a state without a cluster
+// identity c.ClusterID, and is BAD_INPUT, changing nothing, without a
+// valid one: every state at that version has one.
 func (a *applier) setClusterVersion(c *SetClusterVersion) (any, error) {
+	if c.ClusterID != "" {
+		if err := checkClusterID(c.ClusterID); err != nil {
+			return nil, errcode.New(errcode.BadInput, "%s: %v", CmdSetClusterVersion, err)
+		}
+	}
+	if max(a.s.ClusterVersion, c.Version) >= versionClusterID && a.s.ClusterID == "" {
+		if c.ClusterID == "" {
+			return nil, errcode.New(errcode.BadInput, "%s to %d names no cluster ID, and the state has none", CmdSetClusterVersion, c.Version)
+		}
+		a.s.ClusterID = c.ClusterID
+	}
 	a.s.ClusterVersion = max(a.s.ClusterVersion, c.Version)
 	return ClusterVersionResult{ClusterVersion: a.s.ClusterVersion}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -112,14 +113,32 @@ func requireToken(tok []byte, log *slog.Logger, h http.Handler) http.Handler {
 	})
 }
 
-// The Raft handshake, when a token is set. The dialer sends raftMagic and
-// a random nonce; the acceptor answers with its own nonce and its MAC over
-// both; the dialer checks it and answers with its MAC. Each side's MAC is
-// keyed by the token and bound to its role, so neither can be replayed or
-// reflected.
+// The Raft handshakes. Each runs before Raft reads or writes a byte of
+// the connection.
+//
+// The token handshake (raftMagic), the one of builds of version 2 and
+// of a cluster below versionClusterID with a token: the dialer sends
+// raftMagic and a random nonce; the acceptor answers with its own nonce
+// and its MAC over both; the dialer checks it and answers with its MAC.
+// Each side's MAC is keyed by the token and bound to its role, so neither
+// can be replayed or reflected.
+//
+// The identity handshake (raftMagicID), from cluster version
+// versionClusterID on, with or without a token: the dialer sends
+// raftMagicID, a mode byte ('t' with a token, 'n' without), its cluster
+// identity and, with a token, its nonce; the acceptor answers with its
+// own identity (zeros while it knows none) and, with a token, its nonce
+// and MAC; with a token the dialer answers with its MAC. The MACs cover
+// both identities, so a man in the middle cannot change either. Each
+// side refuses the connection when the other's identity is known and is
+// not its own (CLUSTER_ID_MISMATCH).
+//
+// Raw hashicorp/raft traffic starts with an RPC type, a byte from 0 to 4,
+// never 'S': an acceptor tells it from a handshake by its first byte.
 const (
-	raftMagic = "SPRAFT1\n"
-	nonceLen  = 32
+	raftMagic   = "SPRAFT1\n"
+	raftMagicID = "SPRAFT2\n"
+	nonceLen    = 32
 )
 
 // handshakeNanos bounds a Raft connection's token or TLS handshake (see
@@ -140,19 +159,69 @@ func handshakeMAC(tok []byte, role string, cn, sn []byte) []byte {
 	return m.Sum(nil)
 }
 
-// errHandshake is what a connection that failed the handshake returns.
-var errHandshake = errors.New("raft connection failed the gate token handshake")
+// identityMAC is the MAC of the identity handshake: over both nonces and
+// both identities (the dialer's, did, and the acceptor's answer, aid).
+func identityMAC(tok []byte, role string, did, aid, cn, sn []byte) []byte {
+	m := hmac.New(sha256.New, tok)
+	m.Write([]byte(raftMagicID))
+	m.Write([]byte(role))
+	m.Write(did)
+	m.Write(aid)
+	m.Write(cn)
+	m.Write(sn)
+	return m.Sum(nil)
+}
 
-// authStream is a raft.StreamLayer whose connections must pass the token
-// handshake before Raft reads or writes a byte.
+// errHandshake is what a connection that failed the handshake returns.
+var errHandshake = errors.New("raft connection failed the gate handshake")
+
+// refusal is a handshake's failure with its code: UNAUTHENTICATED (the
+// token) or CLUSTER_ID_MISMATCH (the identity).
+type refusal struct {
+	code errcode.Code
+	// key names the refusal among those logged (see identity.first).
+	key string
+	msg string
+}
+
+func (r *refusal) Error() string { return r.msg }
+
+func refuse(code errcode.Code, key, format string, args ...any) error {
+	return &refusal{code: code, key: key, msg: fmt.Sprintf(format, args...)}
+}
+
+// authStream is a raft.StreamLayer whose connections run the handshakes
+// above before Raft reads or writes a byte.
 type authStream struct {
 	raft.StreamLayer
+	// tok is the gate token, nil without one.
 	tok []byte
 	log *slog.Logger
+	// ids is the member's cluster identity; nil for a build of version
+	// 2 (tests, see Config.olderBuild), which runs the token handshake
+	// alone and is installed only with a token.
+	ids *identity
+	// refused counts a refused connection by its code (nil: not).
+	refused func(errcode.Code)
 }
 
 func newAuthStream(s raft.StreamLayer, tok []byte, log *slog.Logger) raft.StreamLayer {
 	return &authStream{StreamLayer: s, tok: tok, log: log}
+}
+
+// say logs a refused connection, once per peer and reason, and counts it.
+func (s *authStream) say(err error, peerKey, peerAttr, peer string) {
+	code, key := errcode.Unauthenticated, ""
+	if r := (*refusal)(nil); errors.As(err, &r) {
+		code, key = r.code, r.key
+	}
+	if s.refused != nil {
+		s.refused(code)
+	}
+	if s.ids != nil && !s.ids.first(peerKey+"|"+string(code)+"|"+key) {
+		return
+	}
+	s.log.Warn("raft connection refused", "code", code, peerAttr, peer, "err", err)
 }
 
 // Accept returns at once: the acceptor's side of the handshake runs on
@@ -172,13 +241,27 @@ func (s *authStream) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 	if err != nil {
 		return nil, err
 	}
+	id, checked := "", false
+	if s.ids != nil {
+		id, checked = s.ids.current()
+	}
+	if !checked && s.tok == nil {
+		// A cluster below versionClusterID without a token: raw Raft,
+		// as builds of version 2 dial.
+		return c, nil
+	}
 	if timeout <= 0 || timeout > handshakeTimeout() {
 		timeout = handshakeTimeout()
 	}
 	c.SetDeadline(time.Now().Add(timeout))
-	if err := s.dialHandshake(c); err != nil {
+	if checked {
+		err = s.dialIdentity(c, id, string(address))
+	} else {
+		err = s.dialHandshake(c)
+	}
+	if err != nil {
 		c.Close()
-		s.log.Warn("raft connection refused", "code", errcode.Unauthenticated, "peer", string(address), "err", err)
+		s.say(err, string(address), "peer", string(address))
 		return nil, fmt.Errorf("%w to %s: %v", errHandshake, address, err)
 	}
 	c.SetDeadline(time.Time{})
@@ -197,10 +280,66 @@ func (s *authStream) dialHandshake(c net.Conn) error {
 	}
 	sn, mac := buf[:nonceLen], buf[nonceLen:]
 	if !hmac.Equal(mac, handshakeMAC(s.tok, "acceptor", cn, sn)) {
-		return errors.New("the member answered with another token")
+		return refuse(errcode.Unauthenticated, "token", "the member answered with another token")
 	}
 	_, err := c.Write(handshakeMAC(s.tok, "dialer", cn, sn))
 	return err
+}
+
+// idBytes is the wire form of a cluster identity: zeros for none.
+func idBytes(id string) []byte {
+	b, err := hex.DecodeString(id)
+	if err != nil || len(b) != clusterIDLen {
+		return make([]byte, clusterIDLen)
+	}
+	return b
+}
+
+// idString is idBytes' inverse: "" for zeros.
+func idString(b []byte) string {
+	if bytes.Equal(b, make([]byte, clusterIDLen)) {
+		return ""
+	}
+	return hex.EncodeToString(b)
+}
+
+func (s *authStream) dialIdentity(c net.Conn, id, address string) error {
+	did := idBytes(id)
+	hello := append([]byte(raftMagicID), 'n')
+	var cn []byte
+	if s.tok != nil {
+		hello[len(raftMagicID)] = 't'
+		cn = make([]byte, nonceLen)
+		rand.Read(cn)
+	}
+	hello = append(append(hello, did...), cn...)
+	if _, err := c.Write(hello); err != nil {
+		return err
+	}
+	n := clusterIDLen
+	if s.tok != nil {
+		n += nonceLen + sha256.Size
+	}
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return fmt.Errorf("no handshake answer (is the member's token setting this gate's? a member of this cluster's version runs a build of version %d or later): %w", versionClusterID, err)
+	}
+	aid := buf[:clusterIDLen]
+	if s.tok != nil {
+		sn, mac := buf[clusterIDLen:clusterIDLen+nonceLen], buf[clusterIDLen+nonceLen:]
+		if !hmac.Equal(mac, identityMAC(s.tok, "acceptor", did, aid, cn, sn)) {
+			return refuse(errcode.Unauthenticated, "token", "the member answered with another token")
+		}
+		// Sent whatever the identities: the acceptor, which checks the
+		// token first, says why it refuses too.
+		if _, err := c.Write(identityMAC(s.tok, "dialer", did, aid, cn, sn)); err != nil {
+			return err
+		}
+	}
+	if theirs := idString(aid); theirs != "" && theirs != id {
+		return refuse(errcode.ClusterIDMismatch, theirs, "the member at %s belongs to gate cluster %s, this member to %s: it is no member of this cluster (a member of the cluster a backup was taken from, or of one founded by mistake?)", address, theirs, id)
+	}
+	return nil
 }
 
 // acceptedConn is an accepted connection whose handshake runs once, on
@@ -210,14 +349,23 @@ type acceptedConn struct {
 	s    *authStream
 	once sync.Once
 	err  error
+	// pre is what the handshake read of raw Raft traffic (its first
+	// byte), which Read returns first.
+	pre []byte
 }
 
 func (c *acceptedConn) handshake() error {
 	c.once.Do(func() {
 		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout()))
-		c.err = c.acceptHandshake()
+		if c.s.ids == nil {
+			c.err = c.acceptHandshake(nil)
+		} else {
+			c.err = c.acceptAny()
+		}
 		if c.err != nil {
-			c.s.log.Warn("raft connection refused", "code", errcode.Unauthenticated, "remote", c.Conn.RemoteAddr().String(), "err", c.err)
+			remote := c.Conn.RemoteAddr().String()
+			host, _, _ := net.SplitHostPort(remote)
+			c.s.say(c.err, host, "remote", remote)
 			c.err = fmt.Errorf("%w from %s: %v", errHandshake, c.Conn.RemoteAddr(), c.err)
 			c.Conn.Close()
 			return
@@ -227,13 +375,16 @@ func (c *acceptedConn) handshake() error {
 	return c.err
 }
 
-func (c *acceptedConn) acceptHandshake() error {
+// acceptHandshake runs the acceptor's side of the token handshake; magic
+// is what of raftMagic was read already.
+func (c *acceptedConn) acceptHandshake(magic []byte) error {
 	hello := make([]byte, len(raftMagic)+nonceLen)
-	if _, err := io.ReadFull(c.Conn, hello); err != nil {
+	copy(hello, magic)
+	if _, err := io.ReadFull(c.Conn, hello[len(magic):]); err != nil {
 		return fmt.Errorf("no handshake: %w", err)
 	}
 	if string(hello[:len(raftMagic)]) != raftMagic {
-		return errors.New("the peer sent no handshake (a member started without the gate token?)")
+		return refuse(errcode.Unauthenticated, "none", "the peer sent no handshake (a member started without the gate token?)")
 	}
 	cn := hello[len(raftMagic):]
 	sn := make([]byte, nonceLen)
@@ -246,7 +397,102 @@ func (c *acceptedConn) acceptHandshake() error {
 		return fmt.Errorf("no handshake answer: %w", err)
 	}
 	if !hmac.Equal(mac, handshakeMAC(c.s.tok, "dialer", cn, sn)) {
-		return errors.New("the peer holds another token")
+		return refuse(errcode.Unauthenticated, "token", "the peer holds another token")
+	}
+	return nil
+}
+
+// acceptAny runs the acceptor's side of whichever handshake the peer
+// starts, or none, as the member's identity allows.
+func (c *acceptedConn) acceptAny() error {
+	select {
+	case <-c.s.ids.ready:
+	case <-time.After(handshakeTimeout()):
+		return errors.New("the member did not finish starting")
+	}
+	id, checked := c.s.ids.current()
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(c.Conn, first); err != nil {
+		return fmt.Errorf("no handshake: %w", err)
+	}
+	if first[0] != raftMagic[0] {
+		switch {
+		case c.s.tok != nil:
+			return refuse(errcode.Unauthenticated, "none", "the peer sent no handshake (a member started without the gate token?)")
+		case checked:
+			return refuse(errcode.ClusterIDMismatch, "none", "the peer presented no cluster identity, and this member's cluster (%s) is at version %d or above, where every member does: a member of another cluster below that version (the one a backup was taken from?), or a build before it", id, versionClusterID)
+		}
+		c.pre = first
+		return nil
+	}
+	magic := make([]byte, len(raftMagic))
+	magic[0] = first[0]
+	if _, err := io.ReadFull(c.Conn, magic[1:]); err != nil {
+		return fmt.Errorf("no handshake: %w", err)
+	}
+	switch string(magic) {
+	case raftMagic:
+		switch {
+		case c.s.tok == nil:
+			return refuse(errcode.Unauthenticated, "token", "the peer runs the gate token handshake, and this member has no token")
+		case checked:
+			return refuse(errcode.ClusterIDMismatch, "none", "the peer presented no cluster identity, and this member's cluster (%s) is at version %d or above, where every member does: a member of another cluster below that version (the one a backup was taken from?), or a build before it", id, versionClusterID)
+		}
+		return c.acceptHandshake(magic)
+	case raftMagicID:
+		return c.acceptIdentity(id)
+	}
+	return refuse(errcode.Unauthenticated, "unknown", "the peer sent no handshake this build knows")
+}
+
+func (c *acceptedConn) acceptIdentity(id string) error {
+	n := 1 + clusterIDLen
+	if c.s.tok != nil {
+		n += nonceLen
+	}
+	hello := make([]byte, n)
+	if _, err := io.ReadFull(c.Conn, hello); err != nil {
+		return fmt.Errorf("no handshake: %w", err)
+	}
+	switch mode := hello[0]; {
+	case mode == 't' && c.s.tok == nil:
+		return refuse(errcode.Unauthenticated, "token", "the peer holds a gate token, and this member has none")
+	case mode == 'n' && c.s.tok != nil:
+		return refuse(errcode.Unauthenticated, "none", "the peer holds no gate token (a member started without it?)")
+	case mode != 't' && mode != 'n':
+		return refuse(errcode.Unauthenticated, "unknown", "the peer sent no handshake this build knows")
+	}
+	did, aid := hello[1:1+clusterIDLen], idBytes(id)
+	theirs := idString(did)
+	mismatch := func() error {
+		return refuse(errcode.ClusterIDMismatch, theirs, "the peer belongs to gate cluster %s, this member to %s: it is no member of this cluster (a member of the cluster a backup was taken from, or of one founded by mistake?)", theirs, id)
+	}
+	if c.s.tok == nil {
+		// The answer goes first, so the dialer can say why it is
+		// refused: an identity is no secret.
+		if _, err := c.Conn.Write(aid); err != nil {
+			return err
+		}
+		if id != "" && theirs != id {
+			return mismatch()
+		}
+		return nil
+	}
+	cn := hello[1+clusterIDLen:]
+	sn := make([]byte, nonceLen)
+	rand.Read(sn)
+	if _, err := c.Conn.Write(append(append(aid, sn...), identityMAC(c.s.tok, "acceptor", did, aid, cn, sn)...)); err != nil {
+		return err
+	}
+	mac := make([]byte, sha256.Size)
+	if _, err := io.ReadFull(c.Conn, mac); err != nil {
+		return fmt.Errorf("no handshake answer: %w", err)
+	}
+	if !hmac.Equal(mac, identityMAC(c.s.tok, "dialer", did, aid, cn, sn)) {
+		return refuse(errcode.Unauthenticated, "token", "the peer holds another token")
+	}
+	if id != "" && theirs != id {
+		return mismatch()
 	}
 	return nil
 }
@@ -254,6 +500,11 @@ func (c *acceptedConn) acceptHandshake() error {
 func (c *acceptedConn) Read(p []byte) (int, error) {
 	if err := c.handshake(); err != nil {
 		return 0, err
+	}
+	if len(c.pre) > 0 && len(p) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
 	}
 	return c.Conn.Read(p)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -136,9 +137,10 @@ func TestJoinWithoutTheTokenIsRefused(t *testing.T) {
 
 // TestRaftConnectionsNeedTheToken sends an AppendEntries with a far
 // higher term to a member's Raft port from a transport without the
-// token: with a token the member never reads it (its term and leadership
-// are kept); without one the same request deposes the leader, which is
-// what the handshake prevents.
+// token, which presents the cluster's identity (no secret: gate status
+// shows it): with a token the member never reads it (its term and
+// leadership are kept); without one the same request deposes the leader,
+// which is what the handshake prevents.
 func TestRaftConnectionsNeedTheToken(t *testing.T) {
 	for _, withToken := range []bool{true, false} {
 		var tok []byte
@@ -153,7 +155,7 @@ func TestRaftConnectionsNeedTheToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = rogueAppendEntries(s, leader, term+100)
+		err = rogueAppendEntries(identityStream(s, leader.ClusterID()), leader, term+100)
 		got := leader.Raft().CurrentTerm()
 		if withToken {
 			if err == nil || got != term {
@@ -318,4 +320,12 @@ func rogueAppendEntries(s raft.StreamLayer, leader *Node, term uint64) error {
 		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("rogue"), Addr: []byte(rogue.LocalAddr())},
 		Term:      term,
 	}, &resp)
+}
+
+// identityStream is s presenting cluster identity id, without a token.
+func identityStream(s raft.StreamLayer, id string) raft.StreamLayer {
+	ids := newIdentity()
+	ids.set(id, true)
+	ids.markReady()
+	return &authStream{StreamLayer: s, log: slog.New(slog.NewTextHandler(io.Discard, nil)), ids: ids}
 }

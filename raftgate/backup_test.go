@@ -45,6 +45,11 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal("the backup records no member: the test would not see them dropped")
 	}
 	want.Nodes = map[string]*NodeInfo{}
+	oldID := want.ClusterID
+	if oldID == "" {
+		t.Fatal("the backup holds no cluster ID: the test would not see it replaced")
+	}
+	want.ClusterID = ""
 	wantBytes, _ := EncodeState(want)
 	old.Shutdown()
 
@@ -59,6 +64,11 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatalf("restored state keeps the old members: %v", gotState.Nodes)
 	}
 	gotState.Nodes = map[string]*NodeInfo{}
+	// A new cluster, with an identity of its own.
+	if gotState.ClusterID == "" || gotState.ClusterID == oldID || n.ClusterID() != gotState.ClusterID {
+		t.Fatalf("restored cluster ID %q (node says %q), the backup's %q: want a new one", gotState.ClusterID, n.ClusterID(), oldID)
+	}
+	gotState.ClusterID = ""
 	if b, _ := EncodeState(&gotState); !bytes.Equal(b, wantBytes) {
 		t.Fatalf("restored state differs from the backup:\nwant %s\ngot  %s", wantBytes, b)
 	}

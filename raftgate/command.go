@@ -209,9 +209,14 @@ type Join struct {
 // reports a build of at least Version, so no member meets a command or a
 // state field it cannot apply. A member whose build is below Version
 // halts at it (HaltError), saying so.
+//
+// ClusterID, in a raise to versionClusterID or above of a state that has
+// no cluster identity yet, is the identity the state takes (the leader
+// draws it); a state that has one keeps it.
 type SetClusterVersion struct {
 	Header
-	Version uint64 `json:"version"`
+	Version   uint64 `json:"version"`
+	ClusterID string `json:"clusterID,omitempty"`
 }
 
 // newCommand returns an empty command of the given type.

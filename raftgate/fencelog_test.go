@@ -33,7 +33,7 @@ func TestAdvanceFenceLog(t *testing.T) {
 	if f := h.state().Fences; f != (Fences{Tombstone: 3}) {
 		t.Fatalf("fences after the refused advance: %+v", f)
 	}
-	h.ok(&SetClusterVersion{Version: versionFenceLog})
+	h.ok(&SetClusterVersion{Version: versionFenceLog, ClusterID: newClusterID()})
 
 	fences := func(want Fences) {
 		t.Helper()
@@ -86,7 +86,7 @@ func TestAdvanceFenceLog(t *testing.T) {
 // version 5 the same advance is FENCE_LOG_MISMATCH and changes nothing.
 func TestBareAdvanceOfALoggedFenceByClusterVersion(t *testing.T) {
 	h := newHarness(t)
-	h.ok(&SetClusterVersion{Version: versionFenceLog})
+	h.ok(&SetClusterVersion{Version: versionFenceLog, ClusterID: newClusterID()})
 	l7, l11 := dig("log at 7"), dig("log at 11")
 	h.ok(&AdvanceFence{Kind: FenceTombstone, Value: 7, Log: l7})
 	h.ok(&AdvanceFence{Kind: FenceTombstone, Value: 9})

@@ -53,6 +53,11 @@ type FSM struct {
 	// version is the highest command-schema version this build applies:
 	// CommandVersion (tests lower it to stand in an older build).
 	version uint64
+	// onClusterID, if set, is called, under the lock, with the state's
+	// cluster identity after an apply of a raise and after a restore
+	// that leave the state one (the node keeps it in its data
+	// directory and checks Raft connections against it).
+	onClusterID func(string)
 }
 
 // HaltError is why an FSM stopped applying its log: the committed entry at
@@ -205,6 +210,9 @@ func (f *FSM) apply(c Command, index uint64) *Result {
 		v, err = a.prune(c)
 	case *SetClusterVersion:
 		v, err = a.setClusterVersion(c)
+		if f.onClusterID != nil && f.state.ClusterID != "" {
+			f.onClusterID(f.state.ClusterID)
+		}
 	default:
 		err = errcode.New(errcode.BadDocument, "unknown command %T", c)
 	}
@@ -324,6 +332,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.state, f.index = s, 0
 	f.runsDropped++
 	f.notify()
+	if f.onClusterID != nil && s.ClusterID != "" {
+		f.onClusterID(s.ClusterID)
+	}
 	return nil
 }
 

@@ -90,15 +90,34 @@ func TestReplacedMemberRejoinsAsLearner(t *testing.T) {
 	}
 
 	// A candidate of a term above every member's, with a log longer than
-	// any, asks the replacement for its vote and its pre-vote.
-	trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 5*time.Second, io.Discard)
-	if err != nil {
-		t.Fatal(err)
+	// any, asks the replacement for its vote and its pre-vote. The
+	// replacement learnt the cluster's identity before it asked to join:
+	// a connection without it is refused at its handshake, before the
+	// vote gate or Raft read a byte; one with it, as a member's, reaches
+	// the vote gate, which refuses the vote.
+	if id := leader.ClusterID(); id == "" || n.ClusterID() != id {
+		t.Fatalf("the replacement's cluster ID %q, the leader's %q", n.ClusterID(), id)
 	}
-	defer trans.Close()
 	cand := c.Nodes[other]
 	term := leader.Raft().CurrentTerm() + 5
 	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(cand.ID()), Addr: []byte(cand.RaftAddr())}
+	raw, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 5*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	var rawVote raft.RequestVoteResponse
+	if err := raw.RequestVote(raft.ServerID(n.ID()), raft.ServerAddress(cfg.RaftAddr), &raft.RequestVoteRequest{
+		RPCHeader: hdr, Term: term, LastLogIndex: 1 << 40, LastLogTerm: term - 1, LeadershipTransfer: true,
+	}, &rawVote); err == nil || rawVote.Granted || refusedConns(t, n, errcode.ClusterIDMismatch) == 0 {
+		t.Fatalf("a vote request without the cluster identity: %v, granted %v, %d refusals counted; want it refused at the handshake", err, rawVote.Granted, refusedConns(t, n, errcode.ClusterIDMismatch))
+	}
+	s, err := listenTCPStream("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trans := raft.NewNetworkTransport(identityStream(s, leader.ClusterID()), 1, 5*time.Second, io.Discard)
+	defer trans.Close()
 	var vote raft.RequestVoteResponse
 	if err := trans.RequestVote(raft.ServerID(n.ID()), raft.ServerAddress(cfg.RaftAddr), &raft.RequestVoteRequest{
 		RPCHeader: hdr, Term: term, LastLogIndex: 1 << 40, LastLogTerm: term - 1, LeadershipTransfer: true,

@@ -40,6 +40,9 @@ type metrics struct {
 	// recordRequests counts this member's requests, as a follower, that
 	// the leader record its addresses (POST /v1/record), by outcome.
 	recordRequests *prometheus.CounterVec
+	// raftConnsRefused counts Raft connections, accepted or dialed,
+	// refused by their handshake, by code.
+	raftConnsRefused *prometheus.CounterVec
 
 	// mu guards what follows, and orders observe's new series
 	// with forget's deletions.
@@ -92,6 +95,10 @@ func newMetrics(n *Node) *metrics {
 			Name: "shardproof_gate_record_requests_total",
 			Help: "Requests this member sent, as a follower whose join record was missing or stale, for the leader to record its addresses, by result code (OK when recorded, UNSUPPORTED when the leader's build has no /v1/record).",
 		}, []string{"code"}),
+		raftConnsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardproof_gate_raft_connections_refused_total",
+			Help: "Raft connections between members, accepted or dialed, that this member refused at their handshake, by code (CLUSTER_ID_MISMATCH: the other end is of another gate cluster or presents no identity where the cluster checks it; UNAUTHENTICATED: the gate token).",
+		}, []string{"code"}),
 	}
 	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardproof_gate_leader",
@@ -115,8 +122,13 @@ func newMetrics(n *Node) *metrics {
 		Name: "shardproof_gate_request_body_bytes",
 		Help: "Bytes of the request-memory budget that request bodies being read hold now.",
 	}, func() float64 { return float64(n.bodyBytes.Load()) })
-	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, m.responsesCut, m.forwarded, m.recordRequests, leader, applied, bodyBytes)
+	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, m.responsesCut, m.forwarded, m.recordRequests, m.raftConnsRefused, leader, applied, bodyBytes)
 	return m
+}
+
+// raftRefused counts a Raft connection refused at its handshake.
+func (m *metrics) raftRefused(code errcode.Code) {
+	m.raftConnsRefused.WithLabelValues(string(code)).Inc()
 }
 
 // observe records one command this node proposed.

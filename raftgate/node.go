@@ -238,6 +238,8 @@ type Node struct {
 	// set under its write lock before the store closes: see Shutdown.
 	beats    sync.RWMutex
 	beatsOff bool
+	// ident is the cluster identity this member knows (see identity.go).
+	ident *identity
 }
 
 // NewNode returns a node; Start opens its storage and starts serving.
@@ -261,12 +263,14 @@ func NewNode(cfg Config) *Node {
 		cfg.WriteTimeout = 30 * time.Second
 	}
 	n := &Node{
-		cfg:  cfg,
-		log:  cfg.Logger.With("node", cfg.ID),
-		fsm:  NewFSM(),
-		hc:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
-		stop: make(chan struct{}),
+		cfg:   cfg,
+		log:   cfg.Logger.With("node", cfg.ID),
+		fsm:   NewFSM(),
+		hc:    &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
+		stop:  make(chan struct{}),
+		ident: newIdentity(),
 	}
+	n.fsm.onClusterID = func(id string) { n.learnClusterID(id, "state") }
 	if cfg.TLS != nil {
 		n.hc.Transport.(*http.Transport).TLSClientConfig = cfg.TLS.client()
 	}
@@ -332,6 +336,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return err
 		}
 		restored.Nodes = map[string]*NodeInfo{}
+		// A new cluster, with an identity of its own: the members of
+		// the backup's, should one come back with a configuration that
+		// names this node's address, are refused (see identity.go). The
+		// cluster starts at versionClusterID, so it checks connections
+		// from its first one: its only member runs this build.
+		restored.ClusterID = ""
+		if n.fsm.version >= versionClusterID {
+			restored.ClusterID = newClusterID()
+			restored.ClusterVersion = max(restored.ClusterVersion, versionClusterID)
+		}
 	}
 	if n.cfg.TLS != nil {
 		raftAddr, httpAddr := n.cfg.RaftAddr, n.cfg.HTTPAddr
@@ -392,8 +406,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if n.cfg.TLS != nil {
 		stream = &tlsStream{StreamLayer: stream, server: n.cfg.TLS.raftServer(), client: n.cfg.TLS.client()}
 	}
+	var tok []byte
 	if len(n.cfg.Token) > 0 {
-		stream = newAuthStream(stream, n.cfg.Token, n.log)
+		tok = n.cfg.Token
+	}
+	switch {
+	case n.fsm.version >= versionClusterID:
+		stream = &authStream{StreamLayer: stream, tok: tok, log: n.log, ids: n.ident, refused: n.met.raftRefused}
+	case tok != nil:
+		// A build of version 2 (tests): the token handshake alone.
+		stream = newAuthStream(stream, tok, n.log)
 	}
 	if n.cfg.WrapStream != nil {
 		stream = n.cfg.WrapStream(stream)
@@ -442,6 +464,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		if err := n.learner.begin(); err != nil {
 			return err
 		}
+	}
+	if err := n.loadClusterID(existing, restored); err != nil {
+		return err
 	}
 	if restored != nil {
 		if existing {
@@ -655,6 +680,20 @@ func (n *Node) join(ctx context.Context) error {
 	c := n.memberClient(n.cfg.Join)
 	defer c.Close()
 	c.RetryFor = joinRetryFor
+	// The cluster's identity first, so the leader's first Raft
+	// connection, once it adds this node, is checked against it, and
+	// no other cluster's is taken meanwhile. A member that knows none
+	// (a cluster below versionClusterID, or a follower that has not
+	// applied it yet) leaves it to the state this node receives.
+	if n.fsm.version >= versionClusterID {
+		st, err := c.Status(ctx)
+		if err != nil {
+			return errcode.Wrap(errcode.Of(err), err, "join via %s: its status", n.cfg.Join)
+		}
+		if st.ClusterID != "" {
+			n.learnClusterID(st.ClusterID, "join via "+n.cfg.Join)
+		}
+	}
 	req := &Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()}
 	var ans joinAnswer
 	deadline := time.Now().Add(joinRetryFor)
@@ -744,6 +783,7 @@ func (n *Node) IsLeader() bool { return n.raft != nil && n.raft.State() == raft.
 func (n *Node) Shutdown() error {
 	n.shutOnce.Do(func() {
 		close(n.stop)
+		n.ident.markReady()
 		var errs []error
 		if n.srv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

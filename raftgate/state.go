@@ -86,6 +86,12 @@ type State struct {
 	// omitted at 0: a state at the baseline encodes as the builds before
 	// the version handshake wrote it, and they decode it.
 	ClusterVersion uint64 `json:"clusterVersion,omitempty"`
+	// ClusterID is the cluster's identity (see identity.go), which Raft
+	// connections between members carry: 32 lowercase hex digits, set
+	// with the cluster version versionClusterID (by the raise to it, or
+	// by a restore) and never changed. Omitted while unset, so a state
+	// below that version encodes as the builds before it wrote it.
+	ClusterID string `json:"clusterID,omitempty"`
 }
 
 // Fences are the two monotonic watermarks, each with the prefix digest
@@ -310,6 +316,15 @@ func (s *State) Validate() error {
 		// Only a command of that version records one; a build below it
 		// must halt at the state's version, not meet the field.
 		return fmt.Errorf("fences: a log prefix digest at cluster version %d, below %d", s.ClusterVersion, versionFenceLog)
+	}
+	if s.ClusterID != "" {
+		if err := checkClusterID(s.ClusterID); err != nil {
+			return err
+		}
+		if s.ClusterVersion < versionClusterID {
+			// Builds below the version would halt at the field.
+			return fmt.Errorf("cluster ID at cluster version %d, below %d", s.ClusterVersion, versionClusterID)
+		}
 	}
 	for k, r := range s.Releases {
 		if r == nil || r.Root.String() != k {

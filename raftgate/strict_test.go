@@ -113,7 +113,10 @@ func loggableCommands() []Command {
 		&CancelRun{Header: h, Run: odd, Reason: odd},
 		&Join{Header: h, ID: odd, RaftAddr: odd, HTTPAddr: odd},
 		&Prune{Header: Header{Now: math.MaxInt64}, OlderThanMs: math.MinInt64},
-		&SetClusterVersion{Version: CommandVersion}, // a higher one halts every member, by design
+		// A higher one halts every member, by design; a raise to
+		// versionClusterID or above names the identity a state without
+		// one takes, as a leader's does.
+		&SetClusterVersion{Version: CommandVersion, ClusterID: "0123456789abcdef0123456789abcdef"},
 	)
 }
 

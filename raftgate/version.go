@@ -28,7 +28,14 @@ import (
 // builds of version 1 do. A register the gate refuses changes nothing
 // (versionRefusedRegisterChangesNothing), and an attestation bound to an
 // epoch other than the run's is STALE_EPOCH whatever its rank
-// (versionEpochFirst). Version 4 adds advanceFence's log and the state's
+// (versionEpochFirst). Version 3 adds the state's clusterID and
+// setClusterVersion's clusterID (versionClusterID, see identity.go): the
+// first raise to 3 or above (a cluster of builds of version 2 upgraded
+// at once to this build is raised from 2 to 5 in one step) gives a cluster founded
+// before it its identity, and from 3 on Raft connections between members
+// carry it and a member refuses another cluster's. Below 3 members dial
+// as builds of version 2 do, which cannot read the identity handshake.
+// Version 4 adds advanceFence's log and the state's
 // fences.tombstoneLog and benchmarkLog (versionFenceLog): the prefix
 // digest of the log a fence was advanced with. A node proposes an advance
 // with a log only at cluster version 4 (CLUSTER_VERSION below it, and
@@ -305,7 +312,11 @@ func (n *Node) raiseClusterVersion(ctx context.Context) (uint64, []MemberVersion
 		// A server came or went while it polled: ask again next time.
 		return cv, members, nil
 	}
-	res, err := n.Apply(&SetClusterVersion{Version: lowest})
+	raise := &SetClusterVersion{Version: lowest}
+	if lowest >= versionClusterID {
+		raise.ClusterID = n.proposedClusterID()
+	}
+	res, err := n.Apply(raise)
 	if err != nil {
 		return cv, members, err
 	}

@@ -105,6 +105,7 @@ var catalogue = map[Code]entry{
 	GateHalted:         {ExitError, "this gate member stopped applying the log at a committed command or a snapshot its build cannot decode (a newer build's) and serves no client: upgrade it and restart it on its data directory"},
 	ClusterVersion:     {ExitError, "the gate cluster's command-schema version is below what the request needs (a member not upgraded yet), or above this member's build"},
 	FenceLogMismatch:   {ExitRejected, "the tombstone log or benchmark registry checked is not the one the gate's fence was advanced with: its entries up to the fence differ (prefix digest), or it is not named"},
+	ClusterIDMismatch:  {ExitError, "a Raft connection between gate members was refused: the other end belongs to another gate cluster (another cluster identity: a member of the cluster a backup was taken from, or one founded by mistake), or presents none where this cluster checks it"},
 
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
@@ -184,6 +185,7 @@ const (
 	GateHalted         Code = "GATE_HALTED"
 	ClusterVersion     Code = "CLUSTER_VERSION"
 	FenceLogMismatch   Code = "FENCE_LOG_MISMATCH"
+	ClusterIDMismatch  Code = "CLUSTER_ID_MISMATCH"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"
