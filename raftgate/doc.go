@@ -144,9 +144,12 @@
 //     (`gate serve --auto-prune`).
 //   - join(id, raftAddr, httpAddr) — records a member's addresses so
 //     followers can forward to the leader's HTTP API.
-//   - setClusterVersion(version) — raises the cluster's command-schema
-//     version (never lowers it); proposed by a leader only (a client's is
-//     BAD_INPUT), see "Versions" below.
+//   - setClusterVersion(version, clusterID) — raises the cluster's
+//     command-schema version (never lowers it); proposed by a leader only
+//     (a client's is BAD_INPUT), see "Versions" below. A raise to 3 or
+//     above of a state without a cluster identity gives it clusterID
+//     (BAD_INPUT, nothing changed, without a valid one); a state that has
+//     one keeps it.
 //
 // A failed or cancelled run answers RUN_FAILED to everything but cancel
 // and an identical createRun; once pruned, RUN_PRUNED to everything.
@@ -215,6 +218,21 @@
 // reach warns at start, and a Client warns once per URL when it sends it
 // over plain http to an address that is not loopback.
 //
+// Every cluster has an identity (State.ClusterID, see identity.go),
+// drawn when it is founded (--bootstrap; a restore draws a new one) or,
+// for a cluster founded by an older build, by its first raise to version
+// 3 or above (from 2 straight to 5 when every member runs this build).
+// From version 3 every Raft connection carries it, inside the token's
+// handshake when there is one and in a handshake of its own when there
+// is none, and a member refuses a connection that carries another or
+// none (CLUSTER_ID_MISMATCH, logged once per peer, counted in
+// shardproof_gate_raft_connections_refused_total): a member of the
+// cluster a backup was taken from can neither vote, append entries nor
+// install a snapshot in the cluster restored from it. An acceptor tells
+// the handshakes from raw Raft traffic by the first byte (raft's RPC
+// types are 0 to 4). Below 3 members dial as builds of version 2 do
+// (raw Raft, or the token's handshake) and accept what they send.
+//
 // Outcomes: raft.ErrNotLeader / ErrEnqueueTimeout / a leadership transfer
 // mean the entry was never appended: NOT_LEADER, retried by the Client.
 // ErrLeadershipLost, shutdown mid-commit, or a connection that broke after
@@ -248,7 +266,7 @@
 //
 // # Versions
 //
-// Each build applies command-schema versions up to CommandVersion (2;
+// Each build applies command-schema versions up to CommandVersion (5;
 // builds before the version handshake report none, the baseline 0) and
 // reports it in /v1/status. The cluster version, State.ClusterVersion,
 // is replicated: a leader whose build is newer asks every server of its
@@ -285,5 +303,6 @@
 // strictly and checks State.Validate before replacing the state. A state
 // carries its format's version, clusterVersion, omitted at 0: a snapshot
 // at the baseline is what builds before the version handshake write and
-// read.
+// read. From version 3 it carries the cluster identity, clusterID, too,
+// which a restore of a backup replaces with a new one.
 package raftgate

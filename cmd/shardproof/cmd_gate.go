@@ -198,6 +198,15 @@ cluster has in its configuration (USAGE): its leader would take the
 node over. A member whose directory was lost
 rejoins its running cluster with --join.
 
+Every cluster founded with --bootstrap has a cluster ID of its own (a
+restore draws a new one, never the backup's; "gate status" prints it).
+From cluster version 3 every Raft connection between members carries it,
+and a member refuses one that carries another or none
+(CLUSTER_ID_MISMATCH, logged once per peer): a member of the cluster a
+backup was taken from, back later with a configuration naming the new
+cluster's addresses, can neither vote nor append entries there. A member
+keeps the ID in DIR/cluster-id; --recover keeps it.
+
 To upgrade a cluster, restart one member at a time on its directory with
 the new build; the leader raises the cluster's command-schema version
 once every member reports a build of it ("gate status" shows both).
@@ -330,7 +339,11 @@ and the cluster's version in its state. The leader raises the cluster
 version once every member reports a build of it; until then, what a
 newer version adds is refused (CLUSTER_VERSION) and the leader's status
 lists each member's version. In a rolling upgrade, upgrade one member at
-a time and check here that the cluster version rose after the last.`,
+a time and check here that the cluster version rose after the last.
+
+"cluster ID" (from cluster version 3) is the cluster's identity, which
+Raft connections between members carry: members of one cluster print the
+same.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()
@@ -365,6 +378,9 @@ a time and check here that the cluster version rose after the last.`,
 				fmt.Fprintf(w, "command-schema version: build none (a build before the version handshake), cluster %d\n", st.ClusterVersion)
 			} else {
 				fmt.Fprintf(w, "command-schema version: build %d, cluster %d\n", st.CommandVersion, st.ClusterVersion)
+			}
+			if st.ClusterID != "" {
+				fmt.Fprintf(w, "cluster ID: %s\n", st.ClusterID)
 			}
 			if len(st.MemberVersions) > 0 {
 				var ms []string

@@ -1160,6 +1160,17 @@ func TestGateStatusPrintsVersions(t *testing.T) {
 	if !strings.Contains(r.stdout, fmt.Sprintf("command-schema version: build %d, cluster %d\n", bv, bv)) || strings.Contains(r.stdout, "rises once") {
 		t.Fatalf("status of an upgraded gate:\n%s", r.stdout)
 	}
+	// Its cluster identity, in both forms; none below version 3.
+	if !strings.Contains(r.stdout, "cluster ID: "+n.ClusterID()+"\n") || n.ClusterID() == "" {
+		t.Fatalf("status of a gate at version %d names no cluster ID %q:\n%s", bv, n.ClusterID(), r.stdout)
+	}
+	r = runGateCLI(t, "gate", "status", "--json", "--gate", n.URL()).expect(t, 0, "")
+	if !strings.Contains(r.stdout, `"clusterID": "`+n.ClusterID()+`"`) {
+		t.Fatalf("status --json of a gate at version %d names no cluster ID:\n%s", bv, r.stdout)
+	}
+	if r = runGateCLI(t, "gate", "status", "--gate", old.URL()).expect(t, 0, ""); strings.Contains(r.stdout, "cluster ID") {
+		t.Fatalf("status of a cluster at version 0 names a cluster ID:\n%s", r.stdout)
+	}
 }
 
 // gate status on a member that joined on an empty directory and is still
