@@ -581,15 +581,18 @@ func (n *Node) probeMember(ctx context.Context, j *Join, what string) (*Status, 
 }
 
 // joinerBelowVersion returns checkJoinerVersion's refusal of j when its
-// status answers with a build below the cluster version, else nil.
+// status answers with a build that cannot read the identity handshake
+// and the cluster's version is above it, else nil.
 func (n *Node) joinerBelowVersion(ctx context.Context, j *Join) error {
 	c := n.memberClient(j.HTTPAddr)
 	defer c.Close()
 	c.RetryFor = -1
 	st, err := c.Status(ctx)
-	if err != nil || st.ID != j.ID || st.CommandVersion >= n.ClusterVersion() {
+	if err != nil || st.ID != j.ID || st.CommandVersion >= versionClusterID {
 		return nil
 	}
+	// Against the version committed, which a leader elected a moment
+	// ago may not have applied yet (checkJoinerVersion waits for it).
 	return n.checkJoinerVersion(j, st)
 }
 

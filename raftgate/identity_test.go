@@ -276,10 +276,8 @@ func TestClusterIDFileRefusals(t *testing.T) {
 	os.Remove(p)
 	n := c.Restart(0)
 	waitLeader(t, n)
-	// Relearnt from the state it restores.
-	if n.ClusterID() == "" || fileClusterID(t, cfg) != n.ClusterID() {
-		t.Fatalf("after the file was deleted: cluster ID %q, file %q", n.ClusterID(), fileClusterID(t, cfg))
-	}
+	// Relearnt from the state it replays.
+	waitFor(t, "the cluster ID relearnt", func() bool { return n.ClusterID() != "" && fileClusterID(t, cfg) == n.ClusterID() })
 
 	jc := TestConfig(t.TempDir(), "node2")
 	jc.Bootstrap, jc.Join = false, n.HTTPAddr()

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/testnet"
 	"github.com/shardproof/shardproof/manifest"
@@ -890,10 +892,13 @@ func TestRefusedJoinChangesNothing(t *testing.T) {
 	defer cl.Close()
 	registerVerified(t, ctx, cl, "r1", 2, 0, 0)
 	before := stateBytes(t, n)
-	listening, err := net.Listen("tcp", "127.0.0.1:0")
+	// A Raft listener that answers the cluster's identity handshake
+	// (the leader's probe runs it), with no gate beside it.
+	s, err := listenTCPStream("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	listening := raft.NewNetworkTransport(identityStream(s, n.ClusterID()), 1, 2*time.Second, io.Discard)
 	defer listening.Close()
 	free := func() string {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -908,7 +913,7 @@ func TestRefusedJoinChangesNothing(t *testing.T) {
 		{"not host:port", "/v1/join", `{"type":"join","id":"evil","raftAddr":"nonsense","httpAddr":"nonsense"}`, "raftAddr"},
 		{"port 0", "/v1/join", `{"type":"join","id":"evil","raftAddr":"127.0.0.1:0","httpAddr":"127.0.0.1:80"}`, "port 0"},
 		{"nothing at raftAddr", "/v1/join", `{"type":"join","id":"evil","raftAddr":"` + free + `","httpAddr":"` + free + `"}`, "nothing accepts"},
-		{"no gate at httpAddr", "/v1/join", `{"type":"join","id":"evil","raftAddr":"` + listening.Addr().String() + `","httpAddr":"` + free + `"}`, "cannot reach its httpAddr"},
+		{"no gate at httpAddr", "/v1/join", `{"type":"join","id":"evil","raftAddr":"` + string(listening.LocalAddr()) + `","httpAddr":"` + free + `"}`, "cannot reach its httpAddr"},
 		{"another gate's address", "/v1/join", `{"type":"join","id":"evil","raftAddr":"` + n.RaftAddr() + `","httpAddr":"` + n.HTTPAddr() + `"}`, "is solo"},
 		{"garbage through commands", "/v1/commands", `{"type":"join","id":"solo","raftAddr":"nonsense","httpAddr":"nonsense"}`, "raftAddr"},
 	} {
