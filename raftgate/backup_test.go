@@ -377,3 +377,55 @@ func TestStateBackupNamesItsIndex(t *testing.T) {
 		cl.Close()
 	}
 }
+
+// A restore founds its cluster at the restoring build's version, with a
+// new cluster identity, whatever the backup's version: a backup of
+// builds of version 2 (no identity) starts at CommandVersion, not at 3
+// with a raise to CommandVersion after the first commands (which changed
+// the restored state under its first readers), and one at
+// versionFenceLog keeps its fences' logs. The leader loop is stopped
+// (SweepInterval of an hour), so what the test reads is the restore's,
+// not a raise's.
+func TestRestoreStartsAtTheBuildVersion(t *testing.T) {
+	fenced := func(version uint64, id string, log manifest.Digest) []byte {
+		s := NewState()
+		s.ClusterVersion, s.ClusterID = version, id
+		s.Fences = Fences{Tombstone: 7, TombstoneLog: log}
+		b, err := EncodeState(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeBackup(b); err != nil {
+			t.Fatalf("the backup at version %d: %v", version, err)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name   string
+		backup []byte
+		log    manifest.Digest
+	}{
+		{"version 2, no identity", fenced(2, "", manifest.Digest{}), manifest.Digest{}},
+		{"version 3", fenced(versionClusterID, newClusterID(), manifest.Digest{}), manifest.Digest{}},
+		{"version 4 with a fence log", fenced(versionFenceLog, newClusterID(), dig("log at 7")), dig("log at 7")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, _ := DecodeBackup(tc.backup)
+			cfg := TestConfig(t.TempDir(), "n1")
+			cfg.Restore, cfg.SweepInterval = tc.backup, time.Hour
+			n := StartTestNode(t, cfg)
+			waitLeader(t, n)
+			var s *State
+			n.FSM().Read(func(st *State) { c := *st; s = &c })
+			if s.ClusterVersion != CommandVersion || n.ClusterVersion() != CommandVersion {
+				t.Fatalf("restored cluster at version %d (node says %d), want the build's %d", s.ClusterVersion, n.ClusterVersion(), CommandVersion)
+			}
+			if checkClusterID(s.ClusterID) != nil || s.ClusterID == old.ClusterID || n.ClusterID() != s.ClusterID {
+				t.Fatalf("restored cluster ID %q (node says %q), the backup's %q: want a new one", s.ClusterID, n.ClusterID(), old.ClusterID)
+			}
+			if s.Fences != (Fences{Tombstone: 7, TombstoneLog: tc.log}) {
+				t.Fatalf("restored fences %+v, want the backup's %+v", s.Fences, old.Fences)
+			}
+		})
+	}
+}

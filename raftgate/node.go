@@ -339,12 +339,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		// A new cluster, with an identity of its own: the members of
 		// the backup's, should one come back with a configuration that
 		// names this node's address, are refused (see identity.go). The
-		// cluster starts at versionClusterID, so it checks connections
-		// from its first one: its only member runs this build.
+		// cluster starts at this build's version (at or above the
+		// backup's, checked above, and versionClusterID), so it checks
+		// connections from its first one: its only member runs this
+		// build, and its leader would raise it there at its first tick,
+		// a raise that landed after its first commands. A backup at
+		// versionFenceLog keeps its fences' logs.
 		restored.ClusterID = ""
 		if n.fsm.version >= versionClusterID {
 			restored.ClusterID = newClusterID()
-			restored.ClusterVersion = max(restored.ClusterVersion, versionClusterID)
+			restored.ClusterVersion = n.fsm.version
 		}
 	}
 	if n.cfg.TLS != nil {
