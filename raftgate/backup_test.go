@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -152,6 +154,23 @@ func TestRestoreRefusals(t *testing.T) {
 		"null fence": {func(c *Config) {
 			c.Restore = bytes.Replace(fencedState(t), []byte(`"tombstone":7`), []byte(`"tombstone":null`), 1)
 		}, errcode.BadDocument, `$.fences.tombstone: want a number, found null`},
+		// The cluster identity a gate of version 3 or above holds: a
+		// null one or one twice read as none, or as the last one.
+		"null cluster ID": {func(c *Config) {
+			c.Restore = bytes.Replace(identifiedState(t), []byte(`"clusterID":"`+testClusterID+`"`), []byte(`"clusterID":null`), 1)
+		}, errcode.BadDocument, `$.clusterID: want a string, found null`},
+		"cluster ID twice": {func(c *Config) {
+			c.Restore = bytes.Replace(identifiedState(t), []byte(`"clusterID":"`+testClusterID+`"`), []byte(`"clusterID":"`+testClusterID+`","clusterID":""`), 1)
+		}, errcode.BadDocument, `$.clusterID: duplicate key`},
+		"cluster ID in another case": {func(c *Config) {
+			c.Restore = bytes.Replace(identifiedState(t), []byte(`"clusterID"`), []byte(`"ClusterID"`), 1)
+		}, errcode.BadDocument, `$.ClusterID: unknown field, must be spelled "clusterID"`},
+		"cluster ID not hex": {func(c *Config) {
+			c.Restore = bytes.Replace(identifiedState(t), []byte(testClusterID), []byte(strings.ToUpper(testClusterID)), 1)
+		}, errcode.BadDocument, "lowercase hex"},
+		"cluster ID below version 3": {func(c *Config) {
+			c.Restore = bytes.Replace(identifiedState(t), []byte(fmt.Sprintf(`"clusterVersion":%d`, CommandVersion)), []byte(`"clusterVersion":2`), 1)
+		}, errcode.BadDocument, "cluster ID at cluster version 2"},
 		"trailing bracket": {func(c *Config) { c.Restore = append(fencedState(t), ']') }, errcode.BadDocument, ""},
 		"trailing brace":   {func(c *Config) { c.Restore = append(fencedState(t), '}') }, errcode.BadDocument, ""},
 	} {
@@ -173,6 +192,51 @@ func TestRestoreRefusals(t *testing.T) {
 	if s, err := DecodeBackup(append(fencedState(t), '\n')); err != nil || s.Fences.Tombstone != 7 || len(s.Aliases) != 1 {
 		t.Fatalf("the state the edits start from: %v %+v", err, s)
 	}
+	if s, err := DecodeBackup(identifiedState(t)); err != nil || s.ClusterID != testClusterID {
+		t.Fatalf("the state with a cluster ID the edits start from: %v %+v", err, s)
+	}
+	// A snapshot of a build before the identity (no clusterID, at
+	// versions 0 to 4) restores into a member, without one.
+	for _, v := range []uint64{0, 2, versionFenceLog} {
+		s, _ := DecodeBackup(fencedState(t))
+		s.ClusterVersion = v
+		b, _ := EncodeState(s)
+		f := NewFSM()
+		if err := f.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
+			t.Fatalf("a snapshot at version %d without a cluster ID: %v", v, err)
+		}
+		f.Read(func(s *State) {
+			if s.ClusterID != "" || s.ClusterVersion != v {
+				t.Fatalf("restored %q at version %d, want none at %d", s.ClusterID, s.ClusterVersion, v)
+			}
+		})
+	}
+}
+
+// testClusterID is the identity of identifiedState.
+const testClusterID = "0123456789abcdef0123456789abcdef"
+
+// identifiedState is fencedState at CommandVersion, with the cluster
+// identity testClusterID.
+func identifiedState(t *testing.T) []byte {
+	t.Helper()
+	s, err := DecodeBackup(fencedState(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := NewFSM()
+	f.state = s
+	if r := f.ApplyCommand(&SetClusterVersion{Version: CommandVersion, ClusterID: testClusterID}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	b, err := f.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte(`"clusterID":"`+testClusterID+`"`)) {
+		t.Fatalf("no cluster ID in %s", b)
+	}
+	return b
 }
 
 // fencedState is the state of a gate with a tombstone fence at 7 and an

@@ -42,6 +42,8 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte(`{"type":"prune","now":1000000000,"olderThanMs":0}`))
 	f.Add([]byte(`{"type":"setClusterVersion","now":1,"version":1}`))
 	f.Add([]byte(`{"type":"setClusterVersion","now":1,"version":18446744073709551615}`))
+	f.Add([]byte(`{"type":"setClusterVersion","now":1,"version":4,"clusterID":"0123456789abcdef0123456789abcdef"}`))
+	f.Add([]byte(`{"type":"setClusterVersion","now":1,"version":3,"clusterID":"0123456789ABCDEF0123456789ABCDEF"}`))
 	f.Add([]byte(`{"type":"publish","alias":"a","root":"sha256:0000000000000000000000000000000000000000000000000000000000000000","expectedGeneration":18446744073709551615}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := DecodeState(fuzzBase)

@@ -419,3 +419,63 @@ func TestClusterIDTurnsOnWithVersion3(t *testing.T) {
 		})
 	}
 }
+
+// A raise to versionClusterID or above gives a state without an identity
+// the one it names, and only a valid one: none, one that is not 32
+// lowercase hex digits or all zeros is BAD_INPUT and changes nothing. A
+// raise from 2 straight to 4 (a cluster of version 2 builds upgraded at
+// once) takes it as a raise to 3 does, and a later raise keeps the
+// identity the state has. The command's clusterID decodes strictly: null,
+// or a key twice, is BAD_DOCUMENT.
+func TestSetClusterVersionGivesTheIdentity(t *testing.T) {
+	h := newHarness(t)
+	h.ok(&SetClusterVersion{Version: 2})
+	before, _ := EncodeState(h.state())
+	for name, id := range map[string]string{
+		"none":      "",
+		"uppercase": strings.Repeat("AB", 16),
+		"zeros":     strings.Repeat("0", 32),
+		"short":     "0123",
+	} {
+		h.reject(&SetClusterVersion{Version: CommandVersion, ClusterID: id}, errcode.BadInput)
+		if after, _ := EncodeState(h.state()); !bytes.Equal(after, before) {
+			t.Fatalf("%s: the refused raise changed the state:\n%s\n%s", name, before, after)
+		}
+	}
+	id := newClusterID()
+	h.ok(&SetClusterVersion{Version: versionFenceLog, ClusterID: id})
+	if s := h.state(); s.ClusterVersion != versionFenceLog || s.ClusterID != id {
+		t.Fatalf("after the raise from 2 to %d: version %d, cluster ID %q; want %q", versionFenceLog, s.ClusterVersion, s.ClusterID, id)
+	}
+	h.ok(&SetClusterVersion{Version: versionFenceLog, ClusterID: newClusterID()})
+	h.ok(&SetClusterVersion{Version: versionFenceLog})
+	if got := h.state().ClusterID; got != id {
+		t.Fatalf("a later raise replaced the cluster ID %q by %q", id, got)
+	}
+
+	raise, err := EncodeCommand(&SetClusterVersion{Version: CommandVersion, ClusterID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeCommand(raise); err != nil {
+		t.Fatalf("the raise a leader encodes: %v", err)
+	}
+	field := `"clusterID":"` + id + `"`
+	for name, repl := range map[string]string{
+		"null":            `"clusterID":null`,
+		"twice":           `"clusterID":"` + newClusterID() + `",` + field,
+		"another case":    `"ClusterID":"` + id + `"`,
+		"not a string":    `"clusterID":7`,
+		"an object":       `"clusterID":{}`,
+		"a list":          `"clusterID":["` + id + `"]`,
+		"not UTF-8 bytes": `"clusterID":"` + "\xff" + `"`,
+	} {
+		b := bytes.Replace(raise, []byte(field), []byte(repl), 1)
+		if bytes.Equal(b, raise) {
+			t.Fatalf("%s: %s not in %s", name, field, raise)
+		}
+		if _, err := DecodeCommand(b); errcode.Of(err) != errcode.BadDocument {
+			t.Errorf("%s: %s: %v, want BAD_DOCUMENT", name, b, err)
+		}
+	}
+}

@@ -20,6 +20,11 @@ func FuzzRestore(f *testing.F) {
 	// A null join record: GET /v1/status and the leader's version poll
 	// dereference every entry.
 	f.Add(bytes.Replace(enc, []byte(`"nodes":{}`), []byte(`"nodes":{"x":null}`), 1))
+	// A state with a cluster identity, at the version it needs.
+	s := NewState()
+	s.ClusterVersion, s.ClusterID = CommandVersion, "0123456789abcdef0123456789abcdef"
+	ided, _ := EncodeState(s)
+	f.Add(ided)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fsm := NewFSM()
 		if err := fsm.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {
