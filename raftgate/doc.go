@@ -199,7 +199,8 @@
 // INDETERMINATE. A node with no state
 // bootstraps a single-node cluster of itself only with Config.Bootstrap
 // (else it refuses: it may be a wiped member, which must rejoin rather
-// than found a second cluster); a node with Join asks that member to add
+// than found a second cluster); a node with Join reads the cluster's
+// identity from that member's /v1/status (identity.go), then asks it to add
 // it as a learner: a nonvoter (a voter of the same ID, whose directory
 // was lost, is demoted first; a new address replaces the old one) that
 // grants no vote and asks for none until the leader promotes it, once it
@@ -231,7 +232,11 @@
 // install a snapshot in the cluster restored from it. An acceptor tells
 // the handshakes from raw Raft traffic by the first byte (raft's RPC
 // types are 0 to 4). Below 3 members dial as builds of version 2 do
-// (raw Raft, or the token's handshake) and accept what they send.
+// (raw Raft, or the token's handshake) and accept what they send. The
+// handshakes run in the stream layer, under hashicorp/raft's network
+// transport, and a learner's vote gate (learner.go) wraps that transport:
+// a refused connection reaches neither the gate nor Raft, and a learner
+// still refuses the votes of its own cluster's members.
 //
 // Outcomes: raft.ErrNotLeader / ErrEnqueueTimeout / a leadership transfer
 // mean the entry was never appended: NOT_LEADER, retried by the Client.

@@ -313,7 +313,9 @@ const learnerScanInterval = 50 * time.Millisecond
 // voteGate is the Raft transport as the node's Raft sees it: while the
 // node is a learner it answers every RequestVote and RequestPreVote
 // refused, and sends none (so it neither grants a vote nor campaigns);
-// everything else passes, heartbeats under n.beats.
+// everything else passes, heartbeats under n.beats. It wraps the network
+// transport, whose stream layer runs the token and identity handshakes
+// (auth.go): it sees only the RPCs of connections they let through.
 type voteGate struct {
 	*raft.NetworkTransport
 	n    *Node
