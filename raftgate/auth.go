@@ -172,6 +172,12 @@ func identityMAC(tok []byte, role string, did, aid, cn, sn []byte) []byte {
 	return m.Sum(nil)
 }
 
+// errNothingSent is an accepted connection closed before its first byte:
+// no handshake was refused, so none is logged or counted. The leader's
+// probe of a joiner (probeMember) does so whenever it dials raw Raft, in
+// a cluster below versionClusterID without a token.
+var errNothingSent = errors.New("the peer closed the connection before it sent a byte")
+
 // errHandshake is what a connection that failed the handshake returns.
 var errHandshake = errors.New("raft connection failed the gate handshake")
 
@@ -365,7 +371,9 @@ func (c *acceptedConn) handshake() error {
 		if c.err != nil {
 			remote := c.Conn.RemoteAddr().String()
 			host, _, _ := net.SplitHostPort(remote)
-			c.s.say(c.err, host, "remote", remote)
+			if !errors.Is(c.err, errNothingSent) {
+				c.s.say(c.err, host, "remote", remote)
+			}
 			c.err = fmt.Errorf("%w from %s: %v", errHandshake, c.Conn.RemoteAddr(), c.err)
 			c.Conn.Close()
 			return
@@ -413,6 +421,9 @@ func (c *acceptedConn) acceptAny() error {
 	id, checked := c.s.ids.current()
 	first := make([]byte, 1)
 	if _, err := io.ReadFull(c.Conn, first); err != nil {
+		if errors.Is(err, io.EOF) {
+			return errNothingSent
+		}
 		return fmt.Errorf("no handshake: %w", err)
 	}
 	if first[0] != raftMagic[0] {

@@ -479,3 +479,47 @@ func TestSetClusterVersionGivesTheIdentity(t *testing.T) {
 		}
 	}
 }
+
+// A Raft connection closed before its first byte is no refused
+// handshake: nothing is logged or counted. The leader's probe of a joiner
+// closes such a connection whenever it dials raw Raft (a cluster below
+// version 3 without a token, or a founder before its raise), and each
+// join logged "raft connection refused" UNAUTHENTICATED on the joiner and
+// counted it, in a cluster with no token. The control: one byte of raw
+// Raft, in a cluster at version 3, is refused and counted.
+func TestConnectionClosedAtOnceIsNoRefusal(t *testing.T) {
+	logs := &syncBuf{}
+	c := MakeCluster(t, 1, func(cfg *Config) { cfg.Logger = slog.New(slog.NewTextHandler(logs, nil)) })
+	n := c.Leader(10 * time.Second)
+	waitFor(t, "the cluster ID", func() bool { return n.ClusterID() != "" })
+	// send sends b, half-closes and waits for the member to close its
+	// side: by then it judged the connection.
+	send := func(b []byte) {
+		conn, err := net.Dial("tcp", n.RaftAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		conn.Write(b)
+		conn.(*net.TCPConn).CloseWrite()
+		conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+		if _, err := io.ReadAll(conn); err != nil {
+			t.Fatalf("the member kept a connection that sent %q: %v", b, err)
+		}
+	}
+	for range 3 {
+		send(nil)
+	}
+	for _, code := range []errcode.Code{errcode.Unauthenticated, errcode.ClusterIDMismatch} {
+		if got := refusedConns(t, n, code); got != 0 {
+			t.Fatalf("connections closed before a byte counted %d %s refusals", got, code)
+		}
+	}
+	if strings.Contains(logs.String(), "raft connection refused") {
+		t.Fatalf("a connection closed before a byte logged as refused:\n%s", logs)
+	}
+	send([]byte{0})
+	if refusedConns(t, n, errcode.ClusterIDMismatch) != 1 || !strings.Contains(logs.String(), "raft connection refused") {
+		t.Fatalf("raw Raft at version %d: %d refusals counted; log:\n%s", n.ClusterVersion(), refusedConns(t, n, errcode.ClusterIDMismatch), logs)
+	}
+}
