@@ -95,7 +95,8 @@ func readClusterIDFile(dir string) (string, error) {
 	return id, nil
 }
 
-// writeClusterIDFile writes id into dir's clusterIDFile, atomically.
+// writeClusterIDFile writes id into dir's clusterIDFile, atomically and
+// durably.
 func writeClusterIDFile(dir, id string) error {
 	p := filepath.Join(dir, clusterIDFile)
 	tmp := p + ".tmp"
@@ -115,8 +116,12 @@ func writeClusterIDFile(dir, id string) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
+		return err
 	}
-	return err
+	// The rename is durable once the directory is synced, as the
+	// learner marker's is: a member that lost the file in a crash would
+	// check connections only once it has replayed its state.
+	return syncDir(dir)
 }
 
 // identity is what a member knows of its cluster's identity.
