@@ -362,11 +362,25 @@ type acceptedConn struct {
 
 func (c *acceptedConn) handshake() error {
 	c.once.Do(func() {
-		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout()))
-		if c.s.ids == nil {
-			c.err = c.acceptHandshake(nil)
-		} else {
-			c.err = c.acceptAny()
+		// The TLS handshake under this one first: it sets a deadline of
+		// its own and clears it when done, which would clear this one's
+		// if it ran on this handshake's first read, and leave a peer
+		// that completes it and sends nothing holding raft's goroutine
+		// for the connection, and the descriptor, for good.
+		if h, ok := c.Conn.(interface{ handshake() error }); ok {
+			if err := h.handshake(); errors.Is(err, io.EOF) {
+				c.err = errNothingSent
+			} else if err != nil {
+				c.err = fmt.Errorf("no handshake: %w", err)
+			}
+		}
+		if c.err == nil {
+			c.Conn.SetDeadline(time.Now().Add(handshakeTimeout()))
+			if c.s.ids == nil {
+				c.err = c.acceptHandshake(nil)
+			} else {
+				c.err = c.acceptAny()
+			}
 		}
 		if c.err != nil {
 			remote := c.Conn.RemoteAddr().String()

@@ -2,6 +2,7 @@ package raftgate
 
 import (
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -128,6 +129,38 @@ func TestSilentRaftPeerIsDisconnected(t *testing.T) {
 		conn.Close()
 		if err != nil || time.Since(start) > 5*time.Second {
 			t.Errorf("%s: a silent peer stayed connected %s (%v), want it closed after the handshake timeout", name, time.Since(start), err)
+		}
+		c.Shutdown()
+	}
+}
+
+// A peer that completes the TLS handshake of a Raft connection and then
+// sends nothing is disconnected once the handshake timeout passes too:
+// the gate's handshake (identity, token) keeps its deadline though the TLS
+// handshake under it, which ran on its first read, cleared its own.
+func TestSilentRaftPeerAfterTLSIsDisconnected(t *testing.T) {
+	old := handshakeNanos.Swap(int64(300 * time.Millisecond))
+	t.Cleanup(func() { handshakeNanos.Store(old) })
+	pki := NewTestPKI(t, t.TempDir(), "gate")
+	for name, tok := range map[string][]byte{"TLS": nil, "TLS and token": []byte("0123456789abcdef-gate-token")} {
+		c := MakeCluster(t, 1, func(cfg *Config) { cfg.TLS, cfg.Token = pki.TLS, tok })
+		leader := c.Leader(10 * time.Second)
+		raw, err := net.Dial("tcp", leader.RaftAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := pki.TLS.client()
+		cfg.ServerName, _, _ = net.SplitHostPort(leader.RaftAddr())
+		conn := tls.Client(raw, cfg)
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if err := conn.Handshake(); err != nil {
+			t.Fatalf("%s: TLS handshake: %v", name, err)
+		}
+		start := time.Now()
+		_, err = io.ReadAll(conn)
+		conn.Close()
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() || time.Since(start) > 5*time.Second {
+			t.Errorf("%s: a peer silent after TLS stayed connected %s (%v), want it closed after the handshake timeout", name, time.Since(start), err)
 		}
 		c.Shutdown()
 	}
