@@ -127,8 +127,8 @@ func requireToken(tok []byte, log *slog.Logger, h http.Handler) http.Handler {
 // versionClusterID on, with or without a token: the dialer sends
 // raftMagicID, a mode byte ('t' with a token, 'n' without), its cluster
 // identity and, with a token, its nonce; the acceptor answers with its
-// own identity (zeros while it knows none) and, with a token, its nonce
-// and MAC; with a token the dialer answers with its MAC. The MACs cover
+// own identity (zeros while it knows none, or only a founder's not yet
+// recorded) and, with a token, its nonce and MAC; with a token the dialer answers with its MAC. The MACs cover
 // both identities, so a man in the middle cannot change either. Each
 // side refuses the connection when the other's identity is known and is
 // not its own (CLUSTER_ID_MISMATCH).
@@ -433,6 +433,13 @@ func (c *acceptedConn) acceptAny() error {
 		return errors.New("the member did not finish starting")
 	}
 	id, checked := c.s.ids.current()
+	if !checked {
+		// A founder's identity before the raise that records it: the
+		// raise may record another (drawn by another member, leading),
+		// which this member learns from the leader's connections, so
+		// it neither refuses nor answers with its own.
+		id = ""
+	}
 	first := make([]byte, 1)
 	if _, err := io.ReadFull(c.Conn, first); err != nil {
 		if errors.Is(err, io.EOF) {

@@ -523,3 +523,47 @@ func TestConnectionClosedAtOnceIsNoRefusal(t *testing.T) {
 		t.Fatalf("raw Raft at version %d: %d refusals counted; log:\n%s", n.ClusterVersion(), refusedConns(t, n, errcode.ClusterIDMismatch), logs)
 	}
 }
+
+// A founder's identity before the raise that records it is not checked:
+// when another member, leading, raised the version and drew the identity
+// the cluster took, the founder, running since it founded the cluster and
+// not at the raise yet, accepts that member's connection (and answers no
+// identity), instead of refusing it as another cluster's, which would cut
+// it off from its cluster, and the raise, until it restarted.
+func TestFounderBeforeTheRaiseAcceptsTheClusterID(t *testing.T) {
+	founder := newIdentity()
+	founder.set(newClusterID(), false)
+	founder.markReady()
+	ls, err := listenTCPStream("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close()
+	acc := &authStream{StreamLayer: ls, log: slog.New(slog.NewTextHandler(io.Discard, nil)), ids: founder}
+	got := make(chan error, 1)
+	go func() {
+		c, err := acc.Accept()
+		if err != nil {
+			got <- err
+			return
+		}
+		defer c.Close()
+		b := make([]byte, 1)
+		_, err = io.ReadFull(c, b)
+		got <- err
+	}()
+	ds, err := listenTCPStream("127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	c, err := identityStream(ds, newClusterID()).Dial(raft.ServerAddress(acc.Addr().String()), 10*time.Second)
+	if err != nil {
+		t.Fatalf("the leader's connection to the founder: %v", err)
+	}
+	defer c.Close()
+	c.Write([]byte{0})
+	if err := <-got; err != nil {
+		t.Fatalf("the founder's side: %v", err)
+	}
+}
