@@ -378,11 +378,15 @@ func TestShutdownWaitsForAHeartbeatInFlight(t *testing.T) {
 	n := StartTestNode(t, cfg)
 	c := &TestCluster{t: t, Nodes: []*Node{n}}
 	c.Leader(10 * time.Second)
-
-	trans, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 5*time.Second, io.Discard)
+	// The heartbeat carries the cluster's identity, which the node checks
+	// once its raise recorded it: a raw one is refused at the handshake
+	// and never reaches the store (the test waited for it for good).
+	waitFor(t, "the raise to record the cluster identity", func() bool { return n.ClusterID() != "" })
+	s, err := listenTCPStream("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	trans := raft.NewNetworkTransport(identityStream(s, n.ClusterID()), 1, 5*time.Second, io.Discard)
 	defer trans.Close()
 	h.armed.Store(true)
 	go func() {

@@ -891,9 +891,11 @@ func TestRefusedJoinChangesNothing(t *testing.T) {
 	cl := NewClient(n.URL())
 	defer cl.Close()
 	registerVerified(t, ctx, cl, "r1", 2, 0, 0)
-	before := stateBytes(t, n)
 	// A Raft listener that answers the cluster's identity handshake
-	// (the leader's probe runs it), with no gate beside it.
+	// (the leader's probe runs it), with no gate beside it, once the
+	// raise recorded the identity.
+	waitFor(t, "the raise to record the cluster identity", func() bool { return n.ClusterID() != "" })
+	before := stateBytes(t, n)
 	s, err := listenTCPStream("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
