@@ -1058,6 +1058,11 @@ func (n *Node) caughtUp() error {
 		return nil
 	}
 	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+		if h := n.Halted(); h != nil {
+			// The halt shut Raft down under the barrier: say so, as a
+			// read after it does.
+			return errcode.Wrap(errcode.NotLeader, h, "node %s halted at entry %d; read from another member", n.cfg.ID, h.Index)
+		}
 		return errcode.Wrap(errcode.NotLeader, err, "barrier")
 	}
 	n.barrierTerm.Store(term)
