@@ -155,6 +155,7 @@ func TestSingleNodeRestartKeepsState(t *testing.T) {
 	// that entry, or the restart would seem to add it (a flake, 1 run in
 	// about 8 under load).
 	waitSelfRecorded(t, n, cfg.ID)
+	waitRaised(t, n)
 	before := stateBytes(t, n)
 	if err := n.Shutdown(); err != nil {
 		t.Fatal(err)
@@ -761,6 +762,7 @@ func TestRestartWithAnotherIDIsRefused(t *testing.T) {
 	defer cl.Close()
 	registerVerified(t, ctx, cl, "r1", 2, 0, 0)
 	waitSelfRecorded(t, n, cfg.ID)
+	waitRaised(t, n)
 	before := stateBytes(t, n)
 	if err := n.Shutdown(); err != nil {
 		t.Fatal(err)
@@ -895,6 +897,7 @@ func TestRefusedJoinChangesNothing(t *testing.T) {
 	// (the leader's probe runs it), with no gate beside it, once the
 	// raise recorded the identity.
 	waitFor(t, "the raise to record the cluster identity", func() bool { return n.ClusterID() != "" })
+	waitRaised(t, n)
 	before := stateBytes(t, n)
 	s, err := listenTCPStream("127.0.0.1:0", nil)
 	if err != nil {

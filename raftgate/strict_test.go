@@ -38,6 +38,7 @@ func TestCommandWithNullIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitRaised(t, n)
 	before := stateBytes(t, n)
 	for _, c := range []struct{ name, old, new string }{
 		{"rank", `"rank":0`, `"rank":null`},
@@ -216,4 +217,13 @@ func TestRemoveBodyIsStrict(t *testing.T) {
 	if n := servers(); n != 3 {
 		t.Fatalf("the refused removes left %d servers, want 3", n)
 	}
+}
+
+// waitRaised waits until n's state holds its build's cluster version: a
+// founder raises it (and records the cluster's identity) a leader-loop
+// tick after it leads, which would land between a test's two reads of the
+// state.
+func waitRaised(t *testing.T, n *Node) {
+	t.Helper()
+	(&TestCluster{t: t, Nodes: []*Node{n}}).WaitClusterVersion(n.BuildVersion(), 10*time.Second)
 }
