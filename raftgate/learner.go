@@ -520,15 +520,8 @@ func (n *Node) promoteInBackground() {
 	go func() {
 		defer n.wg.Done()
 		defer n.promoting.Store(false)
-		ctx, cancel := context.WithTimeout(context.Background(), joinProbeTimeout)
+		ctx, cancel := n.untilStop(context.WithTimeout(context.Background(), joinProbeTimeout))
 		defer cancel()
-		go func() {
-			select {
-			case <-n.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		n.promoteLearners(ctx)
 	}()
 }

@@ -152,10 +152,9 @@ func (n *Node) askRecord() {
 	}()
 }
 
-// sendRecord sends one POST /v1/record of j to endpoints in turn.
-func (n *Node) sendRecord(j *Join, endpoints []string) {
-	ctx, cancel := context.WithTimeout(context.Background(), n.forwardTimeout()+joinProbeTimeout+time.Second)
-	defer cancel()
+// untilStop returns ctx with its cancel, cancelled too once the node
+// stops, for work the node runs in the background.
+func (n *Node) untilStop(ctx context.Context, cancel context.CancelFunc) (context.Context, context.CancelFunc) {
 	go func() {
 		select {
 		case <-n.stop:
@@ -163,6 +162,13 @@ func (n *Node) sendRecord(j *Join, endpoints []string) {
 		case <-ctx.Done():
 		}
 	}()
+	return ctx, cancel
+}
+
+// sendRecord sends one POST /v1/record of j to endpoints in turn.
+func (n *Node) sendRecord(j *Join, endpoints []string) {
+	ctx, cancel := n.untilStop(context.WithTimeout(context.Background(), n.forwardTimeout()+joinProbeTimeout+time.Second))
+	defer cancel()
 	urls := make([]string, len(endpoints))
 	for i, a := range endpoints {
 		urls[i] = n.scheme() + "://" + a

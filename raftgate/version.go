@@ -337,15 +337,8 @@ func (n *Node) raiseInBackground() {
 	go func() {
 		defer n.wg.Done()
 		defer n.vers.polling.Store(false)
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := n.untilStop(context.WithCancel(context.Background()))
 		defer cancel()
-		go func() {
-			select {
-			case <-n.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		if _, _, err := n.raiseClusterVersion(ctx); err != nil {
 			n.log.Warn("raise the cluster version", "code", errcode.Of(err), "err", err)
 		}
