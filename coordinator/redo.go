@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -14,59 +15,94 @@ import (
 	"github.com/shardproof/shardproof/objstore"
 )
 
-// maxMapRuns bounds the runs of one map task: its first and the runs
-// again that replace a damaged commit record or shuffle file (redoMap).
-// Each run's commit record is a version of the task's commit key, so a
-// store that lists versions (the file store, S3) counts them across
-// processes and resumes; a process also counts the runs it made itself.
-// Damage that comes back after that many runs (a disk that rots what it
-// is given) is SHUFFLE_CORRUPT naming the file, for good.
-const maxMapRuns = 3
+// maxRuns bounds the runs of one task: its first and the runs again
+// that replace a damaged commit record or shuffle file (redoMap). Each run's commit record is a version of the task's
+// commit key, so a store that lists versions (the file store, S3) counts
+// them across processes and resumes; a process also counts the runs it
+// made itself. Damage that comes back after that many runs (a disk that
+// rots what it is given) is SHUFFLE_CORRUPT naming the file, for good.
+const maxRuns = 3
 
-// redoLocks serializes the runs again of one map task in a process:
-// reducers that find the same map task's files damaged (a machine crash
-// lost a local verification's shuffle files, which are not synced) wait
-// for the first to run it, then read its new record instead of running
-// the task again themselves.
+// redoLocks serializes the runs again of one task in a process, by its
+// commit record key: reducers that find the same map task's files
+// damaged (a machine crash lost a local verification's shuffle files,
+// which are not synced) wait for the first to run it, then read its new
+// record instead of running the task again themselves.
 type redoLocks struct {
 	mu    sync.Mutex
-	locks map[int]*sync.Mutex
-	runs  map[int]int
+	locks map[string]*sync.Mutex
+	runs  map[string]int
 }
 
-// lock locks map task i's runs again; l may be nil (a Job not from Open).
-func (l *redoLocks) lock(i int) (unlock func()) {
+// lock locks the runs again of the task whose commit record is key; l
+// may be nil (a Job not from Open).
+func (l *redoLocks) lock(key string) (unlock func()) {
 	if l == nil {
 		return func() {}
 	}
 	l.mu.Lock()
 	if l.locks == nil {
-		l.locks = map[int]*sync.Mutex{}
+		l.locks = map[string]*sync.Mutex{}
 	}
-	m := l.locks[i]
+	m := l.locks[key]
 	if m == nil {
 		m = new(sync.Mutex)
-		l.locks[i] = m
+		l.locks[key] = m
 	}
 	l.mu.Unlock()
 	m.Lock()
 	return m.Unlock
 }
 
-// ran counts a run again of map task i and returns how many this process
-// made before it.
-func (l *redoLocks) ran(i int) int {
+// made returns how many runs again of the task whose commit record is
+// key this process made.
+func (l *redoLocks) made(key string) int {
 	if l == nil {
 		return 0
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.runs == nil {
-		l.runs = map[int]int{}
+	return l.runs[key]
+}
+
+// ran counts a run again of the task whose commit record is key.
+func (l *redoLocks) ran(key string) {
+	if l == nil {
+		return
 	}
-	n := l.runs[i]
-	l.runs[i]++
-	return n
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.runs == nil {
+		l.runs = map[string]int{}
+	}
+	l.runs[key]++
+}
+
+// runsSoFar returns how many runs task (named so in the error) whose
+// commit record is key has had: its record's versions, counted before
+// the record was read (recordRuns), or the first run and this process's
+// own runs again, if more. When that is maxRuns already, it returns
+// SHUFFLE_CORRUPT naming damaged, with cause, what was found there.
+func (j *Job) runsSoFar(versions int, key, task, damaged string, cause error) (int, error) {
+	runs := max(versions, j.redos.made(key)+1)
+	if runs >= maxRuns {
+		return runs, errcode.Wrap(errcode.ShuffleCorrupt, cause, "%s has run %d times, the most one task of a job runs, and %s is damaged again",
+			task, runs, damaged)
+	}
+	return runs, nil
+}
+
+// recordAgain stores c, a task's run again, as a new version of its
+// commit record key: a reader of the record reads the latest version.
+func (j *Job) recordAgain(ctx context.Context, key string, c any) error {
+	b, err := manifest.Encode(c)
+	if err != nil {
+		return err
+	}
+	if _, err := j.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b)), SHA256: manifest.Sum(b)}); err != nil {
+		return wrap(err, "%s", key)
+	}
+	return nil
 }
 
 // redoMap runs map task i again: cause showed its commit record damaged
@@ -85,17 +121,17 @@ func (l *redoLocks) ran(i int) int {
 // the old record (when it still decodes), and the same file for every
 // reduce task that committed from the old one (the inputs its record
 // names); otherwise NONDETERMINISM, and nothing is recorded. After
-// maxMapRuns runs of the task, SHUFFLE_CORRUPT naming the damaged key.
+// maxRuns runs of the task, SHUFFLE_CORRUPT naming the damaged key.
 // progress, if non-nil, is called for each input the run maps (Map's,
 // whose record was unreadable and so reported nothing).
 func (j *Job) redoMap(ctx context.Context, i, r int, cause error, progress func(mapper.Result)) (*MapCommit, error) {
-	defer j.redos.lock(i)()
 	key := j.mapCommitKey(i)
+	defer j.redos.lock(key)()
 	damaged := key
 	// The runs are counted before the record is read: a run another
 	// process commits meanwhile is then found in the record, whose
 	// file is intact, instead of counting against this one.
-	runs, err := j.mapRuns(ctx, key)
+	versions, err := j.recordRuns(ctx, key)
 	if err != nil {
 		return nil, err
 	}
@@ -135,15 +171,13 @@ func (j *Job) redoMap(ctx context.Context, i, r int, cause error, progress func(
 			cause = err
 		}
 	}
-	if mine := j.redos.ran(i) + 1; mine > runs {
-		runs = mine
-	}
-	if runs >= maxMapRuns {
-		return nil, errcode.Wrap(errcode.ShuffleCorrupt, cause, "map task %d has run %d times, the most one task of a job runs, and %s is damaged again",
-			i, runs, damaged)
+	runs, err := j.runsSoFar(versions, key, fmt.Sprintf("map task %d", i), damaged, cause)
+	if err != nil {
+		return nil, err
 	}
 	j.log().Warn("map task's committed output is damaged or gone; running the task again", "task", i, "key", damaged,
 		"code", string(errcode.Of(cause)), "run", runs+1)
+	j.redos.ran(key)
 	c, err := j.runMap(ctx, i, progress, true)
 	if err != nil {
 		return nil, err
@@ -151,26 +185,22 @@ func (j *Job) redoMap(ctx context.Context, i, r int, cause error, progress func(
 	if err := j.sameMapRun(ctx, i, old, c); err != nil {
 		return nil, err
 	}
-	b, err := manifest.Encode(c)
-	if err != nil {
+	if err := j.recordAgain(ctx, key, c); err != nil {
 		return nil, err
-	}
-	if _, err := j.Store.Put(ctx, key, bytes.NewReader(b), objstore.PutOptions{Size: int64(len(b)), SHA256: manifest.Sum(b)}); err != nil {
-		return nil, wrap(err, "%s", key)
 	}
 	j.logMapCommit(i, c)
 	return c, nil
 }
 
-// mapRuns returns how many runs of a map task its commit record key
-// counts (its versions, up to maxMapRuns), or 0 when the store cannot
-// list versions.
-func (j *Job) mapRuns(ctx context.Context, key string) (int, error) {
+// recordRuns returns how many runs of a task its commit record key
+// counts (its versions, up to maxRuns), or 0 when the store cannot list
+// versions.
+func (j *Job) recordRuns(ctx context.Context, key string) (int, error) {
 	vl, ok := j.Store.(objstore.VersionLister)
 	if !ok {
 		return 0, nil
 	}
-	vs, err := vl.Versions(ctx, key, maxMapRuns)
+	vs, err := vl.Versions(ctx, key, maxRuns)
 	if err != nil {
 		return 0, wrap(err, "versions of %s", key)
 	}
@@ -273,7 +303,7 @@ func isDamage(ctx context.Context, err error) bool {
 // if the file is indeed gone or fails its checksum, and one naming a map
 // task's commit record (SHUFFLE_CORRUPT) if the record is still damaged
 // when read again, as in Map (redoMap); the reduce task then starts over
-// from the map tasks' commit records, at most maxMapRuns times a map
+// from the map tasks' commit records, at most maxRuns times a map
 // task: it then fails with redoMap's error, or its own when the file or
 // record was intact (nothing a run of the map task mends). Members
 // already reported are not reported again.
@@ -306,7 +336,7 @@ func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (
 			return nil, err
 		}
 		for _, i := range named {
-			if tries[i] >= maxMapRuns {
+			if tries[i] >= maxRuns {
 				return nil, err
 			}
 			tries[i]++

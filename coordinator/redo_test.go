@@ -268,7 +268,7 @@ func TestMapRunAgainDiffersFromItsRecord(t *testing.T) {
 }
 
 // A shuffle file damaged again each time its map task runs fails for
-// good once the task has run maxMapRuns times, with SHUFFLE_CORRUPT naming
+// good once the task has run maxRuns times, with SHUFFLE_CORRUPT naming
 // the file: counted in the store, across processes and resumes, by its
 // commit record's versions, and by the process itself where the store
 // cannot list versions (here a decorator flipping a bit of every version
@@ -290,11 +290,11 @@ func TestDamagedAgainFailsAfterMaxRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = jr.Reduce(ctx, 1)
-	if errcode.Of(err) != errcode.ShuffleCorrupt || !strings.Contains(err.Error(), out.Key+" is damaged again") || !strings.Contains(err.Error(), fmt.Sprintf("run %d times", maxMapRuns)) {
-		t.Fatalf("reduce over a file damaged at every run: %v; want %s naming %s after %d runs", err, errcode.ShuffleCorrupt, out.Key, maxMapRuns)
+	if errcode.Of(err) != errcode.ShuffleCorrupt || !strings.Contains(err.Error(), out.Key+" is damaged again") || !strings.Contains(err.Error(), fmt.Sprintf("run %d times", maxRuns)) {
+		t.Fatalf("reduce over a file damaged at every run: %v; want %s naming %s after %d runs", err, errcode.ShuffleCorrupt, out.Key, maxRuns)
 	}
-	if n := versions(t, s, key); n != maxMapRuns {
-		t.Fatalf("map task 1's record has %d versions after a file damaged at every run, want %d", n, maxMapRuns)
+	if n := versions(t, s, key); n != maxRuns {
+		t.Fatalf("map task 1's record has %d versions after a file damaged at every run, want %d", n, maxRuns)
 	}
 
 	// A resume, in a new process, finds the task has run as often as it
@@ -307,13 +307,13 @@ func TestDamagedAgainFailsAfterMaxRuns(t *testing.T) {
 	}
 	_, err = j2.Reduce(ctx, 1)
 	if errcode.Of(err) != errcode.ShuffleCorrupt || !strings.Contains(err.Error(), out.Key+" is damaged again") {
-		t.Fatalf("reduce over a file damaged again after %d runs: %v; want %s naming %s", maxMapRuns, err, errcode.ShuffleCorrupt, out.Key)
+		t.Fatalf("reduce over a file damaged again after %d runs: %v; want %s naming %s", maxRuns, err, errcode.ShuffleCorrupt, out.Key)
 	}
-	if n := versions(t, s, key); n != maxMapRuns {
-		t.Fatalf("map task 1's record has %d versions, want %d: the task ran again past its bound", n, maxMapRuns)
+	if n := versions(t, s, key); n != maxRuns {
+		t.Fatalf("map task 1's record has %d versions, want %d: the task ran again past its bound", n, maxRuns)
 	}
-	if n := versions(t, s, out.Key); n != maxMapRuns {
-		t.Fatalf("%s has %d versions, want %d", out.Key, n, maxMapRuns)
+	if n := versions(t, s, out.Key); n != maxRuns {
+		t.Fatalf("%s has %d versions, want %d", out.Key, n, maxRuns)
 	}
 }
 

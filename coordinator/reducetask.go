@@ -196,15 +196,23 @@ func (j *Job) otherAttempt(ctx context.Context, r int, c *ReduceCommit, nondet e
 	if !found || j.checkReduceCommit(r, &other) != nil {
 		return nil, nondet
 	}
-	mine, theirs := *c, other
+	if !sameReduceCommit(c, &other) {
+		return nil, nondet
+	}
+	return &other, nil
+}
+
+// sameReduceCommit reports whether two runs' records of a reduce task
+// differ in merged and in their inputs' versions alone: each run's
+// merge level writes files of its own, and a map task run again
+// (redoMap) has a later run read the same bytes under new versions.
+func sameReduceCommit(c, other *ReduceCommit) bool {
+	mine, theirs := *c, *other
 	mine.Merged, theirs.Merged = nil, nil
 	mine.Inputs, theirs.Inputs = unversioned(mine.Inputs), unversioned(theirs.Inputs)
 	a, aerr := manifest.Encode(&mine)
 	b, berr := manifest.Encode(&theirs)
-	if aerr != nil || berr != nil || !bytes.Equal(a, b) {
-		return nil, nondet
-	}
-	return &other, nil
+	return aerr == nil && berr == nil && bytes.Equal(a, b)
 }
 
 // unversioned returns a copy of files without their versions.
@@ -459,33 +467,60 @@ func (j *Job) reducersAtOnce(want int) (int, error) {
 // checkReduceCommit checks a reduce commit record read back from the
 // store against the plan.
 func (j *Job) checkReduceCommit(r int, c *ReduceCommit) error {
-	bad := func(format string, args ...any) error {
-		return errcode.New(errcode.ShuffleCorrupt, "%s: "+format, append([]any{j.reduceCommitKey(r)}, args...)...)
-	}
-	if c.Schema != ReduceCommitSchema || c.Plan != j.PlanDigest || c.Task != r || c.Result == nil {
-		return bad("schema %q, plan %s, task %d do not match, or no result", c.Schema, c.Plan, c.Task)
+	if err := j.checkReduceHead(r, c); err != nil {
+		return err
 	}
 	rng := j.Plan.Reducers[r]
 	if err := c.Result.Validate(rng.Lo, rng.Hi); err != nil {
 		return err
 	}
-	// The merge level's files: as many as its levels write, each under
-	// this task's merge prefix, with the plan's checksum.
-	if want := mergedFiles(len(j.Plan.MapTasks), j.Plan.ReduceFanIn); len(c.Merged) != want {
-		return bad("%d merged files, the plan's merge level writes %d", len(c.Merged), want)
+	if err := j.checkMerged(r, c.Merged); err != nil {
+		return err
 	}
-	for k, o := range c.Merged {
+	return j.checkMembers(r, c.Members)
+}
+
+// badReduceCommit is SHUFFLE_CORRUPT naming reduce task r's commit record.
+func (j *Job) badReduceCommit(r int, format string, args ...any) error {
+	return errcode.New(errcode.ShuffleCorrupt, "%s: "+format, append([]any{j.reduceCommitKey(r)}, args...)...)
+}
+
+// checkReduceHead checks what reduce task r's commit record says of
+// itself against the plan, and that it has a result.
+func (j *Job) checkReduceHead(r int, c *ReduceCommit) error {
+	if c.Schema != ReduceCommitSchema || c.Plan != j.PlanDigest || c.Task != r || c.Result == nil {
+		return j.badReduceCommit(r, "schema %q, plan %s, task %d do not match, or no result", c.Schema, c.Plan, c.Task)
+	}
+	return nil
+}
+
+// checkMerged checks the merge level's files a reduce task's record
+// lists: as many as its levels write, each under this task's merge
+// prefix, with the plan's checksum.
+func (j *Job) checkMerged(r int, merged []Output) error {
+	if want := mergedFiles(len(j.Plan.MapTasks), j.Plan.ReduceFanIn); len(merged) != want {
+		return j.badReduceCommit(r, "%d merged files, the plan's merge level writes %d", len(merged), want)
+	}
+	for k, o := range merged {
 		if !strings.HasPrefix(o.Key, fmt.Sprintf("%smerge/%d/", j.prefix(), r)) || o.Size < 0 || o.Rows < 0 {
-			return bad("merged file %d is %.80q (size %d, rows %d)", k, o.Key, o.Size, o.Rows)
+			return j.badReduceCommit(r, "merged file %d is %.80q (size %d, rows %d)", k, o.Key, o.Size, o.Rows)
 		}
 		if _, ok := parseXXH64(o.XXH64); ok != (j.Plan.ShuffleChecksum == shuffle.XXH64) || o.Digest.IsZero() != ok {
-			return bad("merged file %d: xxh64 %.20q and digest %s, and the plan checks shuffle files with %s", k, o.XXH64, o.Digest, j.Plan.ShuffleChecksum)
+			return j.badReduceCommit(r, "merged file %d: xxh64 %.20q and digest %s, and the plan checks shuffle files with %s", k, o.XXH64, o.Digest, j.Plan.ShuffleChecksum)
 		}
 	}
-	if len(c.Members) != len(rng.Members) {
-		return bad("%d member results for %d members", len(c.Members), len(rng.Members))
+	return nil
+}
+
+// checkMembers checks the results of the snapshot members a reduce
+// task's record lists against the plan.
+func (j *Job) checkMembers(r int, members []mapper.Result) error {
+	bad := func(format string, args ...any) error { return j.badReduceCommit(r, format, args...) }
+	rng := j.Plan.Reducers[r]
+	if len(members) != len(rng.Members) {
+		return bad("%d member results for %d members", len(members), len(rng.Members))
 	}
-	for k, m := range c.Members {
+	for k, m := range members {
 		if m.Side != mapper.SideSnapshot || m.Index != rng.Members[k] {
 			return bad("member result %d is (side %d, index %d), plan says (side 1, index %d)", k, m.Side, m.Index, rng.Members[k])
 		}
