@@ -29,7 +29,8 @@ var failureCounter = map[string]func(*manifest.Counts) *int64{
 }
 
 // Aggregate builds the report from every map and reduce commit record
-// (each must exist, else TASK_NOT_READY), stores it content-addressed,
+// (each must exist, else TASK_NOT_READY; a reduce record damaged since
+// its task committed has the task run again, redoReduce), stores it content-addressed,
 // records it as the plan's report (see PlanReport) and returns it with
 // its digest; when another aggregation of the plan recorded its report
 // first, that report is returned instead. exec supplies the executor name
@@ -123,15 +124,8 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	snapLeaves := make([][32]byte, 0, nb)
 	merged := reducer.NewResult(0, uint32(nb))
 	for r := range j.Plan.Reducers {
-		var rc ReduceCommit
-		found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &rc)
+		rc, err := j.committedReduce(ctx, r)
 		if err != nil {
-			return nil, manifest.Digest{}, err
-		}
-		if !found {
-			return nil, manifest.Digest{}, errcode.New(errcode.TaskNotReady, "aggregate: reduce task %d has not committed", r)
-		}
-		if err := j.checkReduceCommit(r, &rc); err != nil {
 			return nil, manifest.Digest{}, err
 		}
 		if err := addResults(rc.Members); err != nil {
@@ -227,6 +221,26 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 // loggedFailures is the most failures an aggregation logs one line each:
 // 4,000 corrupted shards logged 8,000 lines, and the report has them.
 const loggedFailures = 20
+
+// committedReduce returns reduce task r's commit record, TASK_NOT_READY
+// when it has none; one damaged since it committed (SHUFFLE_CORRUPT) has
+// the task run again (redoReduce).
+func (j *Job) committedReduce(ctx context.Context, r int) (*ReduceCommit, error) {
+	var rc ReduceCommit
+	found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &rc)
+	if err == nil && found {
+		err = j.checkReduceCommit(r, &rc)
+	}
+	switch {
+	case errcode.Of(err) == errcode.ShuffleCorrupt:
+		return j.reduce(ctx, r, nil)
+	case err != nil:
+		return nil, err
+	case !found:
+		return nil, errcode.New(errcode.TaskNotReady, "aggregate: reduce task %d has not committed", r)
+	}
+	return &rc, nil
+}
 
 // logFailures logs the first loggedFailures failures of rep, stored as
 // d, then one line saying how many more there are.

@@ -15,7 +15,9 @@
 // without a commit record are ignored. A map task whose committed output
 // is found damaged or gone, or whose commit record is, runs again: new
 // versions of its files, then of its record, which must name the same
-// bytes (redoMap), at most maxRuns runs a task. Store layout under
+// bytes (redoMap); a reduce task whose commit record is found damaged
+// runs again into a new version of its record, which must give the same
+// result (redoReduce); at most maxRuns runs a task. Store layout under
 // jobs/<planHex>/:
 //
 //	map/<i>/r<j>.arrow    shuffle file of map task i for reduce range j

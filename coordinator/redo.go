@@ -16,7 +16,8 @@ import (
 )
 
 // maxRuns bounds the runs of one task: its first and the runs again
-// that replace a damaged commit record or shuffle file (redoMap). Each run's commit record is a version of the task's
+// that replace a damaged commit record or shuffle file (redoMap,
+// redoReduce). Each run's commit record is a version of the task's
 // commit key, so a store that lists versions (the file store, S3) counts
 // them across processes and resumes; a process also counts the runs it
 // made itself. Damage that comes back after that many runs (a disk that
@@ -192,6 +193,111 @@ func (j *Job) redoMap(ctx context.Context, i, r int, cause error, progress func(
 	return c, nil
 }
 
+// redoReduce runs reduce task r again: cause showed its commit record
+// damaged after the task committed (it does not decode, or does not
+// match the plan), which every reader of it, a retry of the task and
+// the aggregation alike, would otherwise meet for good. The record is
+// read again first: when another process already ran the task again (a
+// valid record), that record is returned and nothing runs. Otherwise
+// the task runs as at first, its inputs the map tasks' files their
+// records name now (a failure naming one damaged has reduce run that
+// map task again, redoMap, and start over), and its record is stored
+// as a new version of its key. The new run must give what the old
+// record says, where that still decodes as this task's record (see
+// sameReduceRun); otherwise NONDETERMINISM, and nothing is recorded.
+// After maxRuns runs of the task, SHUFFLE_CORRUPT naming the record.
+// progress and inputs are runReduce's.
+func (j *Job) redoReduce(ctx context.Context, r int, cause error, progress func(mapper.Result), inputs *[]Output) (*ReduceCommit, error) {
+	key := j.reduceCommitKey(r)
+	defer j.redos.lock(key)()
+	// Counted before the record is read, as in redoMap.
+	versions, err := j.recordRuns(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	b, found, err := readRecordBytes(ctx, j.Store, key, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !found {
+		// Deleted since it was read: nothing to run again over.
+		return nil, cause
+	}
+	var prev ReduceCommit
+	decodeErr := decodeRecord(b, key, &prev, nil)
+	err = decodeErr
+	if err == nil {
+		err = j.checkReduceCommit(r, &prev)
+	}
+	switch {
+	case err == nil:
+		// Another process ran the task again meanwhile.
+		if progress != nil {
+			for _, res := range prev.Members {
+				progress(res)
+			}
+		}
+		return &prev, nil
+	case errcode.Of(err) != errcode.ShuffleCorrupt:
+		return nil, err
+	}
+	cause = err
+	old := &prev
+	if decodeErr != nil {
+		old = nil
+	}
+	runs, err := j.runsSoFar(versions, key, fmt.Sprintf("reduce task %d", r), key, cause)
+	if err != nil {
+		return nil, err
+	}
+	j.log().Warn("reduce task's commit record is damaged; running the task again", "task", r, "key", key,
+		"code", string(errcode.Of(cause)), "run", runs+1)
+	c, err := j.runReduce(ctx, r, progress, inputs, true)
+	if err != nil {
+		return nil, err
+	}
+	// Counted once it ran: a run that stopped at a map task's damaged
+	// file (reduce runs that map task again, then this again) made no
+	// record.
+	j.redos.ran(key)
+	if err := j.sameReduceRun(r, old, c); err != nil {
+		return nil, err
+	}
+	if err := j.recordAgain(ctx, key, c); err != nil {
+		return nil, err
+	}
+	j.log().Debug("reduce task committed again", "task", r, "run", runs+1)
+	return c, nil
+}
+
+// sameReduceRun checks that c, reduce task r's run again, gives what
+// the run before it recorded, old (nil: its record does not decode):
+// the same result, snapshot members' results and inputs, but for the
+// inputs' versions (sameReduceCommit). A part of old that fails the
+// plan's checks is the damage, not the run's, and is not compared;
+// nor is anything of a record whose head names another plan or task.
+func (j *Job) sameReduceRun(r int, old, c *ReduceCommit) error {
+	if old == nil || j.checkReduceHead(r, old) != nil {
+		return nil
+	}
+	cmp := *old
+	rng := j.Plan.Reducers[r]
+	if cmp.Result.Validate(rng.Lo, rng.Hi) != nil {
+		cmp.Result = c.Result
+	}
+	if j.checkMembers(r, cmp.Members) != nil {
+		cmp.Members = c.Members
+	}
+	if len(cmp.Inputs) != len(c.Inputs) {
+		cmp.Inputs = c.Inputs
+	}
+	if !sameReduceCommit(c, &cmp) {
+		return errcode.New(errcode.Nondeterminism, "reduce task %d run again gives other results than its commit record %s: the job's tasks ran another build, or the task depends on more than its plan; verify again, which plans anew",
+			r, j.reduceCommitKey(r))
+	}
+	return nil
+}
+
 // recordRuns returns how many runs of a task its commit record key
 // counts (its versions, up to maxRuns), or 0 when the store cannot list
 // versions.
@@ -212,7 +318,7 @@ func (j *Job) recordRuns(ctx context.Context, key string) (int, error) {
 // differ in their versions alone, and so do the records. Without old, c
 // is checked against the inputs the committed reduce tasks name: a
 // reduce commit record that does not decode is not this check's to
-// judge (the aggregation refuses it).
+// judge (its reader runs that reduce task again, redoReduce).
 func (j *Job) sameMapRun(ctx context.Context, i int, old, c *MapCommit) error {
 	differ := func(what string, a, b Output) error {
 		return errcode.New(errcode.Nondeterminism, "map task %d run again wrote %s (size %d, rows %d, %s), where %s names (size %d, rows %d, %s): the job's tasks ran another build, or the task depends on more than its plan; verify again, which plans anew",
@@ -305,8 +411,10 @@ func isDamage(ctx context.Context, err error) bool {
 // when read again, as in Map (redoMap); the reduce task then starts over
 // from the map tasks' commit records, at most maxRuns times a map
 // task: it then fails with redoMap's error, or its own when the file or
-// record was intact (nothing a run of the map task mends). Members
-// already reported are not reported again.
+// record was intact (nothing a run of the map task mends). The task's
+// own record damaged has it run again (redoReduce), through the same
+// loop, so a map task's file that run finds damaged is mended too.
+// Members already reported are not reported again.
 func (j *Job) reduce(ctx context.Context, r int, progress func(mapper.Result)) (*ReduceCommit, error) {
 	var reported atomic.Int64
 	tries := map[int]int{}

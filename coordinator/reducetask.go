@@ -42,7 +42,9 @@ type ReduceCommit struct {
 // TASK_NOT_READY); the task reads exactly the committed shuffle files, by
 // version, verifying their digests, maps the snapshot members the plan
 // gives it (see memberSource), and commits its result with the members'
-// results. If its commit record already exists, Reduce returns it.
+// results. If its commit record already exists, Reduce returns it; if it
+// exists but is damaged (SHUFFLE_CORRUPT), Reduce runs the task again
+// (see redoReduce).
 func (j *Job) Reduce(ctx context.Context, r int) (*ReduceCommit, error) {
 	return j.reduce(ctx, r, nil)
 }
@@ -53,21 +55,33 @@ func (j *Job) reduceOnce(ctx context.Context, r int, progress func(mapper.Result
 	if r < 0 || r >= len(j.Plan.Reducers) {
 		return nil, errcode.New(errcode.Usage, "reduce task %d out of range [0, %d)", r, len(j.Plan.Reducers))
 	}
-	rng := j.Plan.Reducers[r]
 	var done ReduceCommit
-	if found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &done); err != nil {
-		return nil, err
-	} else if found {
-		if err := j.checkReduceCommit(r, &done); err != nil {
-			return nil, err
-		}
-		if progress != nil {
-			for _, res := range done.Members {
-				progress(res)
-			}
-		}
-		return &done, nil
+	found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &done)
+	if err == nil && found {
+		err = j.checkReduceCommit(r, &done)
 	}
+	switch {
+	case errcode.Of(err) == errcode.ShuffleCorrupt:
+		return j.redoReduce(ctx, r, err, progress, inputs)
+	case err != nil:
+		return nil, err
+	case !found:
+		return j.runReduce(ctx, r, progress, inputs, false)
+	}
+	if progress != nil {
+		for _, res := range done.Members {
+			progress(res)
+		}
+	}
+	return &done, nil
+}
+
+// runReduce runs reduce task r (see reduce) and commits its record
+// with a conditional create; again leaves the record to the caller
+// instead (redoReduce). inputs is set to the map tasks' files it reads
+// once it has them.
+func (j *Job) runReduce(ctx context.Context, r int, progress func(mapper.Result), inputs *[]Output, again bool) (*ReduceCommit, error) {
+	rng := j.Plan.Reducers[r]
 	if _, err := j.reducersAtOnce(1); err != nil {
 		return nil, wrap(err, "reduce task %d", r)
 	}
@@ -164,6 +178,9 @@ func (j *Job) reduceOnce(ctx context.Context, r int, progress func(mapper.Result
 		}
 	}
 	commit.Result = res
+	if again {
+		return commit, nil
+	}
 	b, err := manifest.Encode(commit)
 	if err != nil {
 		return nil, err

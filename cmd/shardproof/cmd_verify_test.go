@@ -299,6 +299,59 @@ func TestVerifyCLIResumeDamagedShuffle(t *testing.T) {
 	}
 }
 
+// A reduce task's commit record damaged after the task committed (cut
+// short) in a job stopped before its report was recorded: `verify
+// --resume` runs that reduce task again (the local executor's reduce
+// phase, or the process executor's aggregation, finding it) and ends
+// VERIFIED with the report a verification without damage gives, but for
+// its execution section. It used to fail with SHUFFLE_CORRUPT at every
+// resume.
+func TestVerifyCLIResumeDamagedReduceRecord(t *testing.T) {
+	for _, executor := range []string{"local", "process"} {
+		t.Run(executor, func(t *testing.T) {
+			r := newRelease(t)
+			flags := []string{"--executor", executor, "--keep-job", "--json"}
+			if executor == "process" {
+				flags = append(flags, "--task-binary", os.Args[0])
+			}
+			first := cliReport(t, runCLI(t, cliEnv(), append([]string{"verify", "--store", r.dir, "--root", r.res.Root.String(),
+				"--map-tasks", "3", "--reducers", "2"}, flags...)...))
+			pd := first.Execution.Plan
+			jobs := filepath.Join(r.dir, "jobs", pd.Hex())
+			if err := os.RemoveAll(filepath.Join(r.dir, "index", "plans", pd.Hex())); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(jobs, "reduce", "1", "commit.json", "@00000000000000000001")
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, b[:len(b)/2], 0o644); err != nil {
+				t.Fatal(err)
+			}
+
+			res := runCLI(t, cliEnv(), append([]string{"verify", "--store", r.dir, "--resume", pd.String()}, flags...)...)
+			if res.status != 0 || !strings.Contains(res.stderr, "running the task again") && executor == "local" {
+				t.Fatalf("resume over a damaged reduce commit record: exit %d\n%s", res.status, res.stderr)
+			}
+			got := cliReport(t, res)
+			if got.Verdict != manifest.Verified || got.Execution.Executor != executor {
+				t.Fatalf("resume over a damaged reduce commit record: verdict %s, executor %s", got.Verdict, got.Execution.Executor)
+			}
+			sameReport(t, "resume over a damaged reduce commit record", first, got)
+			for k, want := range map[string]int{"0": 1, "1": 2} {
+				vs, err := filepath.Glob(filepath.Join(jobs, "reduce", k, "commit.json", "@*"))
+				if err != nil || len(vs) != want {
+					t.Errorf("reduce/%s/commit.json has %d versions (%v), want %d", k, len(vs), err, want)
+				}
+			}
+		})
+	}
+}
+
 // A local verification that stops on an operational error after planning
 // says which plan it leaves and the command that finishes it; that
 // command, once the store is whole again, finishes it to the same report

@@ -1,0 +1,241 @@
+package coordinator
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/shuffle"
+)
+
+// reduceRecordEdit rewrites a reduce commit record's bytes through
+// its decoding: edit changes the record, which is encoded again.
+func reduceRecordEdit(t *testing.T, edit func(*ReduceCommit)) func([]byte) []byte {
+	return func(b []byte) []byte {
+		var rc ReduceCommit
+		if err := manifest.Decode(b, &rc); err != nil {
+			t.Fatal(err)
+		}
+		edit(&rc)
+		return must(manifest.Encode(&rc))
+	}
+}
+
+// A reduce task's commit record damaged after it committed (cut short,
+// a key twice, a result over other buckets than the plan gives it,
+// another plan's record) used to fail the aggregation, every engine
+// retry of the task and every resume with SHUFFLE_CORRUPT, for good.
+// The reduce task now runs again and commits a new version of its
+// record, whether the aggregation, the task's retry or a resume finds
+// it; the report is the one a verification without damage gives, but
+// for its execution section. With a merge level too.
+func TestDamagedReduceCommitRecordRunsTaskAgain(t *testing.T) {
+	damages := []struct {
+		name string
+		edit func(t *testing.T) func([]byte) []byte
+	}{
+		{"cut short", func(*testing.T) func([]byte) []byte { return func(b []byte) []byte { return b[:100] } }},
+		{"a key twice", func(*testing.T) func([]byte) []byte {
+			return func(b []byte) []byte { return append([]byte(`{"schema":"x",`), b[1:]...) }
+		}},
+		{"a result over other buckets", func(t *testing.T) func([]byte) []byte {
+			return reduceRecordEdit(t, func(rc *ReduceCommit) { rc.Result.Lo++ })
+		}},
+		{"another plan's record", func(t *testing.T) func([]byte) []byte {
+			return reduceRecordEdit(t, func(rc *ReduceCommit) { rc.Plan = manifest.Sum([]byte("another plan")) })
+		}},
+	}
+	readers := []string{"aggregate", "reduce", "resume"}
+	for _, fan := range []int{0, 2} {
+		for _, d := range damages {
+			for _, reader := range readers {
+				t.Run(fmt.Sprintf("fan-in %d/%s/%s", fan, d.name, reader), func(t *testing.T) {
+					s, dir, res := fileSynth(t)
+					ctx := t.Context()
+					want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
+					j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+						ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64, ReduceFanIn: fan})
+					for i := range len(j.Plan.MapTasks) {
+						must(j.Map(ctx, i, nil))
+					}
+					var commits []*ReduceCommit
+					for r := range j.Plan.Reducers {
+						commits = append(commits, must(j.Reduce(ctx, r)))
+					}
+					key := j.reduceCommitKey(1)
+					rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), d.edit(t))
+					var rep *manifest.Report
+					switch reader {
+					case "aggregate":
+						var err error
+						if rep, _, err = j.Aggregate(ctx, manifest.Execution{Executor: "test"}); err != nil {
+							t.Fatalf("aggregate over reduce task 1's damaged record: %v", err)
+						}
+					case "reduce":
+						// A new process: one that retries the task.
+						j2, err := Open(ctx, s, j.PlanDigest)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if _, err := j2.Reduce(ctx, 1); err != nil {
+							t.Fatalf("reduce task 1 over its damaged record: %v", err)
+						}
+						if rep, _, err = j2.Aggregate(ctx, manifest.Execution{Executor: "test"}); err != nil {
+							t.Fatalf("aggregate: %v", err)
+						}
+					case "resume":
+						out, err := Run(ctx, s, j.PlanDigest, 2, nil)
+						if err != nil {
+							t.Fatalf("resume over reduce task 1's damaged record: %v", err)
+						}
+						rep = out.Report
+					}
+					if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
+						t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
+					}
+					for r := range j.Plan.Reducers {
+						if n, want := versions(t, s, j.reduceCommitKey(r)), 1+btoi(r == 1); n != want {
+							t.Errorf("reduce task %d's record has %d versions, want %d", r, n, want)
+						}
+					}
+					var redone ReduceCommit
+					if found, err := readRecord(ctx, s, key, &redone); !found || err != nil || j.checkReduceCommit(1, &redone) != nil {
+						t.Fatalf("reduce task 1's record: found %v, %v", found, err)
+					}
+					if !sameReduceCommit(&redone, commits[1]) {
+						t.Errorf("reduce task 1 run again recorded\n%s\nwant, but for merged files,\n%s", must(manifest.Encode(&redone)), must(manifest.Encode(commits[1])))
+					}
+				})
+			}
+		}
+	}
+}
+
+// The run again of a reduce task whose record is damaged needs the map
+// tasks' files: one of them gone too (a machine crash loses a local
+// verification's shuffle files, not its synced records) has that map
+// task run again as well, then the reduce task.
+func TestDamagedReduceRecordOverLostShuffleFile(t *testing.T) {
+	s, dir, res := fileSynth(t)
+	ctx := t.Context()
+	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+	var commits []*MapCommit
+	for i := range len(j.Plan.MapTasks) {
+		commits = append(commits, must(j.Map(ctx, i, nil)))
+	}
+	for r := range j.Plan.Reducers {
+		must(j.Reduce(ctx, r))
+	}
+	key := j.reduceCommitKey(1)
+	rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+	if err := os.RemoveAll(filepath.Join(dir, filepath.FromSlash(commits[2].Outputs[1].Key))); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
+	if err != nil {
+		t.Fatalf("aggregate over a damaged reduce record whose map input is gone: %v", err)
+	}
+	if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
+		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
+	}
+	for k, want := range map[string]int{key: 2, j.reduceCommitKey(0): 1, j.mapCommitKey(2): 2, j.mapCommitKey(0): 1, j.mapCommitKey(1): 1} {
+		if n := versions(t, s, k); n != want {
+			t.Errorf("%s has %d versions, want %d", k, n, want)
+		}
+	}
+}
+
+// A reduce task's run again that gives another result than its damaged
+// record still says (here a record whose merged files are another
+// plan's, damage, and whose result names another leaf) is NONDETERMINISM
+// naming the record, and records nothing.
+func TestReduceRunAgainDiffersFromItsRecord(t *testing.T) {
+	s, dir, res := fileSynth(t)
+	ctx := t.Context()
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+	for i := range len(j.Plan.MapTasks) {
+		must(j.Map(ctx, i, nil))
+	}
+	for r := range j.Plan.Reducers {
+		must(j.Reduce(ctx, r))
+	}
+	key := j.reduceCommitKey(1)
+	rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), reduceRecordEdit(t, func(rc *ReduceCommit) {
+		rc.Merged = []Output{{Key: "elsewhere"}}
+		rc.Result.ReleaseLeaves[0] ^= 1
+	}))
+	_, err := j.Reduce(ctx, 1)
+	if errcode.Of(err) != errcode.Nondeterminism || !strings.Contains(err.Error(), key) {
+		t.Fatalf("reduce task 1 run again over a record with another result: %v; want %s naming %s", err, errcode.Nondeterminism, key)
+	}
+	if n := versions(t, s, key); n != 1 {
+		t.Errorf("reduce task 1's record has %d versions, want 1: a run again that differs recorded", n)
+	}
+	if _, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"}); errcode.Of(err) != errcode.Nondeterminism {
+		t.Errorf("aggregate over it: %v; want %s", err, errcode.Nondeterminism)
+	}
+}
+
+// A reduce commit record damaged again each time its task runs fails for
+// good once the task has run maxRuns times, with SHUFFLE_CORRUPT naming
+// the record: counted by the process itself where the store cannot list
+// versions (a decorator flipping a bit of every version the record
+// has), and, in a new process, by the record's versions.
+func TestReduceDamagedAgainFailsAfterMaxRuns(t *testing.T) {
+	s, dir, res := fileSynth(t)
+	ctx := t.Context()
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test",
+		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+	for i := range len(j.Plan.MapTasks) {
+		must(j.Map(ctx, i, nil))
+	}
+	for r := range j.Plan.Reducers {
+		must(j.Reduce(ctx, r))
+	}
+	key := j.reduceCommitKey(1)
+	damagedAgain := func(err error) bool {
+		return errcode.Of(err) == errcode.ShuffleCorrupt && strings.Contains(err.Error(), key+" is damaged again") &&
+			strings.Contains(err.Error(), fmt.Sprintf("reduce task 1 has run %d times", maxRuns))
+	}
+
+	// The first byte flipped: no record decodes.
+	rotted := &faults.BitFlip{Store: s, Match: func(k string) bool { return k == key }, Offset: 0, Bit: 2}
+	jr, err := Open(ctx, rotted, j.PlanDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for run := 2; run <= maxRuns; run++ {
+		if _, err := jr.Reduce(ctx, 1); err != nil {
+			t.Fatalf("reduce task 1's run %d over its damaged record: %v", run, err)
+		}
+	}
+	if _, err := jr.Reduce(ctx, 1); !damagedAgain(err) {
+		t.Fatalf("reduce over a record damaged at every run: %v; want %s naming %s after %d runs", err, errcode.ShuffleCorrupt, key, maxRuns)
+	}
+	if n := versions(t, s, key); n != maxRuns {
+		t.Fatalf("reduce task 1's record has %d versions, want %d", n, maxRuns)
+	}
+
+	// A new process finds the task has run as often as it may: the
+	// aggregation runs nothing more.
+	rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+	j2, err := Open(ctx, s, j.PlanDigest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := j2.Aggregate(ctx, manifest.Execution{Executor: "test"}); !damagedAgain(err) {
+		t.Fatalf("aggregate over a record damaged again after %d runs: %v; want %s naming %s", maxRuns, err, errcode.ShuffleCorrupt, key)
+	}
+	if n := versions(t, s, key); n != maxRuns {
+		t.Fatalf("reduce task 1's record has %d versions, want %d: the task ran again past its bound", n, maxRuns)
+	}
+}
