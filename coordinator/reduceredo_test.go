@@ -10,8 +10,11 @@ import (
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/objstore/s3/s3test"
 	"github.com/shardproof/shardproof/shuffle"
+	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
 // reduceRecordEdit rewrites a reduce commit record's bytes through
@@ -237,5 +240,43 @@ func TestReduceDamagedAgainFailsAfterMaxRuns(t *testing.T) {
 	}
 	if n := versions(t, s, key); n != maxRuns {
 		t.Fatalf("reduce task 1's record has %d versions, want %d: the task ran again past its bound", n, maxRuns)
+	}
+}
+
+// On S3 (a versioned bucket), a reduce commit record overwritten by a
+// hand in the store (a new version that does not decode) has the
+// aggregation run the task again: a third version, which the version
+// listing counts, and the report a verification without damage gives.
+func TestReduceRunAgainS3(t *testing.T) {
+	raw := s3test.Start(t)
+	ctx := t.Context()
+	s, err := objstore.Open(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := stagetest.Synth(t, s, testSamples, testShards, 7)
+	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
+	for i := range len(j.Plan.MapTasks) {
+		must(j.Map(ctx, i, nil))
+	}
+	for r := range j.Plan.Reducers {
+		must(j.Reduce(ctx, r))
+	}
+	key := j.reduceCommitKey(0)
+	if _, err := s.Put(ctx, key, strings.NewReader(`{"schema":`), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
+	if err != nil {
+		t.Fatalf("aggregate over a reduce record overwritten: %v", err)
+	}
+	if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
+		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
+	}
+	vs, err := s.(objstore.VersionLister).Versions(ctx, key, 10)
+	if err != nil || len(vs) != 3 {
+		t.Fatalf("reduce task 0's record: %d versions (%v), want 3", len(vs), err)
 	}
 }
