@@ -107,6 +107,10 @@ var catalogue = map[Code]entry{
 	FenceLogMismatch:   {ExitRejected, "the tombstone log or benchmark registry checked is not the one the gate's fence was advanced with: its entries up to the fence differ (prefix digest), or it is not named"},
 	ClusterIDMismatch:  {ExitError, "a Raft connection between gate members was refused: the other end belongs to another gate cluster (another cluster identity: a member of the cluster a backup was taken from, or one founded by mistake), or presents none where this cluster checks it"},
 
+	// Gate: evidence signatures (gate serve --verifier-keys).
+	EvidenceUnsigned:         {ExitRejected, "the gate requires a trusted verifier's signature of a report or recheck (gate serve --verifier-keys) and the command carries none by a key it trusts"},
+	EvidenceSignatureInvalid: {ExitRejected, "a signature a command carries is malformed, or one by a trusted verifier key does not verify over the command's fields (changed since signed, or made for other evidence)"},
+
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
 	Internal: {ExitError, "an internal error; please report it"},
@@ -186,6 +190,9 @@ const (
 	ClusterVersion     Code = "CLUSTER_VERSION"
 	FenceLogMismatch   Code = "FENCE_LOG_MISMATCH"
 	ClusterIDMismatch  Code = "CLUSTER_ID_MISMATCH"
+
+	EvidenceUnsigned         Code = "EVIDENCE_UNSIGNED"
+	EvidenceSignatureInvalid Code = "EVIDENCE_SIGNATURE_INVALID"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"
