@@ -107,6 +107,10 @@ type Status struct {
 	// ClusterID is the cluster identity in the node's state (see
 	// identity.go); none below cluster version 3.
 	ClusterID string `json:"clusterID,omitempty"`
+	// VerifierKeys are the IDs (evidence.KeyID) of the verifier keys
+	// this member requires evidence signatures of (Config.VerifierKeys),
+	// sorted; none when it requires none. Members should list the same.
+	VerifierKeys []string `json:"verifierKeys,omitempty"`
 }
 
 // Removed reports whether the node's own Raft configuration, as its
@@ -301,6 +305,8 @@ func httpStatus(c errcode.Code) int {
 		return http.StatusGone
 	case errcode.Unauthenticated:
 		return http.StatusUnauthorized
+	case errcode.EvidenceUnsigned, errcode.EvidenceSignatureInvalid:
+		return http.StatusForbidden
 	case errcode.TombstoneHit, errcode.BenchmarkHit:
 		// A recheck that found hits: a rejection that changed state (the
 		// release is INVALID now), not bad input.
@@ -412,6 +418,14 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, ok := c.(*SetClusterVersion); ok {
 		writeError(w, errcode.New(errcode.BadInput, "%s is proposed by the leader alone, once every member reports a build of that version; nothing changed", CmdSetClusterVersion), nil)
+		return
+	}
+	if err := n.checkEvidence(c); err != nil {
+		// Like the token: refused by the member that admits the
+		// request, before it is forwarded or proposed.
+		n.met.evidenceRefusals.WithLabelValues(string(errcode.Of(err))).Inc()
+		n.log.Warn("command refused: evidence signature", "type", commandType(c), "code", errcode.Of(err))
+		writeError(w, err, nil)
 		return
 	}
 	if !n.IsLeader() {
@@ -734,6 +748,9 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	st.CommandVersion, st.RaftAddr = n.BuildVersion(), n.RaftAddr()
 	st.Learner = n.learner.status()
+	if n.cfg.VerifierKeys != nil {
+		st.VerifierKeys = n.cfg.VerifierKeys.IDs()
+	}
 	if n.IsLeader() {
 		n.vers.mu.Lock()
 		st.MemberVersions = n.vers.last
@@ -759,6 +776,27 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.StateIndex, st.StateDigest = idx, &d
 	}
 	writeJSON(w, http.StatusOK, st)
+}
+
+// checkEvidence admits the evidence of c when the node requires
+// verifier signatures (Config.VerifierKeys): a register with a report and
+// a recheck must carry a signature by a trusted key over their fields
+// (evidence.Trusted.Check). Other commands, and every command on a node
+// without keys, pass.
+func (n *Node) checkEvidence(c Command) error {
+	t := n.cfg.VerifierKeys
+	if t == nil {
+		return nil
+	}
+	switch c := c.(type) {
+	case *Register:
+		if ev := c.Evidence(); ev != nil {
+			return t.Check(ev.Message(), c.Signatures, fmt.Sprintf("register of %s with report %s", c.Root, c.Report.Digest))
+		}
+	case *RecheckCmd:
+		return t.Check(c.Evidence().Message(), c.Signatures, fmt.Sprintf("recheck of %s (%s %d, report %s)", c.Root, truncate(c.Kind), c.Value, c.Report))
+	}
+	return nil
 }
 
 // forward sends the request to the leader once and streams its answer

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/shardproof/shardproof/evidence"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 )
@@ -65,6 +66,27 @@ type Register struct {
 	Root   manifest.Digest   `json:"root"`
 	Shards []manifest.Digest `json:"shards"`
 	Report *ReportSummary    `json:"report,omitempty"`
+	// Signatures are verifiers' signatures of the report's evidence
+	// (Evidence): a gate given verifier keys (Config.VerifierKeys)
+	// admits a register with a report only with one by a key it trusts.
+	// The member that receives the request checks them, and the leader
+	// before it proposes; they are never logged (Node.Apply drops them),
+	// so Apply and the log stay as they were.
+	Signatures []evidence.Signature `json:"signatures,omitempty"`
+}
+
+// Evidence is what a verifier's signature of c's report covers; nil when
+// c carries no report.
+func (c *Register) Evidence() *evidence.Report {
+	if c.Report == nil {
+		return nil
+	}
+	r := c.Report
+	return &evidence.Report{
+		Root: c.Root, Shards: c.Shards, Digest: r.Digest, Verdict: r.Verdict, DatasetSnapshot: r.DatasetSnapshot,
+		TombstoneWatermark: r.TombstoneWatermark, BenchmarkFence: r.BenchmarkFence,
+		TombstoneHits: r.TombstoneHits, BenchmarkHits: r.BenchmarkHits,
+	}
 }
 
 // RecheckCmd records a fence recheck: the release was checked against the
@@ -76,6 +98,13 @@ type RecheckCmd struct {
 	Value  uint64          `json:"value"`
 	Report manifest.Digest `json:"report"`
 	Hits   int64           `json:"hits"`
+	// Signatures are verifiers' signatures of Evidence, as Register's.
+	Signatures []evidence.Signature `json:"signatures,omitempty"`
+}
+
+// Evidence is what a verifier's signature of c covers.
+func (c *RecheckCmd) Evidence() *evidence.Recheck {
+	return &evidence.Recheck{Root: c.Root, Kind: c.Kind, Value: c.Value, Report: c.Report, Hits: c.Hits}
 }
 
 // Publish moves Alias from ExpectedGeneration to ExpectedGeneration+1

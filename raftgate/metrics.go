@@ -43,6 +43,9 @@ type metrics struct {
 	// raftConnsRefused counts Raft connections, accepted or dialed,
 	// refused by their handshake, by code.
 	raftConnsRefused *prometheus.CounterVec
+	// evidenceRefusals counts registers and rechecks this member refused
+	// for their evidence signatures (Config.VerifierKeys), by code.
+	evidenceRefusals *prometheus.CounterVec
 
 	// mu guards what follows, and orders observe's new series
 	// with forget's deletions.
@@ -99,6 +102,10 @@ func newMetrics(n *Node) *metrics {
 			Name: "shardproof_gate_raft_connections_refused_total",
 			Help: "Raft connections between members, accepted or dialed, that this member refused at their handshake, by code (CLUSTER_ID_MISMATCH: the other end is of another gate cluster or presents no identity where the cluster checks it; UNAUTHENTICATED: the gate token).",
 		}, []string{"code"}),
+		evidenceRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardproof_gate_evidence_refusals_total",
+			Help: "Registers of a report and rechecks this member refused for their verifier signatures (gate serve --verifier-keys), by code (EVIDENCE_UNSIGNED, EVIDENCE_SIGNATURE_INVALID, BAD_INPUT: too many).",
+		}, []string{"code"}),
 	}
 	leader := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardproof_gate_leader",
@@ -122,7 +129,7 @@ func newMetrics(n *Node) *metrics {
 		Name: "shardproof_gate_request_body_bytes",
 		Help: "Bytes of the request-memory budget that request bodies being read hold now.",
 	}, func() float64 { return float64(n.bodyBytes.Load()) })
-	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, m.responsesCut, m.forwarded, m.recordRequests, m.raftConnsRefused, leader, applied, bodyBytes)
+	m.reg.MustRegister(m.commands, m.applySeconds, m.barrierWait, m.runFailures, m.bodyBudgetRefusals, m.responsesCut, m.forwarded, m.recordRequests, m.raftConnsRefused, m.evidenceRefusals, leader, applied, bodyBytes)
 	return m
 }
 

@@ -26,6 +26,7 @@ import (
 	"go.etcd.io/bbolt"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/shardproof/shardproof/evidence"
 	"github.com/shardproof/shardproof/internal/errcode"
 )
 
@@ -186,6 +187,13 @@ type Config struct {
 	// connection between members must prove both ends hold it. Every
 	// member of a cluster needs the same token.
 	Token []byte
+	// VerifierKeys, if set, are the verifier keys whose signatures the
+	// gate requires of evidence (see evidence.Trusted): a register with
+	// a report and a recheck are refused (EVIDENCE_UNSIGNED,
+	// EVIDENCE_SIGNATURE_INVALID) unless one of them signed the
+	// command's fields. It is checked where a request is admitted, not
+	// in Apply; every member should be given the same keys.
+	VerifierKeys *evidence.Trusted
 }
 
 // Node is one gate server: a Raft member with its FSM and HTTP API.
@@ -631,6 +639,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 	}
 	n.log.Info("gate node started", "httpAddr", n.HTTPAddr(), "raftAddr", n.RaftAddr(), "existingState", existing)
+	if t := n.cfg.VerifierKeys; t != nil {
+		n.log.Info("registers of a report and rechecks need a signature by one of these verifier keys; every member should list the same", "verifierKeys", strings.Join(t.IDs(), ","))
+	}
 	return nil
 }
 
@@ -891,6 +902,15 @@ func (n *Node) Apply(c Command) (*Result, error) {
 		return nil, errcode.Wrap(errcode.NotLeader, h, "node %s halted at entry %d; send it to another member", n.cfg.ID, h.Index)
 	}
 	c.header().Now = time.Now().UnixMilli()
+	// Signatures were checked where the request was admitted
+	// (checkEvidence); the log holds the command as builds before them
+	// wrote it.
+	switch c := c.(type) {
+	case *Register:
+		c.Signatures = nil
+	case *RecheckCmd:
+		c.Signatures = nil
+	}
 	if f, ok := c.(*AdvanceFence); ok {
 		// A rule newer than some logs: stamped like the clock, so those
 		// logs replay as they did (see AdvanceFence.SpareChecked), and

@@ -1,0 +1,243 @@
+package raftgate
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/shardproof/shardproof/evidence"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+)
+
+// signedRegister is a register of a report of label's release, signed by
+// each key (none: unsigned).
+func signedRegister(label, verdict string, tw uint64, keys ...ed25519.PrivateKey) *Register {
+	r := &Register{Root: dig(label), Shards: shardsOf(label, 2), Report: &ReportSummary{
+		Digest: dig("report/" + label), Verdict: verdict, DatasetSnapshot: dig("snap"), TombstoneWatermark: tw,
+	}}
+	if verdict == manifest.Invalid {
+		r.Report.TombstoneHits = 1
+	}
+	for _, k := range keys {
+		r.Signatures = append(r.Signatures, evidence.Sign(k, r.Evidence().Message()))
+	}
+	return r
+}
+
+func signedRecheck(c *RecheckCmd, keys ...ed25519.PrivateKey) *RecheckCmd {
+	for _, k := range keys {
+		c.Signatures = append(c.Signatures, evidence.Sign(k, c.Evidence().Message()))
+	}
+	return c
+}
+
+func newKey(t *testing.T) ed25519.PrivateKey {
+	t.Helper()
+	_, k, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// TestEvidenceNeedsATrustedSignature runs a 3-node cluster whose members
+// trust one verifier key, through a follower (which checks, then forwards
+// to the leader, which checks again): a register of a report and a
+// recheck signed by it are applied; unsigned ones, ones signed by another
+// key, and signed ones whose fields were changed (the verdict, the root,
+// a watermark, the hits) are refused with EVIDENCE_UNSIGNED or
+// EVIDENCE_SIGNATURE_INVALID (HTTP 403) and change nothing. A register
+// without a report needs no signature; the signatures are never logged.
+func TestEvidenceNeedsATrustedSignature(t *testing.T) {
+	verifier, intruder := newKey(t), newKey(t)
+	trusted, err := evidence.NewTrusted(verifier.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := MakeCluster(t, 3, func(cfg *Config) { cfg.VerifierKeys = trusted })
+	leader := c.Leader(10 * time.Second)
+	var follower *Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+			break
+		}
+	}
+	ctx := ctxT(t, time.Minute)
+	cl := NewClient(follower.URL())
+	t.Cleanup(cl.Close)
+
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.VerifierKeys) != 1 || st.VerifierKeys[0] != evidence.KeyID(verifier.Public().(ed25519.PublicKey)) {
+		t.Fatalf("status verifier keys %v, want [%s]", st.VerifierKeys, evidence.KeyID(verifier.Public().(ed25519.PublicKey)))
+	}
+
+	// Staging needs no signature; a signed report is applied.
+	if _, err := cl.Register(ctx, &Register{Root: dig("staged"), Shards: shardsOf("staged", 2)}); err != nil {
+		t.Fatalf("register without a report: %v", err)
+	}
+	res, err := cl.Register(ctx, signedRegister("good", manifest.Verified, 5, verifier))
+	if err != nil || res.Release.State != ReleaseVerified {
+		t.Fatalf("signed register: %v, %+v", err, res)
+	}
+	// Signed beside an untrusted key's signature: still admitted.
+	if _, err := cl.Register(ctx, signedRegister("good2", manifest.Verified, 5, intruder, verifier)); err != nil {
+		t.Fatalf("register signed by the verifier and another key: %v", err)
+	}
+	rc := signedRecheck(&RecheckCmd{Root: dig("good"), Kind: FenceTombstone, Value: 7, Report: dig("recheck/good")}, verifier)
+	if r, err := cl.Recheck(ctx, rc); err != nil || r.Release.TombstoneWatermark != 7 {
+		t.Fatalf("signed recheck: %v, %+v", err, r)
+	}
+
+	waitApplied(t, c.Nodes)
+	before := stateBytes(t, leader)
+
+	invalid := signedRegister("bad", manifest.Invalid, 5, verifier)
+	forgedVerdict := signedRegister("bad", manifest.Verified, 5)
+	forgedVerdict.Signatures = invalid.Signatures
+	otherRoot := signedRegister("bad", manifest.Verified, 5)
+	otherRoot.Signatures = signedRegister("good", manifest.Verified, 5, verifier).Signatures
+	higher := signedRegister("good", manifest.Verified, 9)
+	higher.Signatures = signedRegister("good", manifest.Verified, 5, verifier).Signatures
+	otherShards := signedRegister("bad", manifest.Verified, 5, verifier)
+	otherShards.Shards = shardsOf("else", 2)
+	malformed := signedRegister("bad", manifest.Verified, 5)
+	malformed.Signatures = []evidence.Signature{{Key: evidence.FormatPublicKey(verifier.Public().(ed25519.PublicKey)), Sig: "bm90IGEgc2lnbmF0dXJl"}}
+	badKey := signedRegister("bad", manifest.Verified, 5)
+	badKey.Signatures = []evidence.Signature{{Key: "ed25519:short", Sig: invalid.Signatures[0].Sig}}
+
+	rcHits := signedRecheck(&RecheckCmd{Root: dig("good"), Kind: FenceTombstone, Value: 9, Report: dig("recheck/good2"), Hits: 3}, verifier)
+	rcHits.Hits = 0
+	rcValue := signedRecheck(&RecheckCmd{Root: dig("good"), Kind: FenceTombstone, Value: 9, Report: dig("recheck/good2")}, verifier)
+	rcValue.Value = 90
+	rcKind := signedRecheck(&RecheckCmd{Root: dig("good"), Kind: FenceTombstone, Value: 9, Report: dig("recheck/good2")}, verifier)
+	rcKind.Kind = FenceBenchmark
+	// A report's signature never stands for a recheck.
+	rcReportSig := &RecheckCmd{Root: dig("good"), Kind: FenceTombstone, Value: 9, Report: dig("report/good"), Signatures: signedRegister("good", manifest.Verified, 5, verifier).Signatures}
+
+	for _, cse := range []struct {
+		name string
+		cmd  Command
+		want errcode.Code
+	}{
+		{"unsigned register", signedRegister("bad", manifest.Verified, 5), errcode.EvidenceUnsigned},
+		{"untrusted register", signedRegister("bad", manifest.Verified, 5, intruder), errcode.EvidenceUnsigned},
+		{"verdict INVALID to VERIFIED", forgedVerdict, errcode.EvidenceSignatureInvalid},
+		{"another root", otherRoot, errcode.EvidenceSignatureInvalid},
+		{"a higher watermark", higher, errcode.EvidenceSignatureInvalid},
+		{"other shards", otherShards, errcode.EvidenceSignatureInvalid},
+		{"signature not 64 bytes", malformed, errcode.EvidenceSignatureInvalid},
+		{"key malformed", badKey, errcode.EvidenceSignatureInvalid},
+		{"too many signatures", signedRegister("bad", manifest.Verified, 5, repeatKey(verifier, evidence.MaxSignatures+1)...), errcode.BadInput},
+		{"unsigned recheck", &RecheckCmd{Root: dig("good"), Kind: FenceTombstone, Value: 9, Report: dig("recheck/good2")}, errcode.EvidenceUnsigned},
+		{"untrusted recheck", signedRecheck(&RecheckCmd{Root: dig("good"), Kind: FenceTombstone, Value: 9, Report: dig("recheck/good2")}, intruder), errcode.EvidenceUnsigned},
+		{"recheck hits 3 to 0", rcHits, errcode.EvidenceSignatureInvalid},
+		{"recheck value", rcValue, errcode.EvidenceSignatureInvalid},
+		{"recheck kind", rcKind, errcode.EvidenceSignatureInvalid},
+		{"recheck with a report's signature", rcReportSig, errcode.EvidenceSignatureInvalid},
+	} {
+		for _, n := range []*Node{follower, leader} {
+			body, err := EncodeCommand(cse.cmd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.Post(n.URL()+"/v1/commands", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var eb ErrorBody
+			json.NewDecoder(resp.Body).Decode(&eb)
+			resp.Body.Close()
+			if eb.Error.Code != cse.want {
+				t.Errorf("%s via %s: HTTP %d %s %q, want %s", cse.name, n.ID(), resp.StatusCode, eb.Error.Code, eb.Error.Message, cse.want)
+			}
+			if want := httpStatus(cse.want); resp.StatusCode != want {
+				t.Errorf("%s via %s: HTTP %d, want %d", cse.name, n.ID(), resp.StatusCode, want)
+			}
+		}
+	}
+	if httpStatus(errcode.EvidenceUnsigned) != http.StatusForbidden || httpStatus(errcode.EvidenceSignatureInvalid) != http.StatusForbidden {
+		t.Error("evidence refusals are not HTTP 403")
+	}
+	if errcode.EvidenceUnsigned.Exit() != errcode.ExitRejected || errcode.EvidenceSignatureInvalid.Exit() != errcode.ExitRejected {
+		t.Error("evidence refusals do not exit 4 (rejected)")
+	}
+	waitApplied(t, c.Nodes)
+	if after := stateBytes(t, leader); !bytes.Equal(before, after) {
+		t.Fatal("refused commands changed the state")
+	}
+
+	// The log holds the commands as builds before signatures wrote them.
+	first, _ := leader.store.FirstIndex()
+	last, _ := leader.store.LastIndex()
+	var registers int
+	for i := first; i <= last; i++ {
+		var l raft.Log
+		if err := leader.store.GetLog(i, &l); err != nil || l.Type != raft.LogCommand {
+			continue
+		}
+		if bytes.Contains(l.Data, []byte(`"signatures"`)) {
+			t.Fatalf("log entry %d holds signatures: %.200s", i, l.Data)
+		}
+		if bytes.Contains(l.Data, []byte(`"type":"register"`)) {
+			registers++
+		}
+	}
+	if registers < 3 {
+		t.Fatalf("%d register entries in the leader's log, want 3", registers)
+	}
+}
+
+// TestEvidenceGateWithoutKeys: a gate given no verifier keys admits
+// registers and rechecks signed or not, as before, and ignores what
+// signatures they carry, malformed ones included.
+func TestEvidenceGateWithoutKeys(t *testing.T) {
+	n := StartTestNode(t, TestConfig(t.TempDir(), "n1"))
+	waitLeader(t, n)
+	ctx := ctxT(t, time.Minute)
+	cl := NewClient(n.URL())
+	t.Cleanup(cl.Close)
+	if _, err := cl.Register(ctx, signedRegister("plain", manifest.Verified, 1)); err != nil {
+		t.Fatalf("unsigned register: %v", err)
+	}
+	junk := signedRegister("junk", manifest.Verified, 1)
+	junk.Signatures = []evidence.Signature{{Key: "nonsense", Sig: "!"}}
+	if _, err := cl.Register(ctx, junk); err != nil {
+		t.Fatalf("register with a malformed signature: %v", err)
+	}
+	if _, err := cl.Recheck(ctx, &RecheckCmd{Root: dig("plain"), Kind: FenceTombstone, Value: 2, Report: dig("r")}); err != nil {
+		t.Fatalf("unsigned recheck: %v", err)
+	}
+	st, err := cl.Status(ctx)
+	if err != nil || len(st.VerifierKeys) != 0 {
+		t.Fatalf("status of a gate without keys: %v, verifier keys %v", err, st.VerifierKeys)
+	}
+	resp, err := http.Get(n.URL() + "/v1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(b), "verifierKeys") {
+		t.Fatalf("status of a gate without keys names verifierKeys: %s", b)
+	}
+}
+
+func repeatKey(k ed25519.PrivateKey, n int) []ed25519.PrivateKey {
+	out := make([]ed25519.PrivateKey, n)
+	for i := range out {
+		out[i] = k
+	}
+	return out
+}
