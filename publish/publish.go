@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 	"time"
@@ -49,6 +50,10 @@ type Options struct {
 	// Retain is the rollback window of a new alias (0: the gate default).
 	Retain int
 	Verify VerifyFunc
+	// SignKey, when set, signs the evidence of the report registered
+	// (see AttachRegisterSignatures); the signatures stored beside the
+	// report (verify --sign-key) are sent either way.
+	SignKey ed25519.PrivateKey
 	// Attempts bounds how often a publish whose outcome is unknown
 	// (INDETERMINATE) is sent again; zero means 5.
 	Attempts int
@@ -241,13 +246,20 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 			}
 		}
 	}
+	regCmd := &raftgate.Register{Root: o.Root, Shards: shards, Report: Summary(rep, out.ReportDigest)}
+	if err := AttachRegisterSignatures(ctx, s, o.SignKey, regCmd, log); err != nil {
+		return out, fmt.Errorf("%w; nothing registered", err)
+	}
 	var reg *raftgate.RecheckResult
 	err = resend(ctx, log, "register", attempts, func() (err error) {
 		// Registering the same report twice changes nothing.
-		reg, err = g.Register(ctx, &raftgate.Register{Root: o.Root, Shards: shards, Report: Summary(rep, out.ReportDigest)})
+		reg, err = g.Register(ctx, regCmd)
 		return err
 	})
 	if err != nil {
+		if c := errcode.Of(err); c == errcode.EvidenceUnsigned || c == errcode.EvidenceSignatureInvalid {
+			log.Warn("the gate requires a trusted verifier's signature of the report; nothing registered", "report", out.ReportDigest.String(), "signatures", len(regCmd.Signatures), "code", c)
+		}
 		return out, fmt.Errorf("register: %w", err)
 	}
 	if rep.Verdict != manifest.Verified {

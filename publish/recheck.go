@@ -3,6 +3,7 @@ package publish
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -33,6 +34,10 @@ type RecheckOptions struct {
 	// runtime.NumCPU()); Tool names the program in the recheck report.
 	Parallelism int
 	Tool        string
+	// SignKey, when set, signs each recheck recorded (and the
+	// verification report a full recheck makes); the signatures stored
+	// beside them are sent either way (see AttachRecheckSignatures).
+	SignKey ed25519.PrivateKey
 }
 
 // RecheckOutcome is what Recheck did.
@@ -93,7 +98,7 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 			return nil, err
 		}
 		out := &RecheckOutcome{Members: doc, ReportDigest: d, Hits: map[string]int64{}, Reopened: []string{}}
-		if err := record(ctx, log, g, o, out, d, doc.TombstoneWatermark, doc.TombstoneHits, doc.BenchmarkFence, doc.BenchmarkHits); err != nil {
+		if err := record(ctx, log, s, g, o, out, d, doc.TombstoneWatermark, doc.TombstoneHits, doc.BenchmarkFence, doc.BenchmarkHits); err != nil {
 			return out, err
 		}
 		return out, stillBehind(ctx, g, o, out)
@@ -106,6 +111,12 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 		return nil, errcode.New(errcode.BadDocument, "report %s verifies %s, not %s", d, rep.Root, o.Root)
 	}
 	out := &RecheckOutcome{Report: rep, ReportDigest: d, Hits: map[string]int64{}, Reopened: []string{}}
+	if o.SignKey != nil {
+		// So that the report may be registered later (gate register).
+		if err := SignReport(ctx, s, o.SignKey, rep, d); err != nil {
+			return out, err
+		}
+	}
 	// Only fence hits are a recheck's business; any other failure means
 	// the release itself no longer verifies.
 	other := rep.Counts
@@ -113,7 +124,7 @@ func Recheck(ctx context.Context, s objstore.Store, g Gate, o RecheckOptions) (*
 	if code := FailureCode(&other); code != "" {
 		return out, errcode.New(code, "release %s no longer verifies (report %s); permits are not renewed", o.Root, d)
 	}
-	if err := record(ctx, log, g, o, out, d, rep.TombstoneWatermark, rep.Counts.TombstoneHits, rep.BenchmarkFence, rep.Counts.BenchmarkHits); err != nil {
+	if err := record(ctx, log, s, g, o, out, d, rep.TombstoneWatermark, rep.Counts.TombstoneHits, rep.BenchmarkFence, rep.Counts.BenchmarkHits); err != nil {
 		return out, err
 	}
 	return out, stillBehind(ctx, g, o, out)
@@ -189,7 +200,7 @@ func stillBehind(ctx context.Context, g Gate, o RecheckOptions, out *RecheckOutc
 // record sends one recheck command per fence document checked, with the
 // report d and its hits, and fills out's hits, release and reopened
 // permits.
-func record(ctx context.Context, log *slog.Logger, g Gate, o RecheckOptions, out *RecheckOutcome, d manifest.Digest, tw uint64, th int64, bf uint64, bh int64) error {
+func record(ctx context.Context, log *slog.Logger, s objstore.Store, g Gate, o RecheckOptions, out *RecheckOutcome, d manifest.Digest, tw uint64, th int64, bf uint64, bh int64) error {
 	for _, k := range []struct {
 		kind  string
 		doc   manifest.Digest
@@ -203,7 +214,11 @@ func record(ctx context.Context, log *slog.Logger, g Gate, o RecheckOptions, out
 			continue
 		}
 		out.Hits[k.kind] = k.hits
-		res, err := g.Recheck(ctx, &raftgate.RecheckCmd{Root: o.Root, Kind: k.kind, Value: k.value, Report: d, Hits: k.hits})
+		rc := &raftgate.RecheckCmd{Root: o.Root, Kind: k.kind, Value: k.value, Report: d, Hits: k.hits}
+		if err := AttachRecheckSignatures(ctx, s, o.SignKey, rc, log); err != nil {
+			return fmt.Errorf("recheck %s at %d: %w; nothing recorded", k.kind, k.value, err)
+		}
+		res, err := g.Recheck(ctx, rc)
 		if res != nil {
 			out.Release = res.Release
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/shardproof/shardproof/evidence"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
@@ -154,6 +156,7 @@ var gateServeFlags struct {
 	raftAdvertise, httpAdvertise       string
 	bootstrap, recover                 bool
 	tokenFile, restore                 string
+	verifierKeys                       string
 	tlsCert, tlsKey, tlsCA             string
 	autoPrune                          time.Duration
 	heartbeat, election, lease         time.Duration
@@ -223,6 +226,23 @@ authenticates; it does not encrypt: without TLS, a member whose API other
 hosts reach warns at start, and clients warn when they send it over plain
 http to a host that is not loopback.
 
+--verifier-keys FILE makes the gate require evidence a trusted verifier
+signed: a register of a report (publish, gate register) and a recheck
+(recheck, gate recheck) must carry a signature by one of FILE's ed25519
+public keys (one "ed25519:<base64>" a line, as "shardproof keys generate"
+writes it; # starts a comment) over the fields the gate records, or is
+refused with EVIDENCE_UNSIGNED (none by a trusted key) or
+EVIDENCE_SIGNATURE_INVALID (malformed, or a field changed since it was
+signed), exit 4, HTTP 403, and nothing changes. Verifiers sign with
+verify --sign-key (or --sign-key where the evidence is registered); the
+signature is stored beside the report and sent by whoever registers it,
+who needs the token but no key. The member that receives a request checks
+it, before forwarding it to the leader, which checks it again: give every
+member the same FILE ("gate status" lists the key IDs a member trusts, as
+the start-up log does). Signatures are not logged: a gate's log and state
+are as without the flag. A FILE that lists no key or a line that is no
+key is USAGE, and the gate does not start.
+
 --tls-cert, --tls-key and --tls-ca put the member on TLS: the API is
 served over HTTPS (clients use https:// URLs, and --gate-ca or
 $SHARDPROOF_GATE_CA when the CA is not in the system's roots), and Raft
@@ -250,6 +270,13 @@ writes nothing while it waits. "gate status" shows the value in effect.`,
 		}
 		if f.data == "" {
 			return errcode.New(errcode.Usage, "%s: --data DIR is required", cmd.CommandPath())
+		}
+		var trusted *evidence.Trusted
+		if f.verifierKeys != "" {
+			var err error
+			if trusted, err = evidence.LoadTrusted(f.verifierKeys); err != nil {
+				return err
+			}
 		}
 		var tlsCfg *raftgate.TLSConfig
 		if f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" {
@@ -299,6 +326,7 @@ writes nothing while it waits. "gate status" shows the value in effect.`,
 			Token:          token,
 			Restore:        restore,
 			TLS:            tlsCfg,
+			VerifierKeys:   trusted,
 		})
 		if err := n.Start(cmd.Context()); err != nil {
 			return err
@@ -343,7 +371,12 @@ a time and check here that the cluster version rose after the last.
 
 "cluster ID" (from cluster version 3) is the cluster's identity, which
 Raft connections between members carry: members of one cluster print the
-same.`,
+same.
+
+"verifier keys" (a member started with --verifier-keys) are the IDs of
+the keys whose signature it requires of a report or a recheck: every
+member should print the same, or a command one member admits another
+refuses.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		c := gateClient()
@@ -381,6 +414,9 @@ same.`,
 			}
 			if st.ClusterID != "" {
 				fmt.Fprintf(w, "cluster ID: %s\n", st.ClusterID)
+			}
+			if len(st.VerifierKeys) > 0 {
+				fmt.Fprintf(w, "verifier keys: %s\n", strings.Join(st.VerifierKeys, ", "))
 			}
 			if len(st.MemberVersions) > 0 {
 				var ms []string
@@ -633,6 +669,10 @@ those bytes were proven once, so the store's copy is what is bad, and the
 verdict would close the permits of the root's aliases and runs for good.
 With only --root the release is STAGED.
 
+The signatures stored beside the report (verify --sign-key) are sent with
+it; --sign-key signs it now too. A gate started with --verifier-keys
+refuses a report no key it trusts signed (EVIDENCE_UNSIGNED, exit 4).
+
 Exit status: 0 registered, 1 the release is INVALID (recorded as such),
 the report does not reach its claims or describes a damaged copy of a
 release the gate holds proven (nothing recorded), 2 usage,
@@ -642,6 +682,10 @@ release the gate holds proven (nothing recorded), 2 usage,
 		f := gateRegisterFlags
 		if f.report == "" && f.root == "" {
 			return errcode.New(errcode.Usage, "%s: give --report or --root", cmd.CommandPath())
+		}
+		key, err := signKey(cmd)
+		if err != nil {
+			return err
 		}
 		s, err := openStore(cmd, f.store)
 		if err != nil {
@@ -744,6 +788,9 @@ release the gate holds proven (nothing recorded), 2 usage,
 					return err
 				}
 			}
+		}
+		if err := publish.AttachRegisterSignatures(ctx, s, key, reg, slog.Default()); err != nil {
+			return fmt.Errorf("%w; nothing registered", err)
 		}
 		res, err := c.Register(ctx, reg)
 		if err != nil {
@@ -1012,7 +1059,10 @@ the gate are the report's. --value and --hits, if given, must equal them
 checked must be the log the gate's fence was advanced with, when the
 gate records one (FENCE_LOG_MISMATCH, exit 4, nothing recorded). Zero
 hits renews ROOT's permits a fence advance closed; any hit marks the
-release INVALID.
+release INVALID. The signatures stored for the recheck (recheck
+--sign-key) are sent with it, and --sign-key signs it now: a gate started
+with --verifier-keys refuses one no key it trusts signed
+(EVIDENCE_UNSIGNED, exit 4).
 
 Exit status: 0 recorded, 1 the release has hits (now INVALID), or the
 report does not show what --value/--hits say or checked another
@@ -1031,6 +1081,10 @@ snapshot (BAD_INPUT; nothing recorded), 2 usage, 3 error, 4 refused, 5 indetermi
 			return errcode.New(errcode.Usage, "%s: --kind must be %s or %s", cmd.CommandPath(), raftgate.FenceTombstone, raftgate.FenceBenchmark)
 		}
 		rd, err := parseDigestArg(cmd, "--report", f.report)
+		if err != nil {
+			return err
+		}
+		key, err := signKey(cmd)
 		if err != nil {
 			return err
 		}
@@ -1065,6 +1119,9 @@ snapshot (BAD_INPUT; nothing recorded), 2 usage, 3 error, 4 refused, 5 indetermi
 		}
 		if err := publish.CheckFenceLogs(cmd.Context(), s, tomb, bench, *fences); err != nil {
 			return fmt.Errorf("report %s: %w; nothing recorded", rd, err)
+		}
+		if err := publish.AttachRecheckSignatures(cmd.Context(), s, key, rc, slog.Default()); err != nil {
+			return fmt.Errorf("%w; nothing recorded", err)
 		}
 		r, err := c.Recheck(cmd.Context(), rc)
 		if err != nil {
@@ -1174,6 +1231,7 @@ func init() {
 	f.StringVar(&gateServeFlags.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&gateServeFlags.tlsCA, "tls-ca", "", "PEM file of the CA(s) that signed every member's certificate")
 	f.StringVar(&gateServeFlags.tokenFile, "token-file", os.Getenv("SHARDPROOF_GATE_TOKEN_FILE"), "require this file's token of every client and member (env SHARDPROOF_GATE_TOKEN_FILE; see above)")
+	f.StringVar(&gateServeFlags.verifierKeys, "verifier-keys", "", "require a signature by one of this file's verifier public keys (one a line, # comments) of every register of a report and every recheck (see above)")
 	f.BoolVar(&gateServeFlags.recover, "recover", false, "make this member, with its state, the only member of its cluster: once, after a majority of the members is lost for good (the others must then be wiped and rejoin with --join)")
 	f.DurationVar(&gateServeFlags.heartbeat, "raft-heartbeat", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before it starts an election (every member should use the same values)")
 	f.DurationVar(&gateServeFlags.election, "raft-election", time.Second, "Raft election timeout, at least --raft-heartbeat")
@@ -1184,6 +1242,7 @@ func init() {
 	f.StringVar(&gateRegisterFlags.store, "store", os.Getenv("SHARDPROOF_STORE"), "object store URL or path (default $SHARDPROOF_STORE)")
 	f.StringVar(&gateRegisterFlags.report, "report", "", "digest of the verification report")
 	f.StringVar(&gateRegisterFlags.root, "root", "", "root digest (without --report: stage the release)")
+	addSignKeyFlag(f, "the report's evidence")
 
 	gatePublishCmd.Flags().Uint64Var(&gatePublishFlags.expect, "expect", 0, "the alias's current generation (0 creates it)")
 	gatePublishCmd.Flags().IntVar(&gatePublishFlags.retain, "retain", 0, fmt.Sprintf("rollback window of a new alias: the roots of its last N generations, the current one included, are kept (default %d)", raftgate.DefaultRetain))
@@ -1195,6 +1254,7 @@ func init() {
 	f.StringVar(&gateRecheckFlags.report, "report", "", "digest of the recheck or verification report")
 	f.Uint64Var(&gateRecheckFlags.value, "value", 0, "the watermark the report checked (optional; checked against the report)")
 	f.Int64Var(&gateRecheckFlags.hits, "hits", 0, "the hits the report found (optional; checked against the report)")
+	addSignKeyFlag(f, "the recheck's evidence")
 
 	gatePruneCmd.Flags().DurationVar(&gatePruneFlags.olderThan, "older-than", 30*24*time.Hour, "prune only what was created, closed or registered longer ago than this")
 	gateBackupCmd.Flags().BoolVar(&gateBackupForce, "force", false, "replace FILE if it exists")

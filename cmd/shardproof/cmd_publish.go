@@ -118,6 +118,11 @@ and so is one checked below the watermarks the gate already records for
 the release (BAD_INPUT, as gate register refuses it: publish without
 --report reuses what the gate holds).
 
+A gate started with --verifier-keys registers a report only with a
+signature by a verifier key it trusts (EVIDENCE_UNSIGNED, exit 4,
+otherwise; the release stays STAGED): publish sends those stored beside
+the report (verify --sign-key), and --sign-key signs it here.
+
 Exit status: 0 published, 1 INVALID (or WATERMARK_UNCHECKED), 2 usage,
 or credentials or a bucket the store refuses (STORE_DENIED,
 NO_SUCH_BUCKET), 3 store or gate unreachable, 4 refused by the gate, 5
@@ -139,6 +144,9 @@ outcome unknown.`,
 				return err
 			}
 			if o.Report, err = parseOptionalDigest(cmd, "--report", report); err != nil {
+				return err
+			}
+			if o.SignKey, err = signKey(cmd); err != nil {
 				return err
 			}
 			s, err := openJobStore(cmd, store, scratch)
@@ -173,6 +181,7 @@ outcome unknown.`,
 	f.IntVar(&parallelism, "parallelism", 0, "verify tasks run at once (default: number of CPUs)")
 	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "log warnings only")
+	addSignKeyFlag(f, "the report's evidence it registers")
 	rootCmd.AddCommand(cmd)
 }
 

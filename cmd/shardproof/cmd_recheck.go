@@ -66,6 +66,11 @@ recheck (a recheck of tombstones while the benchmark fence has passed it)
 keeps its permits closed: that is FENCE_BEHIND, naming the document
 still to recheck it with, not "renewed".
 
+A gate started with --verifier-keys records a recheck only with a
+signature by a verifier key it trusts (EVIDENCE_UNSIGNED, exit 4,
+otherwise; the report is stored, and gate recheck --sign-key can record
+it later): --sign-key signs each recheck and stores the signatures.
+
 Exit status: 0 every root renewed (its release satisfies both fences),
 1 a root has hits or no longer verifies (TOMBSTONE_HIT, BENCHMARK_HIT, …)
 or its claims need other documents (WATERMARK_UNCHECKED), 2 usage, or
@@ -96,6 +101,9 @@ not the fence's log (FENCE_LOG_MISMATCH), or still behind the other fence
 					return err
 				}
 				ds = append(ds, d)
+			}
+			if o.SignKey, err = signKey(cmd); err != nil {
+				return err
 			}
 			s, err := openJobStore(cmd, store, scratch)
 			if err != nil {
@@ -165,6 +173,7 @@ not the fence's log (FENCE_LOG_MISMATCH), or still behind the other fence
 	f.BoolVar(&members, "members", false, "count hits in the snapshot's member files, which the gate's VERIFIED report binds the root to, instead of verifying the release again")
 	f.BoolVar(&asJSON, "json", false, "print the outcomes as JSON")
 	f.BoolVarP(&quiet, "quiet", "q", false, "log warnings only")
+	addSignKeyFlag(f, "each recheck it records (and a full recheck's verification report)")
 	rootCmd.AddCommand(cmd)
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -21,9 +22,11 @@ import (
 	"golang.org/x/term"
 
 	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/evidence"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/publish"
 	"github.com/shardproof/shardproof/shuffle"
 )
 
@@ -50,6 +53,13 @@ checked against a tombstone log (--tombstones) and benchmark registry
 (--benchmark) that reach its claims, or not at all (WATERMARK_UNCHECKED
 before any byte is read; a claim of 0 needs no document).
 
+--sign-key FILE (a private key from "shardproof keys generate") signs
+what a gate register of the report sends (root, shards, report digest,
+verdict, snapshot, watermarks, hits) and stores the signature beside it
+(index/evidence/…): a gate started with --verifier-keys takes the report
+from publish or gate register only with a signature by a key it trusts.
+A FILE that does not load is USAGE before any work.
+
 Exit status: 0 VERIFIED, 1 INVALID (a report is stored), an input
 document that is not what it is given as (BAD_DOCUMENT, no report),
 fence documents below the release's claims (WATERMARK_UNCHECKED, no
@@ -63,6 +73,10 @@ operational error (JOB_IN_USE included).`,
 				return err
 			}
 			if err := checkMetricsFile(cmd); err != nil {
+				return err
+			}
+			// A key that does not load fails now, not after the work.
+			if _, err := signKey(cmd); err != nil {
 				return err
 			}
 			if takeOver && resume == "" {
@@ -150,6 +164,7 @@ operational error (JOB_IN_USE included).`,
 	f.String("metrics-file", "", "also write the verification's figures (verified shard ratio, failures by class, throughput, decompression ratio; labelled by root digest) to this file in Prometheus text format, for node_exporter's textfile collector; a verify that ends with an error and no verdict writes shardproof_verify_error{root,code} instead")
 	f.StringVar(&resume, "resume", "", "finish an interrupted verification with any executor: the plan digest it logged (committed tasks are reused, and a map task whose committed shuffle file is damaged or gone, or whose commit record does not decode, runs again, at most 3 runs a task; the root, snapshot, fences and the plan's shape come from the plan, and giving --root, --reducers or another flag the plan records is USAGE; a finished one prints its stored report; one another process runs is JOB_IN_USE)")
 	f.BoolVar(&takeOver, "take-over", false, fmt.Sprintf("with --resume: take the job from its holder at once, for a holder known to be dead whose machine is down (one on another machine is otherwise taken for gone only %s after its last renewal); the holder displaced is printed, and one running on this machine is still JOB_IN_USE", coordinator.HoldStaleAfter))
+	addSignKeyFlag(f, "the report's evidence (what gate register sends: root, shards, digest, verdict, snapshot, watermarks, hits)")
 	engine.addFlags(f)
 	// A verification that ends with an error and no verdict still leaves
 	// its --metrics-file saying so (a verdict's path wrote the report's
@@ -385,6 +400,16 @@ func finishVerify(cmd *cobra.Command, s objstore.Store, out *coordinator.Outcome
 	}
 	if keep, _ := cmd.Flags().GetBool("keep-job"); !keep {
 		removeJob(cmd.Context(), s, out.Plan)
+	}
+	key, err := signKey(cmd)
+	if err != nil {
+		return err
+	}
+	if key != nil {
+		if err := publish.SignReport(cmd.Context(), s, key, out.Report, out.ReportDigest); err != nil {
+			return fmt.Errorf("report %s is stored but not signed: %w", out.ReportDigest, err)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "shardproof: verify: report %s signed by %s\n", out.ReportDigest, evidence.KeyID(key.Public().(ed25519.PublicKey)))
 	}
 	var merr error
 	if path, _ := cmd.Flags().GetString("metrics-file"); path != "" {

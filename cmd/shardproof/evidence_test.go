@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardproof/shardproof/evidence"
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/raftgate"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// startSigningGate starts a single-node gate that trusts the verifier
+// keys of the file at keys, and waits until it leads.
+func startSigningGate(t *testing.T, keys string) (*raftgate.Node, *raftgate.Client) {
+	t.Helper()
+	trusted, err := evidence.LoadTrusted(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := raftgate.TestConfig(t.TempDir(), "gate1")
+	cfg.VerifierKeys = trusted
+	node := raftgate.StartTestNode(t, cfg)
+	g := raftgate.NewClient(node.URL())
+	t.Cleanup(g.Close)
+	for deadline := time.Now().Add(10 * time.Second); !node.IsLeader(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+	}
+	return node, g
+}
+
+var keyIDLine = regexp.MustCompile(`(?m)^key (ed25519:sha256:[0-9a-f]{16})$`)
+
+// keyPair runs keys generate into dir and returns the private and public
+// files and the key ID it printed.
+func keyPair(t *testing.T, dir, name string) (priv, pub, id string) {
+	t.Helper()
+	priv, pub = filepath.Join(dir, name+".key"), filepath.Join(dir, name+".pub")
+	out, err := cli(t, "keys", "generate", "--private", priv, "--public", pub)
+	m := keyIDLine.FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("keys generate: %q %v", out, err)
+	}
+	return priv, pub, m[1]
+}
+
+// TestSignedEvidenceCLI: a gate given --verifier-keys takes a report or a
+// recheck from publish, gate register, recheck and gate recheck only
+// with a signature by a trusted verifier key, made by verify --sign-key
+// and stored beside the report, or by --sign-key where it is registered.
+// Without one (or with one by another key) each fails with the gate's
+// EVIDENCE_UNSIGNED, exit 4, and the gate records no report.
+func TestSignedEvidenceCLI(t *testing.T) {
+	ctx := context.Background()
+	dir, s := tempFileStore(t)
+	gen1 := stagetest.Synth(t, s, 400, 2, 1)
+	gen2 := stagetest.Synth(t, s, 400, 2, 2)
+	gen3 := stagetest.Synth(t, s, 400, 2, 3)
+	keys := t.TempDir()
+	priv, pub, id := keyPair(t, keys, "verifier")
+	otherPriv, _, _ := keyPair(t, keys, "other")
+	// Never overwritten.
+	_, err := cli(t, "keys", "generate", "--private", priv, "--public", filepath.Join(keys, "new.pub"))
+	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
+
+	node, g := startSigningGate(t, pub)
+	gate := []string{"--store", dir, "--gate", node.URL()}
+	out, err := cli(t, "gate", "status", "--gate", node.URL())
+	if err != nil || !strings.Contains(out, "verifier keys: "+id) {
+		t.Fatalf("gate status: %q %v; want it to show %s", out, err, id)
+	}
+	noReport := func(root manifest.Digest, what string) {
+		t.Helper()
+		r, err := g.Release(ctx, root)
+		if errcode.Of(err) == errcode.UnknownRelease {
+			return
+		}
+		if err != nil || !r.Report.IsZero() || r.State != raftgate.ReleaseStaged {
+			t.Fatalf("%s: release %+v %v, want none or STAGED without a report", what, r, err)
+		}
+	}
+
+	// publish verifying itself, without a key: the gate's code, clearly.
+	_, err = cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", gen1.Root.String()}, gate...)...)
+	wantExit(t, err, errcode.EvidenceUnsigned, errcode.ExitRejected)
+	if !strings.Contains(err.Error(), "no verifier signature") || !strings.Contains(err.Error(), id) {
+		t.Fatalf("publish without a signature: %v; want it to say a signature by %s is needed", err, id)
+	}
+	noReport(gen1.Root, "publish without a signature")
+
+	// verify --sign-key stores the signature beside the report; publish
+	// --report, holding no key, sends it.
+	_, err = cli(t, "verify", "--store", dir, "--root", gen1.Root.String(), "--sign-key", filepath.Join(keys, "missing.key"))
+	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
+	out, err = cli(t, "verify", "--store", dir, "--root", gen1.Root.String(), "--sign-key", priv)
+	m := reportLine.FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("verify --sign-key: %q %v", out, err)
+	}
+	out, err = cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", gen1.Root.String(), "--report", m[1]}, gate...)...)
+	if err != nil || !strings.Contains(out, "generation 1") {
+		t.Fatalf("publish --report of a signed report: %q %v", out, err)
+	}
+
+	// publish --sign-key signs at registration.
+	out, err = cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", gen2.Root.String(), "--expect-generation", "1", "--sign-key", priv}, gate...)...)
+	if err != nil || !strings.Contains(out, "generation 2") {
+		t.Fatalf("publish --sign-key: %q %v", out, err)
+	}
+
+	// A report signed by a key the gate does not trust.
+	out, err = cli(t, "verify", "--store", dir, "--root", gen3.Root.String(), "--sign-key", otherPriv)
+	m3 := reportLine.FindStringSubmatch(out)
+	if err != nil || m3 == nil {
+		t.Fatalf("verify gen3: %q %v", out, err)
+	}
+	_, err = cli(t, append([]string{"gate", "register", "--report", m3[1]}, gate...)...)
+	wantExit(t, err, errcode.EvidenceUnsigned, errcode.ExitRejected)
+	noReport(gen3.Root, "gate register of a report signed by another key")
+	if out, err := cli(t, append([]string{"gate", "register", "--report", m3[1], "--sign-key", priv}, gate...)...); err != nil || !strings.Contains(out, "VERIFIED") {
+		t.Fatalf("gate register --sign-key: %q %v", out, err)
+	}
+
+	// A fence advance closes the alias's permit; rechecks need signing
+	// too.
+	tomb := putFenceLog(t, s, `{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`)
+	if out, err := cli(t, append([]string{"gate", "fence", "advance", "--tombstones", tomb.String()}, gate...)...); err != nil {
+		t.Fatalf("fence advance: %q %v", out, err)
+	}
+	recheck := append([]string{"recheck", "-q", "--tombstones", tomb.String()}, gate...)
+	out, err = cli(t, append(recheck, "--root", gen2.Root.String())...)
+	wantExit(t, err, errcode.EvidenceUnsigned, errcode.ExitRejected)
+	if r, err := g.Release(ctx, gen2.Root); err != nil || r.TombstoneWatermark != 0 {
+		t.Fatalf("an unsigned recheck was recorded: %+v %v", r, err)
+	}
+	// Its report is stored: gate recheck of it, unsigned, then signed.
+	mr := regexp.MustCompile(`report (sha256:[0-9a-f]{64})`).FindStringSubmatch(out)
+	if mr == nil {
+		t.Fatalf("recheck output names no report: %q", out)
+	}
+	_, err = cli(t, append([]string{"gate", "recheck", gen2.Root.String(), "--kind", "tombstone", "--report", mr[1]}, gate...)...)
+	wantExit(t, err, errcode.EvidenceUnsigned, errcode.ExitRejected)
+	if out, err := cli(t, append([]string{"gate", "recheck", gen2.Root.String(), "--kind", "tombstone", "--report", mr[1], "--sign-key", priv}, gate...)...); err != nil || !strings.Contains(out, "tombstone 4") {
+		t.Fatalf("gate recheck --sign-key: %q %v", out, err)
+	}
+	// recheck --sign-key of gen1 (in the alias's rollback window).
+	if out, err := cli(t, append(recheck, "--root", gen1.Root.String(), "--sign-key", priv)...); err != nil || !strings.Contains(out, "renewed") {
+		t.Fatalf("recheck --sign-key: %q %v", out, err)
+	}
+	for _, root := range []manifest.Digest{gen1.Root, gen2.Root} {
+		if r, err := g.Release(ctx, root); err != nil || r.TombstoneWatermark != 4 {
+			t.Fatalf("release %s after signed rechecks: %+v %v", root, r, err)
+		}
+	}
+
+	// A gate given a keys file that lists no key does not start.
+	bad := filepath.Join(keys, "bad")
+	os.WriteFile(bad, []byte("# nothing yet\nssh-ed25519 AAAA\n"), 0o644)
+	_, err = cli(t, "gate", "serve", "--data", t.TempDir(), "--bootstrap", "--verifier-keys", bad)
+	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
+}
