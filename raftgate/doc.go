@@ -219,6 +219,14 @@
 // reach warns at start, and a Client warns once per URL when it sends it
 // over plain http to an address that is not loopback.
 //
+// With Config.VerifierKeys a register carrying a report and a recheck
+// must carry a signature, by a trusted verifier key, of their fields
+// (Register.Evidence, RecheckCmd.Evidence; package evidence), else 403
+// EVIDENCE_UNSIGNED or EVIDENCE_SIGNATURE_INVALID. The member that
+// receives the request checks it (checkEvidence) before it forwards or
+// proposes; Node.Apply drops the signatures before the command is
+// encoded, so no log entry holds them and Apply never sees them.
+//
 // Every cluster has an identity (State.ClusterID, see identity.go),
 // drawn when it is founded (--bootstrap; a restore draws a new one) or,
 // for a cluster founded by an older build, by its first raise to version
