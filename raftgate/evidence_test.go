@@ -241,3 +241,25 @@ func repeatKey(k ed25519.PrivateKey, n int) []ed25519.PrivateKey {
 	}
 	return out
 }
+
+// TestEvidenceSignaturesDecodeStrictly: signatures that are not a list
+// of {key, sig} strings are BAD_DOCUMENT, as any malformed command is.
+func TestEvidenceSignaturesDecodeStrictly(t *testing.T) {
+	base := `{"type":"recheck","now":0,"root":"` + dig("r").String() + `","kind":"tombstone","value":1,"report":"` + dig("p").String() + `","hits":0`
+	if c, err := DecodeCommand([]byte(base + `,"signatures":[{"key":"ed25519:x","sig":"y"}]}`)); err != nil || len(c.(*RecheckCmd).Signatures) != 1 {
+		t.Fatalf("a well-formed signatures list: %v", err)
+	}
+	for _, bad := range []string{
+		`,"signatures":"x"}`,
+		`,"signatures":{"key":"a","sig":"b"}}`,
+		`,"signatures":[null]}`,
+		`,"signatures":[{"key":1,"sig":"b"}]}`,
+		`,"signatures":[{"key":"a","sig":"b","by":"c"}]}`,
+		`,"signatures":[{"key":"a","Key":"b"}]}`,
+		`,"signatures":[{"key":null,"sig":"b"}]}`,
+	} {
+		if _, err := DecodeCommand([]byte(base + bad)); errcode.Of(err) != errcode.BadDocument {
+			t.Errorf("recheck with %s: %v, want BAD_DOCUMENT", bad, err)
+		}
+	}
+}
