@@ -60,64 +60,9 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	}
 	c := &rep.Counts
 	c.Shards = int64(len(j.Release.Shards))
-	failedShard := make([]bool, len(j.Release.Shards))
-	var failures failureList
-	// addResults counts the failures of mapped files, release shards
-	// (from map tasks) and snapshot members (from map or reduce tasks).
-	addResults := func(results []mapper.Result) error {
-		for _, res := range results {
-			switch {
-			case res.Skipped:
-				exec.SnapshotMembersSkipped++
-			case res.BucketsRead > 0:
-				exec.SnapshotMembersByBucket++
-				exec.SnapshotBucketsRead += res.BucketsRead
-			case res.Side == mapper.SideSnapshot:
-				exec.SnapshotMembersRead++
-			}
-			if res.Side == 0 {
-				rep.Stats.StoredBytes += res.StoredBytes
-				rep.Stats.LogicalBytes += res.LogicalBytes
-			}
-			// The failures its commit record lists, then those it left
-			// out (their codes alone), count alike.
-			counted := map[*int64]bool{}
-			for k, code := range failureCodes(&res) {
-				counter := failureCounter[code]
-				if counter == nil {
-					return errcode.New(errcode.Internal, "mapper reported unknown failure code %q for %s", code, res.ShardID)
-				}
-				// A counter counts files: a shard whose tokens and member
-				// set both differ is one COUNT_MISMATCH with two entries,
-				// and FOOTER_CORRUPT with DECODE_ERROR one decode error.
-				if n := counter(c); !counted[n] {
-					counted[n] = true
-					*n++
-				}
-				if res.Side == 0 {
-					failedShard[res.Index] = true
-				}
-				if k < len(res.Failures) {
-					failures.add(res.Failures[k])
-				} else {
-					failures.omitted++
-				}
-			}
-		}
-		return nil
-	}
-	var addErr error
-	if err := j.eachMapCommit(ctx, "aggregate", func(_ int, mc *MapCommit) {
-		for _, o := range mc.Outputs {
-			exec.ShuffleBytes += o.Size
-		}
-		if err := addResults(mc.Results); err != nil && addErr == nil {
-			addErr = err
-		}
-	}); err != nil {
+	a := &aggregation{rep: rep, exec: &exec, failedShard: make([]bool, len(j.Release.Shards))}
+	if err := j.addMapCommits(ctx, a); err != nil {
 		return nil, manifest.Digest{}, err
-	} else if addErr != nil {
-		return nil, manifest.Digest{}, addErr
 	}
 	nb := 1 << j.Plan.K
 	relLeaves := make([][32]byte, 0, nb)
@@ -128,7 +73,7 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 		if err != nil {
 			return nil, manifest.Digest{}, err
 		}
-		if err := addResults(rc.Members); err != nil {
+		if err := a.addResults(rc.Members); err != nil {
 			return nil, manifest.Digest{}, err
 		}
 		exec.MergedFiles += len(rc.Merged)
@@ -139,7 +84,7 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 		relLeaves = appendLeaves(relLeaves, rc.Result.ReleaseLeaves)
 		snapLeaves = appendLeaves(snapLeaves, rc.Result.SnapshotLeaves)
 	}
-	for _, failed := range failedShard {
+	for _, failed := range a.failedShard {
 		if !failed {
 			c.ShardsVerified++
 		}
@@ -153,7 +98,7 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	rep.BoundTupleRoot = tuplehash.BindRoot(rep.ReleaseTupleRoot, rel.DatasetSnapshot, rel.TombstoneWatermark, rel.BenchmarkFence)
 	if rep.BoundTupleRoot != rel.OrderedMemberTupleRoot {
 		c.TupleRootMismatches++
-		failures.add(manifest.ShardFailure{
+		a.failures.add(manifest.ShardFailure{
 			Shard: "orderedMemberTupleRoot", Side: "release", Code: string(errcode.TupleRootMismatch),
 			Detail: fmt.Sprintf("manifest.orderedMemberTupleRoot=%s, recomputed=%s (from %d decoded release tuples, bound to datasetSnapshot %s and watermarks %d/%d)",
 				rel.OrderedMemberTupleRoot, rep.BoundTupleRoot, c.Records, rel.DatasetSnapshot, rel.TombstoneWatermark, rel.BenchmarkFence),
@@ -161,7 +106,7 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	}
 	if rep.SnapshotTupleRoot != j.Snapshot.TupleRoot {
 		c.TupleRootMismatches++
-		failures.add(manifest.ShardFailure{
+		a.failures.add(manifest.ShardFailure{
 			Shard: "tupleRoot", Side: "snapshot", Code: string(errcode.TupleRootMismatch),
 			Detail: fmt.Sprintf("snapshot.tupleRoot=%s, recomputed=%s (from %d decoded member tuples)",
 				j.Snapshot.TupleRoot, rep.SnapshotTupleRoot, c.SnapshotRecords),
@@ -173,8 +118,8 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	// In the report format's order (sorted by shard first, failures of
 	// both sides made a report its own decoding refused), the first of
 	// them when there are more than a report lists.
-	failures.cut()
-	rep.Failures, rep.FailuresOmitted = append([]manifest.ShardFailure{}, failures.kept...), failures.omitted
+	a.failures.cut()
+	rep.Failures, rep.FailuresOmitted = append([]manifest.ShardFailure{}, a.failures.kept...), a.failures.omitted
 	if rep.Stats.StoredBytes > 0 {
 		rep.Stats.DecompressionRatio = float64(rep.Stats.LogicalBytes) / float64(rep.Stats.StoredBytes)
 	}
@@ -216,6 +161,77 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	j.log().Info("verification report stored", "root", rep.Root.String(), "report", manifest.Digest(d).String(),
 		"verdict", rep.Verdict, "records", c.Records, "failures", int64(len(rep.Failures))+rep.FailuresOmitted, "failuresOmitted", rep.FailuresOmitted)
 	return rep, d, nil
+}
+
+// aggregation is what Aggregate gathers from the tasks' results.
+type aggregation struct {
+	rep         *manifest.Report
+	exec        *manifest.Execution
+	failedShard []bool // by release shard index
+	failures    failureList
+}
+
+// addResults counts the failures of mapped files, release shards (from
+// map tasks) and snapshot members (from map or reduce tasks).
+func (a *aggregation) addResults(results []mapper.Result) error {
+	c, exec := &a.rep.Counts, a.exec
+	for _, res := range results {
+		switch {
+		case res.Skipped:
+			exec.SnapshotMembersSkipped++
+		case res.BucketsRead > 0:
+			exec.SnapshotMembersByBucket++
+			exec.SnapshotBucketsRead += res.BucketsRead
+		case res.Side == mapper.SideSnapshot:
+			exec.SnapshotMembersRead++
+		}
+		if res.Side == 0 {
+			a.rep.Stats.StoredBytes += res.StoredBytes
+			a.rep.Stats.LogicalBytes += res.LogicalBytes
+		}
+		// The failures its commit record lists, then those it left
+		// out (their codes alone), count alike.
+		counted := map[*int64]bool{}
+		for k, code := range failureCodes(&res) {
+			counter := failureCounter[code]
+			if counter == nil {
+				return errcode.New(errcode.Internal, "mapper reported unknown failure code %q for %s", code, res.ShardID)
+			}
+			// A counter counts files: a shard whose tokens and member
+			// set both differ is one COUNT_MISMATCH with two entries,
+			// and FOOTER_CORRUPT with DECODE_ERROR one decode error.
+			if n := counter(c); !counted[n] {
+				counted[n] = true
+				*n++
+			}
+			if res.Side == 0 {
+				a.failedShard[res.Index] = true
+			}
+			if k < len(res.Failures) {
+				a.failures.add(res.Failures[k])
+			} else {
+				a.failures.omitted++
+			}
+		}
+	}
+	return nil
+}
+
+// addMapCommits adds every map task's commit record to a: its results
+// and the size of its shuffle files.
+func (j *Job) addMapCommits(ctx context.Context, a *aggregation) error {
+	var addErr error
+	if err := j.eachMapCommit(ctx, "aggregate", func(_ int, mc *MapCommit) {
+		for _, o := range mc.Outputs {
+			a.exec.ShuffleBytes += o.Size
+		}
+		if err := a.addResults(mc.Results); err != nil && addErr == nil {
+			addErr = err
+		}
+	}); err != nil {
+		return err
+	}
+	return addErr
 }
 
 // loggedFailures is the most failures an aggregation logs one line each:

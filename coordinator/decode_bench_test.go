@@ -5,8 +5,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"testing"
+	"time"
 
+	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/objstore"
@@ -71,8 +76,9 @@ func (m *memBodies) Get(ctx context.Context, key string, v objstore.Version) (io
 // map tasks of 20 inputs and reducers reducers, and a store serving, from
 // memory, a map commit record for every task: commitFuzzSetup's first
 // record's results, repeated, and one output per reducer. It returns the
-// records' total size too.
-func syntheticMapCommits(t testing.TB, maps, reducers int) (*Job, int64) {
+// records' total size too. The first failing results of each task list a
+// DIGEST_MISMATCH of their shard.
+func syntheticMapCommits(t testing.TB, maps, reducers, failing int) (*Job, int64) {
 	commitFuzzSetup(t)
 	var real MapCommit
 	if err := decodeStrict(commitFuzzBody[0], &real); err != nil {
@@ -91,6 +97,11 @@ func syntheticMapCommits(t testing.TB, maps, reducers int) (*Job, int64) {
 		for k := range 20 {
 			res := real.Results[k%len(real.Results)]
 			res.Side, res.Index = mapper.SideRelease, 20*i+k
+			if k < failing {
+				res.ShardID = fmt.Sprintf("shard-%07d", res.Index)
+				res.Failures = []manifest.ShardFailure{{Shard: res.ShardID, Side: "release", Code: string(errcode.DigestMismatch),
+					Detail: fmt.Sprintf("manifest.digest=%s, stored=%s", manifest.Digest{1}, manifest.Digest{byte(k)})}}
+			}
 			mc.Results = append(mc.Results, res)
 			plan.MapTasks[i] = append(plan.MapTasks[i], Input{Side: 0, Index: res.Index})
 		}
@@ -122,7 +133,7 @@ func BenchmarkReduceMapCommits(b *testing.B) {
 	maps := envInt(b, "SHARDPROOF_BENCH_MAPS", 7630)
 	for _, reducers := range []int{64, 256} {
 		b.Run(fmt.Sprintf("maps=%d/reducers=%d", maps, reducers), func(b *testing.B) {
-			j, size := syntheticMapCommits(b, maps, reducers)
+			j, size := syntheticMapCommits(b, maps, reducers, 0)
 			ctx := context.Background()
 			b.ReportAllocs()
 			cpu0 := cpuTime()
@@ -141,6 +152,74 @@ func BenchmarkReduceMapCommits(b *testing.B) {
 	}
 }
 
+// BenchmarkAggregateMapCommits measures the CPU and memory the
+// aggregation spends on the map tasks' commit records, as
+// BenchmarkReduceMapCommits does a reduce task's: every record (7,630 at
+// a billion records, SHARDPROOF_BENCH_MAPS), of 20 results and one output
+// per reducer, 64 or 256; failing=20, every result a failure (152,600
+// failures, of which the report lists 10,000). peakheap-MB is the most
+// heap the aggregation held above what was there before (the records in
+// memory), sampled every millisecond through one more aggregation run at
+// GOGC=5 after the timed ones, so that garbage adds little.
+func BenchmarkAggregateMapCommits(b *testing.B) {
+	maps := envInt(b, "SHARDPROOF_BENCH_MAPS", 7630)
+	for _, c := range []struct{ reducers, failing int }{{64, 0}, {256, 0}, {64, 20}} {
+		b.Run(fmt.Sprintf("maps=%d/reducers=%d/failing=%d", maps, c.reducers, c.failing), func(b *testing.B) {
+			j, size := syntheticMapCommits(b, maps, c.reducers, c.failing)
+			ctx := context.Background()
+			run := func() {
+				var exec manifest.Execution
+				a := &aggregation{rep: &manifest.Report{}, exec: &exec, failedShard: make([]bool, 20*maps)}
+				if err := j.addMapCommits(ctx, a); err != nil {
+					b.Fatal(err)
+				}
+				a.failures.cut()
+				if want := int64(maps) * int64(c.failing); a.rep.Counts.DigestFailures != want || int64(len(a.failures.kept))+a.failures.omitted != want || exec.ShuffleBytes == 0 {
+					b.Fatalf("%d digest failures, %d listed and %d omitted, shuffle bytes %d; want %d", a.rep.Counts.DigestFailures, len(a.failures.kept), a.failures.omitted, exec.ShuffleBytes, want)
+				}
+			}
+			b.ReportAllocs()
+			cpu0 := cpuTime()
+			for b.Loop() {
+				run()
+			}
+			b.ReportMetric(float64(cpuTime()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
+			b.ReportMetric(float64(size)/1e6, "recordMB")
+			b.StopTimer()
+			b.ReportMetric(float64(peakHeap(run))/1e6, "peakheap-MB")
+		})
+	}
+}
+
+// peakHeap returns the most heap, in bytes, f's run held above what was
+// in use when it started, sampled every millisecond, at GOGC=5.
+func peakHeap(f func()) uint64 {
+	defer debug.SetGCPercent(debug.SetGCPercent(5))
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
+	runtime.GC()
+	base := read()
+	peak := base
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			peak = max(peak, read())
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	f()
+	close(done)
+	<-stopped
+	return max(peak, read()) - base
+}
+
 // A reduce task decodes its own output of each map commit record and
 // none of the others': what it allocates reading the records does not
 // grow with the reducers. Decoding each record whole, 32 times the
@@ -152,7 +231,7 @@ func TestReduceDecodesItsOutputAlone(t *testing.T) {
 	ctx := t.Context()
 	allocs := map[int]float64{}
 	for _, reducers := range []int{8, 256} {
-		j, _ := syntheticMapCommits(t, maps, reducers)
+		j, _ := syntheticMapCommits(t, maps, reducers, 0)
 		r := reducers - 1
 		in, err := j.reduceInputs(ctx, r)
 		if err != nil {
