@@ -76,6 +76,11 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 		if err := a.addResults(rc.Members); err != nil {
 			return nil, manifest.Digest{}, err
 		}
+		// The shuffle files each reduce task read and verified: one of
+		// each map task's, so every file the map tasks committed.
+		for _, o := range rc.Inputs {
+			exec.ShuffleBytes += o.Size
+		}
 		exec.MergedFiles += len(rc.Merged)
 		for _, o := range rc.Merged {
 			exec.MergedBytes += o.Size
@@ -217,14 +222,10 @@ func (a *aggregation) addResults(results []mapper.Result) error {
 	return nil
 }
 
-// addMapCommits adds every map task's commit record to a: its results
-// and the size of its shuffle files.
+// addMapCommits adds the results of every map task's commit record to a.
 func (j *Job) addMapCommits(ctx context.Context, a *aggregation) error {
 	var addErr error
 	if err := j.eachMapCommit(ctx, "aggregate", func(_ int, mc *MapCommit) {
-		for _, o := range mc.Outputs {
-			a.exec.ShuffleBytes += o.Size
-		}
 		if err := a.addResults(mc.Results); err != nil && addErr == nil {
 			addErr = err
 		}

@@ -59,6 +59,10 @@ func TestForgedCommitRecords(t *testing.T) {
 		{"reduce: counts twice", maps, `"counts":{`, `"counts":{"missing":1},"counts":{`},
 		{"reduce: counts in another case", maps, `"counts":`, `"Counts":`},
 		{"reduce: example not UTF-8", maps, `"examples":{}`, "\"examples\":{\"MISSING_MEMBER\":[\"\xff\"]}"},
+		// The shuffle files a reduce task read, whose sizes the report
+		// sums: one of each map task's.
+		{"reduce: an input too many", maps, `"inputs":[{`, `"inputs":[{"key":"x","version":"v1","digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","size":1,"rows":1},{`},
+		{"reduce: negative input size", maps, `"size":`, `"size":-`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			body := mc
@@ -75,7 +79,15 @@ func TestForgedCommitRecords(t *testing.T) {
 			j := *j0
 			j.Store = &overlayStore{Store: j0.Store, key: commitFuzzKeys[c.w], body: forged}
 			rep, _, err := j.Aggregate(context.Background(), manifest.Execution{Executor: "test"})
-			if errcode.Of(err) != errcode.ShuffleCorrupt {
+			if aggregationTakes[c.name] {
+				// The aggregation decodes the results of a map commit
+				// record, not its outputs (readMapResults).
+				j.Store = &overlayStore{Store: j0.Store, key: commitFuzzKeys[c.w], body: body}
+				want, _, werr := j.Aggregate(context.Background(), manifest.Execution{Executor: "test"})
+				if err != nil || werr != nil || rep.Verdict != want.Verdict || rep.Counts != want.Counts || rep.Execution.ShuffleBytes != want.Execution.ShuffleBytes {
+					t.Fatalf("aggregate: %v (report %+v), want %v (report %+v)", err, rep, werr, want)
+				}
+			} else if errcode.Of(err) != errcode.ShuffleCorrupt {
 				t.Fatalf("aggregate: %v (report %+v), want SHUFFLE_CORRUPT", err, rep)
 			}
 			// A reduce task decodes only its own output of a map commit
@@ -114,6 +126,14 @@ var mapRecordRefused = map[string][]int{
 	"map: result digest in upper case": nil,
 	"map: a result too many":           nil,
 	"map: another reducer's output":    {0},
+}
+
+// aggregationTakes names the cases of TestForgedCommitRecords whose map
+// commit record the aggregation takes: one whose outputs alone are
+// wrong, which the aggregation does not decode, the reduce task of each
+// refusing it (mapRecordRefused).
+var aggregationTakes = map[string]bool{
+	"map: another reducer's output": true,
 }
 
 // A shard whose sampleIds are not UTF-8 (a Parquet utf8 column nothing

@@ -176,7 +176,7 @@ func (j *Job) watchMaps(ctx context.Context, finished <-chan struct{}, progress 
 				continue
 			}
 			var mc MapCommit
-			if found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &mc); err != nil || !found || j.checkMapCommit(i, &mc) != nil {
+			if found, err := j.readMapResults(ctx, i, &mc); err != nil || !found {
 				continue
 			}
 			seenMap[i] = true

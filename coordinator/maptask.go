@@ -305,6 +305,12 @@ func (j *Job) checkMapCommit(i int, c *MapCommit) error {
 			return err
 		}
 	}
+	return j.checkMapResults(i, c)
+}
+
+// checkMapResults checks the results of map task i's commit record
+// against the plan.
+func (j *Job) checkMapResults(i int, c *MapCommit) error {
 	ins := j.Plan.MapTasks[i]
 	for k, r := range c.Results {
 		if uint8(r.Side) != ins[k].Side || r.Index != ins[k].Index {
