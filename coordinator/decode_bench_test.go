@@ -58,6 +58,37 @@ func BenchmarkDecodeCommitRecord(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeReduceCommit measures decodeStrict on a reduce commit
+// record, which the aggregation reads once per reduce task: a real record
+// of commitFuzzSetup's run, its inputs, one per map task, repeated to
+// 7,630 (SHARDPROOF_BENCH_MAPS), as at a billion records.
+func BenchmarkDecodeReduceCommit(b *testing.B) {
+	commitFuzzSetup(b)
+	maps := envInt(b, "SHARDPROOF_BENCH_MAPS", 7630)
+	var rc ReduceCommit
+	if err := decodeStrict(commitFuzzBody[len(commitFuzzJob.Plan.MapTasks)], &rc); err != nil {
+		b.Fatal(err)
+	}
+	for len(rc.Inputs) < maps {
+		rc.Inputs = append(rc.Inputs, rc.Inputs...)
+	}
+	rc.Inputs = rc.Inputs[:maps]
+	doc, err := manifest.Encode(&rc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run(fmt.Sprintf("inputs=%d/%dB", maps, len(doc)), func(b *testing.B) {
+		b.SetBytes(int64(len(doc)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var got ReduceCommit
+			if err := decodeStrict(doc, &got); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // memBodies serves the latest version of each of its keys from memory and
 // everything else from the store below.
 type memBodies struct {
