@@ -832,6 +832,15 @@ func (a *applier) reassign(c *Reassign) (any, error) {
 		}
 		return nil, err
 	}
+	if a.s.ClusterVersion >= versionReassignTimesOut {
+		// A barrier deadline that passed fails the run, whoever comes
+		// first: the leader's sweep, an attestation or this. Below the
+		// version a reassignment gave the late run a new deadline, or
+		// opened its barrier on a scale-in, as entries in logs did.
+		if err := a.timedOut(run); err != nil {
+			return run.Summary(), err // timedOut already failed the run
+		}
+	}
 	spec := reassignDigest(c)
 	if e := c.ExpectedEpoch; e != nil {
 		switch {

@@ -113,7 +113,7 @@
 //   - checkBarrier(run) — if the barrier is closed and now > deadline the
 //     run FAILS with BARRIER_TIMEOUT. The leader proposes it for overdue
 //     runs every SweepInterval; an attestation after the deadline does the
-//     same.
+//     same, and from cluster version 6 a reassign.
 //   - reassign(run, worldSize, assignment?, reset?, expectedEpoch?) —
 //     scale-out and recovery. It uses the run's pinned root and NEVER
 //     reads the alias. Ranks whose shard list changed, new ranks and the
@@ -123,7 +123,13 @@
 //     another epoch it is STALE_EPOCH and changes nothing, except that the
 //     same parameters arriving again once they made epoch expected+1 (a
 //     retry) return the run unchanged. Without expectedEpoch a repeat is
-//     another reassignment (`run reassign` always sends one).
+//     another reassignment (`run reassign` always sends one). From
+//     cluster version 6 a passed deadline of a closed barrier comes
+//     first, as for attest: the run FAILS with BARRIER_TIMEOUT
+//     (state-changing) and nothing is reassigned; below it the
+//     reassignment was applied, setting a new deadline or, on a
+//     scale-in that removed the ranks still missing, opening the
+//     barrier of a run the sweep was about to fail.
 //   - admitCheckpoint(run, step, root) — only the run's root
 //     (ROOT_MISMATCH), only with the run's permit OPEN (PERMIT_CLOSED), only
 //     with the barrier open (BARRIER_CLOSED), steps never go back
@@ -230,7 +236,7 @@
 // Every cluster has an identity (State.ClusterID, see identity.go),
 // drawn when it is founded (--bootstrap; a restore draws a new one) or,
 // for a cluster founded by an older build, by its first raise to version
-// 3 or above (from 2 straight to 5 when every member runs this build).
+// 3 or above (from 2 straight to 6 when every member runs this build).
 // From version 3 every Raft connection carries it, inside the token's
 // handshake when there is one and in a handshake of its own when there
 // is none, and a member refuses a connection that carries another or
@@ -297,7 +303,8 @@
 // rechecked permit open) is CLUSTER_VERSION and changes nothing. What
 // Apply does with a command already in logs changes only with the
 // version in the state, never the build's: below 2 register and attest
-// are applied as builds of version 1 apply them, so members on either
+// are applied as builds of version 1 apply them, below 6 reassign as
+// builds of version 5 apply it, so members on either
 // build replaying one log hold the same state. The leader loop polls in
 // the background, and neither a poll nor a join's probe of its joiner
 // holds a lock while it waits for an answer: a member that never answers

@@ -46,6 +46,12 @@ import (
 // a fence that names its log (versionFenceLogKept), where builds of
 // version 4 apply it and drop the log; below 5 every member applies it
 // as they do, so a log those builds wrote replays as it applied.
+// Version 6 adds no command and no field: from cluster version 6 a
+// reassign of a run whose barrier is closed and whose deadline has passed
+// fails the run with BARRIER_TIMEOUT, as an attestation does
+// (versionReassignTimesOut), where below it the reassignment went through
+// and set a new deadline, or opened the barrier when a scale-in removed
+// the ranks still missing, for a run the leader's sweep was about to fail.
 //
 // The cluster version (State.ClusterVersion) is the version every member
 // applies. A leader raises it when every server of its Raft configuration
@@ -53,7 +59,7 @@ import (
 // nothing of a version above it: a cluster upgraded one member at a time
 // stays at the old version, with every member applying every entry, until
 // the last member is upgraded.
-const CommandVersion uint64 = 5
+const CommandVersion uint64 = 6
 
 // versionSpareChecked is the version of AdvanceFence.SpareChecked.
 const versionSpareChecked = 1
@@ -86,6 +92,15 @@ const versionFenceLog = 4
 // or following a leader of theirs in a rolling upgrade, must reach the
 // state they reached.
 const versionFenceLogKept = 5
+
+// versionReassignTimesOut is the cluster version from which a reassign
+// of a run whose barrier is closed past its deadline fails the run
+// (BARRIER_TIMEOUT) before anything else is checked, as an attestation
+// does. Below it the reassignment was applied: it set a new deadline, or
+// opened the barrier when it removed the ranks still missing, so whether
+// a late run failed depended on whether the leader's sweep (every 250 ms)
+// or the reassignment came first.
+const versionReassignTimesOut = 6
 
 // commandVersion returns the command-schema version of c: that of its
 // type, or of the newest field it carries.

@@ -309,7 +309,10 @@ run keeps its root; ranks whose assignment changed, new ranks and the ranks
 named by --reset (replaced workers) must attest again before the barrier
 reopens. A worker started for a new rank before the reassignment waits
 up to its --rank-wait (10m by default) for it, verifying nothing
-meanwhile, and fails with USAGE if it does not come.
+meanwhile, and fails with USAGE if it does not come. A run whose barrier
+is still closed past its deadline is failed (BARRIER_TIMEOUT, exit 4), as
+the gate's sweep would a moment later, not given a new deadline or an
+open barrier (from the cluster's command-schema version 6).
 
 The change is a compare-and-set on the run's epoch: --expect-epoch N (by
 default the epoch the run is at when the command reads it). Another

@@ -610,8 +610,8 @@ type outcome struct {
 // an INVALID release). A run with a short barrier timeout whose barrier
 // is closed may be past its deadline, by the clock (see modelRun.dlLo):
 // the leader's sweep may have failed it before op, or, for an
-// attestation, op may find it late; an attestation called after the
-// deadline must.
+// attestation or a reassignment, op may find it late; one called after
+// the deadline must.
 func (s modelState) outcomes(op modelOp) []outcome {
 	ns, out := s.step(op)
 	all := []outcome{{ns, out}}
@@ -676,15 +676,20 @@ func (s modelState) outcomes(op modelOp) []outcome {
 	if op.retMs != math.MaxInt64 && op.retMs+modelClockSlackMs <= r.dlLo {
 		return all
 	}
-	if op.kind == "attest" && op.rank < r.world && r.dlHi != math.MaxInt64 && op.callMs-modelClockSlackMs > r.dlHi {
-		all = all[:0] // the attestation finds the deadline passed
+	// An attestation of a rank in the run, and from command-schema
+	// version 6 (raftgate's versionReassignTimesOut, the version the
+	// test's cluster runs at) any reassignment, finds a passed deadline
+	// itself and fails the run with BARRIER_TIMEOUT.
+	late := op.kind == "attest" && op.rank < r.world || op.kind == "reassign"
+	if late && r.dlHi != math.MaxInt64 && op.callMs-modelClockSlackMs > r.dlHi {
+		all = all[:0] // the command finds the deadline passed
 	}
 	swept := s
 	swept.runs = slices.Clone(s.runs)
 	swept.runs[i].failed, swept.runs[i].perm.open, swept.runs[i].endHi = true, false, op.retMs
 	ns, out = swept.step(op)
 	all = append(all, outcome{ns, out})
-	if op.kind == "attest" && op.rank < r.world {
+	if late {
 		all = append(all, outcome{swept, modelOut{code: errcode.BarrierTimeout}})
 	}
 	return all
@@ -1194,6 +1199,17 @@ func TestGateModel(t *testing.T) {
 			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(0, modelOp{kind: "reassign", run: 3, rank: 1, expect: 0}, modelOut{epoch: 1, step: -1}, 8, 9),
 			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{epoch: 1, attested: 1, step: -1}, 14, 15),
+		}},
+		{"a reassignment that may come after the deadline may find it passed", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1, expect: 0}, modelOut{code: errcode.BarrierTimeout}, 9, 11),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1, expect: 0}, modelOut{code: errcode.RunFailed}, 12, 13),
+		}},
+		{"a reassignment called after the deadline finds it passed", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "reassign", run: 3, rank: 1, expect: 0}, modelOut{epoch: 1, step: -1}, 12, 13),
 		}},
 		{"and the new deadline holds", false, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
