@@ -94,7 +94,9 @@
 //     the alias's current permit OPEN (else PERMIT_CLOSED); issues a run
 //     permit. The assignment is rank → shard indices and must name every
 //     shard exactly once; without one, shard i goes to rank i % worldSize.
-//     The barrier deadline is now + barrierTimeoutMs (default 10 min). The
+//     The barrier deadline is now + barrierTimeoutMs (default 10 min; a
+//     node refuses to propose one above MaxBarrierTimeoutMs, ten years,
+//     BAD_INPUT, whose deadline could wrap past the int64 limit). The
 //     same run ID with the same parameters returns the existing run; with
 //     others, ALREADY_EXISTS. The ID of a pruned run is RUN_PRUNED: it is
 //     never made anew, so no retry, however late, resolves the alias again.

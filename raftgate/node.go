@@ -960,6 +960,9 @@ func checkProposal(c Command) error {
 	case *Publish:
 		return CheckPathName("alias", c.Alias)
 	case *CreateRun:
+		if c.BarrierTimeoutMs > MaxBarrierTimeoutMs {
+			return errcode.New(errcode.BadInput, "run %s: barrier timeout %d ms above the cap of %d (ten years)", truncate(c.Run), c.BarrierTimeoutMs, int64(MaxBarrierTimeoutMs))
+		}
 		return CheckPathName("run", c.Run)
 	case *Join:
 		return checkJoin(c)

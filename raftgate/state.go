@@ -58,6 +58,14 @@ const (
 	// DefaultBarrierTimeoutMs is a run's barrier deadline when createRun
 	// gives none: ten minutes.
 	DefaultBarrierTimeoutMs = 10 * 60 * 1000
+	// MaxBarrierTimeoutMs bounds a run's barrier timeout: ten years.
+	// Apply adds it to the leader's clock (createRun, reassign), and a
+	// timeout near the int64 limit made a deadline that wrapped negative,
+	// so the run's first attestation or the sweep failed it with
+	// BARRIER_TIMEOUT at once. A node refuses a createRun above it before
+	// proposing it (checkProposal): entries already in logs replay as
+	// they applied.
+	MaxBarrierTimeoutMs = 10 * 365 * 24 * 60 * 60 * 1000
 )
 
 // State is the whole replicated state of the gate. Its JSON encoding is the

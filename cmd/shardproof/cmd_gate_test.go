@@ -294,6 +294,7 @@ func TestGateCLI(t *testing.T) {
 		{"run", "create", "w0", "--alias", "main", "--world-size", "0"},
 		{"run", "create", "noalias", "--world-size", "1"},
 		{"run", "create", "neg", "--alias", "main", "--world-size", "1", "--barrier-timeout", "-5s"},
+		{"run", "create", "decade", "--alias", "main", "--world-size", "1", "--barrier-timeout", "87601h"},
 		{"run", "reassign", "job", "--world-size", "2", "--reset", "7"},
 		{"gate", "fence", "bogus", "5"},
 		{"gate", "publish", "bad alias!", root.String(), "--expect", "0"},

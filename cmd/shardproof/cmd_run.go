@@ -108,6 +108,9 @@ parameters returns it unchanged.`,
 		if f.barrierTimeout < 0 {
 			return errcode.New(errcode.Usage, "%s: --barrier-timeout %s: must not be negative", cmd.CommandPath(), f.barrierTimeout)
 		}
+		if f.barrierTimeout.Milliseconds() > raftgate.MaxBarrierTimeoutMs {
+			return errcode.New(errcode.Usage, "%s: --barrier-timeout %s: at most %s (ten years)", cmd.CommandPath(), f.barrierTimeout, time.Duration(raftgate.MaxBarrierTimeoutMs)*time.Millisecond)
+		}
 		a, err := readAssignment(f.assignment, f.worldSize)
 		if err != nil {
 			return err
@@ -465,7 +468,7 @@ func init() {
 	f.StringVar(&runCreateFlags.alias, "alias", "", "alias to resolve (once)")
 	f.IntVar(&runCreateFlags.worldSize, "world-size", 1, "number of ranks")
 	f.StringVar(&runCreateFlags.assignment, "assignment", "", "JSON file: rank → shard indices (default round-robin)")
-	f.DurationVar(&runCreateFlags.barrierTimeout, "barrier-timeout", 10*time.Minute, "fail the run if the barrier is not open by then")
+	f.DurationVar(&runCreateFlags.barrierTimeout, "barrier-timeout", 10*time.Minute, "fail the run if the barrier is not open by then (at most 87600h, ten years)")
 
 	f = runAttestCmd.Flags()
 	f.IntVar(&runAttestFlags.rank, "rank", 0, "this worker's rank")

@@ -1,0 +1,52 @@
+package raftgate
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+)
+
+// A createRun whose barrier timeout is above MaxBarrierTimeoutMs is
+// refused BAD_INPUT before it is proposed, changing nothing: Apply adds
+// the timeout to the leader's clock, and one near the int64 limit made a
+// deadline that wrapped negative, so the run failed BARRIER_TIMEOUT at
+// its first attestation. A timeout at the cap makes a run that waits.
+func TestBarrierTimeoutAboveTheCapIsRefused(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	n := StartTestNode(t, TestConfig(t.TempDir(), "g"))
+	g := NewClient(n.URL())
+	defer g.Close()
+	root := registerVerified(t, ctx, g, "rel", 2, 0, 0)
+	if _, err := g.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	before, err := g.StatusDigest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ms := range []int64{math.MaxInt64, MaxBarrierTimeoutMs + 1} {
+		if _, err := g.CreateRun(ctx, &CreateRun{Run: "forever", Alias: "main", WorldSize: 2, BarrierTimeoutMs: ms}); errcode.Of(err) != errcode.BadInput {
+			t.Fatalf("create run with a barrier timeout of %d ms: %v, want BAD_INPUT", ms, err)
+		}
+	}
+	after, err := g.StatusDigest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.StateIndex != before.StateIndex || *after.StateDigest != *before.StateDigest {
+		t.Fatalf("refused createRuns changed the state: index %d → %d", before.StateIndex, after.StateIndex)
+	}
+	if _, err := g.Run(ctx, "forever"); errcode.Of(err) != errcode.UnknownRun {
+		t.Fatalf("run of the refused createRuns: %v, want UNKNOWN_RUN", err)
+	}
+
+	s, err := g.CreateRun(ctx, &CreateRun{Run: "decade", Alias: "main", WorldSize: 2, BarrierTimeoutMs: MaxBarrierTimeoutMs})
+	if err != nil || s.Deadline != s.Created+MaxBarrierTimeoutMs {
+		t.Fatalf("create run at the cap: %+v %v", s, err)
+	}
+	if s, err := g.Attest(ctx, "decade", 0, root, shardsOf("rel", 2)[:1]); err != nil || s.State != RunWaiting {
+		t.Fatalf("attest a run at the cap: %+v %v", s, err)
+	}
+}
