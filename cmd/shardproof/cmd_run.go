@@ -326,6 +326,12 @@ another epoch and making the reset ranks attest again.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		f := runReassignFlags
+		if cmd.Flags().Changed("expect-epoch") && f.expectEpoch < 0 {
+			// -1 stands for "not given": a negative value typed (a
+			// script's $((E-1)) at epoch 0) reassigned from whatever
+			// epoch the run was at, without the compare-and-set.
+			return errcode.New(errcode.Usage, "%s: --expect-epoch %d: must not be negative", cmd.CommandPath(), f.expectEpoch)
+		}
 		if f.worldSize < 1 || f.worldSize > raftgate.MaxWorldSize {
 			return errcode.New(errcode.Usage, "%s: --world-size %d outside [1,%d]", cmd.CommandPath(), f.worldSize, raftgate.MaxWorldSize)
 		}

@@ -65,6 +65,7 @@ func TestNegativeCountIsUsage(t *testing.T) {
 		{"--rank-wait -1s", []string{"worker", "--store", store, "--run", "r1", "--rank", "1", "--rank-wait", "-1s", "--cache", t.TempDir()}},
 		{"--samples -5", []string{"synth", "--store", store, "--samples", "-5", "--shards", "1"}},
 		{"--index -5", []string{"task", "map", "--plan", "file://" + store + "#" + root, "--index", "-5"}},
+		{"--expect-epoch -1", []string{"run", "reassign", "r1", "--world-size", "2", "--expect-epoch", "-1"}},
 	} {
 		r := runCLI(t, cliEnv(), c.args...)
 		if r.status != 2 || !strings.Contains(r.stderr, "USAGE: shardproof "+c.args[0]) || !strings.Contains(r.stderr, c.flag+": must not be negative") {
