@@ -309,7 +309,8 @@ func TestGateCLI(t *testing.T) {
 	// A shard list that is not the rank's assignment is refused before it
 	// reaches the gate, which would fail the whole run: both flags at once,
 	// a repeated shard, another rank's shard, a list from before a
-	// reassignment. With --epoch the gate answers STALE_EPOCH instead.
+	// reassignment. With --epoch of an epoch the run has left, the gate
+	// answers STALE_EPOCH instead.
 	g("run", "create", "job3", "--alias", "main", "--world-size", "2", "--barrier-timeout", "1m").expect(t, 0, "")
 	list := filepath.Join(t.TempDir(), "rank0.txt")
 	if err := os.WriteFile(list, []byte(shards[0].String()+"\n"), 0o644); err != nil {
@@ -322,6 +323,10 @@ func TestGateCLI(t *testing.T) {
 	attest3("--rank", "0").expect(t, errcode.ExitInvalid, errcode.BadInput) // rank 0 has a shard to attest
 	attest3("--rank", "0", "--shards", shards[0].String()+","+shards[0].String()).expect(t, errcode.ExitInvalid, errcode.BadInput)
 	attest3("--rank", "0", "--shards", shards[1].String()).expect(t, errcode.ExitInvalid, errcode.BadInput)
+	// With --epoch too, while the run is at that epoch: the gate would
+	// fail the run with SHARD_NOT_ASSIGNED.
+	attest3("--rank", "0", "--shards", shards[1].String(), "--epoch", "0").expect(t, errcode.ExitInvalid, errcode.BadInput)
+	attest3("--rank", "0", "--shards", shards[0].String()+","+shards[0].String(), "--epoch", "0").expect(t, errcode.ExitInvalid, errcode.BadInput)
 	attest3("--rank", "2", "--shards", shards[1].String()).expect(t, errcode.ExitUsage, errcode.Usage)
 	attest3("--rank", "0", "--shards-file", list).expect(t, 0, "")
 	g("run", "reassign", "job3", "--world-size", "1").expect(t, 0, "") // epoch 1: rank 0 holds both shards

@@ -177,11 +177,12 @@ var runAttestCmd = &cobra.Command{
 whose assignment is empty, when the world is larger than the release).
 
 The attestation is bound to an assignment epoch: --epoch, or the run's
-current epoch, read first. Without --epoch the shards are checked, before
-anything is sent, against rank R's assignment at that epoch: a list that
-differs (a typo, a duplicate, or a list computed before a reassignment) is
-refused with BAD_INPUT and the run is untouched. With --epoch the gate
-answers STALE_EPOCH, changing nothing, when the run has moved on, so a
+current epoch, read first. When that is the run's current epoch the
+shards are checked, before anything is sent, against rank R's assignment
+at it: a list that differs (a typo, a duplicate, or a list computed
+before a reassignment) is refused with BAD_INPUT and the run is
+untouched. With --epoch of an epoch the run has left the gate answers
+STALE_EPOCH, changing nothing, so a
 script that remembers the epoch of its list can resend the same command
 safely (a gate cluster below command-schema version 2 answers a rank that
 a scale-in removed BAD_INPUT "rank outside" instead). A ROOT that is not the run's root fails the run (ROOT_MISMATCH):
@@ -207,16 +208,24 @@ Exit status: 0 attested, 1 bad input (nothing sent), 2 usage, 3 error,
 		ctx := cmd.Context()
 		c := gateClient()
 		defer c.Close()
-		epoch := f.epoch
-		if !cmd.Flags().Changed("epoch") {
-			run, err := c.Run(ctx, args[0])
-			if err != nil {
-				return err
-			}
+		// The list is checked against the rank's assignment at the
+		// run's current epoch, which is the one sent without --epoch; a
+		// list bound to an epoch the run has left goes to the gate,
+		// which answers STALE_EPOCH and changes nothing, while one bound
+		// to the current epoch that is not the assignment would fail
+		// the run there (SHARD_NOT_ASSIGNED).
+		run, err := c.Run(ctx, args[0])
+		if err != nil {
+			return err
+		}
+		epoch := run.Epoch
+		if cmd.Flags().Changed("epoch") {
+			epoch = f.epoch
+		}
+		if epoch == run.Epoch {
 			if err := checkAssigned(ctx, c, run, f.rank, root, shards); err != nil {
 				return err
 			}
-			epoch = run.Epoch
 		}
 		s, err := c.AttestEpoch(ctx, args[0], f.rank, epoch, root, shards)
 		if err != nil {
