@@ -422,16 +422,53 @@ func (c *Client) Apply(ctx context.Context, cmd Command, out any) error {
 	return c.do(ctx, http.MethodPost, "/v1/commands", cmd, out)
 }
 
-// Register records a release or a new report of it.
+// Register records a release or a new report of it. Its signatures are
+// sent only to a gate that asks for them (see applyEvidence).
 func (c *Client) Register(ctx context.Context, cmd *Register) (*RecheckResult, error) {
 	var r RecheckResult
-	return &r, c.Apply(ctx, cmd, &r)
+	if len(cmd.Signatures) == 0 {
+		return &r, c.Apply(ctx, cmd, &r)
+	}
+	bare := *cmd
+	bare.Signatures = nil
+	return &r, c.applyEvidence(ctx, cmd, &bare, &r)
 }
 
-// Recheck records a fence recheck of a release.
+// Recheck records a fence recheck of a release. Its signatures are sent
+// only to a gate that asks for them (see applyEvidence).
 func (c *Client) Recheck(ctx context.Context, cmd *RecheckCmd) (*RecheckResult, error) {
 	var r RecheckResult
-	return &r, c.Apply(ctx, cmd, &r)
+	if len(cmd.Signatures) == 0 {
+		return &r, c.Apply(ctx, cmd, &r)
+	}
+	bare := *cmd
+	bare.Signatures = nil
+	return &r, c.applyEvidence(ctx, cmd, &bare, &r)
+}
+
+// applyEvidence sends signed, a register or recheck that carries
+// verifier signatures, with them only to a gate that asks for them, and
+// bare (the same command without them) to any other: a member on a
+// build older than the field refuses a command that carries it
+// (BAD_DOCUMENT), and one without verifier keys has no use for them. A
+// member asks when its status lists verifier keys (Status.VerifierKeys);
+// one that does not, but answers the bare command EVIDENCE_UNSIGNED (it,
+// or the leader it forwarded to, requires them: members given different
+// key files, or keys given since its status was read), changed nothing
+// and is sent signed once more.
+func (c *Client) applyEvidence(ctx context.Context, signed, bare Command, out any) error {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("ask the gate whether it requires verifier signatures: %w", err)
+	}
+	if len(st.VerifierKeys) > 0 {
+		return c.Apply(ctx, signed, out)
+	}
+	err = c.Apply(ctx, bare, out)
+	if errcode.Of(err) == errcode.EvidenceUnsigned {
+		return c.Apply(ctx, signed, out)
+	}
+	return err
 }
 
 // Publish moves alias from expected to expected+1 pointing at root.

@@ -6,7 +6,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -261,5 +265,115 @@ func TestEvidenceSignaturesDecodeStrictly(t *testing.T) {
 		if _, err := DecodeCommand([]byte(base + bad)); errcode.Of(err) != errcode.BadDocument {
 			t.Errorf("recheck with %s: %v, want BAD_DOCUMENT", bad, err)
 		}
+	}
+}
+
+// olderBuild decorates a real node's API as a member on a build before
+// evidence signatures answers: a command that carries "signatures" is an
+// unknown field to its strict decoder (BAD_DOCUMENT, nothing changed);
+// everything else reaches the node. It counts the commands that carried
+// them.
+func olderBuild(t *testing.T, n *Node) (url string, carried *atomic.Int64) {
+	t.Helper()
+	carried = new(atomic.Int64)
+	target, err := neturl.Parse(n.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/commands" {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if bytes.Contains(b, []byte(`"signatures"`)) {
+				carried.Add(1)
+				writeError(w, errcode.New(errcode.BadDocument, `json: unknown field "signatures"`), nil)
+				return
+			}
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, carried
+}
+
+// TestEvidenceSentOnlyToGatesThatAsk: a client sends a register's or a
+// recheck's signatures only to a gate whose status lists verifier keys,
+// so signing verifiers do not break gates without keys nor members on a
+// build older than the field (which refuse a command carrying it,
+// BAD_DOCUMENT): a signed register and recheck sent to such a member are
+// applied, and no command it receives carries signatures. A gate with
+// keys still gets them (TestEvidenceNeedsATrustedSignature).
+func TestEvidenceSentOnlyToGatesThatAsk(t *testing.T) {
+	verifier := newKey(t)
+	n := StartTestNode(t, TestConfig(t.TempDir(), "n1"))
+	waitLeader(t, n)
+	u, carried := olderBuild(t, n)
+	ctx := ctxT(t, time.Minute)
+	cl := NewClient(u)
+	t.Cleanup(cl.Close)
+
+	reg := signedRegister("old", manifest.Verified, 3, verifier)
+	if res, err := cl.Register(ctx, reg); err != nil || res.Release.State != ReleaseVerified {
+		t.Fatalf("signed register at a member without keys on an older build: %v, %+v", err, res)
+	}
+	if len(reg.Signatures) != 1 {
+		t.Fatalf("the caller's register lost its signatures: %+v", reg.Signatures)
+	}
+	rc := signedRecheck(&RecheckCmd{Root: dig("old"), Kind: FenceTombstone, Value: 5, Report: dig("recheck/old")}, verifier)
+	if r, err := cl.Recheck(ctx, rc); err != nil || r.Release.TombstoneWatermark != 5 {
+		t.Fatalf("signed recheck at a member without keys on an older build: %v, %+v", err, r)
+	}
+	if k := carried.Load(); k != 0 {
+		t.Fatalf("%d commands carried signatures to a member that lists no verifier keys", k)
+	}
+}
+
+// TestEvidenceSignaturesFollowARefusal: a member without verifier keys
+// whose leader has them (members given different key files, as while
+// keys are rolled out member by member) answers a bare register or
+// recheck EVIDENCE_UNSIGNED from the leader; the client, which withheld
+// the signatures because the member's status lists no keys, sends them
+// once more, and the command is applied.
+func TestEvidenceSignaturesFollowARefusal(t *testing.T) {
+	verifier := newKey(t)
+	trusted, err := evidence.NewTrusted(verifier.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := MakeCluster(t, 2, func(cfg *Config) {
+		if cfg.ID == "node1" {
+			cfg.VerifierKeys = trusted
+		}
+	})
+	keyed, bare := c.Nodes[0], c.Nodes[1]
+	for deadline := time.Now().Add(20 * time.Second); c.Leader(10*time.Second) != keyed; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node1 never led")
+		}
+		if l := c.Leader(10 * time.Second); l != keyed {
+			l.Raft().LeadershipTransferToServer(raft.ServerID(keyed.ID()), raft.ServerAddress(keyed.RaftAddr()))
+		}
+	}
+	ctx := ctxT(t, time.Minute)
+	cl := NewClient(bare.URL())
+	t.Cleanup(cl.Close)
+	if st, err := cl.Status(ctx); err != nil || len(st.VerifierKeys) != 0 {
+		t.Fatalf("status of node2: %v, %v; want no verifier keys", err, st)
+	}
+	if res, err := cl.Register(ctx, signedRegister("mixed", manifest.Verified, 3, verifier)); err != nil || res.Release.State != ReleaseVerified {
+		t.Fatalf("signed register through a member without keys to a leader with them: %v, %+v", err, res)
+	}
+	rc := signedRecheck(&RecheckCmd{Root: dig("mixed"), Kind: FenceTombstone, Value: 5, Report: dig("recheck/mixed")}, verifier)
+	if r, err := cl.Recheck(ctx, rc); err != nil || r.Release.TombstoneWatermark != 5 {
+		t.Fatalf("signed recheck through a member without keys to a leader with them: %v, %+v", err, r)
+	}
+	// Unsigned, the leader's refusal stands.
+	if _, err := cl.Register(ctx, signedRegister("unsigned", manifest.Verified, 3)); errcode.Of(err) != errcode.EvidenceUnsigned {
+		t.Fatalf("unsigned register: %v, want EVIDENCE_UNSIGNED", err)
 	}
 }

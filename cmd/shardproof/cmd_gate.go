@@ -239,8 +239,13 @@ signature is stored beside the report and sent by whoever registers it,
 who needs the token but no key. The member that receives a request checks
 it, before forwarding it to the leader, which checks it again: give every
 member the same FILE ("gate status" lists the key IDs a member trusts, as
-the start-up log does). Signatures are not logged: a gate's log and state
-are as without the flag. A FILE that lists no key or a line that is no
+the start-up log does). Clients send signatures only to a member whose
+status lists keys, or once more after one without keys answers
+EVIDENCE_UNSIGNED from its leader, so a member on a build older than
+signatures (which refuses a command carrying them, BAD_DOCUMENT) or
+without keys never gets them: give members keys only once every member
+runs this build. Signatures are not logged: a gate's log and state are
+as without the flag. A FILE that lists no key or a line that is no
 key is USAGE, and the gate does not start.
 
 --tls-cert, --tls-key and --tls-ca put the member on TLS: the API is
