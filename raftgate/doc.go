@@ -233,7 +233,10 @@
 // EVIDENCE_UNSIGNED or EVIDENCE_SIGNATURE_INVALID. The member that
 // receives the request checks it (checkEvidence) before it forwards or
 // proposes; Node.Apply drops the signatures before the command is
-// encoded, so no log entry holds them and Apply never sees them.
+// encoded, so no log entry holds them and Apply never sees them. A
+// Client sends them only to a member whose Status lists VerifierKeys,
+// or again after the bare command was refused EVIDENCE_UNSIGNED (see
+// Client.Register): a member on a build before the field refuses it.
 //
 // Every cluster has an identity (State.ClusterID, see identity.go),
 // drawn when it is founded (--bootstrap; a restore draws a new one) or,
