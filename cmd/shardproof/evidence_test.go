@@ -1,11 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -166,4 +174,80 @@ func TestSignedEvidenceCLI(t *testing.T) {
 	os.WriteFile(bad, []byte("# nothing yet\nssh-ed25519 AAAA\n"), 0o644)
 	_, err = cli(t, "gate", "serve", "--data", t.TempDir(), "--bootstrap", "--verifier-keys", bad)
 	wantExit(t, err, errcode.Usage, errcode.ExitUsage)
+}
+
+// olderGate serves a real gate's API as a member on a build before
+// evidence signatures does (7bc675e, checked by hand): a command carrying
+// "signatures" is refused, BAD_DOCUMENT, HTTP 400, changing nothing;
+// everything else reaches the gate. It counts those refusals.
+func olderGate(t *testing.T, gateURL string) (string, *atomic.Int64) {
+	t.Helper()
+	target, err := url.Parse(gateURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := new(atomic.Int64)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/commands" {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			if bytes.Contains(b, []byte(`"signatures"`)) {
+				refused.Add(1)
+				var eb raftgate.ErrorBody
+				eb.Error.Code, eb.Error.Message = errcode.BadDocument, "BAD_DOCUMENT: command: $.signatures: unknown field"
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				json.NewEncoder(w).Encode(eb)
+				return
+			}
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, refused
+}
+
+// TestSignedEvidenceOlderGate: verifiers that sign do not break a gate
+// on an older build, which refuses a command carrying signatures: publish
+// --report of a signed report, recheck --sign-key and gate register of
+// the signed report send none to it (its status lists no verifier keys),
+// and each succeeds.
+func TestSignedEvidenceOlderGate(t *testing.T) {
+	ctx := context.Background()
+	dir, s := tempFileStore(t)
+	gen1 := stagetest.Synth(t, s, 400, 2, 1)
+	priv, _, _ := keyPair(t, t.TempDir(), "verifier")
+	node, g := startLeader(t)
+	u, refused := olderGate(t, node.URL())
+	gate := []string{"--store", dir, "--gate", u}
+
+	out, err := cli(t, "verify", "--store", dir, "--root", gen1.Root.String(), "--sign-key", priv)
+	m := reportLine.FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("verify --sign-key: %q %v", out, err)
+	}
+	if out, err := cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", gen1.Root.String(), "--report", m[1]}, gate...)...); err != nil || !strings.Contains(out, "generation 1") {
+		t.Fatalf("publish --report of a signed report to an older gate: %q %v", out, err)
+	}
+	if out, err := cli(t, append([]string{"gate", "register", "--report", m[1], "--sign-key", priv}, gate...)...); err != nil || !strings.Contains(out, "report "+m[1]) {
+		t.Fatalf("gate register --sign-key to an older gate: %q %v", out, err)
+	}
+	tomb := putFenceLog(t, s, `{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`)
+	if out, err := cli(t, append([]string{"gate", "fence", "advance", "--tombstones", tomb.String()}, gate...)...); err != nil {
+		t.Fatalf("fence advance: %q %v", out, err)
+	}
+	if out, err := cli(t, append([]string{"recheck", "-q", "--tombstones", tomb.String(), "--root", gen1.Root.String(), "--sign-key", priv}, gate...)...); err != nil || !strings.Contains(out, "renewed") {
+		t.Fatalf("recheck --sign-key to an older gate: %q %v", out, err)
+	}
+	if r, err := g.Release(ctx, gen1.Root); err != nil || r.TombstoneWatermark != 4 {
+		t.Fatalf("release after the recheck: %+v %v", r, err)
+	}
+	if k := refused.Load(); k != 0 {
+		t.Fatalf("the older gate was sent %d commands carrying signatures", k)
+	}
 }
