@@ -37,7 +37,8 @@ exist: a key file is never overwritten (USAGE). It prints the key's ID,
 "ed25519:sha256:" and the first 16 hex digits of the key's sha256, as
 "gate status" shows the keys a gate trusts.
 
-Exit status: 0 written, 2 usage (a file exists or cannot be created).`,
+Exit status: 0 written, 2 usage (a file exists or cannot be created), 3
+a file created could not be written (IO; neither is left).`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		f := keysGenerateFlags
