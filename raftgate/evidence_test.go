@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	neturl "net/url"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -376,4 +377,70 @@ func TestEvidenceSignaturesFollowARefusal(t *testing.T) {
 	if _, err := cl.Register(ctx, signedRegister("unsigned", manifest.Verified, 3)); errcode.Of(err) != errcode.EvidenceUnsigned {
 		t.Fatalf("unsigned register: %v, want EVIDENCE_UNSIGNED", err)
 	}
+}
+
+// TestEvidenceCoversEveryField: every field of a register (its report
+// summary's included) and of a recheck that Apply reads, that is every
+// field but the header and the signatures, changes the signed message:
+// a field added to these commands without a place in the evidence
+// encoding fails here, instead of being left for a token holder to set
+// unsigned.
+func TestEvidenceCoversEveryField(t *testing.T) {
+	msg := func(c Command) []byte {
+		switch c := c.(type) {
+		case *Register:
+			return c.Evidence().Message()
+		case *RecheckCmd:
+			return c.Evidence().Message()
+		}
+		t.Fatalf("%T", c)
+		return nil
+	}
+	// set gives v, a zero field, a value other than zero.
+	set := func(v reflect.Value) bool {
+		switch v.Kind() {
+		case reflect.String:
+			v.SetString("x")
+		case reflect.Uint64:
+			v.SetUint(1)
+		case reflect.Int64:
+			v.SetInt(1)
+		case reflect.Array: // a digest
+			v.Index(0).SetUint(1)
+		case reflect.Slice: // shards
+			v.Set(reflect.Append(v, reflect.ValueOf(dig("shard"))))
+		default:
+			return false
+		}
+		return true
+	}
+	check := func(name string, fresh func() (Command, reflect.Value)) {
+		_, v := fresh()
+		for i := 0; i < v.NumField(); i++ {
+			f := v.Type().Field(i)
+			if f.Name == "Header" || f.Name == "Signatures" || f.Name == "Report" {
+				continue
+			}
+			c, w := fresh()
+			before := msg(c)
+			if !set(w.Field(i)) {
+				t.Fatalf("%s.%s: a field of kind %s the test cannot set", name, f.Name, f.Type.Kind())
+			}
+			if bytes.Equal(before, msg(c)) {
+				t.Errorf("%s.%s is not covered by the signed evidence", name, f.Name)
+			}
+		}
+	}
+	check("Register", func() (Command, reflect.Value) {
+		c := &Register{Report: &ReportSummary{}}
+		return c, reflect.ValueOf(c).Elem()
+	})
+	check("ReportSummary", func() (Command, reflect.Value) {
+		c := &Register{Report: &ReportSummary{}}
+		return c, reflect.ValueOf(c.Report).Elem()
+	})
+	check("RecheckCmd", func() (Command, reflect.Value) {
+		c := &RecheckCmd{}
+		return c, reflect.ValueOf(c).Elem()
+	})
 }
