@@ -46,8 +46,9 @@ func (d Decoder) String() string {
 const batchRows = 8192
 
 // maxPageBytes bounds the page size a page header may declare, before
-// the reader allocates for it: 64 times the 1 MiB pages stage writes.
-const maxPageBytes = 64 << 20
+// the reader allocates for it: 64 times the 1 MiB pages stage writes,
+// and more than any page stage writes (a page of one long value).
+const maxPageBytes = canon.MaxPageBytes
 
 // pages is the allocator of Parquet page buffers and Arrow arrays: page
 // readers allocate and release the same few buffers for every column

@@ -566,6 +566,12 @@ func (sp *spooler) fromInputs(rs []shardRange) error {
 							if c != 0 && c != 3 && !utf8.ValidString(col.Value(r)) {
 								return errcode.New(errcode.BadInput, "input %s: row %d: %s is not valid UTF-8", in.path, g-start, sp.s.schema.Field(c).Name)
 							}
+							// A longer value is a Parquet page verify
+							// refuses (batchRows): the release could
+							// never verify.
+							if col.ValueLen(r) > MaxValueBytes {
+								return errcode.New(errcode.BadInput, "input %s: row %d: %s value of %d bytes passes %d, the most a Parquet page verify reads holds", in.path, g-start, sp.s.schema.Field(c).Name, col.ValueLen(r), MaxValueBytes)
+							}
 							if colBytes[j*ncols+c] += int64(col.ValueLen(r)); colBytes[j*ncols+c] > maxColumnBytes {
 								return errcode.New(errcode.BadInput, "input %s: row %d: shard %d of %d: %s", in.path, g-start, j, sp.order.shards, columnTooLarge(sp.s.schema.Field(c).Name))
 							}

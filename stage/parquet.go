@@ -107,6 +107,60 @@ const (
 	memberPageBytes = 32 << 10
 )
 
+// maxBatchBytes bounds the plain-encoded values (a 4-byte length and the
+// bytes of each string) of one write batch of a string column. The
+// writer checks a page against its size (1 MiB, member pages 32 KiB),
+// and a dictionary against its page limit (arrow-go's 1 MiB), only after
+// each batch of rows, so a page holds up to 1 MiB and one batch: 1,024
+// texts of 64 KiB made a page past canon.MaxPageBytes, which verify
+// refuses (DECODE_ERROR), so the release could never verify. 1 MiB, 48
+// MiB and a page header stay under canon.MaxPageBytes even at the
+// codecs' worst-case expansion (snappy's, n/6).
+const maxBatchBytes = 48 << 20
+
+// MaxValueBytes is the longest string value stage writes: one alone is a
+// write batch (maxBatchBytes with its length). Stage refuses a longer
+// one (BAD_INPUT).
+const MaxValueBytes = maxBatchBytes - 4
+
+// batchRows is the write batch, in rows, of a file holding rec: def (the
+// writer's 1,024, or memberPageRows) when no def consecutive values of a
+// string column hold more than maxBatchBytes, which keeps the bytes of
+// every file of shorter values as they were; else as many rows as the
+// longest value fits in maxBatchBytes. (Files it shortens the batch of,
+// whose pages verify refused or came within 16 MiB of the cap, changed
+// their bytes without a new SerializerVersion.)
+func batchRows(rec arrow.RecordBatch, def int) (int, error) {
+	widest, longest := int64(0), 0
+	longCol := ""
+	for c, col := range rec.Columns() {
+		var offs []int32
+		switch col := col.(type) {
+		case *array.String:
+			offs = col.ValueOffsets()
+		case *array.Binary:
+			offs = col.ValueOffsets()
+		default:
+			continue
+		}
+		n := len(offs) - 1
+		for i := 0; i < n; i++ {
+			if l := int(offs[i+1] - offs[i]); l > longest {
+				longest, longCol = l, rec.Schema().Field(c).Name
+			}
+			j := min(i+def, n)
+			widest = max(widest, int64(offs[j]-offs[i])+4*int64(j-i))
+		}
+	}
+	if widest <= maxBatchBytes {
+		return def, nil
+	}
+	if longest > MaxValueBytes {
+		return 0, errcode.New(errcode.BadInput, "a %s value of %d bytes passes %d, the most a Parquet page verify reads holds", longCol, longest, MaxValueBytes)
+	}
+	return min(def, maxBatchBytes/(longest+4)), nil
+}
+
 var codecs = map[string]compress.Compression{
 	"zstd":   compress.Codecs.Zstd,
 	"snappy": compress.Codecs.Snappy,
@@ -118,7 +172,9 @@ var codecs = map[string]compress.Compression{
 // constant created_by, no bloom filters, no page index but in member
 // files (an offset index, no statistics), dictionaries only for the
 // low-cardinality tuple and attribute columns.
-func writerProperties(s *manifest.RecordSchema, o ParquetOptions) (*parquet.WriterProperties, error) {
+//
+// batch, if not 0, is the write batch in rows (batchRows).
+func writerProperties(s *manifest.RecordSchema, o ParquetOptions, batch int) (*parquet.WriterProperties, error) {
 	if err := o.Check(); err != nil {
 		return nil, err
 	}
@@ -146,6 +202,9 @@ func writerProperties(s *manifest.RecordSchema, o ParquetOptions) (*parquet.Writ
 			parquet.WithBatchSize(memberPageRows),
 			parquet.WithPageIndexEnabled(true))
 	}
+	if batch > 0 {
+		opts = append(opts, parquet.WithBatchSize(int64(batch)))
+	}
 	if o.Codec == "zstd" || o.Codec == "gzip" {
 		opts = append(opts, parquet.WithCompressionLevel(o.Level))
 	}
@@ -168,7 +227,18 @@ func EncodeParquet(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOpt
 // properties of s and o; write puts the rows (o has its defaults).
 func encode(rec arrow.RecordBatch, s *manifest.RecordSchema, o ParquetOptions, write func(*pqarrow.FileWriter, ParquetOptions) error) ([]byte, error) {
 	o = o.withDefaults()
-	props, err := writerProperties(s, o)
+	def := int(parquet.DefaultWriteBatchSize)
+	if o.member {
+		def = memberPageRows
+	}
+	batch, err := batchRows(rec, def)
+	if err != nil {
+		return nil, err
+	}
+	if batch == def {
+		batch = 0
+	}
+	props, err := writerProperties(s, o, batch)
 	if err != nil {
 		return nil, err
 	}

@@ -203,7 +203,7 @@ func run(ctx context.Context, store objstore.Store, s *manifest.RecordSchema, sr
 		o.Workers = 2
 	}
 	o.Parquet = o.Parquet.withDefaults()
-	if _, err := writerProperties(s, o.Parquet); err != nil {
+	if _, err := writerProperties(s, o.Parquet, 0); err != nil {
 		return Result{}, err
 	}
 	// Spool and spill directories of stages killed before they could

@@ -23,3 +23,9 @@ func DropStoredArrowSchema(pf *file.Reader) {
 	}
 	md.FileMetaData.KeyValueMetadata = out
 }
+
+// MaxPageBytes bounds the Parquet pages of shards and snapshot member
+// files: verify's mapper refuses a page whose header declares more,
+// compressed or not, before allocating for it (DECODE_ERROR), and stage
+// writes none larger.
+const MaxPageBytes = 64 << 20
