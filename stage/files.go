@@ -249,14 +249,18 @@ func (s *fileSource) keys(ctx context.Context, add func(id string) error) error 
 }
 
 // matchColumns maps each wanted field to the file's column of that name.
+// A name that two top-level columns carry is BAD_INPUT: which of them
+// the user means to stage is not for stage to guess (it took the first).
 func matchColumns(path string, got, want *arrow.Schema) ([]int, error) {
-	var missing, wrong []string
+	var missing, twice, wrong []string
 	cols := make([]int, want.NumFields())
 	for i, wf := range want.Fields() {
 		idx := got.FieldIndices(wf.Name)
 		switch {
 		case len(idx) == 0:
 			missing = append(missing, wf.Name)
+		case len(idx) > 1:
+			twice = append(twice, wf.Name)
 		case !arrow.TypeEqual(got.Field(idx[0]).Type, wf.Type):
 			wrong = append(wrong, wf.Name+" ("+got.Field(idx[0]).Type.String()+", want "+wf.Type.String()+")")
 		default:
@@ -265,6 +269,9 @@ func matchColumns(path string, got, want *arrow.Schema) ([]int, error) {
 	}
 	if len(missing) > 0 {
 		return nil, errcode.New(errcode.BadInput, "input %s: missing columns: %s", path, strings.Join(missing, ", "))
+	}
+	if len(twice) > 0 {
+		return nil, errcode.New(errcode.BadInput, "input %s: columns named more than once: %s", path, strings.Join(twice, ", "))
 	}
 	if len(wrong) > 0 {
 		return nil, errcode.New(errcode.BadInput, "input %s: wrong column types: %s", path, strings.Join(wrong, ", "))

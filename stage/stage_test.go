@@ -1,6 +1,7 @@
 package stage_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -296,6 +302,10 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 	os.WriteFile(badText, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: "train", Text: "fine"}, {SampleID: "r", Split: "train", Text: "private words \xed\xa0\x80 (a UTF-16 surrogate)"}}, stage.ParquetOptions{}), 0o644)
 	manyTokens := filepath.Join(dir, "manytokens.parquet")
 	os.WriteFile(manyTokens, stagetest.Encode(t, []stage.Row{{SampleID: "q", Split: "train", Tokens: math.MaxInt64 - 1}}, stage.ParquetOptions{}), 0o644)
+	// Two text columns (Parquet and Arrow allow it): which to stage is
+	// the user's to say; stage took the first.
+	twice := filepath.Join(dir, "twice.parquet")
+	writeTwoTextColumns(t, twice)
 	notParquet := filepath.Join(dir, "junk.parquet")
 	os.WriteFile(notParquet, []byte("PAR1 this is not parquet PAR1"), 0o644)
 
@@ -306,6 +316,7 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 		detail string
 	}{
 		{"missing columns", stage.StageOptions{Inputs: []string{good, partial}, Shards: 1}, errcode.BadInput, "missing columns: source_id, source_version, split, lang, tokens"},
+		{"column twice", stage.StageOptions{Inputs: []string{good, twice}, Shards: 1}, errcode.BadInput, "twice.parquet: columns named more than once: text"},
 		{"zero shards", stage.StageOptions{Inputs: []string{good}, Shards: 0}, errcode.Usage, "--shards"},
 		{"more shards than rows", stage.StageOptions{Inputs: []string{good}, Shards: 3}, errcode.BadInput, "3 shards for 2 rows"},
 		{"no inputs", stage.StageOptions{Shards: 1}, errcode.Usage, "no input"},
@@ -444,5 +455,36 @@ func TestMemberColumnsBoundedBy32BitOffsets(t *testing.T) {
 	}
 	if _, err := stage.Stage(ctx, s, stage.StageOptions{Inputs: paths, Shards: 4, Seed: 1}); err != nil {
 		t.Fatalf("four members, member 0 and 1 of about 50 KiB: %v", err)
+	}
+}
+
+// writeTwoTextColumns writes a source file with every column and a
+// second column named text.
+func writeTwoTextColumns(t *testing.T, path string) {
+	t.Helper()
+	rec := stage.BuildRows([]stage.Row{{SampleID: "t", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "first", Tokens: 1}})
+	defer rec.Release()
+	b := array.NewStringBuilder(memory.DefaultAllocator)
+	defer b.Release()
+	b.Append("second")
+	other := b.NewArray()
+	defer other.Release()
+	fields := append(rec.Schema().Fields(), arrow.Field{Name: "text", Type: arrow.BinaryTypes.String})
+	schema := arrow.NewSchema(fields, nil)
+	both := array.NewRecordBatch(schema, append(rec.Columns(), other), 1)
+	defer both.Release()
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(schema, &buf, nil, pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(both); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
