@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/cespare/xxhash/v2"
@@ -113,6 +114,13 @@ type fileSource struct {
 	held    *scratchdir.Dir
 }
 
+// maxInputPageBytes bounds an input's page, compressed or not, as the
+// reader allocates for it. arrow-go's default allows 64 MiB compressed,
+// which refused DuckDB's pages of up to 100 MB of long texts written
+// uncompressed (or barely compressible); a page is only as large as its
+// writer made it.
+const maxInputPageBytes = 256 << 20
+
 // openFile opens a Parquet input under recover: a malformed file must not
 // crash the writer.
 func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
@@ -126,7 +134,9 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 			err = errcode.New(errcode.BadInput, "input %s: not readable Parquet: %v", path, r)
 		}
 	}()
-	pf, err := file.NewParquetReader(f)
+	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	props.MaxCompressedPageSize, props.MaxUncompressedPageSize = maxInputPageBytes, maxInputPageBytes
+	pf, err := file.NewParquetReader(f, file.WithReadProps(props))
 	if err != nil {
 		return errcode.Wrap(errcode.BadInput, err, "input %s: not Parquet", path)
 	}

@@ -28,10 +28,15 @@ import (
 // (pqarrow's defaults, snappy, no shardproof writer settings).
 func writeInput(t *testing.T, path string, rows []stage.Row) {
 	t.Helper()
+	writeInputCodec(t, path, rows, compress.Codecs.Snappy)
+}
+
+func writeInputCodec(t *testing.T, path string, rows []stage.Row, codec compress.Compression) {
+	t.Helper()
 	rec := stage.BuildRows(rows)
 	defer rec.Release()
 	var buf bytes.Buffer
-	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Snappy), parquet.WithDictionaryDefault(false))
+	props := parquet.NewWriterProperties(parquet.WithCompression(codec), parquet.WithDictionaryDefault(false))
 	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.DefaultWriterProps())
 	if err != nil {
 		t.Fatal(err)
@@ -75,6 +80,23 @@ func TestStageLongTextsVerify(t *testing.T) {
 	}
 	if r := out.Report; r.Verdict != manifest.Verified || r.Counts.ShardsVerified != 1 {
 		t.Fatalf("verdict %s, %d shards verified, failures %+v; want VERIFIED, 1", r.Verdict, r.Counts.ShardsVerified, r.Failures)
+	}
+}
+
+// Source pages past 64 MiB stage. pyarrow and arrow-go write 1,024
+// values a page whatever their size, DuckDB pages of up to 100 MB, and a
+// page written uncompressed, or of text that barely compresses, is as
+// large on disk: arrow-go's reader refused any page past 64 MiB
+// compressed, so stage refused such files (BAD_INPUT).
+func TestStageReadsInputPagesPast64MiB(t *testing.T) {
+	rows := make([]stage.Row, 1030)
+	for i := range rows {
+		rows[i] = stage.Row{SampleID: fmt.Sprintf("doc-%04d", i), SourceID: "books", SourceVersion: 1, Split: "train", Lang: "en", Text: longString(i, 66<<10), Tokens: 1}
+	}
+	path := filepath.Join(t.TempDir(), "uncompressed.parquet")
+	writeInputCodec(t, path, rows, compress.Codecs.Uncompressed)
+	if _, err := stage.Stage(context.Background(), stagetest.Store(t), stage.StageOptions{Inputs: []string{path}, Shards: 2, Seed: 1, TempDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
 	}
 }
 
