@@ -114,6 +114,13 @@ type fileSource struct {
 	held    *scratchdir.Dir
 }
 
+// inputStreamBuffer is the read buffer of each input column chunk's page
+// stream. Unbuffered, arrow-go reads a whole column chunk into memory
+// before its first page: a DuckDB row group of 120,000 texts of 8 KB is
+// a 500 MB text chunk, and so was stage's memory, however few rows it
+// batched.
+const inputStreamBuffer = 1 << 20
+
 // maxInputPageBytes bounds an input's page, compressed or not, as the
 // reader allocates for it. arrow-go's default allows 64 MiB compressed,
 // which refused DuckDB's pages of up to 100 MB of long texts written
@@ -135,8 +142,13 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 		}
 	}()
 	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	props.BufferedStreamEnabled, props.BufferSize = true, inputStreamBuffer
 	props.MaxCompressedPageSize, props.MaxUncompressedPageSize = maxInputPageBytes, maxInputPageBytes
-	pf, err := file.NewParquetReader(f, file.WithReadProps(props))
+	var r parquet.ReaderAtSeeker = f
+	if wrapInput != nil {
+		r = wrapInput(f)
+	}
+	pf, err := file.NewParquetReader(r, file.WithReadProps(props))
 	if err != nil {
 		return errcode.Wrap(errcode.BadInput, err, "input %s: not Parquet", path)
 	}
@@ -322,6 +334,8 @@ var (
 	// onInputBatch is called with the rows and decoded bytes (strings'
 	// lengths, 8 for each int64) of each batch read from an input.
 	onInputBatch func(path string, rows int, bytes int64)
+	// wrapInput, if set, is what an input is read through.
+	wrapInput func(f *os.File) parquet.ReaderAtSeeker
 )
 
 // shardRange is the shards [lo, hi) whose rows one spool file holds.
