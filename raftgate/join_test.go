@@ -1,12 +1,20 @@
 package raftgate
 
 import (
+	"bytes"
+	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // A join whose outcome is unknown to the joiner (INDETERMINATE: the
@@ -92,3 +100,92 @@ func (a *lostAnswer) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 func (a *lostAnswer) WriteHeader(status int) { a.status = status }
+
+// A joiner that gets the entry making it a nonvoter, committed, before
+// the answer to its join names that entry takes it for its nonvoter entry
+// once the answer arrives. It read the entry before, and passed it, since
+// it could not tell it from an older configuration that listed its ID;
+// the leader then found it caught up without its entry and made it a
+// nonvoter a second time (a second configuration entry, and a second or
+// more before the promotion). Here a proxy holds the leader's answer until
+// the joiner committed the entry and its log watcher ran twice after.
+func TestLearnerFindsItsNonvoterEntryCommittedBeforeTheAnswer(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	first := StartTestNode(t, TestConfig(dir, "node1"))
+	waitLeader(t, first)
+	cfg := TestConfig(dir, "node2")
+	cfg.Bootstrap = false
+	second := NewNode(cfg)
+	t.Cleanup(func() { second.Shutdown() })
+	target, _ := url.Parse(first.URL())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var held atomic.Bool
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/join" {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		var j Join
+		if err := json.Unmarshal(b, &j); err != nil {
+			t.Errorf("join body: %v", err)
+		}
+		rec := httptest.NewRecorder()
+		rp.ServeHTTP(rec, r)
+		index, _ := strconv.ParseUint(rec.Header().Get(nonvoterIndexHeader), 10, 64)
+		// The joiner committed the entry, and its watcher ran a whole
+		// pass after that: it saw the entry before the answer.
+		jc := NewClient("http://" + j.HTTPAddr)
+		defer jc.Close()
+		for index > 0 {
+			st, err := jc.Status(ctx)
+			if err != nil {
+				t.Errorf("the joiner's status: %v", err)
+				break
+			}
+			if st.CommitIndex >= index {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		for p := second.learner.passes.Load() + 2; second.learner.passes.Load() < p && ctx.Err() == nil; {
+			time.Sleep(10 * time.Millisecond)
+		}
+		held.Store(index > 0)
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
+	}))
+	defer proxy.Close()
+	second.cfg.Join = proxy.Listener.Addr().String()
+	if err := second.Start(ctx); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if !held.Load() {
+		t.Fatal("the join's answer was not held: no nonvoter index in it")
+	}
+	WaitPromoted(t, second, 10*time.Second)
+
+	// Along the leader's log: node2 a nonvoter once, then a voter.
+	var seq []raft.ServerSuffrage
+	first1, _ := first.store.FirstIndex()
+	last, _ := first.store.LastIndex()
+	for i := first1; i <= last; i++ {
+		var l raft.Log
+		if err := first.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
+			continue
+		}
+		for _, sv := range raft.DecodeConfiguration(l.Data).Servers {
+			if sv.ID == "node2" {
+				seq = append(seq, sv.Suffrage)
+			}
+		}
+	}
+	if len(seq) != 2 || seq[0] != raft.Nonvoter || seq[1] != raft.Voter {
+		t.Fatalf("node2's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", seq)
+	}
+}

@@ -40,7 +40,8 @@ import (
 //     answers the join with the index of that configuration entry;
 //   - the joiner notes, from the configuration entries its log holds up to
 //     its commit index and its newest snapshot's configuration
-//     (watchLearner), the first one at or after that index that makes it a
+//     (watchLearner; learnerAnswered for an entry committed before the
+//     answer came), the first one at or after that index that makes it a
 //     nonvoter, and reports it in /v1/status;
 //   - the leader (any leader: promoteLoop runs on every member)
 //     promotes a nonvoter to voter once its log holds every entry the
@@ -87,6 +88,9 @@ type learner struct {
 	mu   sync.Mutex
 	mark learnerMark
 	path string
+	// passes counts watchLearner's passes over the log (tests wait for
+	// them).
+	passes atomic.Uint64
 }
 
 // load reads the marker in dir, if any.
@@ -170,15 +174,43 @@ func (l *learner) endLocked() error {
 }
 
 // answered records the index of the configuration entry the leader's
-// answer to the join named.
-func (l *learner) answered(since uint64) error {
+// answer to the join named, and with it that entry's configuration c,
+// if the node committed the entry already (else nil): an entry that
+// lists id as a nonvoter is its nonvoter entry (see committed).
+func (l *learner) answered(id raft.ServerID, since uint64, c *raft.Configuration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.on.Load() || l.mark.Since >= since {
 		return nil
 	}
 	l.mark = learnerMark{Since: since}
+	if c != nil {
+		for _, sv := range c.Servers {
+			if sv.ID == id && sv.Suffrage == raft.Nonvoter {
+				l.mark.NonvoterAt = since
+			}
+		}
+	}
 	return l.save()
+}
+
+// learnerAnswered takes the answer to this node's join, which names its
+// nonvoter entry at index since (learner.answered). The leader's
+// replication can beat its answer: an entry this node committed already
+// is taken with the answer, at once. watchLearner had read it, and
+// passed it for good, since it could not tell it from an older
+// configuration listing this ID before the answer came; and a leader that
+// saw the answer in /v1/status without the entry took the node for one
+// that caught up from a snapshot, and made it a nonvoter a second time,
+// which delayed its promotion by a promotion tick or more.
+func (n *Node) learnerAnswered(since uint64) error {
+	var c *raft.Configuration
+	var l raft.Log
+	if since <= n.raft.CommitIndex() && n.store.GetLog(since, &l) == nil && l.Type == raft.LogConfiguration {
+		cfg := raft.DecodeConfiguration(l.Data)
+		c = &cfg
+	}
+	return n.learner.answered(raft.ServerID(n.cfg.ID), since, c)
 }
 
 // status is the learner's progress, nil once it votes.
@@ -251,59 +283,68 @@ func (n *Node) watchLearner() {
 			return
 		case <-t.C:
 		}
-		first, err := n.store.FirstIndex()
-		if err != nil {
-			continue
-		}
-		commit := n.raft.CommitIndex()
-		for i := max(scanned+1, first); i <= commit && n.learner.on.Load(); i++ {
-			var l raft.Log
-			if err := n.store.GetLog(i, &l); err != nil {
-				// Compacted meanwhile: the entries before the snapshot
-				// are gone, and what they said is in no log of this
-				// node (the leader makes it a nonvoter again).
-				break
-			}
-			scanned = i
-			if l.Type != raft.LogConfiguration {
-				continue
-			}
-			promoted, err := n.learner.committed(raft.ServerID(n.cfg.ID), i, raft.DecodeConfiguration(l.Data))
-			if err != nil {
-				// The marker stays as it was: the node keeps refusing
-				// votes, and reads the entry again.
-				n.log.Error("learner marker", "code", errcode.Of(err), "err", err)
-				scanned = i - 1
-				break
-			}
-			if promoted {
-				n.log.Info("promoted to voter: this member votes from now on", "index", i)
-			}
-		}
-		// The configuration of its newest snapshot, committed too: the
-		// entries a snapshot the leader sent replaced (or that this
-		// node compacted) are in no log of this node, and a promotion
-		// among them would otherwise never be found: the node would
-		// stay a voter that grants no vote, which no leader promotes
-		// again.
-		if !n.learner.on.Load() {
+		scanned, snapConf = n.scanLearnerLog(scanned, snapConf)
+		n.learner.passes.Add(1)
+	}
+}
+
+// scanLearnerLog is one pass of watchLearner: it reads the committed
+// entries after scanned, then the newest snapshot's configuration if it
+// is newer than snapConf's; it returns both advanced past what it read.
+func (n *Node) scanLearnerLog(scanned, snapConf uint64) (uint64, uint64) {
+	first, err := n.store.FirstIndex()
+	if err != nil {
+		return scanned, snapConf
+	}
+	commit := n.raft.CommitIndex()
+	for i := max(scanned+1, first); i <= commit && n.learner.on.Load(); i++ {
+		var l raft.Log
+		if err := n.store.GetLog(i, &l); err != nil {
+			// Compacted meanwhile: the entries before the snapshot
+			// are gone, and what they said is in no log of this
+			// node (the leader makes it a nonvoter again).
 			break
 		}
-		metas, err := n.snaps.List()
-		if err != nil || len(metas) == 0 || metas[0].ConfigurationIndex <= snapConf {
+		scanned = i
+		if l.Type != raft.LogConfiguration {
 			continue
 		}
-		m := metas[0]
-		promoted, err := n.learner.committed(raft.ServerID(n.cfg.ID), m.ConfigurationIndex, m.Configuration)
+		promoted, err := n.learner.committed(raft.ServerID(n.cfg.ID), i, raft.DecodeConfiguration(l.Data))
 		if err != nil {
+			// The marker stays as it was: the node keeps refusing
+			// votes, and reads the entry again.
 			n.log.Error("learner marker", "code", errcode.Of(err), "err", err)
-			continue
+			scanned = i - 1
+			break
 		}
-		snapConf = m.ConfigurationIndex
 		if promoted {
-			n.log.Info("promoted to voter (in a snapshot): this member votes from now on", "index", m.ConfigurationIndex)
+			n.log.Info("promoted to voter: this member votes from now on", "index", i)
 		}
 	}
+	// The configuration of its newest snapshot, committed too: the
+	// entries a snapshot the leader sent replaced (or that this
+	// node compacted) are in no log of this node, and a promotion
+	// among them would otherwise never be found: the node would
+	// stay a voter that grants no vote, which no leader promotes
+	// again.
+	if !n.learner.on.Load() {
+		return scanned, snapConf
+	}
+	metas, err := n.snaps.List()
+	if err != nil || len(metas) == 0 || metas[0].ConfigurationIndex <= snapConf {
+		return scanned, snapConf
+	}
+	m := metas[0]
+	promoted, err := n.learner.committed(raft.ServerID(n.cfg.ID), m.ConfigurationIndex, m.Configuration)
+	if err != nil {
+		n.log.Error("learner marker", "code", errcode.Of(err), "err", err)
+		return scanned, snapConf
+	}
+	snapConf = m.ConfigurationIndex
+	if promoted {
+		n.log.Info("promoted to voter (in a snapshot): this member votes from now on", "index", m.ConfigurationIndex)
+	}
+	return scanned, snapConf
 }
 
 // learnerScanInterval is how often a learner reads its log's new

@@ -731,7 +731,7 @@ func (n *Node) join(ctx context.Context) error {
 		n.log.Warn("joined as a voter at once: the leader's build has no learners", "via", n.cfg.Join)
 		return n.learner.end()
 	}
-	if err := n.learner.answered(ans.nonvoter); err != nil {
+	if err := n.learnerAnswered(ans.nonvoter); err != nil {
 		return err
 	}
 	n.log.Info("joined gate cluster as a learner: it votes once the leader promoted it", "via", n.cfg.Join, "index", ans.nonvoter)
