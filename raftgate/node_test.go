@@ -217,9 +217,12 @@ func TestHTTPAPI(t *testing.T) {
 		t.Fatalf("stale publish over HTTP: %v", err)
 	}
 	// Malformed commands never reach the log. (The leader records its
-	// own address in a command of its own once it leads: wait for it,
-	// or it may land between the two reads of the index.)
+	// own address, and raises the cluster version with the cluster's
+	// identity, in commands of its own once it leads: wait for both, or
+	// one may land between the two reads of the index, as the raise did
+	// under load.)
 	waitSelfRecorded(t, n, "api")
+	waitRaised(t, n)
 	before := n.Raft().LastIndex()
 	// A command with a stray ']' or '}' after it too: it is no command.
 	for _, bad := range []string{`{"type":"publish","alias":"x","evil":1}`,
