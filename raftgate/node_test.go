@@ -1115,16 +1115,19 @@ func TestClientSkipsSilentMember(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The bound is a second: the live member's answers, which must come
+	// within one attempt, had 300 ms, and a loaded machine can take
+	// that.
 	c := NewClient(testnet.NewSilent(t, true).Addr + "," + n.URL())
 	defer c.Close()
-	c.AttemptTimeout = 300 * time.Millisecond
+	c.AttemptTimeout = time.Second
 	c.RetryFor = 50 * time.Millisecond // shorter than one attempt: the next member still gets its turn
 	start := time.Now()
 	run, err := c.Run(ctx, "r")
 	if err != nil || run.Root != root {
 		t.Fatalf("read past a silent member: %+v %v", run, err)
 	}
-	if d := time.Since(start); d > 5*time.Second {
+	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("read took %s", d)
 	}
 
@@ -1132,19 +1135,52 @@ func TestClientSkipsSilentMember(t *testing.T) {
 	// leader behind it: INDETERMINATE, not a hang.
 	w := NewClient(testnet.NewSilent(t, true).Addr + "," + n.URL())
 	defer w.Close()
-	w.AttemptTimeout = 300 * time.Millisecond
+	w.AttemptTimeout = time.Second
 	if _, err := w.CancelRun(ctx, "r", "x"); !IsIndeterminate(err) {
 		t.Fatalf("write to a silent member: %v, want INDETERMINATE", err)
 	}
 
 	// A long-poll is not cut at the attempt bound: the server holds it
-	// for the poll asked, and the answer comes back.
-	lp := NewClient(n.URL())
+	// for the poll asked, and the answer comes back. The poll goes
+	// through a proxy that says when it arrived; the barrier opens three
+	// attempt bounds later, and no retry may hide a cut poll. (It waited
+	// for a closed barrier's answer at the poll's end before, with 200 ms
+	// for the answer to come, which a loaded machine took.)
+	polled := make(chan struct{}, 1)
+	target, _ := url.Parse(n.URL())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/wait") {
+			select {
+			case polled <- struct{}{}:
+			default:
+			}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	defer proxy.Close()
+	lp := NewClient(proxy.URL)
 	defer lp.Close()
 	lp.AttemptTimeout = 200 * time.Millisecond
-	wctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
-	defer cancel()
-	if _, err := lp.WaitRun(wctx, "r"); errcode.Of(err) != errcode.BarrierClosed {
-		t.Fatalf("long-poll with a short attempt bound: %v, want BARRIER_CLOSED", err)
+	lp.RetryFor = -1
+	waited := make(chan error, 1)
+	go func() {
+		s, err := lp.WaitRun(ctx, "r")
+		if err == nil && s.Barrier != BarrierOpen {
+			err = fmt.Errorf("barrier %s", s.Barrier)
+		}
+		waited <- err
+	}()
+	select {
+	case <-polled:
+	case err := <-waited:
+		t.Fatalf("the long-poll ended before it reached the gate: %v", err)
+	}
+	time.Sleep(3 * lp.AttemptTimeout)
+	if _, err := good.Attest(ctx, "r", 0, root, shardsOf("rel", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Fatalf("long-poll with a short attempt bound, answered when the barrier opened %s after it began: %v, want the open barrier", 3*lp.AttemptTimeout, err)
 	}
 }
