@@ -18,30 +18,37 @@ import (
 // member tried in turn, each sending the whole state again, then
 // GATE_UNAVAILABLE "no gate answered").
 func TestClientAttemptBoundsSilenceNotTransfer(t *testing.T) {
+	// The answer streams a small part every 20 ms until three attempt
+	// bounds passed on the server's clock: longer than the bound however
+	// late each part is sent, with the bound, not 200 ms, between a part
+	// and the next (parts 100 ms apart against a 300 ms bound failed
+	// under load).
+	const bound = time.Second
 	var hits atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
+		start := time.Now()
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
 		fmt.Fprint(w, "[")
-		for i := range 10 {
+		for i := 0; i < 10 || time.Since(start) < 3*bound; i++ {
 			if i > 0 {
 				fmt.Fprint(w, ",")
 			}
 			fmt.Fprintf(w, "%q", strings.Repeat("x", 1000))
 			w.(http.Flusher).Flush()
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 		}
 		fmt.Fprint(w, "]")
 	}))
 	defer srv.Close()
 	c := NewClient(srv.URL)
 	defer c.Close()
-	c.AttemptTimeout = 300 * time.Millisecond
+	c.AttemptTimeout = bound
 	c.RetryFor = -1
 	b, err := c.StateBytes(ctxT(t, 30*time.Second))
 	if err != nil {
-		t.Fatalf("an answer streaming for 1 s with a 300 ms attempt bound: %v (%d attempts)", err, hits.Load())
+		t.Fatalf("an answer streaming for %s with a %s attempt bound: %v (%d attempts)", 3*bound, bound, err, hits.Load())
 	}
 	if len(b) < 10000 {
 		t.Fatalf("got %d bytes", len(b))
