@@ -484,6 +484,7 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n.log.Info("learner added: a voter once it caught up", "id", j.ID, "raftAddr", j.RaftAddr, "httpAddr", j.HTTPAddr, "index", index)
+	n.learnerAdded()
 	ni, _ := res.Value.(NodeInfo)
 	raw, _ := json.Marshal(joinResult{NodeInfo: ni, NonvoterIndex: index})
 	w.Header().Set(nonvoterIndexHeader, strconv.FormatUint(index, 10))

@@ -189,3 +189,29 @@ func TestLearnerFindsItsNonvoterEntryCommittedBeforeTheAnswer(t *testing.T) {
 		t.Fatalf("node2's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", seq)
 	}
 }
+
+// A learner is promoted once it caught up, by the leader that added it,
+// which watches for that after the join; it waited for the leader's
+// periodic look for learners, a second later (and one more for each
+// learner that joined at once). Here that look never comes (an hour
+// apart): the joiners are promoted all the same, one after the other.
+func TestJoinerPromotedOnceCaughtUp(t *testing.T) {
+	dir := t.TempDir()
+	hour := func(cfg *Config) { cfg.promoteInterval = time.Hour }
+	cfg := TestConfig(dir, "node1")
+	hour(&cfg)
+	first := StartTestNode(t, cfg)
+	waitLeader(t, first)
+	for _, id := range []string{"node2", "node3"} {
+		cfg := TestConfig(dir, id)
+		cfg.Join, cfg.Bootstrap = first.HTTPAddr(), false
+		hour(&cfg)
+		StartTestNode(t, cfg) // returns once the node votes (WaitPromoted)
+	}
+	vs := first.voters()
+	for _, v := range vs {
+		if len(vs) != 3 || v.Suffrage != raft.Voter.String() {
+			t.Fatalf("the leader's configuration: %+v", vs)
+		}
+	}
+}

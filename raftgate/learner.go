@@ -524,22 +524,51 @@ func configChangeError(err error, format string, args ...any) error {
 // latest configuration's ("cannot take snapshot now").
 func (f *FSM) StoreConfiguration(uint64, raft.Configuration) {}
 
-// promoteLoop runs promoteInBackground every second (or versionInterval,
-// if shorter) while the node leads, beside the leader loop (whose
-// interval tests stretch): until then a cluster that gained a member
-// tolerates no more failures than before.
+// promoteLoop runs promoteInBackground every promoteInterval (a second,
+// or versionInterval if shorter) while the node leads, beside the leader
+// loop (whose interval tests stretch): until then a cluster that gained a
+// member tolerates no more failures than before. After this leader added
+// a learner (joined), it runs it every promoteWatchInterval for
+// promoteWatchFor: a learner is promoted once it caught up, not at the
+// next tick after that, a second later, and one more for each learner
+// that joined at once (the first one's promotion is an entry the second
+// has not yet when asked). The checks are promote's either way.
 func (n *Node) promoteLoop() {
-	t := time.NewTicker(min(n.cfg.versionInterval, time.Second))
+	t := time.NewTicker(n.cfg.promoteInterval)
 	defer t.Stop()
+	fast := time.NewTicker(promoteWatchInterval)
+	defer fast.Stop()
+	var watchUntil time.Time
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
+		case <-n.joined:
+			watchUntil = time.Now().Add(promoteWatchFor)
+		case <-fast.C:
+			if time.Now().After(watchUntil) {
+				continue
+			}
 		}
 		if n.IsLeader() {
 			n.promoteInBackground()
 		}
+	}
+}
+
+// promoteWatchInterval and promoteWatchFor: how often, and how long,
+// promoteLoop looks for learners to promote after a join.
+const (
+	promoteWatchInterval = 100 * time.Millisecond
+	promoteWatchFor      = 10 * time.Second
+)
+
+// learnerAdded wakes promoteLoop after this leader added a learner.
+func (n *Node) learnerAdded() {
+	select {
+	case n.joined <- struct{}{}:
+	default:
 	}
 }
 
@@ -624,6 +653,7 @@ func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string) err
 			return configChangeError(err, "add nonvoter %s again", sv.ID)
 		}
 		n.log.Info("learner caught up from a snapshot: made a nonvoter again, to find that in its log", "id", sv.ID)
+		n.learnerAdded()
 		return nil
 	}
 	if err := n.raft.AddVoter(sv.ID, sv.Address, 0, n.cfg.ApplyTimeout).Error(); err != nil {

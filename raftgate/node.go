@@ -169,6 +169,10 @@ type Config struct {
 	// whose join record is missing or stale asks the leader to record
 	// it; zero means 5 s.
 	versionInterval time.Duration
+	// promoteInterval is how often promoteLoop looks for learners to
+	// promote outside a join's watch; zero means versionInterval, at most
+	// a second. Tests stretch it, to see a promotion the join triggers.
+	promoteInterval time.Duration
 	// versionPollTimeout bounds one poll of the members' versions; zero
 	// means versionPollTimeout. Tests lengthen it, so a poll held by a
 	// member that never answers outlasts what they watch happen meanwhile.
@@ -241,6 +245,10 @@ type Node struct {
 	// promoting while the leader's promoteLearners runs.
 	learner   learner
 	promoting atomic.Bool
+	// joined wakes promoteLoop when this leader added a learner: it then
+	// looks for learners to promote every promoteWatchInterval for a while
+	// (see promoteLoop).
+	joined chan struct{}
 	// beats is held, read-locked, by each heartbeat Raft handles on a
 	// transport goroutine (voteGate.SetHeartbeatHandler), and beatsOff
 	// set under its write lock before the store closes: see Shutdown.
@@ -294,6 +302,10 @@ func NewNode(cfg Config) *Node {
 	if n.cfg.versionPollTimeout == 0 {
 		n.cfg.versionPollTimeout = versionPollTimeout
 	}
+	if n.cfg.promoteInterval == 0 {
+		n.cfg.promoteInterval = min(n.cfg.versionInterval, time.Second)
+	}
+	n.joined = make(chan struct{}, 1)
 	n.met = newMetrics(n)
 	n.bodyBudget = cfg.RequestMemory
 	if n.bodyBudget <= 0 {
