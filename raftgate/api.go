@@ -732,10 +732,14 @@ func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
 
 func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	addr, id := n.raft.LeaderWithID()
+	// A learner's progress as of the commit index reported (see
+	// scanLearner).
+	commit := n.raft.CommitIndex()
+	n.scanLearner(commit)
 	st := Status{
 		ID: n.cfg.ID, RaftState: n.raft.State().String(), Leader: string(id),
 		Term: n.raft.CurrentTerm(), LastIndex: n.raft.LastIndex(),
-		CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(),
+		CommitIndex: commit, AppliedIndex: n.raft.AppliedIndex(),
 		Nodes: []*NodeInfo{}, Voters: n.voters(),
 	}
 	rl := n.raft.ReloadableConfig()

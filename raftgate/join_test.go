@@ -215,3 +215,50 @@ func TestJoinerPromotedOnceCaughtUp(t *testing.T) {
 		}
 	}
 }
+
+// A learner's /v1/status reads its log up to the commit index it reports
+// first, so the leader never finds it caught up, with its nonvoter entry
+// committed, and without the entry noted: it took such a learner for one
+// that got the entry in a snapshot, and made it a nonvoter again (an entry
+// more, and its promotion a look later), when the learner's own pass
+// over its log, 50 ms apart, had not come yet. Here that pass never comes
+// (an hour apart): the learner is promoted after one nonvoter entry.
+func TestLearnerStatusReadsItsLogFirst(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	first := StartTestNode(t, TestConfig(dir, "node1"))
+	waitLeader(t, first)
+	cfg := TestConfig(dir, "node2")
+	cfg.Join, cfg.Bootstrap = first.HTTPAddr(), false
+	cfg.learnerScanInterval = time.Hour
+	second := NewNode(cfg)
+	t.Cleanup(func() { second.Shutdown() })
+	if err := second.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The leader's configuration makes node2 a voter; then node2 finds
+	// that in a status of its own too.
+	sc := NewClient(second.URL())
+	defer sc.Close()
+	waitFor(t, "node2 to vote", func() bool {
+		st, err := sc.Status(ctx)
+		return err == nil && st.Learner == nil
+	})
+	var seq []raft.ServerSuffrage
+	firstIndex, _ := first.store.FirstIndex()
+	last, _ := first.store.LastIndex()
+	for i := firstIndex; i <= last; i++ {
+		var l raft.Log
+		if err := first.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
+			continue
+		}
+		for _, sv := range raft.DecodeConfiguration(l.Data).Servers {
+			if sv.ID == "node2" {
+				seq = append(seq, sv.Suffrage)
+			}
+		}
+	}
+	if len(seq) != 2 || seq[0] != raft.Nonvoter || seq[1] != raft.Voter {
+		t.Fatalf("node2's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", seq)
+	}
+}

@@ -91,6 +91,11 @@ type learner struct {
 	// passes counts watchLearner's passes over the log (tests wait for
 	// them).
 	passes atomic.Uint64
+	// scan is held by a pass over the log (scanLearner), which goes on
+	// from scanned (the last log index read) and snapConf (the newest
+	// snapshot configuration's index read).
+	scan              sync.Mutex
+	scanned, snapConf uint64
 }
 
 // load reads the marker in dir, if any.
@@ -274,29 +279,43 @@ func syncDir(dir string) error {
 // behind its log (a slow disk, a restart replaying its log) is promoted
 // and votes as one whose log caught up would.
 func (n *Node) watchLearner() {
-	t := time.NewTicker(learnerScanInterval)
+	t := time.NewTicker(n.cfg.learnerScanInterval)
 	defer t.Stop()
-	var scanned, snapConf uint64
 	for n.learner.on.Load() {
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
 		}
-		scanned, snapConf = n.scanLearnerLog(scanned, snapConf)
+		n.scanLearner(n.raft.CommitIndex())
 		n.learner.passes.Add(1)
 	}
 }
 
-// scanLearnerLog is one pass of watchLearner: it reads the committed
-// entries after scanned, then the newest snapshot's configuration if it
-// is newer than snapConf's; it returns both advanced past what it read.
-func (n *Node) scanLearnerLog(scanned, snapConf uint64) (uint64, uint64) {
+// scanLearner is one pass over the log (scanLearnerLog) up to commit, a
+// commit index this node reached. /v1/status runs one too, up to the
+// commit index it reports, so a leader never sees a learner that
+// committed its nonvoter entry but has not read it yet, which it would
+// take for one that got the entry in a snapshot, and make a nonvoter
+// again (see promote).
+func (n *Node) scanLearner(commit uint64) {
+	l := &n.learner
+	if !l.on.Load() {
+		return
+	}
+	l.scan.Lock()
+	defer l.scan.Unlock()
+	l.scanned, l.snapConf = n.scanLearnerLog(l.scanned, l.snapConf, commit)
+}
+
+// scanLearnerLog reads the committed entries after scanned up to commit,
+// then the newest snapshot's configuration if it is newer than
+// snapConf's; it returns both advanced past what it read.
+func (n *Node) scanLearnerLog(scanned, snapConf, commit uint64) (uint64, uint64) {
 	first, err := n.store.FirstIndex()
 	if err != nil {
 		return scanned, snapConf
 	}
-	commit := n.raft.CommitIndex()
 	for i := max(scanned+1, first); i <= commit && n.learner.on.Load(); i++ {
 		var l raft.Log
 		if err := n.store.GetLog(i, &l); err != nil {
@@ -532,7 +551,10 @@ func (f *FSM) StoreConfiguration(uint64, raft.Configuration) {}
 // promoteWatchFor: a learner is promoted once it caught up, not at the
 // next tick after that, a second later, and one more for each learner
 // that joined at once (the first one's promotion is an entry the second
-// has not yet when asked). The checks are promote's either way.
+// has not yet when asked). The checks are promote's either way; only the
+// ticks make a learner that caught up without its nonvoter entry a
+// nonvoter again (readd), the watch's looks, 100 ms apart, would catch
+// learners that have the entry but have not read it yet.
 func (n *Node) promoteLoop() {
 	t := time.NewTicker(n.cfg.promoteInterval)
 	defer t.Stop()
@@ -540,19 +562,22 @@ func (n *Node) promoteLoop() {
 	defer fast.Stop()
 	var watchUntil time.Time
 	for {
+		readd := true
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
 		case <-n.joined:
 			watchUntil = time.Now().Add(promoteWatchFor)
+			readd = false
 		case <-fast.C:
 			if time.Now().After(watchUntil) {
 				continue
 			}
+			readd = false
 		}
 		if n.IsLeader() {
-			n.promoteInBackground()
+			n.promoteInBackground(readd)
 		}
 	}
 }
@@ -574,7 +599,7 @@ func (n *Node) learnerAdded() {
 
 // promoteInBackground starts promoteLearners unless a run is in flight,
 // and returns at once.
-func (n *Node) promoteInBackground() {
+func (n *Node) promoteInBackground(readd bool) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
@@ -592,7 +617,7 @@ func (n *Node) promoteInBackground() {
 		defer n.promoting.Store(false)
 		ctx, cancel := n.untilStop(context.WithTimeout(context.Background(), joinProbeTimeout))
 		defer cancel()
-		n.promoteLearners(ctx)
+		n.promoteLearners(ctx, readd)
 	}()
 }
 
@@ -603,7 +628,7 @@ func (n *Node) promoteInBackground() {
 // learners) the nonvoter entry it found in its log. One that caught up
 // without finding one (it got the entry in a snapshot) is made a nonvoter
 // again, so its log commits one.
-func (n *Node) promoteLearners(ctx context.Context) {
+func (n *Node) promoteLearners(ctx context.Context, readd bool) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
@@ -618,15 +643,16 @@ func (n *Node) promoteLearners(ctx context.Context) {
 		if sv.Suffrage != raft.Nonvoter || httpOf[string(sv.ID)] == "" {
 			continue
 		}
-		if err := n.promote(ctx, sv, httpOf[string(sv.ID)]); err != nil {
+		if err := n.promote(ctx, sv, httpOf[string(sv.ID)], readd); err != nil {
 			n.log.Warn("learner not promoted yet", "id", sv.ID, "code", errcode.Of(err), "err", err)
 		}
 	}
 }
 
-// promote promotes the nonvoter sv if it caught up (see promoteLearners).
-// It returns nil when it is not its time yet.
-func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string) error {
+// promote promotes the nonvoter sv if it caught up (see promoteLearners);
+// with readd, it makes one that caught up without its nonvoter entry a
+// nonvoter again. It returns nil when it is not its time yet.
+func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string, readd bool) error {
 	commit := n.raft.CommitIndex()
 	c := n.memberClient(httpAddr)
 	defer c.Close()
@@ -647,6 +673,15 @@ func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string) err
 		if l.Since == 0 {
 			// Its join was not answered; it joins again when restarted
 			// with --join.
+			return nil
+		}
+		if !readd || st.CommitIndex < l.Since {
+			// It may find the entry yet: it has not committed it (a
+			// learner of this build reads its log up to the commit
+			// index its status reports), or, a learner of a build
+			// before that, has committed it a moment ago and not
+			// read it yet, which a look of the watch after a join,
+			// 100 ms apart, would catch.
 			return nil
 		}
 		if err := n.raft.AddNonvoter(sv.ID, sv.Address, 0, n.cfg.ApplyTimeout).Error(); err != nil {

@@ -173,6 +173,10 @@ type Config struct {
 	// promote outside a join's watch; zero means versionInterval, at most
 	// a second. Tests stretch it, to see a promotion the join triggers.
 	promoteInterval time.Duration
+	// learnerScanInterval is how often a learner reads its log's new
+	// committed entries (watchLearner); zero means learnerScanInterval.
+	// Tests stretch it, to see what a status finds.
+	learnerScanInterval time.Duration
 	// versionPollTimeout bounds one poll of the members' versions; zero
 	// means versionPollTimeout. Tests lengthen it, so a poll held by a
 	// member that never answers outlasts what they watch happen meanwhile.
@@ -301,6 +305,9 @@ func NewNode(cfg Config) *Node {
 	}
 	if n.cfg.versionPollTimeout == 0 {
 		n.cfg.versionPollTimeout = versionPollTimeout
+	}
+	if n.cfg.learnerScanInterval == 0 {
+		n.cfg.learnerScanInterval = learnerScanInterval
 	}
 	if n.cfg.promoteInterval == 0 {
 		n.cfg.promoteInterval = min(n.cfg.versionInterval, time.Second)
