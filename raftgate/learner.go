@@ -558,7 +558,9 @@ func (f *FSM) StoreConfiguration(uint64, raft.Configuration) {}
 func (n *Node) promoteLoop() {
 	t := time.NewTicker(n.cfg.promoteInterval)
 	defer t.Stop()
+	// fast ticks while a watch runs, until watchUntil.
 	fast := time.NewTicker(promoteWatchInterval)
+	fast.Stop()
 	defer fast.Stop()
 	var watchUntil time.Time
 	for {
@@ -569,9 +571,11 @@ func (n *Node) promoteLoop() {
 		case <-t.C:
 		case <-n.joined:
 			watchUntil = time.Now().Add(promoteWatchFor)
+			fast.Reset(promoteWatchInterval)
 			readd = false
 		case <-fast.C:
 			if time.Now().After(watchUntil) {
+				fast.Stop()
 				continue
 			}
 			readd = false
