@@ -13,7 +13,8 @@ import (
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
-// Commit records no task writes are SHUFFLE_CORRUPT when aggregated: a
+// Commit records no task writes are SHUFFLE_CORRUPT when aggregated (a
+// reduce task's record has the task run again, redoReduce): a
 // failure code without a counter (was INTERNAL), negative figures (were
 // summed into a VERIFIED report with wrong totals), an example class no
 // report keeps (was BAD_DOCUMENT from the report's encoding), a stray ']'
@@ -77,8 +78,27 @@ func TestForgedCommitRecords(t *testing.T) {
 				t.Fatalf("%q not in the record %.300s", c.old, body)
 			}
 			j := *j0
-			j.Store = &overlayStore{Store: j0.Store, key: commitFuzzKeys[c.w], body: forged}
+			// Runs again counted afresh: the cases shared the count of
+			// one process, and those after the second met maxRuns.
+			j.redos = new(redoLocks)
+			ov := &overlayStore{Store: j0.Store, key: commitFuzzKeys[c.w], body: forged}
+			j.Store = ov
 			rep, _, err := j.Aggregate(context.Background(), manifest.Execution{Executor: "test"})
+			if c.w >= maps {
+				// A reduce record refused has its task run again
+				// (redoReduce): the aggregation gives the report of the
+				// record the task wrote, the run again's record put in
+				// its place (this store keeps the forged one).
+				j.Store = &overlayStore{Store: j0.Store, key: commitFuzzKeys[c.w], body: body}
+				want, _, werr := j.Aggregate(context.Background(), manifest.Execution{Executor: "test"})
+				if err != nil || werr != nil || !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) || rep.Execution.ShuffleBytes != want.Execution.ShuffleBytes {
+					t.Fatalf("aggregate: %v (report %+v), want %v (report %+v)", err, rep, werr, want)
+				}
+				if ov.puts.Load() != 1 {
+					t.Fatalf("the aggregation stored %s %d times, want once: the record was taken", commitFuzzKeys[c.w], ov.puts.Load())
+				}
+				return
+			}
 			if aggregationTakes[c.name] {
 				// The aggregation decodes the results of a map commit
 				// record, not its outputs (readMapResults).

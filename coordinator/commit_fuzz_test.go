@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -25,6 +26,8 @@ type overlayStore struct {
 	key  string
 	body []byte
 	hide func(string) bool
+	// puts counts the Puts of key: a run again of its task.
+	puts atomic.Int32
 }
 
 func (o *overlayStore) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
@@ -39,6 +42,9 @@ func (o *overlayStore) Get(ctx context.Context, key string, v objstore.Version) 
 
 func (o *overlayStore) Put(ctx context.Context, key string, body io.Reader, _ objstore.PutOptions) (objstore.Version, error) {
 	io.Copy(io.Discard, body)
+	if key == o.key {
+		o.puts.Add(1)
+	}
 	return "vfuzz", nil
 }
 

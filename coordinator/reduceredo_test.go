@@ -37,7 +37,8 @@ func reduceRecordEdit(t *testing.T, edit func(*ReduceCommit)) func([]byte) []byt
 // The reduce task now runs again and commits a new version of its
 // record, whether the aggregation, the task's retry or a resume finds
 // it; the report is the one a verification without damage gives, but
-// for its execution section. With a merge level too.
+// for its execution section (shuffleBytes included). With a merge level
+// too.
 func TestDamagedReduceCommitRecordRunsTaskAgain(t *testing.T) {
 	damages := []struct {
 		name string
@@ -52,6 +53,16 @@ func TestDamagedReduceCommitRecordRunsTaskAgain(t *testing.T) {
 		}},
 		{"another plan's record", func(t *testing.T) func([]byte) []byte {
 			return reduceRecordEdit(t, func(rc *ReduceCommit) { rc.Plan = manifest.Sum([]byte("another plan")) })
+		}},
+		// The inputs, whose sizes the report's shuffleBytes sums: the
+		// run again reads the same files, and must not be held to
+		// what the damage says of them (was NONDETERMINISM).
+		{"an input of negative size", func(t *testing.T) func([]byte) []byte {
+			return reduceRecordEdit(t, func(rc *ReduceCommit) { rc.Inputs[1].Size = -rc.Inputs[1].Size - 1 })
+		}},
+		// Each map task's file once: another's twice summed it twice.
+		{"an input another map task's", func(t *testing.T) func([]byte) []byte {
+			return reduceRecordEdit(t, func(rc *ReduceCommit) { rc.Inputs[1] = rc.Inputs[0] })
 		}},
 	}
 	readers := []string{"aggregate", "reduce", "resume"}
@@ -101,6 +112,19 @@ func TestDamagedReduceCommitRecordRunsTaskAgain(t *testing.T) {
 					}
 					if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
 						t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
+					}
+					var shuffleBytes int64
+					for i := range len(j.Plan.MapTasks) {
+						var mc MapCommit
+						if found, err := readRecord(ctx, s, j.mapCommitKey(i), &mc); !found || err != nil {
+							t.Fatalf("map task %d's record: found %v, %v", i, found, err)
+						}
+						for _, o := range mc.Outputs {
+							shuffleBytes += o.Size
+						}
+					}
+					if rep.Execution.ShuffleBytes != shuffleBytes {
+						t.Errorf("shuffleBytes %d, the map tasks' files are %d bytes", rep.Execution.ShuffleBytes, shuffleBytes)
 					}
 					for r := range j.Plan.Reducers {
 						if n, want := versions(t, s, j.reduceCommitKey(r)), 1+btoi(r == 1); n != want {

@@ -524,15 +524,8 @@ func (j *Job) checkReduceCommit(r int, c *ReduceCommit) error {
 	if err := c.Result.Validate(rng.Lo, rng.Hi); err != nil {
 		return err
 	}
-	// The shuffle files it read, one of each map task's, whose sizes the
-	// report's shuffleBytes sums.
-	if len(c.Inputs) != len(j.Plan.MapTasks) {
-		return j.badReduceCommit(r, "%d inputs for %d map tasks", len(c.Inputs), len(j.Plan.MapTasks))
-	}
-	for i := range c.Inputs {
-		if o := &c.Inputs[i]; o.Size < 0 || o.Rows < 0 {
-			return j.badReduceCommit(r, "input %d is %.80q (size %d, rows %d)", i, o.Key, o.Size, o.Rows)
-		}
+	if err := j.checkReduceInputs(r, c.Inputs); err != nil {
+		return err
 	}
 	if err := j.checkMerged(r, c.Merged); err != nil {
 		return err
@@ -550,6 +543,30 @@ func (j *Job) badReduceCommit(r int, format string, args ...any) error {
 func (j *Job) checkReduceHead(r int, c *ReduceCommit) error {
 	if c.Schema != ReduceCommitSchema || c.Plan != j.PlanDigest || c.Task != r || c.Result == nil {
 		return j.badReduceCommit(r, "schema %q, plan %s, task %d do not match, or no result", c.Schema, c.Plan, c.Task)
+	}
+	return nil
+}
+
+// checkReduceInputs checks the shuffle files a reduce task's record
+// says it read, whose sizes the report's shuffleBytes sums: one of each
+// map task's, in order, the file that map task wrote for this task.
+func (j *Job) checkReduceInputs(r int, inputs []Output) error {
+	if len(inputs) != len(j.Plan.MapTasks) {
+		return j.badReduceCommit(r, "%d inputs for %d map tasks", len(inputs), len(j.Plan.MapTasks))
+	}
+	for i := range inputs {
+		if err := j.checkReduceInput(r, i, &inputs[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkReduceInput checks input i of reduce task r's record: map task
+// i's file for it, of no negative size or rows.
+func (j *Job) checkReduceInput(r, i int, o *Output) error {
+	if o.Key != j.mapOutputKey(i, r) || o.Size < 0 || o.Rows < 0 {
+		return j.badReduceCommit(r, "input %d is %.80q (size %d, rows %d)", i, o.Key, o.Size, o.Rows)
 	}
 	return nil
 }
