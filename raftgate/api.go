@@ -193,7 +193,10 @@ func (n *Node) handler() http.Handler {
 		api("POST /v1/record", n.handleRecord)
 	}
 	api("POST /v1/remove", n.handleRemove)
-	api("GET /v1/state", n.read(func(s *State, r *http.Request) (any, error) { return s, nil }))
+	// The whole state is copied under the lock and encoded once it is
+	// released: encoding it there held up every Apply for as long (a
+	// backup of 30 releases of 30,000 shards, seconds).
+	api("GET /v1/state", n.read(func(s *State, r *http.Request) (any, error) { return apart{cloneState(s)}, nil }))
 	api("GET /v1/aliases/{name}", n.read(func(s *State, r *http.Request) (any, error) {
 		if a := s.Aliases[r.PathValue("name")]; a != nil {
 			return a, nil
@@ -638,13 +641,21 @@ func (n *Node) read(fn func(*State, *http.Request) (any, error)) http.HandlerFun
 		var raw []byte
 		var index uint64
 		var ferr error
+		var later any
 		err := n.readConsistentAt(func(s *State, i uint64) {
 			var v any
 			if v, ferr = fn(s, r); ferr == nil {
-				raw, ferr = json.Marshal(v)
+				if a, ok := v.(apart); ok {
+					later = a.v
+				} else {
+					raw, ferr = n.encodeAnswer(v)
+				}
 				index = i
 			}
 		})
+		if err == nil && ferr == nil && later != nil {
+			raw, ferr = n.encodeAnswer(later)
+		}
 		if err == nil {
 			err = ferr
 		}
@@ -660,6 +671,18 @@ func (n *Node) read(fn func(*State, *http.Request) (any, error)) http.HandlerFun
 		w.Header().Set(stateIndexHeader, strconv.FormatUint(index, 10))
 		w.Write(raw)
 	}
+}
+
+// apart is an answer a read's fn built apart from the state (a copy of
+// it), which read encodes once the lock is released.
+type apart struct{ v any }
+
+// encodeAnswer encodes a read's answer (Config.encodeAnswer in tests).
+func (n *Node) encodeAnswer(v any) ([]byte, error) {
+	if n.cfg.encodeAnswer != nil {
+		return n.cfg.encodeAnswer(v)
+	}
+	return json.Marshal(v)
 }
 
 // handleWait long-polls a run on the leader until its barrier opens, it

@@ -156,6 +156,9 @@ type Config struct {
 	// decode, if set, decodes the log's entries instead of DecodeCommand:
 	// tests make some members a newer build that knows one more field.
 	decode func([]byte) (Command, error)
+	// encodeAnswer, if set, encodes the answers of reads instead of
+	// json.Marshal: tests see whether the FSM's lock is held meanwhile.
+	encodeAnswer func(any) ([]byte, error)
 	// olderBuild, if set, makes the node a build of this command-schema
 	// version instead of CommandVersion: tests stand in a member not
 	// upgraded yet (0: a build before the version handshake), which
