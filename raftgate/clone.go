@@ -6,8 +6,10 @@ import "reflect"
 // it copied, nil ones left nil, so the copy encodes to the same bytes as
 // s did when it was taken whatever Apply does to s afterwards. It walks
 // the state's types by reflection, so a field added to them is copied
-// without a change here; a list of values holding no pointers (a shard
-// list of digests) is copied in one move. At 30 releases of 30,000
+// without a change here (TestCloneStateOfEveryField fills every field;
+// TestCloneStateCopiesEveryType refuses a type it cannot copy: a chan,
+// a func, an interface, unexported pointers); a list of values holding
+// no pointers (a shard list of digests) is copied in one move. At 30 releases of 30,000
 // shards, each with a run of 64 attested ranks (a 139 MB state), it
 // took 31–199 ms of CPU where encoding took 1.2–5.7 s, on a loaded
 // machine (BenchmarkReleaseScale).
@@ -55,7 +57,7 @@ func deepCopy(v reflect.Value) reflect.Value {
 			if hasPointers(t.Field(i).Type) {
 				// A state type's fields are all exported (the state is
 				// JSON): an unexported one holding pointers panics here,
-				// as TestCloneStateIsDeep would show.
+				// and TestCloneStateCopiesEveryType fails on its type.
 				c.Field(i).Set(deepCopy(v.Field(i)))
 			}
 		}

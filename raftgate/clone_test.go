@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/shardproof/shardproof/manifest"
 )
@@ -162,5 +163,186 @@ func TestSnapshotDoesNotEncode(t *testing.T) {
 	})
 	if allocs > 1000 {
 		t.Fatalf("Snapshot of a release of %d shards allocates %.0f times", shards, allocs)
+	}
+}
+
+// Every type the state holds is one cloneState copies apart: numbers,
+// strings, booleans, arrays, structs of exported fields, pointers, maps
+// and slices of those. A field added of another kind (a chan, a func,
+// an interface, which it would share, or a time.Time, a struct with
+// unexported pointer fields, on which it panics, in Snapshot, on Raft's
+// FSM goroutine) fails here, whether or not a test fills it.
+func TestCloneStateCopiesEveryType(t *testing.T) {
+	if bad := uncopyable(reflect.TypeFor[State](), "State", map[reflect.Type]bool{}); len(bad) > 0 {
+		t.Fatalf("cloneState cannot copy %v", bad)
+	}
+	// The check sees what it must.
+	type inner struct{ m map[string]int }
+	type odd struct {
+		C  chan int
+		F  func()
+		I  any
+		T  time.Time
+		In []inner
+		ok int
+	}
+	want := []string{"odd.C (chan int)", "odd.F (func())", "odd.I (interface {})", "odd.T.loc (unexported *time.Location)", "odd.In[].m (unexported map[string]int)"}
+	if bad := uncopyable(reflect.TypeFor[odd](), "odd", map[reflect.Type]bool{}); !reflect.DeepEqual(bad, want) {
+		t.Fatalf("uncopyable found %q, want %q", bad, want)
+	}
+}
+
+// uncopyable returns the paths of what in type t (named path) deepCopy
+// cannot copy apart.
+func uncopyable(t reflect.Type, path string, seen map[reflect.Type]bool) []string {
+	if seen[t] {
+		return nil
+	}
+	seen[t] = true
+	defer delete(seen, t)
+	switch t.Kind() {
+	case reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return []string{fmt.Sprintf("%s (%s)", path, t)}
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return uncopyable(t.Elem(), path+"[]", seen)
+	case reflect.Map:
+		return append(uncopyable(t.Key(), path+"{key}", seen), uncopyable(t.Elem(), path+"[]", seen)...)
+	case reflect.Struct:
+		var bad []string
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if !f.IsExported() {
+				if hasPointers(f.Type) {
+					bad = append(bad, fmt.Sprintf("%s.%s (unexported %s)", path, f.Name, f.Type))
+				}
+				continue
+			}
+			bad = append(bad, uncopyable(f.Type, path+"."+f.Name, seen)...)
+		}
+		return bad
+	}
+	return nil
+}
+
+// A copy of a state holding every field, each map and list nil, empty
+// or full at every depth, is equal to it (nil where it was nil, empty
+// where it was empty), shares nothing with it and encodes to its bytes
+// (omitempty and omitzero fields alike). The state is filled by
+// reflection, so a field added is filled too.
+func TestCloneStateOfEveryField(t *testing.T) {
+	for mode, marks := range map[fillMode][]string{fillNil: {`"releases":null`}, fillEmpty: {`"releases":{}`}, fillFull: {`null`, `[]`, `"shards":[`}} {
+		s := new(State)
+		fillValue(reflect.ValueOf(s).Elem(), mode, new(int))
+		want, err := EncodeState(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range marks {
+			if !bytes.Contains(want, []byte(m)) {
+				t.Fatalf("no %s in the filled state %s", m, want)
+			}
+		}
+		c := cloneState(s)
+		if !reflect.DeepEqual(c, s) {
+			t.Fatalf("the copy of %s differs from it", want)
+		}
+		if path := sharedMemory(reflect.ValueOf(s), reflect.ValueOf(c), "$"); path != "" {
+			t.Fatalf("the copy shares %s with the state", path)
+		}
+		got, err := EncodeState(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("the copy encodes to\n%s\nthe state to\n%s", got, want)
+		}
+		// Changed in place, the state leaves the copy as it was.
+		fillValue(reflect.ValueOf(s).Elem(), fillFull, new(int))
+		if again, _ := EncodeState(c); !bytes.Equal(again, want) {
+			t.Fatal("filling the state again changed its copy")
+		}
+	}
+}
+
+type fillMode int
+
+const (
+	fillNil fillMode = iota
+	fillEmpty
+	fillFull
+)
+
+// fillValue sets v and everything under it: a pointer is nil at
+// fillNil, a map or list nil at fillNil, empty at fillEmpty and, at
+// fillFull, of three entries, whose own maps and lists are nil, empty
+// and full in turn; numbers, strings and booleans take values from n,
+// never zero, so no omitempty field is left out.
+func fillValue(v reflect.Value, mode fillMode, n *int) {
+	next := func() int { *n++; return *n }
+	switch v.Kind() {
+	case reflect.Pointer:
+		if mode == fillNil {
+			v.SetZero()
+			return
+		}
+		if v.IsNil() {
+			v.Set(reflect.New(v.Type().Elem()))
+		}
+		fillValue(v.Elem(), mode, n)
+	case reflect.Slice:
+		switch mode {
+		case fillNil:
+			v.SetZero()
+		case fillEmpty:
+			v.Set(reflect.MakeSlice(v.Type(), 0, 0))
+		default:
+			if v.Len() != 3 {
+				v.Set(reflect.MakeSlice(v.Type(), 3, 3))
+			}
+			for k := range 3 {
+				fillValue(v.Index(k), fillMode(k), n)
+			}
+		}
+	case reflect.Map:
+		switch mode {
+		case fillNil:
+			v.SetZero()
+		case fillEmpty:
+			v.Set(reflect.MakeMap(v.Type()))
+		default:
+			if v.IsNil() {
+				v.Set(reflect.MakeMap(v.Type()))
+			}
+			for k := range 3 {
+				key := reflect.New(v.Type().Key()).Elem()
+				fillValue(key, fillFull, &[]int{k}[0])
+				e := reflect.New(v.Type().Elem()).Elem()
+				if old := v.MapIndex(key); old.IsValid() {
+					e.Set(old)
+				}
+				fillValue(e, fillMode(k), n)
+				v.SetMapIndex(key, e)
+			}
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fillValue(v.Field(i), mode, n)
+			}
+		}
+	case reflect.Array:
+		for k := range v.Len() {
+			fillValue(v.Index(k), mode, n)
+		}
+	case reflect.String:
+		v.SetString(fmt.Sprintf("s%d", next()))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(int64(next() % 100))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(uint64(next()%100 + 1))
+	default:
+		panic(fmt.Sprintf("fillValue: %s", v.Type()))
 	}
 }
