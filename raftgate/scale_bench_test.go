@@ -21,7 +21,9 @@ import (
 // it), the Apply time of all 64 attestations (applyAttest64-ms), and of
 // the retained state: its snapshot's bytes (stateMB), the time to encode
 // it: Snapshot's time (snapshot-ms), which Raft runs between Applies and
-// so holds them up, and Persist's (persist-ms), which runs beside them;
+// so holds them up, and what it allocates, the copy Persist encodes
+// (snapshotAllocMB), and Persist's time (persist-ms), which runs beside
+// them;
 // the time to decode and validate it (restore-ms), and the heap the
 // state holds (heapMB).
 //
@@ -33,7 +35,7 @@ func BenchmarkReleaseScale(b *testing.B) {
 	var regBytes int
 	var regApply, attApply, snap, persist, restore time.Duration
 	var stateBytes int
-	var heap uint64
+	var heap, copied uint64
 	for range b.N {
 		b.StopTimer()
 		runtime.GC()
@@ -78,12 +80,14 @@ func BenchmarkReleaseScale(b *testing.B) {
 		runtime.GC()
 		heap += heapInUse() - heap0
 		b.StartTimer()
+		alloc0 := totalAlloc()
 		t0 := time.Now()
 		s, err := f.Snapshot()
 		if err != nil {
 			b.Fatal(err)
 		}
 		snap += time.Since(t0)
+		copied += totalAlloc() - alloc0
 		sink := &memSink{}
 		t0 = time.Now()
 		if err := s.Persist(sink); err != nil {
@@ -104,9 +108,16 @@ func BenchmarkReleaseScale(b *testing.B) {
 	b.ReportMetric(ms(attApply, b.N*nights), "applyAttest64-ms")
 	b.ReportMetric(float64(stateBytes)/1e6, "stateMB")
 	b.ReportMetric(ms(snap, b.N), "snapshot-ms")
+	b.ReportMetric(float64(copied)/1e6/float64(b.N), "snapshotAllocMB")
 	b.ReportMetric(ms(persist, b.N), "persist-ms")
 	b.ReportMetric(ms(restore, b.N), "restore-ms")
 	b.ReportMetric(float64(heap)/1e6/float64(b.N), "heapMB")
+}
+
+func totalAlloc() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.TotalAlloc
 }
 
 func heapInUse() uint64 {
