@@ -53,6 +53,10 @@ func TestForgedCommitRecords(t *testing.T) {
 		{"map: unknown key in a result", 0, `"Decoded":`, `"decoded":false,"Decoded":`},
 		{"map: result not UTF-8", 0, `"ShardID":"`, "\"ShardID\":\"\xff"},
 		{"map: result digest in upper case", 0, `"LogicalDigest":"sha256:`, `"LogicalDigest":"SHA256:`},
+		// A value the whole record's decoding refuses, in an output
+		// neither the aggregation nor reduce task 1 decodes.
+		{"map: output digest not hex", 0, `"digest":"sha256:`, `"digest":"sha256:z`},
+		{"map: output version not a string", 0, `"version":"v1"`, `"version":1`},
 		// Each reducer's output names the other's file.
 		{"map: another reducer's output", 0, `r0.arrow`, `r1.arrow`},
 		{"map: a result too many", 0, `"results":[`, `"results":[{"Side":0,"Index":0,"ShardID":"x","Records":0,"Tokens":0,"LogicalDigest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","MemberSetDigest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","StorageDigest":"sha256:0000000000000000000000000000000000000000000000000000000000000000","StoredBytes":0,"LogicalBytes":0,"Failures":null,"Decoded":false},`},
@@ -145,6 +149,8 @@ var mapRecordRefused = map[string][]int{
 	"map: result not UTF-8":            nil,
 	"map: result digest in upper case": nil,
 	"map: a result too many":           nil,
+	"map: output digest not hex":       nil,
+	"map: output version not a string": nil,
 	"map: another reducer's output":    {0},
 }
 
