@@ -13,7 +13,8 @@ import (
 // only what a Head can find, VERSION_MISSING or SIZE_MISMATCH: a commit
 // written before the lookup (skipped, no failures) is still accepted, one
 // naming a failure only a read could find is SHUFFLE_CORRUPT, and so is a
-// failure on a member read bucket by bucket.
+// failure on a member read bucket by bucket: the aggregation runs the
+// reduce task again (redoReduce) and reports what its run gives.
 func TestSkippedMemberCommitRecords(t *testing.T) {
 	commitFuzzSetup(t)
 	j0 := commitFuzzJob
@@ -43,17 +44,36 @@ func TestSkippedMemberCommitRecords(t *testing.T) {
 				t.Fatalf("%q not in the record %.300s", skipped, rc)
 			}
 			j := *j0
-			j.Store = &overlayStore{Store: j0.Store, key: commitFuzzKeys[maps], body: forged}
+			// Runs again counted afresh: the cases shared the count of
+			// one process, and the third refused met maxRuns.
+			j.redos = new(redoLocks)
+			ov := &overlayStore{Store: j0.Store, key: commitFuzzKeys[maps], body: forged}
+			j.Store = ov
 			rep, _, err := j.Aggregate(context.Background(), manifest.Execution{Executor: "test"})
 			if c.verdict == "" {
-				if errcode.Of(err) != errcode.ShuffleCorrupt {
-					t.Fatalf("aggregate: %v, want SHUFFLE_CORRUPT", err)
+				// Refused (SHUFFLE_CORRUPT): the task ran again, and its
+				// run found every member as the task first did.
+				if err != nil || ov.puts.Load() != 1 || rep.Verdict != manifest.Verified {
+					t.Fatalf("aggregate: %v, report %v after %d runs again, want the record refused and the task's run again VERIFIED", err, rep, ov.puts.Load())
+				}
+				if errcode.Of(j.checkReduceCommit(0, decodeReduce(t, forged))) != errcode.ShuffleCorrupt {
+					t.Fatal("the record is not SHUFFLE_CORRUPT")
 				}
 				return
 			}
-			if err != nil || rep.Verdict != c.verdict {
-				t.Fatalf("aggregate: %v, verdict %v, want %s", err, rep, c.verdict)
+			if err != nil || rep.Verdict != c.verdict || ov.puts.Load() != 0 {
+				t.Fatalf("aggregate: %v, verdict %v after %d runs again, want %s", err, rep, ov.puts.Load(), c.verdict)
 			}
 		})
 	}
+}
+
+// decodeReduce decodes a reduce commit record.
+func decodeReduce(t *testing.T, b []byte) *ReduceCommit {
+	t.Helper()
+	var rc ReduceCommit
+	if err := manifest.Decode(b, &rc); err != nil {
+		t.Fatal(err)
+	}
+	return &rc
 }
