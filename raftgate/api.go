@@ -685,6 +685,9 @@ func (n *Node) encodeAnswer(v any) ([]byte, error) {
 	return json.Marshal(v)
 }
 
+// maxWaitTimeout bounds a long-poll's timeout (handleWait).
+const maxWaitTimeout = 5 * time.Minute
+
 // handleWait long-polls a run on the leader until its barrier opens, it
 // fails, or the timeout (default 30 s, at most 5 min) ends; it answers
 // with the run's summary in every case.
@@ -696,7 +699,9 @@ func (n *Node) handleWait(w http.ResponseWriter, r *http.Request) {
 			writeError(w, errcode.New(errcode.Usage, "timeout must be milliseconds"), nil)
 			return
 		}
-		timeout = min(time.Duration(ms)*time.Millisecond, 5*time.Minute)
+		// Capped in milliseconds: one above what a Duration holds
+		// wrapped into a negative or tiny wait that answered at once.
+		timeout = time.Duration(min(ms, maxWaitTimeout.Milliseconds())) * time.Millisecond
 	}
 	if !n.IsLeader() {
 		// The leader holds the poll for as long as it asks.
