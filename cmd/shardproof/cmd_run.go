@@ -108,6 +108,12 @@ parameters returns it unchanged.`,
 		if f.barrierTimeout < 0 {
 			return errcode.New(errcode.Usage, "%s: --barrier-timeout %s: must not be negative", cmd.CommandPath(), f.barrierTimeout)
 		}
+		if f.barrierTimeout < time.Millisecond {
+			// The command carries whole milliseconds, and the gate
+			// takes 0 for its default: 0 or 500us made a run whose
+			// barrier waited ten minutes.
+			return errcode.New(errcode.Usage, "%s: --barrier-timeout %s: at least 1ms (the gate would take it for its default, %s)", cmd.CommandPath(), f.barrierTimeout, time.Duration(raftgate.DefaultBarrierTimeoutMs)*time.Millisecond)
+		}
 		if f.barrierTimeout.Milliseconds() > raftgate.MaxBarrierTimeoutMs {
 			return errcode.New(errcode.Usage, "%s: --barrier-timeout %s: at most %s (ten years)", cmd.CommandPath(), f.barrierTimeout, time.Duration(raftgate.MaxBarrierTimeoutMs)*time.Millisecond)
 		}
@@ -483,7 +489,7 @@ func init() {
 	f.StringVar(&runCreateFlags.alias, "alias", "", "alias to resolve (once)")
 	f.IntVar(&runCreateFlags.worldSize, "world-size", 1, "number of ranks")
 	f.StringVar(&runCreateFlags.assignment, "assignment", "", "JSON file: rank → shard indices (default round-robin)")
-	f.DurationVar(&runCreateFlags.barrierTimeout, "barrier-timeout", 10*time.Minute, "fail the run if the barrier is not open by then (at most 87600h, ten years)")
+	f.DurationVar(&runCreateFlags.barrierTimeout, "barrier-timeout", 10*time.Minute, "fail the run if the barrier is not open by then (1ms to 87600h, ten years)")
 
 	f = runAttestCmd.Flags()
 	f.IntVar(&runAttestFlags.rank, "rank", 0, "this worker's rank")

@@ -166,3 +166,16 @@ func TestExecutorSettingsApplyToTheirExecutor(t *testing.T) {
 		}
 	}
 }
+
+// A run create --barrier-timeout below a millisecond is USAGE before the
+// gate is asked: the command carries whole milliseconds, and the gate
+// takes 0 for its default, so --barrier-timeout 0 or 500us made a run
+// whose barrier waited ten minutes.
+func TestBarrierTimeoutBelowAMillisecondIsUsage(t *testing.T) {
+	for _, d := range []string{"0", "0s", "500us", "999999ns"} {
+		r := runCLI(t, cliEnv(), "run", "create", "r1", "--alias", "a", "--world-size", "1", "--barrier-timeout", d, "--gate", "http://127.0.0.1:1", "--retry", "0")
+		if r.status != 2 || !strings.Contains(r.stderr, "USAGE: shardproof run create: --barrier-timeout") || !strings.Contains(r.stderr, "at least 1ms") {
+			t.Errorf("--barrier-timeout %s: exit %d, stderr %q; want 2, USAGE naming the flag", d, r.status, r.stderr)
+		}
+	}
+}
