@@ -285,12 +285,12 @@
 // with porcupine against a model of the commands above, and ends by
 // comparing the members' digests. The model bounds barrier deadlines
 // with each operation's call and answer times: a command stamped before
-// the deadline cannot find the run late, and an attestation called after
-// it must.
+// the deadline cannot find the run late, and an attestation or a
+// reassignment called after it must.
 //
 // # Versions
 //
-// Each build applies command-schema versions up to CommandVersion (5;
+// Each build applies command-schema versions up to CommandVersion (6;
 // builds before the version handshake report none, the baseline 0) and
 // reports it in /v1/status. The cluster version, State.ClusterVersion,
 // is replicated: a leader whose build is newer asks every server of its

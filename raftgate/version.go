@@ -31,7 +31,7 @@ import (
 // (versionEpochFirst). Version 3 adds the state's clusterID and
 // setClusterVersion's clusterID (versionClusterID, see identity.go): the
 // first raise to 3 or above (a cluster of builds of version 2 upgraded
-// at once to this build is raised from 2 to 5 in one step) gives a cluster founded
+// at once to this build is raised from 2 to 6 in one step) gives a cluster founded
 // before it its identity, and from 3 on Raft connections between members
 // carry it and a member refuses another cluster's. Below 3 members dial
 // as builds of version 2 do, which cannot read the identity handshake.
