@@ -498,20 +498,26 @@ func (s modelState) step(op modelOp) (modelState, modelOut) {
 		// An attestation of the run's root and the rank's assigned
 		// shards counts the rank, once; one of another root or with a
 		// shard outside the assignment fails the run.
+		// In the gate's order from command-schema version 2 (the
+		// deadline, in outcomes, then the root, then the rank): a rank
+		// outside the run is BAD_INPUT only once its root is the run's.
 		i, code := s.liveRun(op.run)
 		if code != "" {
 			return fail(code)
 		}
+		failRun := func(code errcode.Code) (modelState, modelOut) {
+			s.runs = slices.Clone(s.runs)
+			s.runs[i].failed, s.runs[i].perm.open, s.runs[i].endHi = true, false, op.retMs
+			return s, modelOut{code: code}
+		}
+		if op.root != s.runs[i].root {
+			return failRun(errcode.RootMismatch)
+		}
 		if op.rank >= s.runs[i].world {
 			return fail(errcode.BadInput)
 		}
-		if op.root != s.runs[i].root || op.stray {
-			s.runs = slices.Clone(s.runs)
-			s.runs[i].failed, s.runs[i].perm.open, s.runs[i].endHi = true, false, op.retMs
-			if op.root != s.runs[i].root {
-				return s, modelOut{code: errcode.RootMismatch}
-			}
-			return s, modelOut{code: errcode.ShardNotAssigned}
+		if op.stray {
+			return failRun(errcode.ShardNotAssigned)
 		}
 		if s.runs[i].attested&(1<<op.rank) == 0 {
 			s.runs = slices.Clone(s.runs)
@@ -676,11 +682,12 @@ func (s modelState) outcomes(op modelOp) []outcome {
 	if op.retMs != math.MaxInt64 && op.retMs+modelClockSlackMs <= r.dlLo {
 		return all
 	}
-	// An attestation of a rank in the run, and from command-schema
-	// version 6 (raftgate's versionReassignTimesOut, the version the
-	// test's cluster runs at) any reassignment, finds a passed deadline
-	// itself and fails the run with BARRIER_TIMEOUT.
-	late := op.kind == "attest" && op.rank < r.world || op.kind == "reassign"
+	// An attestation, whatever its rank (from command-schema version
+	// 2, raftgate's versionEpochFirst), and any reassignment (from
+	// version 6, versionReassignTimesOut; the test's cluster runs at
+	// the build's version) finds a passed deadline itself and fails the
+	// run with BARRIER_TIMEOUT.
+	late := op.kind == "attest" || op.kind == "reassign"
 	if late && r.dlHi != math.MaxInt64 && op.callMs-modelClockSlackMs > r.dlHi {
 		all = all[:0] // the command finds the deadline passed
 	}
@@ -1193,6 +1200,25 @@ func TestGateModel(t *testing.T) {
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
 			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
 			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{attested: 1, step: -1}, 12, 13),
+		}},
+		// From command-schema version 2 the gate checks an attestation's
+		// deadline and root before its rank: one of a rank outside the
+		// run (a client that missed a scale-in) fails it all the same.
+		{"an attestation of a rank outside the run and another root fails the run", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: chaosWorld, root: 2}, modelOut{code: errcode.RootMismatch}, 4, 5),
+			op(0, modelOp{kind: "attest", run: 3, rank: 0, root: 1}, modelOut{code: errcode.RunFailed}, 6, 7),
+		}},
+		{"an attestation of a rank outside the run called after the deadline finds it passed", true, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: chaosWorld, root: 1}, modelOut{code: errcode.BarrierTimeout}, 12, 13),
+		}},
+		{"and is not BAD_INPUT", false, []porcupine.Operation{
+			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
+			op(0, modelOp{kind: "createRun", run: 3, short: true}, modelOut{gen: 1, root: 1}, 2, 3),
+			op(0, modelOp{kind: "attest", run: 3, rank: chaosWorld, root: 1}, modelOut{code: errcode.BadInput}, 12, 13),
 		}},
 		{"a reassignment that leaves the barrier closed moves the deadline", true, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 1),
