@@ -50,3 +50,33 @@ func TestBarrierTimeoutAboveTheCapIsRefused(t *testing.T) {
 		t.Fatalf("attest a run at the cap: %+v %v", s, err)
 	}
 }
+
+// A follower forwards a createRun to its leader, which refuses one above
+// the cap before proposing it, as it refuses its own clients': nothing
+// is appended on any member.
+func TestBarrierTimeoutAboveTheCapIsRefusedThroughAFollower(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 2)
+	cl := c.Client()
+	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
+	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.Leader(10 * time.Second)
+	var follower *Node
+	for _, n := range c.Nodes {
+		if n != leader {
+			follower = n
+		}
+	}
+	waitApplied(t, c.Nodes)
+	index, before := leaderDigest(t, ctx, c)
+	fc := NewClient(follower.URL())
+	defer fc.Close()
+	if _, err := fc.CreateRun(ctx, &CreateRun{Run: "forever", Alias: "main", WorldSize: 2, BarrierTimeoutMs: math.MaxInt64}); errcode.Of(err) != errcode.BadInput {
+		t.Fatalf("create run above the cap through a follower: %v, want BAD_INPUT", err)
+	}
+	if i, after := leaderDigest(t, ctx, c); i != index || after != before {
+		t.Fatalf("the refused createRun changed the state: index %d → %d", index, i)
+	}
+}
