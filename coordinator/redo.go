@@ -206,8 +206,11 @@ func (j *Job) redoMap(ctx context.Context, i, r int, cause error, progress func(
 // as a new version of its key. The new run must give what the old
 // record says, where that still decodes as this task's record (see
 // sameReduceRun); otherwise NONDETERMINISM, and nothing is recorded.
-// After maxRuns runs of the task, SHUFFLE_CORRUPT naming the record.
-// progress and inputs are runReduce's.
+// Before it is stored the record is read once more: a run again another
+// process recorded meanwhile is returned instead, when it gives what
+// this run does (sameReduceCommit), else NONDETERMINISM. After maxRuns
+// runs of the task, SHUFFLE_CORRUPT naming the record. progress and
+// inputs are runReduce's.
 func (j *Job) redoReduce(ctx context.Context, r int, cause error, progress func(mapper.Result), inputs *[]Output) (*ReduceCommit, error) {
 	key := j.reduceCommitKey(r)
 	defer j.redos.lock(key)()
@@ -216,43 +219,23 @@ func (j *Job) redoReduce(ctx context.Context, r int, cause error, progress func(
 	if err != nil {
 		return nil, err
 	}
-	b, found, err := readRecordBytes(ctx, j.Store, key, nil)
-	if err != nil {
+	old, damage, err := j.rereadReduce(ctx, r)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if !found {
+	case old == nil && damage == nil:
 		// Deleted since it was read: nothing to run again over.
 		return nil, cause
-	}
-	var prev ReduceCommit
-	decodeErr := decodeRecord(b, key, &prev, nil)
-	err = decodeErr
-	if err == nil {
-		err = j.checkReduceCommit(r, &prev)
-	}
-	switch {
-	case err == nil:
+	case damage == nil:
 		// Another process ran the task again meanwhile.
-		if progress != nil {
-			for _, res := range prev.Members {
-				progress(res)
-			}
-		}
-		return &prev, nil
-	case errcode.Of(err) != errcode.ShuffleCorrupt:
-		return nil, err
+		return j.otherRun(r, old, nil, progress)
 	}
-	cause = err
-	old := &prev
-	if decodeErr != nil {
-		old = nil
-	}
-	runs, err := j.runsSoFar(versions, key, fmt.Sprintf("reduce task %d", r), key, cause)
+	runs, err := j.runsSoFar(versions, key, fmt.Sprintf("reduce task %d", r), key, damage)
 	if err != nil {
 		return nil, err
 	}
 	j.log().Warn("reduce task's commit record is damaged; running the task again", "task", r, "key", key,
-		"code", string(errcode.Of(cause)), "run", runs+1)
+		"code", string(errcode.Of(damage)), "run", runs+1)
 	c, err := j.runReduce(ctx, r, progress, inputs, true)
 	if err != nil {
 		return nil, err
@@ -264,11 +247,68 @@ func (j *Job) redoReduce(ctx context.Context, r int, cause error, progress func(
 	if err := j.sameReduceRun(r, old, c); err != nil {
 		return nil, err
 	}
+	// Another process that found the record damaged when this one did
+	// may have recorded its run meanwhile: that record is used, not
+	// written over with a third version unchecked. (No store here writes
+	// a version on a condition: two runs ending at once still both
+	// write.)
+	if other, damage, err := j.rereadReduce(ctx, r); err != nil {
+		return nil, err
+	} else if other != nil && damage == nil {
+		return j.otherRun(r, other, c, nil)
+	}
 	if err := j.recordAgain(ctx, key, c); err != nil {
 		return nil, err
 	}
 	j.log().Debug("reduce task committed again", "task", r, "run", runs+1)
 	return c, nil
+}
+
+// rereadReduce reads reduce task r's commit record again: the record
+// and a nil damage when it is valid; the record as far as it decodes
+// (nil when it does not) and its SHUFFLE_CORRUPT as damage when it is
+// damaged; nil and nil when there is none. Any other failure is err.
+func (j *Job) rereadReduce(ctx context.Context, r int) (rc *ReduceCommit, damage, err error) {
+	key := j.reduceCommitKey(r)
+	b, found, err := readRecordBytes(ctx, j.Store, key, nil)
+	if err != nil || !found {
+		return nil, nil, err
+	}
+	rc = new(ReduceCommit)
+	if err := decodeRecord(b, key, rc, nil); err != nil {
+		if errcode.Of(err) != errcode.ShuffleCorrupt {
+			return nil, nil, err
+		}
+		return nil, err, nil
+	}
+	if err := j.checkReduceCommit(r, rc); err != nil {
+		if errcode.Of(err) != errcode.ShuffleCorrupt {
+			return nil, nil, err
+		}
+		return rc, err, nil
+	}
+	return rc, nil, nil
+}
+
+// otherRun returns other, a valid record of reduce task r that another
+// run of it committed, to a caller whose own run, c, ended too (nil:
+// none ran), when the two give the same (sameReduceCommit); else
+// NONDETERMINISM. Without c, progress, if non-nil, is called for each
+// of other's members, which no run reported.
+func (j *Job) otherRun(r int, other, c *ReduceCommit, progress func(mapper.Result)) (*ReduceCommit, error) {
+	if c != nil {
+		if !sameReduceCommit(c, other) {
+			return nil, errcode.New(errcode.Nondeterminism, "reduce task %d: this run gives other results than the record another run of it committed meanwhile, %s: the job's tasks ran another build, or the task depends on more than its plan; verify again, which plans anew",
+				r, j.reduceCommitKey(r))
+		}
+		return other, nil
+	}
+	if progress != nil {
+		for _, res := range other.Members {
+			progress(res)
+		}
+	}
+	return other, nil
 }
 
 // sameReduceRun checks that c, reduce task r's run again, gives what

@@ -2,16 +2,20 @@ package coordinator
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
+	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/objstore/s3/s3test"
 	"github.com/shardproof/shardproof/shuffle"
 	"github.com/shardproof/shardproof/stage/stagetest"
@@ -302,5 +306,82 @@ func TestReduceRunAgainS3(t *testing.T) {
 	vs, err := s.(objstore.VersionLister).Versions(ctx, key, 10)
 	if err != nil || len(vs) != 3 {
 		t.Fatalf("reduce task 0's record: %d versions (%v), want 3", len(vs), err)
+	}
+}
+
+// getHook is a file store decorator calling hook once, before the first
+// Get of key: another process's work between two steps of this one.
+type getHook struct {
+	*file.Store
+	key  string
+	once sync.Once
+	hook func()
+}
+
+func (g *getHook) Get(ctx context.Context, key string, v objstore.Version) (io.ReadCloser, error) {
+	if key == g.key {
+		g.once.Do(g.hook)
+	}
+	return g.Store.Get(ctx, key, v)
+}
+
+// Two processes that find a reduce task's record damaged at once (an
+// engine's retry and the aggregation, say) each run the task again; the
+// one that ends last reads the record once more before writing its own:
+// the run the other recorded meanwhile is used, no third version (the
+// bound counts it), and where it holds another result than this run,
+// NONDETERMINISM naming the record, not a silent overwrite.
+func TestReduceRunAgainRacingAnother(t *testing.T) {
+	for _, differs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("differs=%v", differs), func(t *testing.T) {
+			s, dir, res := fileSynth(t)
+			ctx := t.Context()
+			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test",
+				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+			for i := range len(j.Plan.MapTasks) {
+				must(j.Map(ctx, i, nil))
+			}
+			for r := range j.Plan.Reducers {
+				must(j.Reduce(ctx, r))
+			}
+			key := j.reduceCommitKey(1)
+			rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+			other := must(Open(ctx, s, j.PlanDigest))
+			var otherErr error
+			// While this process runs the task again (reading the map
+			// tasks' records), the other runs it again and records it.
+			racing := &getHook{Store: s, key: j.mapCommitKey(0), hook: func() {
+				if _, otherErr = other.Reduce(ctx, 1); otherErr != nil || !differs {
+					return
+				}
+				rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), reduceRecordEdit(t, func(rc *ReduceCommit) {
+					rc.Result.ReleaseLeaves[0] ^= 1
+				}))
+			}}
+			mine := must(Open(ctx, racing, j.PlanDigest))
+			got, err := mine.Reduce(ctx, 1)
+			if otherErr != nil {
+				t.Fatalf("the other process's run again: %v", otherErr)
+			}
+			if n := versions(t, s, key); n != 2 {
+				t.Errorf("reduce task 1's record has %d versions, want 2: a run again wrote over another's", n)
+			}
+			if differs {
+				if errcode.Of(err) != errcode.Nondeterminism || !strings.Contains(err.Error(), key) {
+					t.Fatalf("run again over another's record with another result: %v; want %s naming %s", err, errcode.Nondeterminism, key)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("run again racing another: %v", err)
+			}
+			var rec ReduceCommit
+			if found, err := readRecord(ctx, s, key, &rec); !found || err != nil {
+				t.Fatalf("reduce task 1's record: found %v, %v", found, err)
+			}
+			if !bytes.Equal(must(manifest.Encode(got)), must(manifest.Encode(&rec))) {
+				t.Errorf("reduce returned\n%s\nthe record is\n%s", must(manifest.Encode(got)), must(manifest.Encode(&rec)))
+			}
+		})
 	}
 }
