@@ -210,8 +210,11 @@ func (j *Job) redoMap(ctx context.Context, i, r int, cause error, progress func(
 // process recorded meanwhile is returned instead, when it gives what
 // this run does (sameReduceCommit), else NONDETERMINISM. After maxRuns
 // runs of the task, SHUFFLE_CORRUPT naming the record. progress and
-// inputs are runReduce's.
-func (j *Job) redoReduce(ctx context.Context, r int, cause error, progress func(mapper.Result), inputs *[]Output) (*ReduceCommit, error) {
+// inputs are runReduce's. done, if non-nil, is a run of the task that
+// already ended (an attempt whose conditional create met the damaged
+// record, otherAttempt): it is what is checked and recorded, and the
+// task does not run.
+func (j *Job) redoReduce(ctx context.Context, r int, cause error, progress func(mapper.Result), inputs *[]Output, done *ReduceCommit) (*ReduceCommit, error) {
 	key := j.reduceCommitKey(r)
 	defer j.redos.lock(key)()
 	// Counted before the record is read, as in redoMap.
@@ -228,7 +231,7 @@ func (j *Job) redoReduce(ctx context.Context, r int, cause error, progress func(
 		return nil, cause
 	case damage == nil:
 		// Another process ran the task again meanwhile.
-		return j.otherRun(r, old, nil, progress)
+		return j.otherRun(r, old, done, progress)
 	}
 	runs, err := j.runsSoFar(versions, key, fmt.Sprintf("reduce task %d", r), key, damage)
 	if err != nil {
@@ -236,9 +239,11 @@ func (j *Job) redoReduce(ctx context.Context, r int, cause error, progress func(
 	}
 	j.log().Warn("reduce task's commit record is damaged; running the task again", "task", r, "key", key,
 		"code", string(errcode.Of(damage)), "run", runs+1)
-	c, err := j.runReduce(ctx, r, progress, inputs, true)
-	if err != nil {
-		return nil, err
+	c := done
+	if c == nil {
+		if c, err = j.runReduce(ctx, r, progress, inputs, true); err != nil {
+			return nil, err
+		}
 	}
 	// Counted once it ran: a run that stopped at a map task's damaged
 	// file (reduce runs that map task again, then this again) made no

@@ -385,3 +385,99 @@ func TestReduceRunAgainRacingAnother(t *testing.T) {
 		})
 	}
 }
+
+// putHook is a store decorator calling hook once, before the first
+// conditional create of key.
+type putHook struct {
+	*file.Store
+	key  string
+	once sync.Once
+	hook func()
+}
+
+func (p *putHook) Put(ctx context.Context, key string, body io.Reader, o objstore.PutOptions) (objstore.Version, error) {
+	if key == p.key && o.IfNoneMatch {
+		p.once.Do(p.hook)
+	}
+	return p.Store.Put(ctx, key, body, o)
+}
+
+// An attempt of a reduce task whose commit meets a record of the task
+// that is damaged (another attempt's, committed while this one ran, and
+// damaged since; or one that does not match the plan) is a run again
+// over it, as a retry's would be: its record is written as a new version
+// of the key, checked against what the damaged one still says, instead
+// of the attempt failing with NONDETERMINISM (or SHUFFLE_CORRUPT) that a
+// retry of it then mends.
+func TestReduceAttemptCommitsOverDamagedRecord(t *testing.T) {
+	damages := []struct {
+		name string
+		// record returns the damaged record's bytes, given reduce task
+		// 0's record and this attempt's job.
+		record func(t *testing.T, j *Job, rec0 []byte) []byte
+		want   errcode.Code // "": the attempt commits
+	}{
+		{"cut short", func(_ *testing.T, _ *Job, rec0 []byte) []byte { return rec0[:len(rec0)/2] }, ""},
+		{"another task's record", func(_ *testing.T, _ *Job, rec0 []byte) []byte { return rec0 }, ""},
+		{"merged files elsewhere, another leaf", func(t *testing.T, j *Job, _ []byte) []byte {
+			// Task 1's own record as a clean run commits it, damaged
+			// in its merged files, and with a leaf the run does not give.
+			c := must(j.runReduce(t.Context(), 1, nil, new([]Output), true))
+			c.Merged = []Output{{Key: "elsewhere"}}
+			c.Result.ReleaseLeaves[0] ^= 1
+			return must(manifest.Encode(c))
+		}, errcode.Nondeterminism},
+	}
+	for _, d := range damages {
+		t.Run(d.name, func(t *testing.T) {
+			s, _, res := fileSynth(t)
+			ctx := t.Context()
+			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test",
+				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+			for i := range len(j.Plan.MapTasks) {
+				must(j.Map(ctx, i, nil))
+			}
+			must(j.Reduce(ctx, 0))
+			rc0, err := s.Get(ctx, j.reduceCommitKey(0), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec0 := must(io.ReadAll(rc0))
+			rc0.Close()
+			key := j.reduceCommitKey(1)
+			damaged := d.record(t, j, rec0)
+			attempt := &putHook{Store: s, key: key, hook: func() {
+				if _, err := s.Put(ctx, key, bytes.NewReader(damaged), objstore.PutOptions{}); err != nil {
+					t.Error(err)
+				}
+			}}
+			ja := must(Open(ctx, attempt, j.PlanDigest))
+			got, err := ja.Reduce(ctx, 1)
+			if d.want != "" {
+				if errcode.Of(err) != d.want || !strings.Contains(err.Error(), key) {
+					t.Fatalf("attempt over a damaged record: %v; want %s naming %s", err, d.want, key)
+				}
+				if n := versions(t, s, key); n != 1 {
+					t.Errorf("reduce task 1's record has %d versions, want 1", n)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("attempt whose commit meets a damaged record: %v", err)
+			}
+			if n := versions(t, s, key); n != 2 {
+				t.Errorf("reduce task 1's record has %d versions, want 2", n)
+			}
+			var rec ReduceCommit
+			if found, err := readRecord(ctx, s, key, &rec); !found || err != nil || j.checkReduceCommit(1, &rec) != nil {
+				t.Fatalf("reduce task 1's record: found %v, %v", found, err)
+			}
+			if !sameReduceCommit(&rec, got) {
+				t.Errorf("record\n%s\nattempt's run\n%s", must(manifest.Encode(&rec)), must(manifest.Encode(got)))
+			}
+			if _, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"}); err != nil {
+				t.Fatalf("aggregate: %v", err)
+			}
+		})
+	}
+}

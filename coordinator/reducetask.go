@@ -62,7 +62,7 @@ func (j *Job) reduceOnce(ctx context.Context, r int, progress func(mapper.Result
 	}
 	switch {
 	case errcode.Of(err) == errcode.ShuffleCorrupt:
-		return j.redoReduce(ctx, r, err, progress, inputs)
+		return j.redoReduce(ctx, r, err, progress, inputs, nil)
 	case err != nil:
 		return nil, err
 	case !found:
@@ -203,20 +203,20 @@ func (j *Job) runReduce(ctx context.Context, r int, progress func(mapper.Result)
 // run again between two attempts (redoMap) has the later one read the
 // same bytes under new versions, so two attempts commit one result under
 // different files. Otherwise it returns nondet, the conditional create's
-// failure, or the failure to read the record back.
+// failure, or the failure to read the record back. A record there that
+// is damaged (it does not decode or match the plan) makes c a run again
+// over it, as a retry's would be (redoReduce).
 func (j *Job) otherAttempt(ctx context.Context, r int, c *ReduceCommit, nondet error) (*ReduceCommit, error) {
-	var other ReduceCommit
-	found, err := readRecord(ctx, j.Store, j.reduceCommitKey(r), &other)
-	if err != nil {
+	other, damage, err := j.rereadReduce(ctx, r)
+	switch {
+	case err != nil:
 		return nil, err
-	}
-	if !found || j.checkReduceCommit(r, &other) != nil {
+	case damage != nil:
+		return j.redoReduce(ctx, r, damage, nil, nil, c)
+	case other == nil || !sameReduceCommit(c, other):
 		return nil, nondet
 	}
-	if !sameReduceCommit(c, &other) {
-		return nil, nondet
-	}
-	return &other, nil
+	return other, nil
 }
 
 // sameReduceCommit reports whether two runs' records of a reduce task
