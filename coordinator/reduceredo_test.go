@@ -481,3 +481,59 @@ func TestReduceAttemptCommitsOverDamagedRecord(t *testing.T) {
 		})
 	}
 }
+
+// The run again of a reduce task over a record that still decodes
+// leaves out of the comparison what of it fails the plan's checks, its
+// inputs too: an input that is not the plan's shuffle file of its map
+// task for this task (another key, the other checksum, a negative size:
+// the one damage of the record, which the record's own check refuses)
+// is the record's damage, and the run records; one of the plan's form
+// naming other bytes (another size) is a run that read something else,
+// NONDETERMINISM; that record's merged files are damaged too, for it to
+// be refused.
+func TestReduceRunAgainLeavesOutDamagedInputs(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		edit  func(in *Output)
+		alone bool
+		want  errcode.Code
+	}{
+		{"another key", func(in *Output) { in.Key = "elsewhere" }, true, ""},
+		{"the other checksum", func(in *Output) { in.XXH64, in.Digest = "", manifest.Digest{1} }, true, ""},
+		{"a negative size", func(in *Output) { in.Size = -1 }, true, ""},
+		{"another size", func(in *Output) { in.Size++ }, false, errcode.Nondeterminism},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, dir, res := fileSynth(t)
+			ctx := t.Context()
+			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+			for i := range len(j.Plan.MapTasks) {
+				must(j.Map(ctx, i, nil))
+			}
+			for r := range j.Plan.Reducers {
+				must(j.Reduce(ctx, r))
+			}
+			key := j.reduceCommitKey(1)
+			rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), reduceRecordEdit(t, func(rc *ReduceCommit) {
+				if !c.alone {
+					rc.Merged = []Output{{Key: "elsewhere"}}
+				}
+				c.edit(&rc.Inputs[1])
+			}))
+			_, err := j.Reduce(ctx, 1)
+			if c.want != "" {
+				if errcode.Of(err) != c.want || !strings.Contains(err.Error(), key) {
+					t.Fatalf("run again over a record naming an input of other bytes: %v; want %s naming %s", err, c.want, key)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("run again over a record with a damaged input: %v", err)
+			}
+			if n := versions(t, s, key); n != 2 {
+				t.Errorf("reduce task 1's record has %d versions, want 2", n)
+			}
+		})
+	}
+}

@@ -562,11 +562,13 @@ func (j *Job) checkReduceInputs(r int, inputs []Output) error {
 	return nil
 }
 
-// checkReduceInput checks input i of reduce task r's record: map task
-// i's file for it, of no negative size or rows.
+// checkReduceInput checks input i of reduce task r's record as map task
+// i's record's output for it is checked (checkOutput): that file, of no
+// negative size or rows, with the plan's checksum.
 func (j *Job) checkReduceInput(r, i int, o *Output) error {
-	if o.Key != j.mapOutputKey(i, r) || o.Size < 0 || o.Rows < 0 {
-		return j.badReduceCommit(r, "input %d is %.80q (size %d, rows %d)", i, o.Key, o.Size, o.Rows)
+	if j.checkOutput(i, r, o) != nil {
+		return j.badReduceCommit(r, "input %d is %.80q (size %d, rows %d, xxh64 %.20q, digest %s), not map task %d's shuffle file for this task with the plan's checksum",
+			i, o.Key, o.Size, o.Rows, o.XXH64, o.Digest, i)
 	}
 	return nil
 }
