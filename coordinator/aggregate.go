@@ -43,6 +43,12 @@ var failureCounter = map[string]func(*manifest.Counts) *int64{
 // leaves in bucket order.
 func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest.Report, manifest.Digest, error) {
 	start := time.Now()
+	// Stage times are known when the map tasks ran in this process (the
+	// local executor); tasks of other executors time themselves nowhere
+	// the report can see. Judged before a reduce task this aggregation
+	// runs again (committedReduce) reads anything: that run alone is not
+	// the job's stages.
+	stagesKnown := j.clock != nil && j.clock.Read.Load() > 0
 	rep := &manifest.Report{
 		Schema:          manifest.ReportSchema,
 		Root:            j.Plan.Root,
@@ -140,10 +146,7 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 		exec.RecordsPerSecond = float64(c.Records) / exec.Seconds
 		exec.StoredMBPerSec = float64(rep.Stats.StoredBytes) / 1e6 / exec.Seconds
 	}
-	// Stage times are known when the map tasks ran in this process (the
-	// local executor); tasks of other executors time themselves nowhere
-	// the report can see.
-	if j.clock != nil && j.clock.Read.Load() > 0 {
+	if stagesKnown {
 		j.clock.add(&j.clock.aggregate, start)
 		exec.Stages = j.clock.seconds()
 	}

@@ -537,3 +537,37 @@ func TestReduceRunAgainLeavesOutDamagedInputs(t *testing.T) {
 		})
 	}
 }
+
+// An aggregation in a process that ran no map task (an engine's verify,
+// task aggregate) leaves the report's stage times out, as FORMATS.md
+// says of executors other than the local one, also when it runs a
+// reduce task again over a damaged record: that one run's reading of
+// snapshot members and reducing are not the job's stages.
+func TestAggregateRunningReduceAgainReportsNoStages(t *testing.T) {
+	s, dir, res := fileSynth(t)
+	ctx := t.Context()
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test",
+		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64, ReadAllMembers: true})
+	for i := range len(j.Plan.MapTasks) {
+		must(j.Map(ctx, i, nil))
+	}
+	var members int
+	for r := range j.Plan.Reducers {
+		members += len(must(j.Reduce(ctx, r)).Members)
+	}
+	if members == 0 {
+		t.Fatal("no reduce task read a snapshot member: the test needs one that does")
+	}
+	for r := range j.Plan.Reducers {
+		key := j.reduceCommitKey(r)
+		rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+	}
+	agg := must(Open(ctx, s, j.PlanDigest))
+	rep, _, err := agg.Aggregate(ctx, manifest.Execution{Executor: "process"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Execution.Stages != (manifest.StageSeconds{}) {
+		t.Fatalf("aggregation that ran reduce tasks again reports stages %+v; want none", rep.Execution.Stages)
+	}
+}
