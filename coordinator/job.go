@@ -44,8 +44,8 @@ type Job struct {
 
 	clock *stageClock
 
-	// redos serializes and counts the map tasks this process runs again
-	// (redoMap); nil in a Job not from Open.
+	// redos serializes and counts the tasks this process runs again
+	// (redoMap, redoReduce); nil in a Job not from Open.
 	redos *redoLocks
 }
 
