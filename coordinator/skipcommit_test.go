@@ -14,7 +14,8 @@ import (
 // written before the lookup (skipped, no failures) is still accepted, one
 // naming a failure only a read could find is SHUFFLE_CORRUPT, and so is a
 // failure on a member read bucket by bucket: the aggregation runs the
-// reduce task again (redoReduce) and reports what its run gives.
+// reduce task again (redoReduce) and reports what its run gives, the
+// report of the record as the task wrote it.
 func TestSkippedMemberCommitRecords(t *testing.T) {
 	commitFuzzSetup(t)
 	j0 := commitFuzzJob
@@ -58,6 +59,13 @@ func TestSkippedMemberCommitRecords(t *testing.T) {
 				}
 				if errcode.Of(j.checkReduceCommit(0, decodeReduce(t, forged))) != errcode.ShuffleCorrupt {
 					t.Fatal("the record is not SHUFFLE_CORRUPT")
+				}
+				// The report is the one of the record as the task wrote
+				// it, nothing of the forgery in it.
+				j.Store = &overlayStore{Store: j0.Store, key: commitFuzzKeys[maps], body: rc}
+				want, _, werr := j.Aggregate(context.Background(), manifest.Execution{Executor: "test"})
+				if werr != nil || !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
+					t.Fatalf("report\n%s\nwant (%v)\n%s", withoutExec(t, rep), werr, withoutExec(t, want))
 				}
 				return
 			}
