@@ -1,134 +1,22 @@
 package evidence
 
-import (
-	"bytes"
-	"context"
-	"crypto/ed25519"
-	"encoding/json"
-	"io"
-	"log/slog"
-
-	"github.com/shardproof/shardproof/internal/errcode"
-	"github.com/shardproof/shardproof/manifest"
-	"github.com/shardproof/shardproof/objstore"
-)
-
-// SignatureSchema is the schema of a stored signature document.
-const SignatureSchema = "training.evidence.signature.v1"
+import "crypto/ed25519"
 
 // storePrefix holds the signature documents: one directory per signed
 // message, one key per signer. No other key starts with it, and no key
 // is a path-prefix of another (DEVIATIONS "Store keys").
 const storePrefix = "index/evidence/"
 
-// maxStored bounds a stored signature document and the documents one
-// message's directory is read for.
-const (
-	maxStoredSize = 4 << 10
-	maxStored     = 64
-)
-
-// Stored is a signature document: what verify --sign-key writes beside
-// the report it signed.
-type Stored struct {
-	Schema string `json:"schema"`
-	Signature
-}
-
 // StoreKey is where the signature by pub of msg is kept:
 // index/evidence/<hex of sha256(msg)>/<hex of sha256(pub)>.
 func StoreKey(msg []byte, pub ed25519.PublicKey) string {
-	return storePrefix + MessageDigest(msg).Hex() + "/" + keyHex(pub)
+	return StoreDir(msg) + keyHex(pub)
 }
 
-// SignAndStore signs msg with priv and stores the signature document at
-// StoreKey. The signature of one key over one message is always the same
-// bytes, so a second run meets its own document and writes nothing; a
-// document of other bytes there (damaged) gets a new version.
-func SignAndStore(ctx context.Context, s objstore.Store, priv ed25519.PrivateKey, msg []byte) (Signature, error) {
-	sig := Sign(priv, msg)
-	b, err := json.Marshal(Stored{Schema: SignatureSchema, Signature: sig})
-	if err != nil {
-		return sig, errcode.Wrap(errcode.Internal, err, "encode signature")
-	}
-	key := StoreKey(msg, priv.Public().(ed25519.PublicKey))
-	opts := objstore.PutOptions{IfNoneMatch: true, Size: int64(len(b)), SHA256: manifest.Sum(b)}
-	_, err = s.Put(ctx, key, bytes.NewReader(b), opts)
-	if objstore.IsPrecondition(err) {
-		if old, rerr := readStored(ctx, s, key); rerr == nil && old == sig {
-			return sig, nil
-		}
-		opts.IfNoneMatch = false
-		_, err = s.Put(ctx, key, bytes.NewReader(b), opts)
-	}
-	if err != nil {
-		return sig, errcode.Wrap(errcode.Of(err), err, "store signature %s", key)
-	}
-	return sig, nil
-}
-
-// Load returns the signatures of msg stored under its directory that
-// verify over it, sorted by key (the store lists in order), at most
-// MaxSignatures. A document that does not decode or does not verify is
-// logged with its code and skipped: it is no evidence, and the gate
-// would refuse it. Errors are the store's.
-func Load(ctx context.Context, s objstore.Store, msg []byte, log *slog.Logger) ([]Signature, error) {
-	if log == nil {
-		log = slog.Default()
-	}
-	prefix := storePrefix + MessageDigest(msg).Hex() + "/"
-	var out []Signature
-	after := ""
-	for seen := 0; seen < maxStored; {
-		page, err := s.List(ctx, prefix, after, maxStored-seen)
-		if err != nil {
-			return nil, errcode.Wrap(errcode.Of(err), err, "list signatures %s", prefix)
-		}
-		for _, o := range page.Objects {
-			seen++
-			sig, err := readStored(ctx, s, o.Key)
-			if err == nil {
-				err = sig.Verify(msg)
-			}
-			if err != nil {
-				if c := errcode.Of(err); c == errcode.StoreUnavailable || c == errcode.IO || c == errcode.StoreDenied || c == errcode.Canceled {
-					return nil, err
-				}
-				log.Warn("stored signature skipped", "key", o.Key, "code", errcode.Of(err))
-				continue
-			}
-			if len(out) < MaxSignatures {
-				out = append(out, sig)
-			}
-		}
-		if page.Next == "" {
-			break
-		}
-		after = page.Next
-	}
-	return out, nil
-}
-
-// readStored reads and strictly decodes one signature document.
-func readStored(ctx context.Context, s objstore.Store, key string) (Signature, error) {
-	rc, err := s.Get(ctx, key, "")
-	if err != nil {
-		return Signature{}, err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(objstore.ContextReader(ctx, rc), maxStoredSize+1))
-	if err != nil {
-		if errcode.Of(err) == errcode.Internal {
-			err = errcode.Wrap(errcode.IO, err, "read %s", key)
-		}
-		return Signature{}, err
-	}
-	var d Stored
-	if err := manifest.DecodeJSON(b, &d, maxStoredSize); err != nil {
-		return Signature{}, err
-	}
-	if d.Schema != SignatureSchema {
-		return Signature{}, errcode.New(errcode.BadDocument, "%s: schema %q, want %s", key, truncate(d.Schema), SignatureSchema)
-	}
-	return d.Signature, nil
+// StoreDir is the directory of msg's signature documents, ending in "/".
+// Package evstore reads and writes them: this package stays free of the
+// object store, as the gate that imports it must (raftgate's
+// TestImportGraph).
+func StoreDir(msg []byte) string {
+	return storePrefix + MessageDigest(msg).Hex() + "/"
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 
 	"github.com/shardproof/shardproof/evidence"
+	"github.com/shardproof/shardproof/evidence/evstore"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/raftgate"
@@ -22,7 +23,7 @@ func SignReport(ctx context.Context, s objstore.Store, key ed25519.PrivateKey, r
 		return err
 	}
 	reg := &raftgate.Register{Root: rep.Root, Shards: shardDigests(rel), Report: Summary(rep, d)}
-	if _, err := evidence.SignAndStore(ctx, s, key, reg.Evidence().Message()); err != nil {
+	if _, err := evstore.SignAndStore(ctx, s, key, reg.Evidence().Message()); err != nil {
 		return fmt.Errorf("sign report %s: %w", d, err)
 	}
 	return nil
@@ -57,11 +58,11 @@ func AttachRecheckSignatures(ctx context.Context, s objstore.Store, key ed25519.
 
 func attach(ctx context.Context, s objstore.Store, key ed25519.PrivateKey, msg []byte, log *slog.Logger) ([]evidence.Signature, error) {
 	if key != nil {
-		if _, err := evidence.SignAndStore(ctx, s, key, msg); err != nil {
+		if _, err := evstore.SignAndStore(ctx, s, key, msg); err != nil {
 			return nil, err
 		}
 	}
-	return evidence.Load(ctx, s, msg, log)
+	return evstore.Load(ctx, s, msg, log)
 }
 
 // shardDigests lists rel's shard digests, in order, as a register names
