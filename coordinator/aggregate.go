@@ -29,8 +29,9 @@ var failureCounter = map[string]func(*manifest.Counts) *int64{
 }
 
 // Aggregate builds the report from every map and reduce commit record
-// (each must exist, else TASK_NOT_READY; a reduce record damaged since
-// its task committed has the task run again, redoReduce), stores it content-addressed,
+// (each must exist, else TASK_NOT_READY; a record damaged since its task
+// committed has the task run again, redoMap or redoReduce, as a resume
+// would), stores it content-addressed,
 // records it as the plan's report (see PlanReport) and returns it with
 // its digest; when another aggregation of the plan recorded its report
 // first, that report is returned instead. exec supplies the executor name
@@ -225,7 +226,8 @@ func (a *aggregation) addResults(results []mapper.Result) error {
 	return nil
 }
 
-// addMapCommits adds the results of every map task's commit record to a.
+// addMapCommits adds the results of every map task's commit record to a;
+// a record damaged has its task run again (eachMapCommit).
 func (j *Job) addMapCommits(ctx context.Context, a *aggregation) error {
 	var addErr error
 	if err := j.eachMapCommit(ctx, "aggregate", func(_ int, mc *MapCommit) {

@@ -286,14 +286,24 @@ const maxKeptRecordBuf = 4 << 20
 // missing is TASK_NOT_READY, named for what (the reader). Only what use
 // keeps of a record stays in memory. A failure is the one of the lowest
 // map task, as when the records were read one after the other: the
-// others are all read.
+// others are all read. A record damaged since its task committed
+// (SHUFFLE_CORRUPT) has the task run again (redoMap), as Map and a
+// reduce task reading it would, once every other record was read
+// without another failure: one task at a time, in task order, so a
+// job with many damaged records maps no more at once than one map
+// task; use is then called with the record of that run.
 func (j *Job) eachMapCommit(ctx context.Context, what string, use func(i int, mc *MapCommit)) error {
 	var mu sync.Mutex
-	return j.eachMapTask(ctx, what, func(ctx context.Context, i int) error {
+	damaged := make([]error, len(j.Plan.MapTasks))
+	err := j.eachMapTask(ctx, what, func(ctx context.Context, i int) error {
 		var mc MapCommit
 		found, err := j.readMapResults(ctx, i, &mc)
 		if err == nil && !found {
 			err = errcode.New(errcode.TaskNotReady, "%s: map task %d has not committed", what, i)
+		}
+		if errcode.Of(err) == errcode.ShuffleCorrupt {
+			damaged[i] = err
+			return nil
 		}
 		if err != nil {
 			return err
@@ -303,6 +313,20 @@ func (j *Job) eachMapCommit(ctx context.Context, what string, use func(i int, mc
 		use(i, &mc)
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for i, cause := range damaged {
+		if cause == nil {
+			continue
+		}
+		mc, err := j.redoMap(ctx, i, -1, cause, nil)
+		if err != nil {
+			return wrap(err, "%s", what)
+		}
+		use(i, mc)
+	}
+	return nil
 }
 
 // eachMapTask calls read for every map task, storeReadsAtOnce at a

@@ -1,0 +1,163 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/file"
+	"github.com/shardproof/shardproof/objstore/s3/s3test"
+	"github.com/shardproof/shardproof/shuffle"
+	"github.com/shardproof/shardproof/stage/stagetest"
+)
+
+// reducedHook is a file store decorator calling hook once, after the
+// last of reducers reduce commit records is created: damage that comes
+// between a job's reduce phase and its aggregation.
+type reducedHook struct {
+	*file.Store
+	reducers int
+	puts     atomic.Int32
+	once     sync.Once
+	hook     func()
+}
+
+func (h *reducedHook) Put(ctx context.Context, key string, body io.Reader, o objstore.PutOptions) (objstore.Version, error) {
+	v, err := h.Store.Put(ctx, key, body, o)
+	if err == nil && strings.Contains(key, "/reduce/") && strings.HasSuffix(key, "/commit.json") && int(h.puts.Add(1)) == h.reducers {
+		h.once.Do(h.hook)
+	}
+	return v, err
+}
+
+// A map task's commit record damaged after the reduce phase (cut short,
+// or holding a negative figure: no record a task writes) failed the
+// aggregation with SHUFFLE_CORRUPT, and so `verify`, which only a
+// resume, running the map task, mended. The aggregation now runs the map
+// task again, as Map and a reduce task reading the record do (redoMap):
+// a local verification ends VERIFIED with the report a verification
+// without damage gives, the record in a second version, and the reduce
+// tasks' records, which name the map task's files as they were, kept.
+func TestAggregateRunsDamagedMapAgain(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func([]byte) []byte
+	}{
+		{"cut short", func(b []byte) []byte { return b[:100] }},
+		{"negative records", func(b []byte) []byte {
+			return bytes.Replace(b, []byte(`"Records":`), []byte(`"Records":-`), 1)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			fs, dir, res := fileSynth(t)
+			ctx := t.Context()
+			want := verify(t, fs, PlanOptions{Root: res.Root, Nonce: "undamaged"})
+			// As Verify fills them in, so this is the plan it makes.
+			o := PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Parallelism: 2, Tool: "shardproof test", Nonce: "damaged",
+				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64}
+			_, pd, err := NewPlan(ctx, fs, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := &Job{PlanDigest: pd}
+			key := j.mapCommitKey(1)
+			var reduceVersions []objstore.Version
+			s := &reducedHook{Store: fs, reducers: o.Reducers, hook: func() {
+				v := must(fs.Head(ctx, key, "")).Version
+				rewrite(t, versionFile(t, dir, key, v), c.edit)
+				for r := range o.Reducers {
+					reduceVersions = append(reduceVersions, must(fs.Head(ctx, j.reduceCommitKey(r), "")).Version)
+				}
+			}}
+			out, err := Verify(ctx, s, Options{PlanOptions: o})
+			if err != nil {
+				t.Fatalf("verify over a map commit record damaged before the aggregation: %v", err)
+			}
+			if len(reduceVersions) != o.Reducers {
+				t.Fatal("the map commit record was not damaged: the reduce phase did not end")
+			}
+			if out.Report.Verdict != manifest.Verified || !bytes.Equal(withoutExec(t, out.Report), withoutExec(t, want)) {
+				t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, out.Report), withoutExec(t, want))
+			}
+			if n := versions(t, fs, key); n != 2 {
+				t.Errorf("map task 1's record has %d versions, want 2 (one run again)", n)
+			}
+			var redone MapCommit
+			if found, err := readRecord(ctx, fs, key, &redone); !found || err != nil {
+				t.Fatalf("map task 1's record: found %v, %v", found, err)
+			}
+			for r := range o.Reducers {
+				if v := must(fs.Head(ctx, j.reduceCommitKey(r), "")).Version; v != reduceVersions[r] {
+					t.Errorf("reduce task %d's record was written again (version %s, was %s)", r, v, reduceVersions[r])
+				}
+			}
+		})
+	}
+}
+
+// On S3 (a versioned bucket), a map commit record overwritten by a hand
+// in the store (a new version that does not decode) has the aggregation
+// run the map task again: a third version, which the version listing
+// counts, and the report a verification without damage gives. A run
+// again that gives other files than a reduce task read is NONDETERMINISM
+// naming that task's record, and records nothing.
+func TestAggregateRunsDamagedMapAgainS3(t *testing.T) {
+	raw := s3test.Start(t)
+	ctx := t.Context()
+	s, err := objstore.Open(ctx, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := stagetest.Synth(t, s, testSamples, testShards, 7)
+	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
+	for i := range len(j.Plan.MapTasks) {
+		must(j.Map(ctx, i, nil))
+	}
+	var rcs []*ReduceCommit
+	for r := range j.Plan.Reducers {
+		rcs = append(rcs, must(j.Reduce(ctx, r)))
+	}
+	key := j.mapCommitKey(1)
+	if _, err := s.Put(ctx, key, strings.NewReader(`{"schema":`), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vl := s.(objstore.VersionLister)
+
+	// Reduce task 0's record names another file of map task 1 than the
+	// run again writes.
+	forged := *rcs[0]
+	forged.Inputs = append([]Output(nil), rcs[0].Inputs...)
+	forged.Inputs[1].Digest = manifest.Sum([]byte("another build's file"))
+	if _, err := s.Put(ctx, j.reduceCommitKey(0), bytes.NewReader(must(manifest.Encode(&forged))), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"}); errcode.Of(err) != errcode.Nondeterminism || !strings.Contains(err.Error(), j.reduceCommitKey(0)) {
+		t.Fatalf("aggregate over a damaged map record, reduce task 0 having read another file: %v; want %s naming %s", err, errcode.Nondeterminism, j.reduceCommitKey(0))
+	}
+	if vs, err := vl.Versions(ctx, key, 10); err != nil || len(vs) != 2 {
+		t.Fatalf("map task 1's record: %d versions (%v), want 2: a run again that differs recorded nothing", len(vs), err)
+	}
+
+	if _, err := s.Put(ctx, j.reduceCommitKey(0), bytes.NewReader(must(manifest.Encode(rcs[0]))), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
+	if err != nil {
+		t.Fatalf("aggregate over a map record overwritten: %v", err)
+	}
+	if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
+		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
+	}
+	if vs, err := vl.Versions(ctx, key, 10); err != nil || len(vs) != 3 {
+		t.Fatalf("map task 1's record: %d versions (%v), want 3", len(vs), err)
+	}
+}
