@@ -127,6 +127,14 @@ type Pick struct {
 	Field string // the list field's JSON name
 	Index int    // the element to decode; none when out of range (-1)
 	Len   int    // set by DecodePicked: the list's length in the document
+	// Each, if non-nil, is called with every element's bytes (part of
+	// the document's, leading whitespace included), k counting from 0,
+	// once the scan held the element to the rules, in order, before the
+	// rest of the document is scanned: a reader that needs a figure of
+	// each element reads it there, without a decode. Its error ends
+	// DecodePicked, which returns it as it is. What it read counts only
+	// when DecodePicked returns nil: a later part may still fail.
+	Each func(k int, elem []byte) error
 }
 
 // DecodePicked is Decode for a reader that needs one element of a long

@@ -274,6 +274,55 @@ func TestDecodePicked(t *testing.T) {
 	}
 }
 
+// A pick's Each sees every element of its list, in order, as its bytes
+// in the document, each once the scan held it to the rules: an element
+// the scan refuses is not given, and Each's own error ends the decode
+// as it is.
+func TestDecodePickedEach(t *testing.T) {
+	want := validCommitLike()
+	good := mustEncode(t, want)
+	var seen []string
+	each := func(k int, elem []byte) error {
+		if k != len(seen) {
+			t.Fatalf("element %d after %d", k, len(seen))
+		}
+		seen = append(seen, string(elem))
+		return nil
+	}
+	var got commitLike
+	picks := []Pick{{Field: "outputs", Index: -1, Each: each}, {Field: "results", Index: -1}}
+	if err := DecodePicked(good, &got, picks); err != nil || len(got.Outputs) != 0 || picks[0].Len != 3 {
+		t.Fatalf("%v, %+v, %+v", err, got, picks)
+	}
+	if len(seen) != len(want.Outputs) {
+		t.Fatalf("%d elements seen, want %d", len(seen), len(want.Outputs))
+	}
+	for k, o := range want.Outputs {
+		if b := strings.TrimSuffix(string(mustEncode(t, o)), "\n"); seen[k] != b {
+			t.Errorf("element %d: %q, want %q", k, seen[k], b)
+		}
+	}
+
+	seen = nil
+	bad := strings.Replace(string(good), `"key":"k2"`, `"key":"k2","key":"k2"`, 1)
+	if err := DecodePicked([]byte(bad), &got, picks); errcode.Of(err) != errcode.BadDocument || len(seen) != 2 {
+		t.Fatalf("an element with a key twice: %v after %d elements seen, want BAD_DOCUMENT after 2", err, len(seen))
+	}
+
+	stop := errcode.New(errcode.ShuffleCorrupt, "element 1 refused")
+	seen = nil
+	picks[0].Each = func(k int, elem []byte) error {
+		seen = append(seen, string(elem))
+		if k == 1 {
+			return stop
+		}
+		return nil
+	}
+	if err := DecodePicked(good, &got, picks); err != stop || len(seen) != 2 {
+		t.Fatalf("Each refusing element 1: %v after %d elements, want its error after 2", err, len(seen))
+	}
+}
+
 // DecodePicked holds the whole document to Decode's rules, the elements
 // and lists it does not decode included: what Decode refuses, it refuses
 // with the same code.

@@ -417,6 +417,11 @@ func (s *scanner) value(t reflect.Type) error {
 					m.elem, m.elemEnd = start, s.i
 				}
 				s.picks[m.pick].Len = i + 1
+				if each := s.picks[m.pick].Each; each != nil {
+					if err := each(i, s.b[start:s.i]); err != nil {
+						return err
+					}
+				}
 			}
 			switch s.peek() {
 			case ',':
