@@ -423,6 +423,15 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.New(errcode.BadInput, "%s is proposed by the leader alone, once every member reports a build of that version; nothing changed", CmdSetClusterVersion), nil)
 		return
 	}
+	if err := checkProposal(c); err != nil {
+		// The leader's own caps (a run's barrier timeout, an alias's or
+		// a run's name, a report's digest), checked where the request
+		// is admitted, as its size is: a follower forwarded a command
+		// they refuse and passed on the leader's refusal, a round trip
+		// for an answer it could give. Apply checks them again.
+		writeError(w, err, nil)
+		return
+	}
 	if err := n.checkEvidence(c); err != nil {
 		// Like the token: refused by the member that admits the
 		// request, before it is forwarded or proposed.

@@ -51,9 +51,10 @@ func TestBarrierTimeoutAboveTheCapIsRefused(t *testing.T) {
 	}
 }
 
-// A follower forwards a createRun to its leader, which refuses one above
-// the cap before proposing it, as it refuses its own clients': nothing
-// is appended on any member.
+// A follower refuses a createRun above the cap itself, as its leader
+// refuses its own clients' (the follower forwarded it, and passed the
+// leader's refusal on, before TestFollowerRefusesWhatTheLeaderWould):
+// nothing is appended on any member.
 func TestBarrierTimeoutAboveTheCapIsRefusedThroughAFollower(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	c := MakeCluster(t, 2)

@@ -213,7 +213,10 @@
 // was lost, is demoted first; a new address replaces the old one) that
 // grants no vote and asks for none until the leader promotes it, once it
 // applied what the leader had committed (see learner.go). Writes on a follower are forwarded
-// once to the leader (X-Shardproof-Forwarded prevents loops), and the
+// once to the leader (X-Shardproof-Forwarded prevents loops), once the
+// follower made the checks that need no state (the body's size cap, the
+// command's fields and caps, evidence signatures), so a request they
+// refuse costs no round trip and is refused with the leader's code; the
 // follower waits for the answer at most twice ApplyTimeout (a join adds
 // the leader's probe of the joiner, a long-poll its wait): a leader
 // address that answers nothing makes a command sent INDETERMINATE and
