@@ -60,7 +60,8 @@ permit are open), /healthz, /status (JSON, including the shard list) and
 /metrics (Prometheus, labelled by release digest). Without --once it keeps
 watching the run: a reassignment that resets this rank is verified and
 attested again; a fence advance that closes the run's permit turns /readyz
-red until a recheck renews it.
+red until a recheck renews it. --poll (default 2s) is from 10ms to 1h
+(USAGE otherwise, before any work).
 
 Exit status: 0 barrier open and permit open (--once), or a sidecar stopped
 by a signal; 3 CANCELED: --once stopped by a signal before that; otherwise
@@ -79,6 +80,13 @@ through like members that do not answer).`,
 			}
 			if rankWait < 0 {
 				return errcode.New(errcode.Usage, "%s: --rank-wait %s: must not be negative", cmd.CommandPath(), rankWait)
+			}
+			if poll < minWorkerPoll || poll > maxWorkerPoll {
+				// 0 and below were the default in silence, a few
+				// nanoseconds re-read the run in a busy loop, and the
+				// barrier's slices (five polls) wrapped negative above
+				// about 512,000 h.
+				return errcode.New(errcode.Usage, "%s: --poll %s: must be from %s to %s", cmd.CommandPath(), poll, minWorkerPoll, maxWorkerPoll)
 			}
 			if readyFile != "" {
 				// Before any verification: the file is written only
@@ -158,9 +166,15 @@ through like members that do not answer).`,
 	f.StringVar(&readyFile, "ready-file", "", "write the status (root, epoch, each shard's cache path) as JSON here while ready; removed when not")
 	f.BoolVar(&once, "once", false, "exit 0 as soon as the barrier is open (init container)")
 	f.IntVar(&parallelism, "parallelism", 4, "shards fetched and verified at once")
-	f.DurationVar(&poll, "poll", 2*time.Second, "how often a ready sidecar re-reads its run")
+	f.DurationVar(&poll, "poll", 2*time.Second, "how often a ready sidecar re-reads its run (10ms to 1h)")
 	f.DurationVar(&rankWait, "rank-wait", trainer.DefaultRankWait, "how long a rank outside the run's world size waits for a reassignment that includes it (0: fail at once)")
 	f.BoolVar(&bytesOnly, "bytes-only", false, "check digests and sizes only, skip decoding (faster, misses schema and logical mismatches)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "log warnings only")
 	rootCmd.AddCommand(cmd)
 }
+
+// The bounds of worker --poll.
+const (
+	minWorkerPoll = 10 * time.Millisecond
+	maxWorkerPoll = time.Hour
+)

@@ -179,3 +179,31 @@ func TestBarrierTimeoutBelowAMillisecondIsUsage(t *testing.T) {
 		}
 	}
 }
+
+// worker --poll outside 10ms to 1h is USAGE (exit 2) before any work: no
+// cache directory is made and no gate is asked (none listens at the URL
+// given, which would be GATE_UNAVAILABLE). 0 and below were the default
+// in silence, 1ns re-read the run in a busy loop, and 1000000h made the
+// barrier's slices (five polls) wrap negative; a value no Duration holds
+// is the flag's own USAGE. The bounds themselves are taken.
+func TestWorkerPollOutOfRangeIsUsage(t *testing.T) {
+	store := t.TempDir()
+	for _, poll := range []string{"-1s", "0", "1ns", "9ms", "1h0m1s", "1000000h", "99999999999h"} {
+		cache := filepath.Join(t.TempDir(), "cache")
+		r := runCLI(t, cliEnv(), "worker", "--gate", "http://127.0.0.1:1", "--store", store, "--run", "r1", "--rank", "0", "--cache", cache, "--once", "--poll", poll)
+		if r.status != 2 || !strings.Contains(r.stderr, "USAGE: shardproof worker") || !strings.Contains(r.stderr, "--poll") {
+			t.Errorf("--poll %s: exit %d, stderr %q; want 2, USAGE naming --poll", poll, r.status, r.stderr)
+		}
+		if _, err := os.Stat(cache); !os.IsNotExist(err) {
+			t.Errorf("--poll %s made the cache directory: %v", poll, err)
+		}
+	}
+	// Taken: the worker goes on to open its store, which is missing.
+	missing := filepath.Join(store, "missing")
+	for _, poll := range []string{"10ms", "1h"} {
+		r := runCLI(t, cliEnv(), "worker", "--gate", "http://127.0.0.1:1", "--store", missing, "--run", "r1", "--rank", "0", "--cache", filepath.Join(t.TempDir(), "cache"), "--once", "--poll", poll)
+		if r.status != 3 || !strings.Contains(r.stderr, "STORE_UNAVAILABLE") {
+			t.Errorf("--poll %s: exit %d, stderr %q; want it taken, and the missing store's STORE_UNAVAILABLE", poll, r.status, r.stderr)
+		}
+	}
+}
