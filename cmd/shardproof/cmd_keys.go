@@ -25,10 +25,10 @@ var keysGenerateCmd = &cobra.Command{
 	Use:   "generate --private FILE --public FILE",
 	Short: "Make an ed25519 key pair a verifier signs its evidence with",
 	Long: `Make an ed25519 key pair for signing verification evidence: verify,
-recheck, publish, gate register and gate recheck take --sign-key with the
-private file, and a gate started with --verifier-keys FILE listing the
-public key accepts registers of a report and rechecks only with a
-signature by one of its keys (EVIDENCE_UNSIGNED otherwise).
+task aggregate, recheck, publish, gate register and gate recheck take
+--sign-key with the private file, and a gate started with --verifier-keys
+FILE listing the public key accepts registers of a report and rechecks
+only with a signature by one of its keys (EVIDENCE_UNSIGNED otherwise).
 
 The private file (mode 0600) holds one line "ed25519-private:<base64 of the
 32-byte seed>", the public file one line "ed25519:<base64 of the 32-byte

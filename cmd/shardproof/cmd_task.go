@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,9 +12,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardproof/shardproof/coordinator"
+	"github.com/shardproof/shardproof/evidence"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/publish"
 )
 
 func init() {
@@ -44,6 +47,14 @@ digest and then deletes the job's shuffle files and task commit records
 (--keep-job keeps them). An aggregate of a plan whose report is recorded
 prints that report.
 
+aggregate --sign-key FILE (a private key from "shardproof keys generate")
+signs the report's evidence and stores the signature beside it, as verify
+--sign-key does, so a report made on a cluster engine is signed the same
+way; an aggregate of a plan whose report is recorded signs that report as
+the store holds it. A FILE that does not load is USAGE before any work;
+map and reduce take no key (USAGE when given one; $SHARDPROOF_SIGN_KEY,
+which tasks may inherit, is ignored there).
+
 A task whose commit record exists succeeds at once. A rerun that finds an
 output already present checks it is byte-identical (else NONDETERMINISM).
 A reduce task starts only when every map task has committed, an aggregate
@@ -61,6 +72,15 @@ store refuses (STORE_DENIED) or a bucket that does not exist
 			kind, err := coordinator.ParseKind(args[0])
 			if err != nil {
 				return err
+			}
+			var key ed25519.PrivateKey
+			if kind == coordinator.KindAggregate {
+				// A key that does not load fails now, not after the work.
+				if key, err = signKey(cmd); err != nil {
+					return err
+				}
+			} else if cmd.Flags().Changed("sign-key") {
+				return errcode.New(errcode.Usage, "%s: --sign-key signs the report: give it to task aggregate", cmd.CommandPath())
 			}
 			if plan == "" {
 				return errcode.New(errcode.Usage, "task: --plan is required")
@@ -137,6 +157,12 @@ store refuses (STORE_DENIED) or a bucket that does not exist
 			if !keepJob {
 				removeJob(ctx, s, ref.Plan)
 			}
+			if key != nil {
+				if err := publish.SignReport(ctx, s, key, rep, d); err != nil {
+					return fmt.Errorf("report %s is stored but not signed: %w", d, err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "shardproof: task: report %s signed by %s\n", d, evidence.KeyID(key.Public().(ed25519.PublicKey)))
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "verdict %s\nreport %s\n", rep.Verdict, d)
 			if rep.Verdict != manifest.Verified {
 				return &exitError{status: errcode.ExitInvalid}
@@ -151,6 +177,7 @@ store refuses (STORE_DENIED) or a bucket that does not exist
 	unsetIntVar(f, &index, "index", "task index (default: from JOB_COMPLETION_INDEX, SLURM_ARRAY_TASK_ID or AWS_BATCH_JOB_ARRAY_INDEX)")
 	f.BoolVar(&keepJob, "keep-job", false, "aggregate: keep the job's shuffle files and task commit records once the report is stored")
 	f.DurationVar(&wait, "wait", 0, "wait up to this long for the earlier phase's commit records (reduce, aggregate)")
+	addSignKeyFlag(f, "the report's evidence (aggregate)")
 	rootCmd.AddCommand(cmd)
 }
 

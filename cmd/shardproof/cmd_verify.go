@@ -58,7 +58,9 @@ what a gate register of the report sends (root, shards, report digest,
 verdict, snapshot, watermarks, hits) and stores the signature beside it
 (index/evidence/…): a gate started with --verifier-keys takes the report
 from publish or gate register only with a signature by a key it trusts.
-A FILE that does not load is USAGE before any work.
+A FILE that does not load is USAGE before any work. With --executor
+kubernetes --emit and no --submit, the task aggregate line it prints
+carries --sign-key, and that aggregate signs the report it makes.
 
 Exit status: 0 VERIFIED, 1 INVALID (a report is stored), an input
 document that is not what it is given as (BAD_DOCUMENT, no report),

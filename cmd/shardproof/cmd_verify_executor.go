@@ -244,6 +244,15 @@ func (x *executorFlags) emitOnly(cmd *cobra.Command, opts coordinator.Options, t
 	if keep, _ := cmd.Flags().GetBool("keep-job"); keep {
 		extra += " --keep-job"
 	}
+	if key, _ := cmd.Flags().GetString("sign-key"); key != "" {
+		// The aggregate makes the report, so it signs it: verify has
+		// none to sign here, and dropped the key without a word.
+		abs, err := filepath.Abs(key)
+		if err != nil {
+			return errcode.Wrap(errcode.Usage, err, "verify: --sign-key %q", key)
+		}
+		extra += " --sign-key " + shellQuote(abs)
+	}
 	fmt.Fprintf(w, "shardproof task aggregate --plan %s%s\n", shellQuote(ref.String()), extra)
 	return nil
 }

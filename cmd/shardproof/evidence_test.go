@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/evidence"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
@@ -249,5 +251,66 @@ func TestSignedEvidenceOlderGate(t *testing.T) {
 	}
 	if k := refused.Load(); k != 0 {
 		t.Fatalf("the older gate was sent %d commands carrying signatures", k)
+	}
+}
+
+// TestTaskAggregateSignKey: task aggregate --sign-key signs the report it
+// makes, as verify --sign-key does, so a report made on a cluster engine
+// is registered at a gate that trusts the key with no key at hand; a key
+// file that does not load (missing, or not a key) is USAGE before any
+// work (no report recorded, the job's files kept). map and reduce take
+// no key: one given is USAGE, $SHARDPROOF_SIGN_KEY (inherited) is
+// ignored. verify --emit prints the aggregate line with the key.
+func TestTaskAggregateSignKey(t *testing.T) {
+	r := newRelease(t)
+	j := planJob(t, r, 2, 2)
+	ref := coordinator.PlanRef{Store: r.dir, Plan: j.PlanDigest}.String()
+	keys := t.TempDir()
+	priv, pub, id := keyPair(t, keys, "verifier")
+	missing := filepath.Join(keys, "missing.key")
+	notAKey := filepath.Join(keys, "not.key")
+	if err := os.WriteFile(notAKey, []byte("ed25519-private:not base64\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	if res := runCLI(t, cliEnv(), "task", "map", "--plan", ref, "--index", "0", "--sign-key", priv); res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "USAGE") {
+		t.Fatalf("task map --sign-key: exit %d: %s; want USAGE", res.status, res.stderr)
+	}
+	for _, kind := range []string{"map", "reduce"} {
+		for i := range 2 {
+			if res := runCLI(t, cliEnv("SHARDPROOF_SIGN_KEY="+missing), "task", kind, "--plan", ref, "--index", fmt.Sprint(i)); res.status != 0 {
+				t.Fatalf("%s task %d with $SHARDPROOF_SIGN_KEY set: exit %d: %s", kind, i, res.status, res.stderr)
+			}
+		}
+	}
+	for _, key := range []string{missing, notAKey} {
+		res := runCLI(t, cliEnv(), "task", "aggregate", "--plan", ref, "--sign-key", key)
+		if res.status != errcode.ExitUsage || !strings.Contains(res.stderr, "USAGE") || strings.Contains(res.stdout, "report ") {
+			t.Fatalf("task aggregate --sign-key %s: exit %d: %s%s; want USAGE and no report", filepath.Base(key), res.status, res.stdout, res.stderr)
+		}
+		if out, err := j.Finished(t.Context()); err != nil || out != nil {
+			t.Fatalf("after task aggregate --sign-key %s: a report is recorded (%v)", filepath.Base(key), err)
+		}
+		if page, err := r.store.List(t.Context(), "jobs/"+j.PlanDigest.Hex()+"/", "", 1); err != nil || len(page.Objects) == 0 {
+			t.Fatalf("task aggregate --sign-key %s removed the job's files (%v)", filepath.Base(key), err)
+		}
+	}
+
+	node, _ := startSigningGate(t, pub)
+	res := runCLI(t, cliEnv(), "task", "aggregate", "--plan", ref, "--sign-key", priv)
+	if res.status != 0 || !strings.Contains(res.stdout, "verdict VERIFIED") || !strings.Contains(res.stderr, "signed by "+id) {
+		t.Fatalf("task aggregate --sign-key: exit %d: %s%s", res.status, res.stdout, res.stderr)
+	}
+	d := strings.TrimPrefix(strings.Split(strings.TrimSpace(res.stdout), "\n")[1], "report ")
+	// The gate trusts the public key alone, and this register sends what
+	// the store holds for the report's evidence, signing nothing.
+	if out, err := cli(t, "gate", "register", "--report", d, "--store", r.dir, "--gate", node.URL()); err != nil || !strings.Contains(out, "VERIFIED") {
+		t.Fatalf("gate register of the aggregate's report: %q %v", out, err)
+	}
+
+	emit := runCLI(t, cliEnv(), "verify", "--executor", "kubernetes", "--emit", t.TempDir(), "--image", "x", "--store", r.dir, "--root", r.res.Root.String(), "--sign-key", priv)
+	lines := strings.Split(strings.TrimSpace(emit.stdout), "\n")
+	if last := lines[len(lines)-1]; emit.status != 0 || !strings.HasPrefix(last, "shardproof task aggregate ") || !strings.HasSuffix(last, " --sign-key "+shellQuote(priv)) {
+		t.Fatalf("verify --emit --sign-key: exit %d, last line %q: %s; want the aggregate line with the key", emit.status, last, emit.stderr)
 	}
 }
