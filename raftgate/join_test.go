@@ -190,6 +190,100 @@ func TestLearnerFindsItsNonvoterEntryCommittedBeforeTheAnswer(t *testing.T) {
 	}
 }
 
+// A joiner whose nonvoter entry its log no longer holds when the answer to
+// its join arrives (compacted into a snapshot meanwhile) takes the newest
+// snapshot's configuration, which lists it as a nonvoter, for its
+// nonvoter entry. Here a proxy holds the leader's answer until node2
+// committed the entry, the leader appended more, node2 took a snapshot
+// that compacted the entry away, and its log watcher ran twice after
+// (it read the snapshot's configuration before the answer named the
+// entry). The leader's periodic look is an hour apart: only the watch
+// after the join promotes, which makes no learner a nonvoter again.
+// Before, node2 found no nonvoter entry and was never promoted.
+func TestLearnerFindsItsNonvoterEntryCompactedBeforeTheAnswer(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	cfg1 := TestConfig(dir, "node1")
+	cfg1.promoteInterval = time.Hour
+	first := StartTestNode(t, cfg1)
+	waitLeader(t, first)
+	cfg := TestConfig(dir, "node2")
+	cfg.Bootstrap, cfg.SnapshotThreshold = false, 8
+	second := NewNode(cfg)
+	t.Cleanup(func() { second.Shutdown() })
+	target, _ := url.Parse(first.URL())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var held atomic.Bool
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/join" {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		rp.ServeHTTP(rec, r)
+		defer func() {
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			w.Write(rec.Body.Bytes())
+		}()
+		index, _ := strconv.ParseUint(rec.Header().Get(nonvoterIndexHeader), 10, 64)
+		if index == 0 {
+			return
+		}
+		for i := 0; i < 32; i++ {
+			if _, err := first.Apply(&Prune{OlderThanMs: 1 << 40}); err != nil {
+				t.Errorf("prune: %v", err)
+				return
+			}
+		}
+		last := first.Raft().LastIndex()
+		for second.Raft().AppliedIndex() < last && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := second.Raft().Snapshot().Error(); err != nil {
+			t.Errorf("node2's snapshot: %v", err)
+			return
+		}
+		if fi, _ := second.store.FirstIndex(); fi <= index {
+			t.Errorf("node2's log starts at %d, not past its nonvoter entry at %d", fi, index)
+			return
+		}
+		for p := second.learner.passes.Load() + 2; second.learner.passes.Load() < p && ctx.Err() == nil; {
+			time.Sleep(10 * time.Millisecond)
+		}
+		held.Store(true)
+	}))
+	defer proxy.Close()
+	second.cfg.Join = proxy.Listener.Addr().String()
+	if err := second.Start(ctx); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if !held.Load() {
+		t.Fatal("the join's answer was not held until node2 compacted its nonvoter entry")
+	}
+	WaitPromoted(t, second, 10*time.Second)
+	// Along the leader's log: node2 a nonvoter once, then a voter.
+	var seq []raft.ServerSuffrage
+	firstIndex, _ := first.store.FirstIndex()
+	lastIndex, _ := first.store.LastIndex()
+	for i := firstIndex; i <= lastIndex; i++ {
+		var l raft.Log
+		if err := first.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
+			continue
+		}
+		for _, sv := range raft.DecodeConfiguration(l.Data).Servers {
+			if sv.ID == "node2" {
+				seq = append(seq, sv.Suffrage)
+			}
+		}
+	}
+	if len(seq) != 2 || seq[0] != raft.Nonvoter || seq[1] != raft.Voter {
+		t.Fatalf("node2's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", seq)
+	}
+}
+
 // A learner is promoted once it caught up, by the leader that added it,
 // which watches for that after the join; it waited for the leader's
 // periodic look for learners, a second later (and one more for each

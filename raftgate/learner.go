@@ -93,7 +93,8 @@ type learner struct {
 	passes atomic.Uint64
 	// scan is held by a pass over the log (scanLearner), which goes on
 	// from scanned (the last log index read) and snapConf (the newest
-	// snapshot configuration's index read).
+	// snapshot configuration's index read), and by the read of the
+	// entry the join's answer names (learnerAnswered).
 	scan              sync.Mutex
 	scanned, snapConf uint64
 }
@@ -179,20 +180,20 @@ func (l *learner) endLocked() error {
 }
 
 // answered records the index of the configuration entry the leader's
-// answer to the join named, and with it that entry's configuration c,
-// if the node committed the entry already (else nil): an entry that
-// lists id as a nonvoter is its nonvoter entry (see committed).
-func (l *learner) answered(id raft.ServerID, since uint64, c *raft.Configuration) error {
+// answer to the join named, and with it a configuration c committed at
+// index at (at or after since) that the node read already (else nil): if
+// c lists id as a nonvoter, at is its nonvoter index (see committed).
+func (l *learner) answered(id raft.ServerID, since, at uint64, c *raft.Configuration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.on.Load() || l.mark.Since >= since {
 		return nil
 	}
 	l.mark = learnerMark{Since: since}
-	if c != nil {
+	if c != nil && at >= since {
 		for _, sv := range c.Servers {
 			if sv.ID == id && sv.Suffrage == raft.Nonvoter {
-				l.mark.NonvoterAt = since
+				l.mark.NonvoterAt = at
 			}
 		}
 	}
@@ -208,14 +209,34 @@ func (l *learner) answered(id raft.ServerID, since uint64, c *raft.Configuration
 // saw the answer in /v1/status without the entry took the node for one
 // that caught up from a snapshot, and made it a nonvoter a second time,
 // which delayed its promotion by a promotion tick or more.
+//
+// It reads under the scan lock, so no pass of watchLearner reads and
+// passes the entry between this read and the answer's record. An entry
+// committed and compacted into a snapshot already (this node's own, or
+// the leader's it installed) is in no log of this node: the newest
+// snapshot's configuration, committed at or after since, stands for it,
+// as watchLearner takes it for an entry compacted after the answer.
+// Before, the node found no nonvoter entry and waited for the leader to
+// make it a nonvoter again, at a periodic look of the leader only.
 func (n *Node) learnerAnswered(since uint64) error {
+	ls := &n.learner
+	ls.scan.Lock()
+	defer ls.scan.Unlock()
 	var c *raft.Configuration
-	var l raft.Log
-	if since <= n.raft.CommitIndex() && n.store.GetLog(since, &l) == nil && l.Type == raft.LogConfiguration {
-		cfg := raft.DecodeConfiguration(l.Data)
-		c = &cfg
+	at := since
+	if since <= n.raft.CommitIndex() {
+		var l raft.Log
+		if err := n.store.GetLog(since, &l); err == nil {
+			if l.Type == raft.LogConfiguration {
+				cfg := raft.DecodeConfiguration(l.Data)
+				c = &cfg
+			}
+		} else if metas, err := n.snaps.List(); err == nil && len(metas) > 0 && metas[0].ConfigurationIndex >= since {
+			cfg := metas[0].Configuration
+			c, at = &cfg, metas[0].ConfigurationIndex
+		}
 	}
-	return n.learner.answered(raft.ServerID(n.cfg.ID), since, c)
+	return ls.answered(raft.ServerID(n.cfg.ID), since, at, c)
 }
 
 // status is the learner's progress, nil once it votes.
