@@ -508,7 +508,9 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 // (which would otherwise be a voter more, and raise the quorum). The
 // leader may remove itself; it steps down once the change commits. The
 // last voter cannot be removed, nor an ID that is not in the
-// configuration (BAD_INPUT, changing nothing).
+// configuration (BAD_INPUT, changing nothing). A learner removed while
+// the leader asks it whether it caught up stays removed: its promotion
+// finds it gone (promote).
 func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 	b, release, err := n.readBody(r, 64<<10, "remove")
 	defer release()
@@ -527,6 +529,11 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 		n.forward(w, r, b, 0)
 		return
 	}
+	// Under the lock the leader's other configuration changes take: a
+	// promotion in flight checks under it that its learner is still a
+	// nonvoter before it adds it as a voter (promote).
+	n.vers.raise.Lock()
+	defer n.vers.raise.Unlock()
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		writeError(w, errcode.Wrap(errcode.Internal, err, "read the configuration"), nil)

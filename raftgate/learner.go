@@ -693,6 +693,16 @@ func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string, rea
 	}
 	n.vers.raise.Lock()
 	defer n.vers.raise.Unlock()
+	// The configuration may have changed while the learner answered
+	// (a POST /v1/remove of it, above all): the changes this leader asks
+	// for are made under vers.raise, so one still a nonvoter here is one
+	// until the change below. GetConfiguration reports no index
+	// (hashicorp/raft 1.7), so prevIndex cannot say it: the server is
+	// looked for. Before, a learner removed meanwhile was added back, as
+	// a voter.
+	if !n.stillNonvoter(sv) {
+		return nil
+	}
 	n.vers.changes.Add(1)
 	if l := st.Learner; l != nil && l.NonvoterAt == 0 {
 		if l.Since == 0 {
@@ -721,4 +731,20 @@ func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string, rea
 	}
 	n.log.Info("learner promoted to voter: it caught up", "id", sv.ID, "lastIndex", st.LastIndex, "leaderCommitIndex", commit)
 	return nil
+}
+
+// stillNonvoter reports whether the latest configuration lists sv, at its
+// address, as a nonvoter. Called with vers.raise held.
+func (n *Node) stillNonvoter(sv raft.Server) bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == sv.ID {
+			return s.Suffrage == raft.Nonvoter && s.Address == sv.Address
+		}
+	}
+	n.log.Info("learner not promoted: it left the configuration while it was asked", "id", sv.ID)
+	return false
 }

@@ -169,9 +169,13 @@ type versions struct {
 	// raise serializes a raise's commit with adding a voter: a joiner is
 	// checked against the version once any raise committed, and a raise
 	// commits only while the configuration it polled is the latest, so
-	// it polled every voter added before it. Neither holds it across a
-	// member's answer: a poll waits for none, and a join's probe of the
-	// joiner is done before it.
+	// it polled every voter added before it. It serializes this leader's
+	// configuration changes too (a join's nonvoter, a promotion, a
+	// removal): a promotion checks under it that its learner is still a
+	// nonvoter, so a learner removed while it was asked stays removed.
+	// None holds it across a member's answer: a poll waits for none, and
+	// a join's probe of the joiner and a promotion's ask of the learner
+	// are done before it.
 	raise sync.Mutex
 	// polling is set while the leader loop's raise (raiseInBackground)
 	// is in flight.

@@ -1,0 +1,80 @@
+package raftgate
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// A learner removed (POST /v1/remove) while the leader's promotion of it
+// waits for its status stays removed: the promotion checks, under the
+// lock the removal takes too, that the configuration still has it as a
+// nonvoter before it makes it a voter. Here node2's API holds the
+// promotion's GET /v1/status until node2 has been removed. Before, the
+// promotion made it a voter after its removal: a member the operator
+// removed was back, as a voter the quorum counted.
+func TestLearnerRemovedDuringItsPromotionStaysRemoved(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	first := StartTestNode(t, TestConfig(dir, "node1"))
+	waitLeader(t, first)
+	// No raise to poll node2 meanwhile: the request its API holds is
+	// the promotion's.
+	waitFor(t, "node1 to raise the cluster version to its build's", func() bool { return first.ClusterVersion() == first.BuildVersion() })
+	first.promoting.Store(true) // no promotion until the test says so
+	line := &holdLine{held: make(chan heldLine, 16)}
+	cfg := TestConfig(dir, "node2")
+	cfg.Join, cfg.Bootstrap = first.HTTPAddr(), false
+	cfg.wrapHTTP = line.wrap
+	second := NewNode(cfg)
+	t.Cleanup(func() { second.Shutdown() })
+	if err := second.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node2 to find its nonvoter entry and catch up", func() bool {
+		l := second.learner.status()
+		return l != nil && l.NonvoterAt > 0 && second.Raft().LastIndex() >= first.Raft().CommitIndex()
+	})
+	var held heldLines
+	defer held.letAllGo()
+	line.on.Store(true)
+	first.promoting.Store(false)
+	var asked heldLine
+	select {
+	case asked = <-line.held:
+	case <-ctx.Done():
+		t.Fatal("the leader never asked node2 for its status")
+	}
+	held.add(asked)
+	if !strings.HasPrefix(asked.first, "GET /v1/status ") {
+		t.Fatalf("the request node2's API holds: %q, want the promotion's GET /v1/status", asked.first)
+	}
+	cl := NewClient(first.URL())
+	defer cl.Close()
+	if err := cl.RemoveMember(ctx, "node2"); err != nil {
+		t.Fatalf("remove node2: %v", err)
+	}
+	if got := voterList(first); got != "node1 Voter" {
+		t.Fatalf("the configuration once node2 was removed: %s", got)
+	}
+	line.on.Store(false)
+	for len(line.held) > 0 {
+		held.add(<-line.held)
+	}
+	held.letAllGo()
+	// The promotion got node2's answer and is done.
+	<-asked.gone
+	waitFor(t, "the leader's promotion to end", func() bool { return !first.promoting.Load() })
+	if got := voterList(first); got != "node1 Voter" {
+		t.Fatalf("the configuration once the promotion held during node2's removal ended: %s, want node2 removed", got)
+	}
+}
+
+// voterList is n's configuration, "ID Suffrage" for each server.
+func voterList(n *Node) string {
+	var out []string
+	for _, v := range n.voters() {
+		out = append(out, v.ID+" "+v.Suffrage)
+	}
+	return strings.Join(out, ", ")
+}
