@@ -622,40 +622,42 @@ func (n *Node) learnerAdded() {
 	}
 }
 
-// promoteInBackground starts promoteLearners unless a run is in flight,
-// and returns at once.
+// promoteInBackground runs promoteLearners unless a run is in flight
+// (tests hold promotions by setting n.promoting), and returns at once:
+// the learners are asked in the background.
 func (n *Node) promoteInBackground(readd bool) {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
+	if !n.promoting.CompareAndSwap(false, true) {
 		return
 	}
-	some := false
-	for _, sv := range f.Configuration().Servers {
-		some = some || sv.Suffrage == raft.Nonvoter
-	}
-	if !some || !n.promoting.CompareAndSwap(false, true) {
-		return
-	}
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
-		defer n.promoting.Store(false)
-		ctx, cancel := n.untilStop(context.WithTimeout(context.Background(), joinProbeTimeout))
-		defer cancel()
-		n.promoteLearners(ctx, readd)
-	}()
+	defer n.promoting.Store(false)
+	n.promoteLearners(readd)
 }
 
-// promoteLearners, on the leader, promotes each nonvoter of the
-// configuration that caught up: its /v1/status, at the HTTP address of its
-// join record, answers with its ID and Raft address, a last log index at
-// least the leader's commit index before it asked, and (from a build with
-// learners) the nonvoter entry it found in its log. One that caught up
-// without finding one (it got the entry in a snapshot) is made a nonvoter
-// again, so its log commits one.
-func (n *Node) promoteLearners(ctx context.Context, readd bool) {
+// promoteLearners, on the leader, starts a promotion (promote) of each
+// nonvoter of the configuration that has none in flight: its /v1/status,
+// at the HTTP address of its join record, is to answer with its ID and
+// Raft address, a last log index at least the leader's commit index
+// before it asked, and (from a build with learners) the nonvoter entry it
+// found in its log. One that caught up without finding one (it got the
+// entry in a snapshot) is made a nonvoter again, so its log commits one.
+//
+// Each learner is asked on its own, with a timeout of its own
+// (joinProbeTimeout): a learner whose API accepts connections and never
+// answers holds its own promotion only. Before, the learners were asked
+// one after the other under one timeout, which such a learner spent
+// whole at every look, and no learner after it was ever promoted.
+func (n *Node) promoteLearners(readd bool) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
+		return
+	}
+	var learners []raft.Server
+	for _, sv := range f.Configuration().Servers {
+		if sv.Suffrage == raft.Nonvoter {
+			learners = append(learners, sv)
+		}
+	}
+	if len(learners) == 0 {
 		return
 	}
 	httpOf := map[string]string{}
@@ -664,14 +666,56 @@ func (n *Node) promoteLearners(ctx context.Context, readd bool) {
 			httpOf[id] = ni.HTTPAddr
 		}
 	})
-	for _, sv := range f.Configuration().Servers {
-		if sv.Suffrage != raft.Nonvoter || httpOf[string(sv.ID)] == "" {
+	for _, sv := range learners {
+		addr := httpOf[string(sv.ID)]
+		if addr == "" || !n.asking.start(sv.ID) {
 			continue
 		}
-		if err := n.promote(ctx, sv, httpOf[string(sv.ID)], readd); err != nil {
-			n.log.Warn("learner not promoted yet", "id", sv.ID, "code", errcode.Of(err), "err", err)
-		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			defer n.asking.done(sv.ID)
+			ctx, cancel := n.untilStop(context.WithTimeout(context.Background(), joinProbeTimeout))
+			defer cancel()
+			if err := n.promote(ctx, sv, addr, readd); err != nil {
+				n.log.Warn("learner not promoted yet", "id", sv.ID, "code", errcode.Of(err), "err", err)
+			}
+		}()
 	}
+}
+
+// learnersAsked is the set of learners whose promotion is in flight.
+type learnersAsked struct {
+	mu  sync.Mutex
+	ids map[raft.ServerID]bool
+}
+
+// start marks id's promotion in flight, unless it was: it returns whether
+// the caller is to run it.
+func (a *learnersAsked) start(id raft.ServerID) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ids[id] {
+		return false
+	}
+	if a.ids == nil {
+		a.ids = map[raft.ServerID]bool{}
+	}
+	a.ids[id] = true
+	return true
+}
+
+func (a *learnersAsked) done(id raft.ServerID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.ids, id)
+}
+
+// inFlight is how many promotions are in flight.
+func (a *learnersAsked) inFlight() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.ids)
 }
 
 // promote promotes the nonvoter sv if it caught up (see promoteLearners);

@@ -249,9 +249,11 @@ type Node struct {
 	// recording is set while a record request (askRecord) is in flight.
 	recording atomic.Bool
 	// learner is set while the node is a learner (see learner.go);
-	// promoting while the leader's promoteLearners runs.
+	// promoting while the leader's promoteLearners runs (it starts the
+	// promotions, each learner's in asking while in flight).
 	learner   learner
 	promoting atomic.Bool
+	asking    learnersAsked
 	// joined wakes promoteLoop when this leader added a learner: it then
 	// looks for learners to promote every promoteWatchInterval for a while
 	// (see promoteLoop).

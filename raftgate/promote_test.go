@@ -64,7 +64,7 @@ func TestLearnerRemovedDuringItsPromotionStaysRemoved(t *testing.T) {
 	held.letAllGo()
 	// The promotion got node2's answer and is done.
 	<-asked.gone
-	waitFor(t, "the leader's promotion to end", func() bool { return !first.promoting.Load() })
+	waitFor(t, "the leader's promotion to end", func() bool { return !first.promoting.Load() && first.asking.inFlight() == 0 })
 	if got := voterList(first); got != "node1 Voter" {
 		t.Fatalf("the configuration once the promotion held during node2's removal ended: %s, want node2 removed", got)
 	}
@@ -77,4 +77,51 @@ func voterList(n *Node) string {
 		out = append(out, v.ID+" "+v.Suffrage)
 	}
 	return strings.Join(out, ", ")
+}
+
+// A learner whose HTTP API accepts connections and never answers holds no
+// other learner's promotion: the leader asks each learner on its own,
+// with a timeout of its own. Here node2, a learner, is black-holed; node3
+// joins after it and is promoted, and node2 stays a nonvoter. Before, the
+// leader asked the learners one after the other under one timeout, which
+// node2's ask spent whole at every look: node3, asked after it, never was.
+func TestBlackHoledLearnerHoldsNoOtherPromotion(t *testing.T) {
+	dir := t.TempDir()
+	first := StartTestNode(t, TestConfig(dir, "node1"))
+	waitLeader(t, first)
+	waitFor(t, "node1 to raise the cluster version to its build's", func() bool { return first.ClusterVersion() == first.BuildVersion() })
+	first.promoting.Store(true) // node2 stays a learner until black-holed
+	hole := newBlackHole(t)
+	cfg2 := TestConfig(dir, "node2")
+	cfg2.Join, cfg2.Bootstrap = first.HTTPAddr(), false
+	cfg2.wrapHTTP = hole.wrap
+	second := NewNode(cfg2)
+	t.Cleanup(func() { second.Shutdown() })
+	if err := second.Start(ctxT(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	hole.on.Store(true)
+	first.promoting.Store(false)
+	select {
+	case r := <-hole.held:
+		if !strings.HasPrefix(r.first, "GET /v1/status ") {
+			t.Fatalf("the request node2 swallowed: %q, want the leader's GET /v1/status", r.first)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader never asked node2 for its status")
+	}
+	cfg3 := TestConfig(dir, "node3")
+	cfg3.Join, cfg3.Bootstrap = first.HTTPAddr(), false
+	third := NewNode(cfg3)
+	t.Cleanup(func() { third.Shutdown() })
+	if err := third.Start(ctxT(t, time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	WaitPromoted(t, third, 30*time.Second)
+	if got := voterList(first); got != "node1 Voter, node2 Nonvoter, node3 Voter" {
+		t.Fatalf("the leader's configuration once node3 voted: %s", got)
+	}
+	if second.learner.status() == nil {
+		t.Fatal("node2, black-holed, votes")
+	}
 }
