@@ -41,13 +41,19 @@ import (
 //   - the joiner notes, from the configuration entries its log holds up to
 //     its commit index and its newest snapshot's configuration
 //     (watchLearner; learnerAnswered for an entry committed before the
-//     answer came), the first one at or after that index that makes it a
-//     nonvoter, and reports it in /v1/status;
+//     answer came, or compacted into a snapshot by then, whose
+//     configuration stands for it), the first one at or after that index
+//     that makes it a nonvoter, and reports it in /v1/status;
 //   - the leader (any leader: promoteLoop runs on every member)
 //     promotes a nonvoter to voter once its log holds every entry the
 //     leader had committed when it asked, and it reported that nonvoter entry
 //     (one that caught up without reporting one is made a nonvoter again,
-//     to find one);
+//     to find one); it asks each learner on its own, with a timeout of its
+//     own, so a learner that never answers holds no other's promotion,
+//     and makes the change only if, under the lock its other
+//     configuration changes and a removal take (vers.raise), the
+//     configuration still lists the learner as a nonvoter: a learner
+//     removed while it was asked stays removed;
 //   - the joiner drops its marker, and votes, at the first committed
 //     configuration after that entry that makes it a voter, in its log or
 //     in its newest snapshot (a promotion the leader compacted away before
