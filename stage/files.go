@@ -125,8 +125,18 @@ const inputStreamBuffer = 1 << 20
 // reader allocates for it. arrow-go's default allows 64 MiB compressed,
 // which refused DuckDB's pages of up to 100 MB of long texts written
 // uncompressed (or barely compressible); a page is only as large as its
-// writer made it.
+// writer made it. A page's compressed bytes are also bounded by its
+// file's size (inputPageLimit).
 const maxInputPageBytes = 256 << 20
+
+// inputPageLimit is the compressed page size the reader allows in a file
+// of size bytes: the reader allocates a page's declared compressed size
+// before it reads the page, and a page cannot hold more bytes than its
+// file, so a 1 KB file whose page header declared 200 MiB allocated 200
+// MiB before the read failed.
+func inputPageLimit(size int64) int64 {
+	return max(1, min(maxInputPageBytes, size))
+}
 
 // openFile opens a Parquet input under recover: a malformed file must not
 // crash the writer.
@@ -136,6 +146,10 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 		return errcode.Wrap(errcode.BadInput, err, "input %s", path)
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return errcode.Wrap(errcode.BadInput, err, "input %s", path)
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = errcode.New(errcode.BadInput, "input %s: not readable Parquet: %v", path, r)
@@ -143,7 +157,7 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 	}()
 	props := parquet.NewReaderProperties(memory.DefaultAllocator)
 	props.BufferedStreamEnabled, props.BufferSize = true, inputStreamBuffer
-	props.MaxCompressedPageSize, props.MaxUncompressedPageSize = maxInputPageBytes, maxInputPageBytes
+	props.MaxCompressedPageSize, props.MaxUncompressedPageSize = inputPageLimit(fi.Size()), maxInputPageBytes
 	var r parquet.ReaderAtSeeker = f
 	if wrapInput != nil {
 		r = wrapInput(f)
