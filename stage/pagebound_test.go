@@ -62,26 +62,44 @@ func longString(i, n int) string {
 // A shard of long documents (1,030 texts of 66 KiB, books or papers)
 // verifies: the writer checked its page size only every 1,024 rows, so
 // their text was one 66 MiB page, past the 64 MiB page verify reads
-// (DECODE_ERROR), and the release could never be VERIFIED.
+// (DECODE_ERROR), and the release could never be VERIFIED. So does a
+// text one byte under stage.MaxValueBytes among 1,029 texts of 16 KiB,
+// the window of 1,024 rows around it far past a page: the write batch
+// shrinks to the one long value, whose page stays under verify's.
 func TestStageLongTextsVerify(t *testing.T) {
 	ctx := context.Background()
-	rows := make([]stage.Row, 1030)
-	for i := range rows {
-		rows[i] = stage.Row{SampleID: fmt.Sprintf("doc-%04d", i), SourceID: "books", SourceVersion: 1, Split: "train", Lang: "en", Text: longString(i, 66<<10), Tokens: 1}
-	}
-	path := filepath.Join(t.TempDir(), "books.parquet")
-	writeInput(t, path, rows)
-	s := stagetest.Store(t)
-	res, err := stage.Stage(ctx, s, stage.StageOptions{Inputs: []string{path}, Shards: 1, Seed: 1, TempDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := coordinator.Verify(ctx, s, coordinator.Options{PlanOptions: coordinator.PlanOptions{Root: res.Root, Tool: "test"}})
-	if err != nil {
-		t.Fatalf("verify: %v", err)
-	}
-	if r := out.Report; r.Verdict != manifest.Verified || r.Counts.ShardsVerified != 1 {
-		t.Fatalf("verdict %s, %d shards verified, failures %+v; want VERIFIED, 1", r.Verdict, r.Counts.ShardsVerified, r.Failures)
+	for _, tc := range []struct {
+		name       string
+		size, long int
+	}{
+		{"66KiB", 66 << 10, 66 << 10},
+		{"oneUnderMaxValue", 16 << 10, stage.MaxValueBytes - 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rows := make([]stage.Row, 1030)
+			for i := range rows {
+				n := tc.size
+				if i == 517 {
+					n = tc.long
+				}
+				rows[i] = stage.Row{SampleID: fmt.Sprintf("doc-%04d", i), SourceID: "books", SourceVersion: 1, Split: "train", Lang: "en", Text: longString(i, n), Tokens: 1}
+			}
+			path := filepath.Join(t.TempDir(), "books.parquet")
+			writeInput(t, path, rows)
+			rows = nil
+			s := stagetest.Store(t)
+			res, err := stage.Stage(ctx, s, stage.StageOptions{Inputs: []string{path}, Shards: 1, Seed: 1, TempDir: t.TempDir()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := coordinator.Verify(ctx, s, coordinator.Options{PlanOptions: coordinator.PlanOptions{Root: res.Root, Tool: "test"}})
+			if err != nil {
+				t.Fatalf("verify: %v", err)
+			}
+			if r := out.Report; r.Verdict != manifest.Verified || r.Counts.ShardsVerified != 1 || r.Counts.Records != 1030 {
+				t.Fatalf("verdict %s, %d shards verified, %d records, failures %+v; want VERIFIED, 1, 1030", r.Verdict, r.Counts.ShardsVerified, r.Counts.Records, r.Failures)
+			}
+		})
 	}
 }
 
