@@ -3,7 +3,11 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/canon"
@@ -237,5 +241,53 @@ func TestLeafIndexSkippedMemberMustExist(t *testing.T) {
 	// The same store, untouched: VERIFIED, every member skipped.
 	if r := verify(t, s, PlanOptions{Root: res.Root, Parallelism: 2}); r.Verdict != manifest.Verified || r.Execution.SnapshotMembersSkipped != len(res.SnapshotDoc.Members) {
 		t.Fatalf("untouched: %s, %d of %d members skipped", r.Verdict, r.Execution.SnapshotMembersSkipped, len(res.SnapshotDoc.Members))
+	}
+}
+
+// A snapshot whose sampleIds are long (hundreds of bytes to KBs, URLs
+// or paths with their query strings): its members' pages hold few rows
+// and a bucket's runs span pages, and the leaf index still reads only
+// the differing buckets' rows, each tuple whole, so the report (minus
+// execution) is byte-identical to a full read's.
+func TestLeafIndexReadsMemberOfLongSampleIDs(t *testing.T) {
+	rows := make([]stage.Row, 2000)
+	for i := range rows {
+		id := fmt.Sprintf("https://example.invalid/doc/%05d?", i)
+		id += strings.Repeat(fmt.Sprintf("q%d=", i%97), (100+(i*37)%4000)/8)
+		rows[i] = stage.Row{SampleID: id, SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: fmt.Sprintf("text %d", i), Tokens: 1}
+	}
+	path := filepath.Join(t.TempDir(), "long-ids.parquet")
+	if err := os.WriteFile(path, stagetest.Encode(t, rows, stage.ParquetOptions{Codec: "snappy"}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := stagetest.Store(t)
+	res, err := stage.Stage(context.Background(), s, stage.StageOptions{Inputs: []string{path}, Shards: 4, Seed: 5, TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clean := verify(t, s, PlanOptions{Root: res.Root, Parallelism: 2, Reducers: 4})
+	if clean.Verdict != manifest.Verified || clean.Counts.Records != int64(len(rows)) {
+		t.Fatalf("clean release: verdict %s, %d records, failures %+v", clean.Verdict, clean.Counts.Records, clean.Failures)
+	}
+	res = stagetest.RewriteShard(t, s, res, 2, func(rows []stage.Row) []stage.Row {
+		rows[1].Text += "~"
+		rows[2].Split = "other"
+		return rows[1:] // rows[0] missing
+	})
+	members := len(res.SnapshotDoc.Members)
+	full := verify(t, s, PlanOptions{Root: res.Root, Parallelism: 2, ReadAllMembers: true})
+	if c := full.Counts; c.Missing != 1 || c.ContentSubstitution != 1 || c.SplitConflict != 1 || full.Verdict != manifest.Invalid {
+		t.Fatalf("full read: counts %+v", c)
+	}
+	for _, reducers := range []int{1, 4} {
+		r := verify(t, s, PlanOptions{Root: res.Root, Parallelism: 2, Reducers: reducers})
+		ex := r.Execution
+		if ex.SnapshotMembersRead != 0 || ex.SnapshotMembersByBucket == 0 || ex.SnapshotMembersByBucket+ex.SnapshotMembersSkipped != members || ex.SnapshotBucketsRead == 0 || ex.SnapshotBucketsRead > 3 {
+			t.Fatalf("%d reducers: members %d read whole, %d by bucket (%d buckets), %d skipped of %d; want 1 to 3 buckets read by bucket",
+				reducers, ex.SnapshotMembersRead, ex.SnapshotMembersByBucket, ex.SnapshotBucketsRead, ex.SnapshotMembersSkipped, members)
+		}
+		if a, b := withoutExecution(t, full), withoutExecution(t, r); !bytes.Equal(a, b) {
+			t.Fatalf("%d reducers: report with the leaf index differs from a full read's:\n%s\n%s", reducers, a, b)
+		}
 	}
 }
