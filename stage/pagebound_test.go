@@ -223,13 +223,13 @@ func TestStageRefusesValueLongerThanAPage(t *testing.T) {
 	}
 }
 
-// patchPageSize rewrites the compressed_page_size of the first page header
-// of the last column chunk of data (a Thrift compact PageHeader: type,
-// uncompressed_page_size, compressed_page_size, each an i32 field) to
-// size. The chunk is the last before the footer, which is found from the
-// file's end, so the bytes the new varint adds move nothing the footer
-// points to.
-func patchPageSize(t *testing.T, data []byte, size int32) []byte {
+// patchPageSize rewrites field (2, uncompressed_page_size, or 3,
+// compressed_page_size) of the first page header of the last column
+// chunk of data (a Thrift compact PageHeader: type, then the two sizes,
+// each an i32 field) to size. The chunk is the last before the footer,
+// which is found from the file's end, so the bytes the new varint adds
+// move nothing the footer points to.
+func patchPageSize(t *testing.T, data []byte, field int, size int32) []byte {
 	t.Helper()
 	pf, err := file.NewParquetReader(bytes.NewReader(data))
 	if err != nil {
@@ -253,15 +253,15 @@ func patchPageSize(t *testing.T, data []byte, size int32) []byte {
 		}
 		pos++
 	}
-	for field := 1; field <= 2; field++ {
+	for f := 1; f < field; f++ {
 		if data[pos] != 0x15 {
-			t.Fatalf("page header at %d: field %d header %#x, want 0x15", off, field, data[pos])
+			t.Fatalf("page header at %d: field %d header %#x, want 0x15", off, f, data[pos])
 		}
 		pos++
 		varint()
 	}
 	if data[pos] != 0x15 {
-		t.Fatalf("page header at %d: compressed_page_size header %#x, want 0x15", off, data[pos])
+		t.Fatalf("page header at %d: field %d header %#x, want 0x15", off, field, data[pos])
 	}
 	pos++
 	start := pos
@@ -270,42 +270,50 @@ func patchPageSize(t *testing.T, data []byte, size int32) []byte {
 	return append(append(append([]byte(nil), data[:start]...), enc...), data[pos:]...)
 }
 
-// A page whose header declares more bytes than its whole file holds is
-// BAD_INPUT, and the reader does not allocate the page first: a 1 KB
-// file declaring a 200 MiB page made stage allocate 200 MiB (any page up
+// A page whose header declares more bytes than its whole file holds, or
+// than its file could decompress to, is BAD_INPUT, and the reader does
+// not allocate the page first: a 1 KB file declaring a 200 MiB page,
+// compressed or uncompressed, made stage allocate 200 MiB (any page up
 // to maxInputPageBytes, 256 MiB, was read into a buffer of its declared
 // size) before the read failed. Nothing is stored.
 func TestStageInputPageLargerThanItsFile(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "small.parquet")
-	writeInput(t, path, []stage.Row{
-		{SampleID: "a", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "one", Tokens: 1},
-		{SampleID: "b", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "two", Tokens: 2},
-	})
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data = patchPageSize(t, data, 200<<20)
-	if len(data) > 4<<10 {
-		t.Fatalf("crafted file is %d bytes, want a small one", len(data))
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := stagetest.Store(t)
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	_, err = stage.Stage(context.Background(), s, stage.StageOptions{Inputs: []string{path}, Shards: 1, TempDir: t.TempDir()})
-	runtime.ReadMemStats(&after)
-	if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "small.parquet") {
-		t.Fatalf("err = %v (code %s), want BAD_INPUT naming the file", err, errcode.Of(err))
-	}
-	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
-		t.Fatalf("staging a %d-byte file allocated %d MiB", len(data), got>>20)
-	}
-	if n := countObjects(t, s); n != 0 {
-		t.Fatalf("bad input wrote %d objects", n)
+	for _, tc := range []struct {
+		name  string
+		field int
+	}{{"compressed", 3}, {"uncompressed", 2}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "small.parquet")
+			writeInput(t, path, []stage.Row{
+				{SampleID: "a", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "one", Tokens: 1},
+				{SampleID: "b", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "two", Tokens: 2},
+			})
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data = patchPageSize(t, data, tc.field, 200<<20)
+			if len(data) > 4<<10 {
+				t.Fatalf("crafted file is %d bytes, want a small one", len(data))
+			}
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s := stagetest.Store(t)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			_, err = stage.Stage(context.Background(), s, stage.StageOptions{Inputs: []string{path}, Shards: 1, TempDir: t.TempDir()})
+			runtime.ReadMemStats(&after)
+			if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "small.parquet") {
+				t.Fatalf("err = %v (code %s), want BAD_INPUT naming the file", err, errcode.Of(err))
+			}
+			if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
+				t.Fatalf("staging a %d-byte file allocated %d MiB", len(data), got>>20)
+			}
+			if n := countObjects(t, s); n != 0 {
+				t.Fatalf("bad input wrote %d objects", n)
+			}
+		})
 	}
 }
