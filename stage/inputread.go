@@ -220,11 +220,14 @@ func eachBatch(ctx context.Context, fr *pqarrow.FileReader, path string, leaves 
 			return errcode.New(errcode.BadInput, "input %s: row group %d: its footer says %d rows", path, g, n)
 		}
 		for i, c := range cols {
-			rd, err := rg.Column(leaves[i])
+			pr, err := rg.GetColumnPageReader(leaves[i])
 			if err != nil {
 				return errcode.Wrap(errcode.BadInput, err, "input %s: row group %d: column %s", path, g, c.name)
 			}
-			c.rd = rd
+			// The column reader rg.Column makes, reading pages
+			// through checkedPages.
+			d := md.Schema.Column(leaves[i])
+			c.rd = file.NewColumnReader(d, &checkedPages{PageReader: pr, descr: d, rows: n}, memory.DefaultAllocator, pf.BufferPool())
 		}
 		for r := range n {
 			var size int64
