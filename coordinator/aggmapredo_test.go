@@ -161,3 +161,51 @@ func TestAggregateRunsDamagedMapAgainS3(t *testing.T) {
 		t.Fatalf("map task 1's record: %d versions (%v), want 3", len(vs), err)
 	}
 }
+
+// An aggregation that runs a damaged map task again compares the run
+// with the inputs the committed reduce tasks name (sameMapRun, the old
+// record unreadable); a reduce record whose input of that task fails the
+// plan's checks (another key, the other checksum, a negative size) is
+// damaged too, not a run that read other bytes: it is left out of the
+// comparison, as redoReduce leaves it out of its own, and runs again in
+// turn, where it failed the aggregation with NONDETERMINISM. The report
+// is the one a verification without damage gives.
+func TestAggregateMapRunAgainLeavesOutDamagedReduceInputs(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		edit func(in *Output)
+	}{
+		{"another key", func(in *Output) { in.Key = "elsewhere" }},
+		{"the other checksum", func(in *Output) { in.XXH64, in.Digest = "0123456789abcdef", manifest.Digest{} }},
+		{"a negative size", func(in *Output) { in.Size = -1 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, dir, res := fileSynth(t)
+			ctx := t.Context()
+			want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
+			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
+			for i := range len(j.Plan.MapTasks) {
+				must(j.Map(ctx, i, nil))
+			}
+			for r := range j.Plan.Reducers {
+				must(j.Reduce(ctx, r))
+			}
+			mkey, rkey := j.mapCommitKey(1), j.reduceCommitKey(0)
+			rewrite(t, versionFile(t, dir, mkey, must(s.Head(ctx, mkey, "")).Version), func(b []byte) []byte { return b[:100] })
+			rewrite(t, versionFile(t, dir, rkey, must(s.Head(ctx, rkey, "")).Version), reduceRecordEdit(t, func(rc *ReduceCommit) {
+				c.edit(&rc.Inputs[1])
+			}))
+			rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
+			if err != nil {
+				t.Fatalf("aggregate over a damaged map record and a reduce record with that task's input damaged: %v", err)
+			}
+			if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
+				t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
+			}
+			if n, m := versions(t, s, mkey), versions(t, s, rkey); n != 2 || m != 2 {
+				t.Errorf("map task 1's record has %d versions, reduce task 0's %d; want 2 each (each run again once)", n, m)
+			}
+		})
+	}
+}

@@ -372,8 +372,10 @@ func (j *Job) recordRuns(ctx context.Context, key string) (int, error) {
 // run before it did, old (nil: its record is unreadable): the files
 // differ in their versions alone, and so do the records. Without old, c
 // is checked against the inputs the committed reduce tasks name: a
-// reduce commit record that does not decode is not this check's to
-// judge (its reader runs that reduce task again, redoReduce).
+// reduce commit record that does not decode, names another task or
+// plan, or whose input of map task i fails the plan's checks
+// (checkReduceInput) is not this check's to judge (its reader runs that
+// reduce task again, redoReduce).
 func (j *Job) sameMapRun(ctx context.Context, i int, old, c *MapCommit) error {
 	differ := func(what string, a, b Output) error {
 		return errcode.New(errcode.Nondeterminism, "map task %d run again wrote %s (size %d, rows %d, %s), where %s names (size %d, rows %d, %s): the job's tasks ran another build, or the task depends on more than its plan; verify again, which plans anew",
@@ -409,7 +411,12 @@ func (j *Job) sameMapRun(ctx context.Context, i int, old, c *MapCommit) error {
 			}
 			continue
 		}
-		if picks[0].Len != len(j.Plan.MapTasks) || len(rc.Inputs) != 1 {
+		// A record of another task or plan, or whose input i fails the
+		// plan's checks, is damaged, not a run that read other bytes:
+		// its reader runs that reduce task again, which leaves the
+		// input out of its own comparison (sameReduceRun).
+		if picks[0].Len != len(j.Plan.MapTasks) || len(rc.Inputs) != 1 ||
+			j.checkReduceHead(r, &rc) != nil || j.checkReduceInput(r, i, &rc.Inputs[0]) != nil {
 			continue
 		}
 		if !sameOutput(c.Outputs[r], rc.Inputs[0]) {
