@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -205,6 +206,92 @@ func TestAggregateMapRunAgainLeavesOutDamagedReduceInputs(t *testing.T) {
 			}
 			if n, m := versions(t, s, mkey), versions(t, s, rkey); n != 2 || m != 2 {
 				t.Errorf("map task 1's record has %d versions, reduce task 0's %d; want 2 each (each run again once)", n, m)
+			}
+		})
+	}
+}
+
+// redoPutHook is a file store decorator calling hook once, before the
+// first plain (not conditional) Put of key: a run again's.
+type redoPutHook struct {
+	*file.Store
+	key  string
+	once sync.Once
+	hook func()
+}
+
+func (p *redoPutHook) Put(ctx context.Context, key string, body io.Reader, o objstore.PutOptions) (objstore.Version, error) {
+	if key == p.key && !o.IfNoneMatch {
+		p.once.Do(p.hook)
+	}
+	return p.Store.Put(ctx, key, body, o)
+}
+
+// Two aggregations in processes of their own (a retried aggregate task,
+// a resume) that find one map task's record damaged both run the task
+// again; the one that ends last reads the record once more before
+// writing its own, as a reduce task's run again does: the run the other
+// recorded meanwhile is used, no third version that spends the bound of
+// runs, and both give the same report; where that record holds other
+// results than this run, NONDETERMINISM naming it, not a silent
+// overwrite.
+func TestAggregateMapRunAgainRacingAnother(t *testing.T) {
+	for _, differs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("differs=%v", differs), func(t *testing.T) {
+			s, dir, res := fileSynth(t)
+			ctx := t.Context()
+			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+			for i := range len(j.Plan.MapTasks) {
+				must(j.Map(ctx, i, nil))
+			}
+			for r := range j.Plan.Reducers {
+				must(j.Reduce(ctx, r))
+			}
+			key := j.mapCommitKey(1)
+			rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+			other := must(Open(ctx, s, j.PlanDigest))
+			var (
+				otherRep *manifest.Report
+				otherErr error
+			)
+			// While this process runs the task again (writing its
+			// files), the other runs it again and aggregates.
+			racing := &redoPutHook{Store: s, key: j.mapOutputKey(1, 0), hook: func() {
+				if otherRep, _, otherErr = other.Aggregate(ctx, manifest.Execution{Executor: "test"}); otherErr != nil || !differs {
+					return
+				}
+				rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte {
+					var mc MapCommit
+					if err := manifest.Decode(b, &mc); err != nil {
+						t.Fatal(err)
+					}
+					mc.Results[0].Tokens++
+					return must(manifest.Encode(&mc))
+				})
+			}}
+			mine := must(Open(ctx, racing, j.PlanDigest))
+			rep, _, err := mine.Aggregate(ctx, manifest.Execution{Executor: "test"})
+			if otherErr != nil {
+				t.Fatalf("the other process's aggregation: %v", otherErr)
+			}
+			if otherRep == nil {
+				t.Fatal("the other process did not aggregate while this one ran the map task again")
+			}
+			if n := versions(t, s, key); n != 2 {
+				t.Errorf("map task 1's record has %d versions, want 2: a run again wrote over another's", n)
+			}
+			if differs {
+				if errcode.Of(err) != errcode.Nondeterminism || !strings.Contains(err.Error(), key) {
+					t.Fatalf("run again over another's record with other results: %v; want %s naming %s", err, errcode.Nondeterminism, key)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("aggregation racing another: %v", err)
+			}
+			if !bytes.Equal(withoutExec(t, rep), withoutExec(t, otherRep)) {
+				t.Fatalf("report\n%s\nthe other's\n%s", withoutExec(t, rep), withoutExec(t, otherRep))
 			}
 		})
 	}

@@ -122,8 +122,11 @@ func (j *Job) recordAgain(ctx context.Context, key string, c any) error {
 // same checksums, sizes and rows of every file and the same results as
 // the old record (when it still decodes), and the same file for every
 // reduce task that committed from the old one (the inputs its record
-// names); otherwise NONDETERMINISM, and nothing is recorded. After
-// maxRuns runs of the task, SHUFFLE_CORRUPT naming the damaged key.
+// names); otherwise NONDETERMINISM, and nothing is recorded. Before it
+// is recorded the record is read once more: a run again another process
+// recorded meanwhile is returned instead, when it commits what this run
+// does, else NONDETERMINISM (otherMapRun). After maxRuns runs of the
+// task, SHUFFLE_CORRUPT naming the damaged key.
 // progress, if non-nil, is called for each input the run maps (Map's,
 // whose record was unreadable and so reported nothing).
 func (j *Job) redoMap(ctx context.Context, i, r int, cause error, progress func(mapper.Result)) (*MapCommit, error) {
@@ -187,11 +190,57 @@ func (j *Job) redoMap(ctx context.Context, i, r int, cause error, progress func(
 	if err := j.sameMapRun(ctx, i, old, c); err != nil {
 		return nil, err
 	}
+	// Another process that found the record or file damaged when this
+	// one did (a reduce task, a retry of the task, an aggregation) may
+	// have recorded its run meanwhile: that record is used, not written
+	// over with a third version unchecked, as in redoReduce.
+	if other, err := j.otherMapRun(ctx, i, r, old); err != nil {
+		return nil, err
+	} else if other != nil {
+		if err := j.sameMapRun(ctx, i, other, c); err != nil {
+			return nil, err
+		}
+		return other, nil
+	}
 	if err := j.recordAgain(ctx, key, c); err != nil {
 		return nil, err
 	}
 	j.logMapCommit(i, c)
 	return c, nil
+}
+
+// otherMapRun reads map task i's record once more, before a run again
+// of it is recorded: a valid record other than old, the one the run
+// started over (nil: it was unreadable), whose output r (r >= 0) is
+// intact, is another process's run again, returned; else nil.
+func (j *Job) otherMapRun(ctx context.Context, i, r int, old *MapCommit) (*MapCommit, error) {
+	var other MapCommit
+	found, err := readRecord(ctx, j.Store, j.mapCommitKey(i), &other)
+	if err == nil && found {
+		err = j.checkMapCommit(i, &other)
+	}
+	switch {
+	case errcode.Of(err) == errcode.ShuffleCorrupt || err == nil && !found:
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	if old != nil {
+		a, aerr := manifest.Encode(old)
+		b, berr := manifest.Encode(&other)
+		if aerr != nil || berr != nil || bytes.Equal(a, b) {
+			return nil, nil
+		}
+	}
+	if r >= 0 {
+		if err := j.readOutput(ctx, other.Outputs[r]); err != nil {
+			if !isDamage(ctx, err) {
+				return nil, err
+			}
+			return nil, nil
+		}
+	}
+	return &other, nil
 }
 
 // redoReduce runs reduce task r again: cause showed its commit record
