@@ -3,6 +3,7 @@ package coordinator
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/objstore/s3/s3test"
 	"github.com/shardproof/shardproof/shuffle"
@@ -294,5 +296,95 @@ func TestAggregateMapRunAgainRacingAnother(t *testing.T) {
 				t.Fatalf("report\n%s\nthe other's\n%s", withoutExec(t, rep), withoutExec(t, otherRep))
 			}
 		})
+	}
+}
+
+// A store that refuses a write while the aggregation runs a damaged map
+// task again (one of its files, or its record) fails the aggregation
+// with that failure, and nothing of the run is named: the record is the
+// damaged one still, in one version, the reduce records are untouched
+// and no report is recorded. The next aggregation runs the task again
+// and gives the report a verification without damage gives.
+func TestAggregateMapRunAgainStoreRefusesWrite(t *testing.T) {
+	for _, which := range []string{"/map/1/r1.arrow", "/map/1/commit.json"} {
+		t.Run(which, func(t *testing.T) {
+			s, dir, res := fileSynth(t)
+			ctx := t.Context()
+			want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
+			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
+			for i := range len(j.Plan.MapTasks) {
+				must(j.Map(ctx, i, nil))
+			}
+			for r := range j.Plan.Reducers {
+				must(j.Reduce(ctx, r))
+			}
+			key := j.mapCommitKey(1)
+			rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:100] })
+			refused := errors.New("refused")
+			broken := &faults.ErrorOnce{Store: s, Method: faults.Put, Err: refused,
+				Match: func(k string) bool { return strings.HasSuffix(k, which) }}
+			jb := must(Open(ctx, broken, j.PlanDigest))
+			if _, _, err := jb.Aggregate(ctx, manifest.Execution{Executor: "test"}); !errors.Is(err, refused) || !broken.Fired() {
+				t.Fatalf("aggregate with the store refusing %s: %v, want the refusal", which, err)
+			}
+			if n := versions(t, s, key); n != 1 {
+				t.Errorf("map task 1's record has %d versions after the refused run, want 1", n)
+			}
+			var mc MapCommit
+			if _, err := readRecord(ctx, s, key, &mc); errcode.Of(err) != errcode.ShuffleCorrupt {
+				t.Errorf("map task 1's record after the refused run: %v, want it damaged still", err)
+			}
+			for r := range j.Plan.Reducers {
+				if n := versions(t, s, j.reduceCommitKey(r)); n != 1 {
+					t.Errorf("reduce task %d's record has %d versions, want 1", r, n)
+				}
+			}
+			if out, err := j.Finished(ctx); out != nil || err != nil {
+				t.Fatalf("a report recorded after the refused run: %+v, %v", out, err)
+			}
+			rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
+			if err != nil {
+				t.Fatalf("aggregate after the refused run: %v", err)
+			}
+			if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
+				t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
+			}
+			if n := versions(t, s, key); n != 2 {
+				t.Errorf("map task 1's record has %d versions, want 2", n)
+			}
+		})
+	}
+}
+
+// An aggregation that finds a map task's record damaged while a reduce
+// task has not committed yet (an aggregate task started with the others,
+// without --wait) fails TASK_NOT_READY without running the map task
+// again: that run, a whole map task, would be lost to the failure and
+// spend one of the task's runs, and the reduce task still running
+// meets the damaged record and runs the task itself.
+func TestAggregateNotReadyRunsNoMapAgain(t *testing.T) {
+	s, dir, res := fileSynth(t)
+	ctx := t.Context()
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+	for i := range len(j.Plan.MapTasks) {
+		must(j.Map(ctx, i, nil))
+	}
+	must(j.Reduce(ctx, 0))
+	key := j.mapCommitKey(1)
+	rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:100] })
+	if _, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"}); errcode.Of(err) != errcode.TaskNotReady {
+		t.Fatalf("aggregate before reduce task 1 committed, map task 1's record damaged: %v, want %s", err, errcode.TaskNotReady)
+	}
+	if n := versions(t, s, key); n != 1 {
+		t.Errorf("map task 1's record has %d versions, want 1: the aggregation ran it again, then was not ready", n)
+	}
+	must(j.Reduce(ctx, 1))
+	if n := versions(t, s, key); n != 2 {
+		t.Errorf("map task 1's record has %d versions after reduce task 1 ran, want 2", n)
+	}
+	if rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"}); err != nil || rep.Verdict != manifest.Verified {
+		t.Fatalf("aggregate once every task committed: %v", err)
 	}
 }

@@ -229,10 +229,14 @@ func (a *aggregation) addResults(results []mapper.Result) error {
 }
 
 // addMapCommits adds the results of every map task's commit record to a;
-// a record damaged has its task run again (eachMapCommit).
+// a record damaged has its task run again (eachMapCommit), once every
+// reduce task committed (reducesCommitted): an aggregation that then
+// fails TASK_NOT_READY would lose that run, a whole map task's, and
+// spend one of the task's runs, while a reduce task still running
+// meets the record and runs the task itself.
 func (j *Job) addMapCommits(ctx context.Context, a *aggregation) error {
 	var addErr error
-	if err := j.eachMapCommit(ctx, "aggregate", func(_ int, mc *MapCommit) {
+	if err := j.eachMapCommit(ctx, "aggregate", j.reducesCommitted, func(_ int, mc *MapCommit) {
 		if err := a.addResults(mc.Results); err != nil && addErr == nil {
 			addErr = err
 		}
@@ -240,6 +244,19 @@ func (j *Job) addMapCommits(ctx context.Context, a *aggregation) error {
 		return err
 	}
 	return addErr
+}
+
+// reducesCommitted returns TASK_NOT_READY, as committedReduce does,
+// when a reduce task has no commit record.
+func (j *Job) reducesCommitted(ctx context.Context) error {
+	for r := range j.Plan.Reducers {
+		if _, err := j.Store.Head(ctx, j.reduceCommitKey(r), ""); objstore.IsNotExist(err) {
+			return errcode.New(errcode.TaskNotReady, "aggregate: reduce task %d has not committed", r)
+		} else if err != nil {
+			return wrap(err, "%s", j.reduceCommitKey(r))
+		}
+	}
+	return nil
 }
 
 // loggedFailures is the most failures an aggregation logs one line each:

@@ -291,8 +291,10 @@ const maxKeptRecordBuf = 4 << 20
 // reduce task reading it would, once every other record was read
 // without another failure: one task at a time, in task order, so a
 // job with many damaged records maps no more at once than one map
-// task; use is then called with the record of that run.
-func (j *Job) eachMapCommit(ctx context.Context, what string, use func(i int, mc *MapCommit)) error {
+// task; use is then called with the record of that run. ready, if
+// non-nil, is called before the first such run: its error is returned,
+// and no task runs.
+func (j *Job) eachMapCommit(ctx context.Context, what string, ready func(context.Context) error, use func(i int, mc *MapCommit)) error {
 	var mu sync.Mutex
 	damaged := make([]error, len(j.Plan.MapTasks))
 	err := j.eachMapTask(ctx, what, func(ctx context.Context, i int) error {
@@ -319,6 +321,12 @@ func (j *Job) eachMapCommit(ctx context.Context, what string, use func(i int, mc
 	for i, cause := range damaged {
 		if cause == nil {
 			continue
+		}
+		if ready != nil {
+			if err := ready(ctx); err != nil {
+				return err
+			}
+			ready = nil
 		}
 		mc, err := j.redoMap(ctx, i, -1, cause, nil)
 		if err != nil {
