@@ -388,3 +388,42 @@ func TestAggregateNotReadyRunsNoMapAgain(t *testing.T) {
 		t.Fatalf("aggregate once every task committed: %v", err)
 	}
 }
+
+// The report of an aggregation that runs a damaged map task again lists
+// the failures that task's run finds, as a verification without damage
+// does: an INVALID release (every shard rotted), the map task's record
+// damaged after the reduce phase, gives the undamaged verification's
+// report, failures, counts and verdict alike.
+func TestAggregateRunsDamagedMapAgainInvalidRelease(t *testing.T) {
+	fs, dir, res := fileSynth(t)
+	ctx := t.Context()
+	shards := map[string]bool{}
+	for _, sh := range res.Release.Shards {
+		shards[sh.Digest.BlobKey()] = true
+	}
+	s := &faults.BitFlip{Store: fs, Match: func(k string) bool { return shards[k] }, Offset: 200, Bit: 3}
+	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
+	if want.Verdict != manifest.Invalid || len(want.Failures) == 0 {
+		t.Fatalf("the rotted release verifies %s with %d failures; the test needs failures", want.Verdict, len(want.Failures))
+	}
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+	for i := range len(j.Plan.MapTasks) {
+		must(j.Map(ctx, i, nil))
+	}
+	for r := range j.Plan.Reducers {
+		must(j.Reduce(ctx, r))
+	}
+	key := j.mapCommitKey(1)
+	rewrite(t, versionFile(t, dir, key, must(fs.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+	rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
+	if err != nil {
+		t.Fatalf("aggregate over a damaged map record of an invalid release: %v", err)
+	}
+	if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
+		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
+	}
+	if n := versions(t, fs, key); n != 2 {
+		t.Errorf("map task 1's record has %d versions, want 2", n)
+	}
+}
