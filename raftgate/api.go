@@ -554,7 +554,7 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.New(errcode.BadInput, "%s is the only member: a gate cannot remove its last one", req.ID), nil)
 		return
 	}
-	n.vers.changes.Add(1)
+	n.vers.changed(raft.ServerID(req.ID))
 	if err := n.raft.RemoveServer(raft.ServerID(req.ID), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			writeError(w, errcode.Wrap(errcode.NotLeader, err, "remove server"), nil)

@@ -214,8 +214,10 @@
 // grants no vote and asks for none until the leader promotes it, once it
 // applied what the leader had committed (see learner.go; the leader asks
 // each learner on its own, with a timeout of its own, and promotes only
-// one the configuration still lists as a nonvoter under the lock a
-// POST /v1/remove takes too, so a learner removed meanwhile stays removed). Writes on a follower are forwarded
+// one the configuration still lists as a nonvoter, with no change of its
+// ID since it asked, under the lock a POST /v1/remove takes too, so a
+// learner removed meanwhile stays removed, and one that joined again
+// meanwhile is not promoted on its old incarnation's answer). Writes on a follower are forwarded
 // once to the leader (X-Shardproof-Forwarded prevents loops), once the
 // follower made the checks that need no state (the body's size cap, the
 // command's fields and caps, evidence signatures), so a request they

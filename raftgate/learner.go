@@ -52,8 +52,11 @@ import (
 //     own, so a learner that never answers holds no other's promotion,
 //     and makes the change only if, under the lock its other
 //     configuration changes and a removal take (vers.raise), the
-//     configuration still lists the learner as a nonvoter: a learner
-//     removed while it was asked stays removed;
+//     configuration still lists the learner as a nonvoter, and neither
+//     the term nor this leader's changes of its ID (a removal, a join
+//     again) moved since it asked: a learner removed while it was asked
+//     stays removed, and one that joined again meanwhile is promoted on
+//     an answer of its own, not on its old incarnation's;
 //   - the joiner drops its marker, and votes, at the first committed
 //     configuration after that entry that makes it a voter, in its log or
 //     in its newest snapshot (a promotion the leader compacted away before
@@ -537,7 +540,7 @@ func (n *Node) addLearner(j *Join, st *Status) (uint64, error) {
 	if err := f.Error(); err != nil {
 		return 0, errcode.Wrap(errcode.Internal, err, "read the configuration")
 	}
-	n.vers.changes.Add(1)
+	n.vers.changed(raft.ServerID(j.ID))
 	for _, sv := range f.Configuration().Servers {
 		if string(sv.ID) == j.ID && sv.Suffrage == raft.Voter {
 			// Its votes and acknowledgements are lost with its
@@ -728,6 +731,9 @@ func (a *learnersAsked) inFlight() int {
 // with readd, it makes one that caught up without its nonvoter entry a
 // nonvoter again. It returns nil when it is not its time yet.
 func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string, readd bool) error {
+	// Before the ask: a change of sv made after it (see stillNonvoter)
+	// may be one its answer predates.
+	term, changes := n.raft.CurrentTerm(), n.vers.changesOf(sv.ID)
 	commit := n.raft.CommitIndex()
 	c := n.memberClient(httpAddr)
 	defer c.Close()
@@ -750,10 +756,10 @@ func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string, rea
 	// (hashicorp/raft 1.7), so prevIndex cannot say it: the server is
 	// looked for. Before, a learner removed meanwhile was added back, as
 	// a voter.
-	if !n.stillNonvoter(sv) {
+	if !n.stillNonvoter(sv, term, changes) {
 		return nil
 	}
-	n.vers.changes.Add(1)
+	n.vers.changed(sv.ID)
 	if l := st.Learner; l != nil && l.NonvoterAt == 0 {
 		if l.Since == 0 {
 			// Its join was not answered; it joins again when restarted
@@ -784,8 +790,19 @@ func (n *Node) promote(ctx context.Context, sv raft.Server, httpAddr string, rea
 }
 
 // stillNonvoter reports whether the latest configuration lists sv, at its
-// address, as a nonvoter. Called with vers.raise held.
-func (n *Node) stillNonvoter(sv raft.Server) bool {
+// address, as a nonvoter, as it did when promote asked it for its status,
+// in term, after changes of its ID (vers.changesOf). A learner removed and
+// joined again at the same addresses is listed as before: the changes of
+// its ID this leader made meanwhile, or the term of another leader that
+// may have made them, say that its answer may be its old incarnation's
+// (in a rejoin on an empty directory, of a log that is gone). Before, the
+// promotion made it a voter on that answer, and the quorum counted a
+// member that had not caught up. Called with vers.raise held.
+func (n *Node) stillNonvoter(sv raft.Server, term, changes uint64) bool {
+	if n.raft.CurrentTerm() != term || n.vers.changesOf(sv.ID) != changes {
+		n.log.Info("learner not promoted: a change of its ID or a new term came while it was asked; a later look asks it again", "id", sv.ID)
+		return false
+	}
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return false

@@ -125,3 +125,81 @@ func TestBlackHoledLearnerHoldsNoOtherPromotion(t *testing.T) {
 		t.Fatal("node2, black-holed, votes")
 	}
 }
+
+// A learner removed and joined again under its ID, at its addresses, while
+// the leader's promotion of it waits for its status is not promoted by
+// that answer: the answer is of the member before its removal (in a real
+// rejoin, the old process, whose log is gone with its directory), and the
+// promotion checks under vers.raise that no change of that ID was made
+// since it asked, and that the term is the same (a leader of another term
+// may have made one). Here node2's API holds the promotion's GET
+// /v1/status while node2 is removed (POST /v1/remove) and joins again
+// (POST /v1/join with its ID and addresses). Before, the promotion found
+// node2 a nonvoter at its address, as before, and made it a voter on the
+// old answer: a member that just joined, and has not caught up, counted in
+// the quorum.
+func TestLearnerRejoinedDuringItsPromotionIsNotPromotedByTheOldAnswer(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	first := StartTestNode(t, TestConfig(dir, "node1"))
+	waitLeader(t, first)
+	waitFor(t, "node1 to raise the cluster version to its build's", func() bool { return first.ClusterVersion() == first.BuildVersion() })
+	first.promoting.Store(true) // no promotion until the test says so
+	line := &holdLine{held: make(chan heldLine, 16)}
+	cfg := TestConfig(dir, "node2")
+	cfg.Join, cfg.Bootstrap = first.HTTPAddr(), false
+	cfg.wrapHTTP = line.wrap
+	second := NewNode(cfg)
+	t.Cleanup(func() { second.Shutdown() })
+	if err := second.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node2 to find its nonvoter entry and catch up", func() bool {
+		l := second.learner.status()
+		return l != nil && l.NonvoterAt > 0 && second.Raft().LastIndex() >= first.Raft().CommitIndex()
+	})
+	var held heldLines
+	defer held.letAllGo()
+	line.on.Store(true)
+	first.promoting.Store(false)
+	var asked heldLine
+	select {
+	case asked = <-line.held:
+	case <-ctx.Done():
+		t.Fatal("the leader never asked node2 for its status")
+	}
+	held.add(asked)
+	if !strings.HasPrefix(asked.first, "GET /v1/status ") {
+		t.Fatalf("the request node2's API holds: %q, want the promotion's GET /v1/status", asked.first)
+	}
+	// No other look meanwhile: the promotion under test is the held one.
+	waitFor(t, "the leader's look to have started the held promotion", func() bool { return first.promoting.CompareAndSwap(false, true) })
+	line.on.Store(false)
+	for len(line.held) > 0 {
+		held.add(<-line.held)
+	}
+	cl := NewClient(first.URL())
+	defer cl.Close()
+	if err := cl.RemoveMember(ctx, "node2"); err != nil {
+		t.Fatalf("remove node2: %v", err)
+	}
+	var ans joinAnswer
+	if err := cl.do(ctx, "POST", "/v1/join", &Join{ID: "node2", RaftAddr: second.RaftAddr(), HTTPAddr: second.HTTPAddr()}, &ans); err != nil {
+		t.Fatalf("node2's join again: %v", err)
+	}
+	if got := voterList(first); got != "node1 Voter, node2 Nonvoter" {
+		t.Fatalf("the configuration once node2 was removed and joined again: %s", got)
+	}
+	held.letAllGo()
+	<-asked.gone
+	waitFor(t, "the held promotion to end", func() bool { return first.asking.inFlight() == 0 })
+	if got := voterList(first); got != "node1 Voter, node2 Nonvoter" {
+		t.Fatalf("the configuration once the promotion asked before node2's removal ended: %s, want node2 a nonvoter still", got)
+	}
+	// A promotion that asks after the join still promotes it.
+	first.promoting.Store(false)
+	WaitPromoted(t, second, 30*time.Second)
+	if got := voterList(first); got != "node1 Voter, node2 Voter" {
+		t.Fatalf("the configuration once node2 voted: %s", got)
+	}
+}

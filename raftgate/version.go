@@ -187,6 +187,11 @@ type versions struct {
 	// was.
 	changes atomic.Uint64
 	mu      sync.Mutex
+	// changedIDs counts the same changes per server ID (under mu, made
+	// under raise too): a promotion compares its learner's, with the
+	// term, across its ask, since a learner removed and joined again at
+	// the same addresses is a nonvoter there as before (see promote).
+	changedIDs map[raft.ServerID]uint64
 	// last is the latest poll's answer, for /v1/status and errors.
 	last []MemberVersion
 	// said is the last poll's answer as logged, so a lasting mixed
@@ -478,4 +483,23 @@ func noneIfZero(v uint64) string {
 		return "it reports none: a build before the version handshake"
 	}
 	return "as its status reports"
+}
+
+// changed counts a configuration change of id this leader asks Raft for,
+// whatever its outcome (see changes, changedIDs). Called with raise held.
+func (v *versions) changed(id raft.ServerID) {
+	v.changes.Add(1)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.changedIDs == nil {
+		v.changedIDs = map[raft.ServerID]uint64{}
+	}
+	v.changedIDs[id]++
+}
+
+// changesOf is how many configuration changes of id this node asked for.
+func (v *versions) changesOf(id raft.ServerID) uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.changedIDs[id]
 }
