@@ -1,6 +1,8 @@
 package raftgate
 
 import (
+	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +204,153 @@ func TestLearnerRejoinedDuringItsPromotionIsNotPromotedByTheOldAnswer(t *testing
 	if got := voterList(first); got != "node1 Voter, node2 Voter" {
 		t.Fatalf("the configuration once node2 voted: %s", got)
 	}
+}
+
+// A learner whose ask failed is asked again at a later look, and
+// promoted: its promotion leaves the set of those in flight however it
+// ends. Here node2's API swallows the leader's first GET /v1/status, and
+// the connection is then closed under it: the ask fails, and node2 is
+// promoted by a later one.
+func TestLearnerAskedAgainAfterAFailedAsk(t *testing.T) {
+	first, second, hole, asked := holdLearnerAsk(t, nil)
+	hole.on.Store(false)
+	hole.mu.Lock()
+	for _, c := range hole.open {
+		c.Close()
+	}
+	hole.mu.Unlock()
+	<-asked.gone
+	WaitPromoted(t, second, 30*time.Second)
+	if got := voterList(first); got != "node1 Voter, node2 Voter" {
+		t.Fatalf("the configuration once node2 voted: %s", got)
+	}
+}
+
+// The leader's Shutdown ends the asks of its promotions in flight (their
+// contexts end with its stop), not their 5 s timeouts, and waits for
+// them: none is in flight once it returns. Here node2's API swallows the
+// leader's GET /v1/status; the leader shuts down while it is held.
+func TestLeaderShutdownEndsLearnerAsks(t *testing.T) {
+	logs := &syncBuf{}
+	first, _, _, asked := holdLearnerAsk(t, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	if err := first.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if n := first.asking.inFlight(); n != 0 {
+		t.Fatalf("%d promotions in flight once the leader shut down", n)
+	}
+	<-asked.gone
+	var ended string
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "learner not promoted yet") && strings.Contains(line, "id=node2") {
+			ended = line
+		}
+	}
+	if !strings.Contains(ended, context.Canceled.Error()) || strings.Contains(ended, context.DeadlineExceeded.Error()) {
+		t.Fatalf("the held ask of node2 ended with %q; want it canceled by the stop", ended)
+	}
+}
+
+// holdLearnerAsk starts node1 (with option, if any, on its config) and
+// node2, which joins it as a learner whose HTTP API, once node2 caught
+// up, swallows what it gets (a blackHole, left on): it returns once the
+// leader's promotion asked node2 for its status, the request held.
+func holdLearnerAsk(t *testing.T, option func(*Config)) (first, second *Node, hole *blackHole, asked heldRequest) {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	cfg1 := TestConfig(dir, "node1")
+	if option != nil {
+		option(&cfg1)
+	}
+	first = StartTestNode(t, cfg1)
+	waitLeader(t, first)
+	waitFor(t, "node1 to raise the cluster version to its build's", func() bool { return first.ClusterVersion() == first.BuildVersion() })
+	first.promoting.Store(true) // node2 stays a learner until black-holed
+	hole = newBlackHole(t)
+	cfg2 := TestConfig(dir, "node2")
+	cfg2.Join, cfg2.Bootstrap = first.HTTPAddr(), false
+	cfg2.wrapHTTP = hole.wrap
+	second = NewNode(cfg2)
+	t.Cleanup(func() { second.Shutdown() })
+	if err := second.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node2 to find its nonvoter entry and catch up", func() bool {
+		l := second.learner.status()
+		return l != nil && l.NonvoterAt > 0 && second.Raft().LastIndex() >= first.Raft().CommitIndex()
+	})
+	hole.on.Store(true)
+	first.promoting.Store(false)
+	select {
+	case asked = <-hole.held:
+	case <-ctx.Done():
+		t.Fatal("the leader never asked node2 for its status")
+	}
+	if !strings.HasPrefix(asked.first, "GET /v1/status ") {
+		t.Fatalf("the request node2 swallowed: %q, want the leader's GET /v1/status", asked.first)
+	}
+	return first, second, hole, asked
+}
+
+// A leader that loses its leadership while a promotion holds vers.raise
+// (its AddVoter appended, not committed) ends the promotion and frees the
+// lock: Raft fails the change (ErrLeadershipLost; ErrNotLeader if it
+// stepped down first), and no configuration change or raise of the
+// member waits for good. Here node1 leads node2 and asks node3, a
+// learner, for its status; node2 and node3's Raft stop while the answer
+// is held, so the change cannot commit, and node1, out of touch with a
+// quorum, steps down.
+func TestLeadershipLostDuringPromotionFreesTheLock(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := MakeCluster(t, 2)
+	l, f := c.Nodes[0], c.Nodes[1]
+	lead(t, l, c.Nodes...)
+	l.promoting.Store(true)
+	f.promoting.Store(true)
+	line := &holdLine{held: make(chan heldLine, 16)}
+	cfg := TestConfig(t.TempDir(), "node3")
+	cfg.Join, cfg.Bootstrap = l.HTTPAddr(), false
+	cfg.wrapHTTP = line.wrap
+	third := NewNode(cfg)
+	t.Cleanup(func() { third.Shutdown() })
+	if err := third.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node3 to find its nonvoter entry and catch up", func() bool {
+		s := third.learner.status()
+		return s != nil && s.NonvoterAt > 0 && third.Raft().LastIndex() >= l.Raft().CommitIndex()
+	})
+	var held heldLines
+	defer held.letAllGo()
+	line.on.Store(true)
+	l.promoting.Store(false)
+	var asked heldLine
+	select {
+	case asked = <-line.held:
+	case <-ctx.Done():
+		t.Fatal("the leader never asked node3 for its status")
+	}
+	held.add(asked)
+	if !strings.HasPrefix(asked.first, "GET /v1/status ") {
+		t.Fatalf("the request node3's API holds: %q, want the promotion's GET /v1/status", asked.first)
+	}
+	waitFor(t, "the leader's look to have started the held promotion", func() bool { return l.promoting.CompareAndSwap(false, true) })
+	if err := third.shutdownRaft(); err != nil {
+		t.Fatal(err)
+	}
+	f.Shutdown()
+	line.on.Store(false)
+	held.letAllGo()
+	waitFor(t, "the promotion to end", func() bool { return l.asking.inFlight() == 0 })
+	if l.IsLeader() {
+		t.Fatalf("node1 leads still, with %s (commit index %d, last index %d)", voterList(l), l.Raft().CommitIndex(), l.Raft().LastIndex())
+	}
+	if !l.vers.raise.TryLock() {
+		t.Fatal("vers.raise still held once the promotion ended")
+	}
+	l.vers.raise.Unlock()
+	t.Logf("node1's configuration once its promotion ended: %s", voterList(l))
 }
