@@ -8,10 +8,12 @@ package stagetest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
+	"github.com/shardproof/shardproof/internal/pqfooter"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/file"
@@ -202,4 +204,38 @@ func FlipBit(data []byte, off int, bit uint) []byte {
 	c := append([]byte(nil), data...)
 	c[off] ^= 1 << bit
 	return c
+}
+
+// InflateFooterList returns a copy of the Parquet file data whose footer's
+// list field (2 schema, 4 row_groups, 5 key_value_metadata of
+// FileMetaData) declares count entries, its elements left as they were,
+// with the footer length updated: a footer bomb a few bytes larger than
+// data, as a hostile writer would make one.
+func InflateFooterList(t testing.TB, data []byte, field int16, count uint64) []byte {
+	t.Helper()
+	n := len(data)
+	fl := int(binary.LittleEndian.Uint32(data[n-8 : n-4]))
+	start := n - 8 - fl
+	footer := data[start : n-8]
+	_, value, _, ok, err := pqfooter.TopField(footer, field)
+	if err != nil || !ok {
+		t.Fatalf("footer has no field %d (%v)", field, err)
+	}
+	h := footer[value]
+	if h&0x0f != 12 {
+		t.Fatalf("field %d is not a list of structs (header %#x)", field, h)
+	}
+	// Skip the old count (in the header, or a varint after it).
+	rest := value + 1
+	if h>>4 == 15 {
+		_, k := binary.Uvarint(footer[rest:])
+		rest += k
+	}
+	enc := binary.AppendUvarint([]byte{0xf0 | h&0x0f}, count)
+	var out []byte
+	out = append(out, data[:start+value]...)
+	out = append(out, enc...)
+	out = append(out, footer[rest:]...)
+	out = binary.LittleEndian.AppendUint32(out, uint32(fl-(rest-value)+len(enc)))
+	return append(out, "PAR1"...)
 }
