@@ -26,6 +26,7 @@ import (
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/pqfooter"
 	"github.com/shardproof/shardproof/internal/scratchdir"
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/tuplehash"
@@ -205,6 +206,12 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 	var r parquet.ReaderAtSeeker = f
 	if wrapInput != nil {
 		r = wrapInput(f)
+	}
+	// arrow-go allocates each footer list's declared capacity before
+	// reading its elements: a 1 KB file declaring 100M row groups made it
+	// allocate 762 MiB. pqfooter refuses a count beyond the footer's bytes.
+	if err := pqfooter.CheckFile(r, fi.Size()); err != nil {
+		return errcode.Wrap(errcode.BadInput, err, "input %s: not Parquet", path)
 	}
 	pf, err := file.NewParquetReader(r, file.WithReadProps(props))
 	if err != nil {
