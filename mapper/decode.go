@@ -17,6 +17,7 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/internal/mmapfile"
+	"github.com/shardproof/shardproof/internal/pqfooter"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -151,6 +152,13 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	}
 	footerStart, ok := checkFooter(data, &res)
 	if !ok {
+		return res, nil
+	}
+	// arrow-go allocates each footer list's declared capacity before
+	// reading its elements (763 MiB for a shard whose footer declared
+	// 100M row groups): refuse a count beyond the footer's bytes first.
+	if err := pqfooter.Check(data[footerStart : len(data)-8]); err != nil {
+		res.fail(errcode.FooterCorrupt, "footer does not parse: %v", err)
 		return res, nil
 	}
 	props := parquet.NewReaderProperties(pages)

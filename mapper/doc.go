@@ -2,8 +2,9 @@
 // snapshot member file) into verified figures and canonical tuples.
 //
 // MapShard reads exactly the descriptor's object version, hashes every
-// byte, checks the Parquet footer and every column chunk's bounds against
-// the bytes actually read, compares the Arrow schema with the record
+// byte, checks the Parquet footer (its Thrift counts and lengths against
+// its bytes, internal/pqfooter, before arrow-go decodes it) and every
+// column chunk's bounds against the bytes actually read, compares the Arrow schema with the record
 // schema, decodes the records under recover in the calling goroutine, and
 // recomputes with internal/canon — the code the writer used — the logical
 // digest, records, tokens, memberSetDigest and tuples. Data problems are
