@@ -540,11 +540,16 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := f.Configuration()
-	found := false
+	found, voter, voters := false, false, 0
 	var ids []string
 	for _, sv := range cfg.Servers {
 		ids = append(ids, string(sv.ID))
-		found = found || string(sv.ID) == req.ID
+		if sv.Suffrage == raft.Voter {
+			voters++
+		}
+		if string(sv.ID) == req.ID {
+			found, voter = true, sv.Suffrage == raft.Voter
+		}
 	}
 	switch {
 	case !found:
@@ -552,6 +557,12 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 		return
 	case len(cfg.Servers) == 1:
 		writeError(w, errcode.New(errcode.BadInput, "%s is the only member: a gate cannot remove its last one", req.ID), nil)
+		return
+	case voter && voters == 1:
+		// The learners left could neither elect a leader nor be
+		// promoted. Raft refuses the change itself, which the gate
+		// answered INDETERMINATE (the removal might have happened).
+		writeError(w, errcode.New(errcode.BadInput, "%s is the only voter: a gate cannot remove its last one (its learners cannot elect a leader; remove them, or wait for their promotion, first)", req.ID), nil)
 		return
 	}
 	n.vers.changed(raft.ServerID(req.ID))

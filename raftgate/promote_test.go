@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardproof/shardproof/internal/errcode"
 )
 
 // A learner removed (POST /v1/remove) while the leader's promotion of it
@@ -353,4 +355,42 @@ func TestLeadershipLostDuringPromotionFreesTheLock(t *testing.T) {
 	}
 	l.vers.raise.Unlock()
 	t.Logf("node1's configuration once its promotion ended: %s", voterList(l))
+}
+
+// TestLastVoterIsNotRemovedBesideLearners: a gate of one voter and a
+// learner not yet promoted refuses to remove the voter, BAD_INPUT, and
+// changes nothing. Before, only a gate's only member was refused by the
+// gate; Raft refused the voter's removal ("need at least one voter") and
+// the gate answered INDETERMINATE, telling the operator the removal
+// might have happened.
+func TestLastVoterIsNotRemovedBesideLearners(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	dir := t.TempDir()
+	first := StartTestNode(t, TestConfig(dir, "node1"))
+	waitLeader(t, first)
+	first.promoting.Store(true) // node2 stays a learner
+	cfg := TestConfig(dir, "node2")
+	cfg.Join, cfg.Bootstrap = first.HTTPAddr(), false
+	second := NewNode(cfg)
+	t.Cleanup(func() { second.Shutdown() })
+	if err := second.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "node2 to be a nonvoter", func() bool { return voterList(first) == "node1 Voter, node2 Nonvoter" })
+	cl := NewClient(first.URL())
+	defer cl.Close()
+	err := cl.RemoveMember(ctx, "node1")
+	if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "only voter") {
+		t.Fatalf("remove the only voter beside a learner: %v, want BAD_INPUT naming it the only voter", err)
+	}
+	if got := voterList(first); got != "node1 Voter, node2 Nonvoter" || !first.IsLeader() {
+		t.Fatalf("after the refused remove: %s (leader %v), want it unchanged", got, first.IsLeader())
+	}
+	// The learner may go.
+	if err := cl.RemoveMember(ctx, "node2"); err != nil {
+		t.Fatalf("remove the learner: %v", err)
+	}
+	if got := voterList(first); got != "node1 Voter" {
+		t.Fatalf("after the learner's remove: %s", got)
+	}
 }
