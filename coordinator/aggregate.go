@@ -299,20 +299,11 @@ func (j *Job) committedReduce(ctx context.Context, r int) (rc *ReduceCommit, shu
 // record: at 7,630 map tasks, 20 ms and 4.8 MB a reduce task
 // (BenchmarkDecodeReduceCommit).
 func (j *Job) readReduceForAggregate(ctx context.Context, r int) (rc *ReduceCommit, shuffled int64, found bool, err error) {
-	key := j.reduceCommitKey(r)
-	buf := recordBufs.Get().(*[]byte)
-	b, found, err := readRecordBytes(ctx, j.Store, key, *buf)
-	defer func() {
-		if cap(b) <= maxKeptRecordBuf {
-			*buf = b
-		}
-		recordBufs.Put(buf)
-	}()
-	if !found || err != nil {
-		return nil, 0, found, err
-	}
-	rc, shuffled, err = j.decodeReduceForAggregate(r, b)
-	return rc, shuffled, err == nil, err
+	found, err = j.readPooledRecord(ctx, j.reduceCommitKey(r), func(b []byte) error {
+		rc, shuffled, err = j.decodeReduceForAggregate(r, b)
+		return err
+	})
+	return rc, shuffled, found && err == nil, err
 }
 
 // decodeReduceForAggregate is readReduceForAggregate's decoding of b,

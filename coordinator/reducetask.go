@@ -280,6 +280,25 @@ var recordBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 const maxKeptRecordBuf = 4 << 20
 
+// readPooledRecord reads the record at key into a buffer of recordBufs
+// and hands its bytes to use, which must not keep them: the buffer goes
+// back to the pool (if it grew past maxKeptRecordBuf, a new one does).
+// found is false, and use is not called, when there is no record.
+func (j *Job) readPooledRecord(ctx context.Context, key string, use func(b []byte) error) (found bool, err error) {
+	buf := recordBufs.Get().(*[]byte)
+	b, found, err := readRecordBytes(ctx, j.Store, key, *buf)
+	defer func() {
+		if cap(b) <= maxKeptRecordBuf {
+			*buf = b
+		}
+		recordBufs.Put(buf)
+	}()
+	if !found || err != nil {
+		return found, err
+	}
+	return true, use(b)
+}
+
 // eachMapCommit reads every map task's commit record as the
 // aggregation needs it (readMapResults), storeReadsAtOnce at a time, and
 // calls use with it, one call at a time in no set order; a record
@@ -380,30 +399,22 @@ func (j *Job) reduceInputs(ctx context.Context, r int) ([]Output, error) {
 // aggregation decodes the results alone (readMapResults).
 func (j *Job) readMapOutput(ctx context.Context, i, r int, out *Output) (found bool, err error) {
 	key := j.mapCommitKey(i)
-	buf := recordBufs.Get().(*[]byte)
-	b, found, err := readRecordBytes(ctx, j.Store, key, *buf)
-	defer func() {
-		if cap(b) <= maxKeptRecordBuf {
-			*buf = b
+	found, err = j.readPooledRecord(ctx, key, func(b []byte) error {
+		var mc MapCommit
+		picks := []manifest.Pick{{Field: "outputs", Index: r}, {Field: "results", Index: -1}}
+		if err := decodeRecord(b, key, &mc, picks); err != nil {
+			return err
 		}
-		recordBufs.Put(buf)
-	}()
-	if !found || err != nil {
-		return found, err
-	}
-	var mc MapCommit
-	picks := []manifest.Pick{{Field: "outputs", Index: r}, {Field: "results", Index: -1}}
-	if err := decodeRecord(b, key, &mc, picks); err != nil {
-		return false, err
-	}
-	if err := j.checkMapCommitHead(i, &mc, picks[0].Len, picks[1].Len); err != nil {
-		return false, err
-	}
-	if err := j.checkOutput(i, r, &mc.Outputs[0]); err != nil {
-		return false, err
-	}
-	*out = mc.Outputs[0]
-	return true, nil
+		if err := j.checkMapCommitHead(i, &mc, picks[0].Len, picks[1].Len); err != nil {
+			return err
+		}
+		if err := j.checkOutput(i, r, &mc.Outputs[0]); err != nil {
+			return err
+		}
+		*out = mc.Outputs[0]
+		return nil
+	})
+	return found && err == nil, err
 }
 
 // readMapResults reads map task i's commit record into mc as the
@@ -418,28 +429,17 @@ func (j *Job) readMapOutput(ctx context.Context, i, r int, out *Output) (found b
 // (BenchmarkAggregateMapCommits).
 func (j *Job) readMapResults(ctx context.Context, i int, mc *MapCommit) (found bool, err error) {
 	key := j.mapCommitKey(i)
-	buf := recordBufs.Get().(*[]byte)
-	b, found, err := readRecordBytes(ctx, j.Store, key, *buf)
-	defer func() {
-		if cap(b) <= maxKeptRecordBuf {
-			*buf = b
+	found, err = j.readPooledRecord(ctx, key, func(b []byte) error {
+		picks := []manifest.Pick{{Field: "outputs", Index: -1}}
+		if err := decodeRecord(b, key, mc, picks); err != nil {
+			return err
 		}
-		recordBufs.Put(buf)
-	}()
-	if !found || err != nil {
-		return found, err
-	}
-	picks := []manifest.Pick{{Field: "outputs", Index: -1}}
-	if err := decodeRecord(b, key, mc, picks); err != nil {
-		return false, err
-	}
-	if err := j.checkMapCommitHead(i, mc, picks[0].Len, len(mc.Results)); err != nil {
-		return false, err
-	}
-	if err := j.checkMapResults(i, mc); err != nil {
-		return false, err
-	}
-	return true, nil
+		if err := j.checkMapCommitHead(i, mc, picks[0].Len, len(mc.Results)); err != nil {
+			return err
+		}
+		return j.checkMapResults(i, mc)
+	})
+	return found && err == nil, err
 }
 
 // getAll opens every file of reduce task r's inputs, storeReadsAtOnce
