@@ -201,13 +201,13 @@ func (n *Node) handler() http.Handler {
 		if a := s.Aliases[r.PathValue("name")]; a != nil {
 			return a, nil
 		}
-		return nil, errcode.New(errcode.UnknownAlias, "no alias %s", truncate(r.PathValue("name")))
+		return nil, errcode.New(errcode.UnknownAlias, "no alias %s", truncateName(r.PathValue("name")))
 	}))
 	api("GET /v1/releases/{root}", n.read(func(s *State, r *http.Request) (any, error) {
 		if rel := s.Releases[r.PathValue("root")]; rel != nil {
 			return rel, nil
 		}
-		return nil, errcode.New(errcode.UnknownRelease, "no release %s", truncate(r.PathValue("root")))
+		return nil, errcode.New(errcode.UnknownRelease, "no release %s", truncateName(r.PathValue("root")))
 	}))
 	api("GET /v1/fences", n.read(func(s *State, r *http.Request) (any, error) { return s.Fences, nil }))
 	api("GET /v1/permits", n.read(func(s *State, r *http.Request) (any, error) {
@@ -221,7 +221,7 @@ func (n *Node) handler() http.Handler {
 		if p := s.Permits[r.PathValue("id")]; p != nil {
 			return p, nil
 		}
-		return nil, errcode.New(errcode.UnknownPermit, "no permit %s", truncate(r.PathValue("id")))
+		return nil, errcode.New(errcode.UnknownPermit, "no permit %s", truncateName(r.PathValue("id")))
 	}))
 	api("GET /v1/runs/{id}", n.read(func(s *State, r *http.Request) (any, error) {
 		if run := s.Runs[r.PathValue("id")]; run != nil {

@@ -415,7 +415,7 @@ func (a *applier) publish(c *Publish) (any, error) {
 func (a *applier) rollback(c *Rollback) (any, error) {
 	al := a.s.Aliases[c.Alias]
 	if al == nil {
-		return nil, errcode.New(errcode.UnknownAlias, "no alias %s", truncate(c.Alias))
+		return nil, errcode.New(errcode.UnknownAlias, "no alias %s", truncateName(c.Alias))
 	}
 	if r, err := retried(al, CmdRollback, c.Root, c.ExpectedGeneration); r != nil || err != nil {
 		return r, err
@@ -661,7 +661,7 @@ func (a *applier) createRun(c *CreateRun) (any, error) {
 	// The one and only read of the alias for this run.
 	al := a.s.Aliases[c.Alias]
 	if al == nil {
-		return nil, errcode.New(errcode.UnknownAlias, "no alias %s", truncate(c.Alias))
+		return nil, errcode.New(errcode.UnknownAlias, "no alias %s", truncateName(c.Alias))
 	}
 	rel := a.s.Releases[al.Root.String()]
 	if p := a.s.Permits[al.Permit]; p.State != PermitOpen {
@@ -707,9 +707,9 @@ func specDigest(alias string, worldSize int, assignment [][]int, timeout int64) 
 // prune deleted it, UNKNOWN_RUN otherwise.
 func (s *State) noRun(id string) error {
 	if p := s.PrunedRuns[id]; p != nil {
-		return errcode.New(errcode.RunPruned, "run %s ended %s and was pruned; a run ID is never reused", truncate(id), p.State)
+		return errcode.New(errcode.RunPruned, "run %s ended %s and was pruned; a run ID is never reused", truncateName(id), p.State)
 	}
-	return errcode.New(errcode.UnknownRun, "no run %s", truncate(id))
+	return errcode.New(errcode.UnknownRun, "no run %s", truncateName(id))
 }
 
 // liveRun returns the run, or RUN_FAILED if it failed or was cancelled.

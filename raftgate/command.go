@@ -396,3 +396,18 @@ func truncate(s string) string {
 	}
 	return s
 }
+
+// maxNameLen is the longest alias name or run ID the gate takes.
+const maxNameLen = 253
+
+// truncateName bounds a name a client asked for (an alias, a run ID, a
+// release root, a permit ID) where an error names it: one the gate could
+// hold is shown whole, so "no release" names the whole digest a client
+// sent (71 bytes, which truncate cut to 64), and only a longer one is
+// cut. truncate stays for other values, and for what the state keeps.
+func truncateName(s string) string {
+	if len(s) > maxNameLen {
+		return s[:maxNameLen] + "…"
+	}
+	return s
+}
