@@ -179,8 +179,9 @@ not the fence's log (FENCE_LOG_MISMATCH), or still behind the other fence
 
 // recheckJSON is one root's outcome in recheck --json: every root asked
 // for has one, in order, renewed or with the code and message of what
-// stopped it (those of the text form's "not rechecked" included); the
-// report, hits and permits are there once a recheck ran.
+// stopped it (those of the text form's "not rechecked" included); hits
+// and reopened are always there, empty for a root not rechecked, and the
+// report digest, report and release once a recheck ran.
 type recheckJSON struct {
 	Root         manifest.Digest         `json:"root"`
 	Renewed      bool                    `json:"renewed"`
