@@ -103,7 +103,8 @@ schema identifier and digest, the sha256 of its exact bytes:
 
 Writers in other languages can check a document before storing it. A
 document that is not valid fails with its code (BAD_DOCUMENT, BAD_DIGEST,
-BAD_COUNT, TOTALS_MISMATCH, DOCUMENT_TOO_LARGE) and exit status 1.`,
+BAD_COUNT, TOTALS_MISMATCH, DOCUMENT_TOO_LARGE) and exit status 1; a
+FILE that cannot be opened, or a directory, is USAGE (exit status 2).`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		data, schema, err := readLocalDocument(cmd, args[0])
@@ -156,9 +157,9 @@ version. An invalid document is never stored.`,
 func readLocalDocument(cmd *cobra.Command, name string) ([]byte, string, error) {
 	in := cmd.InOrStdin()
 	if name != "-" {
-		f, err := os.Open(name)
+		f, err := openArgFile("document file", name)
 		if err != nil {
-			return nil, "", errcode.Wrap(errcode.IO, err, "open %s", name)
+			return nil, "", err
 		}
 		defer f.Close()
 		in = f

@@ -239,7 +239,7 @@ func TestManifestCheck(t *testing.T) {
 			t.Errorf("%s: code %s exit %d (%v), %d bytes out; want %s / 1", name, errcode.Of(err), exitStatus(err), err, len(out), c.want)
 		}
 	}
-	if _, _, err := cliRun(t, "manifest", "check", filepath.Join(dir, "absent")); errcode.Of(err) != errcode.IO {
+	if _, _, err := cliRun(t, "manifest", "check", filepath.Join(dir, "absent")); errcode.Of(err) != errcode.Usage || exitStatus(err) != errcode.ExitUsage {
 		t.Errorf("absent file: %v", err)
 	}
 }

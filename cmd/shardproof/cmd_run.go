@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -57,9 +56,14 @@ func readAssignment(path string, worldSize int) ([][]int, error) {
 	if path == "" {
 		return nil, nil
 	}
-	b, err := os.ReadFile(path)
+	fh, err := openArgFile("assignment file", path)
 	if err != nil {
-		return nil, errcode.Wrap(errcode.IO, err, "assignment file")
+		return nil, err
+	}
+	defer fh.Close()
+	b, err := io.ReadAll(fh)
+	if err != nil {
+		return nil, errcode.Wrap(errcode.IO, err, "read assignment file %s", path)
 	}
 	var a [][]int
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -150,9 +154,9 @@ func readDigests(list, file string) ([]manifest.Digest, error) {
 		}
 	}
 	if file != "" {
-		fh, err := os.Open(file)
+		fh, err := openArgFile("shards file", file)
 		if err != nil {
-			return nil, errcode.Wrap(errcode.IO, err, "shards file")
+			return nil, err
 		}
 		defer fh.Close()
 		sc := bufio.NewScanner(fh)

@@ -104,7 +104,9 @@ a version it fails with PRECONDITION_FAILED (exit status 4) and writes
 nothing, unless its latest version holds exactly these bytes (a create
 whose answer was lost and was sent again, or the same put run twice):
 then it prints that version and succeeds. --overwrite adds a new version
-unconditionally; earlier versions stay readable with get --version.`,
+unconditionally; earlier versions stay readable with get --version.
+A FILE that cannot be opened, or a directory, is USAGE (exit status 2)
+and writes nothing.`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) < 1 || len(args) > 2 {
 			return errcode.New(errcode.Usage, "%s: want KEY [FILE|-]", cmd.CommandPath())
@@ -122,9 +124,9 @@ unconditionally; earlier versions stay readable with get --version.`,
 		body := cmd.InOrStdin()
 		opts := objstore.PutOptions{IfNoneMatch: !storeFlags.overwrite}
 		if len(args) == 2 && args[1] != "-" {
-			f, err := os.Open(args[1])
+			f, err := openArgFile("put "+args[0], args[1])
 			if err != nil {
-				return errcode.Wrap(errcode.IO, err, "put %s", args[0])
+				return err
 			}
 			defer f.Close()
 			if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {

@@ -159,7 +159,7 @@ func TestStoreCLIErrors(t *testing.T) {
 		{[]string{"store", "put", "--store", dir, "../escape", "-"}, errcode.BadKey, errcode.ExitUsage},
 		{[]string{"store", "get", "--store", dir}, errcode.Usage, errcode.ExitUsage},
 		{[]string{"store", "ls", "--store", dir, "a", "b"}, errcode.Usage, errcode.ExitUsage},
-		{[]string{"store", "put", "--store", dir, "k", filepath.Join(dir, "no-such-file")}, errcode.IO, errcode.ExitError},
+		{[]string{"store", "put", "--store", dir, "k", filepath.Join(dir, "no-such-file")}, errcode.Usage, errcode.ExitUsage},
 		{[]string{"store", "ls", "--store", "/proc/shardproof-no"}, errcode.StoreUnavailable, errcode.ExitError},
 		{[]string{"store", "ls", "--store", "nope://x"}, errcode.Usage, errcode.ExitUsage},
 	} {

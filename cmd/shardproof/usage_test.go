@@ -207,3 +207,39 @@ func TestWorkerPollOutOfRangeIsUsage(t *testing.T) {
 		}
 	}
 }
+
+// A local file the command line names that cannot be opened (missing) or
+// is a directory is USAGE, exit 2, naming it, and nothing is stored or
+// sent to the gate, as for gate serve --restore's FILE and the key and
+// token files: manifest check and put's FILE, store put's FILE, run
+// create and reassign's --assignment and run attest's --shards-file were
+// IO, exit 3, the status a script retries.
+func TestMissingArgFileIsUsage(t *testing.T) {
+	dir := t.TempDir()
+	store := filepath.Join(dir, "store")
+	if err := os.Mkdir(store, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root := "sha256:" + strings.Repeat("1", 64)
+	// Nothing listens at this gate: a command that reached it would
+	// fail GATE_UNAVAILABLE, exit 3.
+	gate := []string{"--gate", "http://127.0.0.1:1", "--retry", "0"}
+	for _, file := range []string{filepath.Join(dir, "missing"), dir} {
+		for _, args := range [][]string{
+			{"manifest", "check", file},
+			{"manifest", "put", "--store", store, file},
+			{"store", "put", "--store", store, "k/x", file},
+			append([]string{"run", "create", "r", "--alias", "a", "--world-size", "2", "--assignment", file}, gate...),
+			append([]string{"run", "reassign", "r", "--world-size", "2", "--assignment", file}, gate...),
+			append([]string{"run", "attest", "r", "--rank", "0", "--root", root, "--shards-file", file}, gate...),
+		} {
+			r := runCLI(t, cliEnv(), args...)
+			if r.status != 2 || !strings.Contains(r.stderr, "shardproof: USAGE: ") || !strings.Contains(r.stderr, file) {
+				t.Errorf("%v: exit %d, stderr %q; want 2, USAGE naming %s", args, r.status, r.stderr, file)
+			}
+		}
+	}
+	if ents, _ := os.ReadDir(store); len(ents) != 0 {
+		t.Errorf("the refused commands wrote into the store: %d entries", len(ents))
+	}
+}
