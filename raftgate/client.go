@@ -350,6 +350,11 @@ func (c *Client) once(ctx context.Context, method, u string, body []byte, out an
 	}
 	var eb ErrorBody
 	if err := json.Unmarshal(b, &eb); err != nil || !errcode.Known(eb.Error.Code) {
+		if resp.StatusCode == http.StatusBadRequest && bytes.Contains(b, []byte("Client sent an HTTP request to an HTTPS server")) {
+			// Go's TLS server answers a plain request so: the gate
+			// serves HTTPS (gate serve --tls-cert).
+			return false, errcode.Wrap(errcode.Usage, errNotAPI, "%s %s: this gate serves HTTPS: give its URL as https://%s (with --gate-ca CA, or $SHARDPROOF_GATE_CA, when its CA is not in the system's roots)", method, u, req.URL.Host)
+		}
 		if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusRequestTimeout && resp.StatusCode != http.StatusTooManyRequests {
 			// Not a gate's answer, and not a transient one: a URL that
 			// is no gate API path (a name like ".." that the path

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,5 +166,22 @@ func TestSilentRaftPeerAfterTLSIsDisconnected(t *testing.T) {
 			t.Errorf("%s: a peer silent after TLS stayed connected %s (%v), want it closed after the handshake timeout", name, time.Since(start), err)
 		}
 		c.Shutdown()
+	}
+}
+
+// A client that speaks plain HTTP to a gate serving HTTPS is told so,
+// USAGE naming the https:// URL to give, not only "HTTP 400: not an
+// answer of the gate's API", which read as if no gate listened there.
+func TestPlainHTTPToATLSGateSaysHTTPS(t *testing.T) {
+	pki := NewTestPKI(t, t.TempDir(), "gate")
+	cfg := TestConfig(t.TempDir(), "g")
+	cfg.TLS = pki.TLS
+	n := StartTestNode(t, cfg)
+	plain := NewClient("http://" + n.HTTPAddr())
+	plain.RetryFor = -1
+	t.Cleanup(plain.Close)
+	_, err := plain.Status(ctxT(t, 30*time.Second))
+	if errcode.Of(err) != errcode.Usage || !strings.Contains(err.Error(), "this gate serves HTTPS: give its URL as https://"+n.HTTPAddr()) {
+		t.Fatalf("plain HTTP to a TLS gate: %v, want USAGE naming its https:// URL", err)
 	}
 }
