@@ -494,6 +494,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := n.learner.load(n.cfg.DataDir); err != nil {
 		return err
 	}
+	if !existing && n.cfg.Join == "" && n.learner.on.Load() {
+		// A joiner stopped before its join was answered: it rejoins
+		// with --join. Founding a cluster here (--bootstrap, --restore)
+		// would make a second one under a member's ID.
+		return errcode.New(errcode.Usage, "%s is a member whose join was not answered (it holds %s and no gate state): restart it with --join HTTP-ADDR of a running member, as it was started; --bootstrap would found a second cluster (to found one here, empty the directory first)",
+			n.cfg.DataDir, filepath.Join(n.cfg.DataDir, learnerFile))
+	}
 	if !existing && n.cfg.Join != "" {
 		// Before Raft starts: from its first RPC on, this node grants
 		// no vote until the leader promoted it (see learner.go).

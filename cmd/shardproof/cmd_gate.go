@@ -180,7 +180,9 @@ whose directory was wiped, which must rejoin with --join, since founding a
 second cluster under the same addresses would answer from an empty state
 and acknowledge writes its cluster never sees. --bootstrap on a DIR whose
 stored configuration has other members is refused too, so it never stays
-in a restart command.
+in a restart command. A DIR whose join was never answered (DIR/learner,
+no state) restarts only with --join: without it, or with --bootstrap or
+--restore, it is refused (USAGE).
 
 When a majority of the members is lost for good, the rest cannot elect a
 leader or answer a read. --recover, once, on the member with the most
