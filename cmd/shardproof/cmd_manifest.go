@@ -45,7 +45,8 @@ stored bytes, so
   shardproof manifest show --store DIR sha256:… | sha256sum
 
 prints the digest again. --pretty indents the JSON instead and, for a
-release, snapshot or report, writes a one-line summary to stderr.`,
+release, snapshot or verification report, writes a one-line summary to
+stderr.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		d, err := manifest.ParseDigest(args[0])
