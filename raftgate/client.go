@@ -766,7 +766,7 @@ func (c *Client) WaitRun(ctx context.Context, id string) (*RunSummary, error) {
 			}
 			return &s, errcode.New(code, "run %s failed: %s", id, s.FailReason)
 		case s.State == RunCancelled:
-			return &s, errcode.New(errcode.RunFailed, "run %s was cancelled: %s", id, s.FailReason)
+			return &s, CancelledError(id, s.FailReason)
 		}
 		if poll <= 0 || ctx.Err() != nil {
 			return &s, errcode.New(errcode.BarrierClosed, "run %s: %d of %d ranks attested at epoch %d", id, s.Attested, s.WorldSize, s.Epoch)
@@ -776,3 +776,13 @@ func (c *Client) WaitRun(ctx context.Context, id string) (*RunSummary, error) {
 
 // IsIndeterminate reports whether err means the outcome is unknown.
 func IsIndeterminate(err error) bool { return errors.Is(err, ErrIndeterminate) }
+
+// CancelledError is the error of a run that was cancelled (RUN_FAILED),
+// with the reason its cancel gave, or "no reason given" as run show says
+// for one that gave none (it read "was cancelled: ", the reason missing).
+func CancelledError(id, reason string) error {
+	if reason == "" {
+		reason = "no reason given"
+	}
+	return errcode.New(errcode.RunFailed, "run %s was cancelled: %s", id, reason)
+}

@@ -476,7 +476,7 @@ func runErr(run *raftgate.Run) error {
 		}
 		return errcode.New(code, "run %s failed: %s", run.ID, run.FailReason)
 	case raftgate.RunCancelled:
-		return errcode.New(errcode.RunFailed, "run %s was cancelled: %s", run.ID, run.FailReason)
+		return raftgate.CancelledError(run.ID, run.FailReason)
 	}
 	return nil
 }

@@ -520,12 +520,16 @@ func TestSidecarFollowsPermitReassignAndCancel(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 
-	if _, err := e.gate.CancelRun(e.ctx, "r1", "test"); err != nil {
+	// Cancelled without a reason: the error says none was given.
+	if _, err := e.gate.CancelRun(e.ctx, "r1", ""); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case err := <-done:
 		wantCode(t, err, errcode.RunFailed)
+		if !strings.HasSuffix(err.Error(), "run r1 was cancelled: no reason given") {
+			t.Fatalf("sidecar of a run cancelled without a reason: %v", err)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("sidecar did not exit after the run was cancelled")
 	}

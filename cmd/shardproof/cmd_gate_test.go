@@ -349,6 +349,12 @@ func TestGateCLI(t *testing.T) {
 	g("run", "attest", "job4", "--rank", strconv.Itoa(world-1), "--root", root.String()).expect(t, 0, "")
 	g("run", "wait", "job4", "--timeout", "10s").expect(t, 0, "")
 	g("run", "cancel", "job4").expect(t, 0, "")
+	// A cancel that gave no reason says so, as run show does, where
+	// the error read "was cancelled: " with nothing after it.
+	r = g("run", "wait", "job4", "--timeout", "2s").expect(t, errcode.ExitRejected, errcode.RunFailed)
+	if !strings.Contains(r.stderr, "run job4 was cancelled: no reason given\n") {
+		t.Fatalf("wait on a run cancelled without a reason: %s", r.stderr)
+	}
 
 	// Advancing a fence past the release closes its permits.
 	r = g("gate", "fence", "tombstone", "50000").expect(t, 0, "")
