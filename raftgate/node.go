@@ -337,6 +337,31 @@ func (n *Node) noStateError() error {
 		n.cfg.DataDir)
 }
 
+// checkAddrs refuses an address that is no HOST:PORT (USAGE), before
+// anything is created in the data directory: a typo in --http-addr or
+// --raft-addr was IO, exit 3, from the listener, and left DIR behind.
+func (n *Node) checkAddrs() error {
+	for _, a := range []struct{ flag, addr string }{
+		{"--http-addr", n.cfg.HTTPAddr}, {"--raft-addr", n.cfg.RaftAddr},
+		{"--http-advertise", n.cfg.HTTPAdvertise}, {"--raft-advertise", n.cfg.RaftAdvertise},
+	} {
+		if a.addr == "" {
+			continue
+		}
+		_, port, err := net.SplitHostPort(a.addr)
+		if err == nil {
+			var p int
+			if p, err = strconv.Atoi(port); err == nil && (p < 0 || p > 65535) {
+				err = fmt.Errorf("port %d outside [0,65535]", p)
+			}
+		}
+		if err != nil {
+			return errcode.New(errcode.Usage, "%s %q: want HOST:PORT, such as 127.0.0.1:7480 (%v)", a.flag, a.addr, err)
+		}
+	}
+	return nil
+}
+
 // dataLockWait is how long Start waits for another process's lock on the
 // data directory's raft.db (one that is shutting down) before it gives up.
 const dataLockWait = 2 * time.Second
@@ -346,6 +371,9 @@ const dataLockWait = 2 * time.Second
 func (n *Node) Start(ctx context.Context) (err error) {
 	if n.cfg.ID == "" || n.cfg.DataDir == "" {
 		return errcode.New(errcode.Usage, "gate node needs an ID and a data directory")
+	}
+	if err := n.checkAddrs(); err != nil {
+		return err
 	}
 	var restored *State
 	if n.cfg.Restore != nil {
