@@ -10,15 +10,17 @@ import (
 )
 
 // An address that is no HOST:PORT (a typo in gate serve's --http-addr,
-// --raft-addr or an advertise flag) is USAGE naming the flag, and the
-// data directory is not created: it was IO, exit 3, from the listener,
-// the status scripts retry, and left the directory behind.
+// --raft-addr, an advertise flag, or a --join without its port) is USAGE
+// naming the flag, and the data directory is not created: it was IO,
+// exit 3, from the listener, the status scripts retry, and left the
+// directory behind (a --join without a port asked port 80 for 30 s).
 func TestMalformedAddressIsUsage(t *testing.T) {
 	for name, set := range map[string]func(*Config){
 		"--http-addr":      func(c *Config) { c.HTTPAddr = "bogus" },
 		"--raft-addr":      func(c *Config) { c.RaftAddr = "127.0.0.1" },
 		"--http-advertise": func(c *Config) { c.HTTPAdvertise = "gate.example:http" },
 		"--raft-advertise": func(c *Config) { c.RaftAdvertise = "10.0.0.1:70000" },
+		"--join":           func(c *Config) { c.Bootstrap, c.Join = false, "127.0.0.1:1,gate-1.example" },
 	} {
 		cfg := TestConfig(t.TempDir(), "g")
 		set(&cfg)

@@ -339,12 +339,21 @@ func (n *Node) noStateError() error {
 
 // checkAddrs refuses an address that is no HOST:PORT (USAGE), before
 // anything is created in the data directory: a typo in --http-addr or
-// --raft-addr was IO, exit 3, from the listener, and left DIR behind.
+// --raft-addr was IO, exit 3, from the listener, and left DIR behind; a
+// --join without a port asked port 80 for 30 s, leaving a learner DIR.
 func (n *Node) checkAddrs() error {
-	for _, a := range []struct{ flag, addr string }{
+	addrs := []struct{ flag, addr string }{
 		{"--http-addr", n.cfg.HTTPAddr}, {"--raft-addr", n.cfg.RaftAddr},
 		{"--http-advertise", n.cfg.HTTPAdvertise}, {"--raft-advertise", n.cfg.RaftAdvertise},
-	} {
+	}
+	for _, j := range strings.Split(n.cfg.Join, ",") {
+		// --join may list members, as --gate does; a URL names its
+		// port by its scheme if need be.
+		if j = strings.TrimSpace(j); !strings.Contains(j, "://") {
+			addrs = append(addrs, struct{ flag, addr string }{"--join", j})
+		}
+	}
+	for _, a := range addrs {
 		if a.addr == "" {
 			continue
 		}
