@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -40,8 +41,18 @@ func (f *stagingFlags) register(c *cobra.Command) {
 }
 
 // check refuses, before a store is created or a row read, a codec and
-// level the Parquet writer would refuse.
+// level the Parquet writer would refuse, and a --snapshot-out that could
+// not be written (its directory missing, or a directory itself): that
+// was IO once the release was written, and its root never printed.
 func (f *stagingFlags) check() error {
+	if f.snapshotOut != "" {
+		if fi, err := os.Stat(filepath.Dir(f.snapshotOut)); err != nil || !fi.IsDir() {
+			return errcode.New(errcode.Usage, "--snapshot-out %s: its directory does not exist", f.snapshotOut)
+		}
+		if fi, err := os.Stat(f.snapshotOut); err == nil && fi.IsDir() {
+			return errcode.New(errcode.Usage, "--snapshot-out %s is a directory: give a file", f.snapshotOut)
+		}
+	}
 	return stage.ParquetOptions{Codec: f.codec, Level: f.level}.Check()
 }
 

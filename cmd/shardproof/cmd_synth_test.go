@@ -205,3 +205,26 @@ func TestStagingRefusesLevelsTheCodecLacks(t *testing.T) {
 		}
 	}
 }
+
+// A --snapshot-out that cannot be written (its directory missing, or a
+// directory itself) is USAGE before the store is created, for synth and
+// stage: it was IO once the whole release was written, and the root,
+// printed after it, never was.
+func TestStagingRefusesAnUnwritableSnapshotOut(t *testing.T) {
+	parent := t.TempDir()
+	for _, out := range []string{filepath.Join(parent, "no-such-dir", "snapshot.txt"), parent} {
+		for _, cmd := range [][]string{
+			{"synth", "--samples", "10", "--shards", "2"},
+			{"stage", "--shards", "2", filepath.Join(parent, "in.parquet")},
+		} {
+			dir := filepath.Join(parent, "store")
+			_, err := stagingRun(t, append(cmd, "--store", dir, "--snapshot-out", out)...)
+			if errcode.Of(err) != errcode.Usage || exitStatus(err) != errcode.ExitUsage || !strings.Contains(err.Error(), "--snapshot-out "+out) {
+				t.Errorf("%s --snapshot-out %s: %v, want USAGE (exit 2) naming it", cmd[0], out, err)
+			}
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("%s --snapshot-out %s: the store was created (%v)", cmd[0], out, err)
+			}
+		}
+	}
+}
