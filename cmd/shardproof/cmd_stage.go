@@ -142,7 +142,8 @@ valid UTF-8; split at most 255 bytes; tokens non-negative and
 summing to at most 2^63-1. One shard's values of a string column may
 hold at most 2 GiB (give more --shards otherwise). Anything else is
 BAD_INPUT naming the input (and the row or column), found before
-anything is stored.`,
+anything is stored. An input that cannot be opened, or a directory, is
+USAGE.`,
 	Args: func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
 			return errcode.New(errcode.Usage, "%s: give at least one source Parquet file", cmd.CommandPath())
@@ -156,6 +157,16 @@ anything is stored.`,
 		}
 		if err := f.check(); err != nil {
 			return err
+		}
+		for _, in := range args {
+			// A file the command line names that is not there is a
+			// usage error, as for every other command's FILE, not
+			// BAD_INPUT, exit 1, which reads as "checked and invalid".
+			fh, err := openArgFile("input", in)
+			if err != nil {
+				return err
+			}
+			fh.Close()
 		}
 		s, err := createStore(cmd, f.store)
 		if err != nil {

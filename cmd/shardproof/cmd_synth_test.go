@@ -228,3 +228,33 @@ func TestStagingRefusesAnUnwritableSnapshotOut(t *testing.T) {
 		}
 	}
 }
+
+// An input stage cannot open (missing) or that is a directory is USAGE,
+// exit 2, naming it, before the store is created, as a FILE is for every
+// other command: it was BAD_INPUT, exit 1, which reads as "checked and
+// invalid". One that opens and is not Parquet stays BAD_INPUT.
+func TestStageRefusesAMissingInput(t *testing.T) {
+	parent := t.TempDir()
+	notParquet := filepath.Join(parent, "text.parquet")
+	if err := os.WriteFile(notParquet, []byte("not parquet"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(parent, "store")
+	for _, c := range []struct {
+		in   string
+		code errcode.Code
+		exit int
+	}{
+		{filepath.Join(parent, "missing.parquet"), errcode.Usage, errcode.ExitUsage},
+		{parent, errcode.Usage, errcode.ExitUsage},
+		{notParquet, errcode.BadInput, errcode.ExitInvalid},
+	} {
+		_, err := stagingRun(t, "stage", "--shards", "1", "--store", dir, c.in)
+		if errcode.Of(err) != c.code || exitStatus(err) != c.exit || !strings.Contains(err.Error(), c.in) {
+			t.Errorf("stage %s: %v, want %s (exit %d) naming it", c.in, err, c.code, c.exit)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("stage %s: the store was created (%v)", c.in, err)
+		}
+	}
+}
