@@ -177,13 +177,17 @@ func TestCloneStateCopiesEveryType(t *testing.T) {
 		t.Fatalf("cloneState cannot copy %v", bad)
 	}
 	// The check sees what it must.
-	type inner struct{ m map[string]int }
+	type inner struct {
+		//lint:ignore U1000 read only through reflection, as unexported fields are
+		m map[string]int
+	}
 	type odd struct {
 		C  chan int
 		F  func()
 		I  any
 		T  time.Time
 		In []inner
+		//lint:ignore U1000 read only through reflection, as unexported fields are
 		ok int
 	}
 	want := []string{"odd.C (chan int)", "odd.F (func())", "odd.I (interface {})", "odd.T.loc (unexported *time.Location)", "odd.In[].m (unexported map[string]int)"}

@@ -225,8 +225,10 @@ func eachBatch(ctx context.Context, fr *pqarrow.FileReader, path string, leaves 
 				return errcode.Wrap(errcode.BadInput, err, "input %s: row group %d: column %s", path, g, c.name)
 			}
 			// The column reader rg.Column makes, reading pages
-			// through checkedPages.
+			// through checkedPages: the one way arrow-go offers to
+			// see each page before its decoders allocate by it.
 			d := md.Schema.Column(leaves[i])
+			//lint:ignore SA1019 rg.Column calls it with these arguments; no other constructor takes a PageReader
 			c.rd = file.NewColumnReader(d, &checkedPages{PageReader: pr, descr: d, rows: n}, memory.DefaultAllocator, pf.BufferPool())
 		}
 		for r := range n {
