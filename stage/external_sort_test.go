@@ -3,6 +3,7 @@ package stage_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -96,8 +97,11 @@ func TestExternalSortDuplicateAcrossRuns(t *testing.T) {
 		s, tmp := stagetest.Store(t), t.TempDir()
 		_, err := stage.Stage(ctx, s, stage.StageOptions{Inputs: paths, Shards: 3, Seed: 3, TempDir: tmp})
 		restore()
-		if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), strconv.Quote(dup.SampleID)+" occurs more than once") {
-			t.Fatalf("mask %#x: err = %v, want BAD_INPUT naming %q", mask, err, dup.SampleID)
+		// Both rows named, by file: row 0 of the first, and the last,
+		// row 500 of the third (rows 1,000 to 1,500).
+		where := fmt.Sprintf(" occurs more than once in the input (%s row 0 and %s row 500)", paths[0], paths[2])
+		if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), strconv.Quote(dup.SampleID)+where) {
+			t.Fatalf("mask %#x: err = %v, want BAD_INPUT naming %q%s", mask, err, dup.SampleID, where)
 		}
 		if n := countObjects(t, s); n != 0 {
 			t.Fatalf("mask %#x: a duplicate wrote %d objects", mask, n)

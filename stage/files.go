@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -370,6 +371,17 @@ func matchColumns(path string, got, want *arrow.Schema) ([]int, error) {
 }
 
 func (s *fileSource) Len() int { return s.rows }
+
+// where names the input and the row in it of the source's row.
+func (s *fileSource) where(row int64) string {
+	for _, in := range s.inputs {
+		if row < int64(in.rows) {
+			return fmt.Sprintf("%s row %d", in.path, row)
+		}
+		row -= int64(in.rows)
+	}
+	return fmt.Sprintf("row %d", row)
+}
 
 // maxOpenSpools bounds the spool files written at once (each with its
 // write buffer and a batch of rows); more shards take more spool levels,

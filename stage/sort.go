@@ -71,8 +71,31 @@ func compareKeys(ah uint64, aid []byte, bh uint64, bid []byte) int {
 	return cmp.Or(cmp.Compare(ah, bh), bytes.Compare(aid, bid))
 }
 
-func duplicateID(id []byte) error {
-	return errcode.New(errcode.BadInput, "sample_id %q occurs more than once in the input", id)
+// duplicateID is the error of a sampleId at rows a and b of the source
+// (global row indices; sortRows names their files where the source can).
+func duplicateID(id []byte, a, b int64) error {
+	return &dupError{id: string(id), rows: [2]int64{min(a, b), max(a, b)}}
+}
+
+type dupError struct {
+	id    string
+	rows  [2]int64
+	where [2]string // "FILE row R", once the source named them
+}
+
+func (e *dupError) Error() string {
+	msg := fmt.Sprintf("%s: sample_id %q occurs more than once in the input", errcode.BadInput, e.id)
+	if e.where[0] != "" {
+		msg += fmt.Sprintf(" (%s and %s)", e.where[0], e.where[1])
+	}
+	return msg
+}
+
+func (e *dupError) ErrorCode() errcode.Code { return errcode.BadInput }
+
+// rowLocator is a source that can name where a row of it comes from.
+type rowLocator interface {
+	where(row int64) string
 }
 
 // cut is the first key of a shard.
@@ -152,6 +175,15 @@ func (o *stagingOrder) close() {
 // cut into shards, and rejects duplicate sampleIds (a snapshot holds each
 // member exactly once).
 func sortRows(ctx context.Context, src source, seed uint64, shards int, tempDir string) (*stagingOrder, error) {
+	o, err := sortRowsOf(ctx, src, seed, shards, tempDir)
+	var d *dupError
+	if l, ok := src.(rowLocator); ok && errors.As(err, &d) {
+		d.where = [2]string{l.where(d.rows[0]), l.where(d.rows[1])}
+	}
+	return o, err
+}
+
+func sortRowsOf(ctx context.Context, src source, seed uint64, shards int, tempDir string) (*stagingOrder, error) {
 	n := src.Len()
 	s := newKeySorter(ctx, seed, n, tempDir)
 	err := src.keys(ctx, s.add)
@@ -299,7 +331,7 @@ func (s *keySorter) sortRun() error {
 	})
 	for x := 1; x < len(s.keys); x++ {
 		if a, b := s.keys[x-1], s.keys[x]; a.h == b.h && bytes.Equal(s.id(a), s.id(b)) {
-			return duplicateID(s.id(b))
+			return duplicateID(s.id(b), a.i, b.i)
 		}
 	}
 	return nil
@@ -515,18 +547,19 @@ func mergeRuns(ctx context.Context, paths []string, emit func(h uint64, i int64,
 	}
 	var prevH uint64
 	var prev []byte
+	var prevI int64
 	for count := 0; len(heap) > 0; count++ {
 		if count%65536 == 0 && ctx.Err() != nil {
 			return errcode.Wrap(errcode.Canceled, ctx.Err(), "sort")
 		}
 		r := heap[0]
 		if count > 0 && r.h == prevH && bytes.Equal(r.id, prev) {
-			return duplicateID(r.id)
+			return duplicateID(r.id, prevI, r.i)
 		}
 		if err := emit(r.h, r.i, r.id); err != nil {
 			return err
 		}
-		prevH, prev = r.h, append(prev[:0], r.id...)
+		prevH, prev, prevI = r.h, append(prev[:0], r.id...), r.i
 		ok, err := r.next()
 		if err != nil {
 			return err

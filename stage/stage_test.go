@@ -322,7 +322,7 @@ func TestStageBadInputWritesNothing(t *testing.T) {
 		{"no inputs", stage.StageOptions{Shards: 1}, errcode.Usage, "no input"},
 		{"absent file", stage.StageOptions{Inputs: []string{filepath.Join(dir, "nope.parquet")}, Shards: 1}, errcode.BadInput, "nope.parquet"},
 		{"not parquet", stage.StageOptions{Inputs: []string{notParquet}, Shards: 1}, errcode.BadInput, "junk.parquet"},
-		{"duplicate sample", stage.StageOptions{Inputs: []string{good, dup}, Shards: 1}, errcode.BadInput, `sample_id "a" occurs more than once`},
+		{"duplicate sample", stage.StageOptions{Inputs: []string{good, dup}, Shards: 1}, errcode.BadInput, `sample_id "a" occurs more than once in the input (` + good + ` row 0 and ` + dup + ` row 0)`},
 		{"split too long", stage.StageOptions{Inputs: []string{good, longSplit}, Shards: 1}, errcode.BadInput, "split longer than 255 bytes"},
 		{"negative tokens", stage.StageOptions{Inputs: []string{good, negTokens}, Shards: 1}, errcode.BadInput, "negative tokens -1"},
 		{"sampleId not UTF-8", stage.StageOptions{Inputs: []string{good, badUTF8}, Shards: 1}, errcode.BadInput, "badutf8.parquet: row 0: sample_id is not valid UTF-8"},
