@@ -171,23 +171,7 @@ func TestLearnerFindsItsNonvoterEntryCommittedBeforeTheAnswer(t *testing.T) {
 	WaitPromoted(t, second, 10*time.Second)
 
 	// Along the leader's log: node2 a nonvoter once, then a voter.
-	var seq []raft.ServerSuffrage
-	first1, _ := first.store.FirstIndex()
-	last, _ := first.store.LastIndex()
-	for i := first1; i <= last; i++ {
-		var l raft.Log
-		if err := first.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
-			continue
-		}
-		for _, sv := range raft.DecodeConfiguration(l.Data).Servers {
-			if sv.ID == "node2" {
-				seq = append(seq, sv.Suffrage)
-			}
-		}
-	}
-	if len(seq) != 2 || seq[0] != raft.Nonvoter || seq[1] != raft.Voter {
-		t.Fatalf("node2's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", seq)
-	}
+	nonvoterOnceThenVoter(t, first, "node2")
 }
 
 // A joiner whose nonvoter entry its log no longer holds when the answer to
@@ -265,23 +249,7 @@ func TestLearnerFindsItsNonvoterEntryCompactedBeforeTheAnswer(t *testing.T) {
 	}
 	WaitPromoted(t, second, 10*time.Second)
 	// Along the leader's log: node2 a nonvoter once, then a voter.
-	var seq []raft.ServerSuffrage
-	firstIndex, _ := first.store.FirstIndex()
-	lastIndex, _ := first.store.LastIndex()
-	for i := firstIndex; i <= lastIndex; i++ {
-		var l raft.Log
-		if err := first.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
-			continue
-		}
-		for _, sv := range raft.DecodeConfiguration(l.Data).Servers {
-			if sv.ID == "node2" {
-				seq = append(seq, sv.Suffrage)
-			}
-		}
-	}
-	if len(seq) != 2 || seq[0] != raft.Nonvoter || seq[1] != raft.Voter {
-		t.Fatalf("node2's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", seq)
-	}
+	nonvoterOnceThenVoter(t, first, "node2")
 }
 
 // A learner is promoted once it caught up, by the leader that added it,
@@ -354,5 +322,28 @@ func TestLearnerStatusReadsItsLogFirst(t *testing.T) {
 	}
 	if len(seq) != 2 || seq[0] != raft.Nonvoter || seq[1] != raft.Voter {
 		t.Fatalf("node2's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", seq)
+	}
+}
+
+// nonvoterOnceThenVoter fails t unless leader's log holds exactly two
+// configuration entries that list id: a nonvoter, then a voter.
+func nonvoterOnceThenVoter(t *testing.T, leader *Node, id string) {
+	t.Helper()
+	var seq []raft.ServerSuffrage
+	firstIndex, _ := leader.store.FirstIndex()
+	lastIndex, _ := leader.store.LastIndex()
+	for i := firstIndex; i <= lastIndex; i++ {
+		var l raft.Log
+		if err := leader.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
+			continue
+		}
+		for _, sv := range raft.DecodeConfiguration(l.Data).Servers {
+			if sv.ID == raft.ServerID(id) {
+				seq = append(seq, sv.Suffrage)
+			}
+		}
+	}
+	if len(seq) != 2 || seq[0] != raft.Nonvoter || seq[1] != raft.Voter {
+		t.Fatalf("%s's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", id, seq)
 	}
 }

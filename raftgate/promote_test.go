@@ -25,34 +25,8 @@ func TestLearnerRemovedDuringItsPromotionStaysRemoved(t *testing.T) {
 	// No raise to poll node2 meanwhile: the request its API holds is
 	// the promotion's.
 	waitFor(t, "node1 to raise the cluster version to its build's", func() bool { return first.ClusterVersion() == first.BuildVersion() })
-	first.promoting.Store(true) // no promotion until the test says so
-	line := &holdLine{held: make(chan heldLine, 16)}
-	cfg := TestConfig(dir, "node2")
-	cfg.Join, cfg.Bootstrap = first.HTTPAddr(), false
-	cfg.wrapHTTP = line.wrap
-	second := NewNode(cfg)
-	t.Cleanup(func() { second.Shutdown() })
-	if err := second.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "node2 to find its nonvoter entry and catch up", func() bool {
-		l := second.learner.status()
-		return l != nil && l.NonvoterAt > 0 && second.Raft().LastIndex() >= first.Raft().CommitIndex()
-	})
-	var held heldLines
+	_, line, held, asked := holdPromotionAsk(ctx, t, first, dir, "node2")
 	defer held.letAllGo()
-	line.on.Store(true)
-	first.promoting.Store(false)
-	var asked heldLine
-	select {
-	case asked = <-line.held:
-	case <-ctx.Done():
-		t.Fatal("the leader never asked node2 for its status")
-	}
-	held.add(asked)
-	if !strings.HasPrefix(asked.first, "GET /v1/status ") {
-		t.Fatalf("the request node2's API holds: %q, want the promotion's GET /v1/status", asked.first)
-	}
 	cl := NewClient(first.URL())
 	defer cl.Close()
 	if err := cl.RemoveMember(ctx, "node2"); err != nil {
@@ -72,6 +46,43 @@ func TestLearnerRemovedDuringItsPromotionStaysRemoved(t *testing.T) {
 	if got := voterList(first); got != "node1 Voter" {
 		t.Fatalf("the configuration once the promotion held during node2's removal ended: %s, want node2 removed", got)
 	}
+}
+
+// holdPromotionAsk starts a member id (its data under dir) that joins
+// leader, waits for it to find its nonvoter entry and catch up, then lets
+// the leader look for learners to promote and holds the first request
+// the joiner's API gets, which must be the promotion's GET /v1/status.
+// The leader makes no promotion before that (leader.promoting); the
+// caller lets the held requests go (held.letAllGo).
+func holdPromotionAsk(ctx context.Context, t *testing.T, leader *Node, dir, id string) (joiner *Node, line *holdLine, held *heldLines, asked heldLine) {
+	t.Helper()
+	leader.promoting.Store(true) // no promotion until the joiner is held
+	line = &holdLine{held: make(chan heldLine, 16)}
+	cfg := TestConfig(dir, id)
+	cfg.Join, cfg.Bootstrap = leader.HTTPAddr(), false
+	cfg.wrapHTTP = line.wrap
+	joiner = NewNode(cfg)
+	t.Cleanup(func() { joiner.Shutdown() })
+	if err := joiner.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, id+" to find its nonvoter entry and catch up", func() bool {
+		l := joiner.learner.status()
+		return l != nil && l.NonvoterAt > 0 && joiner.Raft().LastIndex() >= leader.Raft().CommitIndex()
+	})
+	held = new(heldLines)
+	line.on.Store(true)
+	leader.promoting.Store(false)
+	select {
+	case asked = <-line.held:
+	case <-ctx.Done():
+		t.Fatalf("the leader never asked %s for its status", id)
+	}
+	held.add(asked)
+	if !strings.HasPrefix(asked.first, "GET /v1/status ") {
+		t.Fatalf("the request %s's API holds: %q, want the promotion's GET /v1/status", id, asked.first)
+	}
+	return joiner, line, held, asked
 }
 
 // voterList is n's configuration, "ID Suffrage" for each server.
@@ -148,34 +159,8 @@ func TestLearnerRejoinedDuringItsPromotionIsNotPromotedByTheOldAnswer(t *testing
 	first := StartTestNode(t, TestConfig(dir, "node1"))
 	waitLeader(t, first)
 	waitFor(t, "node1 to raise the cluster version to its build's", func() bool { return first.ClusterVersion() == first.BuildVersion() })
-	first.promoting.Store(true) // no promotion until the test says so
-	line := &holdLine{held: make(chan heldLine, 16)}
-	cfg := TestConfig(dir, "node2")
-	cfg.Join, cfg.Bootstrap = first.HTTPAddr(), false
-	cfg.wrapHTTP = line.wrap
-	second := NewNode(cfg)
-	t.Cleanup(func() { second.Shutdown() })
-	if err := second.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "node2 to find its nonvoter entry and catch up", func() bool {
-		l := second.learner.status()
-		return l != nil && l.NonvoterAt > 0 && second.Raft().LastIndex() >= first.Raft().CommitIndex()
-	})
-	var held heldLines
+	second, line, held, asked := holdPromotionAsk(ctx, t, first, dir, "node2")
 	defer held.letAllGo()
-	line.on.Store(true)
-	first.promoting.Store(false)
-	var asked heldLine
-	select {
-	case asked = <-line.held:
-	case <-ctx.Done():
-		t.Fatal("the leader never asked node2 for its status")
-	}
-	held.add(asked)
-	if !strings.HasPrefix(asked.first, "GET /v1/status ") {
-		t.Fatalf("the request node2's API holds: %q, want the promotion's GET /v1/status", asked.first)
-	}
 	// No other look meanwhile: the promotion under test is the held one.
 	waitFor(t, "the leader's look to have started the held promotion", func() bool { return first.promoting.CompareAndSwap(false, true) })
 	line.on.Store(false)
@@ -310,35 +295,9 @@ func TestLeadershipLostDuringPromotionFreesTheLock(t *testing.T) {
 	c := MakeCluster(t, 2)
 	l, f := c.Nodes[0], c.Nodes[1]
 	lead(t, l, c.Nodes...)
-	l.promoting.Store(true)
 	f.promoting.Store(true)
-	line := &holdLine{held: make(chan heldLine, 16)}
-	cfg := TestConfig(t.TempDir(), "node3")
-	cfg.Join, cfg.Bootstrap = l.HTTPAddr(), false
-	cfg.wrapHTTP = line.wrap
-	third := NewNode(cfg)
-	t.Cleanup(func() { third.Shutdown() })
-	if err := third.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "node3 to find its nonvoter entry and catch up", func() bool {
-		s := third.learner.status()
-		return s != nil && s.NonvoterAt > 0 && third.Raft().LastIndex() >= l.Raft().CommitIndex()
-	})
-	var held heldLines
+	third, line, held, _ := holdPromotionAsk(ctx, t, l, t.TempDir(), "node3")
 	defer held.letAllGo()
-	line.on.Store(true)
-	l.promoting.Store(false)
-	var asked heldLine
-	select {
-	case asked = <-line.held:
-	case <-ctx.Done():
-		t.Fatal("the leader never asked node3 for its status")
-	}
-	held.add(asked)
-	if !strings.HasPrefix(asked.first, "GET /v1/status ") {
-		t.Fatalf("the request node3's API holds: %q, want the promotion's GET /v1/status", asked.first)
-	}
 	waitFor(t, "the leader's look to have started the held promotion", func() bool { return l.promoting.CompareAndSwap(false, true) })
 	if err := third.shutdownRaft(); err != nil {
 		t.Fatal(err)
