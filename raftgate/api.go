@@ -508,7 +508,9 @@ func (n *Node) handleJoin(w http.ResponseWriter, r *http.Request) {
 // (which would otherwise be a voter more, and raise the quorum). The
 // leader may remove itself; it steps down once the change commits. The
 // last voter cannot be removed, nor an ID that is not in the
-// configuration (BAD_INPUT, changing nothing). A learner removed while
+// configuration (BAD_INPUT, changing nothing). A change Raft refuses
+// before appending it is NOT_LEADER, as a command (notAppended); one
+// that may have been appended is INDETERMINATE. A learner removed while
 // the leader asks it whether it caught up stays removed: its promotion
 // finds it gone (promote).
 func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
@@ -567,11 +569,7 @@ func (n *Node) handleRemove(w http.ResponseWriter, r *http.Request) {
 	}
 	n.vers.changed(raft.ServerID(req.ID))
 	if err := n.raft.RemoveServer(raft.ServerID(req.ID), 0, n.cfg.ApplyTimeout).Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) {
-			writeError(w, errcode.Wrap(errcode.NotLeader, err, "remove server"), nil)
-		} else {
-			writeError(w, errcode.Wrap(errcode.Indeterminate, err, "remove server %s", req.ID), nil)
-		}
+		writeError(w, configChangeError(err, "remove server %s", req.ID), nil)
 		return
 	}
 	n.log.Info("member removed", "id", req.ID)

@@ -558,9 +558,10 @@ func (n *Node) addLearner(j *Join, st *Status) (uint64, error) {
 	return af.Index(), nil
 }
 
-// configChangeError is the coded error of a failed configuration change.
+// configChangeError is the coded error of a failed configuration change,
+// classified as a command's (notAppended).
 func configChangeError(err error, format string, args ...any) error {
-	if errors.Is(err, raft.ErrNotLeader) {
+	if notAppended(err) {
 		return errcode.Wrap(errcode.NotLeader, err, format, args...)
 	}
 	return errcode.Wrap(errcode.Indeterminate, err, format, args...)

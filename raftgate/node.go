@@ -1079,11 +1079,21 @@ func CheckPathName(kind, name string) error {
 
 func addressable(name string) bool { return name != "" && name != "." && name != ".." }
 
+// notAppended reports whether err, from a raft future of a command or a
+// configuration change, means raft never appended the entry: this node
+// leads no more, a leadership transfer is in progress, or the leader's
+// loop took nothing within the timeout. The change did not happen and
+// retrying it (on the leader) is safe: NOT_LEADER. Any other error may
+// come after the entry was appended: INDETERMINATE.
+func notAppended(err error) bool {
+	return errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipTransferInProgress) || errors.Is(err, raft.ErrEnqueueTimeout)
+}
+
 func (n *Node) apply(c Command, b []byte) (*Result, error) {
 	f := n.raft.Apply(b, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
 		switch {
-		case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrEnqueueTimeout):
+		case notAppended(err):
 			return nil, errcode.Wrap(errcode.NotLeader, err, "%s not applied", commandType(c))
 		default:
 			n.log.Warn("command outcome unknown", "type", commandType(c), "code", errcode.Indeterminate, "err", err)
