@@ -390,9 +390,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return errcode.New(errcode.Usage, "restoring a gate backup founds a new cluster: it goes with --bootstrap, and without --join or --recover")
 		}
 		// Whether DIR holds state is asked of raft below, not of the
-		// file: a start that failed after opening the store (a port in
-		// use) leaves an empty raft.db, and refusing the retry sent the
-		// operator to --bootstrap alone, which founded an empty gate.
+		// file: a start that failed after opening the store leaves an
+		// empty raft.db, and refusing the retry sent the operator to
+		// --bootstrap alone, which founded an empty gate.
 		var err error
 		if restored, err = DecodeBackup(n.cfg.Restore); err != nil {
 			return errcode.Wrap(errcode.Of(err), err, "gate backup")
@@ -446,6 +446,36 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			n.Shutdown()
 		}
 	}()
+	// Both ports are bound before anything is created in the directory:
+	// a port in use left DIR made, with an empty raft.db, and the next
+	// start, on a free port, found a directory no start had finished.
+	var advertise net.Addr
+	if n.cfg.RaftAdvertise != "" {
+		if advertise, err = net.ResolveTCPAddr("tcp", n.cfg.RaftAdvertise); err != nil {
+			return errcode.Wrap(errcode.Usage, err, "raft advertise address")
+		}
+	}
+	raftLn, err := listenTCPStream(n.cfg.RaftAddr, advertise)
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "raft transport on %s", n.cfg.RaftAddr)
+	}
+	defer func() {
+		if err != nil && n.trans == nil {
+			raftLn.Close()
+		}
+	}()
+	n.ln, err = net.Listen("tcp", n.cfg.HTTPAddr)
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "gate HTTP listener on %s", n.cfg.HTTPAddr)
+	}
+	if n.cfg.wrapHTTP != nil {
+		n.ln = n.cfg.wrapHTTP(n.ln)
+	}
+	if a, ok := n.ln.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() && n.cfg.HTTPAdvertise == "" && n.cfg.Join != "" {
+		// The address a member records is the one others forward
+		// writes to when it leads: [::]:port names each of them.
+		return errcode.New(errcode.Usage, "gate HTTP address %s binds every interface; a member joining a cluster needs --http-advertise, the address the other members reach it at", a)
+	}
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return errcode.Wrap(errcode.IO, err, "gate data dir")
 	}
@@ -466,16 +496,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return errcode.Wrap(errcode.IO, err, "open snapshot store")
 	}
 	n.snaps = snaps
-	var advertise net.Addr
-	if n.cfg.RaftAdvertise != "" {
-		if advertise, err = net.ResolveTCPAddr("tcp", n.cfg.RaftAdvertise); err != nil {
-			return errcode.Wrap(errcode.Usage, err, "raft advertise address")
-		}
-	}
-	var stream raft.StreamLayer
-	if stream, err = listenTCPStream(n.cfg.RaftAddr, advertise); err != nil {
-		return errcode.Wrap(errcode.IO, err, "raft transport on %s", n.cfg.RaftAddr)
-	}
+	var stream raft.StreamLayer = raftLn
 	if n.cfg.TLS != nil {
 		stream = &tlsStream{StreamLayer: stream, server: n.cfg.TLS.raftServer(), client: n.cfg.TLS.client()}
 	}
@@ -497,18 +518,6 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: hl,
 	})
-	n.ln, err = net.Listen("tcp", n.cfg.HTTPAddr)
-	if err != nil {
-		return errcode.Wrap(errcode.IO, err, "gate HTTP listener on %s", n.cfg.HTTPAddr)
-	}
-	if n.cfg.wrapHTTP != nil {
-		n.ln = n.cfg.wrapHTTP(n.ln)
-	}
-	if a, ok := n.ln.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() && n.cfg.HTTPAdvertise == "" && n.cfg.Join != "" {
-		// The address a member records is the one others forward
-		// writes to when it leads: [::]:port names each of them.
-		return errcode.New(errcode.Usage, "gate HTTP address %s binds every interface; a member joining a cluster needs --http-advertise, the address the other members reach it at", a)
-	}
 
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.cfg.ID)

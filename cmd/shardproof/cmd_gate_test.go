@@ -1231,3 +1231,40 @@ func TestGateStatusOfLearner(t *testing.T) {
 		t.Fatalf("gate status of the promoted member:\n%s", r.stdout)
 	}
 }
+
+// A gate serve whose HTTP or Raft port is in use fails IO, exit 3, and
+// leaves its --data as it found it: it created DIR (and raft.db in it)
+// before binding, and the next start, on a free port, found a directory
+// it had not made. A DIR that did not exist still does not; an empty one
+// stays empty.
+func TestGateServePortInUseCreatesNothing(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	taken := held.Addr().String()
+	for _, port := range []string{"--http-addr", "--raft-addr"} {
+		for _, premade := range []bool{false, true} {
+			dir := filepath.Join(t.TempDir(), "gate")
+			if premade {
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			addrs := map[string]string{"--http-addr": freeAddr(t), "--raft-addr": freeAddr(t)}
+			addrs[port] = taken
+			r := runRefused(t, "gate", "serve", "--bootstrap", "--data", dir, "--http-addr", addrs["--http-addr"], "--raft-addr", addrs["--raft-addr"])
+			if r.status != errcode.ExitError || !strings.Contains(r.stderr, "shardproof: IO:") || !strings.Contains(r.stderr, "address already in use") {
+				t.Fatalf("%s in use (DIR made before: %v): exit %d, want 3 with IO\n%s", port, premade, r.status, r.stderr)
+			}
+			entries, err := os.ReadDir(dir)
+			switch {
+			case !premade && !errors.Is(err, os.ErrNotExist):
+				t.Errorf("%s in use: DIR left behind (%v): %v", port, err, entries)
+			case premade && (err != nil || len(entries) != 0):
+				t.Errorf("%s in use: the empty DIR given holds %v (%v)", port, entries, err)
+			}
+		}
+	}
+}
