@@ -357,16 +357,28 @@ func (n *Node) checkAddrs() error {
 		if a.addr == "" {
 			continue
 		}
-		_, port, err := net.SplitHostPort(a.addr)
-		if err == nil {
-			var p int
-			if p, err = strconv.Atoi(port); err == nil && (p < 0 || p > 65535) {
-				err = fmt.Errorf("port %d outside [0,65535]", p)
-			}
-		}
-		if err != nil {
+		if err := CheckHostPort(a.addr); err != nil {
 			return errcode.New(errcode.Usage, "%s %q: want HOST:PORT, such as 127.0.0.1:7480 (%v)", a.flag, a.addr, err)
 		}
+	}
+	return nil
+}
+
+// CheckHostPort says why addr is no HOST:PORT a listener binds or a
+// client dials: no port, or one that is no number in [0,65535] (a
+// service name such as "http" is refused too). An empty host is every
+// interface. The caller makes it a USAGE error naming its flag.
+func CheckHostPort(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return err
+	}
+	if p < 0 || p > 65535 {
+		return fmt.Errorf("port %d outside [0,65535]", p)
 	}
 	return nil
 }

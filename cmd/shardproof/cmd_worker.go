@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/raftgate"
 	"github.com/shardproof/shardproof/trainer"
 )
 
@@ -55,7 +56,8 @@ an orchestrator scaling out may start the new ranks before it sends
 'run reassign'. It then fails with USAGE (a mistyped rank, a run that never
 grew); --rank-wait 0 fails at once.
 
-With --listen it serves /readyz (200 only while the barrier and the run's
+With --listen HOST:PORT (anything else is USAGE, before any work) it
+serves /readyz (200 only while the barrier and the run's
 permit are open), /healthz, /status (JSON, including the shard list) and
 /metrics (Prometheus, labelled by release digest). Without --once it keeps
 watching the run: a reassignment that resets this rank is verified and
@@ -87,6 +89,13 @@ through like members that do not answer).`,
 				// barrier's slices (five polls) wrapped negative above
 				// about 512,000 h.
 				return errcode.New(errcode.Usage, "%s: --poll %s: must be from %s to %s", cmd.CommandPath(), poll, minWorkerPoll, maxWorkerPoll)
+			}
+			if listen != "" {
+				// As gate serve's --http-addr: a typo is no I/O
+				// failure to retry.
+				if err := raftgate.CheckHostPort(listen); err != nil {
+					return errcode.New(errcode.Usage, "%s: --listen %q: want HOST:PORT, such as 127.0.0.1:9464 (%v)", cmd.CommandPath(), listen, err)
+				}
 			}
 			if readyFile != "" {
 				// Before any verification: the file is written only

@@ -208,6 +208,28 @@ func TestWorkerPollOutOfRangeIsUsage(t *testing.T) {
 	}
 }
 
+// worker --listen that is no HOST:PORT is USAGE (exit 2) naming the flag,
+// as gate serve's --http-addr, before the cache directory is made: it was
+// IO, exit 3, from the listener, the status a script retries. An address
+// that is one is taken: the worker goes on to its missing store.
+func TestWorkerMalformedListenIsUsage(t *testing.T) {
+	store := t.TempDir()
+	for _, listen := range []string{"bogus", "127.0.0.1", "127.0.0.1:70000", "[::1", "127.0.0.1:-1"} {
+		cache := filepath.Join(t.TempDir(), "cache")
+		r := runCLI(t, cliEnv(), "worker", "--gate", "http://127.0.0.1:1", "--store", store, "--run", "r1", "--rank", "0", "--cache", cache, "--once", "--listen", listen)
+		if r.status != 2 || !strings.Contains(r.stderr, "USAGE: shardproof worker: --listen") || !strings.Contains(r.stderr, "want HOST:PORT") {
+			t.Errorf("--listen %s: exit %d, stderr %q; want 2, USAGE naming --listen", listen, r.status, r.stderr)
+		}
+		if _, err := os.Stat(cache); !os.IsNotExist(err) {
+			t.Errorf("--listen %s made the cache directory: %v", listen, err)
+		}
+	}
+	r := runCLI(t, cliEnv(), "worker", "--gate", "http://127.0.0.1:1", "--store", filepath.Join(store, "missing"), "--run", "r1", "--rank", "0", "--cache", filepath.Join(t.TempDir(), "cache"), "--once", "--listen", "127.0.0.1:0")
+	if r.status != 3 || !strings.Contains(r.stderr, "STORE_UNAVAILABLE") {
+		t.Errorf("--listen 127.0.0.1:0: exit %d, stderr %q; want it taken, and the missing store's STORE_UNAVAILABLE", r.status, r.stderr)
+	}
+}
+
 // A local file the command line names that cannot be opened (missing) or
 // is a directory is USAGE, exit 2, naming it, and nothing is stored or
 // sent to the gate, as for gate serve --restore's FILE and the key and
