@@ -1135,8 +1135,8 @@ snapshot (BAD_INPUT; nothing recorded), 2 usage, 3 error, 4 refused, 5 indetermi
 			return err
 		}
 		return printResult(cmd, r, func(w io.Writer) {
-			fmt.Fprintf(w, "release %s %s (%s %d, %d hits, report %s); renewed %d permits %s\n",
-				r.Release.Root, r.Release.State, f.kind, value, hits, rd, len(r.Reopened), strings.Join(r.Reopened, ", "))
+			fmt.Fprintf(w, "release %s %s (%s %d, %d hits, report %s); renewed %d permits%s\n",
+				r.Release.Root, r.Release.State, f.kind, value, hits, rd, len(r.Reopened), spaced(strings.Join(r.Reopened, ", ")))
 		})
 	},
 }
@@ -1185,11 +1185,21 @@ Exit status: 0 listed, 2 usage, 3 gate unreachable.`,
 				if p.Run != "" {
 					who = "run " + p.Run
 				}
-				fmt.Fprintf(w, "%s %-10s %-8s %s generation %d root %s tombstone %d benchmark %d %s\n",
-					p.ID, p.State, p.Kind, who, p.Generation, p.Root, p.TombstoneWatermark, p.BenchmarkFence, p.Reason)
+				fmt.Fprintf(w, "%s %-10s %-8s %s generation %d root %s tombstone %d benchmark %d%s\n",
+					p.ID, p.State, p.Kind, who, p.Generation, p.Root, p.TombstoneWatermark, p.BenchmarkFence, spaced(p.Reason))
 			}
 		})
 	},
+}
+
+// spaced is s after the space that separates it from what a line
+// printed before it, or nothing when s is empty: a last column left
+// empty ended its line in a space.
+func spaced(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " " + s
 }
 
 var gateHistoryCmd = &cobra.Command{

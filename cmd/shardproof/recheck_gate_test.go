@@ -135,3 +135,68 @@ func TestGateRecheckNeedsEvidence(t *testing.T) {
 		t.Fatalf("a refused register changed the report named to %s", rel.Report)
 	}
 }
+
+// No line of gate permits' or gate recheck's text output ends in
+// whitespace: an open permit (no reason) ended its line in a space, and
+// so did a recheck that renewed no permit, which a script that splits
+// on spaces or diffs the output against a saved one trips on.
+func TestPermitsAndRecheckLinesEndWithoutSpace(t *testing.T) {
+	ctx := context.Background()
+	e := publishTwo(t, 300, 200)
+	dir, s, gen1, node := e.dir, e.s, e.gen1, e.node
+	noTrailing := func(what, out string) {
+		t.Helper()
+		if out == "" {
+			t.Fatalf("%s printed nothing", what)
+		}
+		for i, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+			if strings.TrimRight(line, " \t") != line {
+				t.Errorf("%s: line %d ends in whitespace: %q", what, i+1, line)
+			}
+		}
+	}
+	permits := func(what string, wantOpen, wantClosed int) {
+		t.Helper()
+		out, err := cli(t, "gate", "permits", "--gate", node.URL())
+		if err != nil {
+			t.Fatalf("gate permits: %q %v", out, err)
+		}
+		if o, c := strings.Count(out, " OPEN "), strings.Count(out, " CLOSED "); o != wantOpen || c != wantClosed {
+			t.Fatalf("gate permits %s: %d OPEN, %d CLOSED, want %d and %d\n%s", what, o, c, wantOpen, wantClosed, out)
+		}
+		noTrailing("gate permits "+what, out)
+	}
+	permits("before the advance", 2, 0)
+
+	td, _, _, err := objstore.PutBlob(ctx, s, []byte(`{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tomb := manifest.Digest(td)
+	if out, err := cli(t, "gate", "fence", "advance", "--store", dir, "--gate", node.URL(), "--tombstones", tomb.String()); err != nil {
+		t.Fatalf("fence advance: %q %v", out, err)
+	}
+	permits("after the advance", 0, 2)
+
+	out, err := cli(t, "verify", "--store", dir, "--root", gen1.Root.String(), "--tombstones", tomb.String())
+	if err != nil {
+		t.Fatalf("verify: %q %v", out, err)
+	}
+	m := regexp.MustCompile(`report\s+(sha256:[0-9a-f]{64})`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no report digest in %q", out)
+	}
+	recheck := []string{"gate", "recheck", gen1.Root.String(), "--store", dir, "--gate", node.URL(), "--kind", "tombstone", "--report", m[1]}
+	out, err = cli(t, recheck...)
+	if err != nil || !strings.Contains(out, "renewed 1 permits") {
+		t.Fatalf("gate recheck: %q %v", out, err)
+	}
+	noTrailing("gate recheck that renewed a permit", out)
+	permits("after the recheck", 1, 1)
+	// The same recheck again renews nothing: the permit is open.
+	out, err = cli(t, recheck...)
+	if err != nil || !strings.Contains(out, "renewed 0 permits") {
+		t.Fatalf("gate recheck again: %q %v", out, err)
+	}
+	noTrailing("gate recheck that renewed none", out)
+}
