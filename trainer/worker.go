@@ -61,7 +61,9 @@ type Config struct {
 	// zero means 4.
 	Parallelism int
 	// PollInterval is how often a ready sidecar re-reads its run to notice
-	// a reassignment, a closed permit or a failure; zero means 2 s.
+	// a reassignment, a closed permit or a failure; zero means 2 s. Any
+	// other value outside MinPollInterval to MaxPollInterval fails Run
+	// with USAGE before it does anything.
 	PollInterval time.Duration
 	// ReadyFile, if set, is written with the worker's Status as JSON
 	// (including the cache path of every assigned shard) whenever the
@@ -177,12 +179,21 @@ func (e entry) unchanged(info fs.FileInfo) bool {
 	return os.SameFile(info, e.info) && info.Size() == e.info.Size() && info.ModTime().Equal(e.info.ModTime()) && info.Mode() == e.info.Mode()
 }
 
+// The bounds of Config.PollInterval (and of worker --poll): below, a
+// worker re-reads its run in a busy loop; above, it notices a
+// reassignment or a closed permit hours late, and the barrier's slices
+// (five polls) wrap negative far above.
+const (
+	MinPollInterval = 10 * time.Millisecond
+	MaxPollInterval = time.Hour
+)
+
 // NewWorker returns a worker; Run starts it.
 func NewWorker(cfg Config) *Worker {
 	if cfg.Parallelism <= 0 {
 		cfg.Parallelism = 4
 	}
-	if cfg.PollInterval <= 0 {
+	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 2 * time.Second
 	}
 	if cfg.RankWait == 0 {
@@ -291,6 +302,11 @@ func (w *Worker) writeReadyFile(ready bool) error {
 // fails or this rank cannot verify its shards; nil when ctx ends or the
 // rank leaves the run.
 func (w *Worker) Run(ctx context.Context, once bool) error {
+	if p := w.cfg.PollInterval; p < MinPollInterval || p > MaxPollInterval {
+		// Before anything, even an earlier worker's ready file: a
+		// configuration mistake changes nothing.
+		return w.fail(errcode.New(errcode.Usage, "poll interval %s: must be from %s to %s", p, MinPollInterval, MaxPollInterval))
+	}
 	// The ready file exists only while this worker is ready. One found at
 	// start was left by an earlier worker (a crash, a node's previous
 	// job): it names a root and files nobody verified for this run, and
@@ -307,15 +323,20 @@ func (w *Worker) Run(ctx context.Context, once bool) error {
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		code := errcode.Of(err)
-		w.set(func(s *Status) { s.State, s.Code, s.Reason = StateFailed, string(code), err.Error() })
-		w.log.Error("worker failed", "code", code, "err", err)
-		return err
+		return w.fail(err)
 	}
 	if once {
 		return err
 	}
 	return nil
+}
+
+// fail records err as the worker's failure (status, log) and returns it.
+func (w *Worker) fail(err error) error {
+	code := errcode.Of(err)
+	w.set(func(s *Status) { s.State, s.Code, s.Reason = StateFailed, string(code), err.Error() })
+	w.log.Error("worker failed", "code", code, "err", err)
+	return err
 }
 
 func (w *Worker) run(ctx context.Context, once bool) error {

@@ -1950,3 +1950,63 @@ func TestShardsFailedErrorBounded(t *testing.T) {
 		t.Fatalf("ShardsFailedError of 4,000 failures, %d bytes: %.300q", len(msg), msg)
 	}
 }
+
+// A PollInterval outside MinPollInterval to MaxPollInterval is USAGE from
+// Run before the gate is asked, and changes nothing: not even an earlier
+// worker's ready file is removed. The library took any value where the
+// CLI's --poll is bounded: below zero was the default in silence, 1ns
+// re-read the run in a busy loop, and 1000000h made the barrier's slices
+// (five polls) wrap negative. Zero is the default; both bounds are taken.
+func TestWorkerPollIntervalOutOfRangeIsUsage(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	for i, poll := range []time.Duration{-time.Second, time.Nanosecond, MinPollInterval - 1, MaxPollInterval + 1, 1000000 * time.Hour} {
+		run := fmt.Sprintf("bad%d", i)
+		e.createRun(run, 1, time.Minute)
+		ready := filepath.Join(t.TempDir(), "ready.json")
+		if err := os.WriteFile(ready, []byte("an earlier worker's\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		w := NewWorker(e.pollConfig(run, poll, ready))
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		err := w.Run(ctx, true)
+		cancel()
+		if errcode.Of(err) != errcode.Usage || !strings.Contains(err.Error(), "poll interval "+poll.String()) {
+			t.Errorf("PollInterval %s: %v, want USAGE naming it", poll, err)
+		}
+		if st := w.Status(); st.State != StateFailed || st.Code != string(errcode.Usage) {
+			t.Errorf("PollInterval %s: status %s %s, want FAILED USAGE", poll, st.State, st.Code)
+		}
+		if b, err := os.ReadFile(ready); err != nil || string(b) != "an earlier worker's\n" {
+			t.Errorf("PollInterval %s: the ready file found holds %d other bytes (%v), want it untouched", poll, len(b), err)
+		}
+		rs, err := e.gate.Run(e.ctx, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rs.Attested != 0 {
+			t.Errorf("PollInterval %s: %d ranks attested, want none", poll, rs.Attested)
+		}
+	}
+	for _, poll := range []time.Duration{0, MinPollInterval, MaxPollInterval} {
+		run := fmt.Sprintf("ok%d", poll)
+		e.createRun(run, 1, time.Minute)
+		if err := NewWorker(e.pollConfig(run, poll, "")).Run(e.ctx, true); err != nil {
+			t.Errorf("PollInterval %s: %v", poll, err)
+		}
+	}
+}
+
+// pollConfig is the configuration of rank 0 of run with poll interval
+// poll and ready file ready.
+func (e *env) pollConfig(run string, poll time.Duration, ready string) Config {
+	e.t.Helper()
+	c, err := OpenCache(e.t.TempDir())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return Config{
+		Gate: e.gate, Store: e.store, Cache: c, Run: run, PollInterval: poll, ReadyFile: ready,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+}

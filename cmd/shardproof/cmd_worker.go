@@ -83,12 +83,12 @@ through like members that do not answer).`,
 			if rankWait < 0 {
 				return errcode.New(errcode.Usage, "%s: --rank-wait %s: must not be negative", cmd.CommandPath(), rankWait)
 			}
-			if poll < minWorkerPoll || poll > maxWorkerPoll {
+			if poll < trainer.MinPollInterval || poll > trainer.MaxPollInterval {
 				// 0 and below were the default in silence, a few
 				// nanoseconds re-read the run in a busy loop, and the
 				// barrier's slices (five polls) wrapped negative above
 				// about 512,000 h.
-				return errcode.New(errcode.Usage, "%s: --poll %s: must be from %s to %s", cmd.CommandPath(), poll, minWorkerPoll, maxWorkerPoll)
+				return errcode.New(errcode.Usage, "%s: --poll %s: must be from %s to %s", cmd.CommandPath(), poll, trainer.MinPollInterval, trainer.MaxPollInterval)
 			}
 			if listen != "" {
 				// As gate serve's --http-addr: a typo is no I/O
@@ -181,9 +181,3 @@ through like members that do not answer).`,
 	f.BoolVarP(&quiet, "quiet", "q", false, "log warnings only")
 	rootCmd.AddCommand(cmd)
 }
-
-// The bounds of worker --poll.
-const (
-	minWorkerPoll = 10 * time.Millisecond
-	maxWorkerPoll = time.Hour
-)
