@@ -5,5 +5,6 @@
 // objstore.Store: exact round-trips, immutable versions, atomic conditional
 // create under concurrency, NOT_FOUND for absent keys and versions, paged
 // ordered listing, key validation, large and empty bodies, SHA-256
-// rejection, and context cancellation.
+// rejection, context cancellation, and a key that is a path-prefix of
+// another (both kept, or the second refused BAD_KEY).
 package storetest

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T) objstore.Store) {
 		{"Canceled", testCanceled},
 		{"DeletePrefix", testDeletePrefix},
 		{"HiddenBlob", testHiddenBlob},
+		{"PrefixKeys", testPrefixKeys},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, open(t)) })
 	}
@@ -667,5 +668,55 @@ func testHiddenBlob(t *testing.T, s objstore.Store) {
 	put(t, s, objstore.BlobKey(d3), []byte("more junk"), objstore.PutOptions{})
 	if _, _, err := objstore.ReadBlob(ctx, s, d3, 1<<20); errcode.Of(err) != errcode.SizeMismatch && errcode.Of(err) != errcode.DigestMismatch {
 		t.Fatalf("ReadBlob of a digest no version has: %v, want a size or digest mismatch", err)
+	}
+}
+
+// testPrefixKeys: a key that is a path-prefix of another ("a" and
+// "a/b"), put in either order. A store either keeps both (the file
+// store, whose keys are directories of their versions; AWS S3), each
+// read, stated and listed as itself, or refuses the second Put with
+// BAD_KEY naming it and keeps the first as it was (an S3 server with a
+// POSIX back end, versitygw among them). Either way a directory that
+// only leads to a key is no object (NOT_FOUND), and a key that is stored
+// is never NOT_FOUND.
+func testPrefixKeys(t *testing.T, s objstore.Store) {
+	ctx := t.Context()
+	for _, order := range [][2]string{{"p/a", "p/a/b"}, {"q/a/b", "q/a"}} {
+		first, second := order[0], order[1]
+		prefix := first[:2]
+		v1 := put(t, s, first, []byte("body of "+first), objstore.PutOptions{})
+		v2, err := s.Put(ctx, second, strings.NewReader("body of "+second), objstore.PutOptions{})
+		want := []string{first}
+		if err == nil {
+			want = append(want, second)
+			if got := get(t, s, second, v2); string(got) != "body of "+second {
+				t.Fatalf("%s after %s: Get = %q", second, first, got)
+			}
+		} else {
+			wantCode(t, err, errcode.BadKey, fmt.Sprintf("Put %s after %s", second, first))
+			if !strings.Contains(err.Error(), fmt.Sprintf("%q", second)) {
+				t.Fatalf("Put %s after %s: %v does not name the key", second, first, err)
+			}
+			_, err = s.Head(ctx, second, "")
+			wantCode(t, err, errcode.NotFound, fmt.Sprintf("Head %s refused after %s", second, first))
+		}
+		slices.Sort(want)
+		if got := get(t, s, first, v1); string(got) != "body of "+first {
+			t.Fatalf("%s after a Put of %s: Get = %q", first, second, got)
+		}
+		for _, k := range want {
+			info, err := s.Head(ctx, k, "")
+			if err != nil || info.Key != k || info.Size != int64(len("body of "+k)) {
+				t.Fatalf("Head %s (%s then %s): %+v, %v", k, first, second, info, err)
+			}
+		}
+		if got := Keys(t, s, prefix, 0); !slices.Equal(got, want) {
+			t.Fatalf("List %s (%s then %s): %q, want %q", prefix, first, second, got, want)
+		}
+		// "p" and "q" only lead to keys.
+		_, err = s.Head(ctx, prefix[:1], "")
+		wantCode(t, err, errcode.NotFound, "Head of a directory that leads to keys")
+		_, err = s.Get(ctx, prefix[:1], "")
+		wantCode(t, err, errcode.NotFound, "Get of a directory that leads to keys")
 	}
 }
