@@ -237,6 +237,9 @@ func TestKeyFiles(t *testing.T) {
 		os.WriteFile(p, []byte(text), 0o644)
 		if _, err := evidence.LoadTrusted(p); errcode.Of(err) != errcode.Usage {
 			t.Errorf("verifier keys file %s: %v, want USAGE", name, err)
+		} else if line := strings.TrimSpace(text); line != "" && !strings.HasPrefix(line, "#") && strings.Contains(err.Error(), line[8:]) {
+			// A gate logs a reload's error: never a line's text.
+			t.Errorf("verifier keys file %s: the error shows the line: %v", name, err)
 		}
 		if name == "private" {
 			continue

@@ -129,7 +129,7 @@ func NewTrusted(keys ...ed25519.PublicKey) (*Trusted, error) {
 // LoadTrusted reads a verifier keys file: one public key a line in its
 // text form ("ed25519:<base64>"), blank lines, and comments from "#" to
 // the end of a line. A line that holds anything else, and a file with
-// no key, are USAGE, naming the line.
+// no key, are USAGE, naming the line by its number, never by its text.
 func LoadTrusted(path string) (*Trusted, error) {
 	b, err := readKeyFile(path, "verifier keys file")
 	if err != nil {
@@ -144,7 +144,12 @@ func LoadTrusted(path string) (*Trusted, error) {
 		}
 		k, err := ParsePublicKey(line)
 		if err != nil {
-			return nil, errcode.Wrap(errcode.Usage, err, "verifier keys file %s, line %d", path, i+1)
+			// Never the line's text: a gate logs a reload's error, and
+			// a line may be a private key pasted by mistake.
+			if strings.HasPrefix(line, PrivatePrefix) {
+				return nil, errcode.New(errcode.Usage, "verifier keys file %s, line %d holds a private key: a gate takes public keys (the --public file of `shardproof keys generate`); remove it, and take the key for exposed", path, i+1)
+			}
+			return nil, errcode.New(errcode.Usage, "verifier keys file %s, line %d is not a public key (\"%s<base64 of %d bytes>\", one a line)", path, i+1, PublicPrefix, ed25519.PublicKeySize)
 		}
 		keys = append(keys, k)
 	}
