@@ -806,8 +806,8 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	st.CommandVersion, st.RaftAddr = n.BuildVersion(), n.RaftAddr()
 	st.Learner = n.learner.status()
-	if n.cfg.VerifierKeys != nil {
-		st.VerifierKeys = n.cfg.VerifierKeys.IDs()
+	if t := n.trusted.Load(); t != nil {
+		st.VerifierKeys = t.IDs()
 	}
 	if n.IsLeader() {
 		n.vers.mu.Lock()
@@ -834,27 +834,6 @@ func (n *Node) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.StateIndex, st.StateDigest = idx, &d
 	}
 	writeJSON(w, http.StatusOK, st)
-}
-
-// checkEvidence admits the evidence of c when the node requires
-// verifier signatures (Config.VerifierKeys): a register with a report and
-// a recheck must carry a signature by a trusted key over their fields
-// (evidence.Trusted.Check). Other commands, and every command on a node
-// without keys, pass.
-func (n *Node) checkEvidence(c Command) error {
-	t := n.cfg.VerifierKeys
-	if t == nil {
-		return nil
-	}
-	switch c := c.(type) {
-	case *Register:
-		if ev := c.Evidence(); ev != nil {
-			return t.Check(ev.Message(), c.Signatures, fmt.Sprintf("register of %s with report %s", c.Root, c.Report.Digest))
-		}
-	case *RecheckCmd:
-		return t.Check(c.Evidence().Message(), c.Signatures, fmt.Sprintf("recheck of %s (%s %d, report %s)", c.Root, truncate(c.Kind), c.Value, c.Report))
-	}
-	return nil
 }
 
 // forward sends the request to the leader once and streams its answer

@@ -245,6 +245,10 @@
 // Client sends them only to a member whose Status lists VerifierKeys,
 // or again after the bare command was refused EVIDENCE_UNSIGNED (see
 // Client.Register): a member on a build before the field refuses it.
+// Node.ReloadVerifierKeys (gate serve's SIGHUP) reads
+// Config.VerifierKeysFile again and swaps the whole set at once (an
+// atomic pointer: each check loads one set); a file it cannot use keeps
+// the set in effect, and a node without keys gains none.
 //
 // Every cluster has an identity (State.ClusterID, see identity.go),
 // drawn when it is founded (--bootstrap; a restore draws a new one) or,

@@ -205,6 +205,12 @@ type Config struct {
 	// command's fields. It is checked where a request is admitted, not
 	// in Apply; every member should be given the same keys.
 	VerifierKeys *evidence.Trusted
+	// VerifierKeysFile, if set, is the verifier keys file (see
+	// evidence.LoadTrusted) VerifierKeys was read from: Start reads it
+	// when VerifierKeys is nil, and ReloadVerifierKeys reads it again
+	// (gate serve does on SIGHUP). A node without it keeps the keys it
+	// started with, or none.
+	VerifierKeysFile string
 }
 
 // Node is one gate server: a Raft member with its FSM and HTTP API.
@@ -265,6 +271,12 @@ type Node struct {
 	beatsOff bool
 	// ident is the cluster identity this member knows (see identity.go).
 	ident *identity
+	// trusted is the verifier key set in effect (Config.VerifierKeys,
+	// then what each ReloadVerifierKeys read), nil when the node requires
+	// no signatures: a check loads it once, so it sees one whole set.
+	// reloading serializes reloads.
+	trusted   atomic.Pointer[evidence.Trusted]
+	reloading sync.Mutex
 }
 
 // NewNode returns a node; Start opens its storage and starts serving.
@@ -296,6 +308,7 @@ func NewNode(cfg Config) *Node {
 		ident: newIdentity(),
 	}
 	n.fsm.onClusterID = func(id string) { n.learnClusterID(id, "state") }
+	n.trusted.Store(cfg.VerifierKeys)
 	if cfg.TLS != nil {
 		n.hc.Transport.(*http.Transport).TLSClientConfig = cfg.TLS.client()
 	}
@@ -395,6 +408,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	if err := n.checkAddrs(); err != nil {
 		return err
+	}
+	if n.cfg.VerifierKeysFile != "" && n.trusted.Load() == nil {
+		t, err := evidence.LoadTrusted(n.cfg.VerifierKeysFile)
+		if err != nil {
+			return err
+		}
+		n.trusted.Store(t)
 	}
 	var restored *State
 	if n.cfg.Restore != nil {
@@ -728,7 +748,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 	}
 	n.log.Info("gate node started", "httpAddr", n.HTTPAddr(), "raftAddr", n.RaftAddr(), "existingState", existing)
-	if t := n.cfg.VerifierKeys; t != nil {
+	if t := n.trusted.Load(); t != nil {
 		n.log.Info("registers of a report and rechecks need a signature by one of these verifier keys; every member should list the same", "verifierKeys", strings.Join(t.IDs(), ","))
 	}
 	return nil

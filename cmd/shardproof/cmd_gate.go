@@ -8,9 +8,11 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -250,6 +252,18 @@ runs this build. Signatures are not logged: a gate's log and state are
 as without the flag. A FILE that lists no key or a line that is no
 key is USAGE, and the gate does not start.
 
+SIGHUP makes the gate read its --verifier-keys FILE again, to revoke a
+key (or add one) without a restart: a good FILE replaces the keys at
+once (a check already running finishes with the old set, none sees a
+mix), "gate status" lists the new key IDs, and the log names the IDs
+added and removed. A FILE that cannot be read, lists no key or has a
+line that is no public key keeps the keys in effect, and the gate logs
+why with the code (USAGE); a reload never leaves a gate requiring no
+signature. A gate started without --verifier-keys gains no keys by
+SIGHUP (it logs that it has no key file); restart it with the flag.
+Each member reads its own FILE: update every member's, then send each
+one SIGHUP, and compare their "gate status".
+
 --tls-cert, --tls-key and --tls-ca put the member on TLS: the API is
 served over HTTPS (clients use https:// URLs, and --gate-ca or
 $SHARDPROOF_GATE_CA when the CA is not in the system's roots), and Raft
@@ -326,21 +340,34 @@ writes nothing while it waits. "gate status" shows the value in effect.`,
 			ID: f.id, DataDir: f.data, RaftAddr: f.raftAddr, HTTPAddr: f.httpAddr, Join: f.join, Bootstrap: f.bootstrap, Recover: f.recover,
 			RaftAdvertise: f.raftAdvertise, HTTPAdvertise: f.httpAdvertise,
 			Logger: logger, RaftLog: cmd.ErrOrStderr(), RaftLogJSON: logSettings.json, RaftLogLevel: logSettings.level,
-			PruneOlderThan: f.autoPrune,
-			WriteTimeout:   f.writeTimeout,
-			Timing:         raftgate.Timing{Heartbeat: f.heartbeat, Election: f.election, LeaderLease: f.lease},
-			WrapStream:     gateWrapStream,
-			Token:          token,
-			Restore:        restore,
-			TLS:            tlsCfg,
-			VerifierKeys:   trusted,
+			PruneOlderThan:   f.autoPrune,
+			WriteTimeout:     f.writeTimeout,
+			Timing:           raftgate.Timing{Heartbeat: f.heartbeat, Election: f.election, LeaderLease: f.lease},
+			WrapStream:       gateWrapStream,
+			Token:            token,
+			Restore:          restore,
+			TLS:              tlsCfg,
+			VerifierKeys:     trusted,
+			VerifierKeysFile: f.verifierKeys,
 		})
+		// SIGHUP reloads the verifier keys file (a daemon's convention),
+		// caught from before Start: its default action ends the process.
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 		if err := n.Start(cmd.Context()); err != nil {
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "gate node %s serving %s (raft %s)\n", f.id, n.URL(), n.RaftAddr())
-		<-cmd.Context().Done()
-		return n.Shutdown()
+		for {
+			select {
+			case <-cmd.Context().Done():
+				return n.Shutdown()
+			case <-hup:
+				// It logs what it did, or why it kept the keys in effect.
+				n.ReloadVerifierKeys()
+			}
+		}
 	},
 }
 
@@ -1248,7 +1275,7 @@ func init() {
 	f.StringVar(&gateServeFlags.tlsKey, "tls-key", "", "PEM private key of --tls-cert")
 	f.StringVar(&gateServeFlags.tlsCA, "tls-ca", "", "PEM file of the CA(s) that signed every member's certificate")
 	f.StringVar(&gateServeFlags.tokenFile, "token-file", os.Getenv("SHARDPROOF_GATE_TOKEN_FILE"), "require this file's token of every client and member (env SHARDPROOF_GATE_TOKEN_FILE; see above)")
-	f.StringVar(&gateServeFlags.verifierKeys, "verifier-keys", "", "require a signature by one of this file's verifier public keys (one a line, # comments) of every register of a report and every recheck (see above)")
+	f.StringVar(&gateServeFlags.verifierKeys, "verifier-keys", "", "require a signature by one of this file's verifier public keys (one a line, # comments) of every register of a report and every recheck (see above); SIGHUP reads it again")
 	f.BoolVar(&gateServeFlags.recover, "recover", false, "make this member, with its state, the only member of its cluster: once, after a majority of the members is lost for good (the others must then be wiped and rejoin with --join)")
 	f.DurationVar(&gateServeFlags.heartbeat, "raft-heartbeat", time.Second, "Raft heartbeat timeout: how long a follower waits for the leader before it starts an election (every member should use the same values)")
 	f.DurationVar(&gateServeFlags.election, "raft-election", time.Second, "Raft election timeout, at least --raft-heartbeat")

@@ -79,10 +79,26 @@ func freeAddr(t *testing.T) string {
 // at the end of the test if not called before.
 func startGateServe(t *testing.T, dir string, extra ...string) (gateURL string, stop func()) {
 	t.Helper()
+	g := startGateProcess(t, dir, extra...)
+	return g.url, g.stop
+}
+
+// servedGate is a `shardproof gate serve` child process.
+type servedGate struct {
+	url    string
+	stop   func()
+	proc   *os.Process
+	stderr *syncBuffer
+}
+
+// startGateProcess is startGateServe, giving the process and its stderr
+// too.
+func startGateProcess(t *testing.T, dir string, extra ...string) *servedGate {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		url, stop, taken := tryGateServe(t, dir, extra...)
+		g, taken := tryGateServe(t, dir, extra...)
 		if !taken {
-			return url, stop
+			return g
 		}
 		// freeAddr closes its listener before the child binds the port:
 		// another process took one in between. New ports, fresh state.
@@ -97,7 +113,7 @@ func startGateServe(t *testing.T, dir string, extra ...string) (gateURL string, 
 
 // tryGateServe is one attempt of startGateServe; taken reports a child
 // that exited because one of its ports was already in use.
-func tryGateServe(t *testing.T, dir string, extra ...string) (gateURL string, stop func(), taken bool) {
+func tryGateServe(t *testing.T, dir string, extra ...string) (g *servedGate, taken bool) {
 	t.Helper()
 	httpAddr := freeAddr(t)
 	args := append([]string{"gate", "serve", "--data", dir, "--http-addr", httpAddr, "--raft-addr", freeAddr(t)}, extra...)
@@ -112,7 +128,7 @@ func tryGateServe(t *testing.T, dir string, extra ...string) (gateURL string, st
 	var waitErr error
 	go func() { waitErr = cmd.Wait(); close(exited) }()
 	var once sync.Once
-	stop = func() {
+	stop := func() {
 		once.Do(func() {
 			cmd.Process.Signal(os.Interrupt)
 			select {
@@ -138,13 +154,13 @@ func tryGateServe(t *testing.T, dir string, extra ...string) (gateURL string, st
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				t.Cleanup(stop)
-				return scheme + httpAddr, stop, false
+				return &servedGate{url: scheme + httpAddr, stop: stop, proc: cmd.Process, stderr: &stderr}, false
 			}
 		}
 		select {
 		case <-exited:
 			if strings.Contains(stderr.String(), "address already in use") {
-				return "", nil, true
+				return nil, true
 			}
 			t.Fatalf("gate serve exited before it was ready: %v\n%s", waitErr, stderr.String())
 		default:

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -313,4 +314,100 @@ func TestTaskAggregateSignKey(t *testing.T) {
 	if last := lines[len(lines)-1]; emit.status != 0 || !strings.HasPrefix(last, "shardproof task aggregate ") || !strings.HasSuffix(last, " --sign-key "+shellQuote(priv)) {
 		t.Fatalf("verify --emit --sign-key: exit %d, last line %q: %s; want the aggregate line with the key", emit.status, last, emit.stderr)
 	}
+}
+
+// TestGateServeReloadsVerifierKeysOnSIGHUP: a `gate serve` process sent
+// SIGHUP reads its --verifier-keys file again. With the verifier's key
+// replaced by another in the file, the report signed by the old key
+// (its signature stored beside it, which gate register sends) is refused
+// EVIDENCE_UNSIGNED, exit 4, and signed by the new key it is registered;
+// gate status lists the new key. A file the reload refuses (no key on a
+// line) keeps the keys in effect, and the gate logs why with the code.
+// A gate started without --verifier-keys keeps serving on SIGHUP, logs
+// that a reload gives it no keys, and still takes unsigned reports.
+func TestGateServeReloadsVerifierKeysOnSIGHUP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gate server processes")
+	}
+	keys := t.TempDir()
+	oldPriv, oldPub, oldID := keyPair(t, keys, "old")
+	newPriv, newPub, newID := keyPair(t, keys, "new")
+	file := filepath.Join(keys, "verifiers")
+	copyFile := func(from string) {
+		t.Helper()
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	copyFile(oldPub)
+	storeDir, _, report, _ := storeRelease(t)
+	g := startGateProcess(t, t.TempDir(), "--bootstrap", "--verifier-keys", file)
+	register := func(extra ...string) gateCLI {
+		return runGateCLI(t, append([]string{"gate", "register", "--store", storeDir, "--gate", g.url, "--report", report.String()}, extra...)...)
+	}
+	// waitLog waits for the gate to log msg after the first from bytes
+	// of its stderr, and returns what it logged since.
+	waitLog := func(from int, msg string) string {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if l := g.stderr.String()[from:]; strings.Contains(l, msg) {
+				return l
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the gate did not log %q after SIGHUP:\n%s", msg, g.stderr.String())
+			}
+		}
+	}
+	hup := func(msg string) string {
+		t.Helper()
+		from := len(g.stderr.String())
+		if err := g.proc.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		return waitLog(from, msg)
+	}
+
+	register("--sign-key", oldPriv).expect(t, 0, "")
+
+	copyFile(newPub)
+	l := hup("verifier keys reloaded")
+	if !strings.Contains(l, "added="+newID) || !strings.Contains(l, "removed="+oldID) {
+		t.Fatalf("the reload's log line does not name the keys added and removed:\n%s", l)
+	}
+	if r := runGateCLI(t, "gate", "status", "--gate", g.url).expect(t, 0, ""); !strings.Contains(r.stdout, "verifier keys: "+newID+"\n") {
+		t.Fatalf("gate status after the reload: %s; want verifier keys: %s", r.stdout, newID)
+	}
+	r := register().expect(t, errcode.ExitRejected, errcode.EvidenceUnsigned)
+	if !strings.Contains(r.stderr, oldID) || !strings.Contains(r.stderr, "does not trust") {
+		t.Fatalf("register of the report signed by the revoked key: %s; want it to name %s as not trusted", r.stderr, oldID)
+	}
+	register("--sign-key", newPriv).expect(t, 0, "")
+
+	// A file with a line that is no key: the keys in effect stay.
+	if err := os.WriteFile(file, []byte("ssh-ed25519 AAAAC3Nza\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if l := hup("verifier keys not reloaded"); !strings.Contains(l, "code=USAGE") || !strings.Contains(l, "line 1") {
+		t.Fatalf("the refused reload's log line: %s; want code=USAGE and the line", l)
+	}
+	if r := runGateCLI(t, "gate", "status", "--gate", g.url).expect(t, 0, ""); !strings.Contains(r.stdout, "verifier keys: "+newID+"\n") {
+		t.Fatalf("gate status after a refused reload: %s; want verifier keys: %s kept", r.stdout, newID)
+	}
+	register().expect(t, 0, "")
+	g.stop()
+
+	// Without --verifier-keys: SIGHUP neither ends the gate nor gives
+	// it keys.
+	plainDir, _, plainReport, _ := storeRelease(t)
+	p := startGateProcess(t, t.TempDir(), "--bootstrap")
+	g = p
+	if l := hup("verifier keys not reloaded"); !strings.Contains(l, "code=USAGE") || !strings.Contains(l, "requires no verifier signatures") {
+		t.Fatalf("SIGHUP to a gate without keys: %s", l)
+	}
+	runGateCLI(t, "gate", "register", "--store", plainDir, "--gate", p.url, "--report", plainReport.String()).expect(t, 0, "")
+	p.stop()
 }
