@@ -423,6 +423,10 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errcode.New(errcode.BadInput, "%s is proposed by the leader alone, once every member reports a build of that version; nothing changed", CmdSetClusterVersion), nil)
 		return
 	}
+	// Every member, leader or not, checks in this one order: the
+	// command's fields and caps, then its evidence, then (on the leader)
+	// what Apply decides on the state. A command that breaks more than
+	// one rule gets the same code whichever member it reaches.
 	if err := checkProposal(c); err != nil {
 		// The leader's own caps (a run's barrier timeout, an alias's or
 		// a run's name, a report's digest), checked where the request

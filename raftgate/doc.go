@@ -220,8 +220,10 @@
 // meanwhile is not promoted on its old incarnation's answer). Writes on a follower are forwarded
 // once to the leader (X-Shardproof-Forwarded prevents loops), once the
 // follower made the checks that need no state (the body's size cap, the
-// command's fields and caps, evidence signatures), so a request they
-// refuse costs no round trip and is refused with the leader's code; the
+// command's fields and caps, then evidence signatures, in the order the
+// leader checks them before Apply), so a request they refuse costs no
+// round trip and is refused with the leader's code, even one that breaks
+// more than one rule; the
 // follower waits for the answer at most twice ApplyTimeout (a join adds
 // the leader's probe of the joiner, a long-poll its wait): a leader
 // address that answers nothing makes a command sent INDETERMINATE and

@@ -444,3 +444,92 @@ func TestEvidenceCoversEveryField(t *testing.T) {
 		return c, reflect.ValueOf(c).Elem()
 	})
 }
+
+// TestRefusalCodeIsTheSameOnEveryMember: a command that breaks more
+// than one rule gets the same code from a follower (which checks before
+// it forwards) as from the leader, since every member checks in one
+// order: the command's fields and caps (checkProposal), then its
+// evidence signatures (checkEvidence), then what Apply decides on the
+// state. A follower checking the evidence first would answer a register
+// with no report digest, unsigned, EVIDENCE_UNSIGNED where the leader
+// answers BAD_INPUT; one leaving the evidence to the leader would answer
+// a signed recheck of an unknown release as the leader does, but an
+// unsigned one too.
+func TestRefusalCodeIsTheSameOnEveryMember(t *testing.T) {
+	verifier, intruder := newKey(t), newKey(t)
+	trusted, err := evidence.NewTrusted(verifier.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := MakeCluster(t, 2, func(cfg *Config) { cfg.VerifierKeys = trusted })
+	leader := c.Leader(10 * time.Second)
+	follower := c.Nodes[0]
+	if follower == leader {
+		follower = c.Nodes[1]
+	}
+	ctx := ctxT(t, time.Minute)
+	cl := NewClient(leader.URL())
+	t.Cleanup(cl.Close)
+	if _, err := cl.Register(ctx, signedRegister("known", manifest.Verified, 1, verifier)); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, c.Nodes)
+	before := stateBytes(t, leader)
+
+	noDigest := func(keys ...ed25519.PrivateKey) *Register {
+		r := signedRegister("nodigest", manifest.Verified, 1)
+		r.Report.Digest = manifest.Digest{}
+		for _, k := range keys {
+			r.Signatures = append(r.Signatures, evidence.Sign(k, r.Evidence().Message()))
+		}
+		return r
+	}
+	otherShards := signedRegister("known", manifest.Verified, 1)
+	otherShards.Shards = shardsOf("else", 2)
+	forged := signedRegister("known", manifest.Verified, 1)
+	forged.Shards = shardsOf("else", 2)
+	forged.Signatures = signedRegister("known", manifest.Verified, 1, verifier).Signatures
+	signedOther := signedRegister("known", manifest.Verified, 1)
+	signedOther.Shards = shardsOf("else", 2)
+	signedOther.Signatures = []evidence.Signature{evidence.Sign(verifier, signedOther.Evidence().Message())}
+	for _, cse := range []struct {
+		name string
+		cmd  Command
+		want errcode.Code
+	}{
+		{"register, no report digest, unsigned", noDigest(), errcode.BadInput},
+		{"register, no report digest, by an untrusted key", noDigest(intruder), errcode.BadInput},
+		{"register, no report digest, signed", noDigest(verifier), errcode.BadInput},
+		{"recheck naming no report, unsigned", &RecheckCmd{Root: dig("known"), Kind: FenceTombstone, Value: 2}, errcode.BadInput},
+		{"recheck of an unknown release, unsigned", &RecheckCmd{Root: dig("unknown"), Kind: FenceTombstone, Value: 2, Report: dig("r")}, errcode.EvidenceUnsigned},
+		{"recheck of an unknown release, signed", signedRecheck(&RecheckCmd{Root: dig("unknown"), Kind: FenceTombstone, Value: 2, Report: dig("r")}, verifier), errcode.UnknownRelease},
+		{"register with other shards, unsigned", otherShards, errcode.EvidenceUnsigned},
+		{"register with other shards, signature of the registered ones", forged, errcode.EvidenceSignatureInvalid},
+		{"register with other shards, signed", signedOther, errcode.AlreadyExists},
+		{"createRun named out of bounds", &CreateRun{Run: "../x", Alias: "a", WorldSize: 1}, errcode.BadInput},
+		{"setClusterVersion", &SetClusterVersion{Version: 1}, errcode.BadInput},
+	} {
+		body, err := EncodeCommand(cse.cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [2]errcode.Code
+		for i, n := range []*Node{follower, leader} {
+			resp, err := http.Post(n.URL()+"/v1/commands", "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var eb ErrorBody
+			json.NewDecoder(resp.Body).Decode(&eb)
+			resp.Body.Close()
+			got[i] = eb.Error.Code
+		}
+		if got[0] != cse.want || got[1] != cse.want {
+			t.Errorf("%s: follower %s, leader %s; want %s from both", cse.name, got[0], got[1], cse.want)
+		}
+	}
+	waitApplied(t, c.Nodes)
+	if after := stateBytes(t, leader); !bytes.Equal(before, after) {
+		t.Fatal("refused commands changed the state")
+	}
+}
