@@ -174,6 +174,44 @@ func TestTrustedCheck(t *testing.T) {
 	}
 }
 
+// TestTrustedSigners: Signers names the trusted keys whose signatures
+// verified, sorted and each once, and never a key the set does not
+// trust; it refuses what Check refuses, naming no signer.
+func TestTrustedSigners(t *testing.T) {
+	a, b := goldenKey(), ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, 32))
+	_, other, _ := ed25519.GenerateKey(nil)
+	pa, pb := a.Public().(ed25519.PublicKey), b.Public().(ed25519.PublicKey)
+	trusted, err := evidence.NewTrusted(pa, pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := goldenReport().Message()
+	ids := []string{evidence.KeyID(pa), evidence.KeyID(pb)}
+	if ids[0] > ids[1] {
+		ids[0], ids[1] = ids[1], ids[0]
+	}
+	for _, c := range []struct {
+		name string
+		sigs []evidence.Signature
+		want []string
+	}{
+		{"one key", []evidence.Signature{evidence.Sign(a, msg)}, []string{evidence.KeyID(pa)}},
+		{"beside a foreign key", []evidence.Signature{evidence.Sign(other, msg), evidence.Sign(b, msg)}, []string{evidence.KeyID(pb)}},
+		{"both, twice each, either order", []evidence.Signature{evidence.Sign(b, msg), evidence.Sign(a, msg), evidence.Sign(b, msg), evidence.Sign(a, msg)}, ids},
+	} {
+		got, err := trusted.Signers(msg, c.sigs, "report")
+		if err != nil || strings.Join(got, ",") != strings.Join(c.want, ",") {
+			t.Errorf("%s: signers %v, %v; want %v", c.name, got, err, c.want)
+		}
+	}
+	if got, err := trusted.Signers(msg, []evidence.Signature{evidence.Sign(other, msg)}, "report"); errcode.Of(err) != errcode.EvidenceUnsigned || got != nil {
+		t.Errorf("foreign key only: signers %v, %v; want none and EVIDENCE_UNSIGNED", got, err)
+	}
+	if got, err := trusted.Signers(goldenRecheck().Message(), []evidence.Signature{evidence.Sign(a, msg)}, "recheck"); errcode.Of(err) != errcode.EvidenceSignatureInvalid || got != nil {
+		t.Errorf("a report's signature over a recheck: signers %v, %v; want none and EVIDENCE_SIGNATURE_INVALID", got, err)
+	}
+}
+
 func slices17(s evidence.Signature) []evidence.Signature {
 	out := make([]evidence.Signature, evidence.MaxSignatures+1)
 	for i := range out {

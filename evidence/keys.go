@@ -170,30 +170,39 @@ func (t *Trusted) IDs() []string { return slices.Clone(t.ids) }
 // signing, or the signature was made for other evidence). Signatures by
 // other keys are not verified.
 func (t *Trusted) Check(msg []byte, sigs []Signature, what string) error {
+	_, err := t.Signers(msg, sigs, what)
+	return err
+}
+
+// Signers is Check that also says who vouched for the evidence it
+// admits: the KeyIDs of the trusted keys whose signatures verified over
+// msg, sorted, each once.
+func (t *Trusted) Signers(msg []byte, sigs []Signature, what string) ([]string, error) {
 	if len(sigs) > MaxSignatures {
-		return errcode.New(errcode.BadInput, "%s carries %d signatures, at most %d", what, len(sigs), MaxSignatures)
+		return nil, errcode.New(errcode.BadInput, "%s carries %d signatures, at most %d", what, len(sigs), MaxSignatures)
 	}
-	var good int
+	var good []string
 	var others []string
 	for _, s := range sigs {
 		pub, sig, err := s.Parse()
 		if err != nil {
-			return errcode.Wrap(errcode.EvidenceSignatureInvalid, err, "%s", what)
+			return nil, errcode.Wrap(errcode.EvidenceSignatureInvalid, err, "%s", what)
 		}
 		if _, ok := t.keys[FormatPublicKey(pub)]; !ok {
 			others = append(others, KeyID(pub))
 			continue
 		}
 		if !ed25519.Verify(pub, msg, sig) {
-			return errcode.New(errcode.EvidenceSignatureInvalid, "%s: the signature by %s does not verify over the fields sent (changed since signed, or made for other evidence)", what, KeyID(pub))
+			return nil, errcode.New(errcode.EvidenceSignatureInvalid, "%s: the signature by %s does not verify over the fields sent (changed since signed, or made for other evidence)", what, KeyID(pub))
 		}
-		good++
+		good = append(good, KeyID(pub))
 	}
-	if good > 0 {
-		return nil
+	if len(good) > 0 {
+		slices.Sort(good)
+		return slices.Compact(good), nil
 	}
 	if len(others) > 0 {
-		return errcode.New(errcode.EvidenceUnsigned, "%s is signed only by keys this gate does not trust (%s); it trusts %s", what, strings.Join(others, ", "), strings.Join(t.ids, ", "))
+		return nil, errcode.New(errcode.EvidenceUnsigned, "%s is signed only by keys this gate does not trust (%s); it trusts %s", what, strings.Join(others, ", "), strings.Join(t.ids, ", "))
 	}
-	return errcode.New(errcode.EvidenceUnsigned, "%s carries no verifier signature; this gate requires one by %s (verify --sign-key, or --sign-key where it is registered)", what, strings.Join(t.ids, ", "))
+	return nil, errcode.New(errcode.EvidenceUnsigned, "%s carries no verifier signature; this gate requires one by %s (verify --sign-key, or --sign-key where it is registered)", what, strings.Join(t.ids, ", "))
 }

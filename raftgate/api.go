@@ -436,7 +436,8 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, nil)
 		return
 	}
-	if err := n.checkEvidence(c); err != nil {
+	signers, err := n.checkEvidence(c)
+	if err != nil {
 		// Like the token: refused by the member that admits the
 		// request, before it is forwarded or proposed.
 		n.met.evidenceRefusals.WithLabelValues(string(errcode.Of(err))).Inc()
@@ -457,11 +458,14 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, nil)
 		return
 	}
+	// The keys that signed its evidence, as this leader checked them:
+	// in the answer and the log, never in the state (see vouched).
+	value := n.vouched(c, res.Value, res.Err, signers)
 	if res.Err != nil {
-		writeError(w, res.Err, res.Value)
+		writeError(w, res.Err, value)
 		return
 	}
-	raw, err := json.Marshal(res.Value)
+	raw, err := json.Marshal(value)
 	if err != nil {
 		writeError(w, errcode.Wrap(errcode.Internal, err, "encode result"), nil)
 		return

@@ -43,6 +43,12 @@ type RecheckResult struct {
 	Release Release `json:"release"`
 	// Reopened lists the permits renewed, sorted.
 	Reopened []string `json:"reopened"`
+	// VerifiedBy, in the answer to a register of a report or a recheck
+	// at a gate with verifier keys, are the IDs (evidence.KeyID) of the
+	// trusted keys whose signatures of its evidence the leader checked,
+	// sorted. Apply never sets it, and the state does not keep it: the
+	// leader adds it to its answer and logs it (Node.vouched).
+	VerifiedBy []string `json:"verifiedBy,omitempty"`
 }
 
 // RunSummary is a run without its per-rank tables.

@@ -250,7 +250,10 @@
 // Node.ReloadVerifierKeys (gate serve's SIGHUP) reads
 // Config.VerifierKeysFile again and swaps the whole set at once (an
 // atomic pointer: each check loads one set); a file it cannot use keeps
-// the set in effect, and a node without keys gains none.
+// the set in effect, and a node without keys gains none. The leader
+// names the trusted keys that signed a command's evidence in its answer
+// (RecheckResult.VerifiedBy) and log line, not in the state: a field in
+// the logged command would take a command-schema version.
 //
 // Every cluster has an identity (State.ClusterID, see identity.go),
 // drawn when it is founded (--bootstrap; a restore draws a new one) or,

@@ -12,24 +12,56 @@ import (
 // checkEvidence admits the evidence of c when the node requires
 // verifier signatures (Config.VerifierKeys, or the set ReloadVerifierKeys
 // put in its place): a register with a report and a recheck must carry a
-// signature by a trusted key over their fields (evidence.Trusted.Check).
-// Other commands, and every command on a node without keys, pass. The
-// set is loaded once: a reload meanwhile changes the next check, never
-// this one halfway.
-func (n *Node) checkEvidence(c Command) error {
+// signature by a trusted key over their fields
+// (evidence.Trusted.Signers), and signers are the IDs of the trusted
+// keys that signed. Other commands, and every command on a node without
+// keys, pass with no signers. The set is loaded once: a reload meanwhile
+// changes the next check, never this one halfway.
+func (n *Node) checkEvidence(c Command) (signers []string, err error) {
 	t := n.trusted.Load()
 	if t == nil {
-		return nil
+		return nil, nil
 	}
 	switch c := c.(type) {
 	case *Register:
 		if ev := c.Evidence(); ev != nil {
-			return t.Check(ev.Message(), c.Signatures, fmt.Sprintf("register of %s with report %s", c.Root, c.Report.Digest))
+			return t.Signers(ev.Message(), c.Signatures, fmt.Sprintf("register of %s with report %s", c.Root, c.Report.Digest))
 		}
 	case *RecheckCmd:
-		return t.Check(c.Evidence().Message(), c.Signatures, fmt.Sprintf("recheck of %s (%s %d, report %s)", c.Root, truncate(c.Kind), c.Value, c.Report))
+		return t.Signers(c.Evidence().Message(), c.Signatures, fmt.Sprintf("recheck of %s (%s %d, report %s)", c.Root, truncate(c.Kind), c.Value, c.Report))
 	}
-	return nil
+	return nil, nil
+}
+
+// vouched returns v, the result of a register or recheck whose evidence
+// the keys signers signed, naming them (RecheckResult.VerifiedBy), and
+// logs who vouched for the command applied. The state does not record
+// it: that takes a field in the logged command, which members on builds
+// before it cannot decode (they halt there), so a new command-schema
+// version; the answer and this line are where it is kept. applied is
+// the command's own refusal, if any (a recheck with hits is recorded
+// and refused).
+func (n *Node) vouched(c Command, v any, applied error, signers []string) any {
+	if len(signers) == 0 {
+		return v
+	}
+	var root, report string
+	switch c := c.(type) {
+	case *Register:
+		root, report = c.Root.String(), c.Report.Digest.String()
+	case *RecheckCmd:
+		root, report = c.Root.String(), c.Report.String()
+	}
+	attrs := []any{"type", commandType(c), "root", root, "report", report, "verifiedBy", strings.Join(signers, ",")}
+	if applied != nil {
+		attrs = append(attrs, "code", errcode.Of(applied))
+	}
+	n.log.Info("command applied; trusted verifier keys signed its evidence", attrs...)
+	if r, ok := v.(RecheckResult); ok {
+		r.VerifiedBy = signers
+		return r
+	}
+	return v
 }
 
 // ReloadVerifierKeys reads Config.VerifierKeysFile again and makes its

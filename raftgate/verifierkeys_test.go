@@ -1,8 +1,11 @@
 package raftgate
 
 import (
+	"bytes"
 	"crypto/ed25519"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/shardproof/shardproof/evidence"
 	"github.com/shardproof/shardproof/internal/errcode"
@@ -219,10 +224,10 @@ func TestVerifierKeysReloadIsWhole(t *testing.T) {
 					return
 				default:
 				}
-				if err := n.checkEvidence(signed); err != nil {
+				if _, err := n.checkEvidence(signed); err != nil {
 					bad.Store("signed: "+err.Error(), true)
 				}
-				if err := n.checkEvidence(unsigned); errcode.Of(err) != errcode.EvidenceUnsigned {
+				if _, err := n.checkEvidence(unsigned); errcode.Of(err) != errcode.EvidenceUnsigned {
 					bad.Store("unsigned: "+errString(err), true)
 				}
 			}
@@ -263,4 +268,106 @@ func errString(err error) string {
 		return "admitted"
 	}
 	return err.Error()
+}
+
+// TestSignersInTheAnswerAndTheLog: the answer to a register of a report
+// or a recheck at a gate with verifier keys names the trusted keys that
+// signed its evidence (RecheckResult.VerifiedBy: sorted, never an
+// untrusted key's), through a follower too, and so does the leader's
+// log line of the command; a recheck with hits, recorded and refused,
+// names them in its refusal's result. Neither the state nor the log
+// entries hold them, so replicas of builds before the field apply the
+// same; a staging register and a gate without keys answer none.
+func TestSignersInTheAnswerAndTheLog(t *testing.T) {
+	a, b, intruder := newKey(t), newKey(t), newKey(t)
+	trusted, err := evidence.NewTrusted(pubOf(a), pubOf(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuf{}
+	c := MakeCluster(t, 2, func(cfg *Config) {
+		cfg.VerifierKeys = trusted
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
+	leader := c.Leader(10 * time.Second)
+	follower := c.Nodes[0]
+	if follower == leader {
+		follower = c.Nodes[1]
+	}
+	ctx := ctxT(t, time.Minute)
+	cl := NewClient(follower.URL())
+	t.Cleanup(cl.Close)
+	aID, bID := evidence.KeyID(pubOf(a)), evidence.KeyID(pubOf(b))
+	both := []string{aID, bID}
+	slices.Sort(both)
+
+	if r, err := cl.Register(ctx, &Register{Root: dig("staged"), Shards: shardsOf("staged", 2)}); err != nil || r.VerifiedBy != nil {
+		t.Fatalf("staging register: %v, verified by %v; want none", err, r.VerifiedBy)
+	}
+	one := signedRegister("one", manifest.Verified, 1, intruder, a)
+	if r, err := cl.Register(ctx, one); err != nil || !slices.Equal(r.VerifiedBy, []string{aID}) {
+		t.Fatalf("register signed by a and an untrusted key: %v, verified by %v; want [%s]", err, r.VerifiedBy, aID)
+	}
+	if r, err := cl.Register(ctx, signedRegister("two", manifest.Verified, 1, b, a)); err != nil || !slices.Equal(r.VerifiedBy, both) {
+		t.Fatalf("register signed by b and a: %v, verified by %v; want %v", err, r.VerifiedBy, both)
+	}
+	if r, err := cl.Recheck(ctx, signedRecheck(&RecheckCmd{Root: dig("one"), Kind: FenceTombstone, Value: 3, Report: dig("re/one")}, b)); err != nil || !slices.Equal(r.VerifiedBy, []string{bID}) {
+		t.Fatalf("recheck signed by b: %v, verified by %v; want [%s]", err, r.VerifiedBy, bID)
+	}
+	hits := signedRecheck(&RecheckCmd{Root: dig("two"), Kind: FenceTombstone, Value: 4, Report: dig("re/two"), Hits: 2}, a)
+	if r, err := cl.Recheck(ctx, hits); errcode.Of(err) != errcode.TombstoneHit || r.Release.State != ReleaseInvalid || !slices.Equal(r.VerifiedBy, []string{aID}) {
+		t.Fatalf("recheck with hits signed by a: %v, %+v; want TOMBSTONE_HIT, INVALID, verified by [%s]", err, r, aID)
+	}
+
+	l := logs.String()
+	for _, want := range []string{
+		"node=" + leader.ID() + " type=register root=" + dig("one").String() + " report=" + dig("report/one").String() + " verifiedBy=" + aID,
+		"node=" + leader.ID() + " type=register root=" + dig("two").String() + " report=" + dig("report/two").String() + " verifiedBy=" + strings.Join(both, ","),
+		"node=" + leader.ID() + " type=recheck root=" + dig("one").String() + " report=" + dig("re/one").String() + " verifiedBy=" + bID,
+		"node=" + leader.ID() + " type=recheck root=" + dig("two").String() + " report=" + dig("re/two").String() + " verifiedBy=" + aID + " code=TOMBSTONE_HIT",
+	} {
+		if !strings.Contains(l, `msg="command applied; trusted verifier keys signed its evidence" `+want) {
+			t.Errorf("the leader's log has no line %q:\n%s", want, l)
+		}
+	}
+	if strings.Contains(l, evidence.KeyID(pubOf(intruder))) {
+		t.Errorf("the log names the untrusted key:\n%s", l)
+	}
+
+	// Nothing of it in the state or the log entries.
+	waitApplied(t, c.Nodes)
+	for _, n := range c.Nodes {
+		st := stateBytes(t, n)
+		if bytes.Contains(st, []byte(aID)) || bytes.Contains(st, []byte(bID)) || bytes.Contains(st, []byte("verifiedBy")) {
+			t.Fatalf("%s's state names a signer: %.300s", n.ID(), st)
+		}
+		first, _ := n.store.FirstIndex()
+		last, _ := n.store.LastIndex()
+		for i := first; i <= last; i++ {
+			var e raft.Log
+			if err := n.store.GetLog(i, &e); err != nil || e.Type != raft.LogCommand {
+				continue
+			}
+			if bytes.Contains(e.Data, []byte("verifiedBy")) || bytes.Contains(e.Data, []byte("ed25519")) {
+				t.Fatalf("%s's log entry %d names a signer: %.300s", n.ID(), i, e.Data)
+			}
+		}
+	}
+
+	// A gate without keys answers no signers, signed or not.
+	plain := StartTestNode(t, TestConfig(t.TempDir(), "plain"))
+	waitLeader(t, plain)
+	body, err := EncodeCommand(signedRegister("plain", manifest.Verified, 1, a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(plain.URL()+"/v1/commands", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || bytes.Contains(raw, []byte("verifiedBy")) {
+		t.Fatalf("signed register at a gate without keys: HTTP %d %s; want 200 naming no signer", resp.StatusCode, raw)
+	}
 }

@@ -705,7 +705,10 @@ With only --root the release is STAGED.
 
 The signatures stored beside the report (verify --sign-key) are sent with
 it; --sign-key signs it now too. A gate started with --verifier-keys
-refuses a report no key it trusts signed (EVIDENCE_UNSIGNED, exit 4).
+refuses a report no key it trusts signed (EVIDENCE_UNSIGNED, exit 4),
+and names the trusted keys that signed one it takes ("verified by", and
+"verifiedBy" with --json): its answer and its log are all that keep
+them, not its state.
 
 Exit status: 0 registered, 1 the release is INVALID (recorded as such),
 the report does not reach its claims or describes a damaged copy of a
@@ -837,6 +840,9 @@ release the gate holds proven (nothing recorded), 2 usage,
 				fmt.Fprintf(w, ", report %s, tombstone %d, benchmark %d", r.Report, r.TombstoneWatermark, r.BenchmarkFence)
 			}
 			fmt.Fprintln(w, ")")
+			if len(res.VerifiedBy) > 0 {
+				fmt.Fprintf(w, "verified by %s\n", strings.Join(res.VerifiedBy, ", "))
+			}
 			if len(res.Reopened) > 0 {
 				fmt.Fprintf(w, "renewed permits: %s\n", strings.Join(res.Reopened, ", "))
 			}
@@ -1096,7 +1102,8 @@ hits renews ROOT's permits a fence advance closed; any hit marks the
 release INVALID. The signatures stored for the recheck (recheck
 --sign-key) are sent with it, and --sign-key signs it now: a gate started
 with --verifier-keys refuses one no key it trusts signed
-(EVIDENCE_UNSIGNED, exit 4).
+(EVIDENCE_UNSIGNED, exit 4), and names the trusted keys that signed one
+it takes ("verified by").
 
 Exit status: 0 recorded, 1 the release has hits (now INVALID), or the
 report does not show what --value/--hits say or checked another
@@ -1164,6 +1171,9 @@ snapshot (BAD_INPUT; nothing recorded), 2 usage, 3 error, 4 refused, 5 indetermi
 		return printResult(cmd, r, func(w io.Writer) {
 			fmt.Fprintf(w, "release %s %s (%s %d, %d hits, report %s); renewed %d permits%s\n",
 				r.Release.Root, r.Release.State, f.kind, value, hits, rd, len(r.Reopened), spaced(strings.Join(r.Reopened, ", ")))
+			if len(r.VerifiedBy) > 0 {
+				fmt.Fprintf(w, "verified by %s\n", strings.Join(r.VerifiedBy, ", "))
+			}
 		})
 	},
 }

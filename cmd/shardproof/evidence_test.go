@@ -323,6 +323,7 @@ func TestTaskAggregateSignKey(t *testing.T) {
 // EVIDENCE_UNSIGNED, exit 4, and signed by the new key it is registered;
 // gate status lists the new key. A file the reload refuses (no key on a
 // line) keeps the keys in effect, and the gate logs why with the code.
+// gate register names the key that vouched, as the gate's log does.
 // A gate started without --verifier-keys keeps serving on SIGHUP, logs
 // that a reload gives it no keys, and still takes unsigned reports.
 func TestGateServeReloadsVerifierKeysOnSIGHUP(t *testing.T) {
@@ -385,7 +386,14 @@ func TestGateServeReloadsVerifierKeysOnSIGHUP(t *testing.T) {
 	if !strings.Contains(r.stderr, oldID) || !strings.Contains(r.stderr, "does not trust") {
 		t.Fatalf("register of the report signed by the revoked key: %s; want it to name %s as not trusted", r.stderr, oldID)
 	}
-	register("--sign-key", newPriv).expect(t, 0, "")
+	// The answer and the gate's log name the key that vouched.
+	from := len(g.stderr.String())
+	if r := register("--sign-key", newPriv).expect(t, 0, ""); !strings.Contains(r.stdout, "verified by "+newID+"\n") {
+		t.Fatalf("gate register signed by the new key: %s; want verified by %s", r.stdout, newID)
+	}
+	if l := waitLog(from, "trusted verifier keys signed its evidence"); !strings.Contains(l, "type=register") || !strings.Contains(l, "report="+report.String()) || !strings.Contains(l, "verifiedBy="+newID) {
+		t.Fatalf("the gate's log of the register: %s; want the report and verifiedBy=%s", l, newID)
+	}
 
 	// A file with a line that is no key: the keys in effect stay.
 	if err := os.WriteFile(file, []byte("ssh-ed25519 AAAAC3Nza\n"), 0o644); err != nil {
@@ -397,7 +405,11 @@ func TestGateServeReloadsVerifierKeysOnSIGHUP(t *testing.T) {
 	if r := runGateCLI(t, "gate", "status", "--gate", g.url).expect(t, 0, ""); !strings.Contains(r.stdout, "verifier keys: "+newID+"\n") {
 		t.Fatalf("gate status after a refused reload: %s; want verifier keys: %s kept", r.stdout, newID)
 	}
-	register().expect(t, 0, "")
+	if r := runGateCLI(t, "gate", "register", "--json", "--store", storeDir, "--gate", g.url, "--report", report.String()).expect(t, 0, ""); !strings.Contains(r.stdout, `"verifiedBy": [
+    "`+newID+`"
+  ]`) {
+		t.Fatalf("gate register --json with the stored signatures: %s; want verifiedBy [%s] alone", r.stdout, newID)
+	}
 	g.stop()
 
 	// Without --verifier-keys: SIGHUP neither ends the gate nor gives
@@ -408,6 +420,8 @@ func TestGateServeReloadsVerifierKeysOnSIGHUP(t *testing.T) {
 	if l := hup("verifier keys not reloaded"); !strings.Contains(l, "code=USAGE") || !strings.Contains(l, "requires no verifier signatures") {
 		t.Fatalf("SIGHUP to a gate without keys: %s", l)
 	}
-	runGateCLI(t, "gate", "register", "--store", plainDir, "--gate", p.url, "--report", plainReport.String()).expect(t, 0, "")
+	if r := runGateCLI(t, "gate", "register", "--store", plainDir, "--gate", p.url, "--report", plainReport.String()).expect(t, 0, ""); strings.Contains(r.stdout, "verified by") {
+		t.Fatalf("gate register at a gate without keys: %s; want no signer named", r.stdout)
+	}
 	p.stop()
 }
