@@ -182,7 +182,12 @@ func decodeRecord(b []byte, key string, v any, picks []manifest.Pick) error {
 
 // readRecordBytes reads the latest version of a commit record, at most
 // manifest.MaxDocumentSize bytes, into buf's room. found is false when
-// the key does not exist.
+// the key does not exist. A record longer than that is SHUFFLE_CORRUPT,
+// damaged as one that does not decode is (a map task's run writes none
+// so long: NewPlan gives it no more inputs than its record fits), so
+// that its reader runs the task again (redoMap, redoReduce), within the
+// bound of runs, rather than failing with DOCUMENT_TOO_LARGE at every
+// run of every reader.
 func readRecordBytes(ctx context.Context, s objstore.Store, key string, buf []byte) (b []byte, found bool, err error) {
 	rc, err := s.Get(ctx, key, "")
 	if objstore.IsNotExist(err) {
@@ -193,6 +198,9 @@ func readRecordBytes(ctx context.Context, s objstore.Store, key string, buf []by
 	}
 	defer rc.Close()
 	if b, err = verifyread.AppendAll(buf[:0], rc, manifest.MaxDocumentSize); err != nil {
+		if errcode.Of(err) == errcode.DocumentTooLarge {
+			return nil, false, errcode.Wrap(errcode.ShuffleCorrupt, err, "commit record %s", key)
+		}
 		return nil, false, wrap(err, "%s", key)
 	}
 	return b, true, nil

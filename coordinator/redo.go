@@ -325,6 +325,9 @@ func (j *Job) redoReduce(ctx context.Context, r int, cause error, progress func(
 func (j *Job) rereadReduce(ctx context.Context, r int) (rc *ReduceCommit, damage, err error) {
 	key := j.reduceCommitKey(r)
 	b, found, err := readRecordBytes(ctx, j.Store, key, nil)
+	if errcode.Of(err) == errcode.ShuffleCorrupt {
+		return nil, err, nil // too long to be any run's
+	}
 	if err != nil || !found {
 		return nil, nil, err
 	}
@@ -446,6 +449,9 @@ func (j *Job) sameMapRun(ctx context.Context, i int, old, c *MapCommit) error {
 	for r := range j.Plan.Reducers {
 		key := j.reduceCommitKey(r)
 		b, found, err := readRecordBytes(ctx, j.Store, key, nil)
+		if errcode.Of(err) == errcode.ShuffleCorrupt {
+			continue // too long: damaged, as below
+		}
 		if err != nil {
 			return err
 		}
