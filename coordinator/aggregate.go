@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -88,11 +89,17 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 			return nil, manifest.Digest{}, err
 		}
 		// The shuffle files each reduce task read and verified: one of
-		// each map task's, so every file the map tasks committed.
-		exec.ShuffleBytes += shuffled
+		// each map task's, so every file the map tasks committed. Each
+		// record's sizes fit an int64 (checked as it was read); forged
+		// ones may still not together.
+		fit := addSize(&exec.ShuffleBytes, shuffled)
 		exec.MergedFiles += len(rc.Merged)
 		for _, o := range rc.Merged {
-			exec.MergedBytes += o.Size
+			fit = fit && addSize(&exec.MergedBytes, o.Size)
+		}
+		if !fit {
+			return nil, manifest.Digest{}, errcode.New(errcode.ShuffleCorrupt, "aggregate: %s: the sizes of its inputs or merged files, with those of the reduce tasks before it, sum past %d bytes: forged sizes; verify again, which plans anew",
+				j.reduceCommitKey(r), int64(math.MaxInt64))
 		}
 		merged.Merge(rc.Result)
 		relLeaves = appendLeaves(relLeaves, rc.Result.ReleaseLeaves)
@@ -320,11 +327,13 @@ func (j *Job) decodeReduceForAggregate(r int, b []byte) (*ReduceCommit, int64, e
 			return nil // the number of inputs is checked below
 		}
 		size, err := in.size(i, elem)
+		if err == nil && !addSize(&shuffled, size) {
+			err = j.badReduceCommit(r, "its inputs' sizes sum past %d bytes (at input %d)", int64(math.MaxInt64), i)
+		}
 		if err != nil {
 			inputErr = err
 			return err
 		}
-		shuffled += size
 		return nil
 	}}}
 	rc := new(ReduceCommit)

@@ -386,7 +386,9 @@ func (j *Job) sameReduceRun(r int, old, c *ReduceCommit) error {
 	if j.checkMembers(r, cmp.Members) != nil {
 		cmp.Members = c.Members
 	}
-	if len(cmp.Inputs) != len(c.Inputs) {
+	if len(cmp.Inputs) != len(c.Inputs) || !sizesFit(cmp.Inputs) {
+		// Sizes that sum past an int64 are forged, and the record
+		// cannot tell which: none of its inputs is compared.
 		cmp.Inputs = c.Inputs
 	} else {
 		// An input the plan's checks refuse is the damage: the run

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -581,7 +582,8 @@ func (j *Job) checkReduceHead(r int, c *ReduceCommit) error {
 
 // checkReduceInputs checks the shuffle files a reduce task's record
 // says it read, whose sizes the report's shuffleBytes sums: one of each
-// map task's, in order, the file that map task wrote for this task.
+// map task's, in order, the file that map task wrote for this task,
+// their sizes summing to no more than an int64 holds (sizesFit).
 func (j *Job) checkReduceInputs(r int, inputs []Output) error {
 	if len(inputs) != len(j.Plan.MapTasks) {
 		return j.badReduceCommit(r, "%d inputs for %d map tasks", len(inputs), len(j.Plan.MapTasks))
@@ -591,7 +593,35 @@ func (j *Job) checkReduceInputs(r int, inputs []Output) error {
 			return err
 		}
 	}
+	if !sizesFit(inputs) {
+		return j.badReduceCommit(r, "its inputs' sizes sum past %d bytes", int64(math.MaxInt64))
+	}
 	return nil
+}
+
+// addSize adds n, the size of a file a commit record declares, to
+// *total, and reports whether the sum fits an int64 (a negative n does
+// not). Sizes each a record may hold sum past it only when forged:
+// wrapped, the report's shuffle bytes would be a small number taken for
+// the job's, or a negative one.
+func addSize(total *int64, n int64) bool {
+	if n < 0 || *total > math.MaxInt64-n {
+		return false
+	}
+	*total += n
+	return true
+}
+
+// sizesFit reports whether the sizes of files sum to no more than an
+// int64 holds.
+func sizesFit(files []Output) bool {
+	var total int64
+	for _, o := range files {
+		if !addSize(&total, o.Size) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkReduceInput checks input i of reduce task r's record as map task
@@ -619,6 +649,9 @@ func (j *Job) checkMerged(r int, merged []Output) error {
 		if _, ok := parseXXH64(o.XXH64); ok != (j.Plan.ShuffleChecksum == shuffle.XXH64) || o.Digest.IsZero() != ok {
 			return j.badReduceCommit(r, "merged file %d: xxh64 %.20q and digest %s, and the plan checks shuffle files with %s", k, o.XXH64, o.Digest, j.Plan.ShuffleChecksum)
 		}
+	}
+	if !sizesFit(merged) {
+		return j.badReduceCommit(r, "its merged files' sizes sum past %d bytes", int64(math.MaxInt64))
 	}
 	return nil
 }
