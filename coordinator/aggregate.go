@@ -520,6 +520,28 @@ func (j *Job) logFailures(rep *manifest.Report, d manifest.Digest) {
 	}
 }
 
+// AggregateTask is the aggregate task (`shardproof task aggregate`): the
+// report the plan's record names when the job finished (Reused, see
+// Finished), else Aggregate with the job held (Acquire, HoldRun), as
+// verify's own aggregation runs. Two aggregates of the plan at once (an
+// engine's retry beside a task still running, a second command) then
+// never run side by side: the second is JOB_IN_USE and writes nothing,
+// and run again once the first ended it gives the report the first
+// recorded. Unheld, the first one's deletion of the job's files, once
+// its report was stored, failed the other midway (TASK_NOT_READY).
+func (j *Job) AggregateTask(ctx context.Context, exec manifest.Execution) (*Outcome, error) {
+	h, out, err := j.hold(ctx)
+	if h == nil {
+		return out, err
+	}
+	defer h.Release()
+	out, err = j.aggregate(h.Context(), exec)
+	if lost := h.Lost(); err != nil && lost != nil {
+		return nil, lost
+	}
+	return out, err
+}
+
 // aggregate is Aggregate returning an Outcome.
 func (j *Job) aggregate(ctx context.Context, exec manifest.Execution) (*Outcome, error) {
 	rep, d, err := j.Aggregate(ctx, exec)

@@ -29,7 +29,8 @@ const HoldSchema = "training.verify.hold.v1"
 // What a hold is taken for.
 const (
 	// HoldRun runs the job's tasks and aggregates them (verify, verify
-	// --resume, publish, recheck).
+	// --resume, publish, recheck), or aggregates them alone (task
+	// aggregate).
 	HoldRun = "run"
 	// HoldRemove deletes the job's files (verify once its report is
 	// stored, task aggregate, store prune-jobs).

@@ -342,7 +342,8 @@ func (j *Job) Tasks(kind Kind) int {
 
 // RunTask runs one task of the job: what a `shardproof task` process, a
 // Slurm array task or a Kubernetes indexed pod does. It is idempotent: a
-// task whose commit record exists returns at once.
+// task whose commit record exists returns at once. The aggregate task
+// holds the job while it aggregates (AggregateTask).
 func (j *Job) RunTask(ctx context.Context, kind Kind, index int, exec manifest.Execution) error {
 	if index < 0 || index >= j.Tasks(kind) {
 		return errcode.New(errcode.Usage, "%s task index %d out of range [0, %d)", kind, index, j.Tasks(kind))
@@ -354,7 +355,7 @@ func (j *Job) RunTask(ctx context.Context, kind Kind, index int, exec manifest.E
 	case KindReduce:
 		_, err = j.Reduce(ctx, index)
 	case KindAggregate:
-		_, _, err = j.Aggregate(ctx, exec)
+		_, err = j.AggregateTask(ctx, exec)
 	}
 	return err
 }

@@ -55,6 +55,12 @@ the store holds it. A FILE that does not load is USAGE before any work;
 map and reduce take no key (USAGE when given one; $SHARDPROOF_SIGN_KEY,
 which tasks may inherit, is ignored there).
 
+An aggregate holds the job while it aggregates, as verify does: an
+aggregate of a plan that another live process holds (a second aggregate
+at once, an engine's retry beside one still running, or a verify that
+runs the job) is JOB_IN_USE, exit 3, and writes nothing; run again once
+that one ended, it prints the report it recorded.
+
 A task whose commit record exists succeeds at once. A rerun that finds an
 output already present checks it is byte-identical (else NONDETERMINISM).
 A reduce task starts only when every map task has committed, an aggregate
@@ -143,8 +149,7 @@ store refuses (STORE_DENIED) or a bucket that does not exist
 				return nil
 			}
 			if out == nil {
-				out = &coordinator.Outcome{Plan: ref.Plan}
-				out.Report, out.ReportDigest, err = j.Aggregate(ctx, manifest.Execution{Executor: "task"})
+				out, err = j.AggregateTask(ctx, manifest.Execution{Executor: "task"})
 			}
 			if errcode.Of(err) == errcode.TaskNotReady && wait == 0 && jobGone(ctx, s, ref.Plan) {
 				// No commit record at all, and no report recorded.
