@@ -17,7 +17,8 @@
 // versions of its files, then of its record, which must name the same
 // bytes (redoMap); a reduce task whose commit record is found damaged
 // runs again into a new version of its record, which must give the same
-// result (redoReduce); at most maxRuns runs a task. Store layout under
+// result (redoReduce); at most maxRuns runs a task, but for processes
+// running it again side by side (see maxRuns). Store layout under
 // jobs/<planHex>/:
 //
 //	map/<i>/r<j>.arrow    shuffle file of map task i for reduce range j

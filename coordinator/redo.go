@@ -23,6 +23,21 @@ import (
 // them across processes and resumes; a process also counts the runs it
 // made itself. Damage that comes back after that many runs (a disk that
 // rots what it is given) is SHUFFLE_CORRUPT naming the file, for good.
+//
+// The bound is exact in one process (its reducers share redoLocks) and
+// over processes one after the other. Processes that run a task again
+// side by side (an engine's reducers, each a process, finding one map
+// task's files gone) are not held to it: neither count sees a run
+// another process has under way, nor one that ended using another
+// process's record (otherMapRun, otherRun) instead of writing its own,
+// so each may run it. Each process makes at most maxRuns-1 runs again
+// of a task, and none starts one once the record has maxRuns versions:
+// P such processes run it at most 1 + P*(maxRuns-1) times, and write
+// at most that many versions (TestConcurrentRunsAgainBound). Holding
+// them to maxRuns would take a claim of each run (a conditional create
+// the store has) and a process that loses it waiting for the winner's
+// record, with no way to tell a winner still running from one that
+// died: it would fail, or wait, for good.
 const maxRuns = 3
 
 // redoLocks serializes the runs again of one task in a process, by its
