@@ -192,7 +192,11 @@
 //
 // Node runs one member: raft-boltdb in DataDir/raft.db (log and stable
 // store; one process at a time: a node started on a directory another
-// process holds fails after 2 s with DATA_DIR_IN_USE), FileSnapshotStore in DataDir/snapshots, a TCP transport, and the
+// process holds fails after 2 s with DATA_DIR_IN_USE, also when it found
+// its port in use first, the usual case of a gate started twice, since
+// it binds its ports before it touches DataDir: a port in use is IO only
+// while no one holds raft.db), FileSnapshotStore in DataDir/snapshots, a
+// TCP transport, and the
 // HTTP/JSON API: POST /v1/commands (a command envelope), POST /v1/join,
 // POST /v1/remove, POST /v1/record (a follower's own join record, see
 // handleRecord),

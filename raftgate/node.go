@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -400,6 +401,69 @@ func CheckHostPort(addr string) error {
 // data directory's raft.db (one that is shutting down) before it gives up.
 const dataLockWait = 2 * time.Second
 
+// bind binds the Raft and HTTP ports, in that order, before anything is
+// created in the data directory: a port in use left DIR made, with an
+// empty raft.db, and the next start, on a free port, found a directory no
+// start had finished. The HTTP listener is n.ln; the caller closes the
+// Raft one on a later failure (Shutdown closes n.ln). A port in use is
+// IO, unless the directory's raft.db is locked (portInUse).
+func (n *Node) bind() (*tcpStream, error) {
+	var advertise net.Addr
+	if n.cfg.RaftAdvertise != "" {
+		var err error
+		if advertise, err = net.ResolveTCPAddr("tcp", n.cfg.RaftAdvertise); err != nil {
+			return nil, errcode.Wrap(errcode.Usage, err, "raft advertise address")
+		}
+	}
+	raftLn, err := listenTCPStream(n.cfg.RaftAddr, advertise)
+	if err != nil {
+		return nil, n.portInUse(err, "raft transport on %s", n.cfg.RaftAddr)
+	}
+	n.ln, err = net.Listen("tcp", n.cfg.HTTPAddr)
+	if err != nil {
+		raftLn.Close()
+		return nil, n.portInUse(err, "gate HTTP listener on %s", n.cfg.HTTPAddr)
+	}
+	if n.cfg.wrapHTTP != nil {
+		n.ln = n.cfg.wrapHTTP(n.ln)
+	}
+	if a, ok := n.ln.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() && n.cfg.HTTPAdvertise == "" && n.cfg.Join != "" {
+		// The address a member records is the one others forward
+		// writes to when it leads: [::]:port names each of them.
+		raftLn.Close()
+		return nil, errcode.New(errcode.Usage, "gate HTTP address %s binds every interface; a member joining a cluster needs --http-advertise, the address the other members reach it at", a)
+	}
+	return raftLn, nil
+}
+
+// portInUse is the error of a listener that failed with err: IO, with
+// what and args saying which, or DATA_DIR_IN_USE when its port was in use
+// and the data directory's raft.db is locked by another process, waited
+// for as Start waits for it (dataLockWait): the gate serving DIR runs
+// already, most likely on these very ports, and the port was only the
+// first thing the second start met. A port in use while no one holds
+// raft.db (none there, or its gate stopped) stays IO.
+func (n *Node) portInUse(err error, what string, args ...any) error {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return errcode.Wrap(errcode.IO, err, what, args...)
+	}
+	db := filepath.Join(n.cfg.DataDir, "raft.db")
+	// Read-only: a shared lock, which waits for the exclusive one a
+	// running gate holds, as a second writer would. bbolt opens with
+	// O_CREATE, which must not make a raft.db that was not there.
+	b, lerr := bbolt.Open(db, 0o600, &bbolt.Options{ReadOnly: true, Timeout: dataLockWait, OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		return os.OpenFile(name, flag&^os.O_CREATE, perm)
+	}})
+	if lerr == nil {
+		b.Close()
+	}
+	if !errors.Is(lerr, bbolt.ErrTimeout) {
+		return errcode.Wrap(errcode.IO, err, what, args...)
+	}
+	return errcode.New(errcode.DataDirInUse, "%s is locked by another gate process (waited %s), and the %s found its port in use: a gate serves this directory already; stop it, or give this node its own --data and ports",
+		db, dataLockWait, fmt.Sprintf(what, args...))
+}
+
 // Start opens the node's storage, starts Raft and the HTTP API, and
 // bootstraps or joins as Config says. On error everything opened is closed.
 func (n *Node) Start(ctx context.Context) (err error) {
@@ -478,36 +542,15 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			n.Shutdown()
 		}
 	}()
-	// Both ports are bound before anything is created in the directory:
-	// a port in use left DIR made, with an empty raft.db, and the next
-	// start, on a free port, found a directory no start had finished.
-	var advertise net.Addr
-	if n.cfg.RaftAdvertise != "" {
-		if advertise, err = net.ResolveTCPAddr("tcp", n.cfg.RaftAdvertise); err != nil {
-			return errcode.Wrap(errcode.Usage, err, "raft advertise address")
-		}
-	}
-	raftLn, err := listenTCPStream(n.cfg.RaftAddr, advertise)
+	raftLn, err := n.bind()
 	if err != nil {
-		return errcode.Wrap(errcode.IO, err, "raft transport on %s", n.cfg.RaftAddr)
+		return err
 	}
 	defer func() {
 		if err != nil && n.trans == nil {
 			raftLn.Close()
 		}
 	}()
-	n.ln, err = net.Listen("tcp", n.cfg.HTTPAddr)
-	if err != nil {
-		return errcode.Wrap(errcode.IO, err, "gate HTTP listener on %s", n.cfg.HTTPAddr)
-	}
-	if n.cfg.wrapHTTP != nil {
-		n.ln = n.cfg.wrapHTTP(n.ln)
-	}
-	if a, ok := n.ln.Addr().(*net.TCPAddr); ok && a.IP.IsUnspecified() && n.cfg.HTTPAdvertise == "" && n.cfg.Join != "" {
-		// The address a member records is the one others forward
-		// writes to when it leads: [::]:port names each of them.
-		return errcode.New(errcode.Usage, "gate HTTP address %s binds every interface; a member joining a cluster needs --http-advertise, the address the other members reach it at", a)
-	}
 	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
 		return errcode.Wrap(errcode.IO, err, "gate data dir")
 	}

@@ -12,7 +12,9 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -636,6 +638,79 @@ func TestDataDirInUse(t *testing.T) {
 
 	a.Shutdown()
 	b = StartTestNode(t, second)
+	if st, err := NewClient("http://" + b.HTTPAddr()).State(t.Context()); err != nil || st.Fences.Tombstone != 7 {
+		t.Fatalf("the directory reopened after the first node stopped: %+v, %v", st, err)
+	}
+}
+
+// A second node started on a running node's data directory and on its
+// ports fails DATA_DIR_IN_USE naming raft.db, the true cause, where it
+// failed IO on the port it bound first (the ports are bound before
+// anything in DIR is touched) and sent the operator looking for the
+// process on the port, when the same gate was running already. It binds
+// the HTTP port after the Raft one: the HTTP port alone in use says the
+// same. The running node's data is untouched. A port held by something
+// else, with raft.db locked by no one (that gate stopped), stays IO.
+func TestDataDirInUseOnItsPorts(t *testing.T) {
+	dir := t.TempDir()
+	cfg := TestConfig(dir, "a")
+	a := StartTestNode(t, cfg)
+	c := NewClient("http://" + a.HTTPAddr())
+	if _, err := c.AdvanceFence(t.Context(), FenceTombstone, 7); err != nil {
+		t.Fatal(err)
+	}
+	listing := func() []string {
+		t.Helper()
+		var names []string
+		err := filepath.WalkDir(cfg.DataDir, func(p string, _ os.DirEntry, err error) error {
+			names = append(names, p)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return names
+	}
+	before := listing()
+	db := filepath.Join(cfg.DataDir, "raft.db")
+	for _, c := range []struct{ name, raftAddr string }{
+		{"both ports", a.RaftAddr()},
+		{"the HTTP port", "127.0.0.1:0"},
+	} {
+		second := TestConfig(dir, "a")
+		second.RaftAddr, second.HTTPAddr = c.raftAddr, a.HTTPAddr()
+		b := NewNode(second)
+		err := b.Start(t.Context())
+		if err == nil {
+			b.Shutdown()
+			t.Fatalf("%s in use: a second node started on a data directory in use", c.name)
+		}
+		if errcode.Of(err) != errcode.DataDirInUse || !strings.Contains(err.Error(), db) {
+			t.Fatalf("%s in use by the node serving the same data directory: %v (code %s), want DATA_DIR_IN_USE naming %s", c.name, err, errcode.Of(err), db)
+		}
+	}
+	if st, err := c.State(t.Context()); err != nil || st.Fences.Tombstone != 7 {
+		t.Fatalf("the running node after the refused starts: %+v, %v", st, err)
+	}
+	if after := listing(); !slices.Equal(after, before) {
+		t.Fatalf("the running node's directory changed: %v, was %v", after, before)
+	}
+
+	httpAddr := a.HTTPAddr()
+	a.Shutdown()
+	held, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	second := TestConfig(dir, "a")
+	second.HTTPAddr = httpAddr
+	err = NewNode(second).Start(t.Context())
+	if errcode.Of(err) != errcode.IO || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("the HTTP port held by another program, raft.db by no one: %v (code %s), want IO naming the port", err, errcode.Of(err))
+	}
+	held.Close()
+	b := StartTestNode(t, second)
 	if st, err := NewClient("http://" + b.HTTPAddr()).State(t.Context()); err != nil || st.Fences.Tombstone != 7 {
 		t.Fatalf("the directory reopened after the first node stopped: %+v, %v", st, err)
 	}
