@@ -191,12 +191,7 @@
 // # Nodes, HTTP and clients
 //
 // Node runs one member: raft-boltdb in DataDir/raft.db (log and stable
-// store; one process at a time: a node started on a directory another
-// process holds fails after 2 s with DATA_DIR_IN_USE, also when it found
-// its port in use first, the usual case of a gate started twice, since
-// it binds its ports before it touches DataDir: a port in use is IO only
-// while no one holds raft.db), FileSnapshotStore in DataDir/snapshots, a
-// TCP transport, and the
+// store), FileSnapshotStore in DataDir/snapshots, a TCP transport, and the
 // HTTP/JSON API: POST /v1/commands (a command envelope), POST /v1/join,
 // POST /v1/remove, POST /v1/record (a follower's own join record, see
 // handleRecord),
@@ -240,6 +235,15 @@
 // travels in every HTTP request: without TLS, a node whose API other hosts
 // reach warns at start, and a Client warns once per URL when it sends it
 // over plain http to an address that is not loopback.
+//
+// A data directory is one process's at a time: a node started on a
+// directory another process holds fails after 2 s with DATA_DIR_IN_USE,
+// also when it found a port in use first, the usual case of a gate
+// started twice (Start binds its ports before it touches DataDir, and a
+// port in use is IO only while no one holds raft.db). A Start that fails
+// after it made DataDir removes it, and the parents it made for it,
+// unless it asked a member to add it (see removeMade); a DataDir that
+// existed is never removed.
 //
 // With Config.VerifierKeys a register carrying a report and a recheck
 // must carry a signature, by a trusted verifier key, of their fields

@@ -278,6 +278,11 @@ type Node struct {
 	// reloading serializes reloads.
 	trusted   atomic.Pointer[evidence.Trusted]
 	reloading sync.Mutex
+	// made are the directories Start made for DataDir, outermost first,
+	// and joinAsked is set once Start asked a member to add this node:
+	// see removeMade.
+	made      []string
+	joinAsked bool
 }
 
 // NewNode returns a node; Start opens its storage and starts serving.
@@ -464,8 +469,59 @@ func (n *Node) portInUse(err error, what string, args ...any) error {
 		db, dataLockWait, fmt.Sprintf(what, args...))
 }
 
+// makeDirs makes dir and the parents it lacks, as os.MkdirAll, and
+// returns those it made, outermost first: one another process made
+// meanwhile is not among them.
+func makeDirs(dir string) ([]string, error) {
+	var missing []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || !errors.Is(err, fs.ErrNotExist) || filepath.Dir(d) == d {
+			break
+		}
+		missing = append(missing, d)
+	}
+	var made []string
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := os.Mkdir(missing[i], 0o755); err == nil {
+			made = append(made, missing[i])
+		} else if !errors.Is(err, fs.ErrExist) {
+			return made, err
+		}
+	}
+	return made, os.MkdirAll(dir, 0o755)
+}
+
+// removeMade removes, after a failed Start, what it made of DataDir (the
+// directory, with all Start wrote there, and the parents made for it), so
+// the next start finds none, as it was given: a half-made DIR (an empty
+// raft.db, a learner marker of a join never asked) misled it, refusing
+// --bootstrap for a member whose join was not answered. A DIR that
+// existed is left as it is. It runs with raft.db's lock held, so a start
+// beside this one that waits for the lock finds the file gone and stops.
+// It keeps DIR once a member was asked to add this node (the leader may
+// have: the marker keeps a restart from founding a second cluster under
+// a member's ID), and when another process holds raft.db (cause is
+// DATA_DIR_IN_USE: a start beside this one uses the DIR this one made).
+func (n *Node) removeMade(cause error) {
+	if len(n.made) == 0 || n.joinAsked || errcode.Of(cause) == errcode.DataDirInUse {
+		return
+	}
+	for i := len(n.made) - 1; i >= 0; i-- {
+		rm := os.Remove // a parent: empty, unless another put something there
+		if i == len(n.made)-1 {
+			rm = os.RemoveAll
+		}
+		if err := rm(n.made[i]); err != nil {
+			n.log.Warn("the start failed; a directory it made for its data is left", "dir", n.made[i], "code", errcode.IO, "err", err)
+			return
+		}
+	}
+	n.log.Info("the start failed; removed the directories it made for its data", "dir", n.made[0])
+}
+
 // Start opens the node's storage, starts Raft and the HTTP API, and
-// bootstraps or joins as Config says. On error everything opened is closed.
+// bootstraps or joins as Config says. On error everything opened is
+// closed, and DataDir, when Start made it, is removed (see removeMade).
 func (n *Node) Start(ctx context.Context) (err error) {
 	if n.cfg.ID == "" || n.cfg.DataDir == "" {
 		return errcode.New(errcode.Usage, "gate node needs an ID and a data directory")
@@ -539,7 +595,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			n.Shutdown()
+			n.shutdown(func() { n.removeMade(err) })
 		}
 	}()
 	raftLn, err := n.bind()
@@ -551,7 +607,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			raftLn.Close()
 		}
 	}()
-	if err := os.MkdirAll(n.cfg.DataDir, 0o755); err != nil {
+	if n.made, err = makeDirs(n.cfg.DataDir); err != nil {
 		return errcode.Wrap(errcode.IO, err, "gate data dir")
 	}
 	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: raftLogLevel(n.cfg.RaftLogLevel), Output: n.cfg.RaftLog, JSONFormat: n.cfg.RaftLogJSON})
@@ -559,12 +615,25 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// waits for the lock for ever: a second gate started on a running
 	// gate's directory hung without a word.
 	db := filepath.Join(n.cfg.DataDir, "raft.db")
-	n.store, err = raftboltdb.New(raftboltdb.Options{Path: db, BoltOptions: &bbolt.Options{Timeout: dataLockWait}})
+	var dbFile *os.File
+	n.store, err = raftboltdb.New(raftboltdb.Options{Path: db, BoltOptions: &bbolt.Options{Timeout: dataLockWait, OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		f, err := os.OpenFile(name, flag, perm)
+		dbFile = f
+		return f, err
+	}}})
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return errcode.New(errcode.DataDirInUse, "%s is locked by another gate process (waited %s); stop it, or give this node its own --data", db, dataLockWait)
 	}
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "open %s", db)
+	}
+	// The lock is on the file opened, which a failed start beside this
+	// one, which made DIR, may have removed meanwhile (see removeMade):
+	// going on would keep the state in a file no path names.
+	if held, err := dbFile.Stat(); err != nil {
+		return errcode.Wrap(errcode.IO, err, "open %s", db)
+	} else if now, err := os.Stat(db); err != nil || !os.SameFile(held, now) {
+		return errcode.New(errcode.IO, "%s was removed while this start waited for its lock (a start beside this one that made %s failed and removed it); start again", db, n.cfg.DataDir)
 	}
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(n.cfg.DataDir, 2, hl)
 	if err != nil {
@@ -864,6 +933,7 @@ func (n *Node) join(ctx context.Context) error {
 	req := &Join{ID: n.cfg.ID, RaftAddr: n.RaftAddr(), HTTPAddr: n.HTTPAddr()}
 	var ans joinAnswer
 	deadline := time.Now().Add(joinRetryFor)
+	n.joinAsked = true
 	for {
 		err := c.do(ctx, http.MethodPost, "/v1/join", req, &ans)
 		if err == nil {
@@ -947,7 +1017,11 @@ func (n *Node) IsLeader() bool { return n.raft != nil && n.raft.State() == raft.
 
 // Shutdown stops the HTTP API and Raft and closes the storage. It is safe
 // to call more than once.
-func (n *Node) Shutdown() error {
+func (n *Node) Shutdown() error { return n.shutdown(nil) }
+
+// shutdown is Shutdown, calling beforeClose, if set, once everything but
+// the store is closed: raft.db's lock is still held.
+func (n *Node) shutdown(beforeClose func()) error {
 	n.shutOnce.Do(func() {
 		close(n.stop)
 		n.ident.markReady()
@@ -978,6 +1052,9 @@ func (n *Node) Shutdown() error {
 		n.beats.Lock()
 		n.beatsOff = true
 		n.beats.Unlock()
+		if beforeClose != nil {
+			beforeClose()
+		}
 		if n.store != nil {
 			errs = append(errs, n.store.Close())
 		}

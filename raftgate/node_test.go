@@ -716,6 +716,62 @@ func TestDataDirInUseOnItsPorts(t *testing.T) {
 	}
 }
 
+// A start that made its DIR and fails removes it while it still holds
+// raft.db's lock (see removeMade), and a start beside it that waited for
+// that lock, on the file it had opened before the removal, stops (IO)
+// instead of running on a raft.db no path names, whose state a restart
+// would not find. Whatever the order the two meet in, a second start
+// that succeeds keeps its state across a restart, and one that fails
+// leaves no DIR.
+func TestStartBesideAFailedStartThatMadeTheDir(t *testing.T) {
+	atStatus, release := make(chan struct{}), make(chan struct{})
+	notGate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(atStatus)
+		<-release
+		http.NotFound(w, r)
+	}))
+	defer notGate.Close()
+	dir := t.TempDir()
+	first := TestConfig(dir, "a")
+	first.Bootstrap, first.Join = false, notGate.Listener.Addr().String()
+	a := NewNode(first)
+	failed := make(chan error, 1)
+	go func() { failed <- a.Start(ctxT(t, 20*time.Second)) }()
+	<-atStatus // a made DIR, holds raft.db's lock and asks for a status
+
+	second := TestConfig(dir, "a")
+	b := NewNode(second)
+	t.Cleanup(func() { b.Shutdown() })
+	started := make(chan error, 1)
+	go func() { started <- b.Start(ctxT(t, 20*time.Second)) }()
+	time.Sleep(300 * time.Millisecond) // b waits for the lock, most often
+	close(release)
+	if err := <-failed; errcode.Of(err) != errcode.Usage {
+		t.Fatalf("the start joining via no gate: %v, want USAGE", err)
+	}
+	err := <-started
+	if err != nil {
+		t.Logf("the start beside it: %v", err)
+		if _, serr := os.Stat(second.DataDir); !errors.Is(serr, os.ErrNotExist) {
+			t.Fatalf("the start beside the failed one failed (%v) and left DIR: %v", err, serr)
+		}
+		return
+	}
+	waitLeader(t, b)
+	if _, err := NewClient("http://"+b.HTTPAddr()).AdvanceFence(t.Context(), FenceTombstone, 7); err != nil {
+		t.Fatal(err)
+	}
+	b.Shutdown()
+	second.Bootstrap = false
+	c := StartTestNode(t, second)
+	waitLeader(t, c)
+	var got uint64
+	c.FSM().Read(func(s *State) { got = s.Fences.Tombstone })
+	if got != 7 {
+		t.Fatalf("the start beside the failed one served, and its restart finds tombstone fence %d, want 7", got)
+	}
+}
+
 // What retrying cannot fix is not retried: a URL that is no http(s) gate,
 // a 4xx that is not the gate's own answer, and names that cannot be
 // addressed. RetryFor < 0 tries each endpoint once.

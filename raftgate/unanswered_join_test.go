@@ -1,6 +1,11 @@
 package raftgate
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,13 +22,20 @@ import (
 // --bootstrap to found a new single-node cluster"), and --bootstrap,
 // with or without --restore, is refused, where it founded a second
 // cluster under the member's ID. Each refusal leaves the marker, and a
-// restart with --join and the token then joins.
+// restart with --join and the token then joins. DIR exists before the
+// start (a mounted volume): one the start made, refused before it asked
+// to join, is removed (TestFailedStartRemovesTheDataDirItMade), and one
+// it made and asked to join with is kept
+// (TestUnansweredJoinKeepsTheDataDirItMade).
 func TestUnansweredJoinerRejoinsOnlyWithJoin(t *testing.T) {
 	tok := []byte("0123456789abcdef-gate-token")
 	c := MakeCluster(t, 1, func(cfg *Config) { cfg.Token = tok })
 	leader := c.Leader(10 * time.Second)
 	cfg := TestConfig(t.TempDir(), "joiner")
 	cfg.Bootstrap, cfg.Join = false, leader.HTTPAddr()
+	if err := os.Mkdir(cfg.DataDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	n := NewNode(cfg)
 	err := n.Start(ctxT(t, 40*time.Second))
 	n.Shutdown()
@@ -66,4 +78,55 @@ func TestUnansweredJoinerRejoinsOnlyWithJoin(t *testing.T) {
 	}
 	t.Cleanup(func() { n.Shutdown() })
 	WaitPromoted(t, n, 10*time.Second)
+}
+
+// A start that made its DIR and asked a member to add it, and failed
+// before the answer came (here its context ended while the proxy held
+// the leader's answer back), keeps DIR and its learner marker: the
+// leader did add it, as a nonvoter, and without the marker a restart
+// with --bootstrap would found a second cluster under a member's ID
+// (TestUnansweredJoinerRejoinsOnlyWithJoin). A restart with --join joins.
+func TestUnansweredJoinKeepsTheDataDirItMade(t *testing.T) {
+	c := MakeCluster(t, 1)
+	leader := c.Leader(10 * time.Second)
+	ctx, cancel := context.WithCancel(ctxT(t, 40*time.Second))
+	defer cancel()
+	target, _ := url.Parse(leader.URL())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/join" {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		// The leader answers; the joiner never hears it.
+		rp.ServeHTTP(httptest.NewRecorder(), r)
+		cancel()
+		<-r.Context().Done()
+	}))
+	defer proxy.Close()
+	cfg := TestConfig(t.TempDir(), "joiner")
+	cfg.Bootstrap, cfg.Join = false, proxy.Listener.Addr().String()
+	n := NewNode(cfg)
+	err := n.Start(ctx)
+	n.Shutdown()
+	if err == nil {
+		t.Fatal("a start whose join was not answered succeeded")
+	}
+	f := leader.Raft().GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	added := false
+	for _, s := range f.Configuration().Servers {
+		added = added || s.ID == "joiner"
+	}
+	if !added {
+		t.Fatalf("the leader did not add the joiner: %+v", f.Configuration().Servers)
+	}
+	if _, serr := os.Stat(filepath.Join(cfg.DataDir, learnerFile)); serr != nil {
+		t.Fatalf("the start that failed (%v) after asking to join left no learner marker in the DIR it made: %v", err, serr)
+	}
+
+	cfg.Join = leader.HTTPAddr()
+	StartTestNode(t, cfg)
 }

@@ -182,7 +182,9 @@ whose directory was wiped, which must rejoin with --join, since founding a
 second cluster under the same addresses would answer from an empty state
 and acknowledge writes its cluster never sees. --bootstrap on a DIR whose
 stored configuration has other members is refused too, so it never stays
-in a restart command. A DIR whose join was never answered (DIR/learner,
+in a restart command. A start that fails after it made DIR removes it
+(and the parents it made), unless it had asked a member to add it: a DIR
+that existed is never removed. A DIR whose join was never answered (DIR/learner,
 no state) restarts only with --join: without it, or with --bootstrap or
 --restore, it is refused (USAGE).
 

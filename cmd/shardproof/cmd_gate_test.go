@@ -1284,3 +1284,52 @@ func TestGateServePortInUseCreatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A gate serve that fails after it made its --data (here its --join is
+// no gate: the start binds its ports, makes DIR, opens raft.db, writes
+// the learner marker and only then asks the member for its status)
+// removes what it made, DIR and the parents it made for it, where it left
+// a DIR whose marker refused the next start with --bootstrap as "a member
+// whose join was not answered", though it had asked no one to add it.
+// That start now founds the gate. A DIR that existed keeps what it held.
+func TestFailedStartRemovesTheDataDirItMade(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a gate server")
+	}
+	notGate := httptest.NewServer(http.NotFoundHandler())
+	defer notGate.Close()
+	join := strings.TrimPrefix(notGate.URL, "http://")
+	for _, premade := range []bool{false, true} {
+		parent := filepath.Join(t.TempDir(), "volume")
+		dir := filepath.Join(parent, "gate")
+		note := filepath.Join(dir, "note")
+		if premade {
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(note, []byte("kept\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := runRefused(t, "gate", "serve", "--id", "joiner", "--join", join, "--data", dir, "--http-addr", freeAddr(t), "--raft-addr", freeAddr(t))
+		if r.status != errcode.ExitUsage || !strings.Contains(r.stderr, "shardproof: USAGE: join via "+join) {
+			t.Fatalf("a join via a server that is no gate (DIR made before: %v): exit %d, want 2 with USAGE\n%s", premade, r.status, r.stderr)
+		}
+		if !premade {
+			if _, err := os.Stat(parent); !errors.Is(err, os.ErrNotExist) {
+				entries, _ := os.ReadDir(dir)
+				t.Fatalf("the failed start left what it made: %v, DIR holds %v", err, entries)
+			}
+			continue
+		}
+		if b, err := os.ReadFile(note); err != nil || string(b) != "kept\n" {
+			t.Fatalf("the DIR given, after the failed start: %q, %v", b, err)
+		}
+	}
+
+	dir := filepath.Join(t.TempDir(), "gate")
+	runRefused(t, "gate", "serve", "--id", "joiner", "--join", join, "--data", dir, "--http-addr", freeAddr(t), "--raft-addr", freeAddr(t))
+	gate, stop := startGateServe(t, dir, "--bootstrap", "--id", "joiner")
+	runGateCLI(t, "gate", "status", "--gate", gate).expect(t, 0, "")
+	stop()
+}
