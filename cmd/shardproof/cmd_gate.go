@@ -263,6 +263,9 @@ line that is no public key keeps the keys in effect, and the gate logs
 why with the code (USAGE); a reload never leaves a gate requiring no
 signature. A gate started without --verifier-keys gains no keys by
 SIGHUP (it logs that it has no key file); restart it with the flag.
+SIGHUP is caught from the start of gate serve, before it reads its
+files: one sent while the gate starts (reads a --token-file that is a
+pipe, waits for raft.db's lock, joins) reloads FILE once the gate is up.
 Each member reads its own FILE: update every member's, then send each
 one SIGHUP, and compare their "gate status".
 
@@ -283,6 +286,16 @@ slow reader that keeps reading is not cut, nor a "wait" long-poll, which
 writes nothing while it waits. "gate status" shows the value in effect.`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
+		// SIGHUP reloads the verifier keys file (a daemon's convention).
+		// Its default action ends the process, so it is caught first,
+		// before the files below are read (a --token-file that is a
+		// pipe, <(…), waits for its writer) and the node starts (binds,
+		// opens raft.db, waits for its lock, joins); one that comes
+		// meanwhile waits in hup and is done once the node is up.
+		// SIGINT and SIGTERM are caught from main on, in cmd.Context().
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
 		f := gateServeFlags
 		var token []byte
 		if f.tokenFile != "" {
@@ -352,11 +365,6 @@ writes nothing while it waits. "gate status" shows the value in effect.`,
 			VerifierKeys:     trusted,
 			VerifierKeysFile: f.verifierKeys,
 		})
-		// SIGHUP reloads the verifier keys file (a daemon's convention),
-		// caught from before Start: its default action ends the process.
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
 		if err := n.Start(cmd.Context()); err != nil {
 			return err
 		}
