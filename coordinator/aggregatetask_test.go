@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/procid"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/shuffle"
 )
@@ -61,5 +62,38 @@ func TestConcurrentAggregateTasks(t *testing.T) {
 	}
 	if again, err := j.Finished(ctx); err != nil || again == nil || again.ReportDigest != out.ReportDigest {
 		t.Fatalf("the plan's report after the second aggregate ran again: %+v, %v; want %s", again, err, out.ReportDigest)
+	}
+}
+
+// An aggregate task killed on another machine (its pod's node lost) holds
+// the job until its hold record, renewed every minute, is HoldStaleAfter
+// old by the store's clock: the engine's retry meanwhile is JOB_IN_USE
+// and writes nothing, and its retry after that takes the job over and
+// stores the report, as README says.
+func TestAggregateTaskAfterHolderOnAnotherMachine(t *testing.T) {
+	s, _, res := fileSynth(t)
+	ctx := t.Context()
+	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
+	for i := range len(j.Plan.MapTasks) {
+		must(j.Map(ctx, i, nil))
+	}
+	for r := range j.Plan.Reducers {
+		must(j.Reduce(ctx, r))
+	}
+	exec := manifest.Execution{Executor: "task"}
+	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
+	putHold(t, s, j.PlanDigest, 1, HoldRun, far)
+	if err := must(Open(ctx, s, j.PlanDigest)).RunTask(ctx, KindAggregate, 0, exec); errcode.Of(err) != errcode.JobInUse {
+		t.Fatalf("an aggregate while the killed one's record is fresh: %v; want %s", err, errcode.JobInUse)
+	}
+	if out, err := j.Finished(ctx); err != nil || out != nil {
+		t.Fatalf("the plan's report after the refused aggregate: %+v, %v; want none", out, err)
+	}
+	ageHold(t, s, j.PlanDigest, 1)
+	if err := must(Open(ctx, s, j.PlanDigest)).RunTask(ctx, KindAggregate, 0, exec); err != nil {
+		t.Fatalf("an aggregate once the killed one's record is HoldStaleAfter old: %v", err)
+	}
+	if out, err := j.Finished(ctx); err != nil || out == nil || out.Report.Verdict != manifest.Verified {
+		t.Fatalf("the plan's report: %+v, %v", out, err)
 	}
 }

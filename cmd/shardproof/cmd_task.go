@@ -59,7 +59,13 @@ An aggregate holds the job while it aggregates, as verify does: an
 aggregate of a plan that another live process holds (a second aggregate
 at once, an engine's retry beside one still running, or a verify that
 runs the job) is JOB_IN_USE, exit 3, and writes nothing; run again once
-that one ended, it prints the report it recorded.
+that one ended, it prints the report it recorded. One killed on another
+machine before it recorded the report holds the job until its hold
+record, renewed every minute, is 5 minutes old by the store's clock: a
+retry is JOB_IN_USE for up to 5 minutes after the kill, and a retry
+after that takes the job over and aggregates. Let the engine retry for
+longer than that, or take the job at once with verify --resume PLAN
+--take-over.
 
 A task whose commit record exists succeeds at once. A rerun that finds an
 output already present checks it is byte-identical (else NONDETERMINISM).
