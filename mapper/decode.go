@@ -156,7 +156,10 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	}
 	// arrow-go allocates each footer list's declared capacity before
 	// reading its elements (763 MiB for a shard whose footer declared
-	// 100M row groups): refuse a count beyond the footer's bytes first.
+	// 100M row groups), and each schema group's children at its declared
+	// num_children (1 GiB for a root declaring 2^26): refuse a count
+	// beyond the footer's bytes or elements, and a footer whose decode
+	// costs more than its bytes pay for, first.
 	if err := pqfooter.Check(data[footerStart : len(data)-8]); err != nil {
 		res.fail(errcode.FooterCorrupt, "footer does not parse: %v", err)
 		return res, nil

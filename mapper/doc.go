@@ -3,8 +3,9 @@
 //
 // MapShard reads exactly the descriptor's object version, hashes every
 // byte, checks the Parquet footer (its Thrift counts and lengths against
-// its bytes, internal/pqfooter, before arrow-go decodes it) and every
-// column chunk's bounds against the bytes actually read, compares the Arrow schema with the record
+// its bytes, its schema tree and estimated decode cost, internal/pqfooter,
+// before arrow-go decodes it) and every column chunk's bounds against the
+// bytes actually read, compares the Arrow schema with the record
 // schema, decodes the records under recover in the calling goroutine, and
 // recomputes with internal/canon — the code the writer used — the logical
 // digest, records, tokens, memberSetDigest and tuples. Data problems are

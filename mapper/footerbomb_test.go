@@ -36,3 +36,35 @@ func testFooterListBeyondItsBytes(t *testing.T, dec mapper.Decoder) {
 		}
 	}
 }
+
+// A shard replaced by one whose footer's schema is not one tree (its
+// root declares 2^26 children, and 7 elements follow it) or whose tree costs
+// far more than its bytes (4,000 leaves under a group of a 20,000-byte
+// name) is FOOTER_CORRUPT before arrow-go builds the schema, and emits
+// nothing: its schema builder made a slice of the declared children (1
+// GiB) before finding no element for the eighth, and built a path of 20
+// KB for each leaf (160 MiB).
+func TestFooterSchemaTreeBomb(t *testing.T) { forDecoders(t, testFooterSchemaTreeBomb) }
+
+func testFooterSchemaTreeBomb(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 300, 1, dec)
+	orig := stagetest.ShardBytes(t, f.s, f.res.Release.Shards[0])
+	for name, data := range map[string][]byte{
+		"root of 2^26 children":  stagetest.DeclareRootChildren(t, orig, 1<<26),
+		"leaves under long name": stagetest.NestUnderLongName(t, orig, 20_000, 4000),
+	} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		r, tuples := f.replaced(t, data)
+		runtime.ReadMemStats(&after)
+		got := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d-byte shard: TotalAlloc %d KiB, codes %v", name, len(data), got>>10, codes(r))
+		if want := []string{"DIGEST_MISMATCH", "FOOTER_CORRUPT", "SIZE_MISMATCH"}; !slices.Equal(codes(r), want) || r.Decoded || len(tuples) != 0 {
+			t.Errorf("%s: codes %v decoded %v tuples %d; want %v, none", name, codes(r), r.Decoded, len(tuples), want)
+		}
+		if limit := uint64(16<<20 + 64*len(data)); got > limit {
+			t.Errorf("%s: mapping a %d-byte shard allocated %d MiB, over %d MiB", name, len(data), got>>20, limit>>20)
+		}
+	}
+}

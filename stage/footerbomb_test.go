@@ -59,3 +59,50 @@ func TestStageInputFooterListBeyondItsBytes(t *testing.T) {
 		})
 	}
 }
+
+// An input whose footer's schema is not one tree (its root declares
+// 2^26 children, and 7 elements follow it) or costs far more than its bytes
+// (4,000 leaves under a group of a 20,000-byte name) is BAD_INPUT before
+// arrow-go builds its schema, which allocated 1 GiB and 322 MiB, and
+// nothing is stored.
+func TestStageInputSchemaTreeBomb(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		craft func(t *testing.T, data []byte) []byte
+	}{
+		{"root of 2^26 children", func(t *testing.T, data []byte) []byte { return stagetest.DeclareRootChildren(t, data, 1<<26) }},
+		{"leaves under long name", func(t *testing.T, data []byte) []byte { return stagetest.NestUnderLongName(t, data, 20_000, 4000) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "bomb.parquet")
+			writeInput(t, path, []stage.Row{
+				{SampleID: "a", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "one", Tokens: 1},
+			})
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data = tc.craft(t, data)
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s := stagetest.Store(t)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			_, err = stage.Stage(context.Background(), s, stage.StageOptions{Inputs: []string{path}, Shards: 1, TempDir: t.TempDir()})
+			runtime.ReadMemStats(&after)
+			got := after.TotalAlloc - before.TotalAlloc
+			t.Logf("%d-byte file: TotalAlloc %d KiB, err %v", len(data), got>>10, err)
+			if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "bomb.parquet") {
+				t.Fatalf("err = %v (code %s), want BAD_INPUT naming the file", err, errcode.Of(err))
+			}
+			if limit := uint64(16<<20 + 64*len(data)); got > limit {
+				t.Fatalf("staging a %d-byte file allocated %d MiB, over %d MiB", len(data), got>>20, limit>>20)
+			}
+			if n := countObjects(t, s); n != 0 {
+				t.Fatalf("bad input wrote %d objects", n)
+			}
+		})
+	}
+}

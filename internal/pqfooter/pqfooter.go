@@ -20,6 +20,26 @@
 // as, say, a binary value bytes that arrow-go reads as a struct holding
 // a list header of any count. A field whose declared type differs from
 // the IDL's arrow-go skips the way the walk does.
+//
+// Lists within their bytes can still cost arrow-go more than their bytes
+// when it builds the schema. FileMetaData.schema is a tree flattened
+// depth first, each group's num_children naming how many of the next
+// elements are its children, and arrow-go makes a group's slice of
+// children at that count before reading them: an 18-byte footer whose
+// root declared 2^26 children made it allocate 1 GiB. Check refuses a
+// schema that is not exactly one tree over all its elements (a count past
+// the elements left, a negative one, elements after the root's tree, a
+// tree needing more than the list holds) or that nests past
+// MaxSchemaDepth. arrow-go also builds every leaf's path from its
+// groups' names, which the footer holds once: 4,000 leaves under a
+// group of a 20,000-byte name, in an 88 KB file, cost 322 MiB. Cost
+// estimates those paths and the row groups × leaves grid of column
+// chunk metadata a reader of every chunk builds, and Check refuses a
+// footer whose Cost passes Budget (4 MiB and 64 bytes a footer byte):
+// the files of every writer tested use under a fifth of it (one of no
+// rows, whose leaves' paths no column chunk repeats in the footer, comes
+// nearest), and the rest of the decode allocates a bounded multiple of
+// the footer's bytes.
 package pqfooter
 
 import (
@@ -117,10 +137,11 @@ func sameType(declared, idl byte) bool {
 
 // Check checks footer, the serialized FileMetaData of a Parquet file (the
 // bytes between the data and the footer length), as arrow-go reads it:
-// one struct from its first byte (bytes after it are not read). It
-// returns an error wrapping ErrFooter that gives offsets and counts,
-// never the footer's bytes. It never panics and allocates nothing by a
-// count it reads.
+// one struct from its first byte (bytes after it are not read), whose
+// schema is one tree and whose Cost is within Budget. It returns an
+// error wrapping ErrFooter that gives offsets and counts, never the
+// footer's bytes. It never panics and allocates nothing by a count it
+// reads.
 func Check(footer []byte) error {
 	return check(footer, fileMetaData)
 }
@@ -134,6 +155,12 @@ func CheckEncrypted(footer []byte) error {
 func check(footer []byte, st idlStruct) error {
 	w := walker{b: footer}
 	if err := w.structBody(st, 1); err != nil {
+		return fmt.Errorf("%w: %w", ErrFooter, err)
+	}
+	if len(st) == 0 {
+		return nil // a FileCryptoMetaData: no schema, no row groups
+	}
+	if _, err := cost(footer, Budget(len(footer))); err != nil {
 		return fmt.Errorf("%w: %w", ErrFooter, err)
 	}
 	return nil
@@ -247,14 +274,8 @@ func (w *walker) structBody(st idlStruct, depth int) error {
 		if t == typeStop {
 			return nil // Thrift ignores the high nibble of a stop byte
 		}
-		if delta := int16(h >> 4); delta != 0 {
-			id += delta
-		} else {
-			v, err := w.varint()
-			if err != nil {
-				return err
-			}
-			id = int16(v>>1) ^ -int16(v&1) // zigzag, truncated to 16 bits as Thrift does
+		if id, err = w.fieldID(h, id); err != nil {
+			return err
 		}
 		if !validType(t) {
 			return fmt.Errorf("field at byte %d has type %d, not a compact protocol type", at, t)
@@ -433,14 +454,8 @@ func TopField(footer []byte, id int16) (header, value, end int, ok bool, err err
 		if t == typeStop {
 			return 0, 0, 0, false, nil
 		}
-		if delta := int16(h >> 4); delta != 0 {
-			cur += delta
-		} else {
-			v, err := w.varint()
-			if err != nil {
-				return 0, 0, 0, false, err
-			}
-			cur = int16(v>>1) ^ -int16(v&1)
+		if cur, err = w.fieldID(h, cur); err != nil {
+			return 0, 0, 0, false, err
 		}
 		value = w.off
 		if err := w.value(t, 1); err != nil {

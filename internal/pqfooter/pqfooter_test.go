@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -69,6 +71,27 @@ func wideNested(t *testing.T, cols, rows int) []byte {
 	return buf.Bytes()
 }
 
+// longGroup writes a file of no rows whose one column is a struct, named
+// with n bytes, of cols int64 fields: each leaf's path repeats the long
+// name, and no column chunk's path_in_schema holds it in the footer.
+func longGroup(t *testing.T, n, cols int) []byte {
+	t.Helper()
+	var fields []arrow.Field
+	for i := range cols {
+		fields = append(fields, arrow.Field{Name: fmt.Sprint("f", i), Type: arrow.PrimitiveTypes.Int64})
+	}
+	sc := arrow.NewSchema([]arrow.Field{{Name: strings.Repeat("s", n), Type: arrow.StructOf(fields...)}}, nil)
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(sc, &buf, parquet.NewWriterProperties(), pqarrow.DefaultWriterProps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
 // Every file arrow-go (stage's shards and member files, pqarrow with
 // many row groups and columns, nested, with statistics and the page
 // index) and parquet-go (testdata, written by examples/indepwriter) write
@@ -89,6 +112,10 @@ func TestValidFilesPass(t *testing.T) {
 	}
 	files["stage 50 row groups"] = stagetest.Encode(t, rows, stage.ParquetOptions{RowGroupRows: 10})
 	files["pqarrow 300 columns, nested, 43 row groups"] = wideNested(t, 300, 300)
+	files["pqarrow 3000 columns, nested, 1 row group"] = wideNested(t, 3000, 7)
+	files["pqarrow 3000 columns, nested, no rows"] = wideNested(t, 3000, 0)
+	files["pqarrow 10 columns, nested, 2000 row groups"] = wideNested(t, 10, 14_000)
+	files["pqarrow struct of 200 columns under a 1 KiB name, no rows"] = longGroup(t, 1024, 200)
 	names, err := filepath.Glob("testdata/*.parquet")
 	if err != nil || len(names) == 0 {
 		t.Fatalf("testdata: %v %v", names, err)
@@ -116,9 +143,11 @@ func TestValidFilesPass(t *testing.T) {
 		if n := testing.AllocsPerRun(10, func() { _ = pqfooter.Check(footer) }); n != 0 {
 			t.Errorf("%s: Check allocated %v times", name, n)
 		}
+		c, err := pqfooter.Cost(footer)
+		t.Logf("%s: %d-byte footer, Cost %d, %.1f%% of the budget (%v)", name, len(footer), c, 100*float64(c)/float64(pqfooter.Budget(len(footer))), err)
 	}
-	if groups < 43 {
-		t.Fatalf("most row groups in a file %d, want 43 or more", groups)
+	if groups < 2000 {
+		t.Fatalf("most row groups in a file %d, want 2000 or more", groups)
 	}
 }
 
@@ -253,6 +282,143 @@ func TestFileFraming(t *testing.T) {
 		}
 		if err := pqfooter.CheckFile(bytes.NewReader(data), int64(len(data))); !errors.Is(err, pqfooter.ErrFooter) {
 			t.Errorf("%s: CheckFile = %v", name, err)
+		}
+	}
+}
+
+// schemaElem writes a SchemaElement: its name, a physical type unless
+// typ is negative, and num_children unless children is negative.
+func (e *enc) schemaElem(name string, typ, children int64) *enc {
+	id := byte(4)
+	if typ >= 0 {
+		e.field(1, tI32).varint(uint64(typ) << 1)
+		id = 3
+	}
+	e.field(id, tBinary).varint(uint64(len(name))).raw([]byte(name)...)
+	if children >= 0 {
+		e.field(1, tI32).varint(uint64(children)<<1 ^ uint64(children>>63))
+	}
+	return e.stop()
+}
+
+// schemaFooter is a FileMetaData of version 2, the n schema elements
+// elems writes, 0 rows and rowGroups empty row groups.
+func schemaFooter(n, rowGroups uint64, elems func(*enc)) []byte {
+	e := new(enc).field(1, tI32).varint(2 << 1)
+	e.field(1, tList).list(tStruct, n)
+	elems(e)
+	e.field(1, tI64).varint(0)
+	e.field(1, tList).list(tStruct, rowGroups)
+	for range rowGroups {
+		e.stop()
+	}
+	return e.stop().b
+}
+
+// wide is a schema of a root, a group named group, and leaves leaves of
+// one-byte names under it; deep nests them under depth-1 groups.
+func wide(group string, depth, leaves int) []byte {
+	return schemaFooter(uint64(depth+leaves), 0, func(e *enc) {
+		e.schemaElem("r", -1, 1)
+		for d := 2; d < depth; d++ {
+			e.schemaElem(group, -1, 1)
+		}
+		e.schemaElem(group, -1, int64(leaves))
+		for range leaves {
+			e.schemaElem("x", 2, -1)
+		}
+	})
+}
+
+// arrowGoAlloc is the bytes arrow-go allocates decoding footer and
+// building its schema and pqarrow's manifest (a panic or an error ends
+// it, as in the mapper).
+func arrowGoAlloc(footer []byte) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	func() {
+		defer func() { _ = recover() }()
+		md, err := metadata.NewFileMetaData(footer, nil)
+		if err == nil {
+			_, _ = pqarrow.NewSchemaManifest(md.Schema, nil, &pqarrow.ArrowReadProperties{})
+		}
+	}()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// A footer whose schema list is not one tree, or whose tree would cost
+// arrow-go allocations out of proportion to the footer's bytes, is
+// refused with ErrFooter, though every list fits its bytes: an 18-byte
+// footer whose root declares 2^26 children made arrow-go's schema
+// builder make a slice of 2^26 children (1 GiB) before finding no second
+// element, and a 22 KB footer of 2,000 leaves under a group of a 10,000
+// byte name made it build 2,000 paths of 10 KB, 62 MiB. The same shapes
+// within their elements and the budget pass, and cost arrow-go
+// allocations bounded by their bytes.
+func TestSchemaTreeAndCostRefused(t *testing.T) {
+	long := strings.Repeat("g", 10_000)
+	bomb := schemaFooter(1, 0, func(e *enc) { e.schemaElem("r", -1, 1<<26) })
+	for _, tc := range []struct {
+		name   string
+		footer []byte
+	}{
+		{"root declares 2^26 children", bomb},
+		{"group declares more children than follow", schemaFooter(4, 0, func(e *enc) {
+			e.schemaElem("r", -1, 1).schemaElem("g", -1, 5).schemaElem("a", 2, -1).schemaElem("b", 2, -1)
+		})},
+		{"groups need more elements than the list holds", schemaFooter(4, 0, func(e *enc) {
+			e.schemaElem("r", -1, 2).schemaElem("g", -1, 2).schemaElem("a", 2, -1).schemaElem("b", 2, -1)
+		})},
+		{"negative children", schemaFooter(2, 0, func(e *enc) { e.schemaElem("r", -1, -5).schemaElem("a", 2, -1) })},
+		{"elements after the root's tree", schemaFooter(3, 0, func(e *enc) {
+			e.schemaElem("r", -1, 1).schemaElem("a", 2, -1).schemaElem("b", 2, -1)
+		})},
+		{"root of no children before elements", schemaFooter(2, 0, func(e *enc) { e.schemaElem("r", -1, -1).schemaElem("a", 2, -1) })},
+		{"nested past MaxSchemaDepth", wide("g", pqfooter.MaxSchemaDepth+1, 1)},
+		{"leaves under a long name", wide(long, 2, 2000)},
+		{"leaves under deep long names", wide(strings.Repeat("g", 200), pqfooter.MaxSchemaDepth, 3000)},
+		{"row groups × leaves", schemaFooter(1001, 20_000, func(e *enc) {
+			e.schemaElem("r", -1, 1000)
+			for range 1000 {
+				e.schemaElem("x", 2, -1)
+			}
+		})},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := pqfooter.Check(tc.footer); !errors.Is(err, pqfooter.ErrFooter) {
+				t.Fatalf("Check of %d bytes = %v, want ErrFooter", len(tc.footer), err)
+			}
+		})
+	}
+	if got := arrowGoAlloc(schemaFooter(1, 0, func(e *enc) { e.schemaElem("r", -1, 1<<23) })); got < 64<<20 {
+		t.Fatalf("arrow-go allocated %d MiB for a root of 2^23 children; the tree check guards nothing", got>>20)
+	}
+	for _, tc := range []struct {
+		name   string
+		footer []byte
+	}{
+		{"no columns", schemaFooter(1, 0, func(e *enc) { e.schemaElem("r", -1, -1) })},
+		{"tree", schemaFooter(6, 3, func(e *enc) {
+			e.schemaElem("r", -1, 2).schemaElem("a", 2, -1).schemaElem("g", -1, 2).schemaElem("b", 2, -1).schemaElem("h", -1, 1).schemaElem("c", 2, -1)
+		})},
+		{"MaxSchemaDepth", wide("g", pqfooter.MaxSchemaDepth, 1)},
+		{"leaves under a long name, within the budget", wide(long, 2, 100)},
+		{"many flat leaves", wide("g", 2, 20_000)},
+	} {
+		if err := pqfooter.Check(tc.footer); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		c, err := pqfooter.Cost(tc.footer)
+		if err != nil || c > pqfooter.Budget(len(tc.footer)) {
+			t.Errorf("%s: Cost %d, %v; budget %d", tc.name, c, err, pqfooter.Budget(len(tc.footer)))
+		}
+		got, limit := arrowGoAlloc(tc.footer), pqfooter.Budget(len(tc.footer))+512*uint64(len(tc.footer))
+		t.Logf("%s: %d-byte footer, Cost %d, arrow-go allocated %d", tc.name, len(tc.footer), c, got)
+		if got > limit {
+			t.Errorf("%s: arrow-go allocated %d bytes for a %d-byte footer Check passed, over %d", tc.name, got, len(tc.footer), limit)
 		}
 	}
 }

@@ -9,9 +9,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 
 	"github.com/shardproof/shardproof/internal/pqfooter"
 	"github.com/shardproof/shardproof/manifest"
@@ -238,4 +241,59 @@ func InflateFooterList(t testing.TB, data []byte, field int16, count uint64) []b
 	out = append(out, footer[rest:]...)
 	out = binary.LittleEndian.AppendUint32(out, uint32(fl-(rest-value)+len(enc)))
 	return append(out, "PAR1"...)
+}
+
+// RewriteFooter returns a copy of the Parquet file data whose footer is
+// the one arrow-go decodes from it, changed by edit (its Thrift struct,
+// md.FileMetaData, is what is written) and written back in place of the
+// old, with the footer length updated: a footer a hostile writer made,
+// over the original pages.
+func RewriteFooter(t testing.TB, data []byte, edit func(md *metadata.FileMetaData)) []byte {
+	t.Helper()
+	n := len(data)
+	fl := int(binary.LittleEndian.Uint32(data[n-8 : n-4]))
+	start := n - 8 - fl
+	md, err := metadata.NewFileMetaData(data[start:n-8], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(md)
+	footer, err := md.Serialize(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := append(append([]byte(nil), data[:start]...), footer...)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(footer)))
+	return append(out, "PAR1"...)
+}
+
+// DeclareRootChildren returns a copy of the Parquet file data whose
+// footer's schema root declares n children (RewriteFooter): a schema of
+// more elements than its list holds, within the list's bytes.
+func DeclareRootChildren(t testing.TB, data []byte, n int32) []byte {
+	t.Helper()
+	return RewriteFooter(t, data, func(md *metadata.FileMetaData) { md.FileMetaData.Schema[0].NumChildren = &n })
+}
+
+// NestUnderLongName returns a copy of the Parquet file data whose
+// footer's schema is its root holding one group, named with nameLen
+// bytes, of leaves copies of its first leaf (RewriteFooter): each leaf's
+// path repeats the group's name, which the footer holds once.
+func NestUnderLongName(t testing.TB, data []byte, nameLen, leaves int) []byte {
+	t.Helper()
+	return RewriteFooter(t, data, func(md *metadata.FileMetaData) {
+		s := md.FileMetaData.Schema
+		root, group, leaf := *s[0], *s[1], *s[1]
+		one, n := int32(1), int32(leaves)
+		root.NumChildren = &one
+		group.Name, group.NumChildren = strings.Repeat("g", nameLen), &n
+		group.Type, group.ConvertedType, group.LogicalType = nil, nil, nil
+		out := append(s[:0:0], &root, &group)
+		for i := range leaves {
+			l := leaf
+			l.Name = strconv.Itoa(i)
+			out = append(out, &l)
+		}
+		md.FileMetaData.Schema = out
+	})
 }
