@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/pagelimit"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/tuplehash"
 )
@@ -381,6 +382,11 @@ func (d *decoding) readColumns(ctx context.Context, pf *file.Reader, s *manifest
 			continue
 		}
 		for j := range cols {
+			cc, err := rg.MetaData().ColumnChunk(leaves[j])
+			if err != nil {
+				return fmt.Errorf("row group %d column %d: %w", g, j, err)
+			}
+			d.props.MaxCompressedPageSize, d.props.MaxUncompressedPageSize = pagelimit.Chunk(cc.Compression(), cc.TotalCompressedSize(), maxPageBytes)
 			if readers[j], err = rg.Column(leaves[j]); err != nil {
 				return fmt.Errorf("row group %d column %d: %w", g, j, err)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/freelist"
 	"github.com/shardproof/shardproof/internal/mmapfile"
+	"github.com/shardproof/shardproof/internal/pagelimit"
 	"github.com/shardproof/shardproof/internal/pqfooter"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/tuplehash"
@@ -48,7 +49,8 @@ const batchRows = 8192
 
 // maxPageBytes bounds the page size a page header may declare, before
 // the reader allocates for it: 64 times the 1 MiB pages stage writes,
-// and more than any page stage writes (a page of one long value).
+// and more than any page stage writes (a page of one long value). A
+// page is also bounded by its chunk's bytes (internal/pagelimit).
 const maxPageBytes = canon.MaxPageBytes
 
 // pages is the allocator of Parquet page buffers and Arrow arrays: page
@@ -113,11 +115,16 @@ type decoding struct {
 	// rather than parsing the footer and the schema again (a third of
 	// reading one small bucket of a member). The caller closes it.
 	keep *keptFooter
+	// props are the reader's properties: readColumns sets their page
+	// limits to each chunk's (pagelimit.Chunk) before making its reader,
+	// which takes them then.
+	props *parquet.ReaderProperties
 }
 
 // keptFooter is a file's footer parsed and checked by decoding.run.
 type keptFooter struct {
-	pf *file.Reader
+	pf    *file.Reader
+	props *parquet.ReaderProperties
 }
 
 // Close releases the kept footer.
@@ -148,6 +155,7 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	}()
 	if d.keep != nil && d.keep.pf != nil && d.pick != nil && dec == DecoderColumnReader {
 		phase = errcode.DecodeError
+		d.props = d.keep.props
 		return d.runKept(ctx, d.keep.pf, each)
 	}
 	footerStart, ok := checkFooter(data, &res)
@@ -183,9 +191,17 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 			pf.Close()
 		}
 	}()
-	if !checkChunks(pf, footerStart, &res) {
+	bounds, ok := checkChunks(pf, footerStart, &res)
+	if !ok {
 		return res, nil
 	}
+	// The reader allocates a page's declared sizes before reading it: no
+	// page holds more than its chunk's bytes, nor decompresses to more
+	// than its codec makes of them. pqarrow makes its readers itself,
+	// with the bounds of the file's largest chunk; readColumns sets each
+	// chunk's.
+	props.MaxCompressedPageSize, props.MaxUncompressedPageSize = bounds.compressed, bounds.uncompressed
+	d.props = props
 	canon.DropStoredArrowSchema(pf)
 	phase = errcode.DecodeError
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: batchRows}, pages)
@@ -217,7 +233,7 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 		}
 		d.only = sel
 		if d.keep != nil && len(res.failures) == 0 && used == d.want && leaves == nil {
-			d.keep.pf, kept = pf, true
+			d.keep.pf, d.keep.props, kept = pf, props, true
 		}
 	}
 	if dec == DecoderColumnReader {
@@ -430,11 +446,17 @@ func checkFooter(data []byte, res *decodeResult) (int64, bool) {
 	return n - 8 - fl, true
 }
 
+// pageBounds are the largest compressed and uncompressed page sizes the
+// chunks of a file allow (pagelimit.Chunk).
+type pageBounds struct{ compressed, uncompressed int64 }
+
 // checkChunks checks every row group's row count and every column chunk's
 // byte range against the bytes before the footer, so no page read can
-// reach outside the file or into the footer. A chunk of no bytes in a
-// row group of no rows has no range to check.
-func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) bool {
+// reach outside the file or into the footer, and returns the page bounds
+// of its largest chunk. A chunk of no bytes in a row group of no rows has
+// no range to check.
+func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) (pageBounds, bool) {
+	b := pageBounds{1, 1}
 	md := pf.MetaData()
 	cols := md.Schema.NumColumns()
 	var rows int64
@@ -442,18 +464,18 @@ func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) bool {
 		rg := md.RowGroup(i)
 		if rg.NumRows() < 0 || rows+rg.NumRows() > maxRows {
 			res.fail(errcode.FooterCorrupt, "row group %d declares %d rows", i, rg.NumRows())
-			return false
+			return b, false
 		}
 		rows += rg.NumRows()
 		if rg.NumColumns() != cols {
 			res.fail(errcode.FooterCorrupt, "row group %d has %d column chunks, schema %d columns", i, rg.NumColumns(), cols)
-			return false
+			return b, false
 		}
 		for j := 0; j < cols; j++ {
 			cc, err := rg.ColumnChunk(j)
 			if err != nil {
 				res.fail(errcode.FooterCorrupt, "row group %d column %d: %v", i, j, err)
-				return false
+				return b, false
 			}
 			start := cc.DataPageOffset()
 			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
@@ -475,15 +497,17 @@ func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) bool {
 			}
 			if start < 4 || size <= 0 || size > footerStart || start > footerStart-size {
 				res.fail(errcode.FooterCorrupt, "row group %d column %d: chunk [%d, +%d) outside the data region [4, %d)", i, j, start, size, footerStart)
-				return false
+				return b, false
 			}
 			if cc.NumValues() < 0 || cc.NumValues() > maxRows {
 				res.fail(errcode.FooterCorrupt, "row group %d column %d declares %d values", i, j, cc.NumValues())
-				return false
+				return b, false
 			}
+			c, u := pagelimit.Chunk(cc.Compression(), size, maxPageBytes)
+			b = pageBounds{max(b.compressed, c), max(b.uncompressed, u)}
 		}
 	}
-	return true
+	return b, true
 }
 
 // decoders lists every Decoder, for tests and benchmarks.

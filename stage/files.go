@@ -19,14 +19,13 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
-	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/file"
-	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/pagelimit"
 	"github.com/shardproof/shardproof/internal/pqfooter"
 	"github.com/shardproof/shardproof/internal/scratchdir"
 	"github.com/shardproof/shardproof/objstore"
@@ -129,60 +128,12 @@ const inputStreamBuffer = 1 << 20
 // reader allocates for it. arrow-go's default allows 64 MiB compressed,
 // which refused DuckDB's pages of up to 100 MB of long texts written
 // uncompressed (or barely compressible); a page is only as large as its
-// writer made it. A page's compressed bytes are also bounded by its
-// file's size (inputPageLimit).
+// writer made it. A page is also bounded by its chunk's bytes, at most
+// its file's size, and what its codec can make of them
+// (pagelimit.File): the reader allocates a page's declared sizes before
+// it reads the page, and a 1 KB file whose page header declared 200 MiB
+// allocated 200 MiB before the read failed.
 const maxInputPageBytes = 256 << 20
-
-// inputPageLimit is the compressed page size the reader allows in a file
-// of size bytes: the reader allocates a page's declared compressed size
-// before it reads the page, and a page cannot hold more bytes than its
-// file, so a 1 KB file whose page header declared 200 MiB allocated 200
-// MiB before the read failed.
-func inputPageLimit(size int64) int64 {
-	return max(1, min(maxInputPageBytes, size))
-}
-
-// codecExpansion is the most a codec's output grows its input, rounded
-// up: snappy's copy of 64 bytes takes 3 (21.3), deflate's 258 take about
-// 2 bits (1,032), an LZ4 length byte adds 255, a zstd block of 128 KiB
-// takes at least 3 bytes (43,691). Brotli's has no useful bound.
-var codecExpansion = map[compress.Compression]int64{
-	compress.Codecs.Uncompressed: 1,
-	compress.Codecs.Snappy:       32,
-	compress.Codecs.Gzip:         2048,
-	compress.Codecs.Lz4:          512,
-	compress.Codecs.Lz4Raw:       512,
-	compress.Codecs.Zstd:         1 << 16,
-}
-
-// inputUncompressedLimit is the uncompressed page size the reader allows
-// in a file of size bytes whose column chunks md lists: the reader
-// allocates a page's declared uncompressed size before it decompresses
-// the page, and no page can decompress to more than its file's size
-// times its codec's expansion, so a 1 KB snappy file whose page header
-// declared 200 MiB uncompressed allocated 200 MiB before the page
-// failed to decode.
-func inputUncompressedLimit(md *metadata.FileMetaData, size int64) int64 {
-	ratio := int64(1)
-	for g := range md.NumRowGroups() {
-		rg := md.RowGroup(g)
-		for c := range rg.NumColumns() {
-			cc, err := rg.ColumnChunk(c)
-			if err != nil {
-				return maxInputPageBytes
-			}
-			r, ok := codecExpansion[cc.Compression()]
-			if !ok {
-				return maxInputPageBytes
-			}
-			ratio = max(ratio, r)
-		}
-	}
-	if size > maxInputPageBytes/ratio {
-		return maxInputPageBytes
-	}
-	return max(1, size*ratio)
-}
 
 // openFile opens a Parquet input under recover: a malformed file must not
 // crash the writer.
@@ -203,7 +154,6 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 	}()
 	props := parquet.NewReaderProperties(memory.DefaultAllocator)
 	props.BufferedStreamEnabled, props.BufferSize = true, inputStreamBuffer
-	props.MaxCompressedPageSize, props.MaxUncompressedPageSize = inputPageLimit(fi.Size()), maxInputPageBytes
 	var r parquet.ReaderAtSeeker = f
 	if wrapInput != nil {
 		r = wrapInput(f)
@@ -221,7 +171,7 @@ func openFile(path string, fn func(fr *pqarrow.FileReader) error) (err error) {
 	defer pf.Close()
 	// The page readers, made as each row group's columns are read, take
 	// their limits from props then.
-	props.MaxUncompressedPageSize = inputUncompressedLimit(pf.MetaData(), fi.Size())
+	props.MaxCompressedPageSize, props.MaxUncompressedPageSize = pagelimit.File(pf.MetaData(), fi.Size(), maxInputPageBytes)
 	canon.DropStoredArrowSchema(pf)
 	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
 	if err != nil {

@@ -3,7 +3,6 @@ package stage_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -223,53 +222,6 @@ func TestStageRefusesValueLongerThanAPage(t *testing.T) {
 	}
 }
 
-// patchPageSize rewrites field (2, uncompressed_page_size, or 3,
-// compressed_page_size) of the first page header of the last column
-// chunk of data (a Thrift compact PageHeader: type, then the two sizes,
-// each an i32 field) to size. The chunk is the last before the footer,
-// which is found from the file's end, so the bytes the new varint adds
-// move nothing the footer points to.
-func patchPageSize(t *testing.T, data []byte, field int, size int32) []byte {
-	t.Helper()
-	pf, err := file.NewParquetReader(bytes.NewReader(data))
-	if err != nil {
-		t.Fatal(err)
-	}
-	md := pf.MetaData()
-	rg := md.RowGroup(md.NumRowGroups() - 1)
-	cc, err := rg.ColumnChunk(rg.NumColumns() - 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	off := cc.DataPageOffset()
-	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 {
-		off = cc.DictionaryPageOffset()
-	}
-	pf.Close()
-	pos := int(off)
-	varint := func() {
-		for data[pos]&0x80 != 0 {
-			pos++
-		}
-		pos++
-	}
-	for f := 1; f < field; f++ {
-		if data[pos] != 0x15 {
-			t.Fatalf("page header at %d: field %d header %#x, want 0x15", off, f, data[pos])
-		}
-		pos++
-		varint()
-	}
-	if data[pos] != 0x15 {
-		t.Fatalf("page header at %d: field %d header %#x, want 0x15", off, field, data[pos])
-	}
-	pos++
-	start := pos
-	varint()
-	enc := binary.AppendUvarint(nil, uint64(uint32(size<<1)^uint32(size>>31)))
-	return append(append(append([]byte(nil), data[:start]...), enc...), data[pos:]...)
-}
-
 // A page whose header declares more bytes than its whole file holds, or
 // than its file could decompress to, is BAD_INPUT, and the reader does
 // not allocate the page first: a 1 KB file declaring a 200 MiB page,
@@ -292,7 +244,7 @@ func TestStageInputPageLargerThanItsFile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			data = patchPageSize(t, data, tc.field, 200<<20)
+			data = stagetest.PatchPageSize(t, data, tc.field, 200<<20)
 			if len(data) > 4<<10 {
 				t.Fatalf("crafted file is %d bytes, want a small one", len(data))
 			}

@@ -27,5 +27,6 @@ func DropStoredArrowSchema(pf *file.Reader) {
 // MaxPageBytes bounds the Parquet pages of shards and snapshot member
 // files: verify's mapper refuses a page whose header declares more,
 // compressed or not, before allocating for it (DECODE_ERROR), and stage
-// writes none larger.
+// writes none larger. A smaller chunk bounds its pages by its own bytes
+// (internal/pagelimit).
 const MaxPageBytes = 64 << 20

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	pqfile "github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
 
 	"github.com/shardproof/shardproof/internal/pqfooter"
@@ -296,4 +297,51 @@ func NestUnderLongName(t testing.TB, data []byte, nameLen, leaves int) []byte {
 		}
 		md.FileMetaData.Schema = out
 	})
+}
+
+// PatchPageSize returns a copy of the Parquet file data whose first page
+// header of its last column chunk has field (2, uncompressed_page_size,
+// or 3, compressed_page_size; a Thrift compact PageHeader holds its type,
+// then the two sizes, each an i32 field) set to size. The chunk is the
+// last before the footer, which is found from the file's end, so the
+// bytes the new varint adds move nothing the footer points to.
+func PatchPageSize(t testing.TB, data []byte, field int, size int32) []byte {
+	t.Helper()
+	pf, err := pqfile.NewParquetReader(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := pf.MetaData()
+	rg := md.RowGroup(md.NumRowGroups() - 1)
+	cc, err := rg.ColumnChunk(rg.NumColumns() - 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := cc.DataPageOffset()
+	if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 {
+		off = cc.DictionaryPageOffset()
+	}
+	pf.Close()
+	pos := int(off)
+	varint := func() {
+		for data[pos]&0x80 != 0 {
+			pos++
+		}
+		pos++
+	}
+	for f := 1; f < field; f++ {
+		if data[pos] != 0x15 {
+			t.Fatalf("page header at %d: field %d header %#x, want 0x15", off, f, data[pos])
+		}
+		pos++
+		varint()
+	}
+	if data[pos] != 0x15 {
+		t.Fatalf("page header at %d: field %d header %#x, want 0x15", off, field, data[pos])
+	}
+	pos++
+	start := pos
+	varint()
+	enc := binary.AppendUvarint(nil, uint64(uint32(size<<1)^uint32(size>>31)))
+	return append(append(append([]byte(nil), data[:start]...), enc...), data[pos:]...)
 }
