@@ -11,6 +11,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/shardproof/shardproof/internal/canon"
@@ -450,11 +451,11 @@ func checkFooter(data []byte, res *decodeResult) (int64, bool) {
 // chunks of a file allow (pagelimit.Chunk).
 type pageBounds struct{ compressed, uncompressed int64 }
 
-// checkChunks checks every row group's row count and every column chunk's
-// byte range against the bytes before the footer, so no page read can
-// reach outside the file or into the footer, and returns the page bounds
-// of its largest chunk. A chunk of no bytes in a row group of no rows has
-// no range to check.
+// checkChunks checks every row group's row count, every column chunk's
+// byte range, and the pages and page index it locates, against the bytes
+// before the footer, so no page or index read can reach outside the file
+// or into the footer, and returns the page bounds of its largest chunk.
+// A chunk of no bytes in a row group of no rows has no range to check.
 func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) (pageBounds, bool) {
 	b := pageBounds{1, 1}
 	md := pf.MetaData()
@@ -476,6 +477,21 @@ func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) (pageBou
 			if err != nil {
 				res.fail(errcode.FooterCorrupt, "row group %d column %d: %v", i, j, err)
 				return b, false
+			}
+			// A bucket read seeks through the offset index, and arrow-go
+			// reads a row group's whole page index range (from its
+			// chunks' first location to their last one's end) into a
+			// buffer of its length before parsing any of it: a member
+			// whose footer declared an offset index of 2 GiB allocated
+			// 2 GiB for every bucket read that sought.
+			for _, ix := range [...]struct {
+				what string
+				loc  *metadata.IndexLocation
+			}{{"offset index", cc.GetOffsetIndexLocation()}, {"column index", cc.GetColumnIndexLocation()}} {
+				if l := ix.loc; l != nil && (l.Offset < 4 || l.Length <= 0 || int64(l.Length) > footerStart-l.Offset) {
+					res.fail(errcode.FooterCorrupt, "row group %d column %d: %s [%d, +%d) outside the data region [4, %d)", i, j, ix.what, l.Offset, l.Length, footerStart)
+					return b, false
+				}
 			}
 			start := cc.DataPageOffset()
 			if cc.HasDictionaryPage() && cc.DictionaryPageOffset() > 0 && cc.DictionaryPageOffset() < start {
@@ -499,6 +515,18 @@ func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) (pageBou
 				res.fail(errcode.FooterCorrupt, "row group %d column %d: chunk [%d, +%d) outside the data region [4, %d)", i, j, start, size, footerStart)
 				return b, false
 			}
+			// The reader starts at the chunk's first byte, but seeks to
+			// its data page offset, and reads its dictionary page at its
+			// own: both must lie in the chunk (a row group of no rows may
+			// have no data page, at offset 0).
+			if dp := cc.DataPageOffset(); (dp != 0 || rg.NumRows() != 0 || cc.NumValues() != 0) && !inChunk(dp, start, size) {
+				res.fail(errcode.FooterCorrupt, "row group %d column %d: data page offset %d outside its chunk [%d, +%d)", i, j, dp, start, size)
+				return b, false
+			}
+			if do := cc.DictionaryPageOffset(); cc.HasDictionaryPage() && do > 0 && !inChunk(do, start, size) {
+				res.fail(errcode.FooterCorrupt, "row group %d column %d: dictionary page offset %d outside its chunk [%d, +%d)", i, j, do, start, size)
+				return b, false
+			}
 			if cc.NumValues() < 0 || cc.NumValues() > maxRows {
 				res.fail(errcode.FooterCorrupt, "row group %d column %d declares %d values", i, j, cc.NumValues())
 				return b, false
@@ -509,6 +537,9 @@ func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) (pageBou
 	}
 	return b, true
 }
+
+// inChunk reports whether off lies in the size bytes from start.
+func inChunk(off, start, size int64) bool { return off >= start && off-start < size }
 
 // decoders lists every Decoder, for tests and benchmarks.
 var decoders = []Decoder{DecoderColumnReader, DecoderPQArrow}

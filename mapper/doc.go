@@ -4,9 +4,11 @@
 // MapShard reads exactly the descriptor's object version, hashes every
 // byte, checks the Parquet footer (its Thrift counts and lengths against
 // its bytes, its schema tree and estimated decode cost, internal/pqfooter,
-// before arrow-go decodes it) and every column chunk's bounds against the
-// bytes actually read, compares the Arrow schema with the record
-// schema, decodes the records under recover in the calling goroutine, and
+// before arrow-go decodes it), every column chunk's bounds, page offsets
+// and page index against the bytes actually read, and each page's
+// declared sizes against its chunk's (internal/pagelimit), compares the
+// Arrow schema with the record schema, decodes the records under recover
+// in the calling goroutine, and
 // recomputes with internal/canon — the code the writer used — the logical
 // digest, records, tokens, memberSetDigest and tuples. Data problems are
 // collected as manifest.ShardFailure values with stable codes and
