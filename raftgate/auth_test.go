@@ -56,13 +56,7 @@ func TestTokenGuardsTheAPI(t *testing.T) {
 	tok := []byte("0123456789abcdef-gate-token")
 	c := MakeCluster(t, 3, func(cfg *Config) { cfg.Token = tok })
 	leader := c.Leader(10 * time.Second)
-	var follower *Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := followerOf(c, leader)
 	ctx := ctxT(t, time.Minute)
 
 	good := NewClient(follower.URL())
@@ -191,13 +185,7 @@ func slowBody(t *testing.T, n *Node, declared, sent int) net.Conn {
 func postCode(t *testing.T, n *Node, body []byte) (int, errcode.Code) {
 	t.Helper()
 	resp, err := http.Post(n.URL()+"/v1/commands", "application/json", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var eb ErrorBody
-	json.NewDecoder(resp.Body).Decode(&eb)
-	return resp.StatusCode, eb.Error.Code
+	return answerCode(t, resp, err)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -26,10 +26,7 @@ func TestBackupRestore(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	old := MakeCluster(t, 3)
 	cl := old.Client()
-	r1 := registerVerified(t, ctx, cl, "r1", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", r1, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	publishedRelease(t, ctx, cl, "r1", 2)
 	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "job", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 600_000}); err != nil {
 		t.Fatal(err)
 	}
@@ -305,8 +302,7 @@ func TestRestoreAfterAFailedStart(t *testing.T) {
 	cfg.RaftAddr = "127.0.0.1:0"
 	n := StartTestNode(t, cfg)
 	waitLeader(t, n)
-	var got uint64
-	n.FSM().Read(func(s *State) { got = s.Fences.Tombstone })
+	got := fencesOf(n).Tombstone
 	if got != 7 {
 		t.Fatalf("restored tombstone fence %d, want 7", got)
 	}
@@ -349,10 +345,7 @@ func TestRestoreBesideItsRunningCluster(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	old := MakeCluster(t, 3)
 	cl := old.Client()
-	r1 := registerVerified(t, ctx, cl, "r1", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", r1, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	publishedRelease(t, ctx, cl, "r1", 2)
 	backup, err := cl.StateBytes(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -407,13 +400,7 @@ func TestStateBackupNamesItsIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	leader := c.Leader(10 * time.Second)
-	var follower *Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := followerOf(c, leader)
 	for _, n := range []*Node{leader, follower} {
 		cl := NewClient(n.URL())
 		for attempt := 1; ; attempt++ {

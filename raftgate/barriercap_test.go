@@ -15,13 +15,8 @@ import (
 // its first attestation. A timeout at the cap makes a run that waits.
 func TestBarrierTimeoutAboveTheCapIsRefused(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	n := StartTestNode(t, TestConfig(t.TempDir(), "g"))
-	g := NewClient(n.URL())
-	defer g.Close()
-	root := registerVerified(t, ctx, g, "rel", 2, 0, 0)
-	if _, err := g.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	_, g := soloGate(t, "g")
+	root := publishedRelease(t, ctx, g, "rel", 2)
 	before, err := g.StatusDigest(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -59,17 +54,9 @@ func TestBarrierTimeoutAboveTheCapIsRefusedThroughAFollower(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	c := MakeCluster(t, 2)
 	cl := c.Client()
-	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	publishedRelease(t, ctx, cl, "rel", 2)
 	leader := c.Leader(10 * time.Second)
-	var follower *Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			follower = n
-		}
-	}
+	follower := followerOf(c, leader)
 	waitApplied(t, c.Nodes)
 	index, before := leaderDigest(t, ctx, c)
 	fc := NewClient(follower.URL())

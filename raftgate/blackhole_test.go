@@ -101,10 +101,7 @@ func TestBlackHoledMemberHoldsNoSweepOrJoin(t *testing.T) {
 	}
 	cl := NewClient(l.URL())
 	defer cl.Close()
-	root := registerVerified(t, ctx, cl, "r1", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	publishedRelease(t, ctx, cl, "r1", 2)
 
 	hole.on.Store(true)
 	var poll heldRequest

@@ -44,6 +44,20 @@ func signedRecheck(c *RecheckCmd, keys ...ed25519.PrivateKey) *RecheckCmd {
 	return c
 }
 
+// trustedKeys is the trusted set of keys' public keys.
+func trustedKeys(t *testing.T, keys ...ed25519.PrivateKey) *evidence.Trusted {
+	t.Helper()
+	var pubs []ed25519.PublicKey
+	for _, k := range keys {
+		pubs = append(pubs, k.Public().(ed25519.PublicKey))
+	}
+	trusted, err := evidence.NewTrusted(pubs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return trusted
+}
+
 func newKey(t *testing.T) ed25519.PrivateKey {
 	t.Helper()
 	_, k, err := ed25519.GenerateKey(nil)
@@ -63,19 +77,10 @@ func newKey(t *testing.T) ed25519.PrivateKey {
 // without a report needs no signature; the signatures are never logged.
 func TestEvidenceNeedsATrustedSignature(t *testing.T) {
 	verifier, intruder := newKey(t), newKey(t)
-	trusted, err := evidence.NewTrusted(verifier.Public().(ed25519.PublicKey))
-	if err != nil {
-		t.Fatal(err)
-	}
+	trusted := trustedKeys(t, verifier)
 	c := MakeCluster(t, 3, func(cfg *Config) { cfg.VerifierKeys = trusted })
 	leader := c.Leader(10 * time.Second)
-	var follower *Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			follower = n
-			break
-		}
-	}
+	follower := followerOf(c, leader)
 	ctx := ctxT(t, time.Minute)
 	cl := NewClient(follower.URL())
 	t.Cleanup(cl.Close)
@@ -342,10 +347,7 @@ func TestEvidenceSentOnlyToGatesThatAsk(t *testing.T) {
 // once more, and the command is applied.
 func TestEvidenceSignaturesFollowARefusal(t *testing.T) {
 	verifier := newKey(t)
-	trusted, err := evidence.NewTrusted(verifier.Public().(ed25519.PublicKey))
-	if err != nil {
-		t.Fatal(err)
-	}
+	trusted := trustedKeys(t, verifier)
 	c := MakeCluster(t, 2, func(cfg *Config) {
 		if cfg.ID == "node1" {
 			cfg.VerifierKeys = trusted
@@ -457,16 +459,10 @@ func TestEvidenceCoversEveryField(t *testing.T) {
 // unsigned one too.
 func TestRefusalCodeIsTheSameOnEveryMember(t *testing.T) {
 	verifier, intruder := newKey(t), newKey(t)
-	trusted, err := evidence.NewTrusted(verifier.Public().(ed25519.PublicKey))
-	if err != nil {
-		t.Fatal(err)
-	}
+	trusted := trustedKeys(t, verifier)
 	c := MakeCluster(t, 2, func(cfg *Config) { cfg.VerifierKeys = trusted })
 	leader := c.Leader(10 * time.Second)
-	follower := c.Nodes[0]
-	if follower == leader {
-		follower = c.Nodes[1]
-	}
+	follower := followerOf(c, leader)
 	ctx := ctxT(t, time.Minute)
 	cl := NewClient(leader.URL())
 	t.Cleanup(cl.Close)

@@ -132,11 +132,7 @@ func TestAdvanceFenceLogVersion(t *testing.T) {
 func TestFenceLogNeedsVersion4(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	c := MakeCluster(t, 3, func(cfg *Config) {
-		if cfg.ID == "node1" {
-			OlderBuild(versionFenceLog - 1)(cfg)
-		}
-	})
+	c := MakeCluster(t, 3, node1OfBuild(versionFenceLog-1))
 	cl := c.Client()
 	before := memberDigests(t, c)
 	if _, err := cl.AdvanceFenceLog(ctx, FenceTombstone, 7, dig("log at 7")); errcode.Of(err) != errcode.ClusterVersion {
@@ -161,8 +157,7 @@ func TestFenceLogNeedsVersion4(t *testing.T) {
 	}
 	memberDigests(t, c)
 	for _, n := range runningNodes(c) {
-		var f Fences
-		n.FSM().Read(func(s *State) { f = s.Fences })
+		f := fencesOf(n)
 		if f.TombstoneLog != dig("log at 7") {
 			t.Fatalf("%s: fences %+v", n.ID(), f)
 		}

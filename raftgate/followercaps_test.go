@@ -40,13 +40,7 @@ func forwardedCount(t *testing.T, n *Node) float64 {
 func TestFollowerRefusesWhatTheLeaderWould(t *testing.T) {
 	c := MakeCluster(t, 3)
 	leader := c.Leader(10 * time.Second)
-	var f *Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			f = n
-			break
-		}
-	}
+	f := followerOf(c, leader)
 	ctx := ctxT(t, time.Minute)
 	base := f.URL()
 
@@ -112,13 +106,7 @@ func TestFollowerRefusesWhatTheLeaderWould(t *testing.T) {
 			t.Fatal(err)
 		}
 		l := c.Leader(10 * time.Second)
-		var f *Node
-		for _, n := range c.Nodes {
-			if n != l {
-				f = n
-				break
-			}
-		}
+		f := followerOf(c, l)
 		before := forwardedCount(t, f)
 		st, code, body := rawRequest(t, ctx, http.MethodPost, f.URL()+"/v1/commands", b)
 		moved := c.Leader(10*time.Second) != l

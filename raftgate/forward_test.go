@@ -85,8 +85,7 @@ func TestForwardToSilentLeaderIsBounded(t *testing.T) {
 	}
 	waitFor(t, "the follower to close its connections to the silent address", func() bool { return hole.Open() == 0 })
 	// The command never reached the leader.
-	var f Fences
-	leader.FSM().Read(func(s *State) { f = s.Fences })
+	f := fencesOf(leader)
 	if f.Tombstone != 0 {
 		t.Fatalf("fences after a command that reached no leader: %+v", f)
 	}
@@ -99,20 +98,9 @@ func TestForwardedLongPollIsNotCut(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	c := MakeCluster(t, 2, func(cfg *Config) { cfg.ApplyTimeout = time.Second })
 	cl := c.Client()
-	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "r", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 120_000}); err != nil {
-		t.Fatal(err)
-	}
+	runOfOneRank(t, ctx, cl, 120_000)
 	leader := c.Leader(10 * time.Second)
-	var follower *Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			follower = n
-		}
-	}
+	follower := followerOf(c, leader)
 	waitApplied(t, c.Nodes)
 	poll := 3 * time.Second // more than twice the apply timeout
 	var (
@@ -273,8 +261,7 @@ func TestForwardStreamsTheLeadersAnswer(t *testing.T) {
 	if code := errcode.Of(err); code != errcode.Indeterminate {
 		t.Fatalf("command whose forwarded answer was cut: %v (code %s), want INDETERMINATE", err, code)
 	}
-	var f Fences
-	leader.FSM().Read(func(s *State) { f = s.Fences })
+	f := fencesOf(leader)
 	if f.Tombstone != 7 {
 		t.Fatalf("the leader's fences: %+v, want the command applied", f)
 	}

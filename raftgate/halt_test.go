@@ -52,15 +52,13 @@ func TestUndecodableCommandHaltsMember(t *testing.T) {
 	}
 	waitApplied(t, c.Nodes[:2])
 	for _, n := range c.Nodes[:2] {
-		var fs Fences
-		n.FSM().Read(func(s *State) { fs = s.Fences })
+		fs := fencesOf(n)
 		if fs.Tombstone != 6 {
 			t.Fatalf("%s: tombstone %d, want 6", n.ID(), fs.Tombstone)
 		}
 	}
 	waitFor(t, "the old member's Raft to shut down", func() bool { return old.Raft().State().String() == "Shutdown" })
-	var fs Fences
-	old.FSM().Read(func(s *State) { fs = s.Fences })
+	fs := fencesOf(old)
 	if fs.Tombstone != 1 {
 		t.Fatalf("the halted member's tombstone fence: %d, want 1 (nothing applied from entry %d on)", fs.Tombstone, index)
 	}
@@ -84,7 +82,7 @@ func TestUndecodableCommandHaltsMember(t *testing.T) {
 	c.Configs[2].decode = newerDecode
 	up := c.Restart(2)
 	waitApplied(t, c.Nodes)
-	up.FSM().Read(func(s *State) { fs = s.Fences })
+	fs = fencesOf(up)
 	if fs.Tombstone != 6 || up.Halted() != nil {
 		t.Fatalf("the upgraded member: tombstone %d, halted %v; want 6 and running", fs.Tombstone, up.Halted())
 	}
@@ -182,8 +180,7 @@ func TestHaltedMemberServesNoClient(t *testing.T) {
 	if err != nil || f.Tombstone != 9 {
 		t.Fatalf("fences read through that client: %+v, %v; want tombstone 9", f, err)
 	}
-	var fs Fences
-	old.FSM().Read(func(s *State) { fs = s.Fences })
+	fs := fencesOf(old)
 	if fs.Tombstone != 1 {
 		t.Fatalf("the halted member's tombstone fence: %d, want 1", fs.Tombstone)
 	}
@@ -239,8 +236,7 @@ func TestHaltedFollowerForwardsNothing(t *testing.T) {
 	if _, err := cl.AdvanceFence(ctx, FenceTombstone, 5); err != nil {
 		t.Fatalf("a fence advance through a client that lists the halted follower first: %v", err)
 	}
-	var fs Fences
-	leader.FSM().Read(func(s *State) { fs = s.Fences })
+	fs := fencesOf(leader)
 	if fs.Tombstone != 5 {
 		t.Fatalf("the leader's tombstone fence: %d, want 5", fs.Tombstone)
 	}
@@ -258,31 +254,9 @@ func TestLongPollEndsAtHalt(t *testing.T) {
 	c := MakeCluster(t, 1)
 	n := c.Nodes[0]
 	cl := c.Client()
-	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "r", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 300_000}); err != nil {
-		t.Fatal(err)
-	}
-	type answer struct {
-		status int
-		body   ErrorBody
-		err    error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		// A wait longer than the test's context: only the halt ends it.
-		var a answer
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.URL()+"/v1/runs/r/wait?timeout=300000", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if a.err = err; err == nil {
-			a.status = resp.StatusCode
-			a.err = json.NewDecoder(resp.Body).Decode(&a.body)
-			resp.Body.Close()
-		}
-		done <- a
-	}()
+	runOfOneRank(t, ctx, cl, 300_000)
+	// A wait longer than the test's context: only the halt ends it.
+	done := longPoll(ctx, n.URL()+"/v1/runs/r/wait?timeout=300000")
 	// A command committed while the poll waits, then a newer build's, at
 	// which the node halts.
 	registerVerified(t, ctx, cl, "other", 2, 0, 0)
@@ -300,10 +274,43 @@ func TestLongPollEndsAtHalt(t *testing.T) {
 	}
 }
 
+// pollAnswer is the answer to a long-poll: its HTTP status and error
+// body, or the error that kept it from them.
+type pollAnswer struct {
+	status int
+	body   ErrorBody
+	err    error
+}
+
+// longPoll sends GET url, a long-poll, in a goroutine of its own; its
+// answer arrives on the channel it returns.
+func longPoll(ctx context.Context, url string) <-chan pollAnswer {
+	answered := make(chan pollAnswer, 1)
+	go func() {
+		var a pollAnswer
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if a.err = err; err == nil {
+			a.status = resp.StatusCode
+			a.err = json.NewDecoder(resp.Body).Decode(&a.body)
+			resp.Body.Close()
+		}
+		answered <- a
+	}()
+	return answered
+}
+
 // rawGet gets url and returns the HTTP status and the error code.
 func rawGet(t *testing.T, url string) (int, errcode.Code) {
 	t.Helper()
 	resp, err := http.Get(url)
+	return answerCode(t, resp, err)
+}
+
+// answerCode returns the HTTP status and the error code of resp, the
+// answer to a request; err, when not nil, is why there is none.
+func answerCode(t *testing.T, resp *http.Response, err error) (int, errcode.Code) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,9 +349,7 @@ func TestCommandCommittedAfterHaltIsIndeterminate(t *testing.T) {
 	c.Configs[0].decode = nil
 	up := c.Restart(0)
 	waitFor(t, "the upgraded member to apply the log", func() bool {
-		var fs Fences
-		up.FSM().Read(func(s *State) { fs = s.Fences })
-		return fs.Tombstone == 7
+		return fencesOf(up).Tombstone == 7
 	})
 }
 
@@ -404,29 +409,7 @@ func TestStartHaltsAtUndecodableSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := n.Raft().GetConfiguration()
-	if err := conf.Error(); err != nil {
-		t.Fatal(err)
-	}
-	last := n.Raft().LastIndex()
-	if err := n.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	snaps, err := raft.NewFileSnapshotStore(cfg.DataDir, 2, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, trans := raft.NewInmemTransport("")
-	sink, err := snaps.Create(raft.SnapshotVersionMax, last, 2, conf.Configuration(), 1, trans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sink.Write(bytes.Replace(good, []byte(`{`), []byte(`{"future":1,`), 1)); err != nil {
-		t.Fatal(err)
-	}
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
+	stopOnSnapshot(t, n, bytes.Replace(good, []byte(`{`), []byte(`{"future":1,`), 1))
 
 	for _, recover := range []bool{false, true} {
 		c := cfg
@@ -440,6 +423,37 @@ func TestStartHaltsAtUndecodableSnapshot(t *testing.T) {
 		if errcode.Of(err) != errcode.GateHalted || !errors.As(err, &h) || !h.Snapshot {
 			t.Fatalf("recover=%v: start on a newer build's snapshot: %v, want GATE_HALTED at a snapshot", recover, err)
 		}
+	}
+}
+
+// stopOnSnapshot shuts n down and writes state to its data directory as
+// its newest snapshot, at the last index of its log and with its Raft
+// configuration, as a snapshot it took would be: its next start restores
+// state.
+func stopOnSnapshot(t *testing.T, n *Node, state []byte) {
+	t.Helper()
+	conf := n.Raft().GetConfiguration()
+	if err := conf.Error(); err != nil {
+		t.Fatal(err)
+	}
+	last := n.Raft().LastIndex()
+	if err := n.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := raft.NewFileSnapshotStore(n.cfg.DataDir, 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, trans := raft.NewInmemTransport("")
+	sink, err := snaps.Create(raft.SnapshotVersionMax, last, 2, conf.Configuration(), 1, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Write(state); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -457,13 +471,7 @@ func TestHaltedLeaderAnswersForwardersNotLeader(t *testing.T) {
 	c := MakeCluster(t, 3)
 	cl := c.Client()
 	defer cl.Close()
-	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "r", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 300_000}); err != nil {
-		t.Fatal(err)
-	}
+	runOfOneRank(t, ctx, cl, 300_000)
 	leader := c.Leader(10 * time.Second)
 	var followers []*Node
 	var urls []string
@@ -483,23 +491,7 @@ func TestHaltedLeaderAnswersForwardersNotLeader(t *testing.T) {
 		return sum
 	}
 
-	type answer struct {
-		status int
-		body   ErrorBody
-		err    error
-	}
-	polled := make(chan answer, 1)
-	go func() {
-		var a answer
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, followers[1].URL()+"/v1/runs/r/wait?timeout=300000", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if a.err = err; err == nil {
-			a.status = resp.StatusCode
-			a.err = json.NewDecoder(resp.Body).Decode(&a.body)
-			resp.Body.Close()
-		}
-		polled <- a
-	}()
+	polled := longPoll(ctx, followers[1].URL()+"/v1/runs/r/wait?timeout=300000")
 	waitFor(t, "the follower to forward the long-poll", func() bool { return forwarded() >= 1 })
 
 	// The leader's FSM halts; watchHalt is not told yet, so its Raft
@@ -553,8 +545,7 @@ func TestHaltedLeaderAnswersForwardersNotLeader(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("a fence advance through the followers once they elected a leader: %v", err)
 	}
-	var fs Fences
-	c.Leader(10 * time.Second).FSM().Read(func(s *State) { fs = s.Fences })
+	fs := fencesOf(c.Leader(10 * time.Second))
 	if fs.Tombstone != 5 {
 		t.Fatalf("the new leader's tombstone fence: %d, want 5", fs.Tombstone)
 	}

@@ -21,23 +21,7 @@ import (
 // its registry holds it (/metrics needs the token where there is one).
 func refusedConns(t *testing.T, n *Node, code errcode.Code) int {
 	t.Helper()
-	mfs, err := n.met.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "shardproof_gate_raft_connections_refused_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "code" && l.GetValue() == string(code) {
-					return int(m.GetCounter().GetValue())
-				}
-			}
-		}
-	}
-	return 0
+	return int(codeCount(t, n, "shardproof_gate_raft_connections_refused_total", string(code)))
 }
 
 // fileClusterID is the identity n's data directory holds.
@@ -91,10 +75,7 @@ func TestRestoredClusterRefusesTheOldOne(t *testing.T) {
 			ctx := ctxT(t, 2*time.Minute)
 			old := MakeCluster(t, 3, tc.opts...)
 			cl := old.Client()
-			r1 := registerVerified(t, ctx, cl, "r1", 2, 0, 0)
-			if _, err := cl.Publish(ctx, "main", r1, 0, 0); err != nil {
-				t.Fatal(err)
-			}
+			publishedRelease(t, ctx, cl, "r1", 2)
 			backup, err := cl.StateBytes(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -2,6 +2,7 @@ package raftgate
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -118,23 +119,8 @@ func TestLearnerFindsItsNonvoterEntryCommittedBeforeTheAnswer(t *testing.T) {
 	cfg.Bootstrap = false
 	second := NewNode(cfg)
 	t.Cleanup(func() { second.Shutdown() })
-	target, _ := url.Parse(first.URL())
-	rp := httputil.NewSingleHostReverseProxy(target)
 	var held atomic.Bool
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/join" {
-			rp.ServeHTTP(w, r)
-			return
-		}
-		b, _ := io.ReadAll(r.Body)
-		r.Body = io.NopCloser(bytes.NewReader(b))
-		var j Join
-		if err := json.Unmarshal(b, &j); err != nil {
-			t.Errorf("join body: %v", err)
-		}
-		rec := httptest.NewRecorder()
-		rp.ServeHTTP(rec, r)
-		index, _ := strconv.ParseUint(rec.Header().Get(nonvoterIndexHeader), 10, 64)
+	startJoiningThroughHeldAnswer(t, ctx, first, second, func(j Join, index uint64) {
 		// The joiner committed the entry, and its watcher ran a whole
 		// pass after that: it saw the entry before the answer.
 		jc := NewClient("http://" + j.HTTPAddr)
@@ -154,17 +140,7 @@ func TestLearnerFindsItsNonvoterEntryCommittedBeforeTheAnswer(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		held.Store(index > 0)
-		for k, v := range rec.Header() {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(rec.Code)
-		w.Write(rec.Body.Bytes())
-	}))
-	defer proxy.Close()
-	second.cfg.Join = proxy.Listener.Addr().String()
-	if err := second.Start(ctx); err != nil {
-		t.Fatalf("start: %v", err)
-	}
+	})
 	if !held.Load() {
 		t.Fatal("the join's answer was not held: no nonvoter index in it")
 	}
@@ -195,24 +171,8 @@ func TestLearnerFindsItsNonvoterEntryCompactedBeforeTheAnswer(t *testing.T) {
 	cfg.Bootstrap, cfg.SnapshotThreshold = false, 8
 	second := NewNode(cfg)
 	t.Cleanup(func() { second.Shutdown() })
-	target, _ := url.Parse(first.URL())
-	rp := httputil.NewSingleHostReverseProxy(target)
 	var held atomic.Bool
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/join" {
-			rp.ServeHTTP(w, r)
-			return
-		}
-		rec := httptest.NewRecorder()
-		rp.ServeHTTP(rec, r)
-		defer func() {
-			for k, v := range rec.Header() {
-				w.Header()[k] = v
-			}
-			w.WriteHeader(rec.Code)
-			w.Write(rec.Body.Bytes())
-		}()
-		index, _ := strconv.ParseUint(rec.Header().Get(nonvoterIndexHeader), 10, 64)
+	startJoiningThroughHeldAnswer(t, ctx, first, second, func(_ Join, index uint64) {
 		if index == 0 {
 			return
 		}
@@ -238,18 +198,50 @@ func TestLearnerFindsItsNonvoterEntryCompactedBeforeTheAnswer(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		held.Store(true)
-	}))
-	defer proxy.Close()
-	second.cfg.Join = proxy.Listener.Addr().String()
-	if err := second.Start(ctx); err != nil {
-		t.Fatalf("start: %v", err)
-	}
+	})
 	if !held.Load() {
 		t.Fatal("the join's answer was not held until node2 compacted its nonvoter entry")
 	}
 	WaitPromoted(t, second, 10*time.Second)
 	// Along the leader's log: node2 a nonvoter once, then a voter.
 	nonvoterOnceThenVoter(t, first, "node2")
+}
+
+// startJoiningThroughHeldAnswer starts joiner, a node made but not
+// started, joining leader through a proxy that passes every request on
+// and holds the leader's answer to the join until hold, given the join
+// and the nonvoter index the answer names (0: none), returns. The proxy
+// serves until the test ends.
+func startJoiningThroughHeldAnswer(t *testing.T, ctx context.Context, leader, joiner *Node, hold func(j Join, index uint64)) {
+	t.Helper()
+	target, _ := url.Parse(leader.URL())
+	rp := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/join" {
+			rp.ServeHTTP(w, r)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		var j Join
+		if err := json.Unmarshal(b, &j); err != nil {
+			t.Errorf("join body: %v", err)
+		}
+		rec := httptest.NewRecorder()
+		rp.ServeHTTP(rec, r)
+		index, _ := strconv.ParseUint(rec.Header().Get(nonvoterIndexHeader), 10, 64)
+		hold(j, index)
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
+	}))
+	t.Cleanup(proxy.Close)
+	joiner.cfg.Join = proxy.Listener.Addr().String()
+	if err := joiner.Start(ctx); err != nil {
+		t.Fatalf("start: %v", err)
+	}
 }
 
 // A learner is promoted once it caught up, by the leader that added it,
@@ -306,35 +298,28 @@ func TestLearnerStatusReadsItsLogFirst(t *testing.T) {
 		st, err := sc.Status(ctx)
 		return err == nil && st.Learner == nil
 	})
-	var seq []raft.ServerSuffrage
-	firstIndex, _ := first.store.FirstIndex()
-	last, _ := first.store.LastIndex()
-	for i := firstIndex; i <= last; i++ {
-		var l raft.Log
-		if err := first.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
-			continue
-		}
-		for _, sv := range raft.DecodeConfiguration(l.Data).Servers {
-			if sv.ID == "node2" {
-				seq = append(seq, sv.Suffrage)
-			}
-		}
-	}
-	if len(seq) != 2 || seq[0] != raft.Nonvoter || seq[1] != raft.Voter {
-		t.Fatalf("node2's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", seq)
-	}
+	nonvoterOnceThenVoter(t, first, "node2")
 }
 
 // nonvoterOnceThenVoter fails t unless leader's log holds exactly two
 // configuration entries that list id: a nonvoter, then a voter.
 func nonvoterOnceThenVoter(t *testing.T, leader *Node, id string) {
 	t.Helper()
+	seq := suffrageAlong(leader, id)
+	if len(seq) != 2 || seq[0] != raft.Nonvoter || seq[1] != raft.Voter {
+		t.Fatalf("%s's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", id, seq)
+	}
+}
+
+// suffrageAlong is id's suffrage in each configuration entry of n's log
+// that lists it, in log order.
+func suffrageAlong(n *Node, id string) []raft.ServerSuffrage {
 	var seq []raft.ServerSuffrage
-	firstIndex, _ := leader.store.FirstIndex()
-	lastIndex, _ := leader.store.LastIndex()
+	firstIndex, _ := n.store.FirstIndex()
+	lastIndex, _ := n.store.LastIndex()
 	for i := firstIndex; i <= lastIndex; i++ {
 		var l raft.Log
-		if err := leader.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
+		if err := n.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
 			continue
 		}
 		for _, sv := range raft.DecodeConfiguration(l.Data).Servers {
@@ -343,7 +328,5 @@ func nonvoterOnceThenVoter(t *testing.T, leader *Node, id string) {
 			}
 		}
 	}
-	if len(seq) != 2 || seq[0] != raft.Nonvoter || seq[1] != raft.Voter {
-		t.Fatalf("%s's suffrage in the leader's configuration entries: %v, want one nonvoter entry, then a voter", id, seq)
-	}
+	return seq
 }

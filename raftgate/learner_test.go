@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,20 +146,7 @@ func TestReplacedMemberRejoinsAsLearner(t *testing.T) {
 
 	// The leader's log: the old voter became a nonvoter, then a voter.
 	leader = c.Leader(10 * time.Second)
-	var seq []raft.ServerSuffrage
-	first, _ := leader.store.FirstIndex()
-	last, _ := leader.store.LastIndex()
-	for i := first; i <= last; i++ {
-		var l raft.Log
-		if err := leader.store.GetLog(i, &l); err != nil || l.Type != raft.LogConfiguration {
-			continue
-		}
-		for _, sv := range raft.DecodeConfiguration(l.Data).Servers {
-			if string(sv.ID) == n.ID() && (len(seq) == 0 || seq[len(seq)-1] != sv.Suffrage) {
-				seq = append(seq, sv.Suffrage)
-			}
-		}
-	}
+	seq := slices.Compact(suffrageAlong(leader, n.ID()))
 	if len(seq) < 3 || seq[len(seq)-3] != raft.Voter || seq[len(seq)-2] != raft.Nonvoter || seq[len(seq)-1] != raft.Voter {
 		t.Fatalf("%s's suffrage along the leader's log: %v, want voter, nonvoter, voter", n.ID(), seq)
 	}

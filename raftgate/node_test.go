@@ -190,9 +190,7 @@ func TestSingleNodeRestartKeepsState(t *testing.T) {
 
 func TestHTTPAPI(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	n := StartTestNode(t, TestConfig(t.TempDir(), "api"))
-	cl := NewClient(n.URL())
-	defer cl.Close()
+	n, cl := soloGate(t, "api")
 	for _, p := range []string{"/healthz", "/readyz"} {
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -209,10 +207,7 @@ func TestHTTPAPI(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	root := registerVerified(t, ctx, cl, "rel", 3, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	root := publishedRelease(t, ctx, cl, "rel", 3)
 	// A rejection carries its code through HTTP and the client.
 	_, err := cl.Publish(ctx, "main", root, 5, 0)
 	if !errors.Is(err, ErrGenerationConflict) {
@@ -328,9 +323,7 @@ func (d *discardWriter) WriteHeader(int)             {}
 
 func TestClientIndeterminateThenSafeRetry(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	n := StartTestNode(t, TestConfig(t.TempDir(), "ind"))
-	good := NewClient(n.URL())
-	defer good.Close()
+	n, good := soloGate(t, "ind")
 	root := registerVerified(t, ctx, good, "rel", 2, 0, 0)
 
 	flaky := NewClient(dropAfterForward(t, n.URL()))
@@ -379,12 +372,7 @@ func TestClusterFailoverKeepsAcknowledgedPublishes(t *testing.T) {
 	}
 	// Writes and reads through a follower are forwarded to the leader.
 	leader := c.Leader(5 * time.Second)
-	var follower *Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			follower = n
-		}
-	}
+	follower := followerOf(c, leader)
 	fc := NewClient(follower.URL())
 	defer fc.Close()
 	if _, err := fc.Publish(ctx, "side", roots[0], 0, 0); err != nil {
@@ -532,10 +520,7 @@ func TestLeaderPrunes(t *testing.T) {
 	n := StartTestNode(t, cfg)
 	cl := NewClient(n.URL())
 	defer cl.Close()
-	root := registerVerified(t, ctx, cl, "r", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	root := publishedRelease(t, ctx, cl, "r", 2)
 	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "job", Alias: "main", WorldSize: 1}); err != nil {
 		t.Fatal(err)
 	}
@@ -765,8 +750,7 @@ func TestStartBesideAFailedStartThatMadeTheDir(t *testing.T) {
 	second.Bootstrap = false
 	c := StartTestNode(t, second)
 	waitLeader(t, c)
-	var got uint64
-	c.FSM().Read(func(s *State) { got = s.Fences.Tombstone })
+	got := fencesOf(c).Tombstone
 	if got != 7 {
 		t.Fatalf("the start beside the failed one served, and its restart finds tombstone fence %d, want 7", got)
 	}
@@ -823,9 +807,7 @@ func TestClientRefusesWhatRetryingCannotFix(t *testing.T) {
 		t.Fatalf("nothing at %s: %v, want GATE_UNAVAILABLE with a hint", closed, err)
 	}
 
-	n := StartTestNode(t, TestConfig(t.TempDir(), "names"))
-	g := NewClient(n.URL())
-	defer g.Close()
+	_, g := soloGate(t, "names")
 	root := registerVerified(t, ctx, g, "rel", 2, 0, 0)
 	for _, name := range []string{".", ".."} {
 		if _, err := g.Publish(ctx, name, root, 0, 0); errcode.Of(err) != errcode.BadInput {
@@ -857,9 +839,7 @@ func TestClientRefusesWhatRetryingCannotFix(t *testing.T) {
 // version 2) recorded a new root STAGED on the way to refusing it.
 func TestRegisterWithoutReportDigestIsRefused(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	n := StartTestNode(t, TestConfig(t.TempDir(), "g"))
-	g := NewClient(n.URL())
-	defer g.Close()
+	_, g := soloGate(t, "g")
 	registerVerified(t, ctx, g, "rel", 2, 0, 0)
 	before, err := g.StatusDigest(ctx)
 	if err != nil {
@@ -931,9 +911,7 @@ func TestRestartWithAnotherIDIsRefused(t *testing.T) {
 // during a rolling upgrade.
 func TestFencesFromAnOlderGate(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	n := StartTestNode(t, TestConfig(t.TempDir(), "old"))
-	g := NewClient(n.URL())
-	defer g.Close()
+	n, g := soloGate(t, "old")
 	if _, err := g.AdvanceFence(ctx, FenceBenchmark, 7); err != nil {
 		t.Fatal(err)
 	}
@@ -1019,9 +997,7 @@ func TestRemoveMemberReplacesADeadOne(t *testing.T) {
 	registerVerified(t, ctx, cl4, "after", 2, 0, 0)
 
 	// The last member cannot be removed.
-	solo := StartTestNode(t, TestConfig(t.TempDir(), "solo"))
-	sc := NewClient(solo.URL())
-	defer sc.Close()
+	solo, sc := soloGate(t, "solo")
 	for !solo.IsLeader() {
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -1039,9 +1015,7 @@ func TestRemoveMemberReplacesADeadOne(t *testing.T) {
 // node a candidate for good (and a 3-node cluster one loss from stopping).
 func TestRefusedJoinChangesNothing(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	n := StartTestNode(t, TestConfig(t.TempDir(), "solo"))
-	cl := NewClient(n.URL())
-	defer cl.Close()
+	n, cl := soloGate(t, "solo")
 	registerVerified(t, ctx, cl, "r1", 2, 0, 0)
 	// A Raft listener that answers the cluster's identity handshake
 	// (the leader's probe runs it), with no gate beside it, once the
@@ -1251,16 +1225,8 @@ func (s *syncBuf) String() string {
 // INDETERMINATE, and a long-poll gets its wait on top of the bound.
 func TestClientSkipsSilentMember(t *testing.T) {
 	ctx := ctxT(t, 60*time.Second)
-	n := StartTestNode(t, TestConfig(t.TempDir(), "live"))
-	good := NewClient(n.URL())
-	defer good.Close()
-	root := registerVerified(t, ctx, good, "rel", 2, 0, 0)
-	if _, err := good.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := good.CreateRun(ctx, &CreateRun{Run: "r", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 60_000}); err != nil {
-		t.Fatal(err)
-	}
+	n, good := soloGate(t, "live")
+	root := runOfOneRank(t, ctx, good, 60_000)
 
 	// The bound is a second: the live member's answers, which must come
 	// within one attempt, had 300 ms, and a loaded machine can take

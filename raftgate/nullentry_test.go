@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 )
@@ -146,33 +144,11 @@ func TestStartHaltsAtSnapshotWithNullNode(t *testing.T) {
 	cfg := TestConfig(t.TempDir(), "gate1")
 	n := StartTestNode(t, cfg)
 	waitLeader(t, n)
-	conf := n.Raft().GetConfiguration()
-	if err := conf.Error(); err != nil {
-		t.Fatal(err)
-	}
-	last := n.Raft().LastIndex()
-	if err := n.Shutdown(); err != nil {
-		t.Fatal(err)
-	}
-	snaps, err := raft.NewFileSnapshotStore(cfg.DataDir, 2, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, trans := raft.NewInmemTransport("")
-	sink, err := snaps.Create(raft.SnapshotVersionMax, last, 2, conf.Configuration(), 1, trans)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sink.Write(withNullEntry(t, fullState(t), "nodes")); err != nil {
-		t.Fatal(err)
-	}
-	if err := sink.Close(); err != nil {
-		t.Fatal(err)
-	}
+	stopOnSnapshot(t, n, withNullEntry(t, fullState(t), "nodes"))
 	c := cfg
 	c.Bootstrap = false
 	n = NewNode(c)
-	err = n.Start(ctx)
+	err := n.Start(ctx)
 	if err == nil {
 		if _, serr := NewClient(n.URL()).Status(ctx); serr != nil {
 			t.Logf("status of the started member: %v", serr)

@@ -19,23 +19,7 @@ import (
 // that has them).
 func recordRequests(t *testing.T, n *Node, code string) float64 {
 	t.Helper()
-	mfs, err := n.met.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "shardproof_gate_record_requests_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "code" && lp.GetValue() == code {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return codeCount(t, n, "shardproof_gate_record_requests_total", code)
 }
 
 // neverCampaigns makes a test node a voter that never stands for
@@ -161,16 +145,7 @@ func TestRemovedMemberIsNotRecorded(t *testing.T) {
 	if err := cl.RemoveMember(ctx, "node3"); err != nil {
 		t.Fatal(err)
 	}
-	digest := func() (uint64, manifest.Digest) {
-		lc := NewClient(c.Leader(10 * time.Second).URL())
-		defer lc.Close()
-		st, err := lc.StatusDigest(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.StateIndex, *st.StateDigest
-	}
-	index, before := digest()
+	index, before := leaderStatusDigest(t, ctx, c)
 
 	c.Configs[2].HTTPAddr = "127.0.0.1:0"
 	// The leader's replication to a removed member ends with a last
@@ -209,7 +184,7 @@ func TestRemovedMemberIsNotRecorded(t *testing.T) {
 	if r := recordOf(l, "node3"); r.HTTPAddr != oldHTTP || recordRequests(t, n3, "OK") != 0 {
 		t.Fatalf("the removed member's record: %+v, %v recorded; want its old HTTP address %s", r, recordRequests(t, n3, "OK"), oldHTTP)
 	}
-	if i, after := digest(); i != index || after != before {
+	if i, after := leaderStatusDigest(t, ctx, c); i != index || after != before {
 		t.Fatalf("the refused record requests changed the state: index %d→%d, digest %s→%s", index, i, before, after)
 	}
 }

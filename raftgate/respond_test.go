@@ -88,13 +88,7 @@ func TestLongPollOutlastsWriteTimeout(t *testing.T) {
 	n := StartTestNode(t, cfg)
 	cl := NewClient(n.URL())
 	defer cl.Close()
-	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "r", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 120_000}); err != nil {
-		t.Fatal(err)
-	}
+	runOfOneRank(t, ctx, cl, 120_000)
 	status, code, b := rawRequest(t, ctx, http.MethodGet, n.URL()+"/v1/runs/r/wait?timeout=1000", nil)
 	if status != http.StatusOK {
 		t.Fatalf("long-poll: HTTP %d %s %s", status, code, b)

@@ -27,10 +27,7 @@ func TestCommandWithNullIsRefused(t *testing.T) {
 	waitLeader(t, n)
 	cl := NewClient(n.URL())
 	defer cl.Close()
-	root := registerVerified(t, ctx, cl, "r1", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	root := publishedRelease(t, ctx, cl, "r1", 2)
 	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "job", Alias: "main", WorldSize: 1}); err != nil {
 		t.Fatal(err)
 	}

@@ -24,12 +24,7 @@ func TestTLSCluster(t *testing.T) {
 	pki := NewTestPKI(t, t.TempDir(), "gate")
 	c := MakeCluster(t, 3, func(cfg *Config) { cfg.TLS = pki.TLS })
 	leader := c.Leader(10 * time.Second)
-	var follower *Node
-	for _, n := range c.Nodes {
-		if n != leader {
-			follower = n
-		}
-	}
+	follower := followerOf(c, leader)
 	if follower.URL()[:8] != "https://" {
 		t.Fatalf("URL %s, want https", follower.URL())
 	}
@@ -111,12 +106,16 @@ func TestLoadTLSRefusals(t *testing.T) {
 	}
 }
 
-// A peer that opens a Raft connection to a TLS member and sends nothing is
-// disconnected once the handshake timeout passes, with or without a token.
-func TestSilentRaftPeerIsDisconnected(t *testing.T) {
+// silentRaftPeer runs silent against a one-member cluster on TLS of pki,
+// once without a token and once with one, with a handshake timeout of a
+// second: silent gets the case's name, the member and a TCP connection to
+// its Raft port, which it closes.
+func silentRaftPeer(t *testing.T, pki *TestPKI, silent func(name string, leader *Node, conn net.Conn)) {
+	t.Helper()
+	// A second, not 300 ms: a test's own TLS handshake must complete
+	// within it, and under load it may not have.
 	old := handshakeNanos.Swap(int64(time.Second))
 	t.Cleanup(func() { handshakeNanos.Store(old) })
-	pki := NewTestPKI(t, t.TempDir(), "gate")
 	for name, tok := range map[string][]byte{"TLS": nil, "TLS and token": []byte("0123456789abcdef-gate-token")} {
 		c := MakeCluster(t, 1, func(cfg *Config) { cfg.TLS, cfg.Token = pki.TLS, tok })
 		leader := c.Leader(10 * time.Second)
@@ -124,15 +123,23 @@ func TestSilentRaftPeerIsDisconnected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		silent(name, leader, conn)
+		c.Shutdown()
+	}
+}
+
+// A peer that opens a Raft connection to a TLS member and sends nothing is
+// disconnected once the handshake timeout passes, with or without a token.
+func TestSilentRaftPeerIsDisconnected(t *testing.T) {
+	silentRaftPeer(t, NewTestPKI(t, t.TempDir(), "gate"), func(name string, _ *Node, conn net.Conn) {
 		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		start := time.Now()
-		_, err = io.ReadAll(conn)
+		_, err := io.ReadAll(conn)
 		conn.Close()
 		if err != nil || time.Since(start) > 5*time.Second {
 			t.Errorf("%s: a silent peer stayed connected %s (%v), want it closed after the handshake timeout", name, time.Since(start), err)
 		}
-		c.Shutdown()
-	}
+	})
 }
 
 // A peer that completes the TLS handshake of a Raft connection and then
@@ -140,18 +147,8 @@ func TestSilentRaftPeerIsDisconnected(t *testing.T) {
 // the gate's handshake (identity, token) keeps its deadline though the TLS
 // handshake under it, which ran on its first read, cleared its own.
 func TestSilentRaftPeerAfterTLSIsDisconnected(t *testing.T) {
-	// A second, not 300 ms: the test's own TLS handshake must complete
-	// within it, and under load it may not have.
-	old := handshakeNanos.Swap(int64(time.Second))
-	t.Cleanup(func() { handshakeNanos.Store(old) })
 	pki := NewTestPKI(t, t.TempDir(), "gate")
-	for name, tok := range map[string][]byte{"TLS": nil, "TLS and token": []byte("0123456789abcdef-gate-token")} {
-		c := MakeCluster(t, 1, func(cfg *Config) { cfg.TLS, cfg.Token = pki.TLS, tok })
-		leader := c.Leader(10 * time.Second)
-		raw, err := net.Dial("tcp", leader.RaftAddr())
-		if err != nil {
-			t.Fatal(err)
-		}
+	silentRaftPeer(t, pki, func(name string, leader *Node, raw net.Conn) {
 		cfg := pki.TLS.client()
 		cfg.ServerName, _, _ = net.SplitHostPort(leader.RaftAddr())
 		conn := tls.Client(raw, cfg)
@@ -160,13 +157,12 @@ func TestSilentRaftPeerAfterTLSIsDisconnected(t *testing.T) {
 			t.Fatalf("%s: TLS handshake: %v", name, err)
 		}
 		start := time.Now()
-		_, err = io.ReadAll(conn)
+		_, err := io.ReadAll(conn)
 		conn.Close()
 		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() || time.Since(start) > 5*time.Second {
 			t.Errorf("%s: a peer silent after TLS stayed connected %s (%v), want it closed after the handshake timeout", name, time.Since(start), err)
 		}
-		c.Shutdown()
-	}
+	})
 }
 
 // A client that speaks plain HTTP to a gate serving HTTPS is told so,

@@ -17,13 +17,8 @@ import (
 // longer than any the gate takes is still cut, at 253 bytes.
 func TestUnknownNamesAreNamedWhole(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
-	n := StartTestNode(t, TestConfig(t.TempDir(), "g"))
-	g := NewClient(n.URL())
-	defer g.Close()
-	root := registerVerified(t, ctx, g, "rel", 2, 0, 0)
-	if _, err := g.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	_, g := soloGate(t, "g")
+	root := publishedRelease(t, ctx, g, "rel", 2)
 	unknown := manifest.Sum([]byte("no such release"))
 	long := strings.Repeat("n", maxNameLen)
 	check := func(what string, err error, code errcode.Code, want string) {

@@ -168,10 +168,7 @@ func TestVerifierKeysReload(t *testing.T) {
 	}
 
 	// Keys given without a file are kept.
-	trusted, err := evidence.NewTrusted(pubOf(old))
-	if err != nil {
-		t.Fatal(err)
-	}
+	trusted := trustedKeys(t, old)
 	kcfg := TestConfig(t.TempDir(), "given")
 	kcfg.VerifierKeys = trusted
 	given := StartTestNode(t, kcfg)
@@ -280,20 +277,14 @@ func errString(err error) string {
 // same; a staging register and a gate without keys answer none.
 func TestSignersInTheAnswerAndTheLog(t *testing.T) {
 	a, b, intruder := newKey(t), newKey(t), newKey(t)
-	trusted, err := evidence.NewTrusted(pubOf(a), pubOf(b))
-	if err != nil {
-		t.Fatal(err)
-	}
+	trusted := trustedKeys(t, a, b)
 	logs := &syncBuf{}
 	c := MakeCluster(t, 2, func(cfg *Config) {
 		cfg.VerifierKeys = trusted
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	leader := c.Leader(10 * time.Second)
-	follower := c.Nodes[0]
-	if follower == leader {
-		follower = c.Nodes[1]
-	}
+	follower := followerOf(c, leader)
 	ctx := ctxT(t, time.Minute)
 	cl := NewClient(follower.URL())
 	t.Cleanup(cl.Close)

@@ -80,11 +80,7 @@ func releaseOn(n *Node, root manifest.Digest) Release {
 // were.
 func TestRefusedRegisterKeepsPrunedReleaseFromVersion2(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
-	c := MakeCluster(t, 3, func(cfg *Config) {
-		if cfg.ID == "node1" {
-			OlderBuild(1)(cfg)
-		}
-	})
+	c := MakeCluster(t, 3, node1OfBuild(1))
 	cl := c.Client()
 	root, shards := dig("bad"), shardsOf("bad", 3)
 	invalid := &ReportSummary{Digest: dig("report/bad"), Verdict: manifest.Invalid, DatasetSnapshot: dig("snap"), TombstoneHits: 1}
@@ -143,16 +139,9 @@ func TestRefusedRegisterKeepsPrunedReleaseFromVersion2(t *testing.T) {
 // version 1 answer it.
 func TestScaledInRankAttestingAtOldEpochIsStaleFromVersion2(t *testing.T) {
 	ctx := ctxT(t, 2*time.Minute)
-	c := MakeCluster(t, 3, func(cfg *Config) {
-		if cfg.ID == "node1" {
-			OlderBuild(1)(cfg)
-		}
-	})
+	c := MakeCluster(t, 3, node1OfBuild(1))
 	cl := c.Client()
-	root := registerVerified(t, ctx, cl, "r1", 4, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
+	root := publishedRelease(t, ctx, cl, "r1", 4)
 	rank1 := []manifest.Digest{shardsOf("r1", 4)[1], shardsOf("r1", 4)[3]}
 	// scaleIn creates run id over two ranks and scales it in to one:
 	// rank 1 verified its shards at epoch 0.

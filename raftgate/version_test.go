@@ -86,6 +86,13 @@ func noHalts(t *testing.T, c *TestCluster) {
 func leaderDigest(t *testing.T, ctx context.Context, c *TestCluster) (uint64, manifest.Digest) {
 	t.Helper()
 	waitApplied(t, runningNodes(c))
+	return leaderStatusDigest(t, ctx, c)
+}
+
+// leaderStatusDigest returns the state digest and index of the leader's
+// status.
+func leaderStatusDigest(t *testing.T, ctx context.Context, c *TestCluster) (uint64, manifest.Digest) {
+	t.Helper()
 	lc := NewClient(c.Leader(10 * time.Second).URL())
 	defer lc.Close()
 	st, err := lc.StatusDigest(ctx)
@@ -93,6 +100,16 @@ func leaderDigest(t *testing.T, ctx context.Context, c *TestCluster) (uint64, ma
 		t.Fatal(err)
 	}
 	return st.StateIndex, *st.StateDigest
+}
+
+// node1OfBuild makes node1 of a test cluster a build of version v
+// (OlderBuild) and leaves the others at this build's.
+func node1OfBuild(v uint64) func(*Config) {
+	return func(cfg *Config) {
+		if cfg.ID == "node1" {
+			OlderBuild(v)(cfg)
+		}
+	}
 }
 
 func runningNodes(c *TestCluster) []*Node {
@@ -493,11 +510,7 @@ func TestLaggingLeaderChecksJoinerAgainstCommittedVersion(t *testing.T) {
 // halted at the raise.
 func TestVersionOnlyFromTheConfiguredMember(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
-	c := MakeCluster(t, 3, func(cfg *Config) {
-		if cfg.ID == "node1" {
-			OlderBuild(0)(cfg)
-		}
-	})
+	c := MakeCluster(t, 3, node1OfBuild(0))
 	stray := StartTestNode(t, TestConfig(t.TempDir(), "node1"))
 	old := c.Nodes[0]
 	for {

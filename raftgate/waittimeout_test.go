@@ -16,16 +16,8 @@ import (
 // limit) made a negative or tiny wait that answered at once.
 func TestLongPollTimeoutBeyondDurationIsTheCap(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
-	n := StartTestNode(t, TestConfig(t.TempDir(), "n1"))
-	cl := NewClient(n.URL())
-	defer cl.Close()
-	root := registerVerified(t, ctx, cl, "rel", 2, 0, 0)
-	if _, err := cl.Publish(ctx, "main", root, 0, 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.CreateRun(ctx, &CreateRun{Run: "r", Alias: "main", WorldSize: 1, BarrierTimeoutMs: 120_000}); err != nil {
-		t.Fatal(err)
-	}
+	n, cl := soloGate(t, "n1")
+	runOfOneRank(t, ctx, cl, 120_000)
 	hc := &http.Client{Transport: &http.Transport{}}
 	defer hc.CloseIdleConnections()
 	for _, ms := range []int64{math.MaxInt64/1_000_000 + 1, math.MaxInt64, 9_223_372_036_855_000} {
