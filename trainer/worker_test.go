@@ -761,22 +761,56 @@ func TestOnceRefusesClosedPermit(t *testing.T) {
 	}
 }
 
-// rank0Waiting publishes a release through cluster c, creates run r1 of
-// two ranks with the barrier timeout given, and starts rank 0 (--once); it
-// returns once rank 0 waits at the barrier, with the channel its Run's
-// error arrives on.
-func rank0Waiting(t *testing.T, c *raftgate.TestCluster, timeout time.Duration) (*env, *Worker, chan error) {
+// publishedOn is an env on gate, a client of a gate the test started: a
+// store with one synthetic release of four shards, gen1, published as
+// main.
+func publishedOn(t *testing.T, gate *raftgate.Client) *env {
 	t.Helper()
 	s := stagetest.Store(t)
 	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
-	e := &env{t: t, ctx: context.Background(), store: s, gate: c.Client(), gen1: gen1}
+	e := &env{t: t, ctx: context.Background(), store: s, gate: gate, gen1: gen1}
 	e.publish(gen1, 0)
+	return e
+}
+
+// rank0Waiting publishes a release through gate (publishedOn), creates
+// run r1 of two ranks with the barrier timeout given, and starts rank 0
+// (--once), which talks to the gate through g (nil: gate itself); it
+// returns once rank 0 waits at the barrier, with the channel its Run's
+// error arrives on.
+func rank0Waiting(t *testing.T, gate *raftgate.Client, timeout time.Duration, g Gate) (*env, *Worker, chan error) {
+	t.Helper()
+	e := publishedOn(t, gate)
 	e.createRun("r1", 2, timeout)
-	w0 := e.worker("r1", 0, nil, nil)
+	w0 := e.worker("r1", 0, nil, g)
 	done := make(chan error, 1)
 	go func() { done <- w0.Run(e.ctx, true) }()
 	waitState(t, w0, StateWaiting)
 	return e, w0, done
+}
+
+// stillWaiting fails t if rank 0, waiting at the barrier while the gate
+// is down, has ended: done, where its Run's error arrives, holds it.
+func stillWaiting(t *testing.T, done chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		t.Fatalf("rank 0 gave up while the gate was down: %v", err)
+	default:
+	}
+}
+
+// rank1OpensTheBarrier runs rank 1 of run (--once), which must attest
+// and pass the barrier, after what happened while rank 0 waited there;
+// then rank 0, whose Run's error done receives, must pass it too.
+func rank1OpensTheBarrier(t *testing.T, e *env, run string, done chan error, after string) {
+	t.Helper()
+	if err := e.worker(run, 1, nil, nil).Run(e.ctx, true); err != nil {
+		t.Fatalf("rank 1 after %s: %v", after, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("rank 0 across %s: %v", after, err)
+	}
 }
 
 // Workers talk to a three-node gate; the leader dies while rank 0 waits
@@ -784,19 +818,14 @@ func rank0Waiting(t *testing.T, c *raftgate.TestCluster, timeout time.Duration) 
 // root, and rank 1 opens the barrier through it.
 func TestLeaderLossWhileWaiting(t *testing.T) {
 	c := raftgate.MakeCluster(t, 3)
-	e, w0, done := rank0Waiting(t, c, 30*time.Second)
+	e, w0, done := rank0Waiting(t, c.Client(), 30*time.Second, nil)
 	for i, n := range c.Nodes {
 		if n != nil && n.IsLeader() {
 			c.Stop(i)
 		}
 	}
 	c.Leader(10 * time.Second)
-	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
-		t.Fatalf("rank 1 after the leader change: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("rank 0 across the leader change: %v", err)
-	}
+	rank1OpensTheBarrier(t, e, "r1", done, "the leader change")
 	if st := w0.Status(); st.State != StateReady || st.Root != e.gen1.Root {
 		t.Fatalf("rank 0: %+v", st)
 	}
@@ -808,22 +837,13 @@ func TestLeaderLossWhileWaiting(t *testing.T) {
 // 1 attests and rank 0 passes the barrier.
 func TestGateOutageWhileWaiting(t *testing.T) {
 	c := raftgate.MakeCluster(t, 1)
-	e, w0, done := rank0Waiting(t, c, 60*time.Second)
+	e, w0, done := rank0Waiting(t, c.Client(), 60*time.Second, nil)
 	c.Stop(0)
 	time.Sleep(5 * time.Second) // more than two wait slices (2 s each)
-	select {
-	case err := <-done:
-		t.Fatalf("rank 0 gave up while the gate was down: %v", err)
-	default:
-	}
+	stillWaiting(t, done)
 	c.Restart(0)
 	c.Leader(10 * time.Second)
-	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
-		t.Fatalf("rank 1 after the outage: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("rank 0 across the outage: %v", err)
-	}
+	rank1OpensTheBarrier(t, e, "r1", done, "the outage")
 	if st := w0.Status(); st.State != StateReady || st.Root != e.gen1.Root {
 		t.Fatalf("rank 0: %+v", st)
 	}
@@ -859,17 +879,9 @@ func (g *haltedGate) Run(ctx context.Context, id string) (*raftgate.Run, error) 
 // it answers GATE_HALTED now, which is no news either. The rank keeps
 // waiting, and passes the barrier once the gate serves again.
 func TestBarrierWaitSurvivesHaltedGate(t *testing.T) {
-	c := raftgate.MakeCluster(t, 1)
-	s := stagetest.Store(t)
-	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
-	e := &env{t: t, ctx: context.Background(), store: s, gate: c.Client(), gen1: gen1}
-	e.publish(gen1, 0)
-	e.createRun("r1", 2, 60*time.Second)
-	g := &haltedGate{Gate: e.gate}
-	w0 := e.worker("r1", 0, nil, g)
-	done := make(chan error, 1)
-	go func() { done <- w0.Run(e.ctx, true) }()
-	waitState(t, w0, StateWaiting)
+	cl := raftgate.MakeCluster(t, 1).Client()
+	g := &haltedGate{Gate: cl}
+	e, w0, done := rank0Waiting(t, cl, 60*time.Second, g)
 	g.down.Store(true)
 	deadline := time.Now().Add(20 * time.Second)
 	for g.failed.Load() < 3 {
@@ -883,13 +895,8 @@ func TestBarrierWaitSurvivesHaltedGate(t *testing.T) {
 		}
 	}
 	g.down.Store(false)
-	if err := e.worker("r1", 1, nil, nil).Run(e.ctx, true); err != nil {
-		t.Fatalf("rank 1: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("rank 0 across the halt: %v", err)
-	}
-	if st := w0.Status(); st.State != StateReady || st.Root != gen1.Root {
+	rank1OpensTheBarrier(t, e, "r1", done, "the halt")
+	if st := w0.Status(); st.State != StateReady || st.Root != e.gen1.Root {
 		t.Fatalf("rank 0: %+v", st)
 	}
 }
@@ -1115,12 +1122,9 @@ func TestSidecarFailsWhenItsRunIsPruned(t *testing.T) {
 func waitingWhenTheGateStops(t *testing.T, barrier, grace time.Duration) (c *raftgate.TestCluster, e *env, run string, done chan error) {
 	t.Helper()
 	c = raftgate.MakeCluster(t, 1)
-	s := stagetest.Store(t)
-	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
 	g := c.Client()
 	g.RetryFor = 300 * time.Millisecond
-	e = &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
-	e.publish(gen1, 0)
+	e = publishedOn(t, g)
 	for try := 1; ; try, barrier = try+1, 2*barrier {
 		run = fmt.Sprintf("r%d", try)
 		e.createRun(run, 2, barrier)
@@ -1151,19 +1155,10 @@ func waitingWhenTheGateStops(t *testing.T, barrier, grace time.Duration) (c *raf
 func TestGateOutageLongerThanRetries(t *testing.T) {
 	c, e, run, done := waitingWhenTheGateStops(t, 60*time.Second, 0)
 	time.Sleep(3 * time.Second)
-	select {
-	case err := <-done:
-		t.Fatalf("rank 0 gave up while the gate was down: %v", err)
-	default:
-	}
+	stillWaiting(t, done)
 	c.Restart(0)
 	c.Leader(10 * time.Second)
-	if err := e.worker(run, 1, nil, nil).Run(e.ctx, true); err != nil {
-		t.Fatalf("rank 1 after the outage: %v", err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("rank 0 across the outage: %v", err)
-	}
+	rank1OpensTheBarrier(t, e, run, done, "the outage")
 }
 
 // A rank waiting at the barrier while the gate is gone for good gives up
@@ -1323,15 +1318,20 @@ func TestSidecarSurvivesFailedPermitRead(t *testing.T) {
 	}
 }
 
-// waitCounter counts WaitRun calls.
-type waitCounter struct {
+// countingGate counts the WaitRun and the Run calls made through it.
+type countingGate struct {
 	Gate
-	n atomic.Int64
+	waitRuns, runs atomic.Int64
 }
 
-func (g *waitCounter) WaitRun(ctx context.Context, id string) (*raftgate.RunSummary, error) {
-	g.n.Add(1)
+func (g *countingGate) WaitRun(ctx context.Context, id string) (*raftgate.RunSummary, error) {
+	g.waitRuns.Add(1)
 	return g.Gate.WaitRun(ctx, id)
+}
+
+func (g *countingGate) Run(ctx context.Context, id string) (*raftgate.Run, error) {
+	g.runs.Add(1)
+	return g.Gate.Run(ctx, id)
 }
 
 // A gate client that does not retry (RetryFor < 0) gives up at once while
@@ -1340,14 +1340,11 @@ func (g *waitCounter) WaitRun(ctx context.Context, id string) (*raftgate.RunSumm
 // waits a poll between two questions now.
 func TestBarrierWaitDoesNotSpinOnAGateDown(t *testing.T) {
 	c := raftgate.MakeCluster(t, 1)
-	s := stagetest.Store(t)
-	gen1 := stagetest.Synth(t, s, 1200, 4, 1)
 	g := c.Client()
-	e := &env{t: t, ctx: context.Background(), store: s, gate: g, gen1: gen1}
-	e.publish(gen1, 0)
+	e := publishedOn(t, g)
 	e.createRun("r1", 2, 60*time.Second)
 	g.RetryFor = -1
-	wc := &waitCounter{Gate: g}
+	wc := &countingGate{Gate: g}
 	w0 := e.worker("r1", 0, nil, wc) // polls every 50 ms
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -1355,18 +1352,28 @@ func TestBarrierWaitDoesNotSpinOnAGateDown(t *testing.T) {
 	go func() { done <- w0.Run(ctx, true) }()
 	waitState(t, w0, StateWaiting)
 	c.Stop(0)
-	n0 := wc.n.Load()
+	n0 := wc.waitRuns.Load()
 	time.Sleep(time.Second)
-	if n := wc.n.Load() - n0; n > 100 {
+	if n := wc.waitRuns.Load() - n0; n > 100 {
 		t.Fatalf("%d barrier waits in 1 s with the gate down and a 50 ms poll", n)
 	}
-	select {
-	case err := <-done:
-		t.Fatalf("rank 0 gave up while the gate was down: %v", err)
-	default:
-	}
+	stillWaiting(t, done)
 	cancel()
 	<-done
+}
+
+// waitForItsReassignment waits until w, a rank outside its run's world
+// size, says it waits for a reassignment that includes it.
+func waitForItsReassignment(t *testing.T, w *Worker) {
+	t.Helper()
+	want := fmt.Sprintf("waiting for a reassignment that includes rank %d", w.cfg.Rank)
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(w.Status().Reason, want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank %d before the reassignment: %+v", w.cfg.Rank, w.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // An orchestrator scaling out may start a new rank before it sends the
@@ -1397,13 +1404,7 @@ func TestScaleOutRankStartedBeforeReassign(t *testing.T) {
 	early := e.worker("r1", 2, nil, nil)
 	done := make(chan error, 1)
 	go func() { done <- early.Run(e.ctx, true) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(early.Status().Reason, "waiting for a reassignment that includes rank 2") {
-		if time.Now().After(deadline) {
-			t.Fatalf("rank 2 before the reassignment: %+v", early.Status())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForItsReassignment(t, early)
 	if st := early.Status(); st.State != StateStarting || st.Verified != 0 || len(st.Shards) != 0 {
 		t.Fatalf("rank 2 waiting: %+v, want STARTING with nothing verified", st)
 	}
@@ -1517,14 +1518,9 @@ func testRankWaitSurvivesGateDown(t *testing.T, halted bool) {
 	w := e.worker("r1", 2, nil, g)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(e.ctx, true) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(w.Status().Reason, "waiting for a reassignment that includes rank 2") {
-		if time.Now().After(deadline) {
-			t.Fatalf("rank 2 before the reassignment: %+v", w.Status())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForItsReassignment(t, w)
 	g.down.Store(true)
+	deadline := time.Now().Add(10 * time.Second)
 	for g.failed.Load() < 3 {
 		select {
 		case err := <-done:
@@ -1622,13 +1618,7 @@ func TestGateDownAfterVerifyingStillAttests(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(e.ctx, true) }()
 	// The run read (its root pinned); every store read held.
-	deadline := time.Now().Add(10 * time.Second)
-	for w.Status().Root.IsZero() {
-		if time.Now().After(deadline) {
-			t.Fatalf("rank 0 did not read its run: %+v", w.Status())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitRunRead(t, w)
 	g.down.Store(true)
 	close(h.release)
 	if err := <-done; err != nil {
@@ -1642,6 +1632,18 @@ func TestGateDownAfterVerifyingStillAttests(t *testing.T) {
 	}
 	if sum, err := e.gate.WaitRun(e.ctx, "r1"); err != nil || sum.Attested != 1 {
 		t.Fatalf("run: %+v %v", sum, err)
+	}
+}
+
+// waitRunRead waits until w has read its run: its root is pinned.
+func waitRunRead(t *testing.T, w *Worker) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Status().Root.IsZero() {
+		if time.Now().After(deadline) {
+			t.Fatalf("rank %d did not read its run: %+v", w.cfg.Rank, w.Status())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -1768,13 +1770,7 @@ func scaledInWhileRunReadFailed(t *testing.T, e *env) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(e.ctx, false) }()
 	// The run read (its root pinned); every store read held.
-	deadline := time.Now().Add(10 * time.Second)
-	for w.Status().Root.IsZero() {
-		if time.Now().After(deadline) {
-			t.Fatalf("rank 1 did not read its run: %+v", w.Status())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitRunRead(t, w)
 	// The read after verifying is not answered.
 	g.n.Store(1)
 	if _, err := e.gate.Reassign(e.ctx, &raftgate.Reassign{Run: "r1", WorldSize: 1}); err != nil {
@@ -1817,17 +1813,6 @@ func TestOldWorkerOfAReplacedRankTakesTheNewAssignmentsOrder(t *testing.T) {
 	}
 }
 
-// countedRuns counts the Run reads.
-type countedRuns struct {
-	Gate
-	n atomic.Int64
-}
-
-func (g *countedRuns) Run(ctx context.Context, id string) (*raftgate.Run, error) {
-	g.n.Add(1)
-	return g.Gate.Run(ctx, id)
-}
-
 // A sidecar whose rank a reassignment leaves with no shards (another
 // rank takes them all) watches no cache entry any more: the entries of
 // its assignment before are no longer its own, and the trainer or a
@@ -1840,7 +1825,7 @@ func TestSidecarWithAnEmptyAssignmentWatchesNoEntry(t *testing.T) {
 	e.publish(e.gen1, 0)
 	e.createRun("r1", 1, 30*time.Second)
 	h := &heldGet{Store: e.store, release: make(chan struct{})}
-	g := &countedRuns{Gate: e.gate}
+	g := &countingGate{Gate: e.gate}
 	w := e.worker("r1", 0, h, g)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
@@ -1874,8 +1859,8 @@ func TestSidecarWithAnEmptyAssignmentWatchesNoEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each poll stats the entries, then reads the run.
-	polls, deadline := g.n.Load()+2, time.Now().Add(10*time.Second)
-	for g.n.Load() < polls {
+	polls, deadline := g.runs.Load()+2, time.Now().Add(10*time.Second)
+	for g.runs.Load() < polls {
 		if time.Now().After(deadline) {
 			t.Fatalf("rank 0 stopped polling its run: %+v", w.Status())
 		}
