@@ -222,9 +222,12 @@ func (d *decoding) run(ctx context.Context, data []byte, dec Decoder, each func(
 	defer h.Release()
 	h.TuplesOnly = d.tuplesOnly
 	if !d.tuplesOnly {
-		// The footer's row count, checked against maxRows, sizes the tuple
-		// digests; a lying footer costs at most a bounded reservation.
-		h.Grow(int(min(pf.NumRows(), 1<<22)))
+		// The footer's row count, its row groups' sum (checkChunks), sizes
+		// the tuple digests, but no more than a row for each 8 bytes of
+		// the file's data: row groups declaring rows their chunks' few
+		// bytes cannot hold reserve 4 bytes a byte (the digests grow past
+		// the reservation as rows are decoded).
+		h.Grow(int(min(pf.NumRows(), 1<<22, footerStart/8)))
 	}
 	if d.pick != nil {
 		sel, detail, ok := d.pick(pf)
@@ -534,6 +537,10 @@ func checkChunks(pf *file.Reader, footerStart int64, res *decodeResult) (pageBou
 			c, u := pagelimit.Chunk(cc.Compression(), size, maxPageBytes)
 			b = pageBounds{max(b.compressed, c), max(b.uncompressed, u)}
 		}
+	}
+	if n := md.GetNumRows(); n != rows {
+		res.fail(errcode.FooterCorrupt, "footer declares %d rows, its row groups %d", n, rows)
+		return b, false
 	}
 	return b, true
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+
 	"github.com/shardproof/shardproof/mapper"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
@@ -65,6 +67,50 @@ func testFooterSchemaTreeBomb(t *testing.T, dec mapper.Decoder) {
 		}
 		if limit := uint64(16<<20 + 64*len(data)); got > limit {
 			t.Errorf("%s: mapping a %d-byte shard allocated %d MiB, over %d MiB", name, len(data), got>>20, limit>>20)
+		}
+	}
+}
+
+// A shard replaced by one whose footer declares 4M rows, in the file's
+// count alone or in its row group's too, is refused for its row count
+// and costs allocations in proportion to its bytes: the tuple digests
+// were reserved for the footer's count (128 MiB, 32 bytes a declared row)
+// before a row was decoded. A file whose count is not its row groups' sum
+// is FOOTER_CORRUPT before any page is read.
+func TestFooterRowCountBeyondItsBytes(t *testing.T) {
+	forDecoders(t, testFooterRowCountBeyondItsBytes)
+}
+
+func testFooterRowCountBeyondItsBytes(t *testing.T, dec mapper.Decoder) {
+	f := newFixture(t, 300, 1, dec)
+	orig := stagetest.ShardBytes(t, f.s, f.res.Release.Shards[0])
+	const rows = 1<<22 - 1
+	for _, c := range []struct {
+		name string
+		edit func(md *metadata.FileMetaData)
+		code string
+	}{
+		{"file's count", func(md *metadata.FileMetaData) { md.FileMetaData.NumRows = rows }, "FOOTER_CORRUPT"},
+		{"row group's too", func(md *metadata.FileMetaData) {
+			md.FileMetaData.NumRows = rows
+			md.FileMetaData.RowGroups[0].NumRows = rows
+		}, "DECODE_ERROR"},
+	} {
+		data := stagetest.RewriteFooter(t, orig, c.edit)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		r, tuples := f.replaced(t, data)
+		runtime.ReadMemStats(&after)
+		got := after.TotalAlloc - before.TotalAlloc
+		t.Logf("%s: %d-byte shard: TotalAlloc %d KiB, codes %v", c.name, len(data), got>>10, codes(r))
+		want := []string{c.code, "DIGEST_MISMATCH", "SIZE_MISMATCH"}
+		slices.Sort(want)
+		if !slices.Equal(codes(r), want) || len(tuples) != 0 {
+			t.Errorf("%s: codes %v tuples %d; want %v, none", c.name, codes(r), len(tuples), want)
+		}
+		if limit := uint64(16<<20 + 64*len(data)); got > limit {
+			t.Errorf("%s: mapping a %d-byte shard allocated %d MiB, over %d MiB", c.name, len(data), got>>20, limit>>20)
 		}
 	}
 }
