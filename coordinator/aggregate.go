@@ -76,41 +76,51 @@ func (j *Job) Aggregate(ctx context.Context, exec manifest.Execution) (*manifest
 	if err := j.addMapCommits(ctx, a); err != nil {
 		return nil, manifest.Digest{}, err
 	}
+	// Only map tasks read release shards: their failures are all
+	// counted by now.
+	for _, failed := range a.failedShard {
+		if !failed {
+			c.ShardsVerified++
+		}
+	}
 	nb := 1 << j.Plan.K
 	relLeaves := make([][32]byte, 0, nb)
 	snapLeaves := make([][32]byte, 0, nb)
+	// The reduce tasks' counts (and their members' failures) add to the
+	// map tasks' one record at a time, so that a record whose counts
+	// take a total past an int64 is the one named.
 	merged := reducer.NewResult(0, uint32(nb))
+	merged.Counts = *c
 	for r := range j.Plan.Reducers {
 		rc, shuffled, err := j.committedReduce(ctx, r)
 		if err != nil {
 			return nil, manifest.Digest{}, err
 		}
-		if err := a.addResults(rc.Members); err != nil {
+		key := j.reduceCommitKey(r)
+		if err := a.addResults(key, &merged.Counts, rc.Members); err != nil {
 			return nil, manifest.Digest{}, err
 		}
 		// The shuffle files each reduce task read and verified: one of
 		// each map task's, so every file the map tasks committed. Each
 		// record's sizes fit an int64 (checked as it was read); forged
 		// ones may still not together.
-		fit := addSize(&exec.ShuffleBytes, shuffled)
+		fit := addFigure(&exec.ShuffleBytes, shuffled)
 		exec.MergedFiles += len(rc.Merged)
 		for _, o := range rc.Merged {
-			fit = fit && addSize(&exec.MergedBytes, o.Size)
+			fit = fit && addFigure(&exec.MergedBytes, o.Size)
 		}
 		if !fit {
 			return nil, manifest.Digest{}, errcode.New(errcode.ShuffleCorrupt, "aggregate: %s: the sizes of its inputs or merged files, with those of the reduce tasks before it, sum past %d bytes: forged sizes; verify again, which plans anew",
-				j.reduceCommitKey(r), int64(math.MaxInt64))
+				key, int64(math.MaxInt64))
 		}
-		merged.Merge(rc.Result)
+		if !merged.Merge(rc.Result) {
+			return nil, manifest.Digest{}, errcode.New(errcode.ShuffleCorrupt, "aggregate: %s: its result's counts, with those of the tasks before it, sum past %d: forged counts; verify again, which plans anew",
+				key, int64(math.MaxInt64))
+		}
 		relLeaves = appendLeaves(relLeaves, rc.Result.ReleaseLeaves)
 		snapLeaves = appendLeaves(snapLeaves, rc.Result.SnapshotLeaves)
 	}
-	for _, failed := range a.failedShard {
-		if !failed {
-			c.ShardsVerified++
-		}
-	}
-	reducer.AddCounts(c, &merged.Counts)
+	*c = merged.Counts
 	rep.Examples = merged.Examples
 
 	rep.ReleaseTupleRoot = tuplehash.MerkleRoot(relLeaves)
@@ -189,23 +199,31 @@ type aggregation struct {
 	failures    failureList
 }
 
-// addResults counts the failures of mapped files, release shards (from
-// map tasks) and snapshot members (from map or reduce tasks).
-func (a *aggregation) addResults(results []mapper.Result) error {
-	c, exec := &a.rep.Counts, a.exec
+// addResults counts in c the failures of mapped files, release shards
+// (from map tasks) and snapshot members (from map or reduce tasks), the
+// results of the commit record at key, and adds their figures. Each
+// record's figures fit (resultsFit, checked as it was read); forged ones
+// may still not together with other records': SHUFFLE_CORRUPT naming
+// key.
+func (a *aggregation) addResults(key string, c *manifest.Counts, results []mapper.Result) error {
+	exec := a.exec
 	for _, res := range results {
+		fit := true
 		switch {
 		case res.Skipped:
 			exec.SnapshotMembersSkipped++
 		case res.BucketsRead > 0:
 			exec.SnapshotMembersByBucket++
-			exec.SnapshotBucketsRead += res.BucketsRead
+			fit = addFigure(&exec.SnapshotBucketsRead, res.BucketsRead)
 		case res.Side == mapper.SideSnapshot:
 			exec.SnapshotMembersRead++
 		}
 		if res.Side == 0 {
-			a.rep.Stats.StoredBytes += res.StoredBytes
-			a.rep.Stats.LogicalBytes += res.LogicalBytes
+			fit = addFigure(&a.rep.Stats.StoredBytes, res.StoredBytes) && addFigure(&a.rep.Stats.LogicalBytes, res.LogicalBytes) && fit
+		}
+		if !fit {
+			return errcode.New(errcode.ShuffleCorrupt, "aggregate: %s: its results' stored or logical bytes, or buckets read, with those of the records before it, sum past %d: forged figures; verify again, which plans anew",
+				key, int64(math.MaxInt64))
 		}
 		// The failures its commit record lists, then those it left
 		// out (their codes alone), count alike.
@@ -243,8 +261,8 @@ func (a *aggregation) addResults(results []mapper.Result) error {
 // meets the record and runs the task itself.
 func (j *Job) addMapCommits(ctx context.Context, a *aggregation) error {
 	var addErr error
-	if err := j.eachMapCommit(ctx, "aggregate", j.reducesCommitted, func(_ int, mc *MapCommit) {
-		if err := a.addResults(mc.Results); err != nil && addErr == nil {
+	if err := j.eachMapCommit(ctx, "aggregate", j.reducesCommitted, func(i int, mc *MapCommit) {
+		if err := a.addResults(j.mapCommitKey(i), &a.rep.Counts, mc.Results); err != nil && addErr == nil {
 			addErr = err
 		}
 	}); err != nil {
@@ -327,7 +345,7 @@ func (j *Job) decodeReduceForAggregate(r int, b []byte) (*ReduceCommit, int64, e
 			return nil // the number of inputs is checked below
 		}
 		size, err := in.size(i, elem)
-		if err == nil && !addSize(&shuffled, size) {
+		if err == nil && !addFigure(&shuffled, size) {
 			err = j.badReduceCommit(r, "its inputs' sizes sum past %d bytes (at input %d)", int64(math.MaxInt64), i)
 		}
 		if err != nil {

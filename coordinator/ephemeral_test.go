@@ -255,7 +255,9 @@ func TestShuffleBatchRowsFromPlan(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			r.Merge(c.Result)
+			if !r.Merge(c.Result) {
+				t.Fatalf("reduce task %d: counts past int64", i)
+			}
 			r.ReleaseLeaves = append(r.ReleaseLeaves, c.Result.ReleaseLeaves...)
 		}
 		results = append(results, &r)

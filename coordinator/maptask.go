@@ -309,7 +309,8 @@ func (j *Job) checkMapCommit(i int, c *MapCommit) error {
 }
 
 // checkMapResults checks the results of map task i's commit record
-// against the plan.
+// against the plan, and that the figures the report sums of them fit
+// (resultsFit).
 func (j *Job) checkMapResults(i int, c *MapCommit) error {
 	ins := j.Plan.MapTasks[i]
 	for k, r := range c.Results {
@@ -319,6 +320,9 @@ func (j *Job) checkMapResults(i int, c *MapCommit) error {
 		if err := checkResult(&r); err != nil {
 			return j.badMapCommit(i, "result %d: %v", k, err)
 		}
+	}
+	if !resultsFit(c.Results) {
+		return j.badMapCommit(i, "its results' stored or logical bytes, or buckets read, sum past an int64")
 	}
 	return nil
 }

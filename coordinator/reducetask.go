@@ -599,31 +599,6 @@ func (j *Job) checkReduceInputs(r int, inputs []Output) error {
 	return nil
 }
 
-// addSize adds n, the size of a file a commit record declares, to
-// *total, and reports whether the sum fits an int64 (a negative n does
-// not). Sizes each a record may hold sum past it only when forged:
-// wrapped, the report's shuffle bytes would be a small number taken for
-// the job's, or a negative one.
-func addSize(total *int64, n int64) bool {
-	if n < 0 || *total > math.MaxInt64-n {
-		return false
-	}
-	*total += n
-	return true
-}
-
-// sizesFit reports whether the sizes of files sum to no more than an
-// int64 holds.
-func sizesFit(files []Output) bool {
-	var total int64
-	for _, o := range files {
-		if !addSize(&total, o.Size) {
-			return false
-		}
-	}
-	return true
-}
-
 // checkReduceInput checks input i of reduce task r's record as map task
 // i's record's output for it is checked (checkOutput): that file, of no
 // negative size or rows, with the plan's checksum.
@@ -657,7 +632,8 @@ func (j *Job) checkMerged(r int, merged []Output) error {
 }
 
 // checkMembers checks the results of the snapshot members a reduce
-// task's record lists against the plan.
+// task's record lists against the plan, and that the figures the report
+// sums of them fit (resultsFit).
 func (j *Job) checkMembers(r int, members []mapper.Result) error {
 	bad := func(format string, args ...any) error { return j.badReduceCommit(r, format, args...) }
 	rng := j.Plan.Reducers[r]
@@ -680,6 +656,9 @@ func (j *Job) checkMembers(r int, members []mapper.Result) error {
 				return bad("member result %d is skipped with a %s failure", k, code)
 			}
 		}
+	}
+	if !resultsFit(members) {
+		return bad("its member results' stored or logical bytes, or buckets read, sum past an int64")
 	}
 	return nil
 }

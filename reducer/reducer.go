@@ -65,7 +65,8 @@ type Result struct {
 	Lo uint32 `json:"lo"`
 	Hi uint32 `json:"hi"`
 	// Counts holds Records (release tuples), SnapshotRecords and the
-	// member-level counters; shard-level counters stay zero.
+	// member-level counters; shard-level counters stay zero (Validate
+	// refuses a result read back whose do not).
 	Counts manifest.Counts `json:"counts"`
 	// Examples maps a code to at most MaxExamples smallest sampleIds.
 	Examples map[string][]string `json:"examples"`
@@ -490,46 +491,63 @@ func AddExample(ex []string, id string) []string {
 	return ex
 }
 
-// Merge adds o's counts and examples into r. Leaves are not merged: they
-// belong to disjoint ranges and are concatenated in range order by the
-// caller.
-func (r *Result) Merge(o *Result) {
-	AddCounts(&r.Counts, &o.Counts)
+// Merge adds o's counts and examples into r, and reports whether every
+// count's sum fits an int64 (manifest.AddFigure): counts a commit record
+// declares, each one a count, sum past it only when forged. On false r
+// is left as it was. Leaves are not merged: they belong to disjoint
+// ranges and are concatenated in range order by the caller.
+func (r *Result) Merge(o *Result) bool {
+	sum := r.Counts
+	if !addCounts(&sum, &o.Counts) {
+		return false
+	}
+	r.Counts = sum
 	for code, ids := range o.Examples {
 		for _, id := range ids {
 			r.Examples[code] = AddExample(r.Examples[code], id)
 		}
 	}
+	return true
 }
 
-// AddCounts adds every counter of b to a.
-func AddCounts(a, b *manifest.Counts) {
-	a.Shards += b.Shards
-	a.ShardsVerified += b.ShardsVerified
-	a.Records += b.Records
-	a.SnapshotRecords += b.SnapshotRecords
-	a.DigestFailures += b.DigestFailures
-	a.SizeMismatches += b.SizeMismatches
-	a.VersionMissing += b.VersionMissing
-	a.LogicalMismatches += b.LogicalMismatches
-	a.CountMismatches += b.CountMismatches
-	a.DecodeErrors += b.DecodeErrors
-	a.SchemaMismatches += b.SchemaMismatches
-	a.TupleRootMismatches += b.TupleRootMismatches
-	a.Missing += b.Missing
-	a.Extra += b.Extra
-	a.Duplicate += b.Duplicate
-	a.ContentSubstitution += b.ContentSubstitution
-	a.SourceVersionChange += b.SourceVersionChange
-	a.SourceIDChange += b.SourceIDChange
-	a.SplitConflict += b.SplitConflict
-	a.SchemaMix += b.SchemaMix
-	a.TombstoneHits += b.TombstoneHits
-	a.BenchmarkHits += b.BenchmarkHits
+// addCounts adds every counter of b to a, and reports whether every sum
+// fits (manifest.AddFigure); on false a holds some sums and not others.
+func addCounts(a, b *manifest.Counts) bool {
+	ok := true
+	add := func(x *int64, y int64) {
+		var fit bool
+		*x, fit = manifest.AddFigure(*x, y)
+		ok = ok && fit
+	}
+	add(&a.Shards, b.Shards)
+	add(&a.ShardsVerified, b.ShardsVerified)
+	add(&a.Records, b.Records)
+	add(&a.SnapshotRecords, b.SnapshotRecords)
+	add(&a.DigestFailures, b.DigestFailures)
+	add(&a.SizeMismatches, b.SizeMismatches)
+	add(&a.VersionMissing, b.VersionMissing)
+	add(&a.LogicalMismatches, b.LogicalMismatches)
+	add(&a.CountMismatches, b.CountMismatches)
+	add(&a.DecodeErrors, b.DecodeErrors)
+	add(&a.SchemaMismatches, b.SchemaMismatches)
+	add(&a.TupleRootMismatches, b.TupleRootMismatches)
+	add(&a.Missing, b.Missing)
+	add(&a.Extra, b.Extra)
+	add(&a.Duplicate, b.Duplicate)
+	add(&a.ContentSubstitution, b.ContentSubstitution)
+	add(&a.SourceVersionChange, b.SourceVersionChange)
+	add(&a.SourceIDChange, b.SourceIDChange)
+	add(&a.SplitConflict, b.SplitConflict)
+	add(&a.SchemaMix, b.SchemaMix)
+	add(&a.TombstoneHits, b.TombstoneHits)
+	add(&a.BenchmarkHits, b.BenchmarkHits)
+	return ok
 }
 
 // Validate checks a Result read back from a commit record: its range and
-// leaf lengths.
+// leaf lengths, its counts (none negative, and no shard-level counter,
+// which a reduce task never sets: the aggregation counts shards from the
+// map tasks' records) and its examples.
 func (r *Result) Validate(lo, hi uint32) error {
 	if r.Lo != lo || r.Hi != hi {
 		return errcode.New(errcode.ShuffleCorrupt, "reduce result covers [%d, %d), plan says [%d, %d)", r.Lo, r.Hi, lo, hi)
@@ -540,6 +558,11 @@ func (r *Result) Validate(lo, hi uint32) error {
 	}
 	if err := r.Counts.Validate(); err != nil {
 		return errcode.Wrap(errcode.ShuffleCorrupt, err, "reduce result")
+	}
+	if c := &r.Counts; c.Shards != 0 || c.ShardsVerified != 0 || c.DigestFailures != 0 || c.SizeMismatches != 0 ||
+		c.VersionMissing != 0 || c.LogicalMismatches != 0 || c.CountMismatches != 0 || c.DecodeErrors != 0 ||
+		c.SchemaMismatches != 0 || c.TupleRootMismatches != 0 {
+		return errcode.New(errcode.ShuffleCorrupt, "reduce result has shard-level counts (shards %d, shardsVerified %d, or a shard failure's), which a reduce task never sets", c.Shards, c.ShardsVerified)
 	}
 	for code, ids := range r.Examples {
 		if !manifest.IsExampleClass(code) {

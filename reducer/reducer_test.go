@@ -216,7 +216,9 @@ func TestSplitInvariance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		merged.Merge(part)
+		if !merged.Merge(part) {
+			t.Fatalf("merge of range [%d, %d): counts past int64", lo, hi)
+		}
 		merged.ReleaseLeaves = append(merged.ReleaseLeaves, part.ReleaseLeaves...)
 		merged.SnapshotLeaves = append(merged.SnapshotLeaves, part.SnapshotLeaves...)
 	}
@@ -391,7 +393,9 @@ func TestReduceWithLeafIndex(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		merged.Merge(res)
+		if !merged.Merge(res) {
+			t.Fatalf("merge of range [%d, %d): counts past int64", r[0], r[1])
+		}
 		merged.ReleaseLeaves = append(merged.ReleaseLeaves, res.ReleaseLeaves...)
 		merged.SnapshotLeaves = append(merged.SnapshotLeaves, res.SnapshotLeaves...)
 		asked = append(asked, src.asked...)
@@ -521,5 +525,48 @@ func TestReduceMakesRowsOnlyWhenNeeded(t *testing.T) {
 				t.Fatalf("%d buckets' rows made, %d clean: the test needs both", made, clean)
 			}
 		})
+	}
+}
+
+// Merge adds counts that fit, and refuses counts whose sums pass an
+// int64, as only forged ones can, leaving the result as it was: counts
+// and examples. Validate refuses a result holding a shard-level count,
+// which no reduce task sets.
+func TestMergeRefusesCountsPastInt64(t *testing.T) {
+	r := NewResult(0, 4)
+	part := func(records, missing int64, example string) *Result {
+		p := NewResult(0, 4)
+		p.Counts.Records, p.Counts.Missing = records, missing
+		p.Examples["MISSING_MEMBER"] = []string{example}
+		return p
+	}
+	if !r.Merge(part(1<<62, 1, "a")) || !r.Merge(part(1<<62-1, 1, "b")) {
+		t.Fatal("counts that fit were refused")
+	}
+	want := r.Counts
+	if want.Records != 1<<63-1 || want.Missing != 2 {
+		t.Fatalf("merged counts %+v", want)
+	}
+	if r.Merge(part(1, 1, "c")) {
+		t.Fatal("records past int64 were merged")
+	}
+	if r.Counts != want || !slices.Equal(r.Examples["MISSING_MEMBER"], []string{"a", "b"}) {
+		t.Fatalf("a refused merge changed the result: counts %+v, examples %v", r.Counts, r.Examples)
+	}
+
+	res, err := Reduce(context.Background(), Options{K: testK, Lo: 0, Hi: 1 << testK}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, set := range map[string]func(c *manifest.Counts){
+		"shards":              func(c *manifest.Counts) { c.Shards, c.ShardsVerified = 1, 1 },
+		"digestFailures":      func(c *manifest.Counts) { c.DigestFailures = 1 },
+		"tupleRootMismatches": func(c *manifest.Counts) { c.TupleRootMismatches = 1 },
+	} {
+		forged := *res
+		set(&forged.Counts)
+		if err := forged.Validate(0, 1<<testK); errcode.Of(err) != errcode.ShuffleCorrupt {
+			t.Errorf("result with %s: %v, want %s", name, err, errcode.ShuffleCorrupt)
+		}
 	}
 }
