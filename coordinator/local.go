@@ -147,7 +147,7 @@ func (j *Job) hold(ctx context.Context) (*Hold, *Outcome, error) {
 		return nil, nil, err
 	}
 	// It may have finished between the look and the take.
-	if out, err := j.finished(ctx, false); out != nil || err != nil {
+	if out, _, err := j.finished(ctx, false); out != nil || err != nil {
 		h.Release()
 		return nil, out, err
 	}

@@ -42,7 +42,8 @@ different values are USAGE (the task cannot tell which engine started
 it), so the Slurm executor's array tasks pass theirs as --index.
 
 aggregate has one task (index 0, the default); it stores the report,
-records it as the plan's (index/plans/<plan>/report.v1), prints its
+records it as the plan's (index/plans/<plan>/report.v1, or
+report.v1.<n> when those there are not valid), prints its
 digest and then deletes the job's shuffle files and task commit records
 (--keep-job keeps them). An aggregate of a plan whose report is recorded
 prints that report.
