@@ -72,6 +72,12 @@ type Outcome struct {
 	// new generation was made.
 	Already bool
 	Result  raftgate.PublishResult
+	// VerifiedBy names the trusted verifier keys whose signatures of the
+	// report's evidence the gate checked when it registered the report
+	// (raftgate.RecheckResult.VerifiedBy): empty when the gate trusts
+	// none (started without --verifier-keys), and when nothing was
+	// registered.
+	VerifiedBy []string
 }
 
 // Publish verifies opts.Root (or reuses a stored report of it), registers
@@ -262,6 +268,7 @@ func Publish(ctx context.Context, s objstore.Store, g Gate, o Options) (*Outcome
 		}
 		return out, fmt.Errorf("register: %w", err)
 	}
+	out.VerifiedBy = reg.VerifiedBy
 	if rep.Verdict != manifest.Verified {
 		code := FailureCode(&rep.Counts)
 		if code == "" {

@@ -52,6 +52,11 @@ type RecheckOutcome struct {
 	// Reopened lists the permits the gate renewed, sorted.
 	Reopened []string
 	Release  raftgate.Release
+	// VerifiedBy names the trusted verifier keys whose signatures of the
+	// rechecks the gate checked as it recorded them
+	// (raftgate.RecheckResult.VerifiedBy), sorted, each once: empty when
+	// the gate trusts none or recorded none.
+	VerifiedBy []string
 }
 
 // Recheck computes the hits of new tombstone or benchmark documents
@@ -220,7 +225,14 @@ func record(ctx context.Context, log *slog.Logger, s objstore.Store, g Gate, o R
 		}
 		res, err := g.Recheck(ctx, rc)
 		if res != nil {
+			// A recheck with hits is recorded too, and refused.
 			out.Release = res.Release
+			for _, id := range res.VerifiedBy {
+				if !slices.Contains(out.VerifiedBy, id) {
+					out.VerifiedBy = append(out.VerifiedBy, id)
+				}
+			}
+			slices.Sort(out.VerifiedBy)
 		}
 		if err != nil {
 			log.Warn("recheck refused", "kind", k.kind, "value", k.value, "hits", k.hits, "report", d.String(), "code", errcode.Of(err))

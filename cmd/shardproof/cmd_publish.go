@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -121,7 +122,9 @@ the release (BAD_INPUT, as gate register refuses it: publish without
 A gate started with --verifier-keys registers a report only with a
 signature by a verifier key it trusts (EVIDENCE_UNSIGNED, exit 4,
 otherwise; the release stays STAGED): publish sends those stored beside
-the report (verify --sign-key), and --sign-key signs it here.
+the report (verify --sign-key), and --sign-key signs it here. It names
+the trusted keys that signed the report it registered ("verified by",
+and "verifiedBy" with --json).
 
 Exit status: 0 published, 1 INVALID (or WATERMARK_UNCHECKED), 2 usage,
 or credentials or a bucket the store refuses (STORE_DENIED,
@@ -193,11 +196,12 @@ func printPublishOutcome(w io.Writer, out *publish.Outcome, asJSON, ok bool) {
 			*manifest.Report
 		}
 		v := struct {
-			Published bool                    `json:"published"`
-			Already   bool                    `json:"already"`
-			Result    *raftgate.PublishResult `json:"result,omitempty"`
-			Report    *report                 `json:"report,omitempty"`
-		}{Published: ok, Already: out.Already}
+			Published  bool                    `json:"published"`
+			Already    bool                    `json:"already"`
+			Result     *raftgate.PublishResult `json:"result,omitempty"`
+			Report     *report                 `json:"report,omitempty"`
+			VerifiedBy []string                `json:"verifiedBy,omitempty"`
+		}{Published: ok, Already: out.Already, VerifiedBy: out.VerifiedBy}
 		if ok {
 			v.Result = &out.Result
 		}
@@ -215,6 +219,9 @@ func printPublishOutcome(w io.Writer, out *publish.Outcome, asJSON, ok bool) {
 			how = "stored report reused"
 		}
 		fmt.Fprintf(w, "verdict   %s (%s)\nreport    %s\n", r.Verdict, how, out.ReportDigest)
+		if len(out.VerifiedBy) > 0 {
+			fmt.Fprintf(w, "verified by %s\n", strings.Join(out.VerifiedBy, ", "))
+		}
 		if code := publish.FailureCode(&r.Counts); code != "" {
 			for _, code := range slices.Sorted(maps.Keys(r.Examples)) {
 				if ex := r.Examples[code]; len(ex) > 0 {

@@ -70,6 +70,8 @@ A gate started with --verifier-keys records a recheck only with a
 signature by a verifier key it trusts (EVIDENCE_UNSIGNED, exit 4,
 otherwise; the report is stored, and gate recheck --sign-key can record
 it later): --sign-key signs each recheck and stores the signatures.
+A root's line names the trusted keys that signed its rechecks
+("verified by", and "verifiedBy" with --json).
 
 Exit status: 0 every root renewed (its release satisfies both fences),
 1 a root has hits or no longer verifies (TOMBSTONE_HIT, BENCHMARK_HIT, …)
@@ -193,6 +195,7 @@ type recheckJSON struct {
 	Report       *manifest.Report        `json:"report,omitempty"`
 	Members      *manifest.RecheckReport `json:"members,omitempty"`
 	Release      *raftgate.Release       `json:"release,omitempty"`
+	VerifiedBy   []string                `json:"verifiedBy,omitempty"`
 }
 
 func newRecheckJSON(root manifest.Digest, out *publish.RecheckOutcome, err error) recheckJSON {
@@ -214,6 +217,7 @@ func newRecheckJSON(root manifest.Digest, out *publish.RecheckOutcome, err error
 		// Set once the gate recorded a recheck.
 		j.Release = &out.Release
 	}
+	j.VerifiedBy = out.VerifiedBy
 	return j
 }
 
@@ -234,7 +238,11 @@ func printRecheckOutcome(w io.Writer, root manifest.Digest, out *publish.Recheck
 	if len(out.Reopened) > 0 {
 		reopened = strings.Join(out.Reopened, ",")
 	}
-	fmt.Fprintf(w, "%s  %s  hits %s  report %s  reopened %s\n", root, verdict, strings.Join(hits, " "), out.ReportDigest, reopened)
+	verified := ""
+	if len(out.VerifiedBy) > 0 {
+		verified = "  verified by " + strings.Join(out.VerifiedBy, ", ")
+	}
+	fmt.Fprintf(w, "%s  %s  hits %s  report %s  reopened %s%s\n", root, verdict, strings.Join(hits, " "), out.ReportDigest, reopened, verified)
 }
 
 // `gate fence advance` lives here, next to recheck, because the two are

@@ -116,9 +116,27 @@ func TestSignedEvidenceCLI(t *testing.T) {
 	if err != nil || m == nil {
 		t.Fatalf("verify --sign-key: %q %v", out, err)
 	}
+	// Each command the gate took signed evidence from names the key
+	// that signed it, as gate register does.
+	signedBy := func(what, out string) {
+		t.Helper()
+		if !strings.Contains(out, "verified by "+id) {
+			t.Fatalf("%s: %q; want it to say verified by %s", what, out, id)
+		}
+	}
 	out, err = cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", gen1.Root.String(), "--report", m[1]}, gate...)...)
 	if err != nil || !strings.Contains(out, "generation 1") {
 		t.Fatalf("publish --report of a signed report: %q %v", out, err)
+	}
+	signedBy("publish --report of a signed report", out)
+	// --json says so too, beside the outcome.
+	out, err = cli(t, append([]string{"publish", "-q", "--json", "--alias", "other", "--root", gen1.Root.String(), "--report", m[1]}, gate...)...)
+	var js struct {
+		Published  bool     `json:"published"`
+		VerifiedBy []string `json:"verifiedBy"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &js) != nil || !js.Published || len(js.VerifiedBy) != 1 || js.VerifiedBy[0] != id {
+		t.Fatalf("publish --json of a signed report: %q %v; want published, verifiedBy [%s]", out, err, id)
 	}
 
 	// publish --sign-key signs at registration.
@@ -126,6 +144,7 @@ func TestSignedEvidenceCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, "generation 2") {
 		t.Fatalf("publish --sign-key: %q %v", out, err)
 	}
+	signedBy("publish --sign-key", out)
 
 	// A report signed by a key the gate does not trust.
 	out, err = cli(t, "verify", "--store", dir, "--root", gen3.Root.String(), "--sign-key", otherPriv)
@@ -159,13 +178,17 @@ func TestSignedEvidenceCLI(t *testing.T) {
 	}
 	_, err = cli(t, append([]string{"gate", "recheck", gen2.Root.String(), "--kind", "tombstone", "--report", mr[1]}, gate...)...)
 	wantExit(t, err, errcode.EvidenceUnsigned, errcode.ExitRejected)
-	if out, err := cli(t, append([]string{"gate", "recheck", gen2.Root.String(), "--kind", "tombstone", "--report", mr[1], "--sign-key", priv}, gate...)...); err != nil || !strings.Contains(out, "tombstone 4") {
+	out, err = cli(t, append([]string{"gate", "recheck", gen2.Root.String(), "--kind", "tombstone", "--report", mr[1], "--sign-key", priv}, gate...)...)
+	if err != nil || !strings.Contains(out, "tombstone 4") {
 		t.Fatalf("gate recheck --sign-key: %q %v", out, err)
 	}
+	signedBy("gate recheck --sign-key", out)
 	// recheck --sign-key of gen1 (in the alias's rollback window).
-	if out, err := cli(t, append(recheck, "--root", gen1.Root.String(), "--sign-key", priv)...); err != nil || !strings.Contains(out, "renewed") {
+	out, err = cli(t, append(recheck, "--root", gen1.Root.String(), "--sign-key", priv)...)
+	if err != nil || !strings.Contains(out, "renewed") {
 		t.Fatalf("recheck --sign-key: %q %v", out, err)
 	}
+	signedBy("recheck --sign-key", out)
 	for _, root := range []manifest.Digest{gen1.Root, gen2.Root} {
 		if r, err := g.Release(ctx, root); err != nil || r.TombstoneWatermark != 4 {
 			t.Fatalf("release %s after signed rechecks: %+v %v", root, r, err)
@@ -234,7 +257,8 @@ func TestSignedEvidenceOlderGate(t *testing.T) {
 	if err != nil || m == nil {
 		t.Fatalf("verify --sign-key: %q %v", out, err)
 	}
-	if out, err := cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", gen1.Root.String(), "--report", m[1]}, gate...)...); err != nil || !strings.Contains(out, "generation 1") {
+	// A gate that checks no signature names no key.
+	if out, err := cli(t, append([]string{"publish", "-q", "--alias", "main", "--root", gen1.Root.String(), "--report", m[1]}, gate...)...); err != nil || !strings.Contains(out, "generation 1") || strings.Contains(out, "verified by") {
 		t.Fatalf("publish --report of a signed report to an older gate: %q %v", out, err)
 	}
 	if out, err := cli(t, append([]string{"gate", "register", "--report", m[1], "--sign-key", priv}, gate...)...); err != nil || !strings.Contains(out, "report "+m[1]) {
