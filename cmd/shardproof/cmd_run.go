@@ -39,7 +39,7 @@ func printRun(cmd *cobra.Command, s *raftgate.RunSummary) error {
 			if reason == "" {
 				reason = "no reason given"
 			}
-			fmt.Fprintf(w, "%s: %s\n", s.FailCode, reason)
+			fmt.Fprintf(w, "%s: %s\n", s.FailCode, showText(reason))
 		}
 		if s.Barrier == raftgate.BarrierClosed && s.Deadline > 0 {
 			fmt.Fprintf(w, "barrier deadline %s\n", time.UnixMilli(s.Deadline).UTC().Format("2006-01-02T15:04:05.000Z"))

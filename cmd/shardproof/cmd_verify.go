@@ -286,8 +286,25 @@ func printFailures(w io.Writer, r *manifest.Report, d manifest.Digest) {
 // found), so both are shown with every character that is not printable
 // escaped as Go escapes it: such a name can neither add a line of its
 // own nor send a terminal an escape sequence.
+// A failure without a detail (a report may hold one) ends with its code.
 func showFailure(f manifest.ShardFailure) string {
-	return fmt.Sprintf("  %s %s: %s: %s", escapeUnprintable(f.Side), showID(f.Shard), escapeUnprintable(f.Code), escapeUnprintable(f.Detail))
+	line := fmt.Sprintf("  %s %s: %s", escapeUnprintable(f.Side), showID(f.Shard), escapeUnprintable(f.Code))
+	if f.Detail != "" {
+		line += ": " + showText(f.Detail)
+	}
+	return line
+}
+
+// showText returns text a stored document or the gate holds (a
+// failure's detail, a run's fail reason) for the end of a line of text
+// output: every character that is not printable escaped
+// (escapeUnprintable), and quoted when it ends in a space, which the
+// line would otherwise end in, as though cut short.
+func showText(s string) string {
+	if strings.HasSuffix(s, " ") {
+		return strconv.Quote(s)
+	}
+	return escapeUnprintable(s)
 }
 
 // escapeUnprintable returns s with every rune that is not printable (a

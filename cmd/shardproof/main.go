@@ -111,7 +111,10 @@ func (e *exitError) Error() string { return fmt.Sprintf("exit status %d", e.stat
 // exit status of its code. The message is one line with what is not
 // printable escaped (escapeUnprintable): it can carry what stored bytes
 // say, such as a shard failure's detail naming a file's own schema
-// fields (publish's snapshot member check, the trainer's decode).
+// fields (publish's snapshot member check, the trainer's decode). The
+// line ends without a space: a message that ends with text that does (a
+// run's cancel reason, a store's or a tool's answer) loses those spaces,
+// and an empty message leaves "shardproof: CODE".
 func exitStatus(err error) int {
 	if err == nil {
 		return errcode.ExitOK
@@ -121,7 +124,11 @@ func exitStatus(err error) int {
 		return ee.status
 	}
 	code, msg := codedMessage(err)
-	fmt.Fprintf(stderr, "shardproof: %s: %s\n", code, escapeUnprintable(msg))
+	if msg = strings.TrimRight(escapeUnprintable(msg), " "); msg == "" {
+		fmt.Fprintf(stderr, "shardproof: %s\n", code)
+	} else {
+		fmt.Fprintf(stderr, "shardproof: %s: %s\n", code, msg)
+	}
 	slog.Debug("command failed", "code", code)
 	return code.Exit()
 }
@@ -131,6 +138,9 @@ func exitStatus(err error) int {
 func codedMessage(err error) (errcode.Code, string) {
 	code := errcode.Of(err)
 	head := string(code) + ": "
+	if err.Error() == string(code) {
+		return code, "" // a coded error without a message
+	}
 	// An uncoded error, or a coded one wrapped in context (a store key),
 	// may not start with the code.
 	msg := strings.TrimPrefix(err.Error(), head)
