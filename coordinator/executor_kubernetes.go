@@ -430,7 +430,7 @@ func (k *Kubernetes) kubectl(ctx context.Context, args ...string) (string, error
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
-			return "", errcode.Wrap(errcode.IO, err, "kubectl %s: %s", strings.Join(args, " "), strings.TrimSpace(stderr.String()))
+			return "", errcode.Wrap(errcode.IO, err, "%s", commandFailed("kubectl", args, stderr.String()))
 		}
 		return "", errcode.Wrap(errcode.IO, err, "%s", bin)
 	}

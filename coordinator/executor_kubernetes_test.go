@@ -78,3 +78,31 @@ printf 'Complete \n'
 		}
 	}
 }
+
+// A kubectl or Slurm command that fails without writing to its standard
+// error is named alone, where its message ended in ": " with nothing
+// after; one that wrote something has it after the command, trimmed.
+func TestCommandFailedNamesSilentFailure(t *testing.T) {
+	dir := t.TempDir()
+	kubectl := filepath.Join(dir, "kubectl")
+	for _, c := range []struct{ script, want string }{
+		{"#!/bin/sh\nexit 1\n", "kubectl get job j-map"},
+		{"#!/bin/sh\necho ' Error from server (NotFound) ' >&2\nexit 1\n", "kubectl get job j-map: Error from server (NotFound)"},
+	} {
+		if err := os.WriteFile(kubectl, []byte(c.script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		k := &Kubernetes{Kubectl: kubectl}
+		_, err := k.kubectl(context.Background(), "get", "job", "j-map")
+		var ce *errcode.Error
+		if !errors.As(err, &ce) || ce.Code != errcode.IO || ce.Msg != c.want {
+			t.Errorf("kubectl failing: %#v; want IO with message %q", err, c.want)
+		}
+	}
+	s := &Slurm{}
+	_, err := s.command(context.Background(), "false", "--job", "7")
+	var ce *errcode.Error
+	if !errors.As(err, &ce) || ce.Msg != "false --job 7" {
+		t.Errorf("false failing: %#v; want IO with message %q", err, "false --job 7")
+	}
+}

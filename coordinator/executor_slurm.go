@@ -391,9 +391,20 @@ func (s *Slurm) command(ctx context.Context, name string, args ...string) (strin
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) || errors.Is(err, exec.ErrNotFound) {
-			return "", errcode.Wrap(errcode.IO, err, "%s %s: %s", name, strings.Join(args, " "), strings.TrimSpace(stderr.String()))
+			return "", errcode.Wrap(errcode.IO, err, "%s", commandFailed(name, args, stderr.String()))
 		}
 		return "", errcode.Wrap(errcode.IO, err, "%s", name)
 	}
 	return string(out), nil
+}
+
+// commandFailed says which command failed and, when it wrote any, its
+// standard error, trimmed: a command failing silently gives no ": " with
+// nothing after it.
+func commandFailed(name string, args []string, stderr string) string {
+	msg := strings.TrimSpace(name + " " + strings.Join(args, " "))
+	if stderr = strings.TrimSpace(stderr); stderr != "" {
+		msg += ": " + stderr
+	}
+	return msg
 }
