@@ -43,6 +43,9 @@ func Run(t *testing.T, open func(t *testing.T) objstore.Store) {
 		{"DeletePrefix", testDeletePrefix},
 		{"HiddenBlob", testHiddenBlob},
 		{"PrefixKeys", testPrefixKeys},
+		{"ListPageBoundary", testListPageBoundary},
+		{"ListOddPrefixes", testListOddPrefixes},
+		{"ConditionalCreateRaceAtCommit", testConditionalCreateRaceAtCommit},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, open(t)) })
 	}
@@ -719,4 +722,241 @@ func testPrefixKeys(t *testing.T, s objstore.Store) {
 		_, err = s.Get(ctx, prefix[:1], "")
 		wantCode(t, err, errcode.NotFound, "Get of a directory that leads to keys")
 	}
+}
+
+// testListPageBoundary: a listing of exactly a default page (1,000
+// keys), then of one key more, gives every key once, in order, whether
+// it is read with the store's own page size or with 1,000 a page, and
+// keys that differ only past the boundary (one key a prefix of the
+// next, a shared 200-byte stem) are neither lost nor repeated by a
+// listing that resumes after either. ListSizes lists the same keys,
+// sizes and times as List.
+func testListPageBoundary(t *testing.T, s objstore.Store) {
+	ctx := t.Context()
+	stem := "pb/" + strings.Repeat("s", 200) + "/"
+	var keys []string
+	for i := range 1000 {
+		keys = append(keys, fmt.Sprintf("%sk%04d", stem, i))
+	}
+	putAll := func(ks []string) {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for _, k := range ks {
+			wg.Go(func() {
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				if _, err := s.Put(ctx, k, strings.NewReader(k), objstore.PutOptions{Ephemeral: true}); err != nil {
+					t.Errorf("Put(%q): %v", k, err)
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+	}
+	putAll(keys)
+	check := func(want []string) {
+		t.Helper()
+		for _, limit := range []int{0, 1000, 999} {
+			if got := Keys(t, s, "pb/", limit); !slices.Equal(got, want) {
+				t.Fatalf("%d keys listed by %d: %d listed, first difference at %d", len(want), limit, len(got), firstDiff(got, want))
+			}
+		}
+		var sized []objstore.ObjectInfo
+		for after := ""; ; {
+			page, err := objstore.ListSizes(ctx, s, "pb/", after, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sized = append(sized, page.Objects...)
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+		if len(sized) != len(want) {
+			t.Fatalf("ListSizes: %d objects, want %d", len(sized), len(want))
+		}
+		for i, o := range sized {
+			if o.Key != want[i] || o.Size != int64(len(o.Key)) || o.Modified.IsZero() {
+				t.Fatalf("ListSizes: object %d is %+v, want key %q of %d bytes with its time", i, o, want[i], len(want[i]))
+			}
+		}
+	}
+	check(keys)
+	// The 1,001st key sorts inside the first page; the page boundary
+	// moves by one and the last key lands on a second page.
+	extra := []string{stem + "k0999x", stem + "k0999+/y", stem + "k0998 "}
+	putAll(extra)
+	keys = append(keys, extra...)
+	slices.Sort(keys)
+	check(keys)
+	for _, c := range []struct {
+		after string
+		want  []string
+	}{
+		{stem + "k0999", []string{stem + "k0999+/y", stem + "k0999x"}},
+		{stem + "k0999+", []string{stem + "k0999+/y", stem + "k0999x"}},
+		{stem + "k0998", []string{stem + "k0998 ", stem + "k0999", stem + "k0999+/y", stem + "k0999x"}},
+		{stem + "k0999x", nil},
+		{"pc", nil},
+	} {
+		page, err := s.List(ctx, "pb/", c.after, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, o := range page.Objects {
+			got = append(got, o.Key)
+		}
+		if !slices.Equal(got, c.want) || page.Next != "" {
+			t.Fatalf("List after %q: %q next %q, want %q", c.after, got, page.Next, c.want)
+		}
+	}
+	if page, err := s.List(ctx, "pb/", "pa", 1); err != nil || len(page.Objects) != 1 || page.Objects[0].Key != keys[0] || page.Next != keys[0] {
+		t.Fatalf("List after a string before the prefix, by 1: %+v, %v; want %q then more", page, err, keys[0])
+	}
+}
+
+// firstDiff is the first index where a and b differ.
+func firstDiff(a, b []string) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}
+
+// testListOddPrefixes: prefixes that end inside a segment and hold the
+// bytes URLs and XML treat specially list the same keys on every store,
+// and a prefix that would leave the store's root, or is not one a key
+// could start with, is BAD_KEY on List, DeletePrefix and Versions.
+func testListOddPrefixes(t *testing.T, s objstore.Store) {
+	ctx := t.Context()
+	keys := []string{"o/a b/c", "o/a bc", "o/a+b", "o/a%2Bb", "o/a%20b", "o/a&b", "o/ab", "o/..a", "o/.../x", "o/é/x", "o/e\u0301", "o/e/x"}
+	for _, k := range keys {
+		put(t, s, k, []byte(k), objstore.PutOptions{})
+	}
+	for _, c := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"o/a ", []string{"o/a b/c", "o/a bc"}},
+		{"o/a b/", []string{"o/a b/c"}},
+		{"o/a+", []string{"o/a+b"}},
+		{"o/a%", []string{"o/a%20b", "o/a%2Bb"}},
+		{"o/a%2", []string{"o/a%20b", "o/a%2Bb"}},
+		{"o/a&", []string{"o/a&b"}},
+		{"o/..", []string{"o/.../x", "o/..a"}},
+		{"o/...", []string{"o/.../x"}},
+		{"o/é", []string{"o/é/x"}},
+		{"o/e", []string{"o/e/x", "o/e\u0301"}},
+	} {
+		if got := Keys(t, s, c.prefix, 1); !slices.Equal(got, c.want) {
+			t.Fatalf("List(%q) = %q, want %q", c.prefix, got, c.want)
+		}
+	}
+	for _, bad := range []string{"/", "/o", "/o/", "../", "../o", "o/../", "o/../o", "o//", "o/./", "./o", "@tmp/", "o\\", "o\x00", "\xff", "o/\xc3"} {
+		_, err := s.List(ctx, bad, "", 10)
+		wantCode(t, err, errcode.BadKey, fmt.Sprintf("List(%q)", bad))
+		if d, ok := s.(objstore.Deleter); ok && strings.HasSuffix(bad, "/") {
+			wantCode(t, d.DeletePrefix(ctx, bad), errcode.BadKey, fmt.Sprintf("DeletePrefix(%q)", bad))
+		}
+		if vl, ok := s.(objstore.VersionLister); ok {
+			_, err := vl.Versions(ctx, bad, 10)
+			wantCode(t, err, errcode.BadKey, fmt.Sprintf("Versions(%q)", bad))
+		}
+	}
+	slices.Sort(keys)
+	if got := Keys(t, s, "", 0); !slices.Equal(got, keys) {
+		t.Fatalf("after refused requests: %q, want %q", got, keys)
+	}
+}
+
+// testConditionalCreateRaceAtCommit: writers whose bodies are all read
+// to their last byte before any of them may end (so every fail-fast
+// check sees the key absent and the race is decided where the version
+// is committed), small and larger than an S3 part: exactly one create
+// wins, every other is PRECONDITION_FAILED, and the key holds the
+// winner's bytes at the winner's version, its only one.
+func testConditionalCreateRaceAtCommit(t *testing.T, s objstore.Store) {
+	for _, size := range []int{100, 5<<20 + 100} {
+		const n = 4
+		key := fmt.Sprintf("race-at-commit/%d", size)
+		var (
+			mu      sync.Mutex
+			winners []int
+			vers    []objstore.Version
+			arrived sync.WaitGroup
+			wg      sync.WaitGroup
+		)
+		arrived.Add(n)
+		bodies := make([][]byte, n)
+		for i := range n {
+			bodies[i] = bytes.Repeat([]byte{byte('a' + i)}, size)
+			wg.Go(func() {
+				body := &heldEnd{r: bytes.NewReader(bodies[i][:size-1]), last: bodies[i][size-1:], arrived: &arrived}
+				v, err := s.Put(t.Context(), key, body, objstore.PutOptions{IfNoneMatch: true})
+				switch {
+				case err == nil:
+					mu.Lock()
+					winners = append(winners, i)
+					vers = append(vers, v)
+					mu.Unlock()
+				case !objstore.IsPrecondition(err):
+					t.Errorf("%d bytes, writer %d: %v, want PRECONDITION_FAILED", size, i, err)
+				}
+				if !body.done {
+					// Refused before its last byte: let the others on.
+					arrived.Done()
+				}
+			})
+		}
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		if len(winners) != 1 {
+			t.Fatalf("%d bytes: %d conditional creates won (%v), want exactly 1", size, len(winners), winners)
+		}
+		if got := get(t, s, key, ""); !bytes.Equal(got, bodies[winners[0]]) {
+			t.Fatalf("%d bytes: the key holds %d bytes not the winner's", size, len(got))
+		}
+		if info, err := s.Head(t.Context(), key, ""); err != nil || info.Version != vers[0] || info.Size != int64(size) {
+			t.Fatalf("%d bytes: latest is %+v, %v; want the winner's version %s", size, info, err, vers[0])
+		}
+		if vl, ok := s.(objstore.VersionLister); ok {
+			if vs, err := vl.Versions(t.Context(), key, 10); err != nil || len(vs) != 1 {
+				t.Fatalf("%d bytes: versions %+v, %v; want the winner's alone", size, vs, err)
+			}
+		}
+	}
+}
+
+// heldEnd reads r, then waits for every writer's arrival at the same
+// point before it gives last and the end.
+type heldEnd struct {
+	r       io.Reader
+	last    []byte
+	arrived *sync.WaitGroup
+	done    bool
+}
+
+func (h *heldEnd) Read(p []byte) (int, error) {
+	if n, err := h.r.Read(p); n > 0 || err != io.EOF {
+		return n, err
+	}
+	if !h.done {
+		h.done = true
+		h.arrived.Done()
+		h.arrived.Wait()
+	}
+	if len(h.last) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, h.last)
+	h.last = h.last[n:]
+	return n, nil
 }
