@@ -20,7 +20,10 @@
 //     is then found by the upload's ETag and size; an upload holds one
 //     part in memory at most, in pieces allocated as the body arrives,
 //     whether its length is known or not (a merged shuffle file streamed
-//     through a pipe held up to three times that);
+//     through a pipe held up to three times that); only io.EOF ends a
+//     body: any other error of its reader, io.ErrUnexpectedEOF and one
+//     given with the last bytes included, fails the Put and stores
+//     nothing;
 //   - every upload carries its SHA-256 (x-amz-checksum-sha256), so the
 //     server rejects bytes damaged in transit, and PutOptions.SHA256 is
 //     checked before anything becomes visible;

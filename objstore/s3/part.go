@@ -41,7 +41,8 @@ func newPartBuf(limit, sizeHint int64) *partBuf {
 }
 
 // fill replaces the bytes held by the next ones of r, up to limit, and
-// reports whether r ended before the buffer was full.
+// reports whether r ended (io.EOF) before the buffer was full; any other
+// error of r's, io.ErrUnexpectedEOF included, is returned.
 func (p *partBuf) fill(r io.Reader) (ended bool, err error) {
 	p.n = 0
 	held := int64(0) // the pieces' capacity so far
@@ -54,16 +55,33 @@ func (p *partBuf) fill(r io.Reader) (ended bool, err error) {
 			p.pieces = append(p.pieces, make([]byte, min(size, p.limit-held)))
 		}
 		held += int64(len(p.pieces[i]))
-		m, err := io.ReadFull(r, p.pieces[i])
+		m, err := readFull(r, p.pieces[i])
 		p.n += int64(m)
 		switch {
-		case err == io.EOF || err == io.ErrUnexpectedEOF:
+		case err == io.EOF:
 			return true, nil
 		case err != nil:
 			return false, err
 		}
 	}
 	return false, nil
+}
+
+// readFull is io.ReadFull but that it returns io.EOF whenever r ends
+// before buf is full, and r's own errors as they are: io.ReadFull's
+// io.ErrUnexpectedEOF for a short read cannot be told from a reader's
+// own (a net/http body or a gzip stream cut short), and taking that for
+// the end stored the bytes before it as the whole object.
+func readFull(r io.Reader, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := r.Read(buf[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // sum returns the sha256 of the bytes held and writes them to also, if

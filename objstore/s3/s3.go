@@ -341,11 +341,12 @@ func (s *Store) Put(ctx context.Context, key string, body io.Reader, opts objsto
 	if !ended {
 		// A whole part: one byte more makes the body a multipart upload.
 		var one [1]byte
-		n, err := io.ReadFull(body, one[:])
+		n, err := readFull(body, one[:])
 		switch {
 		case n == 0 && err == io.EOF:
 			ended = true
-		case err != nil:
+		case err != nil && err != io.EOF:
+			// Even with the byte: the body failed.
 			return "", s.readErr(key, err)
 		default:
 			body = io.MultiReader(bytes.NewReader(one[:]), body)

@@ -2,7 +2,9 @@ package s3_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -523,3 +525,101 @@ func TestConditionalCreateOfExistingLargeBody(t *testing.T) {
 		}
 	}
 }
+
+// A multipart Put that fails after its first part was stored (the body
+// fails halfway, the caller cancels, a conditional create loses the race
+// at CompleteMultipartUpload) leaves no object and no upload open, whose
+// parts the bucket would keep, and bill, until a lifecycle rule removed
+// them.
+func TestFailedMultipartLeavesNoUpload(t *testing.T) {
+	u := s3test.Start(t)
+	st := open(t, u+"&multipart_threshold=5242880")
+	pu, _ := url.Parse(u)
+	ctx := t.Context()
+	openUploads := func(what string) {
+		t.Helper()
+		ups, err := st.(*s3.Store).Client().ListMultipartUploads(ctx, &awss3.ListMultipartUploadsInput{Bucket: aws.String(pu.Host)})
+		if err != nil || len(ups.Uploads) != 0 {
+			t.Fatalf("%s: %d uploads left open, %v", what, len(ups.Uploads), err)
+		}
+		if _, err := st.Head(ctx, "big", ""); !objstore.IsNotExist(err) {
+			t.Fatalf("%s: Head: %v, want NOT_FOUND", what, err)
+		}
+	}
+	broken := errcode.New(errcode.IO, "the body's source failed")
+	_, err := st.Put(ctx, "big", io.MultiReader(bytes.NewReader(make([]byte, 7<<20)), iotestErr{broken}), objstore.PutOptions{})
+	if !errors.Is(err, broken) {
+		t.Fatalf("Put whose body fails in part 2: %v", err)
+	}
+	openUploads("body failing in part 2")
+	// The byte after the first part, which tells a single PutObject
+	// from a multipart upload, comes with the error, a cut body's.
+	_, err = st.Put(ctx, "big", io.MultiReader(bytes.NewReader(make([]byte, 5<<20)), &lastWithErr{b: 1, err: io.ErrUnexpectedEOF}), objstore.PutOptions{})
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("Put whose body fails with the byte after part 1: %v", err)
+	}
+	openUploads("body failing with the byte after part 1")
+
+	cctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	go func() {
+		pw.Write(make([]byte, 6<<20))
+		cancel()
+		pw.Write(make([]byte, 1<<20))
+		pw.Close()
+	}()
+	if _, err := st.Put(cctx, "big", pr, objstore.PutOptions{}); errcode.Of(err) != errcode.Canceled {
+		t.Fatalf("Put canceled in part 2: %v, want CANCELED", err)
+	}
+	openUploads("canceled in part 2")
+
+	// The loser read its whole body, so its fail-fast HEAD found nothing:
+	// CompleteMultipartUpload's If-None-Match refused it.
+	pr, pw = io.Pipe()
+	lost := make(chan error, 1)
+	go func() {
+		_, err := st.Put(ctx, "big", pr, objstore.PutOptions{IfNoneMatch: true})
+		lost <- err
+	}()
+	pw.Write(make([]byte, 6<<20))
+	v, err := st.Put(ctx, "big", bytes.NewReader([]byte("winner")), objstore.PutOptions{IfNoneMatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if err := <-lost; !objstore.IsPrecondition(err) {
+		t.Fatalf("losing multipart create: %v, want PRECONDITION_FAILED", err)
+	}
+	ups, err := st.(*s3.Store).Client().ListMultipartUploads(ctx, &awss3.ListMultipartUploadsInput{Bucket: aws.String(pu.Host)})
+	if err != nil || len(ups.Uploads) != 0 {
+		t.Fatalf("after a lost multipart create: %d uploads left open, %v", len(ups.Uploads), err)
+	}
+	if info, err := st.Head(ctx, "big", ""); err != nil || info.Version != v || info.Size != 6 {
+		t.Fatalf("after the race: %+v, %v; want the winner's version %s", info, err, v)
+	}
+}
+
+// lastWithErr gives b as its last byte with err, and then io.EOF: a
+// reader need not repeat an error, so one given with bytes must not be
+// dropped.
+type lastWithErr struct {
+	b   byte
+	err error
+	n   int
+}
+
+func (r *lastWithErr) Read(p []byte) (int, error) {
+	if r.n > 0 {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r.n, p[0] = 1, r.b
+	return 1, r.err
+}
+
+// iotestErr is a reader that fails with err.
+type iotestErr struct{ err error }
+
+func (r iotestErr) Read([]byte) (int, error) { return 0, r.err }

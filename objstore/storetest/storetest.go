@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) objstore.Store) {
 		{"ListPageBoundary", testListPageBoundary},
 		{"ListOddPrefixes", testListOddPrefixes},
 		{"ConditionalCreateRaceAtCommit", testConditionalCreateRaceAtCommit},
+		{"BodyErrorHalfway", testBodyErrorHalfway},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.f(t, open(t)) })
 	}
@@ -959,4 +960,61 @@ func (h *heldEnd) Read(p []byte) (int, error) {
 	n := copy(p, h.last)
 	h.last = h.last[n:]
 	return n, nil
+}
+
+// failAfter returns the bytes of r until n of them are read, the last
+// of them with err, and err from then on.
+type failAfter struct {
+	r   io.Reader
+	n   int
+	err error
+}
+
+func (f *failAfter) Read(p []byte) (int, error) {
+	if f.n <= 0 {
+		return 0, f.err
+	}
+	n, err := f.r.Read(p[:min(len(p), f.n)])
+	if f.n -= n; f.n <= 0 && err == nil {
+		err = f.err
+	}
+	return n, err
+}
+
+// testBodyErrorHalfway: a Put whose body fails halfway, small or after
+// more than an S3 part, with or without its size given, fails with the
+// reader's error and leaves no version: the key is NOT_FOUND, lists
+// nothing, and a conditional create of it still wins.
+func testBodyErrorHalfway(t *testing.T, s objstore.Store) {
+	// io.ErrUnexpectedEOF is what a body cut short says (net/http's
+	// response bodies, compress/gzip, io.ReadFull): it is an error, not
+	// the body's end.
+	for _, broken := range []error{errcode.New(errcode.StoreUnavailable, "the body's source went away"), io.ErrUnexpectedEOF} {
+		testBodyError(t, s, broken)
+	}
+	put(t, s, "halfway/64", []byte("whole"), objstore.PutOptions{IfNoneMatch: true})
+}
+
+func testBodyError(t *testing.T, s objstore.Store, broken error) {
+	for _, size := range []int{64 << 10, 12 << 20} {
+		for _, known := range []bool{false, true} {
+			key := fmt.Sprintf("halfway/%d-%v", size, known)
+			o := objstore.PutOptions{}
+			if known {
+				o.Size = int64(size)
+			}
+			body := &failAfter{r: endlessReader{}, n: size / 2, err: broken}
+			_, err := s.Put(t.Context(), key, body, o)
+			if !errors.Is(err, broken) {
+				t.Fatalf("%s: Put with a body failing halfway with %q: %v, want that error", key, broken, err)
+			}
+			_, err = s.Head(t.Context(), key, "")
+			wantCode(t, err, errcode.NotFound, fmt.Sprintf("%s: Head after a Put whose body failed with %q", key, broken))
+			_, err = s.Get(t.Context(), key, "")
+			wantCode(t, err, errcode.NotFound, key+": Get after the failed Put")
+			if got := Keys(t, s, "halfway/", 0); len(got) != 0 {
+				t.Fatalf("%s: listed after the failed Put: %q", key, got)
+			}
+		}
+	}
 }
