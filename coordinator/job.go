@@ -180,6 +180,8 @@ type JobScratch struct {
 
 // ListJobs lists the jobs that have scratch in s, in plan order. Keys
 // under jobs/ that no job of shardproof's would write are not listed.
+// A listing whose sizes for one job are negative or sum past an int64
+// is IO: its Bytes would have wrapped to a small or negative figure.
 func ListJobs(ctx context.Context, s objstore.Store) ([]JobScratch, error) {
 	var jobs []JobScratch
 	after := ""
@@ -201,7 +203,12 @@ func ListJobs(ctx context.Context, s objstore.Store) ([]JobScratch, error) {
 			}
 			j := &jobs[len(jobs)-1]
 			j.Objects++
-			j.Bytes += o.Size
+			if !addFigure(&j.Bytes, o.Size) {
+				// No store holds that much: the listing is not to be
+				// trusted, nor a prune judged by it.
+				return nil, errcode.New(errcode.IO, "list jobs: the store lists %s at %d bytes, after %d bytes of job %s's other objects: "+
+					"a negative size, or sizes summing past an int64", o.Key, o.Size, j.Bytes, pd)
+			}
 			// A clock probe is written by whoever looks at the job's
 			// holder (prune-jobs --dry-run too), not by the job.
 			if o.Modified.After(j.Newest) && o.Key != holdClockKey(pd) {

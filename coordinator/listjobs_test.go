@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -14,8 +15,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/objstore/s3/s3test"
 )
 
@@ -91,5 +94,60 @@ func TestListJobsS3(t *testing.T) {
 	}
 	if n := lists.Load(); n != 1 {
 		t.Errorf("ListJobs sent %d ListObjectsV2 requests for 41 keys, want 1", n)
+	}
+}
+
+// hugeSizes is the file store whose listings report every object at
+// size bytes.
+type hugeSizes struct {
+	objstore.Store
+	size int64
+}
+
+func (h hugeSizes) List(ctx context.Context, prefix, after string, limit int) (objstore.ListPage, error) {
+	page, err := h.Store.List(ctx, prefix, after, limit)
+	for i := range page.Objects {
+		page.Objects[i].Size = h.size
+	}
+	return page, err
+}
+
+// A store whose listing sizes for one job sum past an int64 (three
+// objects of 2^62-1 bytes) fails ListJobs, and the prune that reads it,
+// with IO and deletes nothing, where the job's Bytes wrapped to a
+// negative figure; sizes that fit (two of them) are summed, and a
+// negative one is refused too.
+func TestListJobsSizesPastInt64(t *testing.T) {
+	fs, err := file.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	pd := manifest.Sum([]byte("job"))
+	for _, k := range []string{"map/0/r0.arrow", "map/1/r0.arrow"} {
+		if _, err := fs.Put(ctx, jobPrefix(pd)+k, strings.NewReader("x"), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const huge = 1<<62 - 1
+	jobs, err := ListJobs(ctx, hugeSizes{fs, huge})
+	if err != nil || len(jobs) != 1 || jobs[0].Bytes != 2*huge || jobs[0].Objects != 2 {
+		t.Fatalf("two objects of 2^62-1 bytes: %+v, %v; want one job of 2^63-2 bytes", jobs, err)
+	}
+	if _, err := fs.Put(ctx, jobPrefix(pd)+"map/2/r0.arrow", strings.NewReader("x"), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int64{huge, -1} {
+		jobs, err := ListJobs(ctx, hugeSizes{fs, size})
+		if errcode.Of(err) != errcode.IO || !strings.Contains(err.Error(), pd.String()) {
+			t.Fatalf("objects of %d bytes: %+v, %v; want IO naming the job", size, jobs, err)
+		}
+		err = PruneJobs(ctx, hugeSizes{fs, size}, PruneOptions{}, func(PrunedJob) error { return nil })
+		if errcode.Of(err) != errcode.IO {
+			t.Fatalf("prune of objects of %d bytes: %v; want IO", size, err)
+		}
+	}
+	if page, err := fs.List(ctx, "", "", 0); err != nil || len(page.Objects) != 3 {
+		t.Fatalf("a refused prune left %+v, %v; want the job's 3 keys", page, err)
 	}
 }
