@@ -960,7 +960,8 @@ at or above both new fences with no hits (a recheck made before the
 advance) is kept open; the answer lists both, and the 'recheck --closed'
 to run whenever roots are left behind the fences (closed permits', or
 earlier generations' of a rollback window, which lose no permit), with
-the documents of the fences those roots are behind.
+the documents of the fences those roots are behind and the --gate flags
+given here.
 Keeping one open takes the gate cluster's command-schema version 1:
 during a rolling upgrade from a build before it, such an advance is
 refused (CLUSTER_VERSION, exit 3) and changes nothing. An advance this

@@ -386,7 +386,9 @@ func TestRecheckJSONOutcomes(t *testing.T) {
 // forms (advance --tombstones D, and fence tombstone VALUE). The hint
 // was printed only when a permit closed, so the operator learned of the
 // window from a ROLLBACK_INELIGIBLE rollback; once the roots are
-// rechecked no hint is printed.
+// rechecked no hint is printed. The hint repeats the --store and --gate
+// the advance was given, and runs as printed: without them a user
+// copying it got USAGE (no store given), or asked another gate.
 func TestFenceAdvanceHintsRollbackWindow(t *testing.T) {
 	gen1, gen2, node, base, tomb := twoGenerations(t)
 	tombD := manifest.Digest(tomb).String()
@@ -395,16 +397,18 @@ func TestFenceAdvanceHintsRollbackWindow(t *testing.T) {
 	}
 	hint := "1 roots to recheck (closed permits, rollback windows behind the fences); recheck with: shardproof recheck --closed --tombstones "
 	out, err := cli(t, append([]string{"gate", "fence", "advance", "--tombstones", tombD}, base...)...)
-	if err != nil || !strings.Contains(out, "closed 0 permits") || !strings.Contains(out, hint+tombD+"\n") {
-		t.Fatalf("fence advance that closes nothing: %q %v, want the hint %q", out, err, hint+tombD)
+	want := hint + tombD + " " + strings.Join(base, " ") + "\n"
+	if err != nil || !strings.Contains(out, "closed 0 permits") || !strings.Contains(out, want) {
+		t.Fatalf("fence advance that closes nothing: %q %v, want the hint %q", out, err, want)
 	}
+	printed := strings.Fields(strings.TrimSuffix(out[strings.Index(out, "recheck with: shardproof ")+len("recheck with: shardproof "):], "\n"))
 	out, err = cli(t, "gate", "fence", "tombstone", "4", "--gate", node.URL())
-	if err != nil || !strings.Contains(out, hint+"DIGEST (a tombstone log whose watermark is at least 4)\n") {
+	if err != nil || !strings.Contains(out, hint+"DIGEST (a tombstone log whose watermark is at least 4) --gate "+node.URL()+"\n") {
 		t.Fatalf("gate fence tombstone 4: %q %v, want the hint %q", out, err, hint)
 	}
-	out, err = cli(t, append([]string{"recheck", "-q", "--members", "--closed", "--tombstones", tombD}, base...)...)
+	out, err = cli(t, append(printed, "-q")...)
 	if err != nil || strings.Count(out, "renewed") != 1 || !strings.Contains(out, gen1.Root.String()) {
-		t.Fatalf("recheck --closed: %q %v", out, err)
+		t.Fatalf("the recheck the hint printed, %q: %q %v", printed, out, err)
 	}
 	out, err = cli(t, "gate", "fence", "tombstone", "4", "--gate", node.URL())
 	if err != nil || strings.Contains(out, "recheck") {
@@ -432,13 +436,14 @@ func TestFenceHintNamesTheFencesRootsAreBehind(t *testing.T) {
 	}
 	hint := "2 roots to recheck (closed permits, rollback windows behind the fences); recheck with: shardproof recheck --closed "
 	bench := "--benchmark DIGEST (a benchmark registry whose watermark is at least 3)"
+	conn := " " + strings.Join(base, " ") + "\n"
 	out, err := cli(t, "gate", "fence", "benchmark", "3", "--gate", node.URL())
-	if err != nil || !strings.Contains(out, hint+bench+"\n") {
+	if err != nil || !strings.Contains(out, hint+bench+" --gate "+node.URL()+"\n") {
 		t.Fatalf("gate fence benchmark 3: %q %v, want the hint %q", out, err, hint+bench)
 	}
 	out, err = cli(t, append([]string{"gate", "fence", "advance", "--tombstones", tombD}, base...)...)
-	if err != nil || !strings.Contains(out, hint+bench+"\n") || strings.Contains(out, "recheck --closed --tombstones") {
-		t.Fatalf("tombstone advance with both roots behind the benchmark fence only: %q %v, want the hint %q", out, err, hint+bench)
+	if err != nil || !strings.Contains(out, hint+bench+conn) || strings.Contains(out, "recheck --closed --tombstones") {
+		t.Fatalf("tombstone advance with both roots behind the benchmark fence only: %q %v, want the hint %q", out, err, hint+bench+conn)
 	}
 	s, err := file.Open(base[1])
 	if err != nil {
@@ -459,7 +464,7 @@ func TestFenceHintNamesTheFencesRootsAreBehind(t *testing.T) {
 	// The tombstone fence names its log since the advance above: it
 	// moves on only with a log that extends it (docs[0] keeps seq 4).
 	out, err = cli(t, append([]string{"gate", "fence", "advance", "--tombstones", docs[0]}, base...)...)
-	both := hint + "--tombstones " + docs[0] + " " + bench + "\n"
+	both := hint + "--tombstones " + docs[0] + " " + bench + conn
 	if err != nil || !strings.Contains(out, both) {
 		t.Fatalf("tombstone advance to 5: %q %v, want the hint %q", out, err, both)
 	}
@@ -498,6 +503,31 @@ func TestRecheckHintWarnsWhenUnlisted(t *testing.T) {
 	if out.Len() != 0 || !strings.Contains(errOut.String(), "warning: the fence advanced") ||
 		!strings.Contains(errOut.String(), "GATE_UNAVAILABLE") || !strings.Contains(errOut.String(), "shardproof recheck --closed --tombstones sha256:00") {
 		t.Fatalf("stdout %q, stderr %q", out.String(), errOut.String())
+	}
+}
+
+// TestRecheckHintQuotesFlags: the recheck a fence advance prints repeats
+// the store and gate flags given on its command line, an S3 URL quoted
+// for the shell (its ? and & would end the command), and leaves out
+// those that were not given (the environment gives them again).
+func TestRecheckHintQuotesFlags(t *testing.T) {
+	_, g := startLeader(t)
+	var out, errOut strings.Builder
+	cmd := &cobra.Command{}
+	cmd.SetContext(context.Background())
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	var store, gate, token string
+	cmd.Flags().StringVar(&store, "store", "", "")
+	cmd.Flags().StringVar(&gate, "gate", "", "")
+	cmd.Flags().StringVar(&token, "gate-token-file", "", "")
+	if err := cmd.ParseFlags([]string{"--store", "s3://bucket/rel?region=eu-west-1&path_style=true", "--gate", "http://127.0.0.1:7480"}); err != nil {
+		t.Fatal(err)
+	}
+	printRecheckHint(cmd, unlistedPermits{g}, raftgate.FenceTombstone, 4, "sha256:00")
+	want := "shardproof recheck --closed --tombstones sha256:00 --store 's3://bucket/rel?region=eu-west-1&path_style=true' --gate http://127.0.0.1:7480\n"
+	if !strings.HasSuffix(errOut.String(), want) {
+		t.Fatalf("stderr %q, want it to end %q", errOut.String(), want)
 	}
 }
 

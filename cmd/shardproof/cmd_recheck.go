@@ -288,7 +288,8 @@ Whenever roots are left to recheck (closed permits', or those of an
 alias's rollback window the fence passed, even if no permit closed), it
 prints how many and the 'recheck --closed' that brings them back, with
 the documents of the fences they are behind (the other kind's too, for
-roots an earlier advance of it left behind); a
+roots an earlier advance of it left behind) and the --store and --gate
+flags given here, so it runs as printed; a
 failure to list them is a warning on stderr, not the advance's error.
 A root already rechecked at or above it, before the advance, keeps its
 permits open (recheck first, then advance, and its runs go on). Keeping
@@ -396,9 +397,12 @@ func fenceLogPrefix(ctx context.Context, g *raftgate.Client, kind string, l *man
 // earlier benchmark advance): kind's as doc (the document's digest, or
 // "" for a placeholder), the other's as a placeholder at its fence. The
 // advance has happened by now: a failure to list the roots is a warning
-// on stderr, never the command's error.
+// on stderr, never the command's error. The recheck repeats the store
+// and gate flags the advance was given on its command line, so it can be
+// run as printed; those it took from the environment it takes again.
 func printRecheckHint(cmd *cobra.Command, g publish.PermitLister, kind string, value uint64, doc string) {
 	w := cmd.OutOrStdout()
+	conn := givenConnectionFlags(cmd)
 	docFlag := func(k string, at uint64) string {
 		flag, what := "--tombstones", "a tombstone log"
 		if k == raftgate.FenceBenchmark {
@@ -411,8 +415,8 @@ func printRecheckHint(cmd *cobra.Command, g publish.PermitLister, kind string, v
 	}
 	cr, f, err := publish.ClosedRootsBehind(cmd.Context(), g)
 	if err != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the fence advanced, but the roots it left to recheck could not be listed (%s: %v); recheck them with: shardproof recheck --closed %s\n",
-			errcode.Of(err), err, docFlag(kind, value))
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the fence advanced, but the roots it left to recheck could not be listed (%s: %v); recheck them with: shardproof recheck --closed %s%s\n",
+			errcode.Of(err), err, docFlag(kind, value), conn)
 		return
 	}
 	roots, behind := 0, map[string]bool{}
@@ -434,5 +438,33 @@ func printRecheckHint(cmd *cobra.Command, g publish.PermitLister, kind string, v
 	if behind[raftgate.FenceBenchmark] {
 		flags = append(flags, docFlag(raftgate.FenceBenchmark, f.Benchmark))
 	}
-	fmt.Fprintf(w, "%d roots to recheck (closed permits, rollback windows behind the fences); recheck with: shardproof recheck --closed %s\n", roots, strings.Join(flags, " "))
+	fmt.Fprintf(w, "%d roots to recheck (closed permits, rollback windows behind the fences); recheck with: shardproof recheck --closed %s%s\n", roots, strings.Join(flags, " "), conn)
+}
+
+// hintFlags are the flags of a fence advance that a recheck needs as
+// well: where the fence documents and releases are, and which gate.
+var hintFlags = []string{"store", "gate", "gate-token-file", "gate-ca"}
+
+// givenConnectionFlags is " --name value" for each of hintFlags set on
+// cmd's command line, the value quoted for a POSIX shell when it holds
+// anything but plain path and URL characters (an S3 URL's ? and &).
+func givenConnectionFlags(cmd *cobra.Command) string {
+	var b strings.Builder
+	for _, name := range hintFlags {
+		f := cmd.Flags().Lookup(name)
+		if f == nil || !f.Changed {
+			continue
+		}
+		fmt.Fprintf(&b, " --%s %s", name, shellWord(f.Value.String()))
+	}
+	return b.String()
+}
+
+// shellWord is s as one word of a POSIX shell command line: s itself when
+// it holds only characters no shell treats specially, else single-quoted.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
+		return s
+	}
+	return shellQuote(s)
 }
