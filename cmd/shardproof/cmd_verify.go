@@ -497,7 +497,9 @@ func printVerifyResult(w io.Writer, out *coordinator.Outcome, asJSON bool) error
 
 // resumeHint tells the user, when a local verification stopped after its
 // plan was stored, how to finish it without redoing its committed tasks
-// and how its scratch goes away otherwise.
+// and how its scratch goes away otherwise. The store and scratch are
+// quoted for the shell where they need it (an S3 URL's ? and &), so the
+// commands run as printed.
 func resumeHint(cmd *cobra.Command, store, scratch string, err error) {
 	var u *coordinator.UnfinishedError
 	if !errors.As(err, &u) || errcode.Of(err) == errcode.NoSuchBucket {
@@ -507,10 +509,10 @@ func resumeHint(cmd *cobra.Command, store, scratch string, err error) {
 	}
 	resume, jobs := "", store
 	if scratch != "" {
-		resume, jobs = " --scratch "+scratch, scratch
+		resume, jobs = " --scratch "+shellWord(scratch), scratch
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "shardproof: verify: plan %s stopped; its committed tasks are kept: `shardproof verify --store %s%s --resume %s` finishes it, `shardproof store prune-jobs --store %s` deletes what is left once it is old\n",
-		u.Plan, store, resume, u.Plan, jobs)
+		u.Plan, shellWord(store), resume, u.Plan, shellWord(jobs))
 }
 
 // planFlags are verify's flags whose values a plan records: a resume

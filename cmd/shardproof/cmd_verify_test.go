@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/spf13/cobra"
 
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/canon"
@@ -359,6 +360,23 @@ func TestVerifyCLIResumeDamagedReduceRecord(t *testing.T) {
 func TestVerifyCLIResumeHint(t *testing.T) {
 	for _, withScratch := range []bool{false, true} {
 		t.Run(fmt.Sprintf("scratch=%v", withScratch), func(t *testing.T) { testResumeHint(t, withScratch) })
+	}
+}
+
+// TestResumeHintQuotesS3URL: the commands the resume hint prints quote
+// an S3 store URL and scratch for the shell, where they were printed
+// bare and a shell took the URL's & for the end of the command; a plain
+// path stays bare (testResumeHint).
+func TestResumeHintQuotesS3URL(t *testing.T) {
+	var errOut strings.Builder
+	cmd := &cobra.Command{}
+	cmd.SetErr(&errOut)
+	plan := manifest.Sum([]byte("plan"))
+	store, scratch := "s3://bucket/rel?region=eu-west-1&path_style=true", "s3://scratch/x?timeout=90s&region=eu-west-1"
+	resumeHint(cmd, store, scratch, &coordinator.UnfinishedError{Plan: plan, Err: errcode.New(errcode.IO, "read")})
+	want := "`shardproof verify --store '" + store + "' --scratch '" + scratch + "' --resume " + plan.String() + "` finishes it, `shardproof store prune-jobs --store '" + scratch + "'`"
+	if !strings.Contains(errOut.String(), want) {
+		t.Fatalf("hint %q, want it to hold %q", errOut.String(), want)
 	}
 }
 
