@@ -1050,8 +1050,9 @@ func (s *Store) notExist(key string, v objstore.Version) error {
 // mapErr gives an SDK error its code: NoSuchBucket is NO_SUCH_BUCKET,
 // other 404s and unknown versions are ErrNotExist, 412 is
 // ErrPreconditionFailed, a canceled context is CANCELED, refused
-// credentials, region or policy STORE_DENIED, an unreachable server
-// STORE_UNAVAILABLE, the rest IO.
+// credentials, region or policy STORE_DENIED, an unreachable server or
+// one answering 5xx or 429 to every attempt STORE_UNAVAILABLE, the rest
+// IO.
 func (s *Store) mapErr(ctx context.Context, err error, op, key string, v objstore.Version) error {
 	if ctx.Err() != nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return errcode.Wrap(errcode.Canceled, err, "s3 %s %s", op, key)
@@ -1083,6 +1084,11 @@ func (s *Store) mapErr(ctx context.Context, err error, op, key string, v objstor
 	var ne net.Error
 	if status == 0 && errors.As(err, &ne) {
 		return errcode.Wrap(errcode.StoreUnavailable, err, "s3 %s %s", op, key)
+	}
+	if status >= 500 || status == http.StatusTooManyRequests {
+		// 500, 503 SlowDown, 429: the SDK's retryer sent it again, with
+		// backoff, until its attempts ran out; a later try may pass.
+		return errcode.Wrap(errcode.StoreUnavailable, err, "s3 %s %s: the server answered %d to every attempt", op, key, status)
 	}
 	return errcode.Wrap(errcode.IO, err, "s3 %s s3://%s/%s%s", op, s.bucket, s.base, key)
 }

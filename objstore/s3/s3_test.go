@@ -410,6 +410,22 @@ func TestRetries(t *testing.T) {
 	if got := fp.seen.Load(); got != 1 {
 		t.Fatalf("a 412 was sent %d times, want exactly once", got)
 	}
+	// A server answering 503 to every attempt is STORE_UNAVAILABLE, which
+	// scripts and engines take for a failure a later try may pass; it was
+	// IO. Nothing is stored.
+	fp.seen.Store(0)
+	fp.n.Store(100)
+	_, err := st.Put(ctx, "k2", strings.NewReader("z"), objstore.PutOptions{})
+	if errcode.Of(err) != errcode.StoreUnavailable {
+		t.Fatalf("Put through 503s only: %v (code %s), want STORE_UNAVAILABLE", err, errcode.Of(err))
+	}
+	if got := fp.seen.Load(); got < 2 {
+		t.Fatalf("gateway saw %d PUTs, want the retryer's attempts", got)
+	}
+	fp.n.Store(0)
+	if _, err := st.Head(ctx, "k2", ""); !errors.Is(err, objstore.ErrNotExist) {
+		t.Fatalf("Head after the failed Put: %v, want not found", err)
+	}
 }
 
 // DeletePrefix pages through ListObjectVersions: with three versions a
