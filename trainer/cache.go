@@ -46,6 +46,13 @@ type FillResult struct {
 	Code   errcode.Code
 	// Fetched is the number of bytes read from the store.
 	Fetched int64
+	// Info is the file Fill verified (the entry it hashed, or the fetched
+	// file it renamed into place), as it was then; nil when Fill failed.
+	// A later Lstat of the entry's path that is not this file (another
+	// file, size, modification time or mode) holds bytes Fill did not
+	// verify: a stat taken after Fill returned may already be of such a
+	// file.
+	Info fs.FileInfo
 }
 
 // staleTemp is how long a temp file goes unwritten before OpenCache takes
@@ -96,11 +103,11 @@ func (c *Cache) Path(d manifest.Digest) string {
 func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard) (FillResult, error) {
 	var res FillResult
 	path := c.Path(desc.Digest)
-	switch ok, code, reason, err := c.check(path, desc); {
+	switch info, code, reason, err := c.check(path, desc); {
 	case err != nil:
 		return res, err
-	case ok:
-		res.Hit = true
+	case info != nil:
+		res.Hit, res.Info = true, info
 		return res, nil
 	case reason != "":
 		res.Corrupt, res.Code, res.Reason = true, code, reason
@@ -116,11 +123,11 @@ func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard)
 	// directory that has just filled it (two workers that both found
 	// the same damaged entry: the slower one removed the faster one's
 	// fresh copy), never finds the path missing.
-	n, err := c.fetch(ctx, s, desc, path)
-	res.Fetched = n
+	n, info, err := c.fetch(ctx, s, desc, path)
+	res.Fetched, res.Info = n, info
 	if err != nil && res.Corrupt {
 		// Still leave no corrupt entry behind.
-		if ok, _, _, cerr := c.check(path, desc); cerr == nil && !ok {
+		if info, _, _, cerr := c.check(path, desc); cerr == nil && info == nil {
 			if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 				return res, errors.Join(err, errcode.Wrap(errcode.IO, rerr, "remove corrupt cache entry %s", path))
 			}
@@ -129,69 +136,80 @@ func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard)
 	return res, err
 }
 
-// check reports whether path holds desc's bytes. A missing entry is
-// (false, "", "", nil); a wrong one is (false, code, reason, nil).
-func (c *Cache) check(path string, desc manifest.Shard) (bool, errcode.Code, string, error) {
+// check reports whether path holds desc's bytes: the file it hashed when
+// it does. A missing entry is (nil, "", "", nil); a wrong one is (nil,
+// code, reason, nil).
+func (c *Cache) check(path string, desc manifest.Shard) (fs.FileInfo, errcode.Code, string, error) {
 	// Lstat before opening: opening a FIFO put in an entry's place blocks
 	// until a writer comes, and a signal does not end the wait.
 	st, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, "", "", nil
+		return nil, "", "", nil
 	}
 	if err != nil {
-		return false, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+		return nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
 	}
 	if !st.Mode().IsRegular() {
-		return false, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
+		return nil, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
 	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return false, "", "", nil
+		return nil, "", "", nil
 	}
 	if err != nil {
-		return false, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+		return nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
 	}
 	defer f.Close()
 	if st, err = f.Stat(); err != nil {
-		return false, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+		return nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
 	}
 	if !st.Mode().IsRegular() {
-		return false, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
+		return nil, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
 	}
 	if st.Size() != desc.Size {
-		return false, errcode.SizeMismatch, fmt.Sprintf("%s: manifest.size=%d, cache entry size=%d", desc.ID, desc.Size, st.Size()), nil
+		return nil, errcode.SizeMismatch, fmt.Sprintf("%s: manifest.size=%d, cache entry size=%d", desc.ID, desc.Size, st.Size()), nil
 	}
 	h := sha256.New()
 	// Read one byte past the expected size so a file growing under us is
 	// caught rather than hashed partially.
 	n, err := io.Copy(h, io.LimitReader(f, desc.Size+1))
 	if err != nil {
-		return false, "", "", errcode.Wrap(errcode.IO, err, "read cache entry %s", path)
+		return nil, "", "", errcode.Wrap(errcode.IO, err, "read cache entry %s", path)
 	}
 	var got manifest.Digest
 	h.Sum(got[:0])
 	if n != desc.Size || got != desc.Digest {
-		return false, errcode.DigestMismatch, fmt.Sprintf("%s: manifest.digest=%s, cache entry hashes to %s (%d bytes)", desc.ID, desc.Digest, got, n), nil
+		return nil, errcode.DigestMismatch, fmt.Sprintf("%s: manifest.digest=%s, cache entry hashes to %s (%d bytes)", desc.ID, desc.Digest, got, n), nil
 	}
-	return true, "", "", nil
+	// Written to while it was hashed: the bytes hashed may be half old,
+	// half new, and what the file holds now was not hashed.
+	after, err := f.Stat()
+	if err != nil {
+		return nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+	}
+	if !(entry{info: st}).unchanged(after) {
+		return nil, errcode.DigestMismatch, fmt.Sprintf("%s: cache entry written to while it was hashed (size %d, then %d)", desc.ID, st.Size(), after.Size()), nil
+	}
+	return st, "", "", nil
 }
 
-// fetch copies version desc.ObjectVersion of the shard from s into path.
-func (c *Cache) fetch(ctx context.Context, s objstore.Store, desc manifest.Shard, path string) (int64, error) {
+// fetch copies version desc.ObjectVersion of the shard from s into path
+// and returns the file it renamed there.
+func (c *Cache) fetch(ctx context.Context, s objstore.Store, desc manifest.Shard, path string) (int64, fs.FileInfo, error) {
 	if desc.ObjectVersion == "" {
-		return 0, errcode.New(errcode.VersionMissing, "%s: descriptor has no objectVersion", desc.ID)
+		return 0, nil, errcode.New(errcode.VersionMissing, "%s: descriptor has no objectVersion", desc.ID)
 	}
 	rc, err := objstore.GetBlob(ctx, s, desc.Digest, objstore.Version(desc.ObjectVersion), desc.Size)
 	if objstore.IsNotExist(err) {
-		return 0, errcode.Wrap(errcode.VersionMissing, err, "%s: %s version %s", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion)
+		return 0, nil, errcode.Wrap(errcode.VersionMissing, err, "%s: %s version %s", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", desc.ID, err)
+		return 0, nil, fmt.Errorf("%s: %w", desc.ID, err)
 	}
 	defer rc.Close()
 	tmp, err := os.CreateTemp(filepath.Join(c.dir, "tmp"), desc.Digest.Hex()+".*")
 	if err != nil {
-		return 0, errcode.Wrap(errcode.IO, err, "cache %s", c.dir)
+		return 0, nil, errcode.Wrap(errcode.IO, err, "cache %s", c.dir)
 	}
 	committed := false
 	defer func() {
@@ -206,26 +224,30 @@ func (c *Cache) fetch(ctx context.Context, s objstore.Store, desc manifest.Shard
 		if errcode.Of(err) == errcode.Internal {
 			err = errcode.Wrap(errcode.IO, err, "read")
 		}
-		return n, fmt.Errorf("%s: fetch %s version %s: %w", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion, err)
+		return n, nil, fmt.Errorf("%s: fetch %s version %s: %w", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion, err)
 	}
 	// Readable by the trainer, which may run as another user on a
 	// shared volume (CreateTemp makes 0600).
 	if err := tmp.Chmod(0o644); err != nil {
-		return n, errcode.Wrap(errcode.IO, err, "cache chmod")
+		return n, nil, errcode.Wrap(errcode.IO, err, "cache chmod")
 	}
 	if err := tmp.Sync(); err != nil {
-		return n, errcode.Wrap(errcode.IO, err, "cache fsync")
+		return n, nil, errcode.Wrap(errcode.IO, err, "cache fsync")
+	}
+	info, err := tmp.Stat()
+	if err != nil {
+		return n, nil, errcode.Wrap(errcode.IO, err, "cache stat")
 	}
 	if err := tmp.Close(); err != nil {
-		return n, errcode.Wrap(errcode.IO, err, "cache close")
+		return n, nil, errcode.Wrap(errcode.IO, err, "cache close")
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return n, errcode.Wrap(errcode.IO, err, "cache rename")
+		return n, nil, errcode.Wrap(errcode.IO, err, "cache rename")
 	}
 	committed = true
 	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		d.Sync()
 		d.Close()
 	}
-	return n, nil
+	return n, info, nil
 }

@@ -10,7 +10,8 @@
 // Cache with its assigned shards read at their exact object versions
 // (re-hashing any entry already present, so a corrupt or stale entry is
 // refetched and counted), optionally decodes each shard (ShardVerifier),
-// attests (runId, rank, root, shard digests) to the gate and waits at the
+// verifies again any entry that is no longer the file it verified (another
+// process wrote the cache while the other shards were fetched), attests (runId, rank, root, shard digests) to the gate and waits at the
 // barrier. Only then does /readyz turn green; it turns red again while the
 // run's permit is closed by a fence advance, or while a cache entry that
 // changed on disk since it was verified (a stat per entry per poll) is

@@ -756,6 +756,7 @@ func (w *Worker) verifyAll(ctx context.Context, run *raftgate.Run, rel *manifest
 	}
 	sem := make(chan struct{}, w.cfg.Parallelism)
 	var wg sync.WaitGroup
+	infos := make([]fs.FileInfo, len(shards))
 	for i, desc := range shards {
 		if _, ok := kept[desc.Digest]; ok {
 			continue
@@ -763,10 +764,11 @@ func (w *Worker) verifyAll(ctx context.Context, run *raftgate.Run, rel *manifest
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			n, err := w.verifyOne(ctx, rel, desc, label)
+			n, info, err := w.verifyOne(ctx, rel, desc, label)
 			mu.Lock()
 			defer mu.Unlock()
 			fetched += n
+			infos[i] = info
 			if err != nil {
 				failures[i] = err
 				m.ShardFailures.WithLabelValues(label, string(errcode.Of(err))).Inc()
@@ -788,21 +790,25 @@ func (w *Worker) verifyAll(ctx context.Context, run *raftgate.Run, rel *manifest
 	if len(failed) > 0 {
 		return &ShardsFailedError{Root: run.Root, Failures: failed}
 	}
+	// Each entry is the file verified, whatever the path holds now: a
+	// stat taken here, after every shard, took a file damaged since its
+	// own verification (while the others were fetched) for the verified
+	// one, and neither the attestation nor recheckEntries looked at it
+	// again.
 	entries := make([]entry, 0, len(shards))
-	for _, desc := range shards {
+	for i, desc := range shards {
 		if e, ok := kept[desc.Digest]; ok {
-			// The file verified before, whatever it is now: a change
-			// since the keptEntries stat is recheckEntries' to find.
 			entries = append(entries, entry{desc: desc, info: e.info})
 			continue
 		}
-		info, err := os.Lstat(w.cfg.Cache.Path(desc.Digest))
-		if err != nil {
-			return errcode.Wrap(errcode.IO, err, "cache entry of %s", desc.ID)
-		}
-		entries = append(entries, entry{desc: desc, info: info})
+		entries = append(entries, entry{desc: desc, info: infos[i]})
 	}
 	w.rel, w.root, w.entries = rel, run.Root, entries
+	// What is attested is what the cache holds now: every entry changed
+	// since it was verified is verified again first.
+	if err := w.reverifyChanged(ctx, false); err != nil {
+		return err
+	}
 	w.log.Info("verified assigned shards", "root", label, "shards", len(shards), "kept", len(kept), "readBytes", fetched, "seconds", time.Since(start).Seconds())
 	return nil
 }
@@ -822,12 +828,46 @@ func (w *Worker) keptEntries(root manifest.Digest) map[manifest.Digest]entry {
 	return kept
 }
 
-// verifyOne fills the cache with one shard and verifies its content. A
-// fetch that fails its size check is retried once: a torn download is
-// transient, a wrong digest at an immutable version is not.
-func (w *Worker) verifyOne(ctx context.Context, rel *manifest.Release, desc manifest.Shard, label string) (int64, error) {
-	m := w.cfg.Metrics
+// maxEntryChanges is how many times verifyOne verifies an entry again
+// that changed while its content was verified, before it fails.
+const maxEntryChanges = 3
+
+// verifyOne fills the cache with one shard and verifies its content, and
+// returns the file verified. A fetch that fails its size check is retried
+// once: a torn download is transient, a wrong digest at an immutable
+// version is not. An entry that is no longer the file Fill verified once
+// its content is verified (the content verifier read another file) is
+// verified again, up to maxEntryChanges times, then fails with IO.
+func (w *Worker) verifyOne(ctx context.Context, rel *manifest.Release, desc manifest.Shard, label string) (int64, fs.FileInfo, error) {
 	var total int64
+	path := w.cfg.Cache.Path(desc.Digest)
+	for changes := 0; ; changes++ {
+		n, info, err := w.verifyOnce(ctx, rel, desc, label)
+		total += n
+		if err != nil {
+			return total, nil, err
+		}
+		now, err := os.Lstat(path)
+		if err == nil && (entry{info: info}).unchanged(now) {
+			return total, info, nil
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return total, nil, errcode.Wrap(errcode.IO, err, "cache entry of %s", desc.ID)
+		}
+		if changes+1 == maxEntryChanges {
+			return total, nil, errcode.New(errcode.IO, "%s: cache entry %s changed while it was verified, %d times: another process writes the cache", desc.ID, path, maxEntryChanges)
+		}
+		w.log.Warn("cache entry changed while it was verified; verifying it again", "shard", desc.ID, "digest", desc.Digest.String())
+	}
+}
+
+// verifyOnce is one round of verifyOne.
+func (w *Worker) verifyOnce(ctx context.Context, rel *manifest.Release, desc manifest.Shard, label string) (int64, fs.FileInfo, error) {
+	m := w.cfg.Metrics
+	var (
+		total int64
+		info  fs.FileInfo
+	)
 	for attempt := 0; ; attempt++ {
 		res, err := w.cfg.Cache.Fill(ctx, w.cfg.Store, desc)
 		total += res.Fetched
@@ -845,17 +885,18 @@ func (w *Worker) verifyOne(ctx context.Context, rel *manifest.Release, desc mani
 				continue
 			}
 			w.log.Error("shard failed", "shard", desc.ID, "digest", desc.Digest.String(), "version", desc.ObjectVersion, "code", errcode.Of(err))
-			return total, err
+			return total, nil, err
 		}
+		info = res.Info
 		break
 	}
 	if w.cfg.Verify != nil {
 		if err := w.cfg.Verify(ctx, w.cfg.Cache.Path(desc.Digest), rel, desc); err != nil {
 			w.log.Error("shard content failed", "shard", desc.ID, "digest", desc.Digest.String(), "code", errcode.Of(err))
-			return total, fmt.Errorf("%s: %w", desc.ID, err)
+			return total, nil, fmt.Errorf("%s: %w", desc.ID, err)
 		}
 	}
-	return total, nil
+	return total, info, nil
 }
 
 // wait waits at the barrier and records how long it took. It waits in
@@ -1076,11 +1117,16 @@ func (w *Worker) watch(ctx context.Context) (next, error) {
 // than never; a change that keeps size and time (a write that resets
 // mtime) is not seen, and an entry's bytes are not re-hashed while they
 // look unchanged.
-func (w *Worker) recheckEntries(ctx context.Context) error {
+func (w *Worker) recheckEntries(ctx context.Context) error { return w.reverifyChanged(ctx, true) }
+
+// reverifyChanged verifies again every entry that is no longer the file
+// it verified. While ready (a sidecar's poll) the worker is VERIFYING
+// meanwhile and a cancelled ctx is no failure; before attesting it is
+// VERIFYING already, and a cancelled ctx is CANCELED.
+func (w *Worker) reverifyChanged(ctx context.Context, ready bool) error {
 	for i := range w.entries {
 		e := &w.entries[i]
-		path := w.cfg.Cache.Path(e.desc.Digest)
-		info, err := os.Lstat(path)
+		info, err := os.Lstat(w.cfg.Cache.Path(e.desc.Digest))
 		if err == nil && e.unchanged(info) {
 			continue
 		}
@@ -1091,25 +1137,37 @@ func (w *Worker) recheckEntries(ctx context.Context) error {
 			return errcode.Wrap(errcode.IO, err, "cache entry of %s", e.desc.ID)
 		}
 		var prev Status
-		w.set(func(s *Status) {
-			prev = *s
-			s.State, s.Code, s.Reason = StateVerifying, "", fmt.Sprintf("cache entry of %s %s while ready; verifying it again", e.desc.ID, what)
-		})
-		w.log.Warn("cache entry "+what+" while ready; verifying it again", "shard", e.desc.ID, "digest", e.desc.Digest.String())
-		if _, err := w.verifyOne(ctx, w.rel, e.desc, prev.Root.String()); err != nil {
+		if ready {
+			w.set(func(s *Status) {
+				prev = *s
+				s.State, s.Code, s.Reason = StateVerifying, "", fmt.Sprintf("cache entry of %s %s while ready; verifying it again", e.desc.ID, what)
+			})
+			w.log.Warn("cache entry "+what+" while ready; verifying it again", "shard", e.desc.ID, "digest", e.desc.Digest.String())
+		} else {
+			w.log.Warn("cache entry "+what+" since it was verified; verifying it again", "shard", e.desc.ID, "digest", e.desc.Digest.String())
+		}
+		_, info, err = w.verifyOne(ctx, w.rel, e.desc, w.root.String())
+		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				if ready {
+					return nil
+				}
+				return errcode.Wrap(errcode.Canceled, ctx.Err(), "verify")
+			}
+			if !ready {
+				w.cfg.Metrics.ShardFailures.WithLabelValues(w.root.String(), string(errcode.Of(err))).Inc()
+				return &ShardsFailedError{Root: w.root, Failures: []error{err}}
 			}
 			return err
 		}
-		if e.info, err = os.Lstat(path); err != nil {
-			return errcode.Wrap(errcode.IO, err, "cache entry of %s", e.desc.ID)
+		e.info = info
+		if ready {
+			w.set(func(s *Status) {
+				if s.State == StateVerifying {
+					s.State, s.Code, s.Reason = prev.State, prev.Code, prev.Reason
+				}
+			})
 		}
-		w.set(func(s *Status) {
-			if s.State == StateVerifying {
-				s.State, s.Code, s.Reason = prev.State, prev.Code, prev.Reason
-			}
-		})
 	}
 	return nil
 }
