@@ -21,7 +21,10 @@ import (
 // <dir>/sha256/<hex>. Nothing in the cache is trusted: Fill re-hashes an
 // existing entry before using it, so an entry that was corrupted on disk,
 // truncated by a crash, or that holds another release's bytes (a stale
-// cache from an earlier run) is detected, replaced and counted.
+// cache from an earlier run) is detected, replaced and counted; so is
+// one that is not a regular file readable by everyone (a directory, a
+// symlink, which is never followed, a FIFO, mode 0600). The sha256 and
+// tmp directories must be the cache's own: OpenCache refuses links.
 //
 // Entries are written to <dir>/tmp, fsynced, then renamed into place and
 // the directory fsynced, so a reader never sees a partial entry under a
@@ -41,7 +44,8 @@ type FillResult struct {
 	Corrupt bool
 	// Reason describes the corrupt entry (sizes or digests), for logs,
 	// and Code classifies it: SIZE_MISMATCH, DIGEST_MISMATCH, or
-	// BAD_INPUT for something that is not a regular file.
+	// BAD_INPUT for something that is not a regular file readable by
+	// everyone.
 	Reason string
 	Code   errcode.Code
 	// Fetched is the number of bytes read from the store.
@@ -60,12 +64,23 @@ type FillResult struct {
 const staleTemp = 15 * time.Minute
 
 // OpenCache creates (if needed) and opens the cache at dir, removing temp
-// files a crashed fill left behind.
+// files a crashed fill left behind. A sha256 or tmp under dir that is not
+// a directory (a symlink to one included) is BAD_INPUT.
 func OpenCache(dir string) (*Cache, error) {
 	if dir == "" {
 		return nil, errcode.New(errcode.Usage, "no cache directory given")
 	}
 	for _, d := range []string{filepath.Join(dir, "sha256"), filepath.Join(dir, "tmp")} {
+		// The cache's own directories, not links: MkdirAll follows a
+		// link, and entries were written, read and removed (stale temp
+		// files, below) wherever it pointed.
+		st, err := os.Lstat(d)
+		if err == nil && !st.IsDir() {
+			return nil, errcode.New(errcode.BadInput, "cache %s: %s is not a directory (%s); entries and temp files must stay inside the cache", dir, filepath.Base(d), st.Mode().Type())
+		}
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, errcode.Wrap(errcode.IO, err, "cache %s", dir)
+		}
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, errcode.Wrap(errcode.IO, err, "cache %s", dir)
 		}
@@ -77,8 +92,10 @@ func OpenCache(dir string) (*Cache, error) {
 	for _, e := range tmp {
 		// Another worker sharing the directory may be writing this one
 		// right now; only a file nobody wrote to for a while is debris.
+		// RemoveAll: a directory moved aside by a fill (a directory in
+		// an entry's place) whose removal did not finish.
 		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
-			os.Remove(filepath.Join(dir, "tmp", e.Name()))
+			os.RemoveAll(filepath.Join(dir, "tmp", e.Name()))
 		}
 	}
 	return &Cache{dir: dir}, nil
@@ -111,10 +128,12 @@ func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard)
 		return res, nil
 	case reason != "":
 		res.Corrupt, res.Code, res.Reason = true, code, reason
-		if code == errcode.BadInput {
-			// Not a regular file: a rename cannot replace a directory.
-			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return res, errcode.Wrap(errcode.IO, err, "remove corrupt cache entry %s", path)
+		if st, err := os.Lstat(path); err == nil && st.IsDir() {
+			// A rename cannot replace a directory, and one holding
+			// files cannot be removed in one step: it is moved aside
+			// first. Anything else (a link, a FIFO) is renamed over.
+			if err := c.moveAside(path); err != nil {
+				return res, err
 			}
 		}
 	}
@@ -152,11 +171,21 @@ func (c *Cache) check(path string, desc manifest.Shard) (fs.FileInfo, errcode.Co
 	if !st.Mode().IsRegular() {
 		return nil, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
 	}
-	f, err := os.Open(path)
+	// A trainer running as another user must be able to read it (a hit
+	// for a worker running as root otherwise).
+	if perm := st.Mode().Perm(); perm&0o444 != 0o444 {
+		return nil, errcode.BadInput, fmt.Sprintf("%s: mode %s, not readable by everyone", desc.ID, perm), nil
+	}
+	// Not following a link, nor waiting for a FIFO's writer: either may
+	// have been put in the entry's place since the Lstat.
+	f, err := os.OpenFile(path, os.O_RDONLY|entryOpenFlags, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "", "", nil
 	}
 	if err != nil {
+		if st, lerr := os.Lstat(path); lerr == nil && !st.Mode().IsRegular() {
+			return nil, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
+		}
 		return nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
 	}
 	defer f.Close()
@@ -191,6 +220,20 @@ func (c *Cache) check(path string, desc manifest.Shard) (fs.FileInfo, errcode.Co
 		return nil, errcode.DigestMismatch, fmt.Sprintf("%s: cache entry written to while it was hashed (size %d, then %d)", desc.ID, st.Size(), after.Size()), nil
 	}
 	return st, "", "", nil
+}
+
+// moveAside moves the directory at path into the cache's tmp directory
+// and removes it there.
+func (c *Cache) moveAside(path string) error {
+	aside, err := os.MkdirTemp(filepath.Join(c.dir, "tmp"), filepath.Base(path)+".dir.*")
+	if err != nil {
+		return errcode.Wrap(errcode.IO, err, "cache %s", c.dir)
+	}
+	defer os.RemoveAll(aside)
+	if err := os.Rename(path, filepath.Join(aside, "entry")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return errcode.Wrap(errcode.IO, err, "move aside cache entry %s", path)
+	}
+	return nil
 }
 
 // fetch copies version desc.ObjectVersion of the shard from s into path

@@ -216,3 +216,115 @@ func TestCacheRefetchReplacesInPlace(t *testing.T) {
 		t.Fatalf("a failed refetch left the damaged entry: %v", err)
 	}
 }
+
+// What a crashed or careless process may leave under an entry's name
+// that is not a file of the shard's bytes: each is replaced by a fresh
+// fetch (BAD_INPUT), and nothing outside the cache is read, written or
+// removed. A directory holding files failed the fill with IO (a rename
+// cannot replace it, and a remove of a directory that is not empty
+// fails); an entry of the right bytes that not everyone may read (0600,
+// 0000: left by an older worker, a umask, a chmod) was a hit for a
+// worker running as root, and the trainer, running as another user,
+// could not read the file it was handed.
+func TestCacheReplacesEntriesThatAreNotTheShardsFile(t *testing.T) {
+	ctx := context.Background()
+	s := stagetest.Store(t)
+	gen := stagetest.Synth(t, s, 300, 2, 5)
+	d := gen.Release.Shards[0]
+	want := stagetest.ShardBytes(t, s, d)
+	outside := filepath.Join(t.TempDir(), "outside")
+	for _, tc := range []struct {
+		name  string
+		plant func(path string) error
+	}{
+		{"directory holding files", func(path string) error {
+			if err := os.MkdirAll(filepath.Join(path, "sub"), 0o755); err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(path, "sub", "f"), want, 0o644); err != nil {
+				return err
+			}
+			return os.Symlink(outside, filepath.Join(path, "link"))
+		}},
+		{"symlink out of the cache", func(path string) error { return os.Symlink(outside, path) }},
+		{"mode 0600", func(path string) error { return os.WriteFile(path, want, 0o600) }},
+		{"mode 0000", func(path string) error {
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				return err
+			}
+			return os.Chmod(path, 0)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The outside file holds the shard's own bytes: following a
+			// link to it would be a hit.
+			if err := os.WriteFile(outside, want, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c, err := OpenCache(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := c.Path(d.Digest)
+			if err := tc.plant(path); err != nil {
+				t.Fatal(err)
+			}
+			res, err := c.Fill(ctx, s, d)
+			if err != nil || res.Hit || !res.Corrupt || res.Code != errcode.BadInput || res.Fetched != d.Size {
+				t.Fatalf("fill: %+v, %v; want corrupt (BAD_INPUT) and refetched", res, err)
+			}
+			st, err := os.Lstat(path)
+			if err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o644 {
+				t.Fatalf("entry after the fill: %v, %v; want a regular 0644 file", st.Mode(), err)
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, want) {
+				t.Fatal("entry not replaced by the shard's bytes")
+			}
+			if st, err := os.Lstat(outside); err != nil || st.Mode().Perm() != 0o600 {
+				t.Fatalf("the file outside the cache changed: %v, %v", st.Mode(), err)
+			}
+			if got, _ := os.ReadFile(outside); !bytes.Equal(got, want) {
+				t.Fatal("the file outside the cache was written")
+			}
+			if tmp, _ := os.ReadDir(filepath.Join(c.Dir(), "tmp")); len(tmp) != 0 {
+				t.Fatalf("the fill left %d files in tmp", len(tmp))
+			}
+		})
+	}
+}
+
+// A cache whose sha256 or tmp directory is a symlink (or not a
+// directory) is refused BAD_INPUT: entries were written, read and
+// removed wherever the link pointed.
+func TestOpenCacheRefusesLinkedSubdirectories(t *testing.T) {
+	for _, sub := range []string{"sha256", "tmp"} {
+		t.Run(sub, func(t *testing.T) {
+			outside := t.TempDir()
+			old := time.Now().Add(-time.Hour)
+			victim := filepath.Join(outside, "old")
+			if err := os.WriteFile(victim, []byte("not the cache's"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			os.Chtimes(victim, old, old)
+			dir := t.TempDir()
+			if err := os.Symlink(outside, filepath.Join(dir, sub)); err != nil {
+				t.Fatal(err)
+			}
+			_, err := OpenCache(dir)
+			if errcode.Of(err) != errcode.BadInput {
+				t.Fatalf("open: %v, want BAD_INPUT", err)
+			}
+			if _, err := os.Stat(victim); err != nil {
+				t.Fatalf("a file the link points at was removed: %v", err)
+			}
+
+			file := t.TempDir()
+			if err := os.WriteFile(filepath.Join(file, sub), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := OpenCache(file); errcode.Of(err) != errcode.BadInput {
+				t.Fatalf("open with a file for %s: %v, want BAD_INPUT", sub, err)
+			}
+		})
+	}
+}
