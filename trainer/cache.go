@@ -223,15 +223,22 @@ func (c *Cache) check(path string, desc manifest.Shard) (fs.FileInfo, errcode.Co
 }
 
 // moveAside moves the directory at path into the cache's tmp directory
-// and removes it there.
+// and removes it there. A worker sharing the cache may have moved it
+// first and renamed its fetched file into place: a file moved aside is
+// linked back (the fetch renames over it anyway), so the entry's path is
+// not missing meanwhile to that worker or its trainer.
 func (c *Cache) moveAside(path string) error {
 	aside, err := os.MkdirTemp(filepath.Join(c.dir, "tmp"), filepath.Base(path)+".dir.*")
 	if err != nil {
 		return errcode.Wrap(errcode.IO, err, "cache %s", c.dir)
 	}
 	defer os.RemoveAll(aside)
-	if err := os.Rename(path, filepath.Join(aside, "entry")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	moved := filepath.Join(aside, "entry")
+	if err := os.Rename(path, moved); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return errcode.Wrap(errcode.IO, err, "move aside cache entry %s", path)
+	}
+	if st, err := os.Lstat(moved); err == nil && st.Mode().IsRegular() {
+		os.Link(moved, path)
 	}
 	return nil
 }

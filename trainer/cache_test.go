@@ -328,3 +328,27 @@ func TestOpenCacheRefusesLinkedSubdirectories(t *testing.T) {
 		})
 	}
 }
+
+// A fill that found a directory in an entry's place moves it aside; a
+// worker sharing the cache may have moved it first and renamed its
+// fetched file in: that file is put back, not removed with the
+// directory, so the path is never missing to that worker's trainer.
+func TestMoveAsideKeepsAFileRenamedInMeanwhile(t *testing.T) {
+	c, err := OpenCache(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(c.Dir(), "sha256", "entry")
+	if err := os.WriteFile(path, []byte("fresh"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.moveAside(path); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path); err != nil || string(b) != "fresh" {
+		t.Fatalf("the file renamed in meanwhile: %q, %v", b, err)
+	}
+	if tmp, _ := os.ReadDir(filepath.Join(c.Dir(), "tmp")); len(tmp) != 0 {
+		t.Fatalf("moveAside left %d entries in tmp", len(tmp))
+	}
+}

@@ -2,8 +2,10 @@ package trainer
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -76,5 +78,79 @@ func TestEntryDamagedAfterItsVerificationIsNotAttested(t *testing.T) {
 	}
 	if n := value(w.Metrics().CacheCorruptions.WithLabelValues(e.gen1.Root.String())); n != 1 {
 		t.Errorf("cache corruptions %v, want 1", n)
+	}
+}
+
+// Two workers on one host pointed at the same --cache, each the only
+// rank of its own run over the same release, start at once over a cache
+// a crashed worker left damaged (a flipped bit, a truncation, a
+// directory, a link out of the cache, a mode 0600 entry): both become
+// ready with every entry of its list holding the shard's bytes, each
+// damaged entry counted as a corruption by at least one of them, and no
+// temp file left. Entries are only ever renamed into place, so neither
+// reads a torn file nor removes the other's verified one for good.
+func TestTwoWorkersShareOneCache(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	shards := e.gen1.Release.Shards
+	outside := filepath.Join(t.TempDir(), "outside")
+	if err := os.WriteFile(outside, stagetest.ShardBytes(t, e.store, shards[3]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 4 {
+		dir := t.TempDir()
+		c, err := OpenCache(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		damage := []func(string, []byte) error{
+			func(p string, b []byte) error { return os.WriteFile(p, stagetest.FlipBit(b, len(b)/3, 4), 0o644) },
+			func(p string, b []byte) error { return os.WriteFile(p, b[:len(b)/2], 0o644) },
+			func(p string, b []byte) error { return os.MkdirAll(filepath.Join(p, "sub"), 0o755) },
+			func(p string, b []byte) error { return os.Symlink(outside, p) },
+			func(p string, b []byte) error { return os.WriteFile(p, b, 0o600) },
+		}
+		for i, f := range damage {
+			if err := f(c.Path(shards[i].Digest), stagetest.ShardBytes(t, e.store, shards[i])); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var ws []*Worker
+		for k := range 2 {
+			run := fmt.Sprintf("share-%d-%d", round, k)
+			e.createRun(run, 1, 30*time.Second)
+			w := e.worker(run, 0, nil, nil)
+			if w.cfg.Cache, err = OpenCache(dir); err != nil {
+				t.Fatal(err)
+			}
+			ws = append(ws, w)
+		}
+		for k, err := range runAll(e.ctx, ws...) {
+			if err != nil {
+				t.Fatalf("round %d worker %d: %v", round, k, err)
+			}
+		}
+		var corrupt float64
+		for k, w := range ws {
+			corrupt += value(w.Metrics().CacheCorruptions.WithLabelValues(e.gen1.Root.String()))
+			for _, f := range w.Status().Files {
+				b, err := os.ReadFile(f.Path)
+				if err != nil || manifest.Sum(b) != f.Digest {
+					t.Fatalf("round %d worker %d ready with %s's entry hashing to %s (%v)", round, k, f.ID, manifest.Sum(b), err)
+				}
+				if st, err := os.Lstat(f.Path); err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o644 {
+					t.Fatalf("round %d: %s's entry is %v (%v)", round, f.ID, st.Mode(), err)
+				}
+			}
+		}
+		if corrupt < float64(len(damage)) {
+			t.Fatalf("round %d: %v corruptions counted, want at least %d", round, corrupt, len(damage))
+		}
+		if tmp, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(tmp) != 0 {
+			t.Fatalf("round %d: %d temp files left", round, len(tmp))
+		}
+	}
+	if b, err := os.ReadFile(outside); err != nil || manifest.Sum(b) != shards[3].Digest {
+		t.Fatalf("the file outside the cache changed: %v", err)
 	}
 }
