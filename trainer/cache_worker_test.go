@@ -154,3 +154,49 @@ func TestTwoWorkersShareOneCache(t *testing.T) {
 		t.Fatalf("the file outside the cache changed: %v", err)
 	}
 }
+
+// An entry replaced between its hash and the decode of its content (a
+// process writing into the cache) made the decoder read bytes the hash
+// never saw, and the rank failed with the decoder's DIGEST_MISMATCH as if
+// the shard were bad: the entry is no longer the file verified, so it is
+// verified again, fetched again as a corruption, and the rank is ready
+// on the shard's bytes.
+func TestEntryReplacedWhileDecodedIsVerifiedAgain(t *testing.T) {
+	e := newEnv(t)
+	e.publish(e.gen1, 0)
+	e.createRun("r1", 1, 20*time.Second)
+	w := e.worker("r1", 0, nil, nil)
+	decode := w.cfg.Verify
+	var once sync.Once
+	replaced := false
+	w.cfg.Verify = func(ctx context.Context, path string, rel *manifest.Release, desc manifest.Shard) error {
+		once.Do(func() {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			tmp := filepath.Join(w.cfg.Cache.Dir(), "tmp", "damaged")
+			if err := os.WriteFile(tmp, stagetest.FlipBit(b, len(b)/2, 5), 0o644); err != nil {
+				t.Error(err)
+				return
+			}
+			replaced = os.Rename(tmp, path) == nil
+		})
+		return decode(ctx, path, rel, desc)
+	}
+	if err := w.Run(e.ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if !replaced {
+		t.Fatal("no entry was replaced")
+	}
+	for _, f := range w.Status().Files {
+		if b, err := os.ReadFile(f.Path); err != nil || manifest.Sum(b) != f.Digest {
+			t.Errorf("ready with %s's entry hashing to %s (%v)", f.ID, manifest.Sum(b), err)
+		}
+	}
+	if n := value(w.Metrics().CacheCorruptions.WithLabelValues(e.gen1.Root.String())); n != 1 {
+		t.Errorf("cache corruptions %v, want 1", n)
+	}
+}

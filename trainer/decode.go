@@ -91,7 +91,10 @@ func (e *entryStore) Get(_ context.Context, key string, v objstore.Version) (io.
 	if !e.match(key, v) {
 		return nil, objstore.ErrNotExist
 	}
-	f, err := os.Open(e.path)
+	// As Cache.check opens it: an entry replaced since it was hashed by a
+	// link (out of the cache) or a FIFO (whose open waits for a writer,
+	// deaf to ctx) fails here, and the worker verifies it again.
+	f, err := os.OpenFile(e.path, os.O_RDONLY|entryOpenFlags, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, objstore.ErrNotExist
 	}
@@ -105,12 +108,15 @@ func (e *entryStore) Head(_ context.Context, key string, v objstore.Version) (ob
 	if !e.match(key, v) {
 		return objstore.ObjectInfo{}, objstore.ErrNotExist
 	}
-	st, err := os.Stat(e.path)
+	st, err := os.Lstat(e.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return objstore.ObjectInfo{}, objstore.ErrNotExist
 	}
 	if err != nil {
 		return objstore.ObjectInfo{}, errcode.Wrap(errcode.IO, err, "cache entry %s", e.path)
+	}
+	if !st.Mode().IsRegular() {
+		return objstore.ObjectInfo{}, errcode.New(errcode.IO, "cache entry %s: not a regular file (%s)", e.path, st.Mode().Type())
 	}
 	return objstore.ObjectInfo{Key: key, Version: objstore.Version(e.desc.ObjectVersion), Size: st.Size(), Modified: st.ModTime()}, nil
 }

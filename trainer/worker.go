@@ -836,23 +836,31 @@ const maxEntryChanges = 3
 // returns the file verified. A fetch that fails its size check is retried
 // once: a torn download is transient, a wrong digest at an immutable
 // version is not. An entry that is no longer the file Fill verified once
-// its content is verified (the content verifier read another file) is
-// verified again, up to maxEntryChanges times, then fails with IO.
+// its content is verified, or failed to be (the content verifier read
+// another file: its failure says nothing of the shard), is verified
+// again, up to maxEntryChanges times, then fails with IO.
 func (w *Worker) verifyOne(ctx context.Context, rel *manifest.Release, desc manifest.Shard, label string) (int64, fs.FileInfo, error) {
 	var total int64
 	path := w.cfg.Cache.Path(desc.Digest)
 	for changes := 0; ; changes++ {
-		n, info, err := w.verifyOnce(ctx, rel, desc, label)
+		n, info, verr := w.verifyOnce(ctx, rel, desc, label)
 		total += n
-		if err != nil {
-			return total, nil, err
+		if info == nil {
+			return total, nil, verr
 		}
 		now, err := os.Lstat(path)
 		if err == nil && (entry{info: info}).unchanged(now) {
+			if verr != nil {
+				w.log.Error("shard content failed", "shard", desc.ID, "digest", desc.Digest.String(), "code", errcode.Of(verr))
+				return total, nil, fmt.Errorf("%s: %w", desc.ID, verr)
+			}
 			return total, info, nil
 		}
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return total, nil, errcode.Wrap(errcode.IO, err, "cache entry of %s", desc.ID)
+		}
+		if ctx.Err() != nil {
+			return total, nil, errcode.Wrap(errcode.Canceled, ctx.Err(), "verify %s", desc.ID)
 		}
 		if changes+1 == maxEntryChanges {
 			return total, nil, errcode.New(errcode.IO, "%s: cache entry %s changed while it was verified, %d times: another process writes the cache", desc.ID, path, maxEntryChanges)
@@ -861,7 +869,8 @@ func (w *Worker) verifyOne(ctx context.Context, rel *manifest.Release, desc mani
 	}
 }
 
-// verifyOnce is one round of verifyOne.
+// verifyOnce is one round of verifyOne: the file Fill verified (nil when
+// Fill failed) and the content verifier's error.
 func (w *Worker) verifyOnce(ctx context.Context, rel *manifest.Release, desc manifest.Shard, label string) (int64, fs.FileInfo, error) {
 	m := w.cfg.Metrics
 	var (
@@ -891,10 +900,7 @@ func (w *Worker) verifyOnce(ctx context.Context, rel *manifest.Release, desc man
 		break
 	}
 	if w.cfg.Verify != nil {
-		if err := w.cfg.Verify(ctx, w.cfg.Cache.Path(desc.Digest), rel, desc); err != nil {
-			w.log.Error("shard content failed", "shard", desc.ID, "digest", desc.Digest.String(), "code", errcode.Of(err))
-			return total, nil, fmt.Errorf("%s: %w", desc.ID, err)
-		}
+		return total, info, w.cfg.Verify(ctx, w.cfg.Cache.Path(desc.Digest), rel, desc)
 	}
 	return total, info, nil
 }
