@@ -546,7 +546,9 @@ func (s *Store) completedVersion(ctx context.Context, key, etag string, size int
 		if !aws.ToBool(page.IsTruncated) {
 			return s.version(key, nil)
 		}
-		in.KeyMarker, in.VersionIdMarker = page.NextKeyMarker, page.NextVersionIdMarker
+		if err := s.advance(in, page, key); err != nil {
+			return "", err
+		}
 	}
 }
 
@@ -914,10 +916,33 @@ func (s *Store) ListSizes(ctx context.Context, prefix, after string, limit int) 
 		}
 		page.Objects = append(page.Objects, info)
 	}
-	if aws.ToBool(out.IsTruncated) && len(out.Contents) > 0 {
+	if aws.ToBool(out.IsTruncated) {
+		if len(out.Contents) == 0 {
+			return objstore.ListPage{}, s.listStalled("list", prefix)
+		}
 		page.Next = strings.TrimPrefix(aws.ToString(out.Contents[len(out.Contents)-1].Key), s.base)
 	}
 	return page, nil
+}
+
+// listStalled is the error of a listing whose server said more follows
+// yet gave nothing to go on from (no entry, or markers that do not move):
+// taken for the end, it passed a part listing for the whole (a prune or
+// verify missing keys, a deletion leaving versions); followed, it asked
+// the same page for good.
+func (s *Store) listStalled(op, prefix string) error {
+	return errcode.New(errcode.IO, "s3 %s s3://%s/%s%s: the server said the listing goes on but gave nothing to continue from", op, s.bucket, s.base, prefix)
+}
+
+// advance moves a ListObjectVersions on to the page after page, or fails
+// listStalled when page names no next position past in's.
+func (s *Store) advance(in *awss3.ListObjectVersionsInput, page *awss3.ListObjectVersionsOutput, key string) error {
+	next, nextV := aws.ToString(page.NextKeyMarker), aws.ToString(page.NextVersionIdMarker)
+	if next == "" || next == aws.ToString(in.KeyMarker) && nextV == aws.ToString(in.VersionIdMarker) {
+		return s.listStalled("list versions", key)
+	}
+	in.KeyMarker, in.VersionIdMarker = page.NextKeyMarker, page.NextVersionIdMarker
+	return nil
 }
 
 // DeletePrefix implements objstore.Deleter: it lists the versions and
@@ -953,6 +978,9 @@ func (s *Store) DeletePrefix(ctx context.Context, prefix string) error {
 			ids = append(ids, types.ObjectIdentifier{Key: m.Key, VersionId: m.VersionId})
 		}
 		if len(ids) == 0 {
+			if aws.ToBool(out.IsTruncated) {
+				return s.listStalled("list versions", prefix)
+			}
 			return s.abortUploads(ctx, prefix)
 		}
 		if first := ids[0]; aws.ToString(first.Key) == aws.ToString(last.Key) && aws.ToString(first.VersionId) == aws.ToString(last.VersionId) {
@@ -1035,7 +1063,9 @@ func (s *Store) Versions(ctx context.Context, key string, limit int) ([]objstore
 		if !aws.ToBool(page.IsTruncated) {
 			break
 		}
-		in.KeyMarker, in.VersionIdMarker = page.NextKeyMarker, page.NextVersionIdMarker
+		if err := s.advance(in, page, key); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

@@ -639,3 +639,71 @@ func (r *lastWithErr) Read(p []byte) (int, error) {
 type iotestErr struct{ err error }
 
 func (r iotestErr) Read([]byte) (int, error) { return 0, r.err }
+
+// stallingProxy forwards to the gateway but answers every listing
+// (ListObjectsV2, or ListObjectVersions) with a page that says more
+// follows and gives nothing to continue from: no entry, no marker.
+type stallingProxy struct {
+	versions bool
+	seen     atomic.Int32
+	proxy    *httputil.ReverseProxy
+}
+
+func (p *stallingProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	switch {
+	case r.Method == http.MethodGet && !p.versions && q.Get("list-type") == "2":
+		p.seen.Add(1)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated></ListBucketResult>`)
+	case r.Method == http.MethodGet && p.versions && q.Has("versions"):
+		p.seen.Add(1)
+		io.WriteString(w, `<?xml version="1.0" encoding="UTF-8"?><ListVersionsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated></ListVersionsResult>`)
+	default:
+		p.proxy.ServeHTTP(w, r)
+	}
+}
+
+// A listing whose server says more follows but gives nothing to go on
+// from is IO, after one request: List and ListSizes took it for the end
+// (a part listing passed for the whole), DeletePrefix stopped as if all
+// were deleted, and Versions asked the same page until its context ended.
+func TestListingThatStallsIsRefused(t *testing.T) {
+	raw := s3test.Start(t)
+	target, _ := url.Parse(s3test.Endpoint())
+	for _, versions := range []bool{false, true} {
+		sp := &stallingProxy{versions: versions, proxy: &httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = r.In.Host
+		}}}
+		srv := httptest.NewServer(sp)
+		defer srv.Close()
+		pu, _ := url.Parse(raw)
+		q := pu.Query()
+		q.Set("endpoint", srv.URL)
+		pu.RawQuery = q.Encode()
+		st := open(t, pu.String())
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if _, err := st.Put(ctx, "jobs/p/a", strings.NewReader("x"), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		calls := map[string]func() error{}
+		if versions {
+			calls["Versions"] = func() error { _, err := st.(objstore.VersionLister).Versions(ctx, "jobs/p/a", 10); return err }
+			calls["DeletePrefix"] = func() error { return st.(objstore.Deleter).DeletePrefix(ctx, "jobs/p/") }
+		} else {
+			calls["List"] = func() error { _, err := st.List(ctx, "jobs/", "", 0); return err }
+			calls["ListSizes"] = func() error { _, err := st.(objstore.SizeLister).ListSizes(ctx, "jobs/", "", 0); return err }
+		}
+		for name, call := range calls {
+			sp.seen.Store(0)
+			err := call()
+			if errcode.Of(err) != errcode.IO || !strings.Contains(fmt.Sprint(err), "gave nothing to continue from") {
+				t.Errorf("%s over a stalled listing: %v (code %s), want IO saying the listing stalled", name, err, errcode.Of(err))
+			}
+			if got := sp.seen.Load(); got != 1 {
+				t.Errorf("%s asked the stalled listing %d times, want once", name, got)
+			}
+		}
+	}
+}
