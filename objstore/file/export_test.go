@@ -1,6 +1,9 @@
 package file
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // WatchDirSyncs records the path of every directory the store fsyncs
 // until restore; synced returns them in order and starts a new record.
@@ -23,4 +26,12 @@ func WatchDirSyncs() (synced func() []string, restore func()) {
 		}, func() {
 			dirSynced = nil
 		}
+}
+
+// CountListEntries counts the directory entries List reads until
+// restore; read returns the count so far.
+func CountListEntries() (read func() int64, restore func()) {
+	var n atomic.Int64
+	listEntries = func(k int) { n.Add(int64(k)) }
+	return n.Load, func() { listEntries = nil }
 }

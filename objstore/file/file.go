@@ -112,6 +112,10 @@ func mkdirAll(dir string) error {
 // directory fsynced, once its fsync has succeeded.
 var dirSynced func(dir string)
 
+// listEntries, when set (by benchmarks), is called with the number of
+// directory entries each List reads.
+var listEntries func(n int)
+
 // fsyncDir fsyncs directory d, opened at path name.
 func fsyncDir(d *os.File, name string) error {
 	if err := d.Sync(); err != nil {
@@ -633,6 +637,9 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 		}
 		if err := ctx.Err(); err != nil {
 			return errcode.Wrap(errcode.Canceled, err, "list %s", prefix)
+		}
+		if listEntries != nil {
+			listEntries(1)
 		}
 		name := d.Name()
 		if d.IsDir() {
