@@ -31,8 +31,11 @@
 // All access goes through an os.Root, so neither a key nor a symlink planted
 // inside the directory can reach outside it.
 //
-// List reads the directory tree under the prefix and sorts the keys, so a
-// page costs time proportional to the keys under the prefix's directory;
-// that is fine for the embedded store's scale (a release's blobs and a job's
-// shuffle files), and S3 serves large listings.
+// List walks the directory tree under the prefix in key order (byte order
+// of the whole key, in which "a.b/x" sorts before "a/x"), skips every
+// directory whose keys all sort at or before the page's after key, and
+// stops once the page is full, so a page reads the directories on the way
+// to its first key and those that hold its keys, not every key under the
+// prefix: a full listing costs about the number of keys, where it cost
+// their square over the page size.
 package file

@@ -610,7 +610,11 @@ func (s *Store) Head(ctx context.Context, key string, v objstore.Version) (objst
 	return objstore.ObjectInfo{Key: key, Version: id, Size: fi.Size(), Modified: fi.ModTime()}, nil
 }
 
-// List implements objstore.Store.
+// List implements objstore.Store. It walks the tree under the prefix's
+// directory in key order, skipping every directory whose keys all sort
+// at or before after, and stops once it has found the page's keys and the
+// one after them, so a page reads the directories on the way to its first
+// key and those that hold its keys, not every key under the prefix.
 func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objstore.ListPage, error) {
 	if err := objstore.ValidatePrefix(prefix); err != nil {
 		return objstore.ListPage{}, err
@@ -622,58 +626,18 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		start = prefix[:i]
 	}
-	var keys []string
-	err := fs.WalkDir(s.root.FS(), start, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			// A directory removed since its parent was read (a
-			// DeletePrefix running beside this List) holds no keys.
-			if errors.Is(err, fs.ErrNotExist) {
-				if p == start {
-					return fs.SkipAll
-				}
-				return fs.SkipDir
-			}
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return errcode.Wrap(errcode.Canceled, err, "list %s", prefix)
-		}
-		if listEntries != nil {
-			listEntries(1)
-		}
-		name := d.Name()
-		if d.IsDir() {
-			// '@' directories (the temp area, strays) hold no keys, and a
-			// directory whose path neither extends nor leads to the prefix
-			// holds no matching key.
-			if p != start && (strings.HasPrefix(name, "@") ||
-				!strings.HasPrefix(p, prefix) && !strings.HasPrefix(prefix, p+"/")) {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if _, ok := parseSeqName(name); !ok {
-			return nil
-		}
-		key := path.Dir(p)
-		if strings.HasPrefix(key, prefix) && key > after && (len(keys) == 0 || keys[len(keys)-1] != key) &&
-			objstore.ValidateKey(key) == nil {
-			keys = append(keys, key)
-		}
-		return nil
-	})
-	if err != nil {
+	// One key past the page tells whether there is a next page.
+	w := lister{ctx: ctx, fsys: s.root.FS(), prefix: prefix, after: after, want: limit + 1}
+	if err := w.walkStart(start); err != nil && err != errPageFull {
 		if errcode.Of(err) == errcode.Internal {
 			err = s.ioErr(err, "list %s", prefix)
 		}
 		return objstore.ListPage{}, err
 	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
 	var page objstore.ListPage
-	for i, k := range keys {
+	for i, k := range w.keys {
 		if i == limit {
-			page.Next = keys[i-1]
+			page.Next = w.keys[i-1]
 			break
 		}
 		info, err := s.Head(ctx, k, "")
@@ -686,6 +650,142 @@ func (s *Store) List(ctx context.Context, prefix, after string, limit int) (objs
 		page.Objects = append(page.Objects, info)
 	}
 	return page, nil
+}
+
+// errPageFull stops a lister that has found its keys.
+var errPageFull = errors.New("page full")
+
+// lister finds, in ascending byte order, the first want keys under
+// prefix that sort after after.
+//
+// A directory p holds key p (if it holds a version file) and the keys
+// p/..., which sort apart: "a" < "a.b" < "a.b/x" < "a/x", since '.' sorts
+// before '/'. So each subdirectory n of a directory is two items, its
+// own key sorted as "n" and its subtree sorted as "n/"; no name holds
+// '/', so no other item sorts inside a subtree's range, and visiting a
+// directory's items in that order yields its keys in byte order.
+type lister struct {
+	ctx           context.Context
+	fsys          fs.FS
+	prefix, after string
+	want          int
+	keys          []string
+}
+
+// walkStart lists the keys under start, the prefix's directory. A
+// start that does not exist, or is no directory, holds no keys.
+func (w *lister) walkStart(start string) error {
+	info, err := fs.Stat(w.fsys, start)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := w.ctx.Err(); err != nil {
+		return errcode.Wrap(errcode.Canceled, err, "list %s", w.prefix)
+	}
+	if listEntries != nil {
+		listEntries(1)
+	}
+	if !info.IsDir() {
+		return nil
+	}
+	entries, err := w.readDir(start)
+	if err != nil {
+		return err
+	}
+	return w.walk(start, entries)
+}
+
+// readDir reads directory p. One removed since its parent was read (a
+// DeletePrefix running beside this List) holds no keys.
+func (w *lister) readDir(p string) ([]fs.DirEntry, error) {
+	if err := w.ctx.Err(); err != nil {
+		return nil, errcode.Wrap(errcode.Canceled, err, "list %s", w.prefix)
+	}
+	entries, err := fs.ReadDir(w.fsys, p)
+	if listEntries != nil {
+		listEntries(len(entries))
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	return entries, err
+}
+
+// walk lists the keys under directory dir, whose entries are given.
+func (w *lister) walk(dir string, entries []fs.DirEntry) error {
+	type child struct {
+		path    string
+		entries []fs.DirEntry
+		read    bool
+	}
+	type item struct {
+		sortKey string
+		subtree bool
+		child   int
+	}
+	var (
+		children []child
+		items    []item
+	)
+	for _, e := range entries {
+		name := e.Name()
+		// '@' directories (the temp area, strays) hold no keys, and a
+		// directory whose path neither extends nor leads to the prefix
+		// holds no matching key.
+		if !e.IsDir() || strings.HasPrefix(name, "@") {
+			continue
+		}
+		p := path.Join(dir, name)
+		if !strings.HasPrefix(p, w.prefix) && !strings.HasPrefix(w.prefix, p+"/") {
+			continue
+		}
+		items = append(items, item{name, false, len(children)}, item{name + "/", true, len(children)})
+		children = append(children, child{path: p})
+	}
+	slices.SortFunc(items, func(a, b item) int { return strings.Compare(a.sortKey, b.sortKey) })
+	for _, it := range items {
+		c := &children[it.child]
+		if !it.subtree {
+			key := c.path
+			if !strings.HasPrefix(key, w.prefix) || key <= w.after || objstore.ValidateKey(key) != nil {
+				continue
+			}
+		} else if sub := c.path + "/"; sub < w.after && !strings.HasPrefix(w.after, sub) {
+			// Every key under c sorts before after.
+			continue
+		}
+		if !c.read {
+			var err error
+			if c.entries, err = w.readDir(c.path); err != nil {
+				return err
+			}
+			c.read = true
+		}
+		if it.subtree {
+			entries := c.entries
+			c.entries = nil
+			if err := w.walk(c.path, entries); err != nil {
+				return err
+			}
+			continue
+		}
+		if slices.ContainsFunc(c.entries, isVersionFile) {
+			w.keys = append(w.keys, c.path)
+			if len(w.keys) == w.want {
+				return errPageFull
+			}
+		}
+	}
+	return nil
+}
+
+// isVersionFile reports whether e is one of a key's version files.
+func isVersionFile(e fs.DirEntry) bool {
+	_, ok := parseSeqName(e.Name())
+	return ok && !e.IsDir()
 }
 
 // DeletePrefix implements objstore.Deleter: it removes the directory
