@@ -45,7 +45,8 @@ import (
 // porcupine then checks that history against gateModel. A write whose
 // outcome the gate called INDETERMINATE is retried with the same
 // parameters, as the client's contract says is safe, until it gets a
-// definite answer; every attempt is an operation of the history.
+// definite answer; every attempt is an operation of the history, and
+// the checker takes a command's unknown attempts as one (collapseRetries).
 //
 // `make test` runs it for chaosSmoke; `make chaos` for CHAOS_TIME
 // (SHARDPROOF_CHAOS_TIME), with the history's visualization written to
@@ -634,6 +635,8 @@ func TestGateChaos(t *testing.T) {
 			t.Logf("history written to %s (SHARDPROOF_CHAOS_REPLAY=%s go test -run TestGateChaosReplay checks it again)", path, path)
 		}
 	}
+	ops = collapseRetries(ops)
+	t.Logf("with each command's unknown attempts one operation: %s", shapeOf(ops))
 	model := gatePorcupine(chaosRoots, chaosPool, len(chaosAliases))
 	checkStart := time.Now()
 	res, info := porcupine.CheckOperationsVerbose(model, ops, 5*time.Minute)

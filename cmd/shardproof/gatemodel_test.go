@@ -946,11 +946,12 @@ func TestGateModel(t *testing.T) {
 		}
 		return porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret}
 	}
-	cases := []struct {
+	type modelCase struct {
 		name string
 		ok   bool
 		h    []porcupine.Operation
-	}{
+	}
+	cases := []modelCase{
 		{"read after publish sees it", true, []porcupine.Operation{
 			op(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 10),
 			op(1, read, modelOut{gen: 1, root: 1}, 11, 20),
@@ -1355,10 +1356,43 @@ func TestGateModel(t *testing.T) {
 		}},
 	}
 	model := gatePorcupine(3, 4, len(chaosAliases))
+	// A command retried after INDETERMINATE answers: each attempt an
+	// operation, the unknown ones sharing the definite one's answer time.
+	retried := func(client int, in modelOp, final modelOut, calls ...int64) []porcupine.Operation {
+		var h []porcupine.Operation
+		for i, c := range calls {
+			out := modelOut{unknown: true}
+			if i == len(calls)-1 {
+				out = final
+			}
+			h = append(h, op(client, in, out, c, 10))
+			in.retried = true
+		}
+		return h
+	}
+	cases = append(cases,
+		modelCase{"read after a publish retried twice sees it", true, append(retried(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 2, 5),
+			op(1, read, modelOut{gen: 1, root: 1}, 11, 20))},
+		modelCase{"stale read after a publish retried twice", false, append(retried(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 2, 5),
+			op(1, read, modelOut{code: errcode.UnknownAlias}, 11, 20))},
+		modelCase{"a read during unknown attempts sees the publication", true, append(retried(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 0, 2, 5),
+			op(1, read, modelOut{gen: 1, root: 1}, 1, 3))},
+		modelCase{"a read before any attempt sees the publication", false, append(retried(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 4, 6, 8),
+			op(1, read, modelOut{gen: 1, root: 1}, 1, 3))},
+	)
 	for _, c := range cases {
 		if got := porcupine.CheckOperations(model, c.h); got != c.ok {
 			t.Errorf("%s: linearizable %v, want %v", c.name, got, c.ok)
 		}
+		// The checker's view, each command's unknown attempts one
+		// operation, gives the same verdict.
+		if got := porcupine.CheckOperations(model, collapseRetries(c.h)); got != c.ok {
+			t.Errorf("%s, unknown attempts collapsed: linearizable %v, want %v", c.name, got, c.ok)
+		}
+	}
+	h := collapseRetries(retried(0, pub(0, 1, 0), modelOut{gen: 1, root: 1}, 2, 4, 6))
+	if len(h) != 2 || h[0].Call != 2 || !h[0].Output.(modelOut).unknown || h[0].Input.(modelOp).callMs != 200 || h[1].Call != 6 {
+		t.Errorf("three attempts collapsed to %+v; want the first unknown one (call 2, callMs 200) and the definite one", h)
 	}
 	// A failing history's explanation names the operation that could
 	// not be placed.
