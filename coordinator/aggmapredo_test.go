@@ -16,9 +16,7 @@ import (
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/objstore/file"
-	"github.com/shardproof/shardproof/objstore/s3/s3test"
 	"github.com/shardproof/shardproof/shuffle"
-	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
 // reducedHook is a file store decorator calling hook once, after the
@@ -112,23 +110,10 @@ func TestAggregateRunsDamagedMapAgain(t *testing.T) {
 // again that gives other files than a reduce task read is NONDETERMINISM
 // naming that task's record, and records nothing.
 func TestAggregateRunsDamagedMapAgainS3(t *testing.T) {
-	raw := s3test.Start(t)
+	_, s, res := s3Synth(t)
 	ctx := t.Context()
-	s, err := objstore.Open(ctx, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := stagetest.Synth(t, s, testSamples, testShards, 7)
 	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
-	var rcs []*ReduceCommit
-	for r := range j.Plan.Reducers {
-		rcs = append(rcs, must(j.Reduce(ctx, r)))
-	}
+	j, _, rcs := committedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.SHA256))
 	key := j.mapCommitKey(1)
 	if _, err := s.Put(ctx, key, strings.NewReader(`{"schema":`), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -157,9 +142,7 @@ func TestAggregateRunsDamagedMapAgainS3(t *testing.T) {
 	if err != nil {
 		t.Fatalf("aggregate over a map record overwritten: %v", err)
 	}
-	if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
-		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
-	}
+	sameReportButExec(t, rep, want)
 	if vs, err := vl.Versions(ctx, key, 10); err != nil || len(vs) != 3 {
 		t.Fatalf("map task 1's record: %d versions (%v), want 3", len(vs), err)
 	}
@@ -186,26 +169,17 @@ func TestAggregateMapRunAgainLeavesOutDamagedReduceInputs(t *testing.T) {
 			s, dir, res := fileSynth(t)
 			ctx := t.Context()
 			want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
-			for i := range len(j.Plan.MapTasks) {
-				must(j.Map(ctx, i, nil))
-			}
-			for r := range j.Plan.Reducers {
-				must(j.Reduce(ctx, r))
-			}
+			j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.SHA256))
 			mkey, rkey := j.mapCommitKey(1), j.reduceCommitKey(0)
-			rewrite(t, versionFile(t, dir, mkey, must(s.Head(ctx, mkey, "")).Version), func(b []byte) []byte { return b[:100] })
-			rewrite(t, versionFile(t, dir, rkey, must(s.Head(ctx, rkey, "")).Version), reduceRecordEdit(t, func(rc *ReduceCommit) {
+			rewriteLatest(t, s, dir, mkey, func(b []byte) []byte { return b[:100] })
+			rewriteLatest(t, s, dir, rkey, reduceRecordEdit(t, func(rc *ReduceCommit) {
 				c.edit(&rc.Inputs[1])
 			}))
 			rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
 			if err != nil {
 				t.Fatalf("aggregate over a damaged map record and a reduce record with that task's input damaged: %v", err)
 			}
-			if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
-				t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
-			}
+			sameReportButExec(t, rep, want)
 			if n, m := versions(t, s, mkey), versions(t, s, rkey); n != 2 || m != 2 {
 				t.Errorf("map task 1's record has %d versions, reduce task 0's %d; want 2 each (each run again once)", n, m)
 			}
@@ -242,16 +216,9 @@ func TestAggregateMapRunAgainRacingAnother(t *testing.T) {
 		t.Run(fmt.Sprintf("differs=%v", differs), func(t *testing.T) {
 			s, dir, res := fileSynth(t)
 			ctx := t.Context()
-			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-			for i := range len(j.Plan.MapTasks) {
-				must(j.Map(ctx, i, nil))
-			}
-			for r := range j.Plan.Reducers {
-				must(j.Reduce(ctx, r))
-			}
+			j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.XXH64))
 			key := j.mapCommitKey(1)
-			rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+			rewriteLatest(t, s, dir, key, func(b []byte) []byte { return b[:len(b)/2] })
 			other := must(Open(ctx, s, j.PlanDigest))
 			var (
 				otherRep *manifest.Report
@@ -263,7 +230,7 @@ func TestAggregateMapRunAgainRacingAnother(t *testing.T) {
 				if otherRep, _, otherErr = other.Aggregate(ctx, manifest.Execution{Executor: "test"}); otherErr != nil || !differs {
 					return
 				}
-				rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte {
+				rewriteLatest(t, s, dir, key, func(b []byte) []byte {
 					var mc MapCommit
 					if err := manifest.Decode(b, &mc); err != nil {
 						t.Fatal(err)
@@ -311,16 +278,9 @@ func TestAggregateMapRunAgainStoreRefusesWrite(t *testing.T) {
 			s, dir, res := fileSynth(t)
 			ctx := t.Context()
 			want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
-			for i := range len(j.Plan.MapTasks) {
-				must(j.Map(ctx, i, nil))
-			}
-			for r := range j.Plan.Reducers {
-				must(j.Reduce(ctx, r))
-			}
+			j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.SHA256))
 			key := j.mapCommitKey(1)
-			rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:100] })
+			rewriteLatest(t, s, dir, key, func(b []byte) []byte { return b[:100] })
 			refused := errors.New("refused")
 			broken := &faults.ErrorOnce{Store: s, Method: faults.Put, Err: refused,
 				Match: func(k string) bool { return strings.HasSuffix(k, which) }}
@@ -347,9 +307,7 @@ func TestAggregateMapRunAgainStoreRefusesWrite(t *testing.T) {
 			if err != nil {
 				t.Fatalf("aggregate after the refused run: %v", err)
 			}
-			if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
-				t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
-			}
+			sameReportButExec(t, rep, want)
 			if n := versions(t, s, key); n != 2 {
 				t.Errorf("map task 1's record has %d versions, want 2", n)
 			}
@@ -366,14 +324,10 @@ func TestAggregateMapRunAgainStoreRefusesWrite(t *testing.T) {
 func TestAggregateNotReadyRunsNoMapAgain(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
+	j, _ := mappedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.XXH64))
 	must(j.Reduce(ctx, 0))
 	key := j.mapCommitKey(1)
-	rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:100] })
+	rewriteLatest(t, s, dir, key, func(b []byte) []byte { return b[:100] })
 	if _, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"}); errcode.Of(err) != errcode.TaskNotReady {
 		t.Fatalf("aggregate before reduce task 1 committed, map task 1's record damaged: %v, want %s", err, errcode.TaskNotReady)
 	}
@@ -406,23 +360,14 @@ func TestAggregateRunsDamagedMapAgainInvalidRelease(t *testing.T) {
 	if want.Verdict != manifest.Invalid || len(want.Failures) == 0 {
 		t.Fatalf("the rotted release verifies %s with %d failures; the test needs failures", want.Verdict, len(want.Failures))
 	}
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
-	for r := range j.Plan.Reducers {
-		must(j.Reduce(ctx, r))
-	}
+	j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.XXH64))
 	key := j.mapCommitKey(1)
-	rewrite(t, versionFile(t, dir, key, must(fs.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+	rewriteLatest(t, fs, dir, key, func(b []byte) []byte { return b[:len(b)/2] })
 	rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
 	if err != nil {
 		t.Fatalf("aggregate over a damaged map record of an invalid release: %v", err)
 	}
-	if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
-		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
-	}
+	sameReportButExec(t, rep, want)
 	if n := versions(t, fs, key); n != 2 {
 		t.Errorf("map task 1's record has %d versions, want 2", n)
 	}

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
-	"github.com/shardproof/shardproof/internal/procid"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/shuffle"
 )
@@ -22,13 +21,7 @@ import (
 func TestConcurrentAggregateTasks(t *testing.T) {
 	s, _, res := fileSynth(t)
 	ctx := t.Context()
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
-	for r := range j.Plan.Reducers {
-		must(j.Reduce(ctx, r))
-	}
+	j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 2, 2, shuffle.XXH64))
 	exec := manifest.Execution{Executor: "task"}
 	// aggregateTask is what `task aggregate` does, in a process of its
 	// own (a Job of its own).
@@ -73,16 +66,9 @@ func TestConcurrentAggregateTasks(t *testing.T) {
 func TestAggregateTaskAfterHolderOnAnotherMachine(t *testing.T) {
 	s, _, res := fileSynth(t)
 	ctx := t.Context()
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
-	for r := range j.Plan.Reducers {
-		must(j.Reduce(ctx, r))
-	}
+	j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 2, 2, shuffle.XXH64))
 	exec := manifest.Execution{Executor: "task"}
-	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
-	putHold(t, s, j.PlanDigest, 1, HoldRun, far)
+	putHold(t, s, j.PlanDigest, 1, HoldRun, farHolder)
 	if err := must(Open(ctx, s, j.PlanDigest)).RunTask(ctx, KindAggregate, 0, exec); errcode.Of(err) != errcode.JobInUse {
 		t.Fatalf("an aggregate while the killed one's record is fresh: %v; want %s", err, errcode.JobInUse)
 	}

@@ -78,13 +78,7 @@ func TestForgedFiguresDoNotOverflow(t *testing.T) {
 	run := func(t *testing.T, o PlanOptions) *Job {
 		t.Helper()
 		o.Root, o.Tool, o.Nonce = res.Root, "shardproof test", t.Name()
-		j := openPlan(t, s, o)
-		for i := range len(j.Plan.MapTasks) {
-			must(j.Map(ctx, i, nil))
-		}
-		for r := range j.Plan.Reducers {
-			must(j.Reduce(ctx, r))
-		}
+		j, _, _ := committedJob(t, s, o)
 		return j
 	}
 	// ranAgain: the aggregation runs the task of the record at key

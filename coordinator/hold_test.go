@@ -161,8 +161,7 @@ func TestHoldOfGoneProcess(t *testing.T) {
 		}
 		h.Release()
 	}
-	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
-	putHold(t, s, pd, 3, HoldRun, far)
+	putHold(t, s, pd, 3, HoldRun, farHolder)
 	_, err := Acquire(ctx, s, pd, HoldRun)
 	var inUse *JobInUseError
 	if !errors.As(err, &inUse) || inUse.Local || inUse.Holder.Process.Host != "elsewhere" ||
@@ -188,7 +187,7 @@ func TestHoldOfGoneProcess(t *testing.T) {
 	h.Release()
 	// Nor is a generation no holder could have reached (its successor
 	// would not fit an int).
-	putHold(t, s, pd, 1<<62, HoldRun, far)
+	putHold(t, s, pd, 1<<62, HoldRun, farHolder)
 	if h, err = Acquire(ctx, s, pd, HoldRun); err != nil || h.rec.Generation != 7 {
 		t.Fatalf("after a generation of 2^62: %v", err)
 	}
@@ -227,8 +226,7 @@ func TestHoldRecordDecodedStrictly(t *testing.T) {
 	s, res := synth(t)
 	ctx := t.Context()
 	pd := planOnly(t, s, res.Root, "hold strict")
-	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
-	putHold(t, s, pd, 1, HoldRun, far)
+	putHold(t, s, pd, 1, HoldRun, farHolder)
 	var inUse *JobInUseError
 	if _, err := Acquire(ctx, s, pd, HoldRun); !errors.As(err, &inUse) {
 		t.Fatalf("a holder on another machine renewed just now: %v, want JOB_IN_USE", err)
@@ -240,7 +238,7 @@ func TestHoldRecordDecodedStrictly(t *testing.T) {
 		{"pid in another case", `"pid":`, `"PID":`, "$.process.PID: unknown field"},
 		{"a newer build's field", `"process":`, `"lease":"7","process":`, "$.lease: unknown field"},
 	} {
-		putHoldBytes(t, s, pd, gen, HoldRun, far, func(b []byte) []byte {
+		putHoldBytes(t, s, pd, gen, HoldRun, farHolder, func(b []byte) []byte {
 			forged := bytes.Replace(b, []byte(c.old), []byte(c.new), 1)
 			if bytes.Equal(forged, b) {
 				t.Fatalf("%q not in %s", c.old, b)
@@ -281,11 +279,10 @@ func TestTakeOverUnreadableHolder(t *testing.T) {
 	s := stagetest.Store(t)
 	ctx := t.Context()
 	pd := manifest.Sum([]byte("plan whose holder's record cannot be read, taken over by hand"))
-	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
 	newer := func(b []byte) []byte {
 		return bytes.Replace(b, []byte(`"process":`), []byte(`"lease":"7","process":`), 1)
 	}
-	putHoldBytes(t, s, pd, 1, HoldRemove, far, newer)
+	putHoldBytes(t, s, pd, 1, HoldRemove, farHolder, newer)
 	d, err := TakeOver(ctx, s, pd)
 	if err != nil || d == nil || !d.Live || d.Unreadable == nil || d.Holder.Generation != 1 || d.Age < 0 || d.Age >= HoldStaleAfter {
 		t.Fatalf("TakeOver of a live holder whose record cannot be read = %+v, %v", d, err)
@@ -299,7 +296,7 @@ func TestTakeOverUnreadableHolder(t *testing.T) {
 	}
 	h.Release()
 
-	putHoldBytes(t, s, pd, 4, HoldRun, far, newer)
+	putHoldBytes(t, s, pd, 4, HoldRun, farHolder, newer)
 	ageHold(t, s, pd, 4)
 	n := jobKeys(t, s, pd, "hold/")
 	d, err = TakeOver(ctx, s, pd)
@@ -664,6 +661,10 @@ func TestHoldCreateAnswerLost(t *testing.T) {
 	}
 }
 
+// farHolder is a process on another machine (another boot), which this
+// one cannot look up: whether it lives is judged by its record's age.
+var farHolder = procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
+
 // holdStores opens a new empty store of each kind: a file store and an S3
 // bucket on the test gateway.
 var holdStores = map[string]func(t *testing.T) objstore.Store{
@@ -731,7 +732,6 @@ func TestRemoveJobDeletesHoldLast(t *testing.T) {
 // record has aged HoldStaleAfter by the store's clock is taken over. On
 // the file store and on S3 (versitygw).
 func TestHoldUnderClockSkew(t *testing.T) {
-	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
 	for name, open := range holdStores {
 		for _, shift := range []time.Duration{-10 * time.Minute, 10 * time.Minute} {
 			t.Run(fmt.Sprintf("%s %v", name, shift), func(t *testing.T) {
@@ -739,7 +739,7 @@ func TestHoldUnderClockSkew(t *testing.T) {
 				s := &faults.ClockSkew{Store: real, Shift: shift}
 				ctx := t.Context()
 				pd := manifest.Sum([]byte("plan held under clock skew " + shift.String()))
-				putHold(t, real, pd, 1, HoldRun, far)
+				putHold(t, real, pd, 1, HoldRun, farHolder)
 				var inUse *JobInUseError
 				if _, err := Acquire(ctx, s, pd, HoldRun); !errors.As(err, &inUse) || inUse.Local || inUse.Holder.Process.Host != "elsewhere" ||
 					inUse.Age < 0 || inUse.Age >= HoldStaleAfter {
@@ -764,7 +764,7 @@ func TestHoldUnderClockSkew(t *testing.T) {
 				// by the store's clock.
 				defer func(d time.Duration) { HoldStaleAfter = d }(HoldStaleAfter)
 				HoldStaleAfter = 2 * time.Second
-				putHold(t, real, pd, 2, HoldRun, far)
+				putHold(t, real, pd, 2, HoldRun, farHolder)
 				for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 					h, err := Acquire(ctx, s, pd, HoldRun)
 					if err == nil {
@@ -797,13 +797,12 @@ func TestTakeOver(t *testing.T) {
 	if d, err := TakeOver(ctx, s, pd); err != nil || d != nil {
 		t.Fatalf("TakeOver of a job with no holder = %+v, %v", d, err)
 	}
-	far := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
 	for _, c := range []struct {
 		gen     int
 		purpose string
 	}{{1, HoldRun}, {4, HoldRemove}} {
 		gen, purpose := c.gen, c.purpose
-		putHold(t, s, pd, gen, purpose, far)
+		putHold(t, s, pd, gen, purpose, farHolder)
 		if _, err := Acquire(ctx, s, pd, HoldRun); errcode.Of(err) != errcode.JobInUse {
 			t.Fatalf("a holder on another machine that renewed just now: %v, want JOB_IN_USE", err)
 		}
@@ -965,9 +964,8 @@ func TestRemoveJobTakenOverKeepsHold(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	other := procid.ID{Host: "elsewhere", PID: 4242, Machine: "another-boot/pid:[1]", Start: 1}
 	var inUse *JobInUseError
-	err := RemoveJob(ctx, &takenWhileRemoving{Store: s, t: t, pd: pd, gen: 2, other: other}, pd)
+	err := RemoveJob(ctx, &takenWhileRemoving{Store: s, t: t, pd: pd, gen: 2, other: farHolder}, pd)
 	if !errors.As(err, &inUse) || !inUse.TakenOver || inUse.Holder.Generation != 2 || inUse.Holder.Process.Host != "elsewhere" {
 		t.Fatalf("RemoveJob taken over before its last step: %v, want JOB_IN_USE naming the new holder", err)
 	}

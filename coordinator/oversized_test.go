@@ -36,10 +36,7 @@ func TestOversizedMapCommitRecordRunsTaskAgain(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
 	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
+	j, _ := mappedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.SHA256))
 	must(j.Reduce(ctx, 0))
 	key := j.mapCommitKey(1)
 
@@ -85,15 +82,9 @@ func TestOversizedReduceCommitRecordRunsTaskAgain(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
 	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
-	for r := range j.Plan.Reducers {
-		must(j.Reduce(ctx, r))
-	}
+	j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 2, 2, shuffle.XXH64))
 	oversize(t, s, dir, j.reduceCommitKey(0))
-	rewrite(t, versionFile(t, dir, j.mapCommitKey(1), must(s.Head(ctx, j.mapCommitKey(1), "")).Version), func(b []byte) []byte { return b[:100] })
+	rewriteLatest(t, s, dir, j.mapCommitKey(1), func(b []byte) []byte { return b[:100] })
 	rep, _, err := j.Aggregate(ctx, manifest.Execution{Executor: "test"})
 	if err != nil {
 		t.Fatalf("aggregate over an oversized reduce commit record: %v", err)

@@ -83,6 +83,66 @@ func withoutExec(t *testing.T, r *manifest.Report) []byte {
 	return must(manifest.Encode(&c))
 }
 
+// rewriteLatest applies edit to the bytes of key's latest version in
+// the file store s at dir.
+func rewriteLatest(t *testing.T, s objstore.Store, dir, key string, edit func([]byte) []byte) {
+	t.Helper()
+	rewrite(t, versionFile(t, dir, key, must(s.Head(t.Context(), key, "")).Version), edit)
+}
+
+// uncompressedPlan is the plan of maps map tasks and reducers reduce
+// tasks of root the run-again tests make: uncompressed shuffle files
+// checked by sum.
+func uncompressedPlan(root manifest.Digest, maps, reducers int, sum shuffle.Checksum) PlanOptions {
+	return PlanOptions{Root: root, MapTasks: maps, Reducers: reducers, Tool: "shardproof test",
+		ShuffleCompression: shuffle.None, ShuffleChecksum: sum}
+}
+
+// mappedJob plans o in s, opens the job and runs every map task; it
+// returns their commit records.
+func mappedJob(t *testing.T, s objstore.Store, o PlanOptions) (*Job, []*MapCommit) {
+	t.Helper()
+	j := openPlan(t, s, o)
+	var commits []*MapCommit
+	for i := range len(j.Plan.MapTasks) {
+		commits = append(commits, must(j.Map(t.Context(), i, nil)))
+	}
+	return j, commits
+}
+
+// committedJob is mappedJob with every reduce task run too; it returns
+// the reduce tasks' commit records as well.
+func committedJob(t *testing.T, s objstore.Store, o PlanOptions) (*Job, []*MapCommit, []*ReduceCommit) {
+	t.Helper()
+	j, maps := mappedJob(t, s, o)
+	var reduces []*ReduceCommit
+	for r := range j.Plan.Reducers {
+		reduces = append(reduces, must(j.Reduce(t.Context(), r)))
+	}
+	return j, maps, reduces
+}
+
+// sameReportButExec fails the test unless got encodes as want does, but
+// for their execution sections.
+func sameReportButExec(t *testing.T, got, want *manifest.Report) {
+	t.Helper()
+	if !bytes.Equal(withoutExec(t, got), withoutExec(t, want)) {
+		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, got), withoutExec(t, want))
+	}
+}
+
+// s3Synth is synth in a versioned bucket of a fresh S3 server, whose
+// address it returns too.
+func s3Synth(t *testing.T) (string, objstore.Store, stage.Result) {
+	t.Helper()
+	raw := s3test.Start(t)
+	s, err := objstore.Open(t.Context(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw, s, stagetest.Synth(t, s, testSamples, testShards, 7)
+}
+
 // A shuffle file damaged after its map task committed (a bit flipped past
 // its schema message or in it, cut short, deleted) used to fail every
 // reduce task reading it, and every resume, with SHUFFLE_CORRUPT (NOT_FOUND
@@ -118,12 +178,8 @@ func TestDamagedShuffleFileRunsItsMapTaskAgain(t *testing.T) {
 					s, dir, res := fileSynth(t)
 					ctx := t.Context()
 					want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-					j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 4, Reducers: 2, Tool: "shardproof test",
+					j, commits := mappedJob(t, s, PlanOptions{Root: res.Root, MapTasks: 4, Reducers: 2, Tool: "shardproof test",
 						ShuffleCompression: shuffle.None, ShuffleChecksum: sum, ReduceFanIn: fan, Parallelism: 2})
-					var commits []*MapCommit
-					for i := range len(j.Plan.MapTasks) {
-						commits = append(commits, must(j.Map(ctx, i, nil)))
-					}
 					// Reduce task 0 commits from the files as they were.
 					must(j.Reduce(ctx, 0))
 					rc0 := must(s.Head(ctx, j.reduceCommitKey(0), ""))
@@ -185,10 +241,7 @@ func TestDamagedMapCommitRecordRunsTaskAgain(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
 	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
+	j, _ := mappedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.SHA256))
 	rc0 := must(j.Reduce(ctx, 0))
 	key := j.mapCommitKey(1)
 	cut := func() {
@@ -247,11 +300,7 @@ func TestDamagedMapCommitRecordRunsTaskAgain(t *testing.T) {
 func TestMapRunAgainDiffersFromItsRecord(t *testing.T) {
 	s, _, res := fileSynth(t)
 	ctx := t.Context()
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	var commits []*MapCommit
-	for i := range 2 {
-		commits = append(commits, must(j.Map(ctx, i, nil)))
-	}
+	j, commits := mappedJob(t, s, uncompressedPlan(res.Root, 2, 2, shuffle.XXH64))
 	c := *commits[1]
 	c.Outputs = append([]Output(nil), c.Outputs...)
 	c.Outputs[1].XXH64 = "0123456789abcdef"
@@ -276,11 +325,7 @@ func TestMapRunAgainDiffersFromItsRecord(t *testing.T) {
 func TestDamagedAgainFailsAfterMaxRuns(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	var commits []*MapCommit
-	for i := range 2 {
-		commits = append(commits, must(j.Map(ctx, i, nil)))
-	}
+	j, commits := mappedJob(t, s, uncompressedPlan(res.Root, 2, 2, shuffle.XXH64))
 	out := commits[1].Outputs[1]
 	key := j.mapCommitKey(1)
 
@@ -325,11 +370,7 @@ func TestLostMapTaskRunsAgainOnce(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
 	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 4, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	var commits []*MapCommit
-	for i := range 2 {
-		commits = append(commits, must(j.Map(ctx, i, nil)))
-	}
+	j, commits := mappedJob(t, s, uncompressedPlan(res.Root, 2, 4, shuffle.XXH64))
 	for _, o := range commits[0].Outputs {
 		if err := os.RemoveAll(filepath.Join(dir, filepath.FromSlash(o.Key))); err != nil {
 			t.Fatal(err)
@@ -354,12 +395,8 @@ func TestLostMapTaskRunsAgainOnce(t *testing.T) {
 func TestLostMapTaskAcrossProcesses(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
-	o := PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 4, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256}
-	j := openPlan(t, s, o)
-	var commits []*MapCommit
-	for i := range 2 {
-		commits = append(commits, must(j.Map(ctx, i, nil)))
-	}
+	o := uncompressedPlan(res.Root, 2, 4, shuffle.SHA256)
+	j, commits := mappedJob(t, s, o)
 	for _, o := range commits[0].Outputs {
 		if err := os.RemoveAll(filepath.Join(dir, filepath.FromSlash(o.Key))); err != nil {
 			t.Fatal(err)
@@ -411,12 +448,8 @@ func TestReduceAttemptsAroundMapRunAgain(t *testing.T) {
 		t.Run(fmt.Sprintf("fan-in %d", fan), func(t *testing.T) {
 			s, dir, res := fileSynth(t)
 			ctx := t.Context()
-			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 4, Reducers: 2, Tool: "shardproof test",
+			j, commits := mappedJob(t, s, PlanOptions{Root: res.Root, MapTasks: 4, Reducers: 2, Tool: "shardproof test",
 				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64, ReduceFanIn: fan})
-			var commits []*MapCommit
-			for i := range len(j.Plan.MapTasks) {
-				commits = append(commits, must(j.Map(ctx, i, nil)))
-			}
 			first := must(j.Reduce(ctx, 0))
 			out := commits[1].Outputs[1]
 			rewrite(t, versionFile(t, dir, out.Key, out.Version), func(b []byte) []byte { b[len(b)-8-16] ^= 8; return b })
@@ -467,14 +500,9 @@ func TestReduceOverDamagedMapCommitRecord(t *testing.T) {
 			s, dir, res := fileSynth(t)
 			ctx := t.Context()
 			want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-			var commits []*MapCommit
-			for i := range len(j.Plan.MapTasks) {
-				commits = append(commits, must(j.Map(ctx, i, nil)))
-			}
+			j, commits := mappedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.XXH64))
 			key := j.mapCommitKey(1)
-			rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), d.edit)
+			rewriteLatest(t, s, dir, key, d.edit)
 			for r := range j.Plan.Reducers {
 				if _, err := j.Reduce(ctx, r); err != nil {
 					t.Fatalf("reduce task %d over map task 1's damaged record: %v", r, err)
@@ -496,9 +524,7 @@ func TestReduceOverDamagedMapCommitRecord(t *testing.T) {
 			if err != nil {
 				t.Fatalf("aggregate: %v", err)
 			}
-			if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
-				t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
-			}
+			sameReportButExec(t, rep, want)
 		})
 	}
 }
@@ -510,20 +536,10 @@ func TestReduceOverDamagedMapCommitRecord(t *testing.T) {
 // one, takes the first attempt's record; the report is the one a
 // verification without damage gives.
 func TestMapRunAgainS3(t *testing.T) {
-	raw := s3test.Start(t)
+	raw, s, res := s3Synth(t)
 	ctx := t.Context()
-	s, err := objstore.Open(ctx, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := stagetest.Synth(t, s, testSamples, testShards, 7)
 	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
-	var commits []*MapCommit
-	for i := range len(j.Plan.MapTasks) {
-		commits = append(commits, must(j.Map(ctx, i, nil)))
-	}
+	j, commits := mappedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.SHA256))
 	first := must(j.Reduce(ctx, 0))
 	out := commits[1].Outputs[1]
 	pu, _ := url.Parse(raw)
@@ -564,7 +580,5 @@ func TestMapRunAgainS3(t *testing.T) {
 	if err != nil {
 		t.Fatalf("aggregate: %v", err)
 	}
-	if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
-		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
-	}
+	sameReportButExec(t, rep, want)
 }

@@ -16,9 +16,7 @@ import (
 	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/objstore/faults"
 	"github.com/shardproof/shardproof/objstore/file"
-	"github.com/shardproof/shardproof/objstore/s3/s3test"
 	"github.com/shardproof/shardproof/shuffle"
-	"github.com/shardproof/shardproof/stage/stagetest"
 )
 
 // reduceRecordEdit rewrites a reduce commit record's bytes through
@@ -77,17 +75,10 @@ func TestDamagedReduceCommitRecordRunsTaskAgain(t *testing.T) {
 					s, dir, res := fileSynth(t)
 					ctx := t.Context()
 					want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-					j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
+					j, _, commits := committedJob(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
 						ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64, ReduceFanIn: fan})
-					for i := range len(j.Plan.MapTasks) {
-						must(j.Map(ctx, i, nil))
-					}
-					var commits []*ReduceCommit
-					for r := range j.Plan.Reducers {
-						commits = append(commits, must(j.Reduce(ctx, r)))
-					}
 					key := j.reduceCommitKey(1)
-					rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), d.edit(t))
+					rewriteLatest(t, s, dir, key, d.edit(t))
 					var rep *manifest.Report
 					switch reader {
 					case "aggregate":
@@ -114,9 +105,7 @@ func TestDamagedReduceCommitRecordRunsTaskAgain(t *testing.T) {
 						}
 						rep = out.Report
 					}
-					if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
-						t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
-					}
+					sameReportButExec(t, rep, want)
 					var shuffleBytes int64
 					for i := range len(j.Plan.MapTasks) {
 						var mc MapCommit
@@ -156,17 +145,9 @@ func TestDamagedReduceRecordOverLostShuffleFile(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
 	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	var commits []*MapCommit
-	for i := range len(j.Plan.MapTasks) {
-		commits = append(commits, must(j.Map(ctx, i, nil)))
-	}
-	for r := range j.Plan.Reducers {
-		must(j.Reduce(ctx, r))
-	}
+	j, commits, _ := committedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.XXH64))
 	key := j.reduceCommitKey(1)
-	rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+	rewriteLatest(t, s, dir, key, func(b []byte) []byte { return b[:len(b)/2] })
 	if err := os.RemoveAll(filepath.Join(dir, filepath.FromSlash(commits[2].Outputs[1].Key))); err != nil {
 		t.Fatal(err)
 	}
@@ -174,9 +155,7 @@ func TestDamagedReduceRecordOverLostShuffleFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("aggregate over a damaged reduce record whose map input is gone: %v", err)
 	}
-	if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
-		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
-	}
+	sameReportButExec(t, rep, want)
 	for k, want := range map[string]int{key: 2, j.reduceCommitKey(0): 1, j.mapCommitKey(2): 2, j.mapCommitKey(0): 1, j.mapCommitKey(1): 1} {
 		if n := versions(t, s, k); n != want {
 			t.Errorf("%s has %d versions, want %d", k, n, want)
@@ -191,16 +170,9 @@ func TestDamagedReduceRecordOverLostShuffleFile(t *testing.T) {
 func TestReduceRunAgainDiffersFromItsRecord(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
-	for r := range j.Plan.Reducers {
-		must(j.Reduce(ctx, r))
-	}
+	j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.XXH64))
 	key := j.reduceCommitKey(1)
-	rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), reduceRecordEdit(t, func(rc *ReduceCommit) {
+	rewriteLatest(t, s, dir, key, reduceRecordEdit(t, func(rc *ReduceCommit) {
 		rc.Merged = []Output{{Key: "elsewhere"}}
 		rc.Result.ReleaseLeaves[0] ^= 1
 	}))
@@ -224,14 +196,7 @@ func TestReduceRunAgainDiffersFromItsRecord(t *testing.T) {
 func TestReduceDamagedAgainFailsAfterMaxRuns(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test",
-		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
-	for r := range j.Plan.Reducers {
-		must(j.Reduce(ctx, r))
-	}
+	j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 2, 2, shuffle.XXH64))
 	key := j.reduceCommitKey(1)
 	damagedAgain := func(err error) bool {
 		return errcode.Of(err) == errcode.ShuffleCorrupt && strings.Contains(err.Error(), key+" is damaged again") &&
@@ -258,7 +223,7 @@ func TestReduceDamagedAgainFailsAfterMaxRuns(t *testing.T) {
 
 	// A new process finds the task has run as often as it may: the
 	// aggregation runs nothing more.
-	rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+	rewriteLatest(t, s, dir, key, func(b []byte) []byte { return b[:len(b)/2] })
 	j2, err := Open(ctx, s, j.PlanDigest)
 	if err != nil {
 		t.Fatal(err)
@@ -276,22 +241,10 @@ func TestReduceDamagedAgainFailsAfterMaxRuns(t *testing.T) {
 // aggregation run the task again: a third version, which the version
 // listing counts, and the report a verification without damage gives.
 func TestReduceRunAgainS3(t *testing.T) {
-	raw := s3test.Start(t)
+	_, s, res := s3Synth(t)
 	ctx := t.Context()
-	s, err := objstore.Open(ctx, raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := stagetest.Synth(t, s, testSamples, testShards, 7)
 	want := verify(t, s, PlanOptions{Root: res.Root, Nonce: "undamaged"})
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.SHA256})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
-	for r := range j.Plan.Reducers {
-		must(j.Reduce(ctx, r))
-	}
+	j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.SHA256))
 	key := j.reduceCommitKey(0)
 	if _, err := s.Put(ctx, key, strings.NewReader(`{"schema":`), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -300,9 +253,7 @@ func TestReduceRunAgainS3(t *testing.T) {
 	if err != nil {
 		t.Fatalf("aggregate over a reduce record overwritten: %v", err)
 	}
-	if !bytes.Equal(withoutExec(t, rep), withoutExec(t, want)) {
-		t.Fatalf("report\n%s\nwant\n%s", withoutExec(t, rep), withoutExec(t, want))
-	}
+	sameReportButExec(t, rep, want)
 	vs, err := s.(objstore.VersionLister).Versions(ctx, key, 10)
 	if err != nil || len(vs) != 3 {
 		t.Fatalf("reduce task 0's record: %d versions (%v), want 3", len(vs), err)
@@ -336,16 +287,9 @@ func TestReduceRunAgainRacingAnother(t *testing.T) {
 		t.Run(fmt.Sprintf("differs=%v", differs), func(t *testing.T) {
 			s, dir, res := fileSynth(t)
 			ctx := t.Context()
-			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test",
-				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-			for i := range len(j.Plan.MapTasks) {
-				must(j.Map(ctx, i, nil))
-			}
-			for r := range j.Plan.Reducers {
-				must(j.Reduce(ctx, r))
-			}
+			j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 2, 2, shuffle.XXH64))
 			key := j.reduceCommitKey(1)
-			rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+			rewriteLatest(t, s, dir, key, func(b []byte) []byte { return b[:len(b)/2] })
 			other := must(Open(ctx, s, j.PlanDigest))
 			var otherErr error
 			// While this process runs the task again (reading the map
@@ -354,7 +298,7 @@ func TestReduceRunAgainRacingAnother(t *testing.T) {
 				if _, otherErr = other.Reduce(ctx, 1); otherErr != nil || !differs {
 					return
 				}
-				rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), reduceRecordEdit(t, func(rc *ReduceCommit) {
+				rewriteLatest(t, s, dir, key, reduceRecordEdit(t, func(rc *ReduceCommit) {
 					rc.Result.ReleaseLeaves[0] ^= 1
 				}))
 			}}
@@ -432,11 +376,7 @@ func TestReduceAttemptCommitsOverDamagedRecord(t *testing.T) {
 		t.Run(d.name, func(t *testing.T) {
 			s, _, res := fileSynth(t)
 			ctx := t.Context()
-			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test",
-				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-			for i := range len(j.Plan.MapTasks) {
-				must(j.Map(ctx, i, nil))
-			}
+			j, _ := mappedJob(t, s, uncompressedPlan(res.Root, 2, 2, shuffle.XXH64))
 			must(j.Reduce(ctx, 0))
 			rc0, err := s.Get(ctx, j.reduceCommitKey(0), "")
 			if err != nil {
@@ -506,16 +446,9 @@ func TestReduceRunAgainLeavesOutDamagedInputs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			s, dir, res := fileSynth(t)
 			ctx := t.Context()
-			j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 3, Reducers: 2, Tool: "shardproof test",
-				ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-			for i := range len(j.Plan.MapTasks) {
-				must(j.Map(ctx, i, nil))
-			}
-			for r := range j.Plan.Reducers {
-				must(j.Reduce(ctx, r))
-			}
+			j, _, _ := committedJob(t, s, uncompressedPlan(res.Root, 3, 2, shuffle.XXH64))
 			key := j.reduceCommitKey(1)
-			rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), reduceRecordEdit(t, func(rc *ReduceCommit) {
+			rewriteLatest(t, s, dir, key, reduceRecordEdit(t, func(rc *ReduceCommit) {
 				if !c.alone {
 					rc.Merged = []Output{{Key: "elsewhere"}}
 				}
@@ -546,11 +479,8 @@ func TestReduceRunAgainLeavesOutDamagedInputs(t *testing.T) {
 func TestAggregateRunningReduceAgainReportsNoStages(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test",
+	j, _ := mappedJob(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test",
 		ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64, ReadAllMembers: true})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
 	var members int
 	for r := range j.Plan.Reducers {
 		members += len(must(j.Reduce(ctx, r)).Members)
@@ -560,7 +490,7 @@ func TestAggregateRunningReduceAgainReportsNoStages(t *testing.T) {
 	}
 	for r := range j.Plan.Reducers {
 		key := j.reduceCommitKey(r)
-		rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:len(b)/2] })
+		rewriteLatest(t, s, dir, key, func(b []byte) []byte { return b[:len(b)/2] })
 	}
 	agg := must(Open(ctx, s, j.PlanDigest))
 	rep, _, err := agg.Aggregate(ctx, manifest.Execution{Executor: "process"})

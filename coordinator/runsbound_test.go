@@ -84,14 +84,11 @@ func (p *racingProcess) Get(ctx context.Context, key string, v objstore.Version)
 func TestConcurrentRunsAgainBound(t *testing.T) {
 	s, dir, res := fileSynth(t)
 	ctx := t.Context()
-	j := openPlan(t, s, PlanOptions{Root: res.Root, MapTasks: 2, Reducers: 2, Tool: "shardproof test", ShuffleCompression: shuffle.None, ShuffleChecksum: shuffle.XXH64})
-	for i := range len(j.Plan.MapTasks) {
-		must(j.Map(ctx, i, nil))
-	}
+	j, _ := mappedJob(t, s, uncompressedPlan(res.Root, 2, 2, shuffle.XXH64))
 	key := j.mapCommitKey(1)
 	cut := func() {
 		t.Helper()
-		rewrite(t, versionFile(t, dir, key, must(s.Head(ctx, key, "")).Version), func(b []byte) []byte { return b[:100] })
+		rewriteLatest(t, s, dir, key, func(b []byte) []byte { return b[:100] })
 	}
 	var (
 		race *runRace

@@ -58,10 +58,7 @@ func TestForgedShuffleSizesDoNotOverflow(t *testing.T) {
 		t.Run(fmt.Sprintf("merged=%v/one record", merged), func(t *testing.T) {
 			o := o
 			o.Nonce = t.Name()
-			j := openPlan(t, s, o)
-			for i := range len(j.Plan.MapTasks) {
-				must(j.Map(ctx, i, nil))
-			}
+			j, _ := mappedJob(t, s, o)
 			var shuffled, mergedBytes int64
 			for r := range j.Plan.Reducers {
 				rc := must(j.Reduce(ctx, r))
@@ -91,13 +88,7 @@ func TestForgedShuffleSizesDoNotOverflow(t *testing.T) {
 		t.Run(fmt.Sprintf("merged=%v/two records", merged), func(t *testing.T) {
 			o := o
 			o.Nonce = t.Name()
-			j := openPlan(t, s, o)
-			for i := range len(j.Plan.MapTasks) {
-				must(j.Map(ctx, i, nil))
-			}
-			for r := range j.Plan.Reducers {
-				must(j.Reduce(ctx, r))
-			}
+			j, _, _ := committedJob(t, s, o)
 			// Each record's sizes sum to at most 2^63-1, which fits;
 			// the two records' to about 2^64, which wraps.
 			for r := range j.Plan.Reducers {
