@@ -9,9 +9,44 @@ import (
 	"testing"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
+
+// twoRows are the rows of the small inputs the crafted-file tests alter.
+var twoRows = []stage.Row{
+	{SampleID: "a", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "one", Tokens: 1},
+	{SampleID: "b", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "two", Tokens: 2},
+}
+
+// craftInput writes rows as a source file at path, then writes craft's
+// change of its bytes over it; it returns the crafted bytes.
+func craftInput(t *testing.T, path string, rows []stage.Row, craft func([]byte) []byte) []byte {
+	t.Helper()
+	writeInput(t, path, rows)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = craft(data)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// stageAllocated stages the one input at path into s as one shard; it
+// returns the bytes the process allocated meanwhile, and the error.
+func stageAllocated(t *testing.T, s objstore.Store, path string) (uint64, error) {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := stage.Stage(context.Background(), s, stage.StageOptions{Inputs: []string{path}, Shards: 1, TempDir: t.TempDir()})
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc, err
+}
 
 // An input whose footer declares a list of 100M schema elements or row
 // groups, in a file of under 4 KB, is BAD_INPUT before arrow-go's
@@ -23,34 +58,18 @@ func TestStageInputFooterListBeyondItsBytes(t *testing.T) {
 		field int16
 	}{{"schema", 2}, {"row_groups", 4}} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "bomb.parquet")
-			writeInput(t, path, []stage.Row{
-				{SampleID: "a", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "one", Tokens: 1},
-				{SampleID: "b", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "two", Tokens: 2},
-			})
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data = stagetest.InflateFooterList(t, data, tc.field, 100_000_000)
+			path := filepath.Join(t.TempDir(), "bomb.parquet")
+			data := craftInput(t, path, twoRows, func(b []byte) []byte { return stagetest.InflateFooterList(t, b, tc.field, 100_000_000) })
 			if len(data) > 4<<10 {
 				t.Fatalf("crafted file is %d bytes, want a small one", len(data))
 			}
-			if err := os.WriteFile(path, data, 0o644); err != nil {
-				t.Fatal(err)
-			}
 			s := stagetest.Store(t)
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			_, err = stage.Stage(context.Background(), s, stage.StageOptions{Inputs: []string{path}, Shards: 1, TempDir: t.TempDir()})
-			runtime.ReadMemStats(&after)
-			t.Logf("%d-byte file: TotalAlloc %d MiB, err %v", len(data), (after.TotalAlloc-before.TotalAlloc)>>20, err)
+			got, err := stageAllocated(t, s, path)
+			t.Logf("%d-byte file: TotalAlloc %d MiB, err %v", len(data), got>>20, err)
 			if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "bomb.parquet") {
 				t.Fatalf("err = %v (code %s), want BAD_INPUT naming the file", err, errcode.Of(err))
 			}
-			if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
+			if got > 64<<20 {
 				t.Fatalf("staging a %d-byte file allocated %d MiB", len(data), got>>20)
 			}
 			if n := countObjects(t, s); n != 0 {
@@ -75,24 +94,9 @@ func TestStageInputSchemaTreeBomb(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "bomb.parquet")
-			writeInput(t, path, []stage.Row{
-				{SampleID: "a", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "one", Tokens: 1},
-			})
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data = tc.craft(t, data)
-			if err := os.WriteFile(path, data, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			data := craftInput(t, path, twoRows[:1], func(b []byte) []byte { return tc.craft(t, b) })
 			s := stagetest.Store(t)
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			_, err = stage.Stage(context.Background(), s, stage.StageOptions{Inputs: []string{path}, Shards: 1, TempDir: t.TempDir()})
-			runtime.ReadMemStats(&after)
-			got := after.TotalAlloc - before.TotalAlloc
+			got, err := stageAllocated(t, s, path)
 			t.Logf("%d-byte file: TotalAlloc %d KiB, err %v", len(data), got>>10, err)
 			if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "bomb.parquet") {
 				t.Fatalf("err = %v (code %s), want BAD_INPUT naming the file", err, errcode.Of(err))

@@ -1,9 +1,7 @@
 package stage_test
 
 import (
-	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -50,21 +48,8 @@ func TestStageReadsLargeStringSources(t *testing.T) {
 	}
 	rec := b.NewRecordBatch()
 	defer rec.Release()
-	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(schema, &buf, nil, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
 	largePath := filepath.Join(dir, "large.parquet")
-	if err := os.WriteFile(largePath, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeParquet(t, largePath, rec, nil, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
 
 	a, err := stage.Stage(ctx, stagetest.Store(t), stage.StageOptions{Inputs: plain, Shards: 1, Seed: 1})
 	if err != nil {

@@ -1,9 +1,7 @@
 package stage_test
 
 import (
-	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -41,21 +39,8 @@ func TestStageIgnoresNestedExtraColumns(t *testing.T) {
 	withNested := array.NewRecordBatch(arrow.NewSchema(fields, nil), cols, rec.NumRows())
 	defer withNested.Release()
 
-	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(withNested.Schema(), &buf, nil, pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(withNested); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), "nested.parquet")
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeParquet(t, path, withNested, nil, pqarrow.DefaultWriterProps())
 	res, err := stage.Stage(context.Background(), stagetest.Store(t), stage.StageOptions{Inputs: []string{path}, Shards: 3, Seed: 7})
 	if err != nil {
 		t.Fatalf("stage of an input with a nested extra column: %v", err)

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
@@ -21,6 +21,7 @@ import (
 	"github.com/shardproof/shardproof/internal/canon"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/manifest"
+	"github.com/shardproof/shardproof/objstore"
 	"github.com/shardproof/shardproof/stage"
 	"github.com/shardproof/shardproof/stage/stagetest"
 )
@@ -36,9 +37,25 @@ func writeInputCodec(t *testing.T, path string, rows []stage.Row, codec compress
 	t.Helper()
 	rec := stage.BuildRows(rows)
 	defer rec.Release()
-	var buf bytes.Buffer
 	props := parquet.NewWriterProperties(parquet.WithCompression(codec), parquet.WithDictionaryDefault(false))
-	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, pqarrow.DefaultWriterProps())
+	writeParquet(t, path, rec, props, pqarrow.DefaultWriterProps())
+}
+
+// writeParquet writes rec to path as a Parquet file with props (nil:
+// pqarrow's defaults) and the Arrow writer properties aprops.
+func writeParquet(t *testing.T, path string, rec arrow.RecordBatch, props *parquet.WriterProperties, aprops pqarrow.ArrowWriterProperties) {
+	t.Helper()
+	if err := os.WriteFile(path, encodeParquet(t, rec, props, aprops), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// encodeParquet is rec as the bytes of a Parquet file written with props
+// and aprops.
+func encodeParquet(t *testing.T, rec arrow.RecordBatch, props *parquet.WriterProperties, aprops pqarrow.ArrowWriterProperties) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := pqarrow.NewFileWriter(rec.Schema(), &buf, props, aprops)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,9 +65,17 @@ func writeInputCodec(t *testing.T, path string, rows []stage.Row, codec compress
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
+	return buf.Bytes()
+}
+
+// verifyStaged verifies the release of root in s and returns its report.
+func verifyStaged(ctx context.Context, t *testing.T, s objstore.Store, root manifest.Digest) *manifest.Report {
+	t.Helper()
+	out, err := coordinator.Verify(ctx, s, coordinator.Options{PlanOptions: coordinator.PlanOptions{Root: root, Tool: "test"}})
+	if err != nil {
+		t.Fatalf("verify: %v", err)
 	}
+	return out.Report
 }
 
 // longString is n bytes of text that compresses well, distinct per i.
@@ -91,11 +116,7 @@ func TestStageLongTextsVerify(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			out, err := coordinator.Verify(ctx, s, coordinator.Options{PlanOptions: coordinator.PlanOptions{Root: res.Root, Tool: "test"}})
-			if err != nil {
-				t.Fatalf("verify: %v", err)
-			}
-			if r := out.Report; r.Verdict != manifest.Verified || r.Counts.ShardsVerified != 1 || r.Counts.Records != 1030 {
+			if r := verifyStaged(ctx, t, s, res.Root); r.Verdict != manifest.Verified || r.Counts.ShardsVerified != 1 || r.Counts.Records != 1030 {
 				t.Fatalf("verdict %s, %d shards verified, %d records, failures %+v; want VERIFIED, 1, 1030", r.Verdict, r.Counts.ShardsVerified, r.Counts.Records, r.Failures)
 			}
 		})
@@ -213,12 +234,8 @@ func TestStageRefusesValueLongerThanAPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := coordinator.Verify(ctx, s, coordinator.Options{PlanOptions: coordinator.PlanOptions{Root: res.Root, Tool: "test"}})
-	if err != nil {
-		t.Fatalf("verify: %v", err)
-	}
-	if out.Report.Verdict != manifest.Verified {
-		t.Fatalf("verdict %s, failures %+v; want VERIFIED", out.Report.Verdict, out.Report.Failures)
+	if r := verifyStaged(ctx, t, s, res.Root); r.Verdict != manifest.Verified {
+		t.Fatalf("verdict %s, failures %+v; want VERIFIED", r.Verdict, r.Failures)
 	}
 }
 
@@ -234,33 +251,17 @@ func TestStageInputPageLargerThanItsFile(t *testing.T) {
 		field int
 	}{{"compressed", 3}, {"uncompressed", 2}} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "small.parquet")
-			writeInput(t, path, []stage.Row{
-				{SampleID: "a", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "one", Tokens: 1},
-				{SampleID: "b", SourceID: "web", SourceVersion: 1, Split: "train", Lang: "en", Text: "two", Tokens: 2},
-			})
-			data, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data = stagetest.PatchPageSize(t, data, tc.field, 200<<20)
+			path := filepath.Join(t.TempDir(), "small.parquet")
+			data := craftInput(t, path, twoRows, func(b []byte) []byte { return stagetest.PatchPageSize(t, b, tc.field, 200<<20) })
 			if len(data) > 4<<10 {
 				t.Fatalf("crafted file is %d bytes, want a small one", len(data))
 			}
-			if err := os.WriteFile(path, data, 0o644); err != nil {
-				t.Fatal(err)
-			}
 			s := stagetest.Store(t)
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			_, err = stage.Stage(context.Background(), s, stage.StageOptions{Inputs: []string{path}, Shards: 1, TempDir: t.TempDir()})
-			runtime.ReadMemStats(&after)
+			got, err := stageAllocated(t, s, path)
 			if errcode.Of(err) != errcode.BadInput || !strings.Contains(err.Error(), "small.parquet") {
 				t.Fatalf("err = %v (code %s), want BAD_INPUT naming the file", err, errcode.Of(err))
 			}
-			if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
+			if got > 64<<20 {
 				t.Fatalf("staging a %d-byte file allocated %d MiB", len(data), got>>20)
 			}
 			if n := countObjects(t, s); n != 0 {

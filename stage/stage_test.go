@@ -1,7 +1,6 @@
 package stage_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -473,18 +472,5 @@ func writeTwoTextColumns(t *testing.T, path string) {
 	schema := arrow.NewSchema(fields, nil)
 	both := array.NewRecordBatch(schema, append(rec.Columns(), other), 1)
 	defer both.Release()
-	var buf bytes.Buffer
-	w, err := pqarrow.NewFileWriter(schema, &buf, nil, pqarrow.DefaultWriterProps())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Write(both); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeParquet(t, path, both, nil, pqarrow.DefaultWriterProps())
 }
