@@ -1112,20 +1112,7 @@ func TestGateStatusOfHaltedMember(t *testing.T) {
 // answers every read and write. It printed "Shutdown" and exited 0. A
 // remaining member's status is not affected.
 func TestGateStatusOfRemovedMember(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	c := raftgate.MakeCluster(t, 3)
-	old := c.Leader(10 * time.Second)
-	cl := raftgate.NewClient(old.URL())
-	defer cl.Close()
-	if err := cl.RemoveMember(ctx, old.ID()); err != nil {
-		t.Fatalf("remove the leader %s: %v", old.ID(), err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); old.Raft().State() != raft.Shutdown; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the removed leader's Raft is %s", old.Raft().State())
-		}
-	}
+	c, old := clusterWhoseLeaderRemovedItself(t)
 	r := runGateCLI(t, "gate", "status", "--gate", old.URL()).expect(t, errcode.ExitError, errcode.NotLeader)
 	want := "REMOVED: node " + old.ID() + " is no longer a member of the gate cluster: its Raft configuration lists "
 	if !strings.HasPrefix(r.stdout, want) || !strings.Contains(r.stderr, "no longer a member") {
@@ -1139,6 +1126,53 @@ func TestGateStatusOfRemovedMember(t *testing.T) {
 		if strings.Contains(r.stdout, "REMOVED") {
 			t.Fatalf("gate status of the member %s:\n%s", n.ID(), r.stdout)
 		}
+	}
+}
+
+// clusterWhoseLeaderRemovedItself makes a cluster of three whose leader
+// removes itself (gate remove of its own ID) and returns it once that
+// leader's Raft has shut down. A leader on FastTiming's 100 ms lease may
+// lose its leadership on a loaded machine: while it commits its removal
+// (the remaining two must both answer within the lease, since it no
+// longer counts itself), which is INDETERMINATE, or before the request
+// reaches it, which it then forwards to the new leader, which removes a
+// follower (its Raft goes on). Neither is the case under test, so it
+// starts over on a new cluster, up to five times.
+func clusterWhoseLeaderRemovedItself(t *testing.T) (*raftgate.TestCluster, *raftgate.Node) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		c := raftgate.MakeCluster(t, 3)
+		old := c.Leader(10 * time.Second)
+		term := old.Raft().CurrentTerm()
+		cl := raftgate.NewClient(old.URL())
+		err := cl.RemoveMember(ctx, old.ID())
+		cl.Close()
+		moved := raftgate.IsIndeterminate(err)
+		if err != nil && (!moved || attempt == 5) {
+			t.Fatalf("remove the leader %s: %v", old.ID(), err)
+		}
+		// A leader that committed its own removal shuts its Raft down in
+		// the term it led; a node that forwarded the request had heard
+		// from a leader of a later term.
+		for deadline := time.Now().Add(10 * time.Second); !moved && old.Raft().State() != raft.Shutdown; time.Sleep(20 * time.Millisecond) {
+			moved = old.Raft().CurrentTerm() != term
+			if moved && attempt == 5 {
+				t.Fatalf("%s was no longer the leader when it removed itself, five times", old.ID())
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the removed leader's Raft is %s", old.Raft().State())
+			}
+		}
+		if !moved {
+			return c, old
+		}
+		if err == nil {
+			err = errors.New("the request was forwarded to a new leader")
+		}
+		t.Logf("attempt %d: %s lost its leadership around its removal: %v; again on a new cluster", attempt, old.ID(), err)
+		c.Shutdown()
 	}
 }
 
