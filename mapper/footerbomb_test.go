@@ -1,7 +1,6 @@
 package mapper_test
 
 import (
-	"runtime"
 	"slices"
 	"testing"
 
@@ -23,12 +22,7 @@ func testFooterListBeyondItsBytes(t *testing.T, dec mapper.Decoder) {
 	orig := stagetest.ShardBytes(t, f.s, f.res.Release.Shards[0])
 	for _, field := range []int16{2, 4} {
 		data := stagetest.InflateFooterList(t, orig, field, 100_000_000)
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		r, tuples := f.replaced(t, data)
-		runtime.ReadMemStats(&after)
-		got := after.TotalAlloc - before.TotalAlloc
+		r, tuples, got := f.replacedAllocating(t, data)
 		t.Logf("field %d: %d-byte shard: TotalAlloc %d MiB, codes %v", field, len(data), got>>20, codes(r))
 		if want := []string{"DIGEST_MISMATCH", "FOOTER_CORRUPT", "SIZE_MISMATCH"}; !slices.Equal(codes(r), want) || r.Decoded || len(tuples) != 0 {
 			t.Fatalf("field %d: codes %v decoded %v tuples %d; want %v, none", field, codes(r), r.Decoded, len(tuples), want)
@@ -55,12 +49,7 @@ func testFooterSchemaTreeBomb(t *testing.T, dec mapper.Decoder) {
 		"root of 2^26 children":  stagetest.DeclareRootChildren(t, orig, 1<<26),
 		"leaves under long name": stagetest.NestUnderLongName(t, orig, 20_000, 4000),
 	} {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		r, tuples := f.replaced(t, data)
-		runtime.ReadMemStats(&after)
-		got := after.TotalAlloc - before.TotalAlloc
+		r, tuples, got := f.replacedAllocating(t, data)
 		t.Logf("%s: %d-byte shard: TotalAlloc %d KiB, codes %v", name, len(data), got>>10, codes(r))
 		if want := []string{"DIGEST_MISMATCH", "FOOTER_CORRUPT", "SIZE_MISMATCH"}; !slices.Equal(codes(r), want) || r.Decoded || len(tuples) != 0 {
 			t.Errorf("%s: codes %v decoded %v tuples %d; want %v, none", name, codes(r), r.Decoded, len(tuples), want)
@@ -97,12 +86,7 @@ func testFooterRowCountBeyondItsBytes(t *testing.T, dec mapper.Decoder) {
 		}, "DECODE_ERROR"},
 	} {
 		data := stagetest.RewriteFooter(t, orig, c.edit)
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		r, tuples := f.replaced(t, data)
-		runtime.ReadMemStats(&after)
-		got := after.TotalAlloc - before.TotalAlloc
+		r, tuples, got := f.replacedAllocating(t, data)
 		t.Logf("%s: %d-byte shard: TotalAlloc %d KiB, codes %v", c.name, len(data), got>>10, codes(r))
 		want := []string{c.code, "DIGEST_MISMATCH", "SIZE_MISMATCH"}
 		slices.Sort(want)

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -162,6 +163,19 @@ func (f *fixture) replaced(t *testing.T, data []byte) (mapper.Result, []mapper.T
 	t.Helper()
 	res := stagetest.ReplaceShardBytes(t, f.s, f.res, 0, data)
 	return f.mapOne(t, mapper.SideRelease, 0, res.Release.Shards[0])
+}
+
+// replacedAllocating is replaced, also returning the bytes the process
+// allocated meanwhile (runtime.MemStats.TotalAlloc, after a collection):
+// what a hostile file costs to map.
+func (f *fixture) replacedAllocating(t *testing.T, data []byte) (mapper.Result, []mapper.Tuple, uint64) {
+	t.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	r, tuples := f.replaced(t, data)
+	runtime.ReadMemStats(&after)
+	return r, tuples, after.TotalAlloc - before.TotalAlloc
 }
 
 func TestTruncated(t *testing.T) { forDecoders(t, testTruncated) }

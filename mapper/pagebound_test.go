@@ -2,7 +2,6 @@ package mapper_test
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
 	"testing"
 
@@ -32,12 +31,7 @@ func testPageLargerThanItsShard(t *testing.T, dec mapper.Decoder) {
 	}{{3, 48 << 20}, {2, 48 << 20}, {3, 80 << 20}, {2, 80 << 20}} {
 		name := fmt.Sprintf("field %d = %d MiB", tc.field, tc.size>>20)
 		data := stagetest.PatchPageSize(t, orig, tc.field, tc.size)
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		r, tuples := f.replaced(t, data)
-		runtime.ReadMemStats(&after)
-		got := after.TotalAlloc - before.TotalAlloc
+		r, tuples, got := f.replacedAllocating(t, data)
 		t.Logf("%s: %d-byte shard: TotalAlloc %d KiB, codes %v", name, len(data), got>>10, codes(r))
 		if want := []string{"DECODE_ERROR", "DIGEST_MISMATCH", "SIZE_MISMATCH"}; !slices.Equal(codes(r), want) || r.Decoded || len(tuples) != 0 {
 			t.Errorf("%s: codes %v decoded %v tuples %d; want %v, none", name, codes(r), r.Decoded, len(tuples), want)
