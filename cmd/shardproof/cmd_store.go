@@ -177,7 +177,9 @@ commands, or --emit alone) have no lease: give them a cutoff longer than
 their longest gap between phases. A job that a live process holds (a
 verify --resume of it, or another prune-jobs deleting it) is kept, and
 printed with the holder. Each job is printed with its object count and
-bytes; --dry-run only prints, and writes nothing: it judges ages, and
+bytes, and when none is deleted (or, with --dry-run, would be) a last
+line says so: "nothing to prune: N jobs kept, none abandoned for more
+than D". --dry-run only prints, and writes nothing: it judges ages, and
 holders on other machines, by this machine's clock, and warns that the
 store's may disagree (a real prune also writes a probe to read the
 store's clock when it judges a holder on another machine).`,
@@ -191,7 +193,13 @@ store's clock when it judges a holder on another machine).`,
 			return err
 		}
 		out := cmd.OutOrStdout()
-		return coordinator.PruneJobs(cmd.Context(), s, coordinator.PruneOptions{OlderThan: pruneFlags.olderThan, DryRun: pruneFlags.dryRun}, func(j coordinator.PrunedJob) error {
+		kept, pruned := 0, 0
+		err = coordinator.PruneJobs(cmd.Context(), s, coordinator.PruneOptions{OlderThan: pruneFlags.olderThan, DryRun: pruneFlags.dryRun}, func(j coordinator.PrunedJob) error {
+			if j.Action == coordinator.PruneKept {
+				kept++
+			} else {
+				pruned++
+			}
 			holder := ""
 			if inUse := j.InUse; inUse != nil {
 				// A verify --resume of an old job, or another prune.
@@ -210,6 +218,19 @@ store's clock when it judges a holder on another machine).`,
 			}
 			return nil
 		})
+		if err != nil || pruned > 0 {
+			return err
+		}
+		// Silence would not tell an empty prune from one that looked
+		// in the wrong store.
+		jobs := "jobs"
+		if kept == 1 {
+			jobs = "job"
+		}
+		if _, err := fmt.Fprintf(out, "nothing to prune: %d %s kept, none abandoned for more than %s\n", kept, jobs, pruneFlags.olderThan); err != nil {
+			return errcode.Wrap(errcode.IO, err, "write listing")
+		}
+		return nil
 	},
 }
 

@@ -24,7 +24,9 @@ import (
 	"github.com/shardproof/shardproof/coordinator"
 	"github.com/shardproof/shardproof/internal/errcode"
 	"github.com/shardproof/shardproof/internal/procid"
+	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
+	"github.com/shardproof/shardproof/objstore/file"
 	"github.com/shardproof/shardproof/objstore/s3/s3test"
 )
 
@@ -144,6 +146,59 @@ func TestStorePruneJobsCLI(t *testing.T) {
 	_, err = storeRun(t, nil, "store", "prune-jobs", "--store", r.dir, "--older-than=-1h")
 	if errcode.Of(err) != errcode.Usage {
 		t.Fatalf("negative --older-than: %v", err)
+	}
+}
+
+// store prune-jobs that deletes no job says so, where it printed
+// nothing when the store held no job, which looked the same as a prune
+// of the wrong store: a last line counts the jobs kept, also on a dry
+// run; a prune that deletes one prints no such line.
+func TestStorePruneJobsSaysWhenNothingToPrune(t *testing.T) {
+	dir := t.TempDir()
+	s, err := file.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	out, err := storeRun(t, nil, "store", "prune-jobs", "--store", dir)
+	if want := "nothing to prune: 0 jobs kept, none abandoned for more than 24h0m0s\n"; err != nil || out != want {
+		t.Fatalf("prune-jobs of a store without jobs: %q, %v; want %q", out, err, want)
+	}
+	fresh := manifest.Sum([]byte("a fresh job")).Hex()
+	if _, err := s.Put(t.Context(), "jobs/"+fresh+"/map/0/commit.json", strings.NewReader("{}"), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--older-than", "1h"}, {"--older-than", "1h", "--dry-run"}} {
+		out, err = storeRun(t, nil, append([]string{"store", "prune-jobs", "--store", dir}, args...)...)
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		if err != nil || len(lines) != 2 || !strings.HasPrefix(lines[0], "kept\tjobs/"+fresh+"/\t1 objects\t2 bytes\t") ||
+			lines[1] != "nothing to prune: 1 job kept, none abandoned for more than 1h0m0s" {
+			t.Fatalf("prune-jobs %v keeping one job: %q, %v", args, out, err)
+		}
+	}
+	old := manifest.Sum([]byte("an abandoned job")).Hex()
+	if _, err := s.Put(t.Context(), "jobs/"+old+"/map/0/commit.json", strings.NewReader("{}"), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-48 * time.Hour)
+	err = filepath.WalkDir(filepath.Join(dir, "jobs", old), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Chtimes(p, past, past)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args   []string
+		action string
+	}{{[]string{"--dry-run"}, "would delete"}, {nil, "deleted"}} {
+		args := c.args
+		out, err = storeRun(t, nil, append([]string{"store", "prune-jobs", "--store", dir}, args...)...)
+		if err != nil || !strings.Contains(out, c.action+"\tjobs/"+old+"/") || !strings.Contains(out, "kept\tjobs/"+fresh+"/") || strings.Contains(out, "nothing to prune") {
+			t.Fatalf("prune-jobs %v of an abandoned job: %q, %v", args, out, err)
+		}
 	}
 }
 
