@@ -9,9 +9,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/shardproof/shardproof/internal/errcode"
+	"github.com/shardproof/shardproof/internal/fdlimit"
 	"github.com/shardproof/shardproof/manifest"
 	"github.com/shardproof/shardproof/objstore"
 )
@@ -30,8 +32,38 @@ import (
 // the directory fsynced, so a reader never sees a partial entry under a
 // digest name. Several workers may share one directory: two fills of the
 // same digest rename identical bytes over each other.
+//
+// A Cache serves one worker. On unix it holds a shared flock on every
+// entry it filled or found intact, from before the entry is hashed or
+// renamed into place until Admit is given shards without it, or Close:
+// an eviction (a bounded cache's Admit or fetch, or Prune) by any process
+// sharing the directory removes only entries it can lock exclusively, so
+// never one a live worker holds, and the locks of a worker that dies die
+// with it. Each
+// fill or hit also marks the entry used (<dir>/used/<hex>, whose
+// modification time is the mark, kept across restarts), the order in
+// which evictions remove entries, least recently used first.
 type Cache struct {
 	dir string
+	// max bounds the bytes of entries and temp files; 0 is unbounded.
+	max int64
+	// lockLimit is how many entries the cache may hold locked within
+	// the process's open-file limit; 0 when there is no such limit.
+	lockLimit int
+
+	mu sync.Mutex
+	// held are the open, shared-locked files of the entries this cache
+	// verified, by digest; keep are the digests of the worker's shards
+	// (Admit), which an eviction of its own never removes.
+	held     map[manifest.Digest]*os.File
+	keep     map[manifest.Digest]bool
+	lastMark time.Time
+	// reserve is a bounded cache's reservation (Admit): a temp file of
+	// pendingBytes, the sizes of the worker's shards in pending, those
+	// that were not in the cache and no fetch has started yet.
+	reserve      *os.File
+	pending      map[manifest.Digest]int64
+	pendingBytes int64
 }
 
 // FillResult says what Fill did for one shard.
@@ -57,6 +89,9 @@ type FillResult struct {
 	// verify: a stat taken after Fill returned may already be of such a
 	// file.
 	Info fs.FileInfo
+	// Evicted are the entries a bounded cache removed to make room for
+	// the fetch.
+	Evicted []CacheEntry
 }
 
 // staleTemp is how long a temp file goes unwritten before OpenCache takes
@@ -64,13 +99,14 @@ type FillResult struct {
 const staleTemp = 15 * time.Minute
 
 // OpenCache creates (if needed) and opens the cache at dir, removing temp
-// files a crashed fill left behind. A sha256 or tmp under dir that is not
-// a directory (a symlink to one included) is BAD_INPUT.
+// files a crashed fill left behind. A sha256, tmp or used under dir that
+// is not a directory (a symlink to one included) is BAD_INPUT. The cache
+// is unbounded until SetMaxBytes.
 func OpenCache(dir string) (*Cache, error) {
 	if dir == "" {
 		return nil, errcode.New(errcode.Usage, "no cache directory given")
 	}
-	for _, d := range []string{filepath.Join(dir, "sha256"), filepath.Join(dir, "tmp")} {
+	for _, d := range []string{filepath.Join(dir, "sha256"), filepath.Join(dir, "tmp"), filepath.Join(dir, "used")} {
 		// The cache's own directories, not links: MkdirAll follows a
 		// link, and entries were written, read and removed (stale temp
 		// files, below) wherever it pointed.
@@ -91,14 +127,73 @@ func OpenCache(dir string) (*Cache, error) {
 	}
 	for _, e := range tmp {
 		// Another worker sharing the directory may be writing this one
-		// right now; only a file nobody wrote to for a while is debris.
+		// right now; only a file nobody wrote to for a while is debris,
+		// and nobody holds locked (a live worker's reservation).
 		// RemoveAll: a directory moved aside by a fill (a directory in
 		// an entry's place) whose removal did not finish.
-		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp {
-			os.RemoveAll(filepath.Join(dir, "tmp", e.Name()))
+		p := filepath.Join(dir, "tmp", e.Name())
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTemp && !heldLocked(p, info) {
+			os.RemoveAll(p)
 		}
 	}
-	return &Cache{dir: dir}, nil
+	c := &Cache{dir: dir, held: map[manifest.Digest]*os.File{}}
+	if limit, ok := fdlimit.Open(); ok {
+		c.lockLimit = max(1, int(min(limit, 1<<30))-cacheFileSlack)
+	}
+	return c, nil
+}
+
+// heldLocked reports whether another open file holds a lock on the
+// regular file at p (info): a live worker's reservation.
+func heldLocked(p string, info fs.FileInfo) bool {
+	if !canEvict || !info.Mode().IsRegular() {
+		return false
+	}
+	f, err := os.OpenFile(p, os.O_RDONLY|entryOpenFlags, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	ok, err := tryLockExclusive(f)
+	return err == nil && !ok
+}
+
+// cacheFileSlack is what a worker keeps open besides its entries' locks:
+// standard streams, the fills running at once (an entry or temp file and
+// a store read each), the gate client's and /metrics' connections.
+const cacheFileSlack = 128
+
+// Close releases the locks the cache holds on its entries, from then on
+// an eviction may remove them, and removes its reservation. The cache
+// must not be used afterwards.
+func (c *Cache) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for d, f := range c.held {
+		f.Close()
+		delete(c.held, d)
+	}
+	c.dropReservation()
+	return nil
+}
+
+// hold keeps f, an open file of d's entry with a shared lock, for as long
+// as the entry is the worker's, in place of the one it held before (an
+// entry filled again is another file). Past lockLimit (an unbounded
+// cache whose worker has more shards than the process may hold files
+// open: Admit warns) and where there are no locks, f is closed.
+func (c *Cache) hold(d manifest.Digest, f *os.File) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.held[d]; old != nil {
+		old.Close()
+		delete(c.held, d)
+	}
+	if !canEvict || c.lockLimit > 0 && len(c.held) >= c.lockLimit {
+		f.Close()
+		return
+	}
+	c.held[d] = f
 }
 
 // Dir returns the cache's root directory.
@@ -120,10 +215,15 @@ func (c *Cache) Path(d manifest.Digest) string {
 func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard) (FillResult, error) {
 	var res FillResult
 	path := c.Path(desc.Digest)
-	switch info, code, reason, err := c.check(path, desc); {
+	switch f, info, code, reason, err := c.check(path, desc); {
 	case err != nil:
 		return res, err
 	case info != nil:
+		c.hold(desc.Digest, f)
+		c.markUsed(desc.Digest)
+		// Another worker fetched it since Admit reserved its bytes. A
+		// reservation that cannot shrink stays larger than needed.
+		c.takeReserved(desc.Digest)
 		res.Hit, res.Info = true, info
 		return res, nil
 	case reason != "":
@@ -142,11 +242,18 @@ func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard)
 	// directory that has just filled it (two workers that both found
 	// the same damaged entry: the slower one removed the faster one's
 	// fresh copy), never finds the path missing.
-	n, info, err := c.fetch(ctx, s, desc, path)
-	res.Fetched, res.Info = n, info
+	n, info, evicted, err := c.fetch(ctx, s, desc, path)
+	res.Fetched, res.Info, res.Evicted = n, info, evicted
+	if err == nil {
+		c.markUsed(desc.Digest)
+	}
 	if err != nil && res.Corrupt {
 		// Still leave no corrupt entry behind.
-		if info, _, _, cerr := c.check(path, desc); cerr == nil && info == nil {
+		f, info, _, _, cerr := c.check(path, desc)
+		if f != nil {
+			f.Close()
+		}
+		if cerr == nil && info == nil {
 			if rerr := os.Remove(path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 				return res, errors.Join(err, errcode.Wrap(errcode.IO, rerr, "remove corrupt cache entry %s", path))
 			}
@@ -155,71 +262,90 @@ func (c *Cache) Fill(ctx context.Context, s objstore.Store, desc manifest.Shard)
 	return res, err
 }
 
-// check reports whether path holds desc's bytes: the file it hashed when
-// it does. A missing entry is (nil, "", "", nil); a wrong one is (nil,
+// check reports whether path holds desc's bytes: when it does, the file
+// it hashed, open and share-locked (the caller closes it), and its stat.
+// A missing entry is (nil, nil, "", "", nil); a wrong one is (nil, nil,
 // code, reason, nil).
-func (c *Cache) check(path string, desc manifest.Shard) (fs.FileInfo, errcode.Code, string, error) {
+func (c *Cache) check(path string, desc manifest.Shard) (*os.File, fs.FileInfo, errcode.Code, string, error) {
 	// Lstat before opening: opening a FIFO put in an entry's place blocks
 	// until a writer comes, and a signal does not end the wait.
 	st, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, "", "", nil
+		return nil, nil, "", "", nil
 	}
 	if err != nil {
-		return nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+		return nil, nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
+		return nil, nil, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
 	}
 	// A trainer running as another user must be able to read it (a hit
 	// for a worker running as root otherwise).
 	if perm := st.Mode().Perm(); perm&0o444 != 0o444 {
-		return nil, errcode.BadInput, fmt.Sprintf("%s: mode %s, not readable by everyone", desc.ID, perm), nil
+		return nil, nil, errcode.BadInput, fmt.Sprintf("%s: mode %s, not readable by everyone", desc.ID, perm), nil
 	}
 	// Not following a link, nor waiting for a FIFO's writer: either may
 	// have been put in the entry's place since the Lstat.
 	f, err := os.OpenFile(path, os.O_RDONLY|entryOpenFlags, 0)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, "", "", nil
+		return nil, nil, "", "", nil
 	}
 	if err != nil {
 		if st, lerr := os.Lstat(path); lerr == nil && !st.Mode().IsRegular() {
-			return nil, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
+			return nil, nil, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
 		}
-		return nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+		return nil, nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
 	}
-	defer f.Close()
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
 	if st, err = f.Stat(); err != nil {
-		return nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+		return nil, nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
+		return nil, nil, errcode.BadInput, fmt.Sprintf("%s: not a regular file (%s)", desc.ID, st.Mode().Type()), nil
+	}
+	// Held from before the hash, so no eviction removes the entry once
+	// it is found intact. One an eviction holds is being removed, and
+	// one no longer at the path (removed or replaced since the open) is
+	// not the entry: either is missing here, and fetched again.
+	if ok, err := tryLockShared(f); err != nil {
+		return nil, nil, "", "", errcode.Wrap(errcode.IO, err, "lock cache entry %s", path)
+	} else if !ok {
+		return nil, nil, "", "", nil
+	}
+	if now, err := os.Lstat(path); err != nil || !os.SameFile(now, st) {
+		return nil, nil, "", "", nil
 	}
 	if st.Size() != desc.Size {
-		return nil, errcode.SizeMismatch, fmt.Sprintf("%s: manifest.size=%d, cache entry size=%d", desc.ID, desc.Size, st.Size()), nil
+		return nil, nil, errcode.SizeMismatch, fmt.Sprintf("%s: manifest.size=%d, cache entry size=%d", desc.ID, desc.Size, st.Size()), nil
 	}
 	h := sha256.New()
 	// Read one byte past the expected size so a file growing under us is
 	// caught rather than hashed partially.
 	n, err := io.Copy(h, io.LimitReader(f, desc.Size+1))
 	if err != nil {
-		return nil, "", "", errcode.Wrap(errcode.IO, err, "read cache entry %s", path)
+		return nil, nil, "", "", errcode.Wrap(errcode.IO, err, "read cache entry %s", path)
 	}
 	var got manifest.Digest
 	h.Sum(got[:0])
 	if n != desc.Size || got != desc.Digest {
-		return nil, errcode.DigestMismatch, fmt.Sprintf("%s: manifest.digest=%s, cache entry hashes to %s (%d bytes)", desc.ID, desc.Digest, got, n), nil
+		return nil, nil, errcode.DigestMismatch, fmt.Sprintf("%s: manifest.digest=%s, cache entry hashes to %s (%d bytes)", desc.ID, desc.Digest, got, n), nil
 	}
 	// Written to while it was hashed: the bytes hashed may be half old,
 	// half new, and what the file holds now was not hashed.
 	after, err := f.Stat()
 	if err != nil {
-		return nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
+		return nil, nil, "", "", errcode.Wrap(errcode.IO, err, "cache entry %s", path)
 	}
 	if !(entry{info: st}).unchanged(after) {
-		return nil, errcode.DigestMismatch, fmt.Sprintf("%s: cache entry written to while it was hashed (size %d, then %d)", desc.ID, st.Size(), after.Size()), nil
+		return nil, nil, errcode.DigestMismatch, fmt.Sprintf("%s: cache entry written to while it was hashed (size %d, then %d)", desc.ID, st.Size(), after.Size()), nil
 	}
-	return st, "", "", nil
+	keep = true
+	return f, st, "", "", nil
 }
 
 // moveAside moves the directory at path into the cache's tmp directory
@@ -244,22 +370,23 @@ func (c *Cache) moveAside(path string) error {
 }
 
 // fetch copies version desc.ObjectVersion of the shard from s into path
-// and returns the file it renamed there.
-func (c *Cache) fetch(ctx context.Context, s objstore.Store, desc manifest.Shard, path string) (int64, fs.FileInfo, error) {
+// and returns the file it renamed there (held from before the rename),
+// and the entries a bounded cache evicted to make room for it.
+func (c *Cache) fetch(ctx context.Context, s objstore.Store, desc manifest.Shard, path string) (int64, fs.FileInfo, []CacheEntry, error) {
 	if desc.ObjectVersion == "" {
-		return 0, nil, errcode.New(errcode.VersionMissing, "%s: descriptor has no objectVersion", desc.ID)
+		return 0, nil, nil, errcode.New(errcode.VersionMissing, "%s: descriptor has no objectVersion", desc.ID)
 	}
 	rc, err := objstore.GetBlob(ctx, s, desc.Digest, objstore.Version(desc.ObjectVersion), desc.Size)
 	if objstore.IsNotExist(err) {
-		return 0, nil, errcode.Wrap(errcode.VersionMissing, err, "%s: %s version %s", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion)
+		return 0, nil, nil, errcode.Wrap(errcode.VersionMissing, err, "%s: %s version %s", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion)
 	}
 	if err != nil {
-		return 0, nil, fmt.Errorf("%s: %w", desc.ID, err)
+		return 0, nil, nil, fmt.Errorf("%s: %w", desc.ID, err)
 	}
 	defer rc.Close()
-	tmp, err := os.CreateTemp(filepath.Join(c.dir, "tmp"), desc.Digest.Hex()+".*")
+	tmp, evicted, err := c.createTemp(ctx, desc)
 	if err != nil {
-		return 0, nil, errcode.Wrap(errcode.IO, err, "cache %s", c.dir)
+		return 0, nil, evicted, err
 	}
 	committed := false
 	defer func() {
@@ -274,30 +401,63 @@ func (c *Cache) fetch(ctx context.Context, s objstore.Store, desc manifest.Shard
 		if errcode.Of(err) == errcode.Internal {
 			err = errcode.Wrap(errcode.IO, err, "read")
 		}
-		return n, nil, fmt.Errorf("%s: fetch %s version %s: %w", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion, err)
+		return n, nil, evicted, fmt.Errorf("%s: fetch %s version %s: %w", desc.ID, desc.Digest.BlobKey(), desc.ObjectVersion, err)
+	}
+	if n != desc.Size {
+		// The reader ends with SIZE_MISMATCH first; a temp file reserved
+		// at its full size must never pass for the shard's bytes.
+		return n, nil, evicted, errcode.New(errcode.SizeMismatch, "%s: manifest.size=%d, bytes read=%d", desc.ID, desc.Size, n)
 	}
 	// Readable by the trainer, which may run as another user on a
 	// shared volume (CreateTemp makes 0600).
 	if err := tmp.Chmod(0o644); err != nil {
-		return n, nil, errcode.Wrap(errcode.IO, err, "cache chmod")
+		return n, nil, evicted, errcode.Wrap(errcode.IO, err, "cache chmod")
 	}
 	if err := tmp.Sync(); err != nil {
-		return n, nil, errcode.Wrap(errcode.IO, err, "cache fsync")
+		return n, nil, evicted, errcode.Wrap(errcode.IO, err, "cache fsync")
 	}
 	info, err := tmp.Stat()
 	if err != nil {
-		return n, nil, errcode.Wrap(errcode.IO, err, "cache stat")
+		return n, nil, evicted, errcode.Wrap(errcode.IO, err, "cache stat")
 	}
 	if err := tmp.Close(); err != nil {
-		return n, nil, errcode.Wrap(errcode.IO, err, "cache close")
+		return n, nil, evicted, errcode.Wrap(errcode.IO, err, "cache close")
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return n, nil, errcode.Wrap(errcode.IO, err, "cache rename")
+	// Held before it is an entry: no eviction finds it unlocked.
+	held, err := os.OpenFile(tmp.Name(), os.O_RDONLY|entryOpenFlags, 0)
+	if err != nil {
+		return n, nil, evicted, errcode.Wrap(errcode.IO, err, "cache reopen")
+	}
+	ok, err := tryLockShared(held)
+	if err == nil && !ok {
+		err = errors.New("locked by another process")
+	}
+	if err != nil {
+		held.Close()
+		return n, nil, evicted, errcode.Wrap(errcode.IO, err, "lock cache entry %s", tmp.Name())
+	}
+	if st, err := held.Stat(); err != nil || !os.SameFile(st, info) {
+		held.Close()
+		return n, nil, evicted, errcode.New(errcode.IO, "%s: temp file %s replaced before it was renamed into place", desc.ID, tmp.Name())
+	}
+	// Under the cache's lock: an eviction checks an entry is the file it
+	// locked, then removes it, and must not remove this one in between.
+	unlock, err := c.lockDir(ctx)
+	if err != nil {
+		held.Close()
+		return n, nil, evicted, err
+	}
+	err = os.Rename(tmp.Name(), path)
+	unlock()
+	if err != nil {
+		held.Close()
+		return n, nil, evicted, errcode.Wrap(errcode.IO, err, "cache rename")
 	}
 	committed = true
+	c.hold(desc.Digest, held)
 	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		d.Sync()
 		d.Close()
 	}
-	return n, info, nil
+	return n, info, evicted, nil
 }

@@ -293,11 +293,11 @@ func TestCacheReplacesEntriesThatAreNotTheShardsFile(t *testing.T) {
 	}
 }
 
-// A cache whose sha256 or tmp directory is a symlink (or not a
+// A cache whose sha256, tmp or used directory is a symlink (or not a
 // directory) is refused BAD_INPUT: entries were written, read and
-// removed wherever the link pointed.
+// removed (and used marks touched) wherever the link pointed.
 func TestOpenCacheRefusesLinkedSubdirectories(t *testing.T) {
-	for _, sub := range []string{"sha256", "tmp"} {
+	for _, sub := range []string{"sha256", "tmp", "used"} {
 		t.Run(sub, func(t *testing.T) {
 			outside := t.TempDir()
 			old := time.Now().Add(-time.Hour)

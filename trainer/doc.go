@@ -18,4 +18,20 @@
 // verified again, and the worker exits with the
 // run's failure code (ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED, …) when
 // the run fails. Metrics are Prometheus, labelled by release digest.
+//
+// A cache is unbounded unless Cache.SetMaxBytes bounds it (worker
+// --cache-max-bytes). Workers of other ranks and runs may share its
+// directory: on unix each holds a shared flock on every entry it verified
+// for as long as it lives (the lock dies with a crashed worker), and
+// marks each entry it fetches or finds intact as used (<dir>/used/<hex>).
+// Before fetching, Cache.Admit refuses a rank whose shards alone, by the
+// root manifest's sizes, exceed the bound (CACHE_TOO_SMALL, nothing
+// changed), then evicts entries not the rank's, least recently used
+// first, skipping every entry another worker holds locked and every temp
+// file, until the rank's shards fit (CACHE_FULL, nothing removed, when
+// they cannot), and reserves the bytes of those not in the cache yet (a
+// temp file of their size, which each fetch hands on to its own), so
+// workers filling one cache at once stay within the bound together.
+// Cache.Prune (`shardproof cache prune`) evicts by the same rules
+// offline. Elsewhere than unix there are no locks, and no bound.
 package trainer

@@ -26,6 +26,11 @@ type Metrics struct {
 	// reassignment) kept without hashing: their entries were unchanged
 	// since it verified them.
 	CacheKept *prometheus.CounterVec
+	// CacheEvictions counts entries a bounded cache (Cache.SetMaxBytes)
+	// removed to make room for the rank's shards, and CacheEvictedBytes
+	// their bytes.
+	CacheEvictions    *prometheus.CounterVec
+	CacheEvictedBytes *prometheus.CounterVec
 	// ShardFailures counts shards that failed verification, by code.
 	ShardFailures *prometheus.CounterVec
 	// BarrierWait is how long the rank waited at the barrier, in seconds.
@@ -63,6 +68,14 @@ func NewMetrics() *Metrics {
 			Name: "shardproof_worker_cache_kept_total",
 			Help: "Shards kept without hashing again when the rank re-verified within its run (a reassignment): entries unchanged since verified.",
 		}, rel),
+		CacheEvictions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardproof_worker_cache_evictions_total",
+			Help: "Cache entries evicted (least recently used first, none a live worker holds) to keep the cache within --cache-max-bytes.",
+		}, rel),
+		CacheEvictedBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardproof_worker_cache_evicted_bytes_total",
+			Help: "Bytes of the cache entries evicted to keep the cache within --cache-max-bytes.",
+		}, rel),
 		ShardFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardproof_worker_shard_failures_total",
 			Help: "Assigned shards that failed verification, by error code.",
@@ -88,7 +101,7 @@ func NewMetrics() *Metrics {
 			Help: "1 while the worker's /readyz is green.",
 		}, rel),
 	}
-	m.reg.MustRegister(m.VerifiedShardRatio, m.CacheCorruptions, m.CacheHits, m.CacheKept, m.ShardFailures,
+	m.reg.MustRegister(m.VerifiedShardRatio, m.CacheCorruptions, m.CacheHits, m.CacheKept, m.CacheEvictions, m.CacheEvictedBytes, m.ShardFailures,
 		m.BarrierWait, m.RootMismatches, m.ReadBytes, m.ReadThroughput, m.Ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

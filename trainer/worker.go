@@ -642,7 +642,7 @@ func (w *Worker) pin(ctx context.Context, run *raftgate.Run) (*manifest.Release,
 	m := w.cfg.Metrics
 	for _, c := range []interface {
 		WithLabelValues(...string) prometheus.Counter
-	}{m.CacheCorruptions, m.CacheHits, m.CacheKept, m.RootMismatches, m.ReadBytes} {
+	}{m.CacheCorruptions, m.CacheHits, m.CacheKept, m.CacheEvictions, m.CacheEvictedBytes, m.RootMismatches, m.ReadBytes} {
 		c.WithLabelValues(label)
 	}
 	m.BarrierWait.WithLabelValues(label)
@@ -723,6 +723,17 @@ func (w *Worker) verifyAll(ctx context.Context, run *raftgate.Run, rel *manifest
 	label := run.Root.String()
 	m := w.cfg.Metrics
 	m.VerifiedShardRatio.WithLabelValues(label).Set(0)
+	// Before any fetch: a bound too small for the rank's shards alone
+	// changes nothing, and room is made before the first byte is written.
+	adm, err := w.cfg.Cache.Admit(ctx, shards)
+	w.countEvicted(label, adm.Eviction.Removed, adm.Eviction.InUse)
+	if err != nil {
+		w.log.Error("cache cannot hold the rank's shards", "code", errcode.Of(err), "maxBytes", w.cfg.Cache.MaxBytes())
+		return err
+	}
+	if adm.Unlocked > 0 {
+		w.log.Warn("more shards than the process may hold locked at once: a bounded worker sharing the cache may evict the rest (raise ulimit -n)", "unlocked", adm.Unlocked, "shards", len(shards))
+	}
 	if len(shards) == 0 {
 		m.VerifiedShardRatio.WithLabelValues(label).Set(1)
 		// The entries of an assignment before are no longer this
@@ -888,6 +899,7 @@ func (w *Worker) verifyOnce(ctx context.Context, rel *manifest.Release, desc man
 		if res.Hit {
 			m.CacheHits.WithLabelValues(label).Inc()
 		}
+		w.countEvicted(label, res.Evicted, nil)
 		if err != nil {
 			if attempt == 0 && errcode.Of(err) == errcode.SizeMismatch && ctx.Err() == nil {
 				w.log.Warn("short read, fetching again", "shard", desc.ID, "digest", desc.Digest.String(), "code", errcode.SizeMismatch)
@@ -903,6 +915,22 @@ func (w *Worker) verifyOnce(ctx context.Context, rel *manifest.Release, desc man
 		return total, info, w.cfg.Verify(ctx, w.cfg.Cache.Path(desc.Digest), rel, desc)
 	}
 	return total, info, nil
+}
+
+// countEvicted counts and logs the entries a bounded cache evicted to
+// make room for this rank's shards, and those it skipped as in use.
+func (w *Worker) countEvicted(label string, removed, inUse []CacheEntry) {
+	if len(removed) == 0 && len(inUse) == 0 {
+		return
+	}
+	m := w.cfg.Metrics
+	bytes := sizeOf(removed)
+	m.CacheEvictions.WithLabelValues(label).Add(float64(len(removed)))
+	m.CacheEvictedBytes.WithLabelValues(label).Add(float64(bytes))
+	for _, e := range removed {
+		w.log.Debug("cache entry evicted", "digest", e.Digest.String(), "bytes", e.Size, "used", e.Used.UTC())
+	}
+	w.log.Info("cache entries evicted", "entries", len(removed), "bytes", bytes, "inUse", len(inUse), "maxBytes", w.cfg.Cache.MaxBytes())
 }
 
 // wait waits at the barrier and records how long it took. It waits in

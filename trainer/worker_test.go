@@ -207,6 +207,8 @@ func TestFourRanksAttestAndBarrierOpens(t *testing.T) {
 		// Series of the release are there from the start, at zero.
 		`shardproof_worker_cache_corruptions_total{release="` + label + `"} 0`,
 		`shardproof_worker_cache_kept_total{release="` + label + `"} 0`,
+		`shardproof_worker_cache_evictions_total{release="` + label + `"} 0`,
+		`shardproof_worker_cache_evicted_bytes_total{release="` + label + `"} 0`,
 		`shardproof_worker_barrier_wait_seconds{release="` + label + `"}`,
 		`shardproof_worker_ready{release="` + label + `"} 1`,
 	} {

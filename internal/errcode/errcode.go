@@ -18,7 +18,7 @@ type Code string
 const (
 	ExitOK            = 0 // success; for verify: verdict VERIFIED
 	ExitInvalid       = 1 // the input was checked and found wrong (verdict INVALID, bad document)
-	ExitUsage         = 2 // bad flags or arguments, credentials refused (UNAUTHENTICATED, STORE_DENIED), a store URL naming no bucket (NO_SUCH_BUCKET)
+	ExitUsage         = 2 // bad flags or arguments, credentials refused (UNAUTHENTICATED, STORE_DENIED), a store URL naming no bucket (NO_SUCH_BUCKET), a cache bound below a worker's shards (CACHE_TOO_SMALL)
 	ExitError         = 3 // operational error: store or network unreachable, I/O failure
 	ExitRejected      = 4 // the gate or store refused a command (conflict, fence, permit, precondition)
 	ExitIndeterminate = 5 // the outcome is unknown (leader lost mid-commit): retry is safe
@@ -71,7 +71,7 @@ var catalogue = map[Code]entry{
 	Nondeterminism:     {ExitInvalid, "a rerun task produced output that differs from the committed output"},
 	ShuffleCorrupt:     {ExitError, "a shuffle file or task commit record cannot be decoded or breaks its order"},
 	TaskNotReady:       {ExitError, "a task's inputs are not committed yet (run the earlier phase first)"},
-	FileLimit:          {ExitError, "a reduce task would hold more files open at once than the process may (ulimit -n)"},
+	FileLimit:          {ExitError, "a reduce task, or a worker with a bounded cache (one lock per assigned shard), would hold more files open at once than the process may (ulimit -n)"},
 	JobInUse:           {ExitError, "another live process runs this verification job or deletes its files (verify --resume, store prune-jobs)"},
 	StoreDenied:        {ExitUsage, "the store refused the credentials, signature or region of a request, or its policy denies it, or no credentials were found, or a file store's directory refuses this user (its permissions, an immutable flag) or is on a read-only file system; retrying does not help"},
 	NoSuchBucket:       {ExitUsage, "the S3 bucket the store URL names does not exist (or was deleted while the command ran); shardproof never creates one, and retrying does not help"},
@@ -110,6 +110,10 @@ var catalogue = map[Code]entry{
 	// Gate: evidence signatures (gate serve --verifier-keys).
 	EvidenceUnsigned:         {ExitRejected, "the gate requires a trusted verifier's signature of a report or recheck (gate serve --verifier-keys) and the command carries none by a key it trusts"},
 	EvidenceSignatureInvalid: {ExitRejected, "a signature a command carries is malformed, or one by a trusted verifier key does not verify over the command's fields (changed since signed, or made for other evidence)"},
+
+	// Trainer cache (worker --cache-max-bytes, cache prune).
+	CacheTooSmall: {ExitUsage, "a worker's assigned shards alone (their sizes in the root manifest) exceed its cache bound (--cache-max-bytes); retrying does not help"},
+	CacheFull:     {ExitError, "the cache cannot be brought within its bound: what is left is entries live workers hold, this worker's own shards, and temp files being written"},
 
 	// Generic.
 	Usage:    {ExitUsage, "bad command-line usage"},
@@ -193,6 +197,9 @@ const (
 
 	EvidenceUnsigned         Code = "EVIDENCE_UNSIGNED"
 	EvidenceSignatureInvalid Code = "EVIDENCE_SIGNATURE_INVALID"
+
+	CacheTooSmall Code = "CACHE_TOO_SMALL"
+	CacheFull     Code = "CACHE_FULL"
 
 	Usage    Code = "USAGE"
 	Internal Code = "INTERNAL"
