@@ -21,11 +21,12 @@ func init() {
 	var (
 		store, gateURL, run, cacheDir, listen, readyFile string
 		rank, parallelism                                int
+		cacheMax                                         int64
 		once, bytesOnly, quiet                           bool
 		poll, rankWait                                   time.Duration
 	)
 	cmd := &cobra.Command{
-		Use:   "worker --gate URL --store URL --run ID --rank K --cache DIR [--listen ADDR] [--once]",
+		Use:   "worker --gate URL --store URL --run ID --rank K --cache DIR [--cache-max-bytes SIZE] [--listen ADDR] [--once]",
 		Short: "Trainer sidecar: verify this rank's shards of the run's root into a local cache, attest, wait at the barrier",
 		Long: `worker runs next to one trainer rank, as a sidecar or (with --once) an init
 container. It reads the run's pinned root from the gate — never the alias —,
@@ -34,7 +35,27 @@ with this rank's assigned shards read at their exact object versions
 (re-hashing entries already there: a corrupt or stale entry is refetched and
 counted) and decodes each one, attests (run, rank, root, shard digests), and
 waits at the barrier. The trainer reads shard bytes from
-DIR/sha256/<hex of the shard digest>.
+DIR/sha256/<hex of the shard digest>. Workers of other ranks and runs
+may share DIR.
+
+With --cache-max-bytes SIZE (bytes, or with a unit: 500GiB, 2TB; 0, the
+default, is unbounded) the entries and temp files in DIR stay within
+SIZE. Before fetching anything, a rank whose assigned shards alone (their
+sizes in the root manifest) exceed SIZE fails with CACHE_TOO_SMALL (exit
+2) and changes nothing. Otherwise entries that are not this rank's are
+evicted, least recently used first (a fetch or a hit marks an entry used,
+in DIR/used/, across restarts), until the rank's shards fit, and the
+bytes of those still to fetch are reserved (DIR/tmp/reserve.*, shrunk
+as each fetch starts), so workers sharing DIR count each other's
+fetches to come. Neither an
+entry a live worker verified nor a temp file is ever evicted: every
+worker holds a lock (flock) on each of its entries while it runs, an
+open file per shard (a bounded worker fails with FILE_LIMIT, exit 3,
+when they exceed ulimit -n). When the rest cannot make room the worker
+fails with CACHE_FULL (exit 3) and removes nothing. With --once the
+locks end with the worker: the trainer's files are then kept only by
+being the most recently used. A bound needs unix (flock); elsewhere it
+is USAGE. 'shardproof cache prune' evicts by the same rules, offline.
 
 With --once it prints "ready run=… rank=… root=… generation=… epoch=…
 shards=… cache=…" on stdout as the barrier opens, then exits 0. A sidecar
@@ -71,7 +92,8 @@ the code of the failure: ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED
 (cancelled), RUN_PRUNED (the run ended and was pruned between two polls),
 PERMIT_CLOSED (--once: a fence advance closed the run's permit),
 DIGEST_MISMATCH / SIZE_MISMATCH / SCHEMA_MISMATCH / … (a shard of this rank
-failed; the rank did not attest), GATE_UNAVAILABLE (also a minute after the
+failed; the rank did not attest), CACHE_TOO_SMALL, CACHE_FULL and
+FILE_LIMIT (--cache-max-bytes, above), GATE_UNAVAILABLE (also a minute after the
 run's barrier deadline, when no gate has answered a rank waiting there;
 members that answer GATE_HALTED, halted until upgraded, are waited
 through like members that do not answer).`,
@@ -112,6 +134,10 @@ through like members that do not answer).`,
 			c, err := trainer.OpenCache(cacheDir)
 			if err != nil {
 				return err
+			}
+			defer c.Close()
+			if err := c.SetMaxBytes(cacheMax); err != nil {
+				return errcode.Wrap(errcode.Of(err), err, "%s: --cache-max-bytes", cmd.CommandPath())
 			}
 			g := newGateClient(gateURL)
 			defer g.Close()
@@ -171,6 +197,7 @@ through like members that do not answer).`,
 	f.StringVar(&run, "run", "", "run id")
 	f.IntVar(&rank, "rank", 0, "this worker's rank")
 	f.StringVar(&cacheDir, "cache", "", "local cache directory (digest-addressed)")
+	byteSizeVar(f, &cacheMax, "cache-max-bytes", "bound the cache's bytes, evicting entries not this rank's (least recently used first, none a live worker holds): bytes, or 500GiB, 2TB (0: unbounded)")
 	f.StringVar(&listen, "listen", "", "serve /readyz, /healthz, /status and /metrics on this address, e.g. 127.0.0.1:9464")
 	f.StringVar(&readyFile, "ready-file", "", "write the status (root, epoch, each shard's cache path) as JSON here while ready; removed when not")
 	f.BoolVar(&once, "once", false, "exit 0 as soon as the barrier is open (init container)")

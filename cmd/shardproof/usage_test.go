@@ -10,7 +10,7 @@ import (
 // A command line that names no command is USAGE (exit 2) at every level;
 // a group command alone prints its help and succeeds.
 func TestUnknownCommandIsUsage(t *testing.T) {
-	for _, args := range [][]string{{"nosuch"}, {"gate", "nosuch"}, {"run", "nosuch"}, {"store", "nosuch"}, {"manifest", "nosuch"}} {
+	for _, args := range [][]string{{"nosuch"}, {"gate", "nosuch"}, {"run", "nosuch"}, {"store", "nosuch"}, {"manifest", "nosuch"}, {"cache", "nosuch"}} {
 		r := runCLI(t, cliEnv(), args...)
 		if r.status != 2 || !strings.Contains(r.stderr, `shardproof: USAGE: unknown command "nosuch"`) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and USAGE", args, r.status, r.stderr)
