@@ -313,13 +313,26 @@ var (
 	codeLike = regexp.MustCompile(`^[A-Z][A-Z0-9]*(_[A-Z0-9]+)+$`)
 )
 
+// notACode reports whether w looks like an error code and is none: not in
+// the catalogue, nor a listed non-code word.
+func notACode(w string) bool {
+	return codeLike.MatchString(w) && !errcode.Known(errcode.Code(w)) && !slices.Contains(nonCodeWords, w) &&
+		!slices.ContainsFunc(nonCodePrefixes, func(p string) bool { return strings.HasPrefix(w, p) })
+}
+
 // check returns what in md disagrees with the code, in line order.
 func (k *docChecker) check(md string) []docFinding {
+	return k.checkSnippets(markdownSnippets(md))
+}
+
+// checkSnippets returns what in snippets disagrees with the code: a
+// span that is one code-like word and no code, and each shardproof
+// command line and make line.
+func (k *docChecker) checkSnippets(snippets []docSnippet) []docFinding {
 	var out []docFinding
-	for _, sn := range markdownSnippets(md) {
+	for _, sn := range snippets {
 		add := func(msg string) { out = append(out, docFinding{sn.line, msg}) }
-		if sn.kind == inSpan && codeLike.MatchString(sn.text) && !errcode.Known(errcode.Code(sn.text)) &&
-			!slices.Contains(nonCodeWords, sn.text) && !slices.ContainsFunc(nonCodePrefixes, func(p string) bool { return strings.HasPrefix(sn.text, p) }) {
+		if sn.kind == inSpan && notACode(sn.text) {
 			add(fmt.Sprintf("`%s` is no error code (internal/errcode)", sn.text))
 			continue
 		}
