@@ -22,8 +22,9 @@ Exit statuses: 0 ok, 1 invalid input or verdict INVALID, 2 usage,
 credentials refused (UNAUTHENTICATED by the gate, STORE_DENIED by an S3
 store, or by a file store whose directory refuses this user or is
 read-only), a store URL naming no bucket (NO_SUCH_BUCKET) or a cache
-bound below a worker's shards (CACHE_TOO_SMALL): retrying does not help, 3 operational error, 4 rejected by the gate or store, 5
-indeterminate (retrying is safe).`,
+bound below a worker's shards (CACHE_TOO_SMALL): retrying does not help,
+3 operational error, 4 rejected by the gate or store, 5 indeterminate
+(retrying is safe).`,
 	Args: exactArgs(0),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		codes := errcode.All()

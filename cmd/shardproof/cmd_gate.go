@@ -184,9 +184,9 @@ and acknowledge writes its cluster never sees. --bootstrap on a DIR whose
 stored configuration has other members is refused too, so it never stays
 in a restart command. A start that fails after it made DIR removes it
 (and the parents it made), unless it had asked a member to add it: a DIR
-that existed is never removed. A DIR whose join was never answered (DIR/learner,
-no state) restarts only with --join: without it, or with --bootstrap or
---restore, it is refused (USAGE).
+that existed is never removed. A DIR whose join was never answered
+(DIR/learner, no state) restarts only with --join: without it, or with
+--bootstrap or --restore, it is refused (USAGE).
 
 When a majority of the members is lost for good, the rest cannot elect a
 leader or answer a read. --recover, once, on the member with the most
@@ -537,10 +537,11 @@ with another ID: the newcomer would otherwise be one voter more, and the
 quorum one larger (a 3-node cluster that lost a member and gained a new one
 without this has 4 voters and stops at the next loss). A replacement that
 reuses the dead member's --id needs no remove: its --join (on an empty
---data) updates the address, and makes it a nonvoter until it caught up. Stop the removed member's process (it no longer counts, and a
-restart of it would not rejoin without --join). Removing a non-member or
-the last member is BAD_INPUT and changes nothing; the leader may remove
-itself, and steps down.
+--data) updates the address, and makes it a nonvoter until it caught up.
+Stop the removed member's process (it no longer counts, and a restart of
+it would not rejoin without --join). Removing a non-member or the last
+member is BAD_INPUT and changes nothing; the leader may remove itself,
+and steps down.
 
 Exit status: 0 removed, 1 not a member or the last one (BAD_INPUT), 2
 usage, 3 error, 5 indeterminate (run "gate status" to see the
@@ -706,12 +707,13 @@ erased. Where it does not reach a fence that the watermarks the gate
 records for the release do, the gate's report or one of its rechecks at
 or above the fence must have checked the fence's log (FENCE_LOG_MISMATCH
 otherwise): registering would make the release satisfy the fences on
-what the gate recorded before the fence named its log. An INVALID report whose failures include bytes that fail
-their digests, sizes or versions is refused with that code when the gate
-holds the release VERIFIED, PUBLISHED or RETIRED, as publish refuses it:
-those bytes were proven once, so the store's copy is what is bad, and the
-verdict would close the permits of the root's aliases and runs for good.
-With only --root the release is STAGED.
+what the gate recorded before the fence named its log. An INVALID report
+whose failures include bytes that fail their digests, sizes or versions
+is refused with that code when the gate holds the release VERIFIED,
+PUBLISHED or RETIRED, as publish refuses it: those bytes were proven
+once, so the store's copy is what is bad, and the verdict would close
+the permits of the root's aliases and runs for good. With only --root
+the release is STAGED.
 
 The signatures stored beside the report (verify --sign-key) are sent with
 it; --sign-key signs it now too. A gate started with --verifier-keys
@@ -1118,7 +1120,8 @@ it takes ("verified by").
 
 Exit status: 0 recorded, 1 the release has hits (now INVALID), or the
 report does not show what --value/--hits say or checked another
-snapshot (BAD_INPUT; nothing recorded), 2 usage, 3 error, 4 refused, 5 indeterminate.`,
+snapshot (BAD_INPUT; nothing recorded), 2 usage, 3 error, 4 refused, 5
+indeterminate.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		root, err := parseDigestArg(cmd, "ROOT", args[0])

@@ -39,8 +39,8 @@ var manifestShowCmd = &cobra.Command{
 The document is read from blobs/sha256/<hex> (latest version) with a size cap
 of 64 MiB, its sha256 is checked against DIGEST (DIGEST_MISMATCH otherwise),
 and it must decode strictly as a release, snapshot, tombstone log, benchmark
-registry, record schema, verification report or recheck report. The output is the exact
-stored bytes, so
+registry, record schema, verification report or recheck report. The
+output is the exact stored bytes, so
 
   shardproof manifest show --store DIR sha256:… | sha256sum
 

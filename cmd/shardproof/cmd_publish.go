@@ -79,8 +79,9 @@ func init() {
 		Long: `publish is the atomic cutover. It verifies the root against its dataset
 snapshot and the fence documents (--tombstones, --benchmark), or reuses a
 stored report: the one --report names (from 'shardproof verify'), or the
-one the gate already holds for the same root at or above the current fences; registers the release with the gate; and moves the alias to it with
-one compare-and-swap on the alias generation.
+one the gate already holds for the same root at or above the current
+fences; registers the release with the gate; and moves the alias to it
+with one compare-and-swap on the alias generation.
 
 A candidate that fails verification is registered INVALID and the alias does
 not move (exit 1, with the first failure's code). One exception: when the

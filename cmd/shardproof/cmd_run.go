@@ -192,11 +192,11 @@ shards are checked, before anything is sent, against rank R's assignment
 at it: a list that differs (a typo, a duplicate, or a list computed
 before a reassignment) is refused with BAD_INPUT and the run is
 untouched. With --epoch of an epoch the run has left the gate answers
-STALE_EPOCH, changing nothing, so a
-script that remembers the epoch of its list can resend the same command
-safely (a gate cluster below command-schema version 2 answers a rank that
-a scale-in removed BAD_INPUT "rank outside" instead). A ROOT that is not the run's root fails the run (ROOT_MISMATCH):
-the rank read another release.
+STALE_EPOCH, changing nothing, so a script that remembers the epoch of
+its list can resend the same command safely (a gate cluster below
+command-schema version 2 answers a rank that a scale-in removed
+BAD_INPUT "rank outside" instead). A ROOT that is not the run's root
+fails the run (ROOT_MISMATCH): the rank read another release.
 
 Exit status: 0 attested, 1 bad input (nothing sent), 2 usage, 3 error,
 4 refused (the run failed, or STALE_EPOCH), 5 indeterminate.`,

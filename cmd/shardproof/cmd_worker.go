@@ -93,10 +93,10 @@ the code of the failure: ROOT_MISMATCH, BARRIER_TIMEOUT, RUN_FAILED
 PERMIT_CLOSED (--once: a fence advance closed the run's permit),
 DIGEST_MISMATCH / SIZE_MISMATCH / SCHEMA_MISMATCH / … (a shard of this rank
 failed; the rank did not attest), CACHE_TOO_SMALL, CACHE_FULL and
-FILE_LIMIT (--cache-max-bytes, above), GATE_UNAVAILABLE (also a minute after the
-run's barrier deadline, when no gate has answered a rank waiting there;
-members that answer GATE_HALTED, halted until upgraded, are waited
-through like members that do not answer).`,
+FILE_LIMIT (--cache-max-bytes, above), GATE_UNAVAILABLE (also a minute
+after the run's barrier deadline, when no gate has answered a rank
+waiting there; members that answer GATE_HALTED, halted until upgraded,
+are waited through like members that do not answer).`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if run == "" || !cmd.Flags().Changed("rank") || cacheDir == "" {

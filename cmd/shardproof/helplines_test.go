@@ -246,28 +246,35 @@ func isCobrasOwn(c *cobra.Command) bool {
 	return c.HasParent() && !c.Parent().HasParent() && (c.Name() == "help" || c.Name() == "completion")
 }
 
+// visitHelp calls visit with each help text of c and of every command
+// under it but cobra's own, command by command, parents first: its
+// Short, Long and Example, then each of its flags' usage (part "flag
+// --name").
+func visitHelp(c *cobra.Command, visit func(c *cobra.Command, part, text string)) {
+	if isCobrasOwn(c) {
+		return
+	}
+	visit(c, "Short", c.Short)
+	visit(c, "Long", c.Long)
+	visit(c, "Example", c.Example)
+	c.LocalFlags().VisitAll(func(f *pflag.Flag) { visit(c, "flag --"+f.Name, f.Usage) })
+	for _, s := range c.Commands() {
+		visitHelp(s, visit)
+	}
+}
+
 // checkHelpTree checks the help of c and of every command under it.
 func (k *docChecker) checkHelpTree(c *cobra.Command) []helpFinding {
-	if isCobrasOwn(c) {
-		return nil
-	}
 	var out []helpFinding
-	add := func(where, text string, lines bool) {
+	visitHelp(c, func(c *cobra.Command, part, text string) {
 		for _, f := range k.checkHelp(c, text) {
-			w := where
-			if lines {
-				w = fmt.Sprintf("%s line %d", where, f.line)
+			where := part
+			if part == "Long" || part == "Example" {
+				where = fmt.Sprintf("%s line %d", part, f.line)
 			}
-			out = append(out, helpFinding{c.CommandPath(), w, f.msg})
+			out = append(out, helpFinding{c.CommandPath(), where, f.msg})
 		}
-	}
-	add("Short", c.Short, false)
-	add("Long", c.Long, true)
-	add("Example", c.Example, true)
-	c.LocalFlags().VisitAll(func(f *pflag.Flag) { add("flag --"+f.Name, f.Usage, false) })
-	for _, s := range c.Commands() {
-		out = append(out, k.checkHelpTree(s)...)
-	}
+	})
 	return out
 }
 
@@ -395,4 +402,153 @@ func FuzzHelpChecker(f *testing.F) {
 			}
 		}
 	})
+}
+
+// helpWidth is the column the help texts are wrapped within: cobra
+// prints a command's Long and Example as written, so a wider line runs
+// past the terminal's edge and breaks mid-word. Measured on the help as
+// written: 731 of its 740 non-blank Long and Example lines are at most
+// 77 columns wide (most break at 68 to 75), none is 78 or 79, and the
+// nine wider ones (80 to 144) were edits never re-wrapped.
+const helpWidth = 77
+
+// helpColumns is how many columns line takes on a terminal: one a
+// character (the help has no East Asian wide ones), a tab up to the next
+// multiple of 8.
+func helpColumns(line string) int {
+	n := 0
+	for _, r := range line {
+		n++
+		if r == '\t' {
+			n += 7 - (n-1)%8
+		}
+	}
+	return n
+}
+
+// wideHelpLines returns the lines of a Long or Example text wider than
+// helpWidth, each with its width (line N, msg "is W columns"), but those
+// that cannot be re-wrapped:
+//
+//   - a line of one word, indentation aside: a path, URL or digest
+//     longer than the width has nowhere to break;
+//   - a command line set apart, the lines helpSnippets reads as one
+//     (starting, after the indentation, with "$ ", or indented and
+//     starting with "shardproof " or "make "), with the lines a
+//     backslash continues it on: an operator copies it as shown, and
+//     where it breaks is a backslash its author places, not a re-wrap.
+//
+// Nothing else is spared: the help has no table (no line with two
+// spaces between words after its indentation); one added must fit.
+func wideHelpLines(text string) []docFinding {
+	var out []docFinding
+	lines := strings.Split(text, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		t := strings.TrimLeft(l, " \t")
+		if strings.HasPrefix(t, "$ ") || len(t) < len(l) && (strings.HasPrefix(t, "shardproof ") || strings.HasPrefix(t, "make ")) {
+			for strings.HasSuffix(strings.TrimRight(lines[i], " \t"), `\`) && i+1 < len(lines) {
+				i++
+			}
+			continue
+		}
+		if w := helpColumns(l); w > helpWidth && len(strings.Fields(l)) > 1 {
+			out = append(out, docFinding{i + 1, fmt.Sprintf("is %d columns", w)})
+		}
+	}
+	return out
+}
+
+// checkHelpWidth returns the lines of the Long and Example of c and of
+// every command under it wider than helpWidth (wideHelpLines), and each
+// Short of more than one line (msg "is N lines"): cobra lists a
+// command's Short after its name in its parent's help, where a line
+// break would start a line at the margin. A Short's width is not
+// checked: it has no line to break, and only rewording shortens it.
+func checkHelpWidth(c *cobra.Command) []helpFinding {
+	var out []helpFinding
+	visitHelp(c, func(c *cobra.Command, part, text string) {
+		switch part {
+		case "Short":
+			if n := strings.Count(text, "\n") + 1; n > 1 {
+				out = append(out, helpFinding{c.CommandPath(), part, fmt.Sprintf("is %d lines", n)})
+			}
+		case "Long", "Example":
+			for _, f := range wideHelpLines(text) {
+				out = append(out, helpFinding{c.CommandPath(), fmt.Sprintf("%s line %d", part, f.line), f.msg})
+			}
+		}
+	})
+	return out
+}
+
+// widthFindingLine is how a width finding reads: "shardproof codes
+// --help: Long line 7 is 128 columns".
+func widthFindingLine(f helpFinding) string {
+	return fmt.Sprintf("%s --help: %s %s", f.cmd, f.where, f.msg)
+}
+
+// Every line of every command's Long and Example fits in helpWidth
+// columns, but a command line set apart or a single word, and every
+// Short is one line.
+func TestHelpWidth(t *testing.T) {
+	for _, f := range checkHelpWidth(rootCmd) {
+		t.Error(widthFindingLine(f))
+	}
+}
+
+// The width check reports exactly the wide lines of a sample command's
+// help, counting columns (not bytes, a tab to its stop), and none of
+// those it spares.
+func TestHelpWidthReportsWideLines(t *testing.T) {
+	words := func(n int) string { // n columns of prose, a few of them runes of 3 bytes
+		r := []rune(strings.Repeat("a word — … ", n/11+1))[:n]
+		if r[n-1] == ' ' {
+			r[n-1] = 'x'
+		}
+		return string(r)
+	}
+	if got := helpColumns(words(77)); got != 77 {
+		t.Fatalf("words(77) is %d columns", got)
+	}
+	long := "sha256:" + strings.Repeat("0", 80)
+	sample := &cobra.Command{
+		Use:   "sample",
+		Short: "A sample whose Short says more than fits in the parent's list of commands, which is not checked",
+		Long: strings.Join([]string{
+			words(77), // 1: at the limit, with multi-byte runes
+			words(78),
+			"  " + long,
+			"  shardproof manifest show --store s3://bucket/prefix?endpoint=http://127.0.0.1:9000 " + long,
+			"  shardproof verify --store DIR \\", // 5
+			"      --root " + long + " --scratch /tmp/scratch",
+			"  $ make bench BENCH_SAMPLES=1000000 BENCH_FLAGS='a long list of flags for the harness'",
+			"shardproof verify --store DIR --root " + long, // at the margin: prose
+			"\t" + words(70), // 78 columns
+			"  " + words(76), // 10: indented, no command
+			"\t" + words(69),
+			long + " " + long,
+		}, "\n"),
+		Example: "  shardproof manifest show --store DIR " + long + "\n" + words(90),
+	}
+	sample.Flags().String("store", "", words(120)+" (a flag's usage is printed in cobra's columns: not checked)")
+	sub := &cobra.Command{Use: "sub", Short: "Sub,\nover two lines", Long: "One line.\n\n" + words(80)}
+	sample.AddCommand(sub)
+	want := []string{
+		"sample --help: Long line 2 is 78 columns",
+		"sample --help: Long line 8 is 124 columns",
+		"sample --help: Long line 9 is 78 columns",
+		"sample --help: Long line 10 is 78 columns",
+		"sample --help: Long line 12 is 175 columns",
+		"sample --help: Example line 2 is 90 columns",
+		"sample sub --help: Short is 2 lines",
+		"sample sub --help: Long line 3 is 80 columns",
+	}
+	var got []string
+	for _, f := range checkHelpWidth(sample) {
+		got = append(got, widthFindingLine(f))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("findings:\n\t%s\nwant:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
 }
