@@ -22,8 +22,9 @@ import (
 // shows the real commands"). TestDocCommandLines reads every Markdown file
 // of the repository and checks each shardproof command line it shows, in
 // a shell code block or an inline code span, against the real command
-// tree; each `make` line against the Makefile; and each error code written
-// as code against the catalogue. A finding names file:line.
+// tree; each `make` line against the Makefile; each error code written
+// as code against the catalogue, and the exit status written beside a
+// code against the code's. A finding names file:line.
 
 // docFinding is one place where a doc disagrees with the code.
 type docFinding struct {
@@ -322,7 +323,44 @@ func notACode(w string) bool {
 
 // check returns what in md disagrees with the code, in line order.
 func (k *docChecker) check(md string) []docFinding {
-	return k.checkSnippets(markdownSnippets(md))
+	out := append(k.checkSnippets(markdownSnippets(md)), exitMismatches(md)...)
+	slices.SortStableFunc(out, func(a, b docFinding) int { return a.line - b.line })
+	return out
+}
+
+// exitBesideCode is an error code and an exit status written side by
+// side, the code maybe in backticks, over line breaks: "CODE, exit N",
+// "CODE (exit N", "CODE (exit status N", "exit N, CODE" and "exit status
+// is N (CODE". Nothing looser: in "exit 4 with its code: ROOT_MISMATCH,
+// …" or a list of statuses ("3 error, 4 refused (STALE_EPOCH)") which
+// code a status belongs to is for a reader to tell.
+var exitBesideCode = regexp.MustCompile(strings.NewReplacer("CODE", "`?([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)*)`?").Replace(
+	`\bCODE(?:,|\s+\()\s*exit(?:\s+status)?\s+([0-9])\b|\bexit\s+([0-9]),\s+CODE|\bexit\s+status\s+is\s+([0-9])\s+\(CODE`))
+
+// exitMismatches returns each code of text written beside an exit
+// status (exitBesideCode) that is not the code's status in
+// internal/errcode. A word that is no code (HTTP in "exit 4, HTTP 403",
+// a verdict) is passed over: notACode reports a misspelt one.
+func exitMismatches(text string) []docFinding {
+	var out []docFinding
+	for _, m := range exitBesideCode.FindAllStringSubmatchIndex(text, -1) {
+		var code, status string // one alternative's two groups matched
+		for g := 2; g < len(m); g += 2 {
+			if m[g] < 0 {
+				continue
+			}
+			if w := text[m[g]:m[g+1]]; len(w) == 1 && w[0] <= '9' {
+				status = w
+			} else {
+				code = w
+			}
+		}
+		c := errcode.Code(code)
+		if errcode.Known(c) && strconv.Itoa(c.Exit()) != status {
+			out = append(out, docFinding{1 + strings.Count(text[:m[0]], "\n"), fmt.Sprintf("%s is exit %d (internal/errcode), not %s", code, c.Exit(), status)})
+		}
+	}
+	return out
 }
 
 // checkSnippets returns what in snippets disagrees with the code: a
@@ -662,7 +700,8 @@ func docFiles(t *testing.T, dir string) []string {
 // Every shardproof command line the docs show names commands and flags
 // that exist, gives a value to each flag that takes one and none to one
 // that does not; every `make` line names the Makefile's targets; every
-// error code written as code is in the catalogue.
+// error code written as code is in the catalogue, with the exit status
+// the catalogue gives it where one is written beside it.
 func TestDocCommandLines(t *testing.T) {
 	const repo = "../.."
 	makefile, err := os.ReadFile(filepath.Join(repo, "Makefile"))
@@ -742,6 +781,11 @@ var (
 		"| `store ls\\|get\\|nope` | alternatives |",
 		"| `make bench BENCH_SAMPLES=1000` | good |", // 30
 		"`gate fence tombstone\\|benchmark VALUE` and `gate serve --tls-cert/--tls-ca/--tls-nope`.",
+		"Exits: `CACHE_FULL` (exit 2) is wrong, `STORE_DENIED`, exit",
+		"2 and INDETERMINATE (exit status 5) are right, `NOT_FOUND`, exit",
+		"4 is wrong (over a line break), and so is (exit 1, BARRIER_CLOSED; a verdict INVALID, exit 1,",
+		"is no code, nor HTTP in (exit 4, HTTP 403); the exit status is 3 (GATE_HALTED), is 5 (NOT_LEADER)", // 35
+		"and exit status is 5 (NOT_LEADER).",
 	}, "\n")
 	docSampleFindings = []docFinding{
 		{5, "shardproof verify: no flag --no-such-flag"},
@@ -759,6 +803,10 @@ var (
 		{28, "`BAD_INPTU` is no error code (internal/errcode)"},
 		{29, `shardproof store nope: shardproof store has no command "nope"`},
 		{31, "shardproof gate serve: no flag --tls-nope"},
+		{32, "CACHE_FULL is exit 3 (internal/errcode), not 2"},
+		{33, "NOT_FOUND is exit 3 (internal/errcode), not 4"},
+		{34, "BARRIER_CLOSED is exit 4 (internal/errcode), not 1"},
+		{36, "NOT_LEADER is exit 3 (internal/errcode), not 5"},
 	}
 	docSampleMakefile = "FUZZTIME ?= 30s\nbuild:\n\tgo build ./...\nbench: build\n\t./bench $(BENCH_SAMPLES)\n"
 )

@@ -192,9 +192,10 @@ var (
 
 // checkHelp returns what in one help text of c disagrees with the code:
 // its command lines and make lines (helpSnippets), each word shaped like
-// an error code that is none, and each --flag it names that neither c nor
-// another command has (unless a command line was found to name it
-// already).
+// an error code that is none, each code written beside an exit status
+// that is not its own (exitMismatches), and each --flag it names that
+// neither c nor another command has (unless a command line was found to
+// name it already).
 func (k *docChecker) checkHelp(c *cobra.Command, text string) []docFinding {
 	var out []docFinding
 	seen := map[docFinding]bool{}
@@ -218,6 +219,7 @@ func (k *docChecker) checkHelp(c *cobra.Command, text string) []docFinding {
 			}
 		}
 	}
+	out = append(out, exitMismatches(text)...)
 	slices.SortStableFunc(out, func(a, b docFinding) int { return cmp.Compare(a.line, b.line) })
 	return out
 }
@@ -280,7 +282,8 @@ func (k *docChecker) checkHelpTree(c *cobra.Command) []helpFinding {
 
 // Every command line, make line, error code and flag a command's --help
 // names exists: subcommands and flags as the docs' lines are checked,
-// codes in internal/errcode.
+// codes in internal/errcode, with their own exit status where one is
+// written beside them.
 func TestHelpCommandLines(t *testing.T) {
 	makefile, err := os.ReadFile(filepath.Join("..", "..", "Makefile"))
 	if err != nil {
@@ -325,6 +328,7 @@ func helpSample() *cobra.Command {
 			"Prose: verify --sign-key FILE signs, gate status --digst is wrong, a run every --poll",
 			"and (worker --cache DIR) are good, and so is gate recheck", // 19
 			"--sign-key over a line break, but (publish --nosign) is not.",
+			"Exits: CACHE_FULL (exit 2) is wrong, CACHE_TOO_SMALL (exit 2) and (exit 5, INDETERMINATE) right.",
 		}, "\n"),
 		Example: "  shardproof run show r1 | sha256sum\n  shardproof synth --samples many --shards 1 --store S",
 	}
@@ -349,6 +353,7 @@ var helpSampleFindings = []helpFinding{
 	{"sample", "Long line 17", "--take-ovr is no flag of any command"},
 	{"sample", "Long line 18", "shardproof gate status: no flag --digst"},
 	{"sample", "Long line 20", "shardproof publish: no flag --nosign"},
+	{"sample", "Long line 21", "CACHE_FULL is exit 3 (internal/errcode), not 2"},
 	{"sample", "Example line 2", "shardproof synth: --samples many: not a int"},
 	{"sample", "flag --key", `shardproof keys generat: shardproof keys has no command "generat"`},
 	{"sample", "flag --older", "shardproof gate prune: no flag --older"},
