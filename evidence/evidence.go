@@ -222,7 +222,25 @@ func ParsePrivateKey(s string) (ed25519.PrivateKey, error) {
 // sha256 of the key's 32 bytes.
 func KeyID(pub ed25519.PublicKey) string {
 	h := sha256.Sum256(pub)
-	return "ed25519:sha256:" + hex.EncodeToString(h[:8])
+	return keyIDPrefix + hex.EncodeToString(h[:8])
+}
+
+const keyIDPrefix = "ed25519:sha256:"
+
+// IsKeyID reports whether s has the form KeyID gives: "ed25519:sha256:"
+// and 16 lowercase hex digits. The gate checks the signers its state
+// records with it.
+func IsKeyID(s string) bool {
+	h, ok := strings.CutPrefix(s, keyIDPrefix)
+	if !ok || len(h) != 16 {
+		return false
+	}
+	for _, c := range []byte(h) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // keyHex is the full sha256 of pub in hex: a signature's name in the

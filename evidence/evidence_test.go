@@ -312,3 +312,18 @@ func BenchmarkCheckLargeRegister(b *testing.B) {
 		}
 	}
 }
+
+// IsKeyID takes what KeyID gives and nothing else: the gate's state
+// records signers by it.
+func TestIsKeyID(t *testing.T) {
+	if id := evidence.KeyID(goldenKey().Public().(ed25519.PublicKey)); !evidence.IsKeyID(id) {
+		t.Fatalf("IsKeyID(%s) false", id)
+	}
+	for _, s := range []string{"", "ed25519:sha256:", "ed25519:sha256:56475aa75463474", "ed25519:sha256:56475aa75463474c0",
+		"ed25519:sha256:56475AA75463474C", "ed25519:sha256:56475aa75463474g", "ED25519:sha256:56475aa75463474c",
+		"ed25519:A6EHv/POEL4dcN0Y50vAmWfk1jCbpQ1fHdyGZBJVMbg=", " ed25519:sha256:56475aa75463474c"} {
+		if evidence.IsKeyID(s) {
+			t.Errorf("IsKeyID(%q) true", s)
+		}
+	}
+}

@@ -449,7 +449,12 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 		n.forward(w, r, b, 0)
 		return
 	}
-	res, err := n.Apply(c)
+	// The keys that signed its evidence, as this leader checked them:
+	// in the command it logs, and so the state, from cluster version
+	// versionSigners (applyVouched); in the answer and the log line at
+	// every version (vouched). A follower's check admits the request;
+	// the leader's names the signers.
+	res, err := n.applyVouched(c, signers)
 	if res == nil {
 		if errcode.Of(err) == errcode.NotLeader {
 			n.forward(w, r, b, 0)
@@ -458,8 +463,6 @@ func (n *Node) handleCommand(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err, nil)
 		return
 	}
-	// The keys that signed its evidence, as this leader checked them:
-	// in the answer and the log, never in the state (see vouched).
 	value := n.vouched(c, res.Value, res.Err, signers)
 	if res.Err != nil {
 		writeError(w, res.Err, value)

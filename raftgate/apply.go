@@ -46,8 +46,10 @@ type RecheckResult struct {
 	// VerifiedBy, in the answer to a register of a report or a recheck
 	// at a gate with verifier keys, are the IDs (evidence.KeyID) of the
 	// trusted keys whose signatures of its evidence the leader checked,
-	// sorted. Apply never sets it, and the state does not keep it: the
-	// leader adds it to its answer and logs it (Node.vouched).
+	// sorted. Apply never sets it: the leader adds it to its answer and
+	// logs it (Node.vouched), at every cluster version. The state records
+	// them from cluster version versionSigners (Release.VerifiedBy,
+	// Recheck.VerifiedBy, in Release above).
 	VerifiedBy []string `json:"verifiedBy,omitempty"`
 }
 
@@ -86,8 +88,36 @@ func (r *Run) Summary() RunSummary {
 func copyRelease(r *Release) Release {
 	c := *r
 	c.Shards = slices.Clone(r.Shards)
+	c.VerifiedBy = slices.Clone(r.VerifiedBy)
 	c.Rechecks = slices.Clone(r.Rechecks)
+	for i := range c.Rechecks {
+		c.Rechecks[i].VerifiedBy = slices.Clone(c.Rechecks[i].VerifiedBy)
+	}
 	return c
+}
+
+// signers checks the signers a register or recheck names (what names
+// it): a list as checkSigners has it, from cluster version
+// versionSigners only. A node names them only at that version, and only
+// for a command that carries evidence.
+func (a *applier) signers(ids []string, what string) error {
+	if a.s.ClusterVersion < versionSigners {
+		// A node proposes none below it (Node.Apply): a member of an
+		// older build could not keep the field in its state.
+		return errcode.New(errcode.ClusterVersion, "%s names the keys that signed its evidence, which needs the cluster version %d; it is %d", what, versionSigners, a.s.ClusterVersion)
+	}
+	if err := checkSigners(ids); err != nil {
+		return errcode.New(errcode.BadInput, "%s: verifiedBy: %v", what, err)
+	}
+	return nil
+}
+
+// recorded returns ids as the state keeps them: nil for none.
+func recorded(ids []string) []string {
+	if len(ids) == 0 {
+		return nil
+	}
+	return slices.Clone(ids)
 }
 
 // ---- releases ----
@@ -95,6 +125,16 @@ func copyRelease(r *Release) Release {
 func (a *applier) register(c *Register) (any, error) {
 	if len(c.Shards) == 0 {
 		return nil, errcode.New(errcode.BadInput, "register %s: no shards", c.Root)
+	}
+	if len(c.VerifiedBy) > 0 {
+		// Entries before versionSigners name no signers: checked
+		// first, this changes nothing they replay to.
+		if err := a.signers(c.VerifiedBy, "register of "+c.Root.String()); err != nil {
+			return nil, err
+		}
+		if c.Report == nil {
+			return nil, errcode.New(errcode.BadInput, "register of %s names signers and no report: only a report's evidence is signed", c.Root)
+		}
 	}
 	if c.Report != nil {
 		r := c.Report
@@ -143,8 +183,18 @@ func (a *applier) register(c *Register) (any, error) {
 	}
 	r := c.Report
 	if r == nil || r.Digest == rel.Report {
+		if r != nil && len(rel.VerifiedBy) == 0 {
+			// A retry of the report the release holds, signed where
+			// the first was not (or was logged before the gate
+			// recorded signers): the record gains who vouched for
+			// that report. Never in place of signers it holds.
+			rel.VerifiedBy = recorded(c.VerifiedBy)
+		}
 		return RecheckResult{Release: copyRelease(rel), Reopened: []string{}}, nil
 	}
+	// The signers are those of the report recorded now: a new report
+	// signed by none leaves the release with none.
+	rel.VerifiedBy = recorded(c.VerifiedBy)
 	if r.Verdict == manifest.Invalid {
 		a.invalidate(rel, fmt.Sprintf("report %s INVALID", r.Digest))
 		rel.Report, rel.DatasetSnapshot = r.Digest, r.DatasetSnapshot
@@ -242,6 +292,11 @@ func (a *applier) recheck(c *RecheckCmd) (any, error) {
 	if c.Hits < 0 {
 		return nil, errcode.New(errcode.BadCount, "recheck of %s: negative hits %d", c.Root, c.Hits)
 	}
+	if len(c.VerifiedBy) > 0 {
+		if err := a.signers(c.VerifiedBy, "recheck of "+c.Root.String()); err != nil {
+			return nil, err
+		}
+	}
 	var current uint64
 	var hitCode errcode.Code
 	switch c.Kind {
@@ -261,7 +316,7 @@ func (a *applier) recheck(c *RecheckCmd) (any, error) {
 	if rel.State == ReleaseStaged {
 		return nil, errcode.New(errcode.NotVerified, "release %s is STAGED; register a report first", c.Root)
 	}
-	rel.Rechecks = append(rel.Rechecks, Recheck{Kind: c.Kind, Value: c.Value, Report: c.Report, Hits: c.Hits, At: a.now})
+	rel.Rechecks = append(rel.Rechecks, Recheck{Kind: c.Kind, Value: c.Value, Report: c.Report, Hits: c.Hits, At: a.now, VerifiedBy: recorded(c.VerifiedBy)})
 	if c.Hits > 0 {
 		if c.Kind == FenceTombstone {
 			rel.TombstoneHits = c.Hits

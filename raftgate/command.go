@@ -70,9 +70,16 @@ type Register struct {
 	// (Evidence): a gate given verifier keys (Config.VerifierKeys)
 	// admits a register with a report only with one by a key it trusts.
 	// The member that receives the request checks them, and the leader
-	// before it proposes; they are never logged (Node.Apply drops them),
-	// so Apply and the log stay as they were.
+	// before it proposes; they are never logged (Node.Apply drops them).
 	Signatures []evidence.Signature `json:"signatures,omitempty"`
+	// VerifiedBy are the IDs (evidence.KeyID) of the trusted keys whose
+	// signatures of the report's evidence the leader checked, sorted:
+	// the leader sets them in the command it logs, from its own check,
+	// once the cluster version is versionSigners (command-schema version
+	// 7), and the state records them with the report
+	// (Release.VerifiedBy). A client never sends them: a request that
+	// carries them is BAD_INPUT (checkProposal).
+	VerifiedBy []string `json:"verifiedBy,omitempty"`
 }
 
 // Evidence is what a verifier's signature of c's report covers; nil when
@@ -100,6 +107,10 @@ type RecheckCmd struct {
 	Hits   int64           `json:"hits"`
 	// Signatures are verifiers' signatures of Evidence, as Register's.
 	Signatures []evidence.Signature `json:"signatures,omitempty"`
+	// VerifiedBy are the trusted keys that signed Evidence, as
+	// Register's; the state records them with the recheck
+	// (Recheck.VerifiedBy).
+	VerifiedBy []string `json:"verifiedBy,omitempty"`
 }
 
 // Evidence is what a verifier's signature of c covers.

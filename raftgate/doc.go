@@ -260,13 +260,18 @@
 // atomic pointer: each check loads one set); a file it cannot use keeps
 // the set in effect, and a node without keys gains none. The leader
 // names the trusted keys that signed a command's evidence in its answer
-// (RecheckResult.VerifiedBy) and log line, not in the state: a field in
-// the logged command would take a command-schema version.
+// (RecheckResult.VerifiedBy) and log line and, from command-schema
+// version 7 (versionSigners), in the command it logs (VerifiedBy, set
+// from its own check, never from the request: a request naming signers
+// is BAD_INPUT), so the state records them beside the report
+// (Release.VerifiedBy) and the recheck (Recheck.VerifiedBy), and they
+// are in snapshots and backups. Below version 7 a signed command is
+// logged as builds of version 6 log it, and the state records no signer.
 //
 // Every cluster has an identity (State.ClusterID, see identity.go),
 // drawn when it is founded (--bootstrap; a restore draws a new one) or,
 // for a cluster founded by an older build, by its first raise to version
-// 3 or above (from 2 straight to 6 when every member runs this build).
+// 3 or above (from 2 straight to 7 when every member runs this build).
 // From version 3 every Raft connection carries it, inside the token's
 // handshake when there is one and in a handshake of its own when there
 // is none, and a member refuses a connection that carries another or
@@ -315,7 +320,7 @@
 //
 // # Versions
 //
-// Each build applies command-schema versions up to CommandVersion (6;
+// Each build applies command-schema versions up to CommandVersion (7;
 // builds before the version handshake report none, the baseline 0) and
 // reports it in /v1/status. The cluster version, State.ClusterVersion,
 // is replicated: a leader whose build is newer asks every server of its
@@ -330,7 +335,9 @@
 // follows restarts, replacements and removals as they are. Nothing of a
 // version above the cluster's is proposed: below 1, advanceFence goes
 // without spareChecked, and one whose outcome depends on it (it keeps a
-// rechecked permit open) is CLUSTER_VERSION and changes nothing. What
+// rechecked permit open) is CLUSTER_VERSION and changes nothing; below
+// 7 a register or recheck is logged without the signers the leader
+// checked. What
 // Apply does with a command already in logs changes only with the
 // version in the state, never the build's: below 2 register and attest
 // are applied as builds of version 1 apply them, below 6 reassign as

@@ -45,6 +45,11 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte(`{"type":"setClusterVersion","now":1,"version":4,"clusterID":"0123456789abcdef0123456789abcdef"}`))
 	f.Add([]byte(`{"type":"setClusterVersion","now":1,"version":3,"clusterID":"0123456789ABCDEF0123456789ABCDEF"}`))
 	f.Add([]byte(`{"type":"publish","alias":"a","root":"sha256:0000000000000000000000000000000000000000000000000000000000000000","expectedGeneration":18446744073709551615}`))
+	// Commands naming signers (version 7), which the base state's
+	// version refuses, and a raise to it.
+	for _, e := range readGoldenLog(f, "log-v7.jsonl") {
+		f.Add(e)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := DecodeState(fuzzBase)
 		if err != nil {

@@ -1120,7 +1120,21 @@ func (n *Node) Halted() *HaltError {
 // the node shut down before it committed, or it committed after this
 // node's FSM halted: it may or may not take effect), or the command's own
 // coded rejection (Result.Err, returned as err too).
-func (n *Node) Apply(c Command) (*Result, error) {
+//
+// A register or recheck applied here records no signers: it went through
+// no evidence check of this node's (see applyVouched).
+func (n *Node) Apply(c Command) (*Result, error) { return n.applyVouched(c, nil) }
+
+// applyVouched is Apply of a register or recheck whose evidence the
+// trusted keys signers signed, as this node checked them where it
+// admitted the request (checkEvidence): from cluster version
+// versionSigners the command is logged naming them (VerifiedBy), and the
+// state records them. Below it they are left out, as builds of version 6
+// log the command, and only the answer and the log line name them
+// (vouched). The version is this node's applied state's: one that has
+// the raise was committed, so every member applies it before this
+// command; one applied a moment before the raise leaves them out.
+func (n *Node) applyVouched(c Command, signers []string) (*Result, error) {
 	if err := checkProposal(c); err != nil {
 		return nil, err
 	}
@@ -1132,13 +1146,16 @@ func (n *Node) Apply(c Command) (*Result, error) {
 	}
 	c.header().Now = time.Now().UnixMilli()
 	// Signatures were checked where the request was admitted
-	// (checkEvidence); the log holds the command as builds before them
-	// wrote it.
+	// (checkEvidence); the log holds the command without them, and
+	// names who signed once every member records that.
+	if n.ClusterVersion() < versionSigners {
+		signers = nil
+	}
 	switch c := c.(type) {
 	case *Register:
-		c.Signatures = nil
+		c.Signatures, c.VerifiedBy = nil, signers
 	case *RecheckCmd:
-		c.Signatures = nil
+		c.Signatures, c.VerifiedBy = nil, signers
 	}
 	if f, ok := c.(*AdvanceFence); ok {
 		// A rule newer than some logs: stamped like the clock, so those
@@ -1166,6 +1183,13 @@ func (n *Node) Apply(c Command) (*Result, error) {
 	return res, err
 }
 
+// errSignersSent refuses a register or recheck whose sender named its
+// signers: the gate records the keys it checked itself, never what a
+// client claims.
+func errSignersSent(what string) error {
+	return errcode.New(errcode.BadInput, "%s carries verifiedBy, which the gate records from the signatures it checks itself; send the signatures, never who signed; nothing changed", what)
+}
+
 // checkProposal refuses a command before it is proposed, for rules that
 // Apply cannot enforce: Apply must give, on replay, the state it gave when
 // the entry was first applied, so a rule added after entries were written
@@ -1174,12 +1198,18 @@ func (n *Node) Apply(c Command) (*Result, error) {
 func checkProposal(c Command) error {
 	switch c := c.(type) {
 	case *RecheckCmd:
+		if c.VerifiedBy != nil {
+			return errSignersSent("recheck of " + c.Root.String())
+		}
 		if c.Report.IsZero() {
 			// A recheck renews permits a fence closed; without the
 			// report that found its hits it is a claim, not evidence.
 			return errcode.New(errcode.BadInput, "recheck of %s names no report", c.Root)
 		}
 	case *Register:
+		if c.VerifiedBy != nil {
+			return errSignersSent("register of " + c.Root.String())
+		}
 		if c.Report != nil && c.Report.Digest.IsZero() {
 			// A report is named by its digest: a summary without one
 			// is no stored report, and Apply takes the zero digest

@@ -25,6 +25,11 @@ func FuzzRestore(f *testing.F) {
 	s.ClusterVersion, s.ClusterID = CommandVersion, "0123456789abcdef0123456789abcdef"
 	ided, _ := EncodeState(s)
 	f.Add(ided)
+	// States whose releases and rechecks record signers (version 7),
+	// and one from before them.
+	for _, name := range []string{"state-v6.json", "state-v7.json"} {
+		f.Add(readGolden(f, name))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fsm := NewFSM()
 		if err := fsm.Restore(io.NopCloser(bytes.NewReader(b))); err != nil {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shardproof/shardproof/evidence"
 	"github.com/shardproof/shardproof/manifest"
 )
 
@@ -129,7 +130,15 @@ type Release struct {
 	// assignment names indices into this list.
 	Shards []manifest.Digest `json:"shards"`
 	// Report is the digest of the latest report that set the fields below.
-	Report             manifest.Digest `json:"report,omitzero"`
+	Report manifest.Digest `json:"report,omitzero"`
+	// VerifiedBy are the IDs (evidence.KeyID) of the trusted keys whose
+	// signatures of Report's evidence the leader checked when it logged
+	// the register, sorted; none for a report registered unsigned, at a
+	// gate without verifier keys, or below cluster version
+	// versionSigners. A register of the same report again (a retry)
+	// records its signers when the release records none. Omitted while
+	// empty.
+	VerifiedBy         []string        `json:"verifiedBy,omitempty"`
 	DatasetSnapshot    manifest.Digest `json:"datasetSnapshot,omitzero"`
 	TombstoneWatermark uint64          `json:"tombstoneWatermark"`
 	BenchmarkFence     uint64          `json:"benchmarkFence"`
@@ -149,6 +158,9 @@ type Recheck struct {
 	Report manifest.Digest `json:"report,omitzero"`
 	Hits   int64           `json:"hits"`
 	At     int64           `json:"at"`
+	// VerifiedBy are the trusted keys that signed the recheck's
+	// evidence, as Release.VerifiedBy; omitted while empty.
+	VerifiedBy []string `json:"verifiedBy,omitempty"`
 }
 
 // satisfies reports whether the release was checked at or above both
@@ -343,6 +355,9 @@ func (s *State) Validate() error {
 		default:
 			return fmt.Errorf("release %s: bad state %q", k, r.State)
 		}
+		if err := checkRecordedSigners(r, s.ClusterVersion); err != nil {
+			return fmt.Errorf("release %s: %v", k, err)
+		}
 		if r.Pruned && (len(r.Shards) != 0 || r.State != ReleaseRetired && r.State != ReleaseInvalid) {
 			return fmt.Errorf("release %s: pruned with %d shards in state %s", k, len(r.Shards), r.State)
 		}
@@ -448,6 +463,50 @@ func (s *State) Validate() error {
 		}
 		if p.State != RunFailed && p.State != RunCancelled {
 			return fmt.Errorf("pruned run %s: bad state %q", k, p.State)
+		}
+	}
+	return nil
+}
+
+// checkRecordedSigners checks the signers r and its rechecks record:
+// only a state of versionSigners or above holds them (a build below it
+// must halt at the state's version, not meet the field), only beside a
+// report, and each list as checkSigners has it.
+func checkRecordedSigners(r *Release, clusterVersion uint64) error {
+	check := func(ids []string) error {
+		if len(ids) > 0 && clusterVersion < versionSigners {
+			return fmt.Errorf("at cluster version %d, below %d", clusterVersion, versionSigners)
+		}
+		return checkSigners(ids)
+	}
+	if len(r.VerifiedBy) > 0 && r.Report.IsZero() {
+		return fmt.Errorf("verifiedBy without a report")
+	}
+	if err := check(r.VerifiedBy); err != nil {
+		return fmt.Errorf("verifiedBy: %v", err)
+	}
+	for i, rc := range r.Rechecks {
+		if err := check(rc.VerifiedBy); err != nil {
+			return fmt.Errorf("rechecks[%d].verifiedBy: %v", i, err)
+		}
+	}
+	return nil
+}
+
+// checkSigners checks a list of signers as the gate records it: at most
+// evidence.MaxSignatures key IDs of evidence.KeyID's form, in strictly
+// ascending order (sorted, each once), as evidence.Trusted.Signers gives
+// them.
+func checkSigners(ids []string) error {
+	if len(ids) > evidence.MaxSignatures {
+		return fmt.Errorf("%d key IDs, at most %d", len(ids), evidence.MaxSignatures)
+	}
+	for i, id := range ids {
+		if !evidence.IsKeyID(id) {
+			return fmt.Errorf("entry %d is not a key ID (ed25519:sha256: and 16 lowercase hex digits)", i)
+		}
+		if i > 0 && ids[i-1] >= id {
+			return fmt.Errorf("entry %d is not above entry %d: key IDs are listed sorted, each once", i, i-1)
 		}
 	}
 	return nil

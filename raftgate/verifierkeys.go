@@ -35,12 +35,12 @@ func (n *Node) checkEvidence(c Command) (signers []string, err error) {
 
 // vouched returns v, the result of a register or recheck whose evidence
 // the keys signers signed, naming them (RecheckResult.VerifiedBy), and
-// logs who vouched for the command applied. The state does not record
-// it: that takes a field in the logged command, which members on builds
-// before it cannot decode (they halt there), so a new command-schema
-// version; the answer and this line are where it is kept. applied is
-// the command's own refusal, if any (a recheck with hits is recorded
-// and refused).
+// logs who vouched for the command applied. From cluster version
+// versionSigners the state records them too (applyVouched logs the
+// command naming them); below it, while a member's build could not
+// decode that field, the answer and this line are where they are kept.
+// applied is the command's own refusal, if any (a recheck with hits is
+// recorded and refused).
 func (n *Node) vouched(c Command, v any, applied error, signers []string) any {
 	if len(signers) == 0 {
 		return v

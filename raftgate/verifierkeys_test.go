@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -272,9 +273,10 @@ func errString(err error) string {
 // signed its evidence (RecheckResult.VerifiedBy: sorted, never an
 // untrusted key's), through a follower too, and so does the leader's
 // log line of the command; a recheck with hits, recorded and refused,
-// names them in its refusal's result. Neither the state nor the log
-// entries hold them, so replicas of builds before the field apply the
-// same; a staging register and a gate without keys answer none.
+// names them in its refusal's result. At cluster version 7 the log
+// entries name them too (never a signature), and every replica's state
+// records them with the report and the recheck; a staging register and
+// a gate without keys answer and record none.
 func TestSignersInTheAnswerAndTheLog(t *testing.T) {
 	a, b, intruder := newKey(t), newKey(t), newKey(t)
 	trusted := trustedKeys(t, a, b)
@@ -325,23 +327,42 @@ func TestSignersInTheAnswerAndTheLog(t *testing.T) {
 		t.Errorf("the log names the untrusted key:\n%s", l)
 	}
 
-	// Nothing of it in the state or the log entries.
+	// Every replica's state records them; the log entries name them,
+	// and hold no signature.
 	waitApplied(t, c.Nodes)
 	for _, n := range c.Nodes {
-		st := stateBytes(t, n)
-		if bytes.Contains(st, []byte(aID)) || bytes.Contains(st, []byte(bID)) || bytes.Contains(st, []byte("verifiedBy")) {
-			t.Fatalf("%s's state names a signer: %.300s", n.ID(), st)
+		var got map[string][]string
+		n.FSM().Read(func(s *State) {
+			got = map[string][]string{}
+			for _, label := range []string{"staged", "one", "two"} {
+				rel := s.Releases[dig(label).String()]
+				got[label] = rel.VerifiedBy
+				for _, rc := range rel.Rechecks {
+					got[label+" recheck"] = rc.VerifiedBy
+				}
+			}
+		})
+		want := map[string][]string{"staged": nil, "one": {aID}, "one recheck": {bID}, "two": both, "two recheck": {aID}}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s's state records signers %v, want %v", n.ID(), got, want)
 		}
 		first, _ := n.store.FirstIndex()
 		last, _ := n.store.LastIndex()
+		named := 0
 		for i := first; i <= last; i++ {
 			var e raft.Log
 			if err := n.store.GetLog(i, &e); err != nil || e.Type != raft.LogCommand {
 				continue
 			}
-			if bytes.Contains(e.Data, []byte("verifiedBy")) || bytes.Contains(e.Data, []byte("ed25519")) {
-				t.Fatalf("%s's log entry %d names a signer: %.300s", n.ID(), i, e.Data)
+			if bytes.Contains(e.Data, []byte(`"signatures"`)) || bytes.Contains(e.Data, []byte(evidence.KeyID(pubOf(intruder)))) {
+				t.Fatalf("%s's log entry %d holds a signature or an untrusted key: %.300s", n.ID(), i, e.Data)
 			}
+			if bytes.Contains(e.Data, []byte(`"verifiedBy"`)) {
+				named++
+			}
+		}
+		if named != 4 {
+			t.Fatalf("%s's log names signers in %d entries, want the 4 signed commands", n.ID(), named)
 		}
 	}
 
@@ -360,5 +381,8 @@ func TestSignersInTheAnswerAndTheLog(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || bytes.Contains(raw, []byte("verifiedBy")) {
 		t.Fatalf("signed register at a gate without keys: HTTP %d %s; want 200 naming no signer", resp.StatusCode, raw)
+	}
+	if st := stateBytes(t, plain); bytes.Contains(st, []byte("verifiedBy")) {
+		t.Fatalf("a gate without keys records a signer: %.300s", st)
 	}
 }

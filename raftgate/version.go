@@ -31,7 +31,7 @@ import (
 // (versionEpochFirst). Version 3 adds the state's clusterID and
 // setClusterVersion's clusterID (versionClusterID, see identity.go): the
 // first raise to 3 or above (a cluster of builds of version 2 upgraded
-// at once to this build is raised from 2 to 6 in one step) gives a cluster founded
+// at once to this build is raised from 2 to 7 in one step) gives a cluster founded
 // before it its identity, and from 3 on Raft connections between members
 // carry it and a member refuses another cluster's. Below 3 members dial
 // as builds of version 2 do, which cannot read the identity handshake.
@@ -52,6 +52,13 @@ import (
 // (versionReassignTimesOut), where below it the reassignment went through
 // and set a new deadline, or opened the barrier when a scale-in removed
 // the ranks still missing, for a run the leader's sweep was about to fail.
+// Version 7 adds register's and recheck's verifiedBy and the state's
+// releases' and rechecks' verifiedBy (versionSigners): the IDs of the
+// trusted keys whose signatures of the evidence the leader checked. A
+// node logs them only at cluster version 7; below it a signed command is
+// logged without them, as builds of version 6 log it, and the state
+// records no signer (the answer and the leader's log line still name
+// them).
 //
 // The cluster version (State.ClusterVersion) is the version every member
 // applies. A leader raises it when every server of its Raft configuration
@@ -59,7 +66,7 @@ import (
 // nothing of a version above it: a cluster upgraded one member at a time
 // stays at the old version, with every member applying every entry, until
 // the last member is upgraded.
-const CommandVersion uint64 = 6
+const CommandVersion uint64 = 7
 
 // versionSpareChecked is the version of AdvanceFence.SpareChecked.
 const versionSpareChecked = 1
@@ -102,12 +109,26 @@ const versionFenceLogKept = 5
 // or the reassignment came first.
 const versionReassignTimesOut = 6
 
+// versionSigners is the version of Register.VerifiedBy and
+// RecheckCmd.VerifiedBy, and of the state's Release.VerifiedBy and
+// Recheck.VerifiedBy: the trusted keys that signed a command's evidence,
+// recorded in the replicated state.
+const versionSigners = 7
+
 // commandVersion returns the command-schema version of c: that of its
 // type, or of the newest field it carries.
 func commandVersion(c Command) uint64 {
 	switch c := c.(type) {
 	case *SetClusterVersion:
 		return 1
+	case *Register:
+		if len(c.VerifiedBy) > 0 {
+			return versionSigners
+		}
+	case *RecheckCmd:
+		if len(c.VerifiedBy) > 0 {
+			return versionSigners
+		}
 	case *AdvanceFence:
 		if !c.Log.IsZero() {
 			return versionFenceLog

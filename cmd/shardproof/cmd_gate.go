@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -250,9 +251,14 @@ status lists keys, or once more after one without keys answers
 EVIDENCE_UNSIGNED from its leader, so a member on a build older than
 signatures (which refuses a command carrying them, BAD_DOCUMENT) or
 without keys never gets them: give members keys only once every member
-runs this build. Signatures are not logged: a gate's log and state are
-as without the flag. A FILE that lists no key or a line that is no
-key is USAGE, and the gate does not start.
+runs this build. Signatures are not logged. From the cluster's
+command-schema version 7 the leader logs, and so every member's state
+records, the IDs of the trusted keys that signed each register of a
+report and each recheck, from its own check ("gate release", "gate
+history" and backups show them); below it, while a member runs an
+older build, only its answer and its log line name them. A FILE that
+lists no key or a line that is no key is USAGE, and the gate does not
+start.
 
 SIGHUP makes the gate read its --verifier-keys FILE again, to revoke a
 key (or add one) without a restart: a good FILE replaces the keys at
@@ -719,8 +725,9 @@ The signatures stored beside the report (verify --sign-key) are sent with
 it; --sign-key signs it now too. A gate started with --verifier-keys
 refuses a report no key it trusts signed (EVIDENCE_UNSIGNED, exit 4),
 and names the trusted keys that signed one it takes ("verified by", and
-"verifiedBy" with --json): its answer and its log are all that keep
-them, not its state.
+"verifiedBy" with --json). From the cluster's command-schema version 7
+its state records them with the report ("gate release ROOT" shows
+them); below it, the answer and the leader's log are all that keep them.
 
 Exit status: 0 registered, 1 the release is INVALID (recorded as such),
 the report does not reach its claims or describes a damaged copy of a
@@ -1116,7 +1123,8 @@ release INVALID. The signatures stored for the recheck (recheck
 --sign-key) are sent with it, and --sign-key signs it now: a gate started
 with --verifier-keys refuses one no key it trusts signed
 (EVIDENCE_UNSIGNED, exit 4), and names the trusted keys that signed one
-it takes ("verified by").
+it takes ("verified by"), which its state records with the recheck from
+the cluster's command-schema version 7 ("gate release ROOT").
 
 Exit status: 0 recorded, 1 the release has hits (now INVALID), or the
 report does not show what --value/--hits say or checked another
@@ -1260,6 +1268,15 @@ var gateHistoryCmd = &cobra.Command{
 generation it has had, newest first; "*" marks the generations inside the
 rollback window, whose roots "gate rollback" may return to.
 
+A generation inside the window whose release records who signed its
+report ends with "verified by:" and the IDs of those trusted verifier
+keys (see "gate release ROOT", which shows the rest of the record and
+the rechecks' signers); --json adds them as "verifiedBy", each such
+root's key IDs. The gate records them from the cluster's command-schema
+version 7 on, at a gate started with --verifier-keys. The generations
+outside the window are shown without them: reading each of their
+releases would cost a read of a whole shard list.
+
 Exit status: 0 shown, 2 usage, 3 gate unreachable, 4 UNKNOWN_ALIAS.`,
 	Args: exactArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
@@ -1269,15 +1286,102 @@ Exit status: 0 shown, 2 usage, 3 gate unreachable, 4 UNKNOWN_ALIAS.`,
 		if err != nil {
 			return err
 		}
-		return printResult(cmd, a, func(w io.Writer) {
+		window := a.History[max(0, len(a.History)-a.Retain):]
+		signers := map[string][]string{}
+		for _, h := range window {
+			k := h.Root.String()
+			if _, ok := signers[k]; ok {
+				continue
+			}
+			rel, err := c.Release(cmd.Context(), h.Root)
+			if err != nil {
+				return fmt.Errorf("release %s of generation %d: %w", h.Root, h.Generation, err)
+			}
+			signers[k] = rel.VerifiedBy
+		}
+		maps.DeleteFunc(signers, func(_ string, ids []string) bool { return len(ids) == 0 })
+		out := struct {
+			*raftgate.Alias
+			// VerifiedBy maps each root of the rollback window whose
+			// release records its report's signers to them.
+			VerifiedBy map[string][]string `json:"verifiedBy,omitempty"`
+		}{a, signers}
+		return printResult(cmd, out, func(w io.Writer) {
 			fmt.Fprintf(w, "%s generation %d → %s (permit %s, rollback window %d)\n", a.Name, a.Generation, a.Root, a.Permit, a.Retain)
 			for i := len(a.History) - 1; i >= 0; i-- {
 				h := a.History[i]
-				mark := " "
+				mark, by := " ", ""
 				if i >= len(a.History)-a.Retain {
 					mark = "*" // inside the rollback window
+					by = verifiedBy(signers[h.Root.String()])
 				}
-				fmt.Fprintf(w, "%s %4d %s %-8s %s\n", mark, h.Generation, h.Root, h.Kind, time.UnixMilli(h.At).UTC().Format(time.RFC3339))
+				fmt.Fprintf(w, "%s %4d %s %-8s %s%s\n", mark, h.Generation, h.Root, h.Kind, time.UnixMilli(h.At).UTC().Format(time.RFC3339), by)
+			}
+		})
+	},
+}
+
+// verifiedBy is how gate history and gate release end a line of a
+// record that names its signers: nothing when it names none.
+func verifiedBy(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	return ", verified by: " + strings.Join(ids, ", ")
+}
+
+var gateReleaseCmd = &cobra.Command{
+	Use:   "release ROOT",
+	Short: "Show what the gate records of a release: its state, report, watermarks, rechecks and who signed them",
+	Long: `Show the gate's record of the release ROOT, read linearizably on the
+leader: its state and shard count, when it was registered, the report
+that set its watermarks with the snapshot it was checked against, the
+tombstone and benchmark watermarks with their hits, and each recheck
+(kind, value, hits, report, time), oldest first.
+
+"verified by:" names the trusted verifier keys (key IDs, as "keys
+generate" prints them) whose signatures of the report's, or a recheck's,
+evidence the leader checked when it recorded it. The gate records them
+from the cluster's command-schema version 7 on, at a gate started with
+--verifier-keys; evidence registered unsigned, before that version or
+at a gate without keys names none. A register of the report the release
+holds, signed, gives a release that names none its signers.
+
+--json prints the record as the gate holds it: the shard list,
+"verifiedBy" beside "report", and in each recheck, where recorded.
+
+Exit status: 0 shown, 2 usage, 3 gate unreachable, 4 UNKNOWN_RELEASE.`,
+	Args: exactArgs(1),
+	RunE: func(cmd *cobra.Command, args []string) error {
+		root, err := parseDigestArg(cmd, "ROOT", args[0])
+		if err != nil {
+			return err
+		}
+		c := gateClient()
+		defer c.Close()
+		r, err := c.Release(cmd.Context(), root)
+		if err != nil {
+			return err
+		}
+		at := func(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
+		return printResult(cmd, r, func(w io.Writer) {
+			shards := fmt.Sprintf("%d shards", len(r.Shards))
+			if r.Pruned {
+				shards = "shard list pruned"
+			}
+			fmt.Fprintf(w, "release %s %s, %s, registered %s\n", r.Root, r.State, shards, at(r.Registered))
+			if r.Report.IsZero() {
+				fmt.Fprintln(w, "no report")
+			} else {
+				fmt.Fprintf(w, "report %s against snapshot %s: tombstone %d (%d hits), benchmark %d (%d hits)%s\n",
+					r.Report, r.DatasetSnapshot, r.TombstoneWatermark, r.TombstoneHits, r.BenchmarkFence, r.BenchmarkHits, verifiedBy(r.VerifiedBy))
+			}
+			for _, rc := range r.Rechecks {
+				report := ""
+				if !rc.Report.IsZero() {
+					report = ", report " + rc.Report.String()
+				}
+				fmt.Fprintf(w, "recheck %s %d: %d hits%s, %s%s\n", rc.Kind, rc.Value, rc.Hits, report, at(rc.At), verifiedBy(rc.VerifiedBy))
 			}
 		})
 	},
@@ -1333,7 +1437,7 @@ func init() {
 	// The client flags go on each client command, not on `gate` itself:
 	// `gate serve` is the server and takes none of them.
 	clients := []*cobra.Command{gateStatusCmd, gateBackupCmd, gateRemoveCmd, gateRegisterCmd, gatePublishCmd, gateRollbackCmd,
-		gateFenceCmd, gateRecheckCmd, gatePermitsCmd, gateHistoryCmd, gatePruneCmd}
+		gateFenceCmd, gateRecheckCmd, gatePermitsCmd, gateHistoryCmd, gateReleaseCmd, gatePruneCmd}
 	for _, c := range clients {
 		addGateClientFlags(c.PersistentFlags())
 	}

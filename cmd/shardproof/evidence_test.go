@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -448,4 +449,114 @@ func TestGateServeReloadsVerifierKeysOnSIGHUP(t *testing.T) {
 		t.Fatalf("gate register at a gate without keys: %s; want no signer named", r.stdout)
 	}
 	p.stop()
+}
+
+// TestSignersRecordedCLI: on a cluster of three whose members trust a
+// verifier key, a report gate register takes signed and a recheck
+// --sign-key records are kept in the gate's state with the key that
+// signed them: gate release prints "verified by: KEYID" on the report's
+// and the recheck's lines, and gate history on the generation's (--json:
+// verifiedBy). They are read the same from another leader, after a
+// leadership transfer, and from a gate serve --restore of a gate backup
+// (a process without verifier keys). A gate without keys takes the same
+// signed report and records no signer.
+func TestSignersRecordedCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs gate servers")
+	}
+	dir, s := tempFileStore(t)
+	gen1 := stagetest.Synth(t, s, 400, 2, 1)
+	priv, pub, id := keyPair(t, t.TempDir(), "verifier")
+	trusted, err := evidence.LoadTrusted(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := raftgate.MakeCluster(t, 3, func(cfg *raftgate.Config) { cfg.VerifierKeys = trusted })
+	gate := []string{"--store", dir, "--gate", c.URLs()}
+	root := gen1.Root.String()
+
+	out, err := cli(t, "verify", "--store", dir, "--root", root, "--sign-key", priv)
+	m := reportLine.FindStringSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("verify --sign-key: %q %v", out, err)
+	}
+	report := m[1]
+	if out, err := cli(t, append([]string{"gate", "register", "--report", report}, gate...)...); err != nil || !strings.Contains(out, "verified by "+id) {
+		t.Fatalf("gate register of the signed report: %q %v", out, err)
+	}
+	if out, err := cli(t, "gate", "publish", "main", root, "--expect", "0", "--gate", c.URLs()); err != nil {
+		t.Fatalf("gate publish: %q %v", out, err)
+	}
+	tomb := putFenceLog(t, s, `{"schema":"training.tombstones.v1","entries":[{"seq":4,"sampleId":"gone"}]}`)
+	if out, err := cli(t, append([]string{"gate", "fence", "advance", "--tombstones", tomb.String()}, gate...)...); err != nil {
+		t.Fatalf("fence advance: %q %v", out, err)
+	}
+	if out, err := cli(t, append([]string{"recheck", "-q", "--tombstones", tomb.String(), "--root", root, "--sign-key", priv}, gate...)...); err != nil || !strings.Contains(out, "renewed") {
+		t.Fatalf("recheck --sign-key: %q %v", out, err)
+	}
+
+	reportSigned := regexp.MustCompile(`(?m)^report ` + report + ` against snapshot sha256:[0-9a-f]{64}: tombstone 4 \(0 hits\), benchmark 0 \(0 hits\), verified by: ` + id + `$`)
+	recheckSigned := regexp.MustCompile(`(?m)^recheck tombstone 4: 0 hits, report sha256:[0-9a-f]{64}, \S+Z, verified by: ` + id + `$`)
+	historySigned := regexp.MustCompile(`(?m)^\*    1 ` + root + ` publish  \S+Z, verified by: ` + id + `$`)
+	// shows checks what gate release and gate history print at url.
+	shows := func(where, url string) {
+		t.Helper()
+		out, err := cli(t, "gate", "release", root, "--gate", url)
+		if err != nil || !reportSigned.MatchString(out) || !recheckSigned.MatchString(out) {
+			t.Fatalf("gate release at %s: %q %v; want the report's and the recheck's signer %s", where, out, err, id)
+		}
+		out, err = cli(t, "gate", "release", root, "--json", "--gate", url)
+		var rel raftgate.Release
+		if err != nil || json.Unmarshal([]byte(out), &rel) != nil || !slices.Equal(rel.VerifiedBy, []string{id}) ||
+			len(rel.Rechecks) != 1 || !slices.Equal(rel.Rechecks[0].VerifiedBy, []string{id}) {
+			t.Fatalf("gate release --json at %s: %q %v; want verifiedBy [%s] on the release and its recheck", where, out, err, id)
+		}
+		out, err = cli(t, "gate", "history", "main", "--gate", url)
+		if err != nil || !historySigned.MatchString(out) {
+			t.Fatalf("gate history at %s: %q %v; want generation 1 verified by %s", where, out, err, id)
+		}
+		out, err = cli(t, "gate", "history", "main", "--json", "--gate", url)
+		var h struct {
+			Generation uint64              `json:"generation"`
+			VerifiedBy map[string][]string `json:"verifiedBy"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &h) != nil || h.Generation != 1 || len(h.VerifiedBy) != 1 || !slices.Equal(h.VerifiedBy[root], []string{id}) {
+			t.Fatalf("gate history --json at %s: %q %v; want verifiedBy {%s: [%s]}", where, out, err, root, id)
+		}
+	}
+	shows("the cluster", c.URLs())
+
+	// Another leader.
+	old := c.Leader(10 * time.Second)
+	for deadline := time.Now().Add(30 * time.Second); c.Leader(10*time.Second) == old; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still leads", old.ID())
+		}
+		old.Raft().LeadershipTransfer()
+	}
+	shows("the new leader", c.Leader(10*time.Second).URL())
+
+	// A backup, and a gate founded on it.
+	file := filepath.Join(t.TempDir(), "gate.backup")
+	if out, err := cli(t, "gate", "backup", file, "--gate", c.URLs()); err != nil {
+		t.Fatalf("gate backup: %q %v", out, err)
+	}
+	c.Shutdown()
+	restored, _ := startGateServe(t, filepath.Join(t.TempDir(), "new"), "--bootstrap", "--restore", file)
+	shows("the gate restored from the backup", restored)
+
+	// A gate without keys records none for the same signed report.
+	node, _ := startLeader(t)
+	plain := []string{"--store", dir, "--gate", node.URL()}
+	if out, err := cli(t, append([]string{"gate", "register", "--report", report}, plain...)...); err != nil || strings.Contains(out, "verified by") {
+		t.Fatalf("gate register at a gate without keys: %q %v", out, err)
+	}
+	out, err = cli(t, "gate", "release", root, "--gate", node.URL())
+	if err != nil || !strings.Contains(out, "report "+report) || strings.Contains(out, "verified by") {
+		t.Fatalf("gate release at a gate without keys: %q %v; want the report and no signer", out, err)
+	}
+	out, err = cli(t, "gate", "release", root, "--json", "--gate", node.URL())
+	if err != nil || strings.Contains(out, "verifiedBy") {
+		t.Fatalf("gate release --json at a gate without keys: %q %v; want no verifiedBy", out, err)
+	}
 }

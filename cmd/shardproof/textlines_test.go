@@ -131,12 +131,16 @@ func TestTextLinesEndWithoutSpace(t *testing.T) {
 	run("gate", "permits", "--gate", node.URL())
 	run("gate", "history", "main", "--gate", node.URL())
 	run("gate", "history", "nothing", "--gate", node.URL()) // UNKNOWN_ALIAS
+	run("gate", "release", good.Root.String(), "--gate", node.URL())
+	run("gate", "release", "sha256:"+strings.Repeat("4", 64), "--gate", node.URL()) // UNKNOWN_RELEASE
+	run("gate", "release", damaged.Root.String(), "--gate", node.URL())             // INVALID, with failures
 	run("gate", "fence", "--gate", node.URL())
 	run("gate", "fence", "advance", "--tombstones", tomb, "--store", dir, "--gate", node.URL())
 	run("gate", "permits", "--gate", node.URL())
 	run(append([]string{"recheck", "-q", "--tombstones", tomb, "--root", good.Root.String(), "--sign-key", priv}, gate...)...)
 	run(append([]string{"recheck", "-q", "--tombstones", tomb, "--root", damaged.Root.String()}, gate...)...)
 	run(append([]string{"recheck", "-q", "--tombstones", tomb, "--root", "sha256:" + strings.Repeat("3", 64)}, gate...)...)
+	run("gate", "release", good.Root.String(), "--gate", node.URL()) // with its recheck
 	run("gate", "prune", "--gate", node.URL())
 	run("run", "create", "r1", "--alias", "main", "--world-size", "1", "--gate", node.URL())
 	run("run", "show", "r1", "--gate", node.URL())
