@@ -640,6 +640,12 @@ func TestDataDirInUseOnItsPorts(t *testing.T) {
 	dir := t.TempDir()
 	cfg := TestConfig(dir, "a")
 	a := StartTestNode(t, cfg)
+	// The founder writes cluster-id when it applies its raise of the
+	// cluster version, which its leader loop proposes after Start: the
+	// FSM applies it, and writes the file, under the lock ClusterVersion
+	// reads under. Listed before that, the directory gained the file
+	// while the refused starts ran (on a loaded machine).
+	waitFor(t, "a to raise the cluster version to its build's", func() bool { return a.ClusterVersion() == a.BuildVersion() })
 	c := NewClient("http://" + a.HTTPAddr())
 	if _, err := c.AdvanceFence(t.Context(), FenceTombstone, 7); err != nil {
 		t.Fatal(err)
