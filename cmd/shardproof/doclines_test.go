@@ -828,7 +828,8 @@ func TestDocCheckerReportsBadLines(t *testing.T) {
 	}
 }
 
-func findingLines(fs []docFinding) string {
+// findingLines lists findings (docs or help), one a line, for a failure.
+func findingLines[F fmt.Stringer](fs []F) string {
 	var b strings.Builder
 	for _, f := range fs {
 		fmt.Fprintf(&b, "\t%s\n", f)

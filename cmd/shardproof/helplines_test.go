@@ -371,21 +371,13 @@ func TestHelpCheckerReportsBadLines(t *testing.T) {
 		same = got[i].cmd == w.cmd && got[i].where == w.where && strings.HasPrefix(got[i].msg, w.msg)
 	}
 	if !same {
-		t.Errorf("findings:\n%s\nwant:\n%s", helpFindingLines(got), helpFindingLines(helpSampleFindings))
+		t.Errorf("findings:\n%s\nwant:\n%s", findingLines(got), findingLines(helpSampleFindings))
 	}
 	// verify ×4, gate status, gate nosuch, keys generate ×2, run
 	// show, synth, keys generat.
 	if k.invocations != 11 {
 		t.Errorf("checked %d shardproof command lines, want 11", k.invocations)
 	}
-}
-
-func helpFindingLines(fs []helpFinding) string {
-	var b strings.Builder
-	for _, f := range fs {
-		fmt.Fprintf(&b, "\t%s\n", f)
-	}
-	return b.String()
 }
 
 // Whatever a help text holds, the help checker neither panics nor
