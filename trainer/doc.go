@@ -27,7 +27,8 @@
 // Before fetching, Cache.Admit refuses a rank whose shards alone, by the
 // root manifest's sizes, exceed the bound (CACHE_TOO_SMALL, nothing
 // changed), then evicts entries not the rank's, least recently used
-// first, skipping every entry another worker holds locked and every temp
+// first, skipping every entry another process holds locked (a worker, or
+// a trainer holding a shared flock on the files it reads) and every temp
 // file, until the rank's shards fit (CACHE_FULL, nothing removed, when
 // they cannot), and reserves the bytes of those not in the cache yet (a
 // temp file of their size, which each fetch hands on to its own), so

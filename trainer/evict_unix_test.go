@@ -591,3 +591,63 @@ func TestWorkerBoundedCache(t *testing.T) {
 		t.Errorf("%d temp files left (a reservation?)", len(tmp))
 	}
 }
+
+// A trainer keeps the files it reads, after an init container (`worker
+// --once`) has verified them and exited, by holding a shared flock on
+// each: here util-linux's flock(1), as a shell-script trainer would use
+// it (Python's fcntl.flock(f, fcntl.LOCK_SH) takes the same lock). The
+// entry it holds is in use to a prune; once it lets go, it is evicted.
+func TestEvictionSkipsAnEntryATrainerLocks(t *testing.T) {
+	flockBin, err := exec.LookPath("flock")
+	if err != nil {
+		t.Fatalf("flock(1) (util-linux) not found: %v", err)
+	}
+	s, err := file.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	shards := stagetest.Synth(t, s, 600, 2, 19).Release.Shards
+	dir := t.TempDir()
+	filledByExitedWorker(t, dir, s, shards...)
+	c := openCache(t, dir)
+
+	cmd := exec.Command(flockBin, "--shared", "--nonblock", c.Path(shards[1].Digest), "-c", "echo holding; exec cat")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "holding\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("flock: %q %v", line, err)
+	}
+
+	ev, err := c.Prune(context.Background(), 0, false)
+	if errcode.Of(err) != errcode.CacheFull {
+		t.Fatalf("prune beside the trainer's lock: %v, want CACHE_FULL", err)
+	}
+	if !slices.Equal(digestsOf(ev.Removed), shardDigests(shards[0])) || !slices.Equal(digestsOf(ev.InUse), shardDigests(shards[1])) {
+		t.Fatalf("prune removed %v, skipped %v; want %s removed, %s in use", digestsOf(ev.Removed), digestsOf(ev.InUse), shards[0].Digest, shards[1].Digest)
+	}
+	wantPresent(t, c, shards, shards[1])
+
+	// The trainer is done: closing cat's stdin ends flock, and its lock.
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("flock: %v", err)
+	}
+	ev, err = c.Prune(context.Background(), 0, false)
+	if err != nil || !slices.Equal(digestsOf(ev.Removed), shardDigests(shards[1])) {
+		t.Fatalf("prune after the trainer let go: removed %v, %v; want %s", digestsOf(ev.Removed), err, shards[1].Digest)
+	}
+	wantPresent(t, c, shards)
+}

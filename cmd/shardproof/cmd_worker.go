@@ -53,9 +53,11 @@ worker holds a lock (flock) on each of its entries while it runs, an
 open file per shard (a bounded worker fails with FILE_LIMIT, exit 3,
 when they exceed ulimit -n). When the rest cannot make room the worker
 fails with CACHE_FULL (exit 3) and removes nothing. With --once the
-locks end with the worker: the trainer's files are then kept only by
-being the most recently used. A bound needs unix (flock); elsewhere it
-is USAGE. 'shardproof cache prune' evicts by the same rules, offline.
+locks end with the worker: a trainer keeps the files it reads by holding
+a shared flock on each ('flock -s FILE', or fcntl.flock in Python), else
+they are kept only by being the most recently used. A bound needs unix
+(flock); elsewhere it is USAGE. 'shardproof cache prune' evicts by the
+same rules, offline.
 
 With --once it prints "ready run=… rank=… root=… generation=… epoch=…
 shards=… cache=…" on stdout as the barrier opens, then exits 0. A sidecar
